@@ -1,0 +1,189 @@
+// KVStore: the key-value store through which data-parallel workers share
+// parameters (MXNet's `mx.kv`). Start here:
+//
+//   auto kv = pskv::KVStore::Create("local");      // or "device", "dist_sync", ...
+//   kv->Init(3, pskv::NDArray({2, 3}));             // every key is initialised once
+//   kv->Push(3, {grad_dev0, grad_dev1});            // values of one key are summed
+//   kv->Pull(3, {weight_dev0, weight_dev1});        // every output gets the value
+//   kv->WaitAll();                                  // operations are asynchronous
+//
+// Call model
+// ----------
+// Init, Push, Pull, PushPull and Broadcast validate their arguments at once (a
+// misuse throws before anything is scheduled) and then *schedule* the work and
+// return. Operations on one key run in the order they were issued; operations on
+// different keys may run in any order and overlap, and among ready operations a
+// higher `priority` runs first (MXNet's convention: priority = -layer index, so the
+// last layer's gradient, produced first by backward, goes out first). Init is
+// synchronous: when it returns the key exists.
+//
+// Buffer ownership while an operation is in flight: the store keeps a handle to
+// every NDArray passed in. For owning arrays this keeps the memory alive; for
+// wrapped (non-owning) arrays the caller must keep the memory alive. Until the
+// operation has completed — Wait() on its key or WaitAll() returned — the caller
+// must not write to the input values of Push/PushPull/Broadcast nor read or write
+// the outputs of Pull/PushPull/Broadcast. A failure of a scheduled operation (a dead
+// server, an exception thrown by an updater) is rethrown by the next Wait/WaitAll
+// covering that key.
+//
+// Keys are either all ints (>= 0) or all strings for the life of a store. String
+// keys receive int ids 0, 1, 2, ... in first-init order; in dist mode every worker
+// must init string keys in the same order (pskv checks and reports a mismatch).
+//
+// Thread safety: a KVStore may be called from several threads; operations from
+// different threads on the same key are ordered by the time of their call.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pskv/ndarray.h"
+#include "pskv/optimizer.h"
+#include "pskv/options.h"
+
+namespace pskv {
+
+/// Called with (key, merged pushed value, stored value); must update `stored` in
+/// place. Runs on a pskv thread; exceptions propagate to the next Wait/WaitAll.
+using Updater = std::function<void(int key, const NDArray& recv, NDArray* stored)>;
+using StrUpdater =
+    std::function<void(const std::string& key, const NDArray& recv, NDArray* stored)>;
+
+/// Gradient compression settings (spec 2.11). `type` is "none", "2bit" or "1bit".
+struct CompressionConfig {
+  std::string type = "none";
+  float threshold = 0.5f;
+  /// From string parameters {"type": "2bit", "threshold": "0.5"}; unknown names are
+  /// an error (MXNet ignored them silently, hiding typos).
+  static CompressionConfig FromParams(const std::map<std::string, std::string>& params);
+  void Validate() const;
+  bool active() const { return type != "none"; }
+};
+
+class KVStore {
+ public:
+  /// Creates a store. Valid types: local, device, dist, dist_sync, dist_async,
+  /// dist_sync_device, dist_device_sync, dist_async_device (case-insensitive; the
+  /// aliases local_update_cpu, local_allreduce_cpu, local_allreduce_device too).
+  /// Anything else is an InvalidArgument listing these (MXNet silently made it local).
+  ///
+  /// For a dist type in a process whose DMLC_ROLE is `server` or `scheduler`, Create
+  /// runs that role until the job ends and then exits the process (as `import
+  /// mxnet` did), with status 0 on a clean end and 1 on a failure.
+  static std::unique_ptr<KVStore> Create(const std::string& type = "local");
+  static std::unique_ptr<KVStore> Create(const std::string& type, const Options& options);
+  /// The type strings Create accepts.
+  static std::vector<std::string> ValidTypes();
+
+  virtual ~KVStore();
+  KVStore(const KVStore&) = delete;
+  KVStore& operator=(const KVStore&) = delete;
+
+  // ---- int keys. `keys[i]` pairs with `values[i]`; a key may repeat (its values
+  // ---- are summed for Push, each output receives the value for Pull).
+  void Init(int key, const NDArray& value);
+  void Init(const std::vector<int>& keys, const std::vector<NDArray>& values);
+  void Push(int key, const std::vector<NDArray>& values, int priority = 0);
+  void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority = 0);
+  void Pull(int key, const std::vector<NDArray>& outs, int priority = 0);
+  void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority = 0);
+  /// Push then pull; all inputs are read before any output is written. `outs` may
+  /// name the input arrays (in-place all-reduce).
+  void PushPull(int key, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
+                int priority = 0);
+  void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
+                int priority = 0);
+  /// Init(key, value) followed by Pull(key, outs). In dist mode rank 0's value wins.
+  void Broadcast(int key, const NDArray& value, const std::vector<NDArray>& outs,
+                 int priority = 0);
+  void Broadcast(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                 const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
+                 int priority = 0);
+
+  // ---- string keys (same semantics)
+  void Init(const std::string& key, const NDArray& value);
+  void Init(const std::vector<std::string>& keys, const std::vector<NDArray>& values);
+  void Push(const std::string& key, const std::vector<NDArray>& values, int priority = 0);
+  void Push(const std::vector<std::string>& keys, const std::vector<NDArray>& values,
+            int priority = 0);
+  void Pull(const std::string& key, const std::vector<NDArray>& outs, int priority = 0);
+  void Pull(const std::vector<std::string>& keys, const std::vector<NDArray>& outs,
+            int priority = 0);
+  void PushPull(const std::string& key, const std::vector<NDArray>& values,
+                const std::vector<NDArray>& outs, int priority = 0);
+  void PushPull(const std::vector<std::string>& keys, const std::vector<NDArray>& values,
+                const std::vector<std::string>& out_keys, const std::vector<NDArray>& outs,
+                int priority = 0);
+  void Broadcast(const std::string& key, const NDArray& value, const std::vector<NDArray>& outs,
+                 int priority = 0);
+
+  /// Blocks until every scheduled operation on `keys` (resp. all keys) completed;
+  /// rethrows the first failure. TimeoutError after `timeout` (default: the
+  /// store's Options::op_timeout).
+  void Wait(const std::vector<int>& keys, std::chrono::milliseconds timeout = {});
+  void Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout = {});
+  void WaitAll(std::chrono::milliseconds timeout = {});
+
+  /// Installs the function that merges a pushed value into the stored one
+  /// (default without an updater: the stored value is replaced by the pushed sum).
+  void SetUpdater(Updater updater);
+  void SetUpdater(StrUpdater updater);
+  /// Runs `config` on the store: locally, or shipped to every server in dist mode.
+  virtual void SetOptimizer(const OptimizerConfig& config);
+  /// Must be called before the first Init. UsageError on `local` (use `device`).
+  virtual void SetGradientCompression(const CompressionConfig& config);
+  /// Saves/loads the optimizer's per-key states (UsageError without an optimizer).
+  virtual void SaveOptimizerStates(const std::string& fname);
+  virtual void LoadOptimizerStates(const std::string& fname);
+
+  /// Worker rank in [0, NumWorkers()); 0 for single-machine stores.
+  virtual int Rank() const { return 0; }
+  virtual int NumWorkers() const { return 1; }
+  /// Blocks until every worker reached the barrier (no-op for one worker).
+  virtual void Barrier() {}
+  /// The creation string, lower-cased.
+  const std::string& Type() const { return type_; }
+  const Options& options() const { return options_; }
+
+ protected:
+  KVStore(std::string type, Options options);
+
+  // Implementations receive int ids (string keys already mapped) in the order the
+  // caller gave them; grouping by key is done by the implementation.
+  virtual void InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) = 0;
+  virtual void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                        int priority) = 0;
+  virtual void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs,
+                        int priority) = 0;
+  virtual void PushPullImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                            const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
+                            int priority) = 0;
+  virtual void WaitImpl(const std::vector<int>* keys, std::chrono::milliseconds timeout) = 0;
+  /// Installs an int-keyed updater (string updaters are wrapped by the base class).
+  virtual void SetUpdaterImpl(Updater updater) = 0;
+  /// Human-readable form of key id `k` for messages ("3" or "'fc1_weight'").
+  std::string KeyName(int k) const;
+  /// Called when the first string key is created; dist stores verify the order.
+  virtual void OnStringKeyCreated(const std::string& /*name*/, int /*id*/) {}
+
+  std::string type_;
+  Options options_;
+  /// The optimizer installed by SetOptimizer on a store that updates locally.
+  std::shared_ptr<Optimizer> optimizer_;
+
+ private:
+  enum class KeyKind { kUnset, kInt, kString };
+  void UseKind(KeyKind k);
+  std::vector<int> MapKeys(const std::vector<std::string>& keys, bool create);
+  std::vector<int> CheckIntKeys(const std::vector<int>& keys);
+
+  struct KeyTable;
+  std::unique_ptr<KeyTable> table_;
+};
+
+}  // namespace pskv

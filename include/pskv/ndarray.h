@@ -1,0 +1,118 @@
+// NDArray: a contiguous, row-major CPU array with a shape and a dtype.
+//
+// Two forms share one type:
+//  * owning   — `NDArray(shape, dtype)` allocates 64-byte aligned, zero-filled memory;
+//  * wrapping — `NDArray::Wrap(ptr, shape, dtype, keepalive)` views memory owned by
+//    someone else (a torch tensor, a numpy array) without copying. `keepalive`, if
+//    given, is held for as long as any copy of the NDArray exists.
+//
+// Copying an NDArray object is cheap and shares the memory (a handle, like MXNet's
+// NDArray); use Clone() for a deep copy. All sizes are 64-bit: arrays over 2 GiB work.
+//
+// Thread safety: the handle itself is a value type; concurrent reads are safe,
+// concurrent writes to the same elements are the caller's problem.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pskv {
+
+/// Element types. The numeric codes are MXNet's dtype codes (used on the wire).
+enum class DType : uint8_t {
+  kFloat32 = 0,
+  kFloat64 = 1,
+  kFloat16 = 2,
+  kUInt8 = 3,
+  kInt32 = 4,
+  kInt8 = 5,
+  kInt64 = 6,
+  kBFloat16 = 12,
+};
+
+/// Size in bytes of one element; throws InvalidArgument for an unknown code.
+size_t DTypeSize(DType t);
+/// "float32", "float16", ...
+std::string DTypeName(DType t);
+/// Parses "float32"/"fp32"/"float" etc.; throws InvalidArgument listing valid names.
+DType ParseDType(const std::string& name);
+/// True for the code of a supported dtype (used to validate wire input).
+bool IsValidDType(int code);
+/// True for float16 and bfloat16.
+bool IsLowPrecision(DType t);
+
+using Shape = std::vector<int64_t>;
+/// Product of the dimensions (1 for a scalar shape {}); throws on negative dims.
+int64_t NumElements(const Shape& s);
+std::string ShapeToString(const Shape& s);
+
+/// IEEE half and bfloat16 conversions (round to nearest even).
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+inline float BFloat16ToFloat(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t FloatToBFloat16(float f);
+
+class NDArray {
+ public:
+  /// An empty array (no storage). `empty()` is true.
+  NDArray() = default;
+  /// Owning, zero-filled array.
+  NDArray(Shape shape, DType dtype = DType::kFloat32);
+  /// Non-owning view of `data`, which must hold NumElements(shape) elements of
+  /// `dtype` and stay valid while `keepalive` (or, if null, the caller) keeps it.
+  static NDArray Wrap(void* data, Shape shape, DType dtype,
+                      std::shared_ptr<void> keepalive = nullptr);
+  /// Owning float32 array from values (convenience for tests and examples).
+  static NDArray FromVector(const std::vector<float>& v, Shape shape = {});
+
+  bool empty() const { return data_ == nullptr && size_ == 0; }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int64_t size() const { return size_; }
+  size_t nbytes() const { return static_cast<size_t>(size_) * DTypeSize(dtype_); }
+  bool is_view() const { return !owning_; }
+  void* raw() const { return data_; }
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(data_);
+  }
+  /// True when both handles refer to the same memory.
+  bool SameData(const NDArray& o) const { return data_ == o.data_ && size_ == o.size_; }
+
+  /// Deep copy into a new owning array of the same shape and dtype.
+  NDArray Clone() const;
+  /// Copies `src` into this array, converting dtype when they differ. Element
+  /// counts must match (ShapeError otherwise); shapes may differ only if
+  /// `allow_reshape`.
+  void CopyFrom(const NDArray& src, bool allow_reshape = false);
+  /// Owning copy converted to `dtype`.
+  NDArray AsType(DType dtype) const;
+  /// Sets every element to `v` (converted to the dtype).
+  void Fill(double v);
+  /// Element i converted to double (slow; for tests and diagnostics).
+  double At(int64_t i) const;
+  /// All elements as doubles (slow; for tests).
+  std::vector<double> ToDoubles() const;
+  /// A view of elements [begin, begin+count) as a 1-D array sharing memory.
+  NDArray Slice1D(int64_t begin, int64_t count) const;
+  /// Same memory with another shape of equal element count.
+  NDArray Reshape(Shape shape) const;
+
+ private:
+  std::shared_ptr<void> holder_;  // owns the memory (owning) or the keepalive (view)
+  void* data_ = nullptr;
+  Shape shape_;
+  int64_t size_ = 0;
+  DType dtype_ = DType::kFloat32;
+  bool owning_ = false;
+};
+
+}  // namespace pskv

@@ -1,0 +1,113 @@
+// Optimizers run by a KVStore (locally, or on the servers of a dist store).
+//
+// An optimizer is configured by OptimizerConfig, which is plain data: it serialises
+// to a short text ("type=sgd\nlearning_rate=0.1\n...") that dist stores send to
+// every server. No code is ever shipped (MXNet pickled Python objects).
+//
+// Update rules (g = clip(rescale_grad * grad, clip_gradient); t = this key's
+// update count starting at 1; lr = the schedule's rate at the optimizer-wide update
+// count, which is the largest t over all keys, as in MXNet):
+//   sgd      momentum=0: w -= lr * (g + wd*w)
+//            momentum>0: m = momentum*m - lr*(g + wd*w);  w += m
+//   nag      g' = g + wd*w;  m = momentum*m + g';  w -= lr*(g' + momentum*m)
+//   adam     g' = g + wd*w;  m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'^2
+//            w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v)+eps)
+//   adamw    (decoupled weight decay, Loshchilov & Hutter)
+//            m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
+//            w -= lr*( (m/(1-b1^t)) / (sqrt(v/(1-b2^t))+eps) + wd*w )
+//   rmsprop  g' = g + wd*w;  n = rho*n + (1-rho)*g'^2;  w -= lr*g'/(sqrt(n)+eps)
+//            centered: a = rho*a + (1-rho)*g';  d = momentum*d - lr*g'/sqrt(n - a^2 + eps); w += d
+//   adagrad  h += g^2;  w -= lr*(g/sqrt(h+eps) + wd*w)
+// Multi-precision (`multi_precision=true`): float16/bfloat16 weights get a float32
+// master copy in the state; the update runs on the master and is cast back.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pskv/ndarray.h"
+
+namespace pskv {
+
+/// Learning-rate schedule (MXNet's lr_scheduler module). `num_update` counts from 1.
+struct LRSchedule {
+  /// "none", "factor", "multifactor" or "cosine".
+  std::string type = "none";
+  int64_t step = 1;                 ///< factor: multiply by `factor` every `step` updates
+  std::vector<int64_t> steps;       ///< multifactor: multiply by `factor` after each
+  double factor = 1.0;              ///< factor, multifactor
+  double stop_factor_lr = 1e-8;     ///< factor: lower bound of the rate
+  int64_t max_update = 0;           ///< cosine: updates until `final_lr` is reached
+  double final_lr = 0.0;            ///< cosine
+  int64_t warmup_steps = 0;         ///< all: linear warm-up over this many updates
+  double warmup_begin_lr = 0.0;     ///< all: rate at update 0 of the warm-up
+
+  /// Learning rate at update `num_update` given the optimizer's base rate.
+  double Rate(double base_lr, int64_t num_update) const;
+};
+
+struct OptimizerConfig {
+  std::string type = "sgd";  ///< sgd, nag, adam, adamw, rmsprop, adagrad
+  double learning_rate = 0.01;
+  double wd = 0.0;
+  double rescale_grad = 1.0;
+  double clip_gradient = -1.0;  ///< <= 0: no clipping
+  double momentum = 0.0;        ///< sgd, nag, centered rmsprop
+  double beta1 = 0.9;           ///< adam, adamw
+  double beta2 = 0.999;         ///< adam, adamw
+  double epsilon = 1e-8;        ///< adam, adamw, rmsprop, adagrad
+  double rho = 0.9;             ///< rmsprop decay (MXNet's gamma1)
+  bool centered = false;        ///< rmsprop
+  bool multi_precision = false;
+  LRSchedule lr_schedule;
+
+  /// Text form, one `name=value` per line; round-trips exactly (doubles in %.17g).
+  std::string Serialize() const;
+  /// Parses Serialize()'s output; unknown names or bad values are InvalidArgument.
+  static OptimizerConfig Deserialize(const std::string& text);
+  /// Builds a config from string parameters (Python kwargs, CLI): names as the
+  /// fields above, plus `lr_scheduler`, `lr_step`, `lr_steps` ("10,20"), `lr_factor`,
+  /// `max_update`, `final_lr`, `warmup_steps`, `warmup_begin_lr`.
+  static OptimizerConfig FromParams(const std::string& type,
+                                    const std::map<std::string, std::string>& params);
+  /// Throws InvalidArgument for an unknown type or out-of-range hyper-parameter.
+  void Validate() const;
+};
+
+/// Per-key optimizer state plus the update rule. Thread-safe: updates of different
+/// keys may run concurrently; updates of one key must be serialised by the caller
+/// (the KVStore guarantees this).
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerConfig cfg);
+  const OptimizerConfig& config() const { return cfg_; }
+
+  /// Applies one update for `key`: `weight` is updated in place from `grad`
+  /// (same element count; grad is converted to float32 if needed).
+  void Update(int64_t key, const NDArray& grad, NDArray* weight);
+
+  /// Serialises all per-key states (and the config) to bytes / restores them.
+  std::string SaveStates() const;
+  void LoadStates(const std::string& blob);
+  /// Number of updates applied to `key` so far (0 if never).
+  int64_t UpdateCount(int64_t key) const;
+
+ private:
+  struct State {
+    int64_t t = 0;
+    std::vector<NDArray> slots;  // float32 buffers; meaning depends on the type
+    NDArray master;              // float32 master weight (multi-precision), or empty
+  };
+  State& GetState(int64_t key, const NDArray& weight);
+
+  OptimizerConfig cfg_;
+  mutable std::mutex mu_;
+  std::map<int64_t, std::unique_ptr<State>> states_;
+  int64_t num_update_ = 0;
+};
+
+}  // namespace pskv

@@ -1,0 +1,67 @@
+// Options: every tunable of pskv in one plain struct.
+//
+// `Options::FromEnv()` is the only place in pskv that reads environment variables.
+// Everything else takes an Options value explicitly, so several nodes (scheduler,
+// servers, workers) can live in one test process with different options.
+//
+// MXNet's and ps-lite's variable names are kept (DMLC_*, PS_*, MXNET_KVSTORE_*);
+// pskv's own additions are prefixed PSKV_. A malformed value (e.g. DMLC_NUM_WORKER=two)
+// is a ConfigError naming the variable — never silently a default.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace pskv {
+
+enum class Role { kWorker, kServer, kScheduler };
+std::string RoleName(Role r);
+
+struct Options {
+  // ---- single-machine reduction (spec 3.6) ----
+  /// MXNET_KVSTORE_BIGARRAY_BOUND: arrays with at least this many elements are
+  /// reduced with several threads and, in dist mode, sliced over all servers.
+  int64_t bigarray_bound = 1000000;
+  /// MXNET_KVSTORE_REDUCTION_NTHREADS: threads used to reduce big arrays.
+  int reduction_threads = 4;
+
+  // ---- parameter-server contract (spec 4.1) ----
+  /// DMLC_ROLE. `role_set` is false when the variable is absent.
+  Role role = Role::kWorker;
+  bool role_set = false;
+  std::string root_uri;    ///< DMLC_PS_ROOT_URI: scheduler host
+  int root_port = 0;       ///< DMLC_PS_ROOT_PORT
+  int num_servers = 0;     ///< DMLC_NUM_SERVER
+  int num_workers = 0;     ///< DMLC_NUM_WORKER
+  std::string interface;   ///< DMLC_INTERFACE: NIC whose IPv4 address is advertised
+  std::string node_host;   ///< DMLC_NODE_HOST: address to advertise and bind
+  int port = 0;            ///< PORT: this node's port (0 = any free port)
+  int verbose = 0;         ///< PS_VERBOSE: 1 connections/registration, 2 every message
+  bool resend = false;     ///< PS_RESEND: acknowledge and retransmit messages
+  std::chrono::milliseconds resend_timeout{1000};     ///< PS_RESEND_TIMEOUT (ms)
+  std::chrono::milliseconds heartbeat_interval{1000};  ///< PS_HEARTBEAT_INTERVAL (s)
+  /// PS_HEARTBEAT_TIMEOUT (s): a node silent this long is declared dead. 0 disables
+  /// failure detection (not recommended: a dead node then makes peers wait until
+  /// their operation timeouts).
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  /// PSKV_REGISTER_TIMEOUT (s): how long start-up waits for all nodes to register.
+  std::chrono::milliseconds register_timeout{60000};
+  /// PSKV_TIMEOUT (s): default timeout of blocking calls (Wait, Barrier, commands).
+  std::chrono::milliseconds op_timeout{600000};
+  /// PSKV_JOB_ID: identifies the job; nodes with another id are refused. The
+  /// launcher sets a random one; otherwise the scheduler address is used.
+  std::string job_id;
+  /// PSKV_DROP_MSG / PS_DROP_MSG: test only, percentage of received data messages to drop.
+  int drop_percent = 0;
+
+  /// Reads every variable above from the environment on top of the defaults.
+  /// Throws ConfigError naming the variable when a value is malformed.
+  static Options FromEnv();
+  /// Checks that the fields a distributed node needs are present and sane
+  /// (root_uri, root_port, num_servers, num_workers); throws ConfigError naming
+  /// the DMLC_* variable to set.
+  void ValidateForDistributed() const;
+};
+
+}  // namespace pskv

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pskv needs, skipping what is present.
+# Idempotent and fast when everything is installed (one dpkg query).
+# Usage: scripts/install-deps.sh [--with-torch] [--with-data]
+set -euo pipefail
+
+pkgs=(cmake ninja-build g++ make pkg-config libzmq3-dev cppzmq-dev libgtest-dev libgmock-dev
+      libbenchmark-dev zlib1g-dev pybind11-dev python3-dev python3-numpy python3-pytest
+      clang-format)
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) pkgs+=(libtorch-dev python3-torch) ;;
+    --with-data) pkgs+=(dataset-fashion-mnist) ;;
+    --with-launchers) pkgs+=(openssh-server openssh-client rsync openmpi-bin) ;;
+    --with-clang) pkgs+=(clang libclang-rt-14-dev) ;;
+    *) echo "install-deps.sh: unknown option '$arg'" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "install-deps.sh: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,119 @@
+// The one place where pskv reads environment variables.
+#include "pskv/options.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "pskv/error.h"
+
+namespace pskv {
+
+std::string RoleName(Role r) {
+  switch (r) {
+    case Role::kWorker: return "worker";
+    case Role::kServer: return "server";
+    case Role::kScheduler: return "scheduler";
+  }
+  return "?";
+}
+
+namespace {
+
+const char* Get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+int64_t ParseInt(const char* name, const char* v, int64_t lo, int64_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
+    throw ConfigError(std::string("environment variable ") + name + "='" + v +
+                      "' is not a whole number in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+double ParseDouble(const char* name, const char* v, double lo, double hi) {
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (errno != 0 || end == v || *end != '\0' || !(x >= lo && x <= hi)) {
+    throw ConfigError(std::string("environment variable ") + name + "='" + v +
+                      "' is not a number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                      "]");
+  }
+  return x;
+}
+
+template <typename T>
+void ReadInt(const char* name, T* out, int64_t lo, int64_t hi) {
+  if (const char* v = Get(name)) *out = static_cast<T>(ParseInt(name, v, lo, hi));
+}
+
+// Seconds given as a decimal number (so tests can use 0.5) into milliseconds.
+void ReadSeconds(const char* name, std::chrono::milliseconds* out) {
+  if (const char* v = Get(name))
+    *out = std::chrono::milliseconds(static_cast<int64_t>(ParseDouble(name, v, 0, 1e7) * 1000));
+}
+
+}  // namespace
+
+Options Options::FromEnv() {
+  Options o;
+  ReadInt("MXNET_KVSTORE_BIGARRAY_BOUND", &o.bigarray_bound, 1, INT64_MAX);
+  ReadInt("MXNET_KVSTORE_REDUCTION_NTHREADS", &o.reduction_threads, 1, 1024);
+
+  if (const char* v = Get("DMLC_ROLE")) {
+    std::string r = v;
+    if (r == "worker") o.role = Role::kWorker;
+    else if (r == "server") o.role = Role::kServer;
+    else if (r == "scheduler") o.role = Role::kScheduler;
+    else
+      throw ConfigError("environment variable DMLC_ROLE='" + r +
+                        "' is not one of: scheduler, server, worker");
+    o.role_set = true;
+  }
+  if (const char* v = Get("DMLC_PS_ROOT_URI")) o.root_uri = v;
+  ReadInt("DMLC_PS_ROOT_PORT", &o.root_port, 1, 65535);
+  ReadInt("DMLC_NUM_SERVER", &o.num_servers, 0, 65536);
+  ReadInt("DMLC_NUM_WORKER", &o.num_workers, 0, 65536);
+  if (const char* v = Get("DMLC_INTERFACE")) o.interface = v;
+  if (const char* v = Get("DMLC_NODE_HOST")) o.node_host = v;
+  ReadInt("PORT", &o.port, 0, 65535);
+  ReadInt("PS_VERBOSE", &o.verbose, 0, 3);
+  if (const char* v = Get("PS_RESEND")) o.resend = ParseInt("PS_RESEND", v, 0, 1) != 0;
+  if (const char* v = Get("PS_RESEND_TIMEOUT"))
+    o.resend_timeout = std::chrono::milliseconds(ParseInt("PS_RESEND_TIMEOUT", v, 1, 3600000));
+  ReadSeconds("PS_HEARTBEAT_INTERVAL", &o.heartbeat_interval);
+  ReadSeconds("PS_HEARTBEAT_TIMEOUT", &o.heartbeat_timeout);
+  ReadSeconds("PSKV_REGISTER_TIMEOUT", &o.register_timeout);
+  ReadSeconds("PSKV_TIMEOUT", &o.op_timeout);
+  if (const char* v = Get("PSKV_JOB_ID")) o.job_id = v;
+  ReadInt("PS_DROP_MSG", &o.drop_percent, 0, 100);
+  ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
+  return o;
+}
+
+void Options::ValidateForDistributed() const {
+  if (root_uri.empty())
+    throw ConfigError(
+        "DMLC_PS_ROOT_URI is not set: a distributed store needs the scheduler's address "
+        "(start the job with pskv-launch, or set DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, "
+        "DMLC_NUM_SERVER, DMLC_NUM_WORKER and DMLC_ROLE)");
+  if (root_port <= 0)
+    throw ConfigError("DMLC_PS_ROOT_PORT is not set: the scheduler's port is needed");
+  if (num_servers <= 0)
+    throw ConfigError("DMLC_NUM_SERVER is not set or 0: a distributed job needs at least one server");
+  if (num_workers <= 0)
+    throw ConfigError("DMLC_NUM_WORKER is not set or 0: a distributed job needs at least one worker");
+  if (heartbeat_timeout.count() > 0 && heartbeat_interval.count() <= 0)
+    throw ConfigError("PS_HEARTBEAT_INTERVAL must be > 0 when PS_HEARTBEAT_TIMEOUT is set");
+  if (heartbeat_timeout.count() > 0 && heartbeat_timeout < 2 * heartbeat_interval)
+    throw ConfigError("PS_HEARTBEAT_TIMEOUT must be at least twice PS_HEARTBEAT_INTERVAL");
+}
+
+}  // namespace pskv

@@ -1,0 +1,158 @@
+#include "kvstore/engine.h"
+
+#include <algorithm>
+
+#include "pskv/error.h"
+
+namespace pskv {
+
+Engine::Engine() { dispatcher_ = std::thread([this] { DispatchLoop(); }); }
+
+Engine::~Engine() { Shutdown(std::chrono::seconds(60)); }
+
+void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!dispatcher_.joinable()) return;
+    cv_idle_.wait_for(lk, drain_timeout, [&] { return ops_.empty(); });
+    stop_ = true;
+  }
+  cv_ready_.notify_all();
+  dispatcher_.join();
+  // Operations still pending after the drain timeout are abandoned: their
+  // completion callbacks find no entry and do nothing.
+  std::lock_guard<std::mutex> lk(mu_);
+  ops_.clear();
+  key_queues_.clear();
+}
+
+void Engine::Push(std::vector<int> keys, int priority, AsyncFn fn) {
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  if (keys.empty()) throw InternalError("Engine::Push without keys");
+  std::lock_guard<std::mutex> lk(mu_);
+  if (poison_) std::rethrow_exception(poison_);
+  if (stop_) throw UsageError("the KVStore is shutting down; no new operations are accepted");
+  auto op = std::make_unique<Op>(Op{next_id_++, priority, std::move(keys), std::move(fn)});
+  for (int k : op->keys) key_queues_[k].push_back(op->id);
+  Op* raw = op.get();
+  ops_.emplace(raw->id, std::move(op));
+  if (IsReadyLocked(*raw)) {
+    ready_.push(raw);
+    cv_ready_.notify_one();
+  }
+}
+
+void Engine::PushSync(std::vector<int> keys, int priority, std::function<void()> fn) {
+  Push(std::move(keys), priority, [fn = std::move(fn)](Done done) {
+    std::exception_ptr err;
+    try {
+      fn();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    done(err);
+  });
+}
+
+bool Engine::IsReadyLocked(const Op& op) const {
+  for (int k : op.keys) {
+    auto it = key_queues_.find(k);
+    if (it == key_queues_.end() || it->second.front() != op.id) return false;
+  }
+  return true;
+}
+
+void Engine::DispatchLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_ready_.wait(lk, [&] { return stop_ || !ready_.empty(); });
+    if (stop_) return;
+    Op* op = ready_.top();
+    ready_.pop();
+    const uint64_t id = op->id;
+    AsyncFn fn = std::move(op->fn);
+    lk.unlock();
+    bool called = false;
+    auto done = [this, id, called](std::exception_ptr err) mutable {
+      if (called) return;  // exactly once, even if an op misbehaves
+      called = true;
+      Complete(id, err);
+    };
+    try {
+      fn(done);
+    } catch (...) {
+      Complete(id, std::current_exception());
+    }
+    lk.lock();
+  }
+}
+
+void Engine::Complete(uint64_t id, std::exception_ptr err) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return;
+  std::unique_ptr<Op> op = std::move(it->second);
+  ops_.erase(it);
+  for (int k : op->keys) {
+    auto qit = key_queues_.find(k);
+    auto& q = qit->second;
+    q.pop_front();
+    if (err && !errors_.count(k)) errors_[k] = err;
+    if (q.empty()) {
+      key_queues_.erase(qit);
+    } else {
+      Op* next = ops_.at(q.front()).get();
+      if (IsReadyLocked(*next)) {
+        ready_.push(next);
+        cv_ready_.notify_one();
+      }
+    }
+  }
+  cv_idle_.notify_all();
+}
+
+bool Engine::KeysIdleLocked(const std::vector<int>* keys) const {
+  if (!keys) return ops_.empty();
+  for (int k : *keys)
+    if (key_queues_.count(k)) return false;
+  return true;
+}
+
+void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); })) {
+    throw TimeoutError("KVStore wait timed out after " + std::to_string(timeout.count() / 1000.0) +
+                       " s with " + std::to_string(ops_.size()) +
+                       " operation(s) still pending (raise PSKV_TIMEOUT if this is expected, "
+                       "or check that every worker issues the same pushes)");
+  }
+  std::exception_ptr first;
+  if (keys) {
+    for (int k : *keys) {
+      auto it = errors_.find(k);
+      if (it != errors_.end()) {
+        if (!first) first = it->second;
+        errors_.erase(it);
+      }
+    }
+  } else if (!errors_.empty()) {
+    first = errors_.begin()->second;
+    errors_.clear();
+  }
+  if (!first && poison_) first = poison_;
+  if (first) std::rethrow_exception(first);
+}
+
+size_t Engine::Pending() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return ops_.size();
+}
+
+void Engine::Poison(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!poison_) poison_ = error;
+  cv_idle_.notify_all();
+}
+
+}  // namespace pskv

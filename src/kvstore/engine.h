@@ -1,0 +1,84 @@
+// Engine: runs a KVStore's operations asynchronously, in order per key, highest
+// priority first among the operations that are ready.
+//
+// An operation names the keys it touches. It becomes ready when every earlier
+// operation on any of those keys has completed. Ready operations are started by
+// the engine's dispatcher thread in (priority desc, issue order asc) order. An
+// operation is a function that receives a `Done` callback and must call it exactly
+// once — synchronously, or later from another thread (a network receive thread)
+// — with nullptr on success or the failure's exception_ptr.
+//
+// Thread model: Push/Wait may be called from any thread. The dispatcher thread
+// only starts operations; it never blocks on one. All state is under mu_.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace pskv {
+
+class Engine {
+ public:
+  using Done = std::function<void(std::exception_ptr)>;
+  using AsyncFn = std::function<void(Done)>;
+
+  Engine();
+  /// Waits (up to `drain_timeout` given to Shutdown, default 60 s) for the
+  /// operations in flight, then stops the dispatcher.
+  ~Engine();
+
+  /// Schedules `fn` on `keys` (must not be empty).
+  void Push(std::vector<int> keys, int priority, AsyncFn fn);
+  /// Schedules a synchronous function; an exception it throws is the op's failure.
+  void PushSync(std::vector<int> keys, int priority, std::function<void()> fn);
+  /// Blocks until no operation on `keys` (all keys if null) is pending, then
+  /// rethrows (and clears) the first recorded failure of those keys.
+  /// TimeoutError after `timeout`.
+  void Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout);
+  /// Number of operations scheduled and not yet completed.
+  size_t Pending() const;
+  /// Fails every later Push with `error` (used when the store is broken beyond
+  /// repair, e.g. a dead server) and records it for Wait.
+  void Poison(std::exception_ptr error);
+  void Shutdown(std::chrono::milliseconds drain_timeout);
+
+ private:
+  struct Op {
+    uint64_t id;
+    int priority;
+    std::vector<int> keys;
+    AsyncFn fn;
+  };
+  struct ReadyOrder {
+    bool operator()(const Op* a, const Op* b) const {
+      return a->priority != b->priority ? a->priority < b->priority : a->id > b->id;
+    }
+  };
+  void DispatchLoop();
+  void Complete(uint64_t id, std::exception_ptr err);
+  bool IsReadyLocked(const Op& op) const;
+  bool KeysIdleLocked(const std::vector<int>* keys) const;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_ready_, cv_idle_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
+  std::unordered_map<int, std::deque<uint64_t>> key_queues_;
+  std::priority_queue<Op*, std::vector<Op*>, ReadyOrder> ready_;
+  std::map<int, std::exception_ptr> errors_;
+  std::exception_ptr poison_;
+  bool stop_ = false;
+  std::thread dispatcher_;
+};
+
+}  // namespace pskv

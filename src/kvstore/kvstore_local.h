@@ -1,0 +1,66 @@
+// KVStoreLocal: the single-process store behind types `local` and `device`.
+//
+// `device` on this CPU-only build reduces on the CPU exactly like `local`; the
+// differences are MXNet's: `device` accepts gradient compression (each source
+// value is quantised with its own residual, dequantised and summed, spec 2.11.4).
+//
+// Thread model: the caller's thread validates arguments against the key table
+// (under meta_mu_) and schedules work on the engine; the engine's dispatcher thread
+// runs the work. An entry's value is only touched by engine operations, which the
+// engine orders per key, so values need no lock.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "kvstore/compression.h"
+#include "kvstore/engine.h"
+#include "kvstore/reduce.h"
+#include "pskv/kvstore.h"
+
+namespace pskv {
+
+class KVStoreLocal : public KVStore {
+ public:
+  KVStoreLocal(std::string type, Options options, bool device);
+  ~KVStoreLocal() override;
+
+  void SetGradientCompression(const CompressionConfig& config) override;
+
+ protected:
+  void InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) override;
+  void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                int priority) override;
+  void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs,
+                int priority) override;
+  void PushPullImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                    const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
+                    int priority) override;
+  void WaitImpl(const std::vector<int>* keys, std::chrono::milliseconds timeout) override;
+  void SetUpdaterImpl(Updater updater) override;
+
+ private:
+  struct Entry {
+    NDArray value;
+    NDArray merge;                   // merge buffer, allocated at the first multi-value push
+    std::vector<NDArray> residuals;  // compression residual per source position
+    std::vector<uint8_t> packed;     // compression scratch
+  };
+  Entry& Lookup(int key, const char* op);
+  void CheckPush(const std::map<int, std::vector<NDArray>>& groups);
+  void CheckPull(const std::map<int, std::vector<NDArray>>& groups);
+  // Engine-thread work.
+  void DoPush(int key, Entry& e, const std::vector<NDArray>& values);
+  NDArray Reduce(Entry& e, const std::vector<NDArray>& values);
+
+  bool device_;
+  Reducer reducer_;
+  std::unique_ptr<GradientCompressor> compressor_;
+  std::mutex meta_mu_;
+  std::map<int, std::unique_ptr<Entry>> store_;
+  std::shared_ptr<Updater> updater_;  // swapped atomically under meta_mu_
+  Engine engine_;
+};
+
+}  // namespace pskv

@@ -1,0 +1,439 @@
+#include "pskv/optimizer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "common/byte_io.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+// ---------------------------------------------------------------- LRSchedule
+
+double LRSchedule::Rate(double base_lr, int64_t num_update) const {
+  if (warmup_steps > 0 && num_update < warmup_steps) {
+    return warmup_begin_lr +
+           (base_lr - warmup_begin_lr) * static_cast<double>(num_update) / warmup_steps;
+  }
+  if (type == "none") return base_lr;
+  if (type == "factor") {
+    // MXNet's FactorScheduler: the rate is multiplied by `factor` each time
+    // num_update passes another multiple of `step`.
+    int64_t k = num_update > 0 ? (num_update - 1) / step : 0;
+    double lr = base_lr * std::pow(factor, static_cast<double>(k));
+    return std::max(lr, stop_factor_lr);
+  }
+  if (type == "multifactor") {
+    double lr = base_lr;
+    for (int64_t s : steps)
+      if (num_update > s) lr *= factor;
+    return lr;
+  }
+  if (type == "cosine") {
+    if (num_update > max_update) return final_lr;
+    const double span = static_cast<double>(max_update - warmup_steps);
+    const double pos = static_cast<double>(num_update - warmup_steps);
+    return final_lr + (base_lr - final_lr) * (1 + std::cos(M_PI * pos / span)) / 2;
+  }
+  throw InvalidArgument("unknown lr schedule '" + type + "'");
+}
+
+// ---------------------------------------------------------------- OptimizerConfig
+
+namespace {
+
+const char* const kTypes[] = {"sgd", "nag", "adam", "adamw", "rmsprop", "adagrad"};
+
+std::string Fmt(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+double ToNum(const std::string& name, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x))
+    throw InvalidArgument("optimizer parameter " + name + "='" + v + "' is not a finite number");
+  return x;
+}
+
+int64_t ToInt(const std::string& name, const std::string& v) {
+  double x = ToNum(name, v);
+  if (x != std::floor(x)) throw InvalidArgument("optimizer parameter " + name + " must be whole");
+  return static_cast<int64_t>(x);
+}
+
+bool ToBool(const std::string& name, const std::string& v) {
+  if (v == "1" || v == "true" || v == "True") return true;
+  if (v == "0" || v == "false" || v == "False") return false;
+  throw InvalidArgument("optimizer parameter " + name + "='" + v + "' is not a boolean");
+}
+
+// Applies one name=value to a config; false if the name is unknown.
+bool Apply(OptimizerConfig& c, const std::string& k, const std::string& v) {
+  LRSchedule& s = c.lr_schedule;
+  if (k == "type") c.type = v;
+  else if (k == "learning_rate" || k == "lr") c.learning_rate = ToNum(k, v);
+  else if (k == "wd") c.wd = ToNum(k, v);
+  else if (k == "rescale_grad") c.rescale_grad = ToNum(k, v);
+  else if (k == "clip_gradient") c.clip_gradient = ToNum(k, v);
+  else if (k == "momentum") c.momentum = ToNum(k, v);
+  else if (k == "beta1") c.beta1 = ToNum(k, v);
+  else if (k == "beta2") c.beta2 = ToNum(k, v);
+  else if (k == "epsilon") c.epsilon = ToNum(k, v);
+  else if (k == "rho" || k == "gamma1") c.rho = ToNum(k, v);
+  else if (k == "centered") c.centered = ToBool(k, v);
+  else if (k == "multi_precision") c.multi_precision = ToBool(k, v);
+  else if (k == "lr_scheduler") s.type = v;
+  else if (k == "lr_step") s.step = ToInt(k, v);
+  else if (k == "lr_steps") {
+    s.steps.clear();
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) s.steps.push_back(ToInt(k, item));
+  } else if (k == "lr_factor") s.factor = ToNum(k, v);
+  else if (k == "stop_factor_lr") s.stop_factor_lr = ToNum(k, v);
+  else if (k == "max_update") s.max_update = ToInt(k, v);
+  else if (k == "final_lr") s.final_lr = ToNum(k, v);
+  else if (k == "warmup_steps") s.warmup_steps = ToInt(k, v);
+  else if (k == "warmup_begin_lr") s.warmup_begin_lr = ToNum(k, v);
+  else return false;
+  return true;
+}
+
+const char* kKnownParams =
+    "learning_rate, wd, rescale_grad, clip_gradient, momentum, beta1, beta2, epsilon, rho, "
+    "centered, multi_precision, lr_scheduler, lr_step, lr_steps, lr_factor, stop_factor_lr, "
+    "max_update, final_lr, warmup_steps, warmup_begin_lr";
+
+}  // namespace
+
+std::string OptimizerConfig::Serialize() const {
+  std::ostringstream os;
+  os << "type=" << type << "\n"
+     << "learning_rate=" << Fmt(learning_rate) << "\n"
+     << "wd=" << Fmt(wd) << "\n"
+     << "rescale_grad=" << Fmt(rescale_grad) << "\n"
+     << "clip_gradient=" << Fmt(clip_gradient) << "\n"
+     << "momentum=" << Fmt(momentum) << "\n"
+     << "beta1=" << Fmt(beta1) << "\n"
+     << "beta2=" << Fmt(beta2) << "\n"
+     << "epsilon=" << Fmt(epsilon) << "\n"
+     << "rho=" << Fmt(rho) << "\n"
+     << "centered=" << (centered ? 1 : 0) << "\n"
+     << "multi_precision=" << (multi_precision ? 1 : 0) << "\n"
+     << "lr_scheduler=" << lr_schedule.type << "\n"
+     << "lr_step=" << lr_schedule.step << "\n"
+     << "lr_steps=";
+  for (size_t i = 0; i < lr_schedule.steps.size(); ++i)
+    os << (i ? "," : "") << lr_schedule.steps[i];
+  os << "\n"
+     << "lr_factor=" << Fmt(lr_schedule.factor) << "\n"
+     << "stop_factor_lr=" << Fmt(lr_schedule.stop_factor_lr) << "\n"
+     << "max_update=" << lr_schedule.max_update << "\n"
+     << "final_lr=" << Fmt(lr_schedule.final_lr) << "\n"
+     << "warmup_steps=" << lr_schedule.warmup_steps << "\n"
+     << "warmup_begin_lr=" << Fmt(lr_schedule.warmup_begin_lr) << "\n";
+  return os.str();
+}
+
+OptimizerConfig OptimizerConfig::Deserialize(const std::string& text) {
+  OptimizerConfig c;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.empty()) continue;
+    auto eq = line.find('=');
+    if (eq == std::string::npos)
+      throw InvalidArgument("malformed optimizer configuration line '" + line + "'");
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (k == "lr_steps" && v.empty()) {
+      c.lr_schedule.steps.clear();
+      continue;
+    }
+    if (!Apply(c, k, v)) throw InvalidArgument("unknown optimizer configuration field '" + k + "'");
+  }
+  c.Validate();
+  return c;
+}
+
+OptimizerConfig OptimizerConfig::FromParams(const std::string& type,
+                                            const std::map<std::string, std::string>& params) {
+  OptimizerConfig c;
+  c.type = type;
+  for (auto& [k, v] : params) {
+    if (k == "type") throw InvalidArgument("give the optimizer type as the name, not a parameter");
+    if (!Apply(c, k, v))
+      throw InvalidArgument("unknown optimizer parameter '" + k + "' for " + type +
+                            "; known: " + kKnownParams);
+  }
+  c.Validate();
+  return c;
+}
+
+void OptimizerConfig::Validate() const {
+  bool known = false;
+  for (const char* t : kTypes) known |= type == t;
+  if (!known)
+    throw InvalidArgument("unknown optimizer '" + type +
+                          "'; valid: sgd, nag, adam, adamw, rmsprop, adagrad");
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw InvalidArgument(msg);
+  };
+  need(std::isfinite(learning_rate), "learning_rate must be finite");
+  need(wd >= 0 && std::isfinite(wd), "wd must be >= 0");
+  need(std::isfinite(rescale_grad), "rescale_grad must be finite");
+  need(momentum >= 0 && momentum < 1, "momentum must be in [0, 1)");
+  need(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1)");
+  need(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1)");
+  need(epsilon > 0, "epsilon must be > 0");
+  need(rho >= 0 && rho < 1, "rho must be in [0, 1)");
+  const LRSchedule& s = lr_schedule;
+  if (s.type == "factor") {
+    need(s.step >= 1, "lr_step must be >= 1 for the factor schedule");
+    need(s.factor > 0 && s.factor <= 1, "lr_factor must be in (0, 1] for the factor schedule");
+  } else if (s.type == "multifactor") {
+    need(!s.steps.empty(), "lr_steps must list at least one step for the multifactor schedule");
+    for (size_t i = 0; i < s.steps.size(); ++i)
+      need(s.steps[i] >= 1 && (i == 0 || s.steps[i] > s.steps[i - 1]),
+           "lr_steps must be increasing and >= 1");
+    need(s.factor > 0 && s.factor <= 1, "lr_factor must be in (0, 1]");
+  } else if (s.type == "cosine") {
+    need(s.max_update > s.warmup_steps, "max_update must exceed warmup_steps for cosine");
+  } else if (s.type != "none") {
+    throw InvalidArgument("unknown lr_scheduler '" + s.type +
+                          "'; valid: none, factor, multifactor, cosine");
+  }
+  need(s.warmup_steps >= 0, "warmup_steps must be >= 0");
+}
+
+// ---------------------------------------------------------------- Optimizer
+
+Optimizer::Optimizer(OptimizerConfig cfg) : cfg_(std::move(cfg)) { cfg_.Validate(); }
+
+namespace {
+
+int NumSlots(const OptimizerConfig& c) {
+  if (c.type == "sgd") return c.momentum > 0 ? 1 : 0;
+  if (c.type == "nag") return 1;
+  if (c.type == "adam" || c.type == "adamw") return 2;
+  if (c.type == "rmsprop") return c.centered ? 3 : 1;
+  return 1;  // adagrad
+}
+
+// Runs the update rule on float32 buffers.
+void UpdateF32(const OptimizerConfig& c, double lr, int64_t t, const float* grad, float* w,
+               std::vector<NDArray>& slots, int64_t n) {
+  const float rescale = static_cast<float>(c.rescale_grad);
+  const float clip = static_cast<float>(c.clip_gradient);
+  const float wd = static_cast<float>(c.wd);
+  const float flr = static_cast<float>(lr);
+  auto G = [&](int64_t i) {
+    float g = rescale * grad[i];
+    if (clip > 0) g = std::min(std::max(g, -clip), clip);
+    return g;
+  };
+  const std::string& ty = c.type;
+  if (ty == "sgd") {
+    if (c.momentum > 0) {
+      float* m = slots[0].data<float>();
+      const float mom = static_cast<float>(c.momentum);
+      for (int64_t i = 0; i < n; ++i) {
+        m[i] = mom * m[i] - flr * (G(i) + wd * w[i]);
+        w[i] += m[i];
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) w[i] -= flr * (G(i) + wd * w[i]);
+    }
+  } else if (ty == "nag") {
+    float* m = slots[0].data<float>();
+    const float mom = static_cast<float>(c.momentum);
+    for (int64_t i = 0; i < n; ++i) {
+      float g = G(i) + wd * w[i];
+      m[i] = mom * m[i] + g;
+      w[i] -= flr * (g + mom * m[i]);
+    }
+  } else if (ty == "adam" || ty == "adamw") {
+    float* m = slots[0].data<float>();
+    float* v = slots[1].data<float>();
+    const double b1 = c.beta1, b2 = c.beta2;
+    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    const float eps = static_cast<float>(c.epsilon);
+    const double c1 = 1 - std::pow(b1, static_cast<double>(t));
+    const double c2 = 1 - std::pow(b2, static_cast<double>(t));
+    if (ty == "adam") {
+      const float lr_t = static_cast<float>(lr * std::sqrt(c2) / c1);
+      for (int64_t i = 0; i < n; ++i) {
+        float g = G(i) + wd * w[i];
+        m[i] = fb1 * m[i] + (1 - fb1) * g;
+        v[i] = fb2 * v[i] + (1 - fb2) * g * g;
+        w[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
+      }
+    } else {
+      const float ic1 = static_cast<float>(1 / c1), ic2 = static_cast<float>(1 / c2);
+      for (int64_t i = 0; i < n; ++i) {
+        float g = G(i);
+        m[i] = fb1 * m[i] + (1 - fb1) * g;
+        v[i] = fb2 * v[i] + (1 - fb2) * g * g;
+        w[i] -= flr * ((m[i] * ic1) / (std::sqrt(v[i] * ic2) + eps) + wd * w[i]);
+      }
+    }
+  } else if (ty == "rmsprop") {
+    float* s = slots[0].data<float>();
+    const float rho = static_cast<float>(c.rho), eps = static_cast<float>(c.epsilon);
+    if (!c.centered) {
+      for (int64_t i = 0; i < n; ++i) {
+        float g = G(i) + wd * w[i];
+        s[i] = rho * s[i] + (1 - rho) * g * g;
+        w[i] -= flr * g / (std::sqrt(s[i]) + eps);
+      }
+    } else {
+      float* a = slots[1].data<float>();
+      float* d = slots[2].data<float>();
+      const float mom = static_cast<float>(c.momentum);
+      for (int64_t i = 0; i < n; ++i) {
+        float g = G(i) + wd * w[i];
+        s[i] = rho * s[i] + (1 - rho) * g * g;
+        a[i] = rho * a[i] + (1 - rho) * g;
+        d[i] = mom * d[i] - flr * g / std::sqrt(s[i] - a[i] * a[i] + eps);
+        w[i] += d[i];
+      }
+    }
+  } else {  // adagrad
+    float* h = slots[0].data<float>();
+    const float eps = static_cast<float>(c.epsilon);
+    for (int64_t i = 0; i < n; ++i) {
+      float g = G(i);
+      h[i] += g * g;
+      w[i] -= flr * (g / std::sqrt(h[i] + eps) + wd * w[i]);
+    }
+  }
+}
+
+}  // namespace
+
+Optimizer::State& Optimizer::GetState(int64_t key, const NDArray& weight) {
+  auto& st = states_[key];
+  if (!st) {
+    st = std::make_unique<State>();
+    for (int i = 0; i < NumSlots(cfg_); ++i)
+      st->slots.emplace_back(Shape{weight.size()}, DType::kFloat32);
+    if (cfg_.multi_precision && IsLowPrecision(weight.dtype()))
+      st->master = weight.AsType(DType::kFloat32).Reshape({weight.size()});
+  }
+  for (auto& s : st->slots)
+    if (s.size() != weight.size())
+      throw ShapeError("optimizer state of key " + std::to_string(key) + " has " +
+                       std::to_string(s.size()) + " elements but the weight has " +
+                       std::to_string(weight.size()) + " (states loaded for another model?)");
+  return *st;
+}
+
+void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
+  if (grad.size() != weight->size())
+    throw ShapeError("optimizer update of key " + std::to_string(key) + ": gradient has " +
+                     std::to_string(grad.size()) + " elements, weight has " +
+                     std::to_string(weight->size()));
+  State* st;
+  double lr;
+  int64_t t;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    st = &GetState(key, *weight);
+    t = ++st->t;
+    num_update_ = std::max(num_update_, t);
+    lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
+  }
+  NDArray g32 = grad.dtype() == DType::kFloat32 ? grad : grad.AsType(DType::kFloat32);
+  const int64_t n = weight->size();
+  if (!st->master.empty()) {
+    UpdateF32(cfg_, lr, t, g32.data<float>(), st->master.data<float>(), st->slots, n);
+    weight->CopyFrom(st->master, /*allow_reshape=*/true);
+  } else if (weight->dtype() == DType::kFloat32) {
+    UpdateF32(cfg_, lr, t, g32.data<float>(), weight->data<float>(), st->slots, n);
+  } else {
+    NDArray w32 = weight->AsType(DType::kFloat32);
+    UpdateF32(cfg_, lr, t, g32.data<float>(), w32.data<float>(), st->slots, n);
+    weight->CopyFrom(w32);
+  }
+}
+
+int64_t Optimizer::UpdateCount(int64_t key) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = states_.find(key);
+  return it == states_.end() ? 0 : it->second->t;
+}
+
+namespace {
+constexpr char kStatesMagic[] = "PSKVOPT1";
+
+void PutArray(ByteWriter& w, const NDArray& a) {
+  w.Put<int64_t>(a.empty() ? -1 : a.size());
+  if (!a.empty()) w.PutBytes(a.raw(), a.nbytes());
+}
+
+NDArray GetArray(ByteReader& r) {
+  int64_t n = r.Get<int64_t>();
+  if (n < 0) return NDArray();
+  if (static_cast<uint64_t>(n) > r.remaining() / 4)
+    throw IOError("optimizer states: truncated array of " + std::to_string(n) + " elements");
+  NDArray a(Shape{n}, DType::kFloat32);
+  r.GetBytes(a.raw(), a.nbytes());
+  return a;
+}
+}  // namespace
+
+std::string Optimizer::SaveStates() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  ByteWriter w;
+  w.PutBytes(kStatesMagic, 8);
+  w.PutString(cfg_.Serialize());
+  w.Put<int64_t>(num_update_);
+  w.Put<uint64_t>(states_.size());
+  for (auto& [key, st] : states_) {
+    w.Put<int64_t>(key);
+    w.Put<int64_t>(st->t);
+    w.Put<uint32_t>(static_cast<uint32_t>(st->slots.size()));
+    for (auto& s : st->slots) PutArray(w, s);
+    PutArray(w, st->master);
+  }
+  return w.Take();
+}
+
+void Optimizer::LoadStates(const std::string& blob) {
+  ByteReader r(blob.data(), blob.size(), "optimizer states");
+  char magic[8];
+  r.GetBytes(magic, 8);
+  if (std::memcmp(magic, kStatesMagic, 8) != 0)
+    throw IOError("not a pskv optimizer-states file (bad magic)");
+  OptimizerConfig saved = OptimizerConfig::Deserialize(r.GetString());
+  if (saved.type != cfg_.type)
+    throw UsageError("optimizer states were saved by '" + saved.type +
+                     "' but this store runs '" + cfg_.type + "'");
+  std::map<int64_t, std::unique_ptr<State>> states;
+  int64_t num_update = r.Get<int64_t>();
+  uint64_t count = r.Get<uint64_t>();
+  for (uint64_t i = 0; i < count; ++i) {
+    int64_t key = r.Get<int64_t>();
+    auto st = std::make_unique<State>();
+    st->t = r.Get<int64_t>();
+    uint32_t ns = r.Get<uint32_t>();
+    if (ns != static_cast<uint32_t>(NumSlots(cfg_)))
+      throw IOError("optimizer states: key " + std::to_string(key) + " has " +
+                    std::to_string(ns) + " state buffers, expected " +
+                    std::to_string(NumSlots(cfg_)));
+    for (uint32_t s = 0; s < ns; ++s) st->slots.push_back(GetArray(r));
+    st->master = GetArray(r);
+    states[key] = std::move(st);
+  }
+  if (r.remaining() != 0) throw IOError("optimizer states: trailing bytes");
+  std::lock_guard<std::mutex> lk(mu_);
+  states_ = std::move(states);
+  num_update_ = num_update;
+}
+
+}  // namespace pskv

@@ -1,0 +1,269 @@
+#include "pskv/ndarray.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "common/dtype_dispatch.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kUInt8:
+    case DType::kInt8:
+      return 1;
+  }
+  throw InvalidArgument("unknown dtype code " + std::to_string(static_cast<int>(t)));
+}
+
+std::string DTypeName(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+  }
+  return "dtype(" + std::to_string(static_cast<int>(t)) + ")";
+}
+
+DType ParseDType(const std::string& name) {
+  static const std::pair<const char*, DType> kNames[] = {
+      {"float32", DType::kFloat32}, {"float", DType::kFloat32},   {"fp32", DType::kFloat32},
+      {"float64", DType::kFloat64}, {"double", DType::kFloat64},  {"fp64", DType::kFloat64},
+      {"float16", DType::kFloat16}, {"half", DType::kFloat16},    {"fp16", DType::kFloat16},
+      {"bfloat16", DType::kBFloat16}, {"bf16", DType::kBFloat16}, {"int32", DType::kInt32},
+      {"int64", DType::kInt64},     {"int8", DType::kInt8},       {"uint8", DType::kUInt8}};
+  for (auto& [n, t] : kNames)
+    if (name == n) return t;
+  throw InvalidArgument("unknown dtype '" + name +
+                        "'; valid: float32, float64, float16, bfloat16, int32, int64, int8, uint8");
+}
+
+bool IsValidDType(int code) {
+  switch (code) {
+    case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 12:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsLowPrecision(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+int64_t NumElements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) throw ShapeError("negative dimension in shape " + ShapeToString(s));
+    if (d != 0 && n > INT64_MAX / d) throw ShapeError("shape " + ShapeToString(s) + " overflows");
+    n *= d;
+  }
+  return n;
+}
+
+std::string ShapeToString(const Shape& s) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  if (s.size() == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((man & 0x400) == 0) {
+        man <<= 1;
+        --exp;
+      }
+      man &= 0x3ff;
+      u = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000;
+  uint32_t absu = u & 0x7fffffffu;
+  if (absu >= 0x7f800000u) {  // inf or nan
+    return static_cast<uint16_t>(sign | 0x7c00 | (absu > 0x7f800000u ? 0x200 : 0));
+  }
+  if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
+  if (absu < 0x38800000u) {  // subnormal or zero in half
+    if (absu < 0x33000000u) return static_cast<uint16_t>(sign);  // rounds to 0
+    // |f| = man24 * 2^(exp-150); in units of the half subnormal step 2^-24 that is
+    // man24 >> (126 - exp), rounded to nearest even. 126 - exp is in [14, 25].
+    uint32_t exp = absu >> 23;
+    uint32_t man = (absu & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - exp;
+    uint32_t res = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (res & 1))) ++res;
+    return static_cast<uint16_t>(sign | res);
+  }
+  uint32_t exp = (absu >> 23) - 127 + 15;
+  uint32_t man = absu & 0x7fffff;
+  uint32_t res = (exp << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (res & 1))) ++res;  // may carry into exponent: fine
+  return static_cast<uint16_t>(sign | res);
+}
+
+uint16_t FloatToBFloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // nan
+  uint32_t rounding = 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+namespace {
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+}  // namespace
+
+NDArray::NDArray(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+  size_ = NumElements(shape_);
+  owning_ = true;
+  size_t bytes = nbytes();
+  size_t alloc = (bytes + 63) / 64 * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, alloc);
+  holder_ = std::shared_ptr<void>(p, AlignedFree());
+  data_ = p;
+}
+
+NDArray NDArray::Wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive) {
+  NDArray a;
+  a.shape_ = std::move(shape);
+  a.size_ = NumElements(a.shape_);
+  a.dtype_ = dtype;
+  DTypeSize(dtype);  // validates
+  if (data == nullptr && a.size_ != 0) throw InvalidArgument("NDArray::Wrap of a null pointer");
+  a.data_ = data;
+  a.holder_ = std::move(keepalive);
+  a.owning_ = false;
+  return a;
+}
+
+NDArray NDArray::FromVector(const std::vector<float>& v, Shape shape) {
+  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+  NDArray a(shape, DType::kFloat32);
+  if (a.size() != static_cast<int64_t>(v.size()))
+    throw ShapeError("FromVector: " + std::to_string(v.size()) + " values for shape " +
+                     ShapeToString(shape));
+  std::memcpy(a.data_, v.data(), v.size() * sizeof(float));
+  return a;
+}
+
+NDArray NDArray::Clone() const {
+  NDArray c(shape_, dtype_);
+  if (size_) std::memcpy(c.data_, data_, nbytes());
+  return c;
+}
+
+void NDArray::CopyFrom(const NDArray& src, bool allow_reshape) {
+  if (src.size_ != size_ || (!allow_reshape && src.shape_ != shape_)) {
+    throw ShapeError("cannot copy an array of shape " + ShapeToString(src.shape_) +
+                     " into one of shape " + ShapeToString(shape_));
+  }
+  if (src.data_ == data_ && src.dtype_ == dtype_) return;
+  if (src.dtype_ == dtype_) {
+    if (size_) std::memmove(data_, src.data_, nbytes());
+    return;
+  }
+  ConvertElements(src.data_, src.dtype_, data_, dtype_, size_);
+}
+
+NDArray NDArray::AsType(DType dtype) const {
+  NDArray c(shape_, dtype);
+  c.CopyFrom(*this);
+  return c;
+}
+
+void NDArray::Fill(double v) {
+  DispatchDType(dtype_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(data_);
+    T val = FromDouble<T>(v);
+    for (int64_t i = 0; i < size_; ++i) p[i] = val;
+  });
+}
+
+double NDArray::At(int64_t i) const {
+  if (i < 0 || i >= size_) throw InvalidArgument("index " + std::to_string(i) + " out of range");
+  double out = 0;
+  DispatchDType(dtype_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    out = ToDouble(static_cast<const T*>(data_)[i]);
+  });
+  return out;
+}
+
+std::vector<double> NDArray::ToDoubles() const {
+  std::vector<double> v(static_cast<size_t>(size_));
+  DispatchDType(dtype_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = static_cast<const T*>(data_);
+    for (int64_t i = 0; i < size_; ++i) v[static_cast<size_t>(i)] = ToDouble(p[i]);
+  });
+  return v;
+}
+
+NDArray NDArray::Slice1D(int64_t begin, int64_t count) const {
+  if (begin < 0 || count < 0 || begin + count > size_)
+    throw InvalidArgument("slice [" + std::to_string(begin) + ", " +
+                          std::to_string(begin + count) + ") out of range for " +
+                          std::to_string(size_) + " elements");
+  NDArray s = *this;
+  s.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin) * DTypeSize(dtype_);
+  s.shape_ = {count};
+  s.size_ = count;
+  s.owning_ = false;
+  return s;
+}
+
+NDArray NDArray::Reshape(Shape shape) const {
+  if (NumElements(shape) != size_)
+    throw ShapeError("cannot reshape " + ShapeToString(shape_) + " to " + ShapeToString(shape));
+  NDArray s = *this;
+  s.shape_ = std::move(shape);
+  return s;
+}
+
+}  // namespace pskv

@@ -1,0 +1,198 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pskv/error.h"
+#include "pskv/optimizer.h"
+
+using namespace pskv;
+
+namespace {
+OptimizerConfig Cfg(const std::string& type, std::map<std::string, std::string> p) {
+  return OptimizerConfig::FromParams(type, p);
+}
+NDArray W(float v) { return NDArray::FromVector({v}); }
+}  // namespace
+
+TEST(Optimizer, SgdPlain) {
+  // w -= lr*(rescale*g + wd*w): 1 - 0.1*(0.5*2 + 0.01*1) = 0.899
+  Optimizer o(Cfg("sgd", {{"learning_rate", "0.1"}, {"rescale_grad", "0.5"}, {"wd", "0.01"}}));
+  NDArray w = W(1);
+  o.Update(0, W(2), &w);
+  EXPECT_FLOAT_EQ(w.At(0), 0.899f);
+}
+
+TEST(Optimizer, SgdNegativeLearningRateAddsGradient) {
+  // MXNet's tests use lr = -rate to get w += rate*g.
+  Optimizer o(Cfg("sgd", {{"learning_rate", "-2"}}));
+  NDArray w = W(1);
+  o.Update(0, W(3), &w);
+  o.Update(0, W(3), &w);
+  EXPECT_FLOAT_EQ(w.At(0), 13.0f);
+}
+
+TEST(Optimizer, SgdMomentum) {
+  Optimizer o(Cfg("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}));
+  NDArray w = W(1);
+  o.Update(0, W(1), &w);  // m = -0.1, w = 0.9
+  EXPECT_FLOAT_EQ(w.At(0), 0.9f);
+  o.Update(0, W(1), &w);  // m = 0.9*-0.1 - 0.1 = -0.19, w = 0.71
+  EXPECT_FLOAT_EQ(w.At(0), 0.71f);
+}
+
+TEST(Optimizer, ClipGradient) {
+  Optimizer o(Cfg("sgd", {{"learning_rate", "1"}, {"clip_gradient", "0.5"}}));
+  NDArray w = W(0);
+  o.Update(0, W(10), &w);
+  EXPECT_FLOAT_EQ(w.At(0), -0.5f);
+  o.Update(0, W(-10), &w);
+  EXPECT_FLOAT_EQ(w.At(0), 0.0f);
+}
+
+TEST(Optimizer, Nag) {
+  Optimizer o(Cfg("nag", {{"learning_rate", "0.1"}, {"momentum", "0.5"}}));
+  NDArray w = W(1);
+  o.Update(0, W(1), &w);  // m = 1; w = 1 - 0.1*(1 + 0.5) = 0.85
+  EXPECT_FLOAT_EQ(w.At(0), 0.85f);
+  o.Update(0, W(1), &w);  // m = 1.5; w = 0.85 - 0.1*(1 + 0.75) = 0.675
+  EXPECT_FLOAT_EQ(w.At(0), 0.675f);
+}
+
+TEST(Optimizer, Adam) {
+  Optimizer o(Cfg("adam", {{"learning_rate", "0.1"}}));
+  NDArray w = W(1);
+  o.Update(0, W(0.5), &w);
+  // t=1: m=0.05, v=0.00025; lr_t = 0.1*sqrt(0.001)/0.1; w -= lr_t*m/(sqrt(v)+eps)
+  double m = 0.05, v = 0.00025, lr_t = 0.1 * std::sqrt(1 - 0.999) / (1 - 0.9);
+  double want = 1 - lr_t * m / (std::sqrt(v) + 1e-8);
+  EXPECT_NEAR(w.At(0), want, 1e-6);
+  EXPECT_NEAR(w.At(0), 0.9, 1e-5);  // Adam's first step is ~lr in size
+  o.Update(0, W(0.5), &w);
+  m = 0.9 * m + 0.1 * 0.5;
+  v = 0.999 * v + 0.001 * 0.25;
+  lr_t = 0.1 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.81);
+  want = want - lr_t * m / (std::sqrt(v) + 1e-8);
+  EXPECT_NEAR(w.At(0), want, 5e-6);  // float32 arithmetic in the update
+}
+
+TEST(Optimizer, AdamWDecouplesWeightDecay) {
+  Optimizer o(Cfg("adamw", {{"learning_rate", "0.1"}, {"wd", "0.1"}}));
+  NDArray w = W(2);
+  o.Update(0, W(0), &w);  // zero gradient: only decay acts: w -= 0.1*0.1*2
+  EXPECT_NEAR(w.At(0), 1.98, 1e-6);
+}
+
+TEST(Optimizer, RmsProp) {
+  Optimizer o(Cfg("rmsprop", {{"learning_rate", "0.01"}, {"rho", "0.9"}, {"epsilon", "1e-8"}}));
+  NDArray w = W(1);
+  o.Update(0, W(2), &w);  // n = 0.1*4 = 0.4, w = 1 - 0.01*2/sqrt(0.4)
+  EXPECT_NEAR(w.At(0), 1 - 0.02 / std::sqrt(0.4), 1e-6);
+}
+
+TEST(Optimizer, RmsPropCentered) {
+  Optimizer o(Cfg("rmsprop", {{"learning_rate", "0.01"}, {"centered", "1"}, {"momentum", "0.9"}}));
+  NDArray w = W(1);
+  o.Update(0, W(2), &w);  // n=0.4, a=0.2, d=-0.01*2/sqrt(0.4-0.04+1e-8)
+  EXPECT_NEAR(w.At(0), 1 - 0.02 / std::sqrt(0.36 + 1e-8), 1e-6);
+}
+
+TEST(Optimizer, AdaGrad) {
+  Optimizer o(Cfg("adagrad", {{"learning_rate", "0.1"}}));
+  NDArray w = W(1);
+  o.Update(0, W(2), &w);  // h=4, w = 1 - 0.1*2/2 = 0.9
+  EXPECT_NEAR(w.At(0), 0.9, 1e-6);
+  o.Update(0, W(2), &w);  // h=8, w = 0.9 - 0.1*2/sqrt(8)
+  EXPECT_NEAR(w.At(0), 0.9 - 0.2 / std::sqrt(8.0), 1e-6);
+}
+
+TEST(Optimizer, MultiPrecisionKeepsFloat32Master) {
+  // A step of 1e-4 is below half precision's resolution at 1.0 (~9.8e-4): without
+  // a master copy the weight never moves; with it, 20 steps add up.
+  auto run = [](bool mp) {
+    Optimizer o(Cfg("sgd", {{"learning_rate", "-1e-4"}, {"multi_precision", mp ? "1" : "0"}}));
+    NDArray w({1}, DType::kFloat16);
+    w.Fill(1);
+    NDArray g({1}, DType::kFloat16);
+    g.Fill(1);
+    for (int i = 0; i < 20; ++i) o.Update(0, g, &w);
+    return w.At(0);
+  };
+  EXPECT_EQ(run(false), 1.0);
+  EXPECT_NEAR(run(true), 1.0019531, 1e-6);  // 1.002 rounded to half
+}
+
+TEST(LRSchedule, FactorMultiFactorCosineWarmup) {
+  LRSchedule f;
+  f.type = "factor";
+  f.step = 2;
+  f.factor = 0.5;
+  EXPECT_DOUBLE_EQ(f.Rate(1, 1), 1);
+  EXPECT_DOUBLE_EQ(f.Rate(1, 2), 1);
+  EXPECT_DOUBLE_EQ(f.Rate(1, 3), 0.5);
+  EXPECT_DOUBLE_EQ(f.Rate(1, 5), 0.25);
+  LRSchedule m;
+  m.type = "multifactor";
+  m.steps = {2, 4};
+  m.factor = 0.1;
+  EXPECT_DOUBLE_EQ(m.Rate(1, 2), 1);
+  EXPECT_DOUBLE_EQ(m.Rate(1, 3), 0.1);
+  EXPECT_NEAR(m.Rate(1, 5), 0.01, 1e-15);
+  LRSchedule c;
+  c.type = "cosine";
+  c.max_update = 10;
+  c.warmup_steps = 2;
+  c.warmup_begin_lr = 0;
+  c.final_lr = 0;
+  EXPECT_DOUBLE_EQ(c.Rate(1, 1), 0.5);  // warm-up
+  EXPECT_DOUBLE_EQ(c.Rate(1, 2), 1);
+  EXPECT_NEAR(c.Rate(1, 6), 0.5, 1e-12);  // half way through the cosine
+  EXPECT_DOUBLE_EQ(c.Rate(1, 11), 0);
+}
+
+TEST(Optimizer, ScheduleUsesGlobalUpdateCount) {
+  Optimizer o(Cfg("sgd", {{"learning_rate", "1"}, {"lr_scheduler", "factor"},
+                          {"lr_step", "1"}, {"lr_factor", "0.5"}}));
+  NDArray a = W(0), b = W(0);
+  o.Update(0, W(1), &a);  // num_update 1: lr 1
+  o.Update(0, W(1), &a);  // num_update 2: lr 0.5
+  o.Update(1, W(1), &b);  // key 1's first update, but num_update is 2: lr 0.5
+  EXPECT_FLOAT_EQ(a.At(0), -1.5f);
+  EXPECT_FLOAT_EQ(b.At(0), -0.5f);
+}
+
+TEST(OptimizerConfig, SerialisesExactly) {
+  auto c = Cfg("adam", {{"learning_rate", "0.1234567890123"}, {"wd", "1e-5"},
+                        {"lr_scheduler", "multifactor"}, {"lr_steps", "10,20"}, {"lr_factor", "0.3"}});
+  auto d = OptimizerConfig::Deserialize(c.Serialize());
+  EXPECT_EQ(d.Serialize(), c.Serialize());
+  EXPECT_EQ(d.learning_rate, 0.1234567890123);
+  EXPECT_EQ(d.lr_schedule.steps, (std::vector<int64_t>{10, 20}));
+}
+
+TEST(OptimizerConfig, RejectsBadValues) {
+  EXPECT_THROW(Cfg("sgdd", {}), InvalidArgument);
+  EXPECT_THROW(Cfg("sgd", {{"learnig_rate", "0.1"}}), InvalidArgument);
+  EXPECT_THROW(Cfg("sgd", {{"momentum", "1.5"}}), InvalidArgument);
+  EXPECT_THROW(Cfg("sgd", {{"learning_rate", "abc"}}), InvalidArgument);
+  EXPECT_THROW(Cfg("sgd", {{"lr_scheduler", "exp"}}), InvalidArgument);
+  EXPECT_THROW(OptimizerConfig::Deserialize("type=sgd\nbogus=1\n"), InvalidArgument);
+}
+
+TEST(Optimizer, SaveLoadStatesRoundTrip) {
+  auto cfg = Cfg("adam", {{"learning_rate", "0.01"}});
+  Optimizer a(cfg);
+  NDArray w1 = W(1), w2 = W(1);
+  for (int i = 0; i < 3; ++i) a.Update(5, W(0.3f), &w1);
+  std::string blob = a.SaveStates();
+  Optimizer b(cfg);
+  b.LoadStates(blob);
+  EXPECT_EQ(b.UpdateCount(5), 3);
+  w2.CopyFrom(w1);
+  a.Update(5, W(0.7f), &w1);
+  b.Update(5, W(0.7f), &w2);
+  EXPECT_EQ(w1.At(0), w2.At(0));
+  Optimizer sgd(Cfg("sgd", {}));
+  EXPECT_THROW(sgd.LoadStates(blob), UsageError);
+  EXPECT_THROW(b.LoadStates("garbage"), Error);
+  EXPECT_THROW(b.LoadStates(blob.substr(0, blob.size() - 3)), Error);
+}

@@ -1,0 +1,108 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "pskv/error.h"
+#include "pskv/options.h"
+
+using namespace pskv;
+
+namespace {
+struct EnvGuard {
+  std::vector<std::string> names;
+  void Set(const std::string& k, const std::string& v) {
+    setenv(k.c_str(), v.c_str(), 1);
+    names.push_back(k);
+  }
+  ~EnvGuard() {
+    for (auto& n : names) unsetenv(n.c_str());
+  }
+};
+}  // namespace
+
+TEST(Options, DefaultsMatchMXNet) {
+  Options o;
+  EXPECT_EQ(o.bigarray_bound, 1000000);
+  EXPECT_EQ(o.reduction_threads, 4);
+  EXPECT_FALSE(o.resend);
+  EXPECT_EQ(o.resend_timeout.count(), 1000);
+}
+
+TEST(Options, ReadsTheEnvironmentContract) {
+  EnvGuard g;
+  g.Set("DMLC_ROLE", "server");
+  g.Set("DMLC_PS_ROOT_URI", "127.0.0.1");
+  g.Set("DMLC_PS_ROOT_PORT", "9091");
+  g.Set("DMLC_NUM_SERVER", "2");
+  g.Set("DMLC_NUM_WORKER", "3");
+  g.Set("PS_VERBOSE", "2");
+  g.Set("PS_RESEND", "1");
+  g.Set("PS_RESEND_TIMEOUT", "250");
+  g.Set("PS_HEARTBEAT_INTERVAL", "0.5");
+  g.Set("PS_HEARTBEAT_TIMEOUT", "3");
+  g.Set("MXNET_KVSTORE_BIGARRAY_BOUND", "1000");
+  g.Set("MXNET_KVSTORE_REDUCTION_NTHREADS", "2");
+  Options o = Options::FromEnv();
+  EXPECT_EQ(o.role, Role::kServer);
+  EXPECT_TRUE(o.role_set);
+  EXPECT_EQ(o.root_uri, "127.0.0.1");
+  EXPECT_EQ(o.root_port, 9091);
+  EXPECT_EQ(o.num_servers, 2);
+  EXPECT_EQ(o.num_workers, 3);
+  EXPECT_EQ(o.verbose, 2);
+  EXPECT_TRUE(o.resend);
+  EXPECT_EQ(o.resend_timeout.count(), 250);
+  EXPECT_EQ(o.heartbeat_interval.count(), 500);
+  EXPECT_EQ(o.heartbeat_timeout.count(), 3000);
+  EXPECT_EQ(o.bigarray_bound, 1000);
+  EXPECT_EQ(o.reduction_threads, 2);
+  EXPECT_NO_THROW(o.ValidateForDistributed());
+}
+
+TEST(Options, MalformedValueNamesTheVariable) {
+  EnvGuard g;
+  g.Set("DMLC_NUM_WORKER", "two");
+  try {
+    Options::FromEnv();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DMLC_NUM_WORKER"), std::string::npos);
+  }
+}
+
+TEST(Options, BadRoleAndRanges) {
+  {
+    EnvGuard g;
+    g.Set("DMLC_ROLE", "wroker");
+    EXPECT_THROW(Options::FromEnv(), ConfigError);
+  }
+  {
+    EnvGuard g;
+    g.Set("DMLC_PS_ROOT_PORT", "70000");
+    EXPECT_THROW(Options::FromEnv(), ConfigError);
+  }
+  {
+    EnvGuard g;
+    g.Set("MXNET_KVSTORE_REDUCTION_NTHREADS", "0");
+    EXPECT_THROW(Options::FromEnv(), ConfigError);
+  }
+}
+
+TEST(Options, MissingDistributedVariableIsNamed) {
+  Options o;
+  try {
+    o.ValidateForDistributed();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DMLC_PS_ROOT_URI"), std::string::npos);
+  }
+  o.root_uri = "127.0.0.1";
+  o.root_port = 1;
+  o.num_servers = 1;
+  try {
+    o.ValidateForDistributed();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DMLC_NUM_WORKER"), std::string::npos);
+  }
+}
