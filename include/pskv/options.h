@@ -37,6 +37,8 @@ struct Options {
   std::string interface;   ///< DMLC_INTERFACE: NIC whose IPv4 address is advertised
   std::string node_host;   ///< DMLC_NODE_HOST: address to advertise and bind
   int port = 0;            ///< PORT: this node's port (0 = any free port)
+  /// DMLC_TASK_ID (set by launchers): orders ranks within a role; -1 = by address.
+  int64_t rank_hint = -1;
   int verbose = 0;         ///< PS_VERBOSE: 1 connections/registration, 2 every message
   bool resend = false;     ///< PS_RESEND: acknowledge and retransmit messages
   std::chrono::milliseconds resend_timeout{1000};     ///< PS_RESEND_TIMEOUT (ms)

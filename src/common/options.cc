@@ -84,6 +84,7 @@ Options Options::FromEnv() {
   if (const char* v = Get("DMLC_INTERFACE")) o.interface = v;
   if (const char* v = Get("DMLC_NODE_HOST")) o.node_host = v;
   ReadInt("PORT", &o.port, 0, 65535);
+  ReadInt("DMLC_TASK_ID", &o.rank_hint, 0, INT64_MAX);
   ReadInt("PS_VERBOSE", &o.verbose, 0, 3);
   if (const char* v = Get("PS_RESEND")) o.resend = ParseInt("PS_RESEND", v, 0, 1) != 0;
   if (const char* v = Get("PS_RESEND_TIMEOUT"))

@@ -4,6 +4,10 @@
 #include <cstring>
 
 #include "common/dtype_dispatch.h"
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include "pskv/error.h"
 
 namespace pskv {
@@ -47,9 +51,41 @@ void AddGroup(T* d, const T* const* s, int m, int64_t b, int64_t e) {
   }
 }
 
+#if defined(__SSE2__)
+// Large float32 sums whose destination is not a source: write with non-temporal
+// stores, so the destination's cache lines are not read first (saves one fifth of
+// the memory traffic of a 4-way sum). Needs 16-byte aligned pointers.
+constexpr int64_t kStreamBytes = 1 << 22;  // below this the destination stays cached
+bool SumStreamF32(float* d, const std::vector<const float*>& s, int64_t b, int64_t e) {
+  const size_t k = s.size();
+  if (k < 2 || k > 4 || (e - b) * 4 < kStreamBytes) return false;
+  auto aligned = [&](const float* p) { return (reinterpret_cast<uintptr_t>(p + b) & 15) == 0; };
+  if (!aligned(d) || (e - b) % 4 != 0) return false;
+  for (const float* p : s)
+    if (p == d || !aligned(p)) return false;
+  const float* s0 = s[0];
+  const float* s1 = s[1];
+  const float* s2 = k > 2 ? s[2] : nullptr;
+  const float* s3 = k > 3 ? s[3] : nullptr;
+  for (int64_t i = b; i < e; i += 4) {
+    __m128 v = _mm_add_ps(_mm_load_ps(s0 + i), _mm_load_ps(s1 + i));
+    if (s2) v = _mm_add_ps(v, _mm_load_ps(s2 + i));
+    if (s3) v = _mm_add_ps(v, _mm_load_ps(s3 + i));
+    _mm_stream_ps(d + i, v);
+  }
+  _mm_sfence();
+  return true;
+}
+#endif
+
 template <typename T>
 void SumRange(T* d, const std::vector<const T*>& s, int64_t b, int64_t e) {
   const size_t k = s.size();
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (SumStreamF32(d, s, b, e)) return;
+  }
+#endif
   switch (std::min<size_t>(k, 4)) {
     case 1: Sum1(d, s[0], b, e); break;
     case 2: Sum2(d, s[0], s[1], b, e); break;

@@ -1,0 +1,4 @@
+#pragma once
+namespace pskv::bench {
+int BenchPushPull(int argc, char** argv);
+}

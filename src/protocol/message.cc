@@ -1,0 +1,149 @@
+#include "protocol/message.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "common/byte_io.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+std::vector<Frame> Encode(const Message& m) {
+  std::vector<Frame> frames;
+  Header h = m.h;
+  h.magic = kMagic;
+  h.version = kProtocolVersion;
+  h.body_len = static_cast<uint32_t>(m.body.size());
+  frames.push_back(Frame::Copy(&h, sizeof h));
+  if (!m.body.empty()) frames.push_back(Frame::FromString(m.body));
+  if (h.num_keys > 0) {
+    frames.push_back(m.keys);
+    frames.push_back(m.vals);
+    frames.push_back(m.lens);
+  }
+  return frames;
+}
+
+namespace {
+[[noreturn]] void Bad(const std::string& what) { throw ProtocolError("malformed message: " + what); }
+}  // namespace
+
+Message Decode(std::vector<Frame>&& frames) {
+  if (frames.empty()) Bad("no frames");
+  if (frames[0].size != kHeaderSize)
+    Bad("header frame of " + std::to_string(frames[0].size) + " bytes, expected " +
+        std::to_string(kHeaderSize));
+  Message m;
+  std::memcpy(&m.h, frames[0].data, kHeaderSize);
+  const Header& h = m.h;
+  if (h.magic != kMagic) Bad("bad magic (not a pskv message)");
+  if (h.version != kProtocolVersion)
+    throw ProtocolError("incompatible protocol version " + std::to_string(h.version) +
+                        " (this node speaks " + std::to_string(kProtocolVersion) +
+                        "): run the same pskv version on every node");
+  if (h.control > static_cast<uint8_t>(Control::kMaxControl))
+    Bad("unknown control code " + std::to_string(h.control));
+  if (h.flags & ~kKnownFlags) Bad("unknown flags " + std::to_string(h.flags));
+  if (h.num_keys > kMaxKeys) Bad(std::to_string(h.num_keys) + " keys exceeds the limit");
+  if (h.body_len > kMaxBody) Bad("body of " + std::to_string(h.body_len) + " bytes exceeds the limit");
+  if (h.vals_len > kMaxVals) Bad("values of " + std::to_string(h.vals_len) + " bytes exceed the limit");
+  if (h.num_keys == 0 && h.vals_len != 0) Bad("values without keys");
+  if (h.sender < 0 || h.recver < 0) Bad("negative node id");
+  const size_t want = 1 + (h.body_len > 0 ? 1 : 0) + (h.num_keys > 0 ? 3 : 0);
+  if (frames.size() != want)
+    Bad(std::to_string(frames.size()) + " frames, header implies " + std::to_string(want));
+  size_t i = 1;
+  if (h.body_len > 0) {
+    if (frames[i].size != h.body_len) Bad("body frame size differs from body_len");
+    m.body.assign(frames[i].data, frames[i].size);
+    ++i;
+  }
+  if (h.num_keys > 0) {
+    const uint64_t n = h.num_keys;
+    if (frames[i].size != n * 8) Bad("keys frame size differs from num_keys");
+    if (frames[i + 1].size != h.vals_len) Bad("values frame size differs from vals_len");
+    if (frames[i + 2].size != n * 8) Bad("lens frame size differs from num_keys");
+    m.keys = std::move(frames[i]);
+    m.vals = std::move(frames[i + 1]);
+    m.lens = std::move(frames[i + 2]);
+    uint64_t total = 0, prev = 0;
+    for (uint64_t k = 0; k < n; ++k) {
+      uint64_t key, len;
+      std::memcpy(&key, m.keys.data + 8 * k, 8);
+      std::memcpy(&len, m.lens.data + 8 * k, 8);
+      if (k > 0 && key <= prev) Bad("keys are not strictly ascending");
+      prev = key;
+      if (len > h.vals_len - total) Bad("lens add up to more than vals_len");
+      total += len;
+    }
+    if (total != h.vals_len) Bad("lens add up to " + std::to_string(total) + ", vals_len is " +
+                                 std::to_string(h.vals_len));
+    // keys/lens are read through typed pointers: make sure they are aligned.
+    if (reinterpret_cast<uintptr_t>(m.keys.data) % 8) m.keys = Frame::Copy(m.keys.data, m.keys.size);
+    if (reinterpret_cast<uintptr_t>(m.lens.data) % 8) m.lens = Frame::Copy(m.lens.data, m.lens.size);
+  }
+  return m;
+}
+
+std::string Describe(const Header& h) {
+  static const char* kNames[] = {"data", "register", "node_table", "barrier", "barrier_done",
+                                 "heartbeat", "ack", "node_failed", "refuse", "leave"};
+  std::ostringstream os;
+  os << kNames[h.control] << " " << h.sender << "->" << h.recver << " seq=" << h.seq
+     << " ts=" << h.timestamp << " head=" << h.head;
+  if (h.flags & kRequest) os << " request";
+  if (h.flags & kPush) os << " push";
+  if (h.flags & kPull) os << " pull";
+  if (h.flags & kCommand) os << " command";
+  if (h.flags & kError) os << " error";
+  if (h.num_keys) os << " keys=" << h.num_keys << " bytes=" << h.vals_len;
+  return os.str();
+}
+
+uint64_t JobHash(const std::string& job_id) {
+  uint64_t x = 1469598103934665603ull;
+  for (unsigned char c : job_id) {
+    x ^= c;
+    x *= 1099511628211ull;
+  }
+  return x;
+}
+
+std::string EncodeNodes(const std::vector<NodeDesc>& nodes) {
+  ByteWriter w;
+  w.Put<uint32_t>(static_cast<uint32_t>(nodes.size()));
+  for (const auto& n : nodes) {
+    w.Put<int32_t>(n.id);
+    w.Put<int32_t>(n.role);
+    w.Put<int32_t>(n.rank);
+    w.PutString(n.host);
+    w.Put<int32_t>(n.port);
+    w.Put<uint64_t>(n.token);
+    w.Put<int64_t>(n.rank_hint);
+  }
+  return w.Take();
+}
+
+std::vector<NodeDesc> DecodeNodes(const std::string& body) {
+  ByteReader r(body.data(), body.size(), "node list");
+  uint32_t n = r.Get<uint32_t>();
+  if (n > 1u << 17) throw ProtocolError("node list: " + std::to_string(n) + " nodes is too many");
+  std::vector<NodeDesc> out;
+  for (uint32_t i = 0; i < n; ++i) {
+    NodeDesc d;
+    d.id = r.Get<int32_t>();
+    d.role = r.Get<int32_t>();
+    d.rank = r.Get<int32_t>();
+    d.host = r.GetString(1024);
+    d.port = r.Get<int32_t>();
+    d.token = r.Get<uint64_t>();
+    d.rank_hint = r.Get<int64_t>();
+    if (d.role < 0 || d.role > 2 || d.port < 0 || d.port > 65535 || d.id < 0)
+      throw ProtocolError("node list: invalid node entry");
+    out.push_back(std::move(d));
+  }
+  if (r.remaining()) throw ProtocolError("node list: trailing bytes");
+  return out;
+}
+
+}  // namespace pskv

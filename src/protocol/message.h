@@ -1,0 +1,123 @@
+// Wire protocol of pskv: a versioned fixed-size header plus up to four payload
+// frames. Every field of a received message is validated by Decode() before
+// anything else looks at it.
+//
+// Frames of one message, in order (absent frames are not sent):
+//   [0] Header (kHeaderSize bytes)
+//   [1] body   (header.body_len bytes)            if body_len > 0
+//   [2] keys   (num_keys * 8 bytes, uint64)        if num_keys > 0
+//   [3] vals   (header.vals_len bytes)             if num_keys > 0
+//   [4] lens   (num_keys * 8 bytes, uint64 bytes)  if num_keys > 0
+// Invariants checked by Decode: magic, version, known control code and flags,
+// frame count and every frame size match the header, sum(lens) == vals_len,
+// keys strictly ascending, sizes below the limits below.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace pskv {
+
+constexpr uint32_t kMagic = 0x564b5350;  // "PSKV"
+constexpr uint16_t kProtocolVersion = 1;
+constexpr uint32_t kMaxKeys = 1u << 24;
+constexpr uint32_t kMaxBody = 64u << 20;
+constexpr uint64_t kMaxVals = uint64_t{1} << 40;
+
+/// Node ids: scheduler 1; server rank r: 8 + 2r; worker rank r: 9 + 2r (ps-lite's).
+constexpr int kSchedulerId = 1;
+inline int ServerId(int rank) { return 8 + 2 * rank; }
+inline int WorkerId(int rank) { return 9 + 2 * rank; }
+inline bool IsServerId(int id) { return id >= 8 && id % 2 == 0; }
+inline bool IsWorkerId(int id) { return id >= 9 && id % 2 == 1; }
+inline int RankOfId(int id) { return id >= 8 ? (id - 8) / 2 : 0; }
+/// Barrier groups (bit flags, ps-lite's values).
+constexpr int kSchedulerGroup = 1, kServerGroup = 2, kWorkerGroup = 4;
+constexpr int kAllGroup = kSchedulerGroup | kServerGroup | kWorkerGroup;
+
+enum class Control : uint8_t {
+  kData = 0,         // a KV request/response or a command
+  kRegister = 1,     // node -> scheduler: body = NodeDesc
+  kNodeTable = 2,    // scheduler -> node: body = all NodeDescs
+  kBarrier = 3,      // node -> scheduler: head = group
+  kBarrierDone = 4,  // scheduler -> node: head = group
+  kHeartbeat = 5,
+  kAck = 6,          // timestamp field = acknowledged seq
+  kNodeFailed = 7,   // scheduler -> node: head = dead id, body = reason
+  kRefuse = 8,       // scheduler -> would-be node: body = reason
+  kLeave = 9,        // node -> scheduler: clean exit after the final barrier
+  kMaxControl = 9,
+};
+
+enum Flags : uint8_t {
+  kRequest = 1,   // request (else response)
+  kPush = 2,
+  kPull = 4,
+  kCommand = 8,   // a command (head/body) rather than KV data
+  kError = 16,    // a response carrying an error message in body
+  kKnownFlags = 31,
+};
+
+#pragma pack(push, 1)
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t version = kProtocolVersion;
+  uint8_t control = 0;
+  uint8_t flags = 0;
+  uint64_t job = 0;        // job identity; nodes of another job are refused
+  int32_t sender = 0;      // node id, 0 before registration
+  int32_t recver = 0;
+  uint64_t seq = 0;        // per (sender, recver) sequence number, for resend/dedup
+  uint64_t timestamp = 0;  // request id, echoed in responses
+  int32_t head = 0;        // command id / data cmd / barrier group
+  int32_t priority = 0;
+  uint32_t num_keys = 0;
+  uint32_t body_len = 0;
+  uint64_t vals_len = 0;
+};
+#pragma pack(pop)
+constexpr size_t kHeaderSize = sizeof(Header);
+static_assert(kHeaderSize == 64, "the header is 64 bytes on the wire");
+
+/// A decoded message. Payload frames are views into the received buffers (kept
+/// alive by the frames' owners): no copy is made on receive.
+struct Message {
+  Header h;
+  std::string body;
+  Frame keys, vals, lens;
+
+  const uint64_t* key_ptr() const { return reinterpret_cast<const uint64_t*>(keys.data); }
+  const uint64_t* len_ptr() const { return reinterpret_cast<const uint64_t*>(lens.data); }
+  uint32_t num_keys() const { return h.num_keys; }
+};
+
+/// Builds the frames of a message. `keys`/`vals`/`lens` are sent without copying
+/// (their owners are kept until the transport has sent them).
+std::vector<Frame> Encode(const Message& m);
+/// Validates and decodes; throws ProtocolError describing the first problem.
+Message Decode(std::vector<Frame>&& frames);
+
+/// Human-readable one-line summary for PS_VERBOSE=2.
+std::string Describe(const Header& h);
+
+/// Job identity hash of a job id string (FNV-1a 64).
+uint64_t JobHash(const std::string& job_id);
+
+/// Description of a node in registration and node-table messages.
+struct NodeDesc {
+  int id = 0;
+  int role = 0;       // Role as int
+  int rank = 0;
+  std::string host;
+  int port = 0;
+  uint64_t token = 0;  // random per process: lets a node find itself in the table
+  int64_t rank_hint = -1;
+};
+std::string EncodeNodes(const std::vector<NodeDesc>& nodes);
+std::vector<NodeDesc> DecodeNodes(const std::string& body);
+
+}  // namespace pskv

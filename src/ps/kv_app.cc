@@ -1,0 +1,325 @@
+#include "ps/kv_app.h"
+
+#include <cstring>
+#include <future>
+
+#include "common/logging.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+std::exception_ptr MakeError(ErrorKind kind, const std::string& msg) {
+  switch (kind) {
+    case ErrorKind::kKey: return std::make_exception_ptr(KeyError(msg));
+    case ErrorKind::kShape: return std::make_exception_ptr(ShapeError(msg));
+    case ErrorKind::kUsage: return std::make_exception_ptr(UsageError(msg));
+    case ErrorKind::kInvalid: return std::make_exception_ptr(InvalidArgument(msg));
+    default: return std::make_exception_ptr(Error(msg));
+  }
+}
+
+ErrorKind KindOf(const std::exception& e) {
+  if (dynamic_cast<const KeyError*>(&e)) return ErrorKind::kKey;
+  if (dynamic_cast<const ShapeError*>(&e)) return ErrorKind::kShape;
+  if (dynamic_cast<const UsageError*>(&e)) return ErrorKind::kUsage;
+  if (dynamic_cast<const InvalidArgument*>(&e)) return ErrorKind::kInvalid;
+  return ErrorKind::kGeneric;
+}
+
+Frame U64Frame(const std::vector<uint64_t>& v) { return Frame::Copy(v.data(), v.size() * 8); }
+
+std::pair<uint64_t, uint64_t> KVWorker::ServerRange(int rank, int num_servers) {
+  const uint64_t step = UINT64_MAX / static_cast<uint64_t>(num_servers);
+  const uint64_t begin = step * static_cast<uint64_t>(rank);
+  const uint64_t end = rank + 1 == num_servers ? UINT64_MAX : step * static_cast<uint64_t>(rank + 1);
+  return {begin, end};
+}
+
+// ------------------------------------------------------------------ worker
+
+KVWorker::KVWorker(Node* node) : node_(node) {
+  node_->SetDataHandler([this](Message&& m) { OnMessage(std::move(m)); });
+  node_->AddFailureHandler([this](std::exception_ptr e) { OnFailure(e); });
+}
+
+size_t KVWorker::Pending() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return pending_.size();
+}
+
+void KVWorker::Push(const std::vector<uint64_t>& keys, Frame vals,
+                    const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
+  Issue(keys, std::move(vals), lens, nullptr, {}, cmd, kPush, std::move(cb), priority);
+}
+
+void KVWorker::Pull(const std::vector<uint64_t>& keys, char* out, const std::vector<uint64_t>& lens,
+                    int cmd, Callback cb, int priority) {
+  std::vector<uint64_t> zero(keys.size(), 0);
+  Issue(keys, Frame{}, zero, out, lens, cmd, kPull, std::move(cb), priority);
+}
+
+void KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
+                        const std::vector<uint64_t>& lens, char* out,
+                        const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority) {
+  Issue(keys, std::move(vals), lens, out, out_lens, cmd, kPush | kPull, std::move(cb), priority);
+}
+
+void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
+                     const std::vector<uint64_t>& lens, char* out,
+                     const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
+                     int priority) {
+  if (keys.size() != lens.size() || (out && out_lens.size() != keys.size()))
+    throw InternalError("KVWorker: keys and lens differ in length");
+  uint64_t total = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i && keys[i] <= keys[i - 1]) throw InternalError("KVWorker: keys must be strictly ascending");
+    total += lens[i];
+  }
+  if (total != vals.size) throw InternalError("KVWorker: lens do not add up to the values' size");
+  const int S = node_->num_servers();
+  std::vector<uint64_t> offsets(keys.size() + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i) offsets[i + 1] = offsets[i] + lens[i];
+
+  Request req;
+  req.cb = std::move(cb);
+  req.out = out;
+  req.keys = keys;
+  req.out_lens = out_lens;
+  req.out_offsets.assign(keys.size() + 1, 0);
+  for (size_t i = 0; i < out_lens.size(); ++i) req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
+  std::vector<std::pair<int, Message>> msgs;
+  size_t i = 0;
+  for (int r = 0; r < S && i < keys.size(); ++r) {
+    auto [begin, end] = ServerRange(r, S);
+    size_t j = i;
+    while (j < keys.size() && keys[j] >= begin && (keys[j] < end || r + 1 == S)) ++j;
+    if (j == i) continue;
+    Message m;
+    m.h.flags = kRequest | flags;
+    m.h.head = cmd;
+    m.h.priority = priority;
+    m.h.num_keys = static_cast<uint32_t>(j - i);
+    m.h.vals_len = offsets[j] - offsets[i];
+    m.keys = U64Frame(std::vector<uint64_t>(keys.begin() + static_cast<long>(i), keys.begin() + static_cast<long>(j)));
+    m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(i), lens.begin() + static_cast<long>(j)));
+    m.vals.data = vals.data ? vals.data + offsets[i] : nullptr;
+    m.vals.size = offsets[j] - offsets[i];
+    m.vals.owner = vals.owner;
+    req.slices[ServerId(r)] = Slice{i, j - i};
+    msgs.emplace_back(ServerId(r), std::move(m));
+    i = j;
+  }
+  req.expected = static_cast<int>(msgs.size());
+  Callback done_now;
+  uint64_t ts;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ts = next_ts_++;
+    if (msgs.empty()) {
+      done_now = std::move(req.cb);
+    } else {
+      pending_.emplace(ts, std::move(req));
+    }
+  }
+  if (done_now) {
+    done_now(nullptr);
+    return;
+  }
+  for (auto& [to, m] : msgs) {
+    m.h.timestamp = ts;
+    try {
+      node_->Send(to, std::move(m));
+    } catch (...) {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto it = pending_.find(ts);
+      if (it == pending_.end()) return;
+      it->second.error = std::current_exception();
+      it->second.received = it->second.expected;
+      Finish(ts, lk);
+      return;
+    }
+  }
+}
+
+std::vector<std::string> KVWorker::Command(int head, const std::string& body,
+                                           std::chrono::milliseconds timeout) {
+  auto prom = std::make_shared<std::promise<void>>();
+  auto fut = prom->get_future();
+  Request req;
+  req.expected = node_->num_servers();
+  req.bodies.resize(static_cast<size_t>(node_->num_servers()));
+  req.cb = [prom](std::exception_ptr e) {
+    if (e) prom->set_exception(e);
+    else prom->set_value();
+  };
+  uint64_t ts;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ts = next_ts_++;
+    pending_.emplace(ts, std::move(req));
+  }
+  for (int id : node_->ServerIds()) {
+    Message m;
+    m.h.flags = kRequest | kCommand;
+    m.h.head = head;
+    m.h.timestamp = ts;
+    m.body = body;
+    try {
+      node_->Send(id, std::move(m));
+    } catch (...) {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto it = pending_.find(ts);
+      if (it != pending_.end()) {
+        it->second.error = std::current_exception();
+        it->second.received = it->second.expected;
+        Finish(ts, lk);
+      }
+      break;
+    }
+  }
+  // The bodies are read from the request before it is erased (see Finish).
+  if (fut.wait_for(timeout) != std::future_status::ready) {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.erase(ts);
+    throw TimeoutError("command " + std::to_string(head) + " to the servers got no reply within " +
+                       std::to_string(timeout.count() / 1000) + " s");
+  }
+  fut.get();
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = command_bodies_.find(ts);
+  std::vector<std::string> out;
+  if (it != command_bodies_.end()) {
+    out = std::move(it->second);
+    command_bodies_.erase(it);
+  }
+  return out;
+}
+
+void KVWorker::Finish(uint64_t ts, std::unique_lock<std::mutex>& lk) {
+  auto it = pending_.find(ts);
+  Request req = std::move(it->second);
+  pending_.erase(it);
+  if (!req.bodies.empty() && !req.error) command_bodies_[ts] = std::move(req.bodies);
+  lk.unlock();
+  if (req.cb) req.cb(req.error);
+  lk.lock();
+}
+
+void KVWorker::OnMessage(Message&& m) {
+  if (m.h.flags & kRequest) {
+    PSKV_WARN(node_->Tag() << ": a worker received a request; dropped");
+    return;
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = pending_.find(m.h.timestamp);
+  if (it == pending_.end()) return;  // timed out or failed already
+  Request& req = it->second;
+  const std::string who = node_->NodeName(m.h.sender);
+  if (m.h.flags & kError) {
+    if (!req.error)
+      req.error = MakeError(static_cast<ErrorKind>(m.h.head), who + ": " + m.body);
+  } else if (m.h.flags & kCommand) {
+    int r = RankOfId(m.h.sender);
+    if (IsServerId(m.h.sender) && r < static_cast<int>(req.bodies.size())) req.bodies[static_cast<size_t>(r)] = m.body;
+  } else if (req.out && (m.h.flags & kPull)) {
+    auto sit = req.slices.find(m.h.sender);
+    std::string problem;
+    if (sit == req.slices.end()) {
+      problem = "an answer from a server that was not asked";
+    } else if (m.h.num_keys != sit->second.count) {
+      problem = "an answer with " + std::to_string(m.h.num_keys) + " keys, expected " +
+                std::to_string(sit->second.count);
+    } else {
+      const Slice s = sit->second;
+      for (size_t k = 0; k < s.count && problem.empty(); ++k) {
+        if (m.key_ptr()[k] != req.keys[s.first + k]) problem = "an answer for other keys";
+        else if (m.len_ptr()[k] != req.out_lens[s.first + k])
+          problem = "an answer of " + std::to_string(m.len_ptr()[k]) + " bytes for key " +
+                    std::to_string(req.keys[s.first + k]) + ", expected " +
+                    std::to_string(req.out_lens[s.first + k]);
+      }
+      if (problem.empty() && m.vals.size)
+        std::memcpy(req.out + req.out_offsets[s.first], m.vals.data, m.vals.size);
+    }
+    if (!problem.empty() && !req.error)
+      req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));
+  }
+  if (++req.received >= req.expected) Finish(m.h.timestamp, lk);
+}
+
+void KVWorker::OnFailure(std::exception_ptr e) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!pending_.empty()) {
+    auto ts = pending_.begin()->first;
+    pending_.begin()->second.error = e;
+    Finish(ts, lk);
+  }
+}
+
+// ------------------------------------------------------------------ server
+
+KVServer::KVServer(Node* node, Handler handler, CommandHandler command_handler)
+    : node_(node), handler_(std::move(handler)), command_handler_(std::move(command_handler)) {
+  node_->SetDataHandler([this](Message&& m) { OnMessage(std::move(m)); });
+}
+
+void KVServer::OnMessage(Message&& m) {
+  if (!(m.h.flags & kRequest)) return;
+  KVRequest req;
+  req.sender = m.h.sender;
+  req.timestamp = m.h.timestamp;
+  req.cmd = m.h.head;
+  req.push = m.h.flags & kPush;
+  req.pull = m.h.flags & kPull;
+  if (m.h.flags & kCommand) {
+    Message r;
+    r.h.flags = kCommand;
+    r.h.timestamp = m.h.timestamp;
+    try {
+      r.body = command_handler_ ? command_handler_(m.h.sender, m.h.head, m.body) : std::string();
+    } catch (const std::exception& e) {
+      r.h.flags |= kError;
+      r.h.head = static_cast<int>(KindOf(e));
+      r.body = e.what();
+    }
+    try {
+      node_->Send(m.h.sender, std::move(r));
+    } catch (const std::exception& e) {
+      PSKV_WARN(node_->Tag() << ": cannot answer a command: " << e.what());
+    }
+    return;
+  }
+  req.msg = std::move(m);
+  try {
+    handler_(std::move(req), this);
+  } catch (const std::exception& e) {
+    PSKV_ERROR(node_->Tag() << ": request handler threw: " << e.what());
+  }
+}
+
+void KVServer::Respond(const KVRequest& req, const std::vector<uint64_t>& keys, Frame vals,
+                       const std::vector<uint64_t>& lens) {
+  Message r;
+  r.h.flags = (req.push ? kPush : 0) | (req.pull ? kPull : 0);
+  r.h.head = req.cmd;
+  r.h.timestamp = req.timestamp;
+  r.h.num_keys = static_cast<uint32_t>(keys.size());
+  if (!keys.empty()) {
+    r.keys = U64Frame(keys);
+    r.lens = U64Frame(lens);
+    r.h.vals_len = vals.size;
+    r.vals = std::move(vals);
+  }
+  node_->Send(req.sender, std::move(r));
+}
+
+void KVServer::RespondError(const KVRequest& req, ErrorKind kind, const std::string& msg) {
+  Message r;
+  r.h.flags = kError | (req.push ? kPush : 0) | (req.pull ? kPull : 0);
+  r.h.head = static_cast<int>(kind);
+  r.h.timestamp = req.timestamp;
+  r.body = msg.empty() ? "error" : msg;
+  node_->Send(req.sender, std::move(r));
+}
+
+}  // namespace pskv

@@ -1,0 +1,727 @@
+#include "ps/node.h"
+
+#include <algorithm>
+#include <random>
+
+#include "common/logging.h"
+#include "common/net.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+namespace {
+using namespace std::chrono_literals;
+constexpr auto kRegisterRetry = 500ms;
+constexpr int kMaxRetries = 10;
+
+double Secs(std::chrono::milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+std::string SecsStr(std::chrono::milliseconds d) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g s", Secs(d));
+  return b;
+}
+}  // namespace
+
+Node::Node(Options options) : options_(std::move(options)) {
+  options_.ValidateForDistributed();
+  std::string job = options_.job_id.empty()
+                        ? options_.root_uri + ":" + std::to_string(options_.root_port)
+                        : options_.job_id;
+  job += "/" + std::to_string(options_.num_workers) + "w" + std::to_string(options_.num_servers) + "s";
+  job_ = JobHash(job);
+  std::random_device rd;
+  token_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+           static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  if (token_ == 0) token_ = 1;
+}
+
+Node::~Node() {
+  if (started_ && !stopped_) Abort("node destroyed without Finalize");
+}
+
+void Node::AddFailureHandler(FailureHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  failure_handlers_.push_back(std::move(h));
+}
+
+std::string Node::PickHost() const {
+  if (!options_.node_host.empty()) return options_.node_host;
+  if (!options_.interface.empty()) return InterfaceAddress(options_.interface);
+  if (IsLoopback(options_.root_uri)) return "127.0.0.1";
+  return DefaultAddress();
+}
+
+std::string Node::Tag() const {
+  if (role() == Role::kScheduler) return "scheduler";
+  return RoleName(role()) + "[" + (rank_ >= 0 ? std::to_string(rank_) : "?") + "]";
+}
+
+std::string Node::NameLocked(int id) const {
+  if (id == kSchedulerId)
+    return "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port);
+  auto it = nodes_.find(id);
+  std::string role = IsServerId(id) ? "server" : "worker";
+  std::string n = role + "[" + std::to_string(RankOfId(id)) + "]";
+  if (it != nodes_.end()) n += " at " + it->second.host + ":" + std::to_string(it->second.port);
+  return n;
+}
+
+std::string Node::NodeName(int id) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return NameLocked(id);
+}
+
+std::vector<int> Node::ServerIds() const {
+  std::vector<int> v;
+  for (int r = 0; r < options_.num_servers; ++r) v.push_back(ServerId(r));
+  return v;
+}
+
+std::vector<int> Node::WorkerIds() const {
+  std::vector<int> v;
+  for (int r = 0; r < options_.num_workers; ++r) v.push_back(WorkerId(r));
+  return v;
+}
+
+int Node::GroupSize(int group) const {
+  return ((group & kSchedulerGroup) ? 1 : 0) + ((group & kServerGroup) ? options_.num_servers : 0) +
+         ((group & kWorkerGroup) ? options_.num_workers : 0);
+}
+
+std::vector<int> Node::GroupMembers(int group) const {
+  std::vector<int> v;
+  if (group & kSchedulerGroup) v.push_back(kSchedulerId);
+  if (group & kServerGroup)
+    for (int id : ServerIds()) v.push_back(id);
+  if (group & kWorkerGroup)
+    for (int id : WorkerIds()) v.push_back(id);
+  return v;
+}
+
+std::exception_ptr Node::failure() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failure_;
+}
+
+bool Node::WaitFailure(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] { return failure_ != nullptr; });
+}
+
+// ------------------------------------------------------------------ start
+
+void Node::Start() {
+  if (started_) throw UsageError("Node::Start called twice");
+  started_ = true;
+  transport_ = transport_factory_ ? transport_factory_() : CreateTransport("zmq");
+  const bool sched = role() == Role::kScheduler;
+  if (sched) {
+    std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";
+    transport_->Bind(host, options_.root_port);
+    host_ = options_.root_uri;
+    port_ = options_.root_port;
+    id_ = kSchedulerId;
+    rank_ = 0;
+  } else {
+    host_ = PickHost();
+    std::string ep = transport_->Bind(host_, options_.port);
+    port_ = std::stoi(ep.substr(ep.rfind(':') + 1));
+    transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port));
+  }
+  start_time_ = Clock::now();
+  if (options_.verbose >= 1)
+    PSKV_INFO(Tag() << ": bound " << host_ << ":" << port_ << ", job " << std::hex << job_);
+  recv_thread_ = std::thread([this] { ReceiveLoop(); });
+  customer_thread_ = std::thread([this] { CustomerLoop(); });
+  timer_thread_ = std::thread([this] { TimerLoop(); });
+
+  // Wait for the node table (the scheduler waits for all registrations).
+  // A node that reached the scheduler waits a little longer than the scheduler's
+  // own registration timeout, so that the scheduler's explanation arrives first.
+  const auto deadline = start_time_ + options_.register_timeout;
+  const auto grace = deadline + (sched ? 0ms : 5s);
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto settled = [&] { return ready_ || failure_ || !refused_.empty(); };
+    cv_.wait_until(lk, deadline, settled);
+    if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
+    std::exception_ptr err;
+    if (!refused_.empty()) {
+      err = std::make_exception_ptr(ProtocolError(Tag() + " was refused by the scheduler at " +
+                                                  options_.root_uri + ":" +
+                                                  std::to_string(options_.root_port) + ": " + refused_));
+    } else if (failure_) {
+      err = failure_;
+    } else if (!ready_) {
+      std::string msg;
+      if (sched) {
+        int s = 0, w = 0;
+        for (auto& [t, d] : pending_) (d.role == static_cast<int>(Role::kServer) ? s : w)++;
+        msg = "registration timed out: " + std::to_string(w) + " of " +
+              std::to_string(options_.num_workers) + " workers and " + std::to_string(s) +
+              " of " + std::to_string(options_.num_servers) + " servers registered after " +
+              SecsStr(options_.register_timeout) + " (PSKV_REGISTER_TIMEOUT)";
+      } else if (!scheduler_seen_) {
+        msg = "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
+              " not reachable after " + SecsStr(options_.register_timeout) +
+              " (check DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT, and that the scheduler runs)";
+      } else {
+        msg = "registered with the scheduler, but the job did not finish registration within " +
+              SecsStr(options_.register_timeout) + " (are all workers and servers started?)";
+      }
+      err = std::make_exception_ptr(TimeoutError(msg));
+    }
+    if (err) {
+      lk.unlock();
+      if (sched && !ready_) {
+        // Tell the nodes that did register, so they fail now with the reason.
+        std::string why;
+        try {
+          std::rethrow_exception(err);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        std::lock_guard<std::mutex> g(mu_);
+        for (auto& [tok, tid] : temp_ids_) {
+          try {
+            SendControl(tid, Control::kRefuse, 0, why);
+          } catch (...) {
+          }
+        }
+      }
+      StopThreads(200ms);
+      stopped_ = true;
+      std::rethrow_exception(err);
+    }
+    monitoring_ = true;
+    for (auto& [id, d] : nodes_) last_seen_[id] = Clock::now();
+    last_seen_[kSchedulerId] = Clock::now();
+  }
+  if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
+  try {
+    Barrier(kAllGroup, options_.register_timeout);
+  } catch (...) {
+    StopThreads(200ms);
+    stopped_ = true;
+    throw;
+  }
+}
+
+// ------------------------------------------------------------------ stop
+
+void Node::StopThreads(std::chrono::milliseconds linger) {
+  stop_ = true;
+  q_cv_.notify_all();
+  cv_.notify_all();
+  if (timer_thread_.joinable()) timer_thread_.join();
+  if (recv_thread_.joinable()) recv_thread_.join();
+  if (customer_thread_.joinable()) customer_thread_.join();
+  if (transport_) transport_->Close(linger);
+}
+
+void Node::Finalize(std::chrono::milliseconds timeout) {
+  if (!started_ || stopped_) return;
+  std::exception_ptr err;
+  try {
+    Barrier(kAllGroup, timeout);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    monitoring_ = false;
+    if (!err && options_.resend) {
+      // Keep resending until our last messages (the final barrier's releases) are
+      // acknowledged, so no peer is left waiting for a message that was lost.
+      const auto drain = std::min<std::chrono::milliseconds>(
+          5000ms, options_.resend_timeout * (kMaxRetries + 1));
+      cv_.wait_for(lk, drain, [&] { return unacked_.empty(); });
+    }
+    finished_ = true;
+  }
+  // Linger so that the last barrier releases reach every node before we close.
+  StopThreads(err ? 200ms : 2000ms);
+  stopped_ = true;
+  if (err) std::rethrow_exception(err);
+}
+
+void Node::Abort(const std::string& reason) {
+  if (!started_ || stopped_) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    finished_ = true;
+    monitoring_ = false;
+    if (role() != Role::kScheduler && ready_) {
+      try {
+        SendControl(kSchedulerId, Control::kLeave, 0, reason);
+      } catch (...) {
+      }
+    } else if (role() == Role::kScheduler && ready_) {
+      for (auto& [id, d] : nodes_) {
+        if (id == kSchedulerId) continue;
+        try {
+          SendControl(id, Control::kNodeFailed, kSchedulerId, "scheduler aborted: " + reason);
+        } catch (...) {
+        }
+      }
+    }
+  }
+  StopThreads(500ms);
+  stopped_ = true;
+}
+
+// ------------------------------------------------------------------ sending
+
+bool Node::IsResendable(Control c) const {
+  return options_.resend && (c == Control::kData || c == Control::kBarrier ||
+                             c == Control::kBarrierDone || c == Control::kNodeFailed);
+}
+
+// Called with mu_ held.
+void Node::SendFrames(int to, Message& m) {
+  m.h.sender = id_;
+  m.h.recver = to;
+  m.h.job = job_;
+  const auto c = static_cast<Control>(m.h.control);
+  if (IsResendable(c) && to < 1000000) m.h.seq = ++next_seq_[to];
+  std::vector<Frame> frames = Encode(m);
+  if (options_.verbose >= 2) PSKV_INFO(Tag() << " send " << Describe(m.h));
+  if (m.h.seq) unacked_[{to, m.h.seq}] = Unacked{frames, Clock::now(), 0};
+  transport_->Send(to, std::move(frames));
+}
+
+void Node::SendControl(int to, Control c, int head, std::string body, uint64_t ts) {
+  Message m;
+  m.h.control = static_cast<uint8_t>(c);
+  m.h.head = head;
+  m.h.timestamp = ts;
+  m.body = std::move(body);
+  SendFrames(to, m);
+}
+
+void Node::Send(int to, Message m) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failure_) std::rethrow_exception(failure_);
+  if (!ready_) throw UsageError("Node::Send before the node is registered");
+  m.h.control = static_cast<uint8_t>(Control::kData);
+  SendFrames(to, m);
+}
+
+// ------------------------------------------------------------------ receiving
+
+void Node::ReceiveLoop() {
+  std::vector<Frame> frames;
+  while (!stop_) {
+    bool got;
+    try {
+      got = transport_->Recv(&frames, 100ms);
+    } catch (const std::exception& e) {
+      PSKV_ERROR(Tag() << ": " << e.what());
+      continue;
+    }
+    if (!got) continue;
+    Message m;
+    try {
+      m = Decode(std::move(frames));
+    } catch (const std::exception& e) {
+      PSKV_WARN(Tag() << ": dropped a message: " << e.what());
+      continue;
+    }
+    if (m.h.job != job_) {
+      std::string why = "it belongs to another job (PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, "
+                        "DMLC_NUM_WORKER or DMLC_NUM_SERVER differ)";
+      PSKV_WARN(Tag() << ": refused a message from node " << m.h.sender << ": " << why);
+      if (role() == Role::kScheduler && static_cast<Control>(m.h.control) == Control::kRegister) {
+        try {
+          auto d = DecodeNodes(m.body);
+          if (d.size() == 1) {
+            std::lock_guard<std::mutex> lk(mu_);
+            int tid = next_temp_id_++;
+            transport_->Connect(tid, d[0].host + ":" + std::to_string(d[0].port));
+            Message r;
+            r.h.control = static_cast<uint8_t>(Control::kRefuse);
+            r.body = "this scheduler runs another job; " + why;
+            r.h.sender = id_;
+            r.h.recver = tid;
+            r.h.job = m.h.job;  // so the stranger can read the refusal
+            transport_->Send(tid, Encode(r));
+          }
+        } catch (const std::exception& e) {
+          PSKV_WARN(Tag() << ": could not answer a stranger: " << e.what());
+        }
+      }
+      continue;
+    }
+    if (options_.verbose >= 2) PSKV_INFO(Tag() << " recv " << Describe(m.h));
+    try {
+      Handle(std::move(m));
+    } catch (const std::exception& e) {
+      PSKV_WARN(Tag() << ": error handling a message: " << e.what());
+    }
+  }
+}
+
+void Node::Handle(Message&& m) {
+  const auto c = static_cast<Control>(m.h.control);
+  const int sender = m.h.sender;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (ready_ && c != Control::kRegister && c != Control::kRefuse) {
+    if (sender != kSchedulerId && !nodes_.count(sender)) {
+      PSKV_WARN(Tag() << ": dropped a message from unknown node id " << sender);
+      return;
+    }
+  }
+  last_seen_[sender] = Clock::now();
+  if (sender == kSchedulerId) scheduler_seen_ = true;
+
+  if (c == Control::kAck) {
+    unacked_.erase({sender, m.h.timestamp});
+    if (unacked_.empty()) cv_.notify_all();
+    return;
+  }
+  if (m.h.seq) {
+    // Acknowledge, then drop duplicates (a resent message whose ack was lost).
+    SendControl(sender, Control::kAck, 0, {}, m.h.seq);
+    SeenSeqs& s = seen_[sender];
+    if (m.h.seq <= s.low || s.above.count(m.h.seq)) return;
+    s.above.insert(m.h.seq);
+    while (!s.above.empty() && *s.above.begin() == s.low + 1) {
+      s.above.erase(s.above.begin());
+      ++s.low;
+    }
+  }
+  switch (c) {
+    case Control::kData: {
+      if (!ready_) return;
+      if (options_.drop_percent > 0) {  // PS_DROP_MSG (tests only)
+        drop_state_ ^= drop_state_ << 13;
+        drop_state_ ^= drop_state_ >> 7;
+        drop_state_ ^= drop_state_ << 17;
+        if (static_cast<int>(drop_state_ % 100) < options_.drop_percent) return;
+      }
+      lk.unlock();
+      {
+        std::lock_guard<std::mutex> q(q_mu_);
+        queue_.push_back(std::move(m));
+      }
+      q_cv_.notify_one();
+      return;
+    }
+    case Control::kRegister:
+      if (role() == Role::kScheduler) HandleRegister(m);
+      return;
+    case Control::kNodeTable:
+      if (role() != Role::kScheduler) HandleNodeTable(m);
+      return;
+    case Control::kRefuse:
+      refused_ = m.body.empty() ? "no reason given" : m.body;
+      cv_.notify_all();
+      return;
+    case Control::kBarrier:
+      if (role() == Role::kScheduler) HandleBarrier(sender, m.h.head);
+      return;
+    case Control::kBarrierDone:
+      barrier_gen_[m.h.head]++;
+      cv_.notify_all();
+      return;
+    case Control::kHeartbeat:
+      if (role() == Role::kScheduler && sender != kSchedulerId && ready_)
+        SendControl(sender, Control::kHeartbeat);
+      return;
+    case Control::kNodeFailed: {
+      std::string reason = m.body;
+      lk.unlock();
+      Fail(std::make_exception_ptr(NodeFailure(reason)));
+      return;
+    }
+    case Control::kAck:  // handled above
+      return;
+    case Control::kLeave:
+      if (role() == Role::kScheduler && !finished_) {
+        std::string who = NameLocked(sender);
+        lk.unlock();
+        FailNode(sender, who + " exited before the job finished: " + m.body);
+      }
+      return;
+  }
+}
+
+void Node::HandleRegister(const Message& m) {
+  std::vector<NodeDesc> ds = DecodeNodes(m.body);
+  if (ds.size() != 1) throw ProtocolError("registration must describe exactly one node");
+  NodeDesc d = ds[0];
+  if (d.role == static_cast<int>(Role::kScheduler))
+    throw ProtocolError("a second scheduler tried to register");
+  auto reply_to = [&](int tid) {
+    if (!temp_ids_.count(d.token)) {
+      transport_->Connect(tid, d.host + ":" + std::to_string(d.port));
+      temp_ids_[d.token] = tid;
+    }
+  };
+  if (ready_) {
+    // Already complete: a retry of a registered node (its table was lost) gets the
+    // table again; anyone else is refused.
+    for (auto& [id, n] : nodes_) {
+      if (n.token == d.token) {
+        SendControl(id, Control::kNodeTable, 0, EncodeNodes([&] {
+                      std::vector<NodeDesc> v;
+                      for (auto& [i, x] : nodes_) v.push_back(x);
+                      return v;
+                    }()));
+        return;
+      }
+    }
+    int tid = next_temp_id_++;
+    reply_to(tid);
+    SendControl(tid, Control::kRefuse, 0,
+                "the job already has all its " + std::to_string(options_.num_workers) +
+                    " workers and " + std::to_string(options_.num_servers) +
+                    " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");
+    return;
+  }
+  if (!temp_ids_.count(d.token)) {
+    int same_role = 0;
+    for (auto& [t, x] : pending_) same_role += x.role == d.role;
+    const int limit = d.role == static_cast<int>(Role::kServer) ? options_.num_servers
+                                                                : options_.num_workers;
+    int tid = next_temp_id_++;
+    reply_to(tid);
+    if (same_role >= limit) {
+      SendControl(tid, Control::kRefuse, 0,
+                  "too many " + RoleName(static_cast<Role>(d.role)) + "s: the job expects " +
+                      std::to_string(limit) + " (DMLC_NUM_" +
+                      (d.role == static_cast<int>(Role::kServer) ? "SERVER" : "WORKER") + ")");
+      return;
+    }
+    pending_[d.token] = d;
+    if (options_.verbose >= 1)
+      PSKV_INFO("scheduler: " << RoleName(static_cast<Role>(d.role)) << " at " << d.host << ":"
+                              << d.port << " registered (" << pending_.size() << " of "
+                              << options_.num_servers + options_.num_workers << ")");
+  }
+  SendControl(temp_ids_[d.token], Control::kHeartbeat);  // "registration received"
+  if (static_cast<int>(pending_.size()) == options_.num_servers + options_.num_workers)
+    SchedulerCompleteRegistration();
+}
+
+void Node::SchedulerCompleteRegistration() {
+  std::vector<NodeDesc> servers, workers;
+  for (auto& [t, d] : pending_) (d.role == static_cast<int>(Role::kServer) ? servers : workers).push_back(d);
+  // Deterministic ranks: by the launcher's rank hint (DMLC_TASK_ID), then address.
+  auto order = [](const NodeDesc& a, const NodeDesc& b) {
+    auto ha = a.rank_hint < 0 ? INT64_MAX : a.rank_hint, hb = b.rank_hint < 0 ? INT64_MAX : b.rank_hint;
+    return std::tie(ha, a.host, a.port, a.token) < std::tie(hb, b.host, b.port, b.token);
+  };
+  std::sort(servers.begin(), servers.end(), order);
+  std::sort(workers.begin(), workers.end(), order);
+  std::vector<NodeDesc> all;
+  for (size_t r = 0; r < servers.size(); ++r) {
+    servers[r].rank = static_cast<int>(r);
+    servers[r].id = ServerId(static_cast<int>(r));
+    all.push_back(servers[r]);
+  }
+  for (size_t r = 0; r < workers.size(); ++r) {
+    workers[r].rank = static_cast<int>(r);
+    workers[r].id = WorkerId(static_cast<int>(r));
+    all.push_back(workers[r]);
+  }
+  NodeDesc me;
+  me.id = kSchedulerId;
+  me.role = static_cast<int>(Role::kScheduler);
+  me.host = host_;
+  me.port = port_;
+  me.token = token_;
+  all.push_back(me);
+  for (auto& d : all) {
+    nodes_[d.id] = d;
+    if (d.id == kSchedulerId) continue;
+    transport_->Disconnect(temp_ids_[d.token]);
+    transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));
+  }
+  temp_ids_.clear();
+  std::string table = EncodeNodes(all);
+  for (auto& d : all)
+    if (d.id != kSchedulerId) SendControl(d.id, Control::kNodeTable, 0, table);
+  ready_ = true;
+  if (options_.verbose >= 1) PSKV_INFO("scheduler: all " << all.size() - 1 << " nodes registered");
+  cv_.notify_all();
+}
+
+void Node::HandleNodeTable(const Message& m) {
+  if (ready_) return;  // a resent table
+  std::vector<NodeDesc> all = DecodeNodes(m.body);
+  const NodeDesc* self = nullptr;
+  for (auto& d : all)
+    if (d.token == token_) self = &d;
+  if (!self) throw ProtocolError("node table without this node");
+  id_ = self->id;
+  rank_ = self->rank;
+  for (auto& d : all) {
+    nodes_[d.id] = d;
+    if (d.id == kSchedulerId || d.id == id_) continue;
+    const bool talks = role() == Role::kWorker ? IsServerId(d.id) : IsWorkerId(d.id);
+    if (talks) transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));
+  }
+  ready_ = true;
+  cv_.notify_all();
+}
+
+void Node::HandleBarrier(int sender, int group) {
+  if (group <= 0 || group > kAllGroup) throw ProtocolError("bad barrier group " + std::to_string(group));
+  // Count distinct nodes, not requests (a duplicated message must not count twice).
+  auto& arrived = barrier_arrived_[group];
+  arrived.insert(sender);
+  if (static_cast<int>(arrived.size()) < GroupSize(group)) return;
+  arrived.clear();
+  for (int id : GroupMembers(group)) {
+    if (id == kSchedulerId) {
+      barrier_gen_[group]++;
+      cv_.notify_all();
+    } else {
+      SendControl(id, Control::kBarrierDone, group);
+    }
+  }
+}
+
+void Node::Barrier(int group, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (failure_) std::rethrow_exception(failure_);
+  if (GroupSize(group) <= 1) return;
+  const uint64_t gen = barrier_gen_[group];
+  if (role() == Role::kScheduler) {
+    HandleBarrier(kSchedulerId, group);
+  } else {
+    SendControl(kSchedulerId, Control::kBarrier, group);
+  }
+  auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
+  if (timeout.count() > 0) {
+    if (!cv_.wait_for(lk, timeout, done))
+      throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
+                         " (some nodes did not reach it; raise PSKV_TIMEOUT if they are just slow)");
+  } else {
+    cv_.wait(lk, done);
+  }
+  if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
+}
+
+// ------------------------------------------------------------------ customer
+
+void Node::CustomerLoop() {
+  for (;;) {
+    Message m;
+    {
+      std::unique_lock<std::mutex> lk(q_mu_);
+      q_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      m = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (!data_handler_) continue;
+    try {
+      data_handler_(std::move(m));
+    } catch (const std::exception& e) {
+      PSKV_ERROR(Tag() << ": data handler failed: " << e.what());
+    }
+  }
+}
+
+// ------------------------------------------------------------------ failures
+
+void Node::Fail(std::exception_ptr e) {
+  std::vector<FailureHandler> handlers;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failure_ || finished_) return;
+    failure_ = e;
+    handlers = failure_handlers_;
+    monitoring_ = false;
+  }
+  cv_.notify_all();
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    PSKV_ERROR(Tag() << ": " << ex.what());
+  }
+  for (auto& h : handlers) h(e);
+}
+
+void Node::FailNode(int dead_id, const std::string& reason) {
+  if (role() == Role::kScheduler) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [id, d] : nodes_) {
+      if (id == kSchedulerId || id == dead_id) continue;
+      try {
+        SendControl(id, Control::kNodeFailed, dead_id, reason);
+      } catch (...) {
+      }
+    }
+  }
+  Fail(std::make_exception_ptr(NodeFailure(reason)));
+}
+
+void Node::TimerLoop() {
+  auto next_hb = Clock::now();
+  auto next_reg = Clock::now();
+  while (!stop_) {
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(50ms, options_.resend_timeout));
+    const auto now = Clock::now();
+    std::vector<std::pair<int, std::string>> dead;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) break;
+      try {
+        if (role() != Role::kScheduler && !ready_ && refused_.empty() && now >= next_reg) {
+          NodeDesc d;
+          d.role = static_cast<int>(role());
+          d.host = host_;
+          d.port = port_;
+          d.token = token_;
+          d.rank_hint = options_.rank_hint;
+          SendControl(kSchedulerId, Control::kRegister, 0, EncodeNodes({d}));
+          next_reg = now + kRegisterRetry;
+        }
+        if (role() != Role::kScheduler && ready_ && !finished_ &&
+            options_.heartbeat_interval.count() > 0 && now >= next_hb) {
+          SendControl(kSchedulerId, Control::kHeartbeat);
+          next_hb = now + options_.heartbeat_interval;
+        }
+      } catch (const std::exception& e) {
+        PSKV_WARN(Tag() << ": " << e.what());
+      }
+      // failure detection
+      if (monitoring_ && !finished_ && options_.heartbeat_timeout.count() > 0) {
+        auto silent = [&](int id) { return now - last_seen_[id] > options_.heartbeat_timeout; };
+        if (role() == Role::kScheduler) {
+          for (auto& [id, d] : nodes_)
+            if (id != kSchedulerId && silent(id))
+              dead.emplace_back(id, NameLocked(id) + " is dead: no heartbeat for " +
+                                        SecsStr(options_.heartbeat_timeout) + " (PS_HEARTBEAT_TIMEOUT)");
+        } else if (silent(kSchedulerId)) {
+          dead.emplace_back(kSchedulerId, NameLocked(kSchedulerId) + " is dead: silent for " +
+                                              SecsStr(options_.heartbeat_timeout));
+        }
+      }
+      // resend
+      if (options_.resend && !finished_) {
+        for (auto it = unacked_.begin(); it != unacked_.end(); ++it) {
+          Unacked& u = it->second;
+          if (now - u.sent < options_.resend_timeout * (1 + u.retries)) continue;
+          if (++u.retries > kMaxRetries) {
+            dead.emplace_back(it->first.first, NameLocked(it->first.first) +
+                                                   " is unreachable: a message was not acknowledged after " +
+                                                   std::to_string(kMaxRetries) + " resends");
+            break;
+          }
+          try {
+            transport_->Send(it->first.first, u.frames);
+          } catch (const std::exception& e) {
+            PSKV_WARN(Tag() << ": resend failed: " << e.what());
+          }
+        }
+      }
+    }
+    if (!dead.empty()) FailNode(dead[0].first, dead[0].second);
+  }
+}
+
+}  // namespace pskv

@@ -1,0 +1,175 @@
+// Node: one scheduler, server or worker of a parameter-server job (ps-lite's
+// Postoffice + Van, but an ordinary object: several can live in one process).
+//
+// Lifecycle: Start() binds, registers with the scheduler, receives the node table
+// and passes the start-up barrier; Finalize() passes the final barrier and stops.
+// Every blocking step has a timeout or ends when a failure is detected.
+//
+// Failure detection: every node sends a heartbeat to the scheduler every
+// `heartbeat_interval`; the scheduler answers. A node silent for
+// `heartbeat_timeout` is declared dead by the scheduler, which tells every other
+// node (kNodeFailed); a node that hears nothing from the scheduler for that long
+// declares the scheduler dead. A node that exits without Finalize() tells the
+// scheduler at once (kLeave). So a dead peer is reported to everyone within
+// heartbeat_timeout + heartbeat_interval (default 10 s + 1 s) — faster when the
+// process exits rather than hangs.
+//
+// Threads: a receive thread (decodes, handles control messages, queues data), a
+// customer thread (runs the data handler, one message at a time, in arrival
+// order), a timer thread (heartbeats, failure detection, resend). Node state is
+// under mu_; the handler and failure callbacks are called without it held.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/message.h"
+#include "pskv/options.h"
+#include "transport/transport.h"
+
+namespace pskv {
+
+class Node {
+ public:
+  using DataHandler = std::function<void(Message&&)>;
+  using FailureHandler = std::function<void(std::exception_ptr)>;
+  using TransportFactory = std::function<std::unique_ptr<Transport>()>;
+
+  /// `options.role` decides the role; ValidateForDistributed() is checked.
+  explicit Node(Options options);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // --- set before Start()
+  void SetTransportFactory(TransportFactory f) { transport_factory_ = std::move(f); }
+  void SetDataHandler(DataHandler h) { data_handler_ = std::move(h); }
+  void AddFailureHandler(FailureHandler h);
+
+  /// Registers and passes the start-up barrier. Throws TimeoutError (what is
+  /// missing), NodeFailure, ProtocolError (refused) or IOError.
+  void Start();
+  /// Final barrier over all nodes, then stops. `timeout` 0 = wait until the job
+  /// ends or a failure is detected (the scheduler and servers wait like this).
+  /// Throws the job's failure, if any; threads and sockets are released anyway.
+  void Finalize(std::chrono::milliseconds timeout);
+  /// Stops at once without the final barrier; tells the scheduler `reason` so the
+  /// job fails fast instead of waiting for heartbeats to time out.
+  void Abort(const std::string& reason);
+
+  /// Blocks until every member of `group` (kWorkerGroup, kServerGroup, kAllGroup,
+  /// ...) called Barrier with it. Throws NodeFailure / TimeoutError.
+  void Barrier(int group, std::chrono::milliseconds timeout);
+
+  /// Sends a data message; sender, recver, job and seq are filled in. Throws the
+  /// job's failure if one was detected.
+  void Send(int to, Message m);
+
+  int id() const { return id_; }
+  int rank() const { return rank_; }
+  Role role() const { return options_.role; }
+  int num_workers() const { return options_.num_workers; }
+  int num_servers() const { return options_.num_servers; }
+  std::vector<int> ServerIds() const;
+  std::vector<int> WorkerIds() const;
+  const Options& options() const { return options_; }
+  /// "worker[1] at 127.0.0.1:4321" for any node id of the job.
+  std::string NodeName(int id) const;
+  /// This node's name ("server[0]"), for log lines.
+  std::string Tag() const;
+  /// The failure that broke the job (null while healthy).
+  std::exception_ptr failure() const;
+  /// Blocks until a failure is detected or `timeout` passes (for tests/servers).
+  bool WaitFailure(std::chrono::milliseconds timeout) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Unacked {
+    std::vector<Frame> frames;
+    Clock::time_point sent;
+    int retries = 0;
+  };
+  struct SeenSeqs {
+    uint64_t low = 0;         // every seq <= low has been seen
+    std::set<uint64_t> above;  // seen seqs > low (bounded by the in-flight window)
+  };
+
+  void ReceiveLoop();
+  void CustomerLoop();
+  void TimerLoop();
+  void Handle(Message&& m);
+  void HandleRegister(const Message& m);
+  void HandleNodeTable(const Message& m);
+  void HandleBarrier(int sender, int group);
+  void SchedulerCompleteRegistration();
+  void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0);
+  void SendFrames(int to, Message& m);
+  void Fail(std::exception_ptr e);
+  void FailNode(int dead_id, const std::string& reason);
+  bool IsResendable(Control c) const;
+  int GroupSize(int group) const;
+  std::vector<int> GroupMembers(int group) const;
+  std::string NameLocked(int id) const;
+  void StopThreads(std::chrono::milliseconds linger);
+  std::string PickHost() const;
+
+  Options options_;
+  uint64_t job_ = 0;
+  uint64_t token_ = 0;
+  std::string host_;
+  int port_ = 0;
+  int id_ = 0;
+  int rank_ = -1;
+
+  TransportFactory transport_factory_;
+  std::unique_ptr<Transport> transport_;
+  DataHandler data_handler_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::vector<FailureHandler> failure_handlers_;
+  std::exception_ptr failure_;
+  std::map<int, NodeDesc> nodes_;  // the node table, by id
+  bool ready_ = false;
+  bool scheduler_seen_ = false;
+  std::string refused_;
+  // scheduler registration state
+  std::map<uint64_t, NodeDesc> pending_;  // by token
+  std::map<uint64_t, int> temp_ids_;      // token -> temporary peer id for replies
+  int next_temp_id_ = 1000000;
+  Clock::time_point start_time_;
+  bool registration_timed_out_ = false;
+  // barriers
+  std::map<int, std::set<int>> barrier_arrived_;  // scheduler: nodes at each group's barrier
+  std::map<int, uint64_t> barrier_gen_;    // completed barriers per group
+  // liveness
+  std::map<int, Clock::time_point> last_seen_;
+  bool monitoring_ = false;
+  bool finished_ = false;  // final barrier passed: no more failure detection
+  // resend
+  std::map<int, uint64_t> next_seq_;
+  std::map<std::pair<int, uint64_t>, Unacked> unacked_;
+  std::map<int, SeenSeqs> seen_;
+  uint64_t drop_state_ = 88172645463325252ull;
+
+  // customer queue
+  std::mutex q_mu_;
+  std::condition_variable q_cv_;
+  std::deque<Message> queue_;
+
+  std::atomic<bool> stop_{false};
+  bool started_ = false, stopped_ = false;
+  std::thread recv_thread_, customer_thread_, timer_thread_;
+};
+
+}  // namespace pskv

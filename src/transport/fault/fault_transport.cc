@@ -1,0 +1,114 @@
+#include "transport/fault/fault_transport.h"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "protocol/message.h"
+
+namespace pskv {
+
+namespace {
+
+class FaultTransport final : public Transport {
+ public:
+  FaultTransport(std::unique_ptr<Transport> inner, FaultConfig cfg)
+      : inner_(std::move(inner)), cfg_(cfg), rng_(cfg.seed) {
+    delayer_ = std::thread([this] { DelayLoop(); });
+  }
+  ~FaultTransport() override { Close(std::chrono::milliseconds(0)); }
+
+  std::string Bind(const std::string& host, int port) override { return inner_->Bind(host, port); }
+  void Connect(int peer, const std::string& ep) override { inner_->Connect(peer, ep); }
+  void Disconnect(int peer) override { inner_->Disconnect(peer); }
+  bool Recv(std::vector<Frame>* f, std::chrono::milliseconds t) override { return inner_->Recv(f, t); }
+  std::string Name() const override { return "fault(" + inner_->Name() + ")"; }
+
+  void Send(int peer, std::vector<Frame> frames) override {
+    if (!Disturbable(frames)) return inner_->Send(peer, std::move(frames));
+    double r_drop, r_dup, r_delay;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      std::uniform_real_distribution<double> u(0, 1);
+      r_drop = u(rng_);
+      r_dup = u(rng_);
+      r_delay = u(rng_);
+    }
+    if (r_drop < cfg_.drop) return;
+    if (r_delay < cfg_.delay) {
+      std::lock_guard<std::mutex> lk(mu_);
+      delayed_.push_back({std::chrono::steady_clock::now() + cfg_.delay_time, peer, frames});
+      cv_.notify_all();
+      if (r_dup < cfg_.duplicate) inner_->Send(peer, frames);
+      return;
+    }
+    if (r_dup < cfg_.duplicate) inner_->Send(peer, frames);
+    inner_->Send(peer, std::move(frames));
+  }
+
+  void Close(std::chrono::milliseconds linger) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    delayer_.join();
+    inner_->Close(linger);
+  }
+
+ private:
+  static bool Disturbable(const std::vector<Frame>& frames) {
+    if (frames.empty() || frames[0].size != kHeaderSize) return false;
+    auto c = static_cast<Control>(reinterpret_cast<const Header*>(frames[0].data)->control);
+    return c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
+           c == Control::kAck;
+  }
+  void DelayLoop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_) {
+      if (delayed_.empty()) {
+        cv_.wait(lk);
+        continue;
+      }
+      auto due = delayed_.front().due;
+      if (std::chrono::steady_clock::now() < due) {
+        cv_.wait_until(lk, due);
+        continue;
+      }
+      Delayed d = std::move(delayed_.front());
+      delayed_.pop_front();
+      lk.unlock();
+      try {
+        inner_->Send(d.peer, std::move(d.frames));
+      } catch (...) {
+        // the peer went away meanwhile: a delayed message may be lost, like on a network
+      }
+      lk.lock();
+    }
+  }
+
+  struct Delayed {
+    std::chrono::steady_clock::time_point due;
+    int peer;
+    std::vector<Frame> frames;
+  };
+  std::unique_ptr<Transport> inner_;
+  FaultConfig cfg_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::mt19937_64 rng_;
+  std::deque<Delayed> delayed_;
+  bool stop_ = false;
+  std::thread delayer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> CreateFaultTransport(std::unique_ptr<Transport> inner, FaultConfig cfg) {
+  return std::make_unique<FaultTransport>(std::move(inner), cfg);
+}
+
+}  // namespace pskv
