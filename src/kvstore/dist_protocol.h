@@ -1,0 +1,62 @@
+// What the dist KVStore's workers and servers say to each other on top of the
+// KV messaging layer: data-request encoding, commands, and key placement.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ps/kv_app.h"
+#include "pskv/ndarray.h"
+
+namespace pskv::dist {
+
+/// Data request head: dtype code in bits 0-7, kind in bits 8-15.
+enum class Kind : int { kDense = 0, kInit = 1, kCompressed = 2 };
+inline int MakeCmd(Kind k, DType t) { return (static_cast<int>(k) << 8) | static_cast<int>(t); }
+inline Kind CmdKind(int cmd) { return static_cast<Kind>((cmd >> 8) & 0xff); }
+inline int CmdDType(int cmd) { return cmd & 0xff; }
+
+/// Commands (worker -> every server).
+enum Command : int {
+  kSetMode = 1,            ///< body "sync" or "async"
+  kSetOptimizer = 2,       ///< body = OptimizerConfig::Serialize()
+  kSetCompression = 3,     ///< body = "type,threshold"
+  kWorkerDone = 4,         ///< a worker finished; no more pushes from it
+  kSaveStates = 5,         ///< reply = this server's optimizer states
+  kLoadStates = 6,         ///< body = server-rank-indexed blob (see kvstore_dist.cc)
+  kCheckStringKeys = 7,    ///< body = "id\tname\n"...: all workers must agree
+  kHasOptimizer = 8,       ///< reply "1" or "0"
+};
+
+/// One server's part of a key: `len` elements starting at element `offset`.
+struct Slice {
+  int server;
+  int64_t offset, len;
+};
+
+/// Key placement (spec 4.5.1): a key of fewer than `bound` elements lives on one
+/// server chosen by (key * 9973) mod S (64-bit arithmetic, MXNet used int); a
+/// bigger key is cut into S contiguous slices, slice i having
+/// round(N(i+1)/S) - round(N i/S) elements.
+inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t bound) {
+  std::vector<Slice> out;
+  if (n < bound || num_servers == 1) {
+    out.push_back({static_cast<int>((static_cast<int64_t>(key) * 9973) % num_servers), 0, n});
+    return out;
+  }
+  for (int i = 0; i < num_servers; ++i) {
+    auto at = [&](int j) {
+      return static_cast<int64_t>(std::llround(static_cast<double>(n) * j / num_servers));
+    };
+    out.push_back({i, at(i), at(i + 1) - at(i)});
+  }
+  return out;
+}
+
+/// The ps key of `key` on server `rank`.
+inline uint64_t PsKey(int key, int rank, int num_servers) {
+  return KVWorker::ServerRange(rank, num_servers).first + static_cast<uint64_t>(key);
+}
+
+}  // namespace pskv::dist

@@ -1,0 +1,374 @@
+#include "launcher/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "common/net.h"
+#include "pskv/error.h"
+
+namespace pskv::launcher {
+
+std::string Usage() {
+  return R"(usage: pskv-launch -n N [-s S] [-H HOSTFILE] [--launcher local|ssh|mpi|slurm|sge|yarn]
+                   [--sync-dst-dir DIR] [--env K=V]... [--env-server K=V]... [--env-worker K=V]...
+                   [--server-command CMD] [--ssh-arg ARG]... [--dry-run] [--timeout SECONDS]
+                   -- COMMAND [ARGS...]
+
+Starts one scheduler, S servers and N workers of a pskv job. Workers run COMMAND (its
+arguments are passed exactly as given); the scheduler and servers run the built-in
+pskv-server. Every output line is prefixed with the process's role and rank.
+
+  -n, --num-workers N     number of workers (required)
+  -s, --num-servers S     number of servers (default: N, as in MXNet)
+  -H, --hostfile FILE     hosts, one `host[:ssh_port]` per line (ssh, mpi)
+  --launcher TYPE         local (default without -H), ssh (default with -H), mpi,
+                          slurm (srun), sge (qsub), yarn (distributed shell)
+  --sync-dst-dir DIR      ssh: rsync the current directory to DIR on every host, run there
+  --env K=V               environment for every process (K:V also accepted)
+  --env-server K=V        environment for the servers and the scheduler only
+  --env-worker K=V        environment for the workers only
+  --server-command CMD    shell command run instead of pskv-server (e.g. a Python script that
+                          creates a dist store, as with MXNet)
+  --ssh-arg ARG           extra argument for every ssh call (e.g. -i key)
+  --dry-run               print what would be run, run nothing
+  --timeout SECONDS       stop the job and exit 124 after this long (default: none)
+
+Lifecycle: the exit status is 0 when every process exits 0, else the first failure's
+status; when a process fails, the others are stopped within a few seconds and the
+failing process, its status and its last lines are printed. Ctrl-C or SIGTERM stop
+the whole job. No process of the job outlives the launcher.
+
+Examples:
+  pskv-launch -n 2 -s 1 -- ./train_fmnist --kv-store dist_sync
+  pskv-launch -n 4 -H hosts --sync-dst-dir /tmp/job -- python3 train.py
+  pskv-launch -n 2 --launcher slurm --dry-run -- ./train_fmnist
+)";
+}
+
+namespace {
+
+std::pair<std::string, std::string> ParseKV(const std::string& opt, const std::string& s) {
+  auto eq = s.find('=');
+  if (eq == std::string::npos) eq = s.find(':');
+  if (eq == std::string::npos || eq == 0)
+    throw InvalidArgument(opt + " needs K=V, got '" + s + "'");
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
+int FreePort(const std::string& host) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  ::close(s);
+  return port;
+}
+
+struct Host {
+  std::string name;
+  int port = 22;
+};
+
+std::vector<Host> ReadHosts(const std::string& file) {
+  std::ifstream f(file);
+  if (!f) throw InvalidArgument("cannot read host file '" + file + "'");
+  std::vector<Host> hosts;
+  std::string line;
+  while (std::getline(f, line)) {
+    auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    std::istringstream is(line);
+    std::string word;
+    if (!(is >> word)) continue;  // blank; a trailing "slots=..." is ignored
+    Host h;
+    auto colon = word.rfind(':');
+    if (colon != std::string::npos) {
+      h.name = word.substr(0, colon);
+      h.port = std::atoi(word.substr(colon + 1).c_str());
+      if (h.port <= 0 || h.port > 65535) throw InvalidArgument("bad port in host file line '" + line + "'");
+    } else {
+      h.name = word;
+    }
+    hosts.push_back(h);
+  }
+  if (hosts.empty()) throw InvalidArgument("host file '" + file + "' lists no hosts");
+  return hosts;
+}
+
+std::string JoinQuoted(const std::vector<std::string>& argv) {
+  std::string s;
+  for (auto& a : argv) s += (s.empty() ? "" : " ") + ShellQuote(a);
+  return s;
+}
+
+}  // namespace
+
+std::string ShellQuote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-./=:,+@%") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+LaunchConfig ParseArgs(int argc, char** argv) {
+  LaunchConfig c;
+  int i = 1;
+  auto need = [&](const std::string& opt) -> std::string {
+    if (i + 1 >= argc) throw InvalidArgument(opt + " needs a value");
+    return argv[++i];
+  };
+  auto to_int = [](const std::string& opt, const std::string& v) {
+    char* end = nullptr;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || x < 0 || x > 100000) throw InvalidArgument(opt + " needs a whole number, got '" + v + "'");
+    return static_cast<int>(x);
+  };
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      for (++i; i < argc; ++i) c.command.push_back(argv[i]);
+      break;
+    }
+    if (a == "-n" || a == "--num-workers") c.num_workers = to_int(a, need(a));
+    else if (a == "-s" || a == "--num-servers") c.num_servers = to_int(a, need(a));
+    else if (a == "-H" || a == "--hostfile") c.hostfile = need(a);
+    else if (a == "--launcher") c.launcher = need(a);
+    else if (a == "--sync-dst-dir") c.sync_dst_dir = need(a);
+    else if (a == "--env") c.env.push_back(ParseKV(a, need(a)));
+    else if (a == "--env-server") c.env_server.push_back(ParseKV(a, need(a)));
+    else if (a == "--env-worker") c.env_worker.push_back(ParseKV(a, need(a)));
+    else if (a == "--server-command") c.server_command = need(a);
+    else if (a == "--ssh-arg") c.ssh_args.push_back(need(a));
+    else if (a == "--dry-run") c.dry_run = true;
+    else if (a == "--timeout") c.timeout_s = to_int(a, need(a));
+    else if (!a.empty() && a[0] == '-') throw InvalidArgument("unknown option '" + a + "'");
+    else {  // the command starts here (without "--")
+      for (; i < argc; ++i) c.command.push_back(argv[i]);
+      break;
+    }
+  }
+  if (c.num_workers <= 0) throw InvalidArgument("-n N (number of workers, at least 1) is required");
+  if (c.num_servers < 0) c.num_servers = c.num_workers;
+  if (c.num_servers == 0) throw InvalidArgument("-s must be at least 1: a pskv job needs a server");
+  if (c.command.empty()) throw InvalidArgument("no command given for the workers (put it after --)");
+  if (c.launcher.empty()) c.launcher = c.hostfile.empty() ? "local" : "ssh";
+  const std::string valid[] = {"local", "ssh", "mpi", "slurm", "sge", "yarn"};
+  bool ok = false;
+  for (auto& v : valid) ok |= c.launcher == v;
+  if (!ok) throw InvalidArgument("unknown launcher '" + c.launcher + "'; valid: local, ssh, mpi, slurm, sge, yarn");
+  if (c.launcher == "ssh" && c.hostfile.empty()) throw InvalidArgument("--launcher ssh needs a host file (-H)");
+  if (!c.sync_dst_dir.empty() && c.launcher != "ssh") throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
+
+  // The launcher's own environment (its one place that reads it).
+  const bool local = c.launcher == "local";
+  if (const char* v = std::getenv("DMLC_PS_ROOT_URI")) c.root_uri = v;
+  else if (const char* h = std::getenv("DMLC_NODE_HOST")) c.root_uri = h;
+  else if (const char* itf = std::getenv("DMLC_INTERFACE")) c.root_uri = InterfaceAddress(itf);
+  else c.root_uri = local ? "127.0.0.1" : DefaultAddress();
+  if (const char* v = std::getenv("DMLC_PS_ROOT_PORT")) c.root_port = to_int("DMLC_PS_ROOT_PORT", v);
+  for (const char* k : {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
+                        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT",
+                        "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS",
+                        "DMLC_INTERFACE", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
+    if (const char* v = std::getenv(k)) c.forward_env[k] = v;
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) {
+    std::string exe(buf, static_cast<size_t>(n));
+    c.self_dir = exe.substr(0, exe.rfind('/'));
+  }
+  return c;
+}
+
+Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
+  Plan plan;
+  const int n = cfg.num_workers, S = cfg.num_servers;
+  const int port = cfg.root_port ? cfg.root_port : FreePort(cfg.root_uri);
+  std::map<std::string, std::string> common = {
+      {"DMLC_PS_ROOT_URI", cfg.root_uri},     {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+      {"DMLC_NUM_WORKER", std::to_string(n)}, {"DMLC_NUM_SERVER", std::to_string(S)},
+      {"PSKV_JOB_ID", job_id},                {"DMLC_JOB_CLUSTER", cfg.launcher}};
+  for (auto& [k, v] : cfg.env) common[k] = v;
+  auto role_env = [&](const std::string& role, int task) {
+    auto e = common;
+    e["DMLC_ROLE"] = role;
+    if (task >= 0) e["DMLC_TASK_ID"] = std::to_string(task);
+    for (auto& [k, v] : (role == "worker" ? cfg.env_worker : cfg.env_server)) e[k] = v;
+    return e;
+  };
+  std::string server_bin = cfg.self_dir.empty() ? "pskv-server" : cfg.self_dir + "/pskv-server";
+  if (::access(server_bin.c_str(), X_OK) != 0) server_bin = "pskv-server";
+  const std::vector<std::string> server_argv =
+      cfg.server_command.empty() ? std::vector<std::string>{server_bin}
+                                 : std::vector<std::string>{"/bin/sh", "-c", cfg.server_command};
+
+  // The scheduler always runs here, next to the launcher.
+  plan.children.push_back({"scheduler", server_argv, role_env("scheduler", -1), false});
+
+  if (cfg.launcher == "local") {
+    for (int s = 0; s < S; ++s)
+      plan.children.push_back({"server " + std::to_string(s), server_argv, role_env("server", n + s), false});
+    for (int w = 0; w < n; ++w)
+      plan.children.push_back({"worker " + std::to_string(w), cfg.command, role_env("worker", w), false});
+    return plan;
+  }
+
+  if (cfg.launcher == "ssh") {
+    auto hosts = ReadHosts(cfg.hostfile);
+    char cwd[4096];
+    std::string dir = cfg.sync_dst_dir.empty() ? (::getcwd(cwd, sizeof cwd) ? cwd : ".") : cfg.sync_dst_dir;
+    auto ssh_base = [&](const Host& h) {
+      std::vector<std::string> a = {"ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes",
+                                    "-p", std::to_string(h.port)};
+      for (auto& x : cfg.ssh_args) a.push_back(x);
+      return a;
+    };
+    for (int i = 0; i < S + n; ++i) {
+      const Host& h = hosts[static_cast<size_t>(i) % hosts.size()];
+      const bool server = i < S;
+      auto env = role_env(server ? "server" : "worker", server ? n + i : i - S);
+      for (auto& [k, v] : cfg.forward_env) env.emplace(k, v);
+      env["DMLC_NODE_HOST"] = h.name;
+      std::string exports;
+      for (auto& [k, v] : env) exports += "export " + k + "=" + ShellQuote(v) + "; ";
+      std::string cmd = server ? (cfg.server_command.empty() ? "pskv-server" : cfg.server_command)
+                               : JoinQuoted(cfg.command);
+      if (server && cfg.server_command.empty() && !cfg.self_dir.empty())
+        cmd = ShellQuote(server_bin);
+      // The remote shell runs the command in its own session and kills that session
+      // when the ssh connection's stdin closes (the launcher exited or stopped it).
+      std::string script = "cd " + ShellQuote(dir) + " || exit 1; " + exports +
+                           "exec 3<&0; setsid " + cmd + " </dev/null & c=$!; "
+                           "( while read -r _ <&3; do :; done; kill -TERM -- -$c 2>/dev/null; "
+                           "sleep 3; kill -KILL -- -$c 2>/dev/null ) & w=$!; "
+                           "wait $c; s=$?; kill $w 2>/dev/null; exit $s";
+      auto argv = ssh_base(h);
+      argv.push_back(h.name);
+      argv.push_back("bash -c " + ShellQuote(script));
+      std::string name = server ? "server " + std::to_string(i) : "worker " + std::to_string(i - S);
+      plan.children.push_back({name, argv, {}, true});
+    }
+    if (!cfg.sync_dst_dir.empty()) {
+      // rsync runs before the job: recorded as files-to-run in the plan's prelude.
+      std::string pre;
+      std::map<std::string, bool> seen;
+      for (auto& h : hosts) {
+        if (seen[h.name + ":" + std::to_string(h.port)]) continue;
+        seen[h.name + ":" + std::to_string(h.port)] = true;
+        std::string e = "ssh -o StrictHostKeyChecking=no -o BatchMode=yes -p " + std::to_string(h.port);
+        for (auto& x : cfg.ssh_args) e += " " + ShellQuote(x);
+        pre += "rsync -az -e " + ShellQuote(e) + " ./ " + ShellQuote(h.name + ":" + dir + "/") + "\n";
+      }
+      plan.files["#prelude"] = pre;
+    }
+    return plan;
+  }
+
+  // Batch systems and MPI: workers and servers as two groups.
+  auto env_flags = [&](const std::map<std::string, std::string>& env, const std::string& flag,
+                       bool joined) {
+    std::vector<std::string> out;
+    for (auto& [k, v] : env) {
+      if (joined) {
+        out.push_back(flag + k + "=" + v);
+      } else {
+        out.push_back(flag);
+        out.push_back(k + "=" + v);
+      }
+    }
+    return out;
+  };
+  auto group = [&](const std::string& role, int count) {
+    auto env = role_env(role, -1);
+    env.erase("DMLC_TASK_ID");
+    for (auto& [k, v] : cfg.forward_env)
+      if (k != "PATH") env.emplace(k, v);
+    const auto& prog = role == "worker" ? cfg.command : server_argv;
+    std::vector<std::string> argv;
+    if (cfg.launcher == "mpi") {
+      argv = {"mpirun", "-n", std::to_string(count), "--oversubscribe"};
+      if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+      if (!cfg.hostfile.empty()) {
+        argv.push_back("--hostfile");
+        argv.push_back(cfg.hostfile);
+      }
+      for (auto& f : env_flags(env, "-x", false)) argv.push_back(f);
+    } else if (cfg.launcher == "slurm") {
+      std::string exp = "--export=ALL";
+      for (auto& [k, v] : env) exp += "," + k + "=" + v;
+      argv = {"srun", "--ntasks=" + std::to_string(count), "--job-name=pskv-" + role, exp};
+    } else if (cfg.launcher == "sge") {
+      std::string script = "/tmp/pskv-" + job_id + "-" + role + ".sh";
+      std::string body = "#!/bin/sh\n";
+      for (auto& [k, v] : env) body += "export " + k + "=" + ShellQuote(v) + "\n";
+      body += "export DMLC_TASK_ID=$((SGE_TASK_ID - 1))\nexec " + JoinQuoted(prog) + "\n";
+      plan.files[script] = body;
+      argv = {"qsub", "-sync", "y", "-cwd", "-V", "-N", "pskv-" + role, "-t",
+              "1-" + std::to_string(count), script};
+      return argv;
+    } else {  // yarn: the distributed shell runs `count` containers of the command
+      argv = {"yarn", "org.apache.hadoop.yarn.applications.distributedshell.Client", "-jar",
+              "${HADOOP_YARN_HOME}/share/hadoop/yarn/hadoop-yarn-applications-distributedshell.jar",
+              "-appname", "pskv-" + role, "-num_containers", std::to_string(count),
+              "-shell_command", JoinQuoted(prog)};
+      for (auto& f : env_flags(env, "-shell_env", false)) argv.push_back(f);
+      return argv;
+    }
+    for (auto& a : prog) argv.push_back(a);
+    return argv;
+  };
+  plan.children.push_back({"servers", group("server", S), {}, false});
+  plan.children.push_back({"workers", group("worker", n), {}, false});
+  return plan;
+}
+
+int Launch(const LaunchConfig& cfg) {
+  std::random_device rd;
+  char id[32];
+  std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+  Plan plan = MakePlan(cfg, id);
+  if (cfg.dry_run) {
+    for (auto& [path, content] : plan.files) {
+      if (path == "#prelude") std::printf("# before the job:\n%s", content.c_str());
+      else std::printf("# file %s:\n%s", path.c_str(), content.c_str());
+    }
+    for (auto& c : plan.children) {
+      std::printf("[%s] ", c.name.c_str());
+      for (auto& [k, v] : c.env) std::printf("%s=%s ", k.c_str(), ShellQuote(v).c_str());
+      std::printf("%s\n", JoinQuoted(c.argv).c_str());
+    }
+    return 0;
+  }
+  for (auto& [path, content] : plan.files) {
+    if (path == "#prelude") {
+      int rc = std::system(content.c_str());
+      if (rc != 0) {
+        std::fprintf(stderr, "pskv-launch: syncing the working directory failed:\n%s", content.c_str());
+        return 1;
+      }
+      continue;
+    }
+    std::ofstream f(path);
+    f << content;
+    if (!f) throw IOError("cannot write " + path);
+  }
+  SuperviseOptions so;
+  so.timeout = std::chrono::seconds(cfg.timeout_s);
+  return Supervise(plan.children, so);
+}
+
+}  // namespace pskv::launcher

@@ -1,0 +1,265 @@
+#include "launcher/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace pskv::launcher {
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  unsigned char c = static_cast<unsigned char>(sig);
+  ssize_t r = ::write(g_signal_pipe[1], &c, 1);
+  (void)r;
+}
+
+void WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+struct Child {
+  ChildSpec spec;
+  ChildResult result;
+  pid_t pid = -1;
+  int out_fd = -1;
+  int in_fd = -1;
+  bool exited = false;
+  std::chrono::steady_clock::time_point exit_time;
+  std::string partial;
+};
+
+pid_t Spawn(Child& c) {
+  int out[2], in[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0) return -1;
+  if (c.spec.stdin_pipe && ::pipe2(in, O_CLOEXEC) != 0) return -1;
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) _exit(128 + SIGKILL);  // the launcher died meanwhile
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    if (c.spec.stdin_pipe) {
+      ::dup2(in[0], 0);
+    } else {
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, 0);
+    }
+    for (auto& [k, v] : c.spec.env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> argv;
+    for (auto& a : c.spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::string msg = "pskv-launch: cannot run '" + c.spec.argv[0] + "': " + std::strerror(errno) + "\n";
+    WriteAll(2, msg);
+    _exit(127);
+  }
+  ::setpgid(pid, pid);
+  ::close(out[1]);
+  c.out_fd = out[0];
+  ::fcntl(c.out_fd, F_SETFL, O_NONBLOCK);
+  if (c.spec.stdin_pipe) {
+    ::close(in[0]);
+    c.in_fd = in[1];
+  }
+  return pid;
+}
+
+void EmitLine(Child& c, const std::string& line, const SuperviseOptions& o) {
+  c.result.last_lines.push_back(line);
+  while (c.result.last_lines.size() > o.keep_lines) c.result.last_lines.pop_front();
+  if (!o.quiet) WriteAll(1, "[" + c.spec.name + "] " + line + "\n");
+}
+
+// Reads what is available; returns false on EOF.
+bool Pump(Child& c, const SuperviseOptions& o) {
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(c.out_fd, buf, sizeof buf);
+    if (n > 0) {
+      c.partial.append(buf, static_cast<size_t>(n));
+      size_t pos;
+      while ((pos = c.partial.find('\n')) != std::string::npos) {
+        std::string line = c.partial.substr(0, pos);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        EmitLine(c, line, o);
+        c.partial.erase(0, pos + 1);
+      }
+      if (c.partial.size() > 65536) {
+        EmitLine(c, c.partial, o);
+        c.partial.clear();
+      }
+      continue;
+    }
+    if (n == 0) {
+      if (!c.partial.empty()) EmitLine(c, c.partial, o);
+      c.partial.clear();
+      return false;
+    }
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+}
+
+}  // namespace
+
+int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
+              std::vector<ChildResult>* results) {
+  using Clock = std::chrono::steady_clock;
+  if (g_signal_pipe[0] < 0) {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int, old_term, old_hup;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<Child> kids(specs.size());
+  int status = 0;
+  bool failing = false;
+  Clock::time_point kill_at{};
+  const auto start = Clock::now();
+
+  auto stop_all = [&](int sig) {
+    for (auto& k : kids)
+      if (!k.exited && k.pid > 0) {
+        ::kill(-k.pid, sig);
+        k.result.stopped_by_us = true;
+      }
+  };
+  auto begin_failure = [&](int st, const std::string& why, const Child* who) {
+    if (failing) return;
+    failing = true;
+    status = st;
+    std::string msg = "pskv-launch: " + why + "; stopping the job\n";
+    if (who && !who->result.last_lines.empty()) {
+      msg += "pskv-launch: last lines of " + who->spec.name + ":\n";
+      for (auto& l : who->result.last_lines) msg += "    " + l + "\n";
+    }
+    WriteAll(2, msg);
+    stop_all(SIGTERM);
+    kill_at = Clock::now() + opts.grace;
+  };
+
+  for (size_t i = 0; i < specs.size(); ++i) {
+    kids[i].spec = specs[i];
+    kids[i].result.name = specs[i].name;
+    kids[i].pid = Spawn(kids[i]);
+    kids[i].result.pid = kids[i].pid;
+    if (kids[i].pid < 0) {
+      kids[i].exited = true;
+      begin_failure(1, "cannot start " + specs[i].name + ": " + std::strerror(errno), nullptr);
+      break;
+    }
+  }
+
+  for (;;) {
+    // Reap.
+    for (;;) {
+      int st;
+      pid_t p = ::waitpid(-1, &st, WNOHANG);
+      if (p <= 0) break;
+      for (auto& k : kids) {
+        if (k.pid != p) continue;
+        k.exited = true;
+        k.exit_time = Clock::now();
+        k.result.signaled = WIFSIGNALED(st);
+        k.result.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (k.in_fd >= 0) {
+          ::close(k.in_fd);
+          k.in_fd = -1;
+        }
+        ::kill(-k.pid, SIGKILL);  // whatever it left behind in its group
+        if (k.result.status != 0 && !k.result.stopped_by_us) {
+          Pump(k, opts);
+          std::string how = k.result.signaled
+                                ? "was killed by signal " + std::to_string(k.result.status - 128) +
+                                      " (" + strsignal(k.result.status - 128) + ")"
+                                : "exited with status " + std::to_string(k.result.status);
+          begin_failure(k.result.status, k.spec.name + " (pid " + std::to_string(p) + ") " + how, &k);
+        }
+      }
+    }
+    bool alive = false, open = false;
+    for (auto& k : kids) {
+      alive |= !k.exited && k.pid > 0;
+      open |= k.out_fd >= 0;
+    }
+    if (!alive && !open) break;
+    if (failing && alive && Clock::now() >= kill_at) stop_all(SIGKILL);
+    if (!failing && opts.timeout.count() > 0 && Clock::now() - start > opts.timeout)
+      begin_failure(124, "timeout of " + std::to_string(opts.timeout.count() / 1000) + " s reached", nullptr);
+
+    std::vector<pollfd> fds;
+    std::vector<Child*> owners;
+    fds.push_back({g_signal_pipe[0], POLLIN, 0});
+    owners.push_back(nullptr);
+    for (auto& k : kids)
+      if (k.out_fd >= 0) {
+        fds.push_back({k.out_fd, POLLIN, 0});
+        owners.push_back(&k);
+      }
+    ::poll(fds.data(), fds.size(), 50);
+    if (fds[0].revents & POLLIN) {
+      unsigned char sig = 0;
+      while (::read(g_signal_pipe[0], &sig, 1) == 1) {
+        begin_failure(128 + sig, std::string("received ") + strsignal(sig), nullptr);
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      Child& k = *owners[i];
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+        if (!Pump(k, opts)) {
+          ::close(k.out_fd);
+          k.out_fd = -1;
+        }
+      } else if (k.exited && Clock::now() - k.exit_time > std::chrono::seconds(1)) {
+        // The child exited but something that left its process group still holds
+        // the pipe: stop reading it.
+        Pump(k, opts);
+        ::close(k.out_fd);
+        k.out_fd = -1;
+      }
+    }
+  }
+  for (auto& k : kids)
+    if (k.pid > 0) ::kill(-k.pid, SIGKILL);
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  if (results) {
+    results->clear();
+    for (auto& k : kids) results->push_back(k.result);
+  }
+  return status;
+}
+
+}  // namespace pskv::launcher

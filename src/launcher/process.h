@@ -1,0 +1,49 @@
+// Process supervision for pskv-launch: start children in their own process
+// groups, prefix every line of their output with their name, and stop the whole
+// job when one fails, when a timeout passes, or when the launcher is signalled.
+//
+// Children get PR_SET_PDEATHSIG(SIGKILL), so even a SIGKILL of the launcher does
+// not leave them running; every child is its own process-group leader, so its own
+// children are stopped with it (kill(-pgid)).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace pskv::launcher {
+
+struct ChildSpec {
+  std::string name;                          ///< "worker 1": printed as "[worker 1] ..."
+  std::vector<std::string> argv;             ///< argv[0] is looked up in PATH
+  std::map<std::string, std::string> env;    ///< set on top of the launcher's environment
+  bool stdin_pipe = false;                   ///< keep a pipe to the child's stdin (ssh)
+};
+
+struct ChildResult {
+  std::string name;
+  pid_t pid = -1;
+  int status = 0;      ///< exit code, or 128 + signal
+  bool signaled = false;
+  bool stopped_by_us = false;
+  std::deque<std::string> last_lines;
+};
+
+struct SuperviseOptions {
+  std::chrono::milliseconds timeout{0};      ///< 0: none
+  std::chrono::milliseconds grace{3000};     ///< SIGTERM -> SIGKILL delay
+  size_t keep_lines = 20;                    ///< lines kept per child for failure reports
+  bool quiet = false;                        ///< do not forward output (tests)
+};
+
+/// Runs all children to completion. Returns the launcher's exit status: 0 if
+/// every child exited 0, else the first failure's status (124 on timeout,
+/// 128+signal when the launcher itself was interrupted). Prints which child failed,
+/// its status and its last lines. `results` receives every child's outcome.
+int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
+              std::vector<ChildResult>* results = nullptr);
+
+}  // namespace pskv::launcher

@@ -1,0 +1,374 @@
+// A worker program for the distributed KVStore tests, started by pskv-launch.
+// MXNet's dist_sync/dist_async kvstore tests re-expressed with the update
+// w <- w + rate*g (SGD with learning rate -rate). Exit status 0 = all checks passed.
+//
+//   dist_worker SCENARIO [ROUNDS]
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <unistd.h>
+
+#include "pskv/error.h"
+#include "pskv/kvstore.h"
+
+using namespace pskv;
+
+namespace {
+
+int g_failures = 0;
+std::string g_tag = "worker";
+
+#define CHECK_TRUE(cond, msg)                                                        \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      std::fprintf(stderr, "%s: CHECK FAILED at line %d: %s\n", g_tag.c_str(), __LINE__, \
+                   std::string(msg).c_str());                                        \
+      ++g_failures;                                                                  \
+    }                                                                                \
+  } while (0)
+
+NDArray Full(const Shape& s, double v, DType t = DType::kFloat32) {
+  NDArray a(s, t);
+  a.Fill(v);
+  return a;
+}
+
+bool AllEqual(const NDArray& a, double v, double tol = 0) {
+  for (int64_t i = 0; i < a.size(); ++i)
+    if (std::abs(a.At(i) - v) > tol) {
+      std::fprintf(stderr, "%s: element %lld is %.9g, expected %.9g\n", g_tag.c_str(),
+                   static_cast<long long>(i), a.At(i), v);
+      return false;
+    }
+  return true;
+}
+
+const Shape kSmall = {3, 3};
+const Shape kBig = {50, 40};  // 2000 elements: above the test's bound of 1000, sliced
+const double kRate = 2;
+
+OptimizerConfig AddRate(double rate) {
+  return OptimizerConfig::FromParams("sgd", {{"learning_rate", std::to_string(-rate)}});
+}
+
+template <typename F>
+bool Throws(F&& f, const char* needle) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (std::strstr(e.what(), needle)) return true;
+    std::fprintf(stderr, "%s: error '%s' lacks '%s'\n", g_tag.c_str(), e.what(), needle);
+    return false;
+  }
+  std::fprintf(stderr, "%s: no error (expected one mentioning '%s')\n", g_tag.c_str(), needle);
+  return false;
+}
+
+// ---------------------------------------------------------------- scenarios
+
+void Sync(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  const double tri = n * (n + 1) / 2.0;
+  kv.SetOptimizer(AddRate(kRate));
+  // int keys, one at a time
+  kv.Init(3, Full(kSmall, 1));
+  kv.Init(99, Full(kBig, 1));
+  for (int i = 0; i < rounds; ++i) {
+    kv.Push(3, {Full(kSmall, r + 1)});
+    kv.Push(99, {Full(kBig, r + 1)});
+    NDArray a(kSmall), b(kBig);
+    kv.Pull(3, {a});
+    kv.Pull(99, {b});
+    kv.WaitAll();
+    const double want = 1 + kRate * (i + 1) * tri;
+    CHECK_TRUE(AllEqual(a, want), "small key round " + std::to_string(i));
+    CHECK_TRUE(AllEqual(b, want), "big key round " + std::to_string(i));
+  }
+  // lists of keys, several values per key per worker (summed locally first)
+  const std::vector<int> keys = {5, 7, 1000};
+  kv.Init(keys, {Full(kSmall, 1), Full(kBig, 1), Full(kSmall, 1)});
+  for (int i = 0; i < rounds; ++i) {
+    std::vector<int> pk;
+    std::vector<NDArray> pv;
+    for (int k : keys)
+      for (int d = 0; d < 2; ++d) {
+        pk.push_back(k);
+        pv.push_back(Full(k == 7 ? kBig : kSmall, r + 1));
+      }
+    kv.Push(pk, pv);
+    std::vector<NDArray> outs = {NDArray(kSmall), NDArray(kBig), NDArray(kSmall)};
+    kv.Pull(keys, outs);
+    kv.WaitAll();
+    for (auto& o : outs) CHECK_TRUE(AllEqual(o, 1 + kRate * (i + 1) * tri * 2), "list keys");
+  }
+  // push-pull in one round trip, in place on two "devices"
+  kv.Init(11, Full(kBig, 1));
+  for (int i = 0; i < rounds; ++i) {
+    NDArray d0 = Full(kBig, r + 1), d1 = Full(kBig, r + 1);
+    kv.PushPull(11, {d0, d1}, {});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(d0, 1 + kRate * (i + 1) * tri * 2) && AllEqual(d1, d0.At(0)), "pushpull");
+  }
+  kv.Barrier();
+}
+
+void SyncStringKeys(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  const double tri = n * (n + 1) / 2.0;
+  kv.SetOptimizer(AddRate(kRate));
+  const std::vector<std::string> keys = {"fc1_weight", "fc1_bias", "conv_big"};
+  kv.Init(keys, {Full(kSmall, 1), Full(kSmall, 1), Full(kBig, 1)});
+  for (int i = 0; i < rounds; ++i) {
+    kv.Push(keys, {Full(kSmall, r + 1), Full(kSmall, r + 1), Full(kBig, r + 1)});
+    std::vector<NDArray> outs = {NDArray(kSmall), NDArray(kSmall), NDArray(kBig)};
+    kv.Pull(keys, outs);
+    kv.WaitAll();
+    for (auto& o : outs) CHECK_TRUE(AllEqual(o, 1 + kRate * (i + 1) * tri), "string keys");
+  }
+}
+
+void Async(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  kv.SetOptimizer(AddRate(1));
+  kv.Init(3, Full(kSmall, 1));
+  kv.Init(99, Full(kBig, 1));
+  for (int i = 0; i < rounds; ++i) {
+    kv.Push(3, {Full(kSmall, r + 1)});
+    kv.Push(99, {Full(kBig, r + 1)});
+  }
+  kv.WaitAll();
+  kv.Barrier();
+  NDArray a(kSmall), b(kBig);
+  kv.Pull(3, {a});
+  kv.Pull(99, {b});
+  kv.WaitAll();
+  const double want = 1 + rounds * n * (n + 1) / 2.0;
+  CHECK_TRUE(AllEqual(a, want), "async small key");
+  CHECK_TRUE(AllEqual(b, want), "async big key");
+  kv.Barrier();
+}
+
+// MXNet's 2-bit formulas, simulated here independently for one worker's stream.
+struct TwoBitSim {
+  float t, r = 0;
+  float Step(float g) {
+    r += g;
+    if (r >= t) {
+      r -= t;
+      return t;
+    }
+    if (r <= -t) {
+      r += t;
+      return -t;
+    }
+    return 0;
+  }
+};
+
+void Compression(KVStore& kv, int) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  kv.SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
+  kv.SetOptimizer(AddRate(1));
+  kv.Init(3, Full(kSmall, 0));
+  kv.Init(99, Full(kBig, 0));
+  // Below, at and above the threshold, negative; residuals carry over.
+  const float pushes[] = {0.4f, 0.1f, 0.5f, 0.7f, -0.3f, -0.3f, -2.0f, 0.25f};
+  std::vector<TwoBitSim> sims(static_cast<size_t>(n), TwoBitSim{0.5f});
+  double expect = 0;
+  int round = 0;
+  for (float base : pushes) {
+    // worker w pushes base * (w + 1)
+    for (int w = 0; w < n; ++w) expect += sims[static_cast<size_t>(w)].Step(base * static_cast<float>(w + 1));
+    kv.Push(3, {Full(kSmall, base * static_cast<float>(r + 1))});
+    NDArray a(kSmall);
+    kv.Pull(3, {a});
+    // the big key with push-pull (MXNet refused push-pull with compression)
+    NDArray b = Full(kBig, base * static_cast<float>(r + 1));
+    kv.PushPull(99, {b}, {});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(a, expect), "2bit small key round " + std::to_string(round));
+    CHECK_TRUE(AllEqual(b, expect), "2bit big key round " + std::to_string(round));
+    ++round;
+  }
+  CHECK_TRUE(Throws([&] { kv.Init(1, Full(kSmall, 0, DType::kFloat16)); }, "float32"), "fp16 + compression");
+}
+
+void NoOptimizer(KVStore& kv, int rounds) {
+  // update_on_kvstore = false: servers sum, workers pull the exact sums.
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  kv.Init(3, Full(kSmall, 0));
+  kv.Init(99, Full(kBig, 0));
+  for (int i = 0; i < rounds; ++i) {
+    NDArray a = Full(kSmall, (r + 1) * (i + 1)), b = Full(kBig, (r + 1) * (i + 1));
+    kv.PushPull(std::vector<int>{3, 99}, {a, b}, std::vector<int>{3, 99}, {a, b});
+    kv.WaitAll();
+    const double want = (i + 1) * n * (n + 1) / 2.0;
+    CHECK_TRUE(AllEqual(a, want) && AllEqual(b, want), "sum round " + std::to_string(i));
+  }
+}
+
+void MultiPrecision(KVStore& kv, int) {
+  const int n = kv.NumWorkers();
+  kv.SetOptimizer(OptimizerConfig::FromParams(
+      "sgd", {{"learning_rate", "-1e-4"}, {"multi_precision", "1"}}));
+  kv.Init(0, Full(kSmall, 1, DType::kFloat16));
+  kv.Init(1, Full(kBig, 1, DType::kBFloat16));
+  for (int i = 0; i < 20; ++i) {
+    kv.Push(0, {Full(kSmall, 1, DType::kFloat16)});
+    kv.Push(1, {Full(kBig, 1, DType::kBFloat16)});
+  }
+  NDArray a(kSmall, DType::kFloat16), b(kBig, DType::kBFloat16);
+  kv.Pull(0, {a});
+  kv.Pull(1, {b});
+  kv.WaitAll();
+  const float master = 1.0f + 20 * n * 1e-4f;
+  CHECK_TRUE(AllEqual(a, HalfToFloat(FloatToHalf(master)), 1e-6), "fp16 master weights");
+  CHECK_TRUE(AllEqual(b, BFloat16ToFloat(FloatToBFloat16(master)), 1e-6), "bf16 master weights");
+  CHECK_TRUE(a.At(0) > 1.0, "fp16 weight moved");
+}
+
+void Misuse(KVStore& kv, int) {
+  NDArray out(kSmall);
+  CHECK_TRUE(Throws([&] { kv.Pull(42, {out}); kv.WaitAll(); }, "has not been inited"), "pull uninit");
+  kv.Init(1, Full(kSmall, 1));
+  CHECK_TRUE(Throws([&] { kv.Init(1, Full(kSmall, 1)); }, "duplicate init"), "double init");
+  CHECK_TRUE(Throws([&] { kv.Push(1, {Full({2, 2}, 1)}); }, "cannot change"), "size change");
+  CHECK_TRUE(Throws([&] { kv.Push(1, {Full(kSmall, 1, DType::kFloat64)}); }, "dtype"), "dtype change");
+  CHECK_TRUE(Throws([&] { kv.Init("s", Full(kSmall, 1)); }, "Mixed key types"), "mixed keys");
+  CHECK_TRUE(Throws([&] { kv.SetUpdater([](int, const NDArray&, NDArray*) {}); }, "SetOptimizer"), "updater");
+  CHECK_TRUE(Throws([&] { kv.PushPull(std::vector<int>{1}, {Full(kSmall, 1)}, std::vector<int>{2}, {out}); },
+                    "must be the same"), "pushpull keys");
+  CHECK_TRUE(Throws([&] { kv.SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}})); },
+                    "before the first Init"), "compression after init");
+  CHECK_TRUE(Throws([&] { kv.SaveOptimizerStates("/tmp/pskv_no_opt"); }, "no optimizer"), "save w/o optimizer");
+  // the store still works after all that
+  kv.Push(1, {Full(kSmall, 2)});
+  kv.Pull(1, {out});
+  kv.WaitAll();
+  CHECK_TRUE(AllEqual(out, 2.0 * kv.NumWorkers()), "store usable after errors");
+}
+
+void AsyncNoOptimizer(KVStore& kv, int) {
+  kv.Init(1, Full(kSmall, 1));
+  CHECK_TRUE(Throws([&] { kv.Push(1, {Full(kSmall, 1)}); }, "SetOptimizer"), "async without optimizer");
+}
+
+void Unequal(KVStore& kv, int rounds) {
+  // Worker 0 pushes one round more than the others: its last push cannot complete.
+  kv.Init(3, Full(kSmall, 0));
+  const int mine = kv.Rank() == 0 ? rounds + 1 : rounds;
+  for (int i = 0; i < rounds; ++i) kv.Push(3, {Full(kSmall, 1)});
+  kv.WaitAll();
+  if (mine > rounds) {
+    kv.Push(3, {Full(kSmall, 1)});
+    CHECK_TRUE(Throws([&] { kv.WaitAll(); }, "finished the job without pushing"), "unequal pushes");
+  }
+}
+
+void StringOrder(KVStore& kv, int) {
+  std::vector<std::string> keys = {"a", "b"};
+  if (kv.Rank() == 1) std::swap(keys[0], keys[1]);
+  // Whichever worker reports its ids second gets the error, before Init's barrier.
+  bool failed = false;
+  try {
+    kv.Init(keys, {Full(kSmall, 1), Full(kSmall, 1)});
+  } catch (const KeyError& e) {
+    failed = std::strstr(e.what(), "different order") != nullptr;
+    std::fprintf(stderr, "%s: %s\n", g_tag.c_str(), e.what());
+    kv.Barrier();  // the barrier the other worker's Init ends with
+  }
+  // Count the workers that saw the error: exactly one must have.
+  kv.Init("zz_count", Full({1}, 0));
+  NDArray c = Full({1}, failed ? 1 : 0);
+  kv.PushPull("zz_count", {c}, {});
+  kv.WaitAll();
+  CHECK_TRUE(c.At(0) == 1, "exactly one worker must see the key-order error, saw " + std::to_string(c.At(0)));
+}
+
+void States(KVStore& kv, int rounds) {
+  kv.SetOptimizer(OptimizerConfig::FromParams("adam", {{"learning_rate", "0.01"}}));
+  kv.Init(3, Full(kSmall, 1));
+  kv.Init(99, Full(kBig, 1));
+  for (int i = 0; i < rounds; ++i) {
+    kv.Push(3, {Full(kSmall, 0.5)});
+    kv.Push(99, {Full(kBig, 0.5)});
+  }
+  kv.WaitAll();
+  const std::string f1 = "/tmp/pskv_states_" + std::to_string(::getpid()) + "_a";
+  const std::string f2 = "/tmp/pskv_states_" + std::to_string(::getpid()) + "_b";
+  // rank 0 writes the file; all ranks take part in gathering
+  kv.SaveOptimizerStates(f1);
+  std::string path = f1;
+  kv.Barrier();
+  if (kv.Rank() == 0) {
+    kv.LoadOptimizerStates(f1);
+  } else {
+    kv.LoadOptimizerStates("unused-on-non-zero-ranks");
+  }
+  kv.SaveOptimizerStates(f2);
+  if (kv.Rank() == 0) {
+    auto read = [](const std::string& p) {
+      std::string s;
+      FILE* f = std::fopen(p.c_str(), "rb");
+      if (!f) return s;
+      char b[4096];
+      size_t k;
+      while ((k = std::fread(b, 1, sizeof b, f)) > 0) s.append(b, k);
+      std::fclose(f);
+      return s;
+    };
+    std::string a = read(f1), b = read(f2);
+    CHECK_TRUE(a.size() > 100 && a == b, "saved states round-trip through load");
+    std::remove(f1.c_str());
+    std::remove(f2.c_str());
+  }
+  kv.Barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: dist_worker SCENARIO [ROUNDS]\n");
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 4;
+  static const std::map<std::string, std::pair<std::string, std::function<void(KVStore&, int)>>> kScenarios = {
+      {"sync", {"dist_sync", Sync}},
+      {"sync_device", {"dist_sync_device", Sync}},
+      {"string_keys", {"dist_sync", SyncStringKeys}},
+      {"async", {"dist_async", Async}},
+      {"async_device", {"dist_async_device", Async}},
+      {"compression", {"dist_sync", Compression}},
+      {"no_optimizer", {"dist_sync", NoOptimizer}},
+      {"multi_precision", {"dist_sync", MultiPrecision}},
+      {"misuse", {"dist_sync", Misuse}},
+      {"async_no_optimizer", {"dist_async", AsyncNoOptimizer}},
+      {"unequal", {"dist_sync", Unequal}},
+      {"string_order", {"dist_sync", StringOrder}},
+      {"states", {"dist_sync", States}},
+  };
+  auto it = kScenarios.find(scenario);
+  if (it == kScenarios.end()) {
+    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+    return 2;
+  }
+  try {
+    auto kv = KVStore::Create(it->second.first);
+    g_tag = "worker " + std::to_string(kv->Rank());
+    it->second.second(*kv, rounds);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: unexpected error: %s\n", g_tag.c_str(), e.what());
+    return 1;
+  }
+  if (g_failures) {
+    std::fprintf(stderr, "%s: %d check(s) failed\n", g_tag.c_str(), g_failures);
+    return 1;
+  }
+  std::printf("%s: all checks passed\n", g_tag.c_str());
+  return 0;
+}
