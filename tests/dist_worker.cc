@@ -3,7 +3,9 @@
 // w <- w + rate*g (SGD with learning rate -rate). Exit status 0 = all checks passed.
 //
 //   dist_worker SCENARIO [ROUNDS]
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -328,6 +330,43 @@ void States(KVStore& kv, int rounds) {
   kv.Barrier();
 }
 
+// Pushes and pulls until something fails (a peer is killed by the test), for at
+// most 90 s. Creates $PSKV_TEST_MARKER_DIR/worker<rank> once initialised.
+void PushUntilFailure(KVStore& kv);
+void LoopUntilFailure(KVStore& kv, int) {
+  kv.Init(3, Full(kSmall, 0));
+  if (const char* dir = std::getenv("PSKV_TEST_MARKER_DIR")) {
+    std::string p = std::string(dir) + "/worker" + std::to_string(kv.Rank());
+    if (FILE* f = std::fopen(p.c_str(), "w")) std::fclose(f);
+  }
+  PushUntilFailure(kv);
+}
+
+void PushUntilFailure(KVStore& kv) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (std::chrono::steady_clock::now() < end) {
+    kv.Push(3, {Full(kSmall, 1)});
+    NDArray out(kSmall);
+    kv.Pull(3, {out});
+    kv.WaitAll();  // throws once a peer is declared dead
+  }
+  std::fprintf(stderr, "%s: no failure was reported within 90 s\n", g_tag.c_str());
+  ++g_failures;
+}
+
+// Rank 1 exits with status 3 after one round; the others keep going.
+void ExitThree(KVStore& kv, int) {
+  kv.Init(3, Full(kSmall, 0));
+  kv.Push(3, {Full(kSmall, 1)});
+  kv.WaitAll();
+  if (kv.Rank() == 1) {
+    std::printf("worker 1 exits with status 3 now\n");
+    std::fflush(stdout);
+    std::_Exit(3);
+  }
+  PushUntilFailure(kv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -351,6 +390,8 @@ int main(int argc, char** argv) {
       {"unequal", {"dist_sync", Unequal}},
       {"string_order", {"dist_sync", StringOrder}},
       {"states", {"dist_sync", States}},
+      {"loop_until_failure", {"dist_sync", LoopUntilFailure}},
+      {"exit3", {"dist_sync", ExitThree}},
   };
   auto it = kScenarios.find(scenario);
   if (it == kScenarios.end()) {

@@ -1,0 +1,180 @@
+// pskv-launch: real jobs on this host; exit codes, output prefixes, failure
+// propagation, signals, and that no process of a job outlives the launcher
+// (checked by scanning every pid's environment for a per-test tag, not by name).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "support/proc.h"
+
+using namespace pskv::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string TmpDir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("pskv_launch_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+struct RunResult {
+  int status = -1;
+  std::string out;
+  double seconds = 0;
+};
+
+RunResult Launch(const std::vector<std::string>& args, std::chrono::milliseconds limit = 120s,
+           const std::map<std::string, std::string>& env = {}) {
+  std::string dir = TmpDir("run");
+  std::vector<std::string> argv = {PSKV_LAUNCH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t p = Spawn(argv, env, dir + "/out");
+  RunResult r;
+  auto st = WaitExit(p, limit);
+  if (!st) {
+    ::kill(-p, SIGKILL);
+    WaitExit(p, 5s);
+  }
+  r.status = st.value_or(-1);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.out = ReadFile(dir + "/out");
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+std::string Tag() { return "PSKV_TEST_TAG=" + std::to_string(::getpid()) + "_" + std::to_string(rand()); }
+
+}  // namespace
+
+TEST(Launcher, LocalJobRunsAndPrefixesOutput) {
+  RunResult r = Launch({"-n", "2", "-s", "2", "--timeout", "100", "--", DIST_WORKER, "sync", "2"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("[worker 0] worker 0: all checks passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[worker 1] worker 1: all checks passed"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, FailingWorkerStopsTheJobAndLeavesNoProcess) {
+  const std::string tag = Tag();
+  RunResult r = Launch({"-n", "2", "-s", "2", "--timeout", "100", "--env", tag, "--", DIST_WORKER, "exit3"});
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_LT(r.seconds, 10.0) << r.out;
+  EXPECT_NE(r.out.find("worker 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exited with status 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worker 1 exits with status 3 now"), std::string::npos) << "last lines shown";
+  EXPECT_TRUE(PidsWithEnv(tag).empty());
+}
+
+TEST(Launcher, SigtermStopsEveryChild) {
+  const std::string tag = Tag();
+  std::string dir = TmpDir("sigterm");
+  pid_t p = Spawn({PSKV_LAUNCH, "-n", "2", "-s", "1", "--env", tag, "--env", "PSKV_TEST_MARKER_DIR=" + dir,
+                   "--", DIST_WORKER, "loop_until_failure"},
+                  {}, dir + "/out");
+  ASSERT_TRUE(WaitFile(dir + "/worker0", 30s) && WaitFile(dir + "/worker1", 30s)) << ReadFile(dir + "/out");
+  EXPECT_EQ(PidsWithEnv(tag).size(), 4u);  // scheduler, server, 2 workers
+  ::kill(p, SIGTERM);
+  auto st = WaitExit(p, 10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(*st, 128 + SIGTERM);
+  EXPECT_TRUE(PidsWithEnv(tag).empty());
+  EXPECT_NE(ReadFile(dir + "/out").find("received"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launcher, SigkillOfTheLauncherLeavesNoOrphans) {
+  const std::string tag = Tag();
+  std::string dir = TmpDir("sigkill");
+  pid_t p = Spawn({PSKV_LAUNCH, "-n", "1", "-s", "1", "--env", tag, "--env", "PSKV_TEST_MARKER_DIR=" + dir,
+                   "--", DIST_WORKER, "loop_until_failure"},
+                  {}, dir + "/out");
+  ASSERT_TRUE(WaitFile(dir + "/worker0", 30s)) << ReadFile(dir + "/out");
+  ::kill(p, SIGKILL);
+  WaitExit(p, 5s);
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (!PidsWithEnv(tag).empty() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(PidsWithEnv(tag).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launcher, TimeoutStopsTheJob) {
+  const std::string tag = Tag();
+  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "2", "--env", tag, "--", DIST_WORKER, "loop_until_failure"});
+  EXPECT_EQ(r.status, 124) << r.out;
+  EXPECT_NE(r.out.find("timeout"), std::string::npos);
+  EXPECT_TRUE(PidsWithEnv(tag).empty());
+}
+
+TEST(Launcher, ArgumentsArePassedExactly) {
+  // The worker never joins the job; registration times out quickly, which is fine:
+  // only the worker's output matters here.
+  RunResult r = Launch({"-n", "1", "-s", "1", "--env", "PSKV_REGISTER_TIMEOUT=1", "--", "printf", "<%s>", "a b",
+                  "c'd", "$HOME"});
+  EXPECT_NE(r.out.find("[worker 0] <a b><c'd><$HOME>"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, EnvForServersAndWorkersOnly) {
+  RunResult r = Launch({"-n", "1", "-s", "1", "--dry-run", "--env-server", "ONLY_S=1", "--env-worker",
+                  "ONLY_W=2", "--env", "ALL:3", "--", "prog"});
+  EXPECT_EQ(r.status, 0);
+  std::istringstream is(r.out);
+  std::string line;
+  while (std::getline(is, line)) {
+    EXPECT_NE(line.find("ALL=3"), std::string::npos) << line;
+    const bool worker = line.rfind("[worker", 0) == 0;
+    EXPECT_EQ(line.find("ONLY_W=2") != std::string::npos, worker) << line;
+    EXPECT_EQ(line.find("ONLY_S=1") != std::string::npos, !worker) << line;
+  }
+}
+
+TEST(Launcher, UsageErrors) {
+  RunResult r = Launch({"--", "prog"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("-n N"), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "--launcher", "pbs", "--", "prog"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("valid: local, ssh, mpi, slurm, sge, yarn"), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "--launcher", "ssh", "--", "prog"});
+  EXPECT_EQ(r.status, 2);
+  r = Launch({"--help"});
+  EXPECT_EQ(r.status, 0);
+  for (auto opt : {"--sync-dst-dir", "--env-server", "--env-worker", "--server-command", "--dry-run",
+                   "--timeout", "Examples"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
+}
+
+// Batch systems that cannot run here: the generated commands are checked.
+TEST(LauncherDryRun, Sge) {
+  RunResult r = Launch({"-n", "3", "-s", "2", "--launcher", "sge", "--dry-run", "--", "prog", "x y"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("qsub -sync y -cwd -V -N pskv-worker -t 1-3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qsub -sync y -cwd -V -N pskv-server -t 1-2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("export DMLC_ROLE=worker"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("export DMLC_TASK_ID=$((SGE_TASK_ID - 1))"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exec prog 'x y'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[scheduler]"), std::string::npos) << r.out;
+}
+
+TEST(LauncherDryRun, Yarn) {
+  RunResult r = Launch({"-n", "2", "-s", "1", "--launcher", "yarn", "--dry-run", "--", "prog"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("distributedshell.Client"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-num_containers 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-shell_env DMLC_ROLE=worker"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-shell_env DMLC_ROLE=server"), std::string::npos) << r.out;
+}
+
+TEST(LauncherDryRun, SlurmAndMpi) {
+  RunResult r = Launch({"-n", "2", "-s", "1", "--launcher", "slurm", "--dry-run", "--", "prog"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("srun --ntasks=2 --job-name=pskv-worker --export=ALL,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DMLC_ROLE=worker"), std::string::npos) << r.out;
+  r = Launch({"-n", "2", "-s", "1", "--launcher", "mpi", "--dry-run", "--", "prog"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("mpirun -n 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-x DMLC_ROLE=worker"), std::string::npos) << r.out;
+}
