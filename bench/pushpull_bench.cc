@@ -1,5 +1,266 @@
+// pskv-bench pushpull: one worker and one server (plus the scheduler) as threads
+// of this process, talking over TCP on 127.0.0.1 through the full pskv stack
+// (ZeroMQ transport, protocol, KV worker/server). The server adds every push into
+// its stored value, as a sync server does. Ceiling, measured in the same run: a
+// plain TCP socket pair on loopback moving the same bytes in the same directions
+// (N out, N back) with reused, pre-faulted buffers.
 #include "bench/pushpull_bench.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "kvstore/reduce.h"
+#include "ps/kv_app.h"
+#include "ps/node.h"
+#include "pskv/error.h"
+
 namespace pskv::bench {
-int BenchPushPull(int, char**) { std::fprintf(stderr, "pushpull: not built yet\n"); return 2; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+int64_t Arg(int argc, char** argv, const char* name, int64_t def) {
+  for (int i = 0; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::stoll(argv[i + 1]);
+  return def;
 }
+
+int FreePort() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  int p = ntohs(a.sin_port);
+  ::close(s);
+  return p;
+}
+
+// Runs fn `reps` times after one warm-up; returns the median seconds.
+double Median(int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto s = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
+  }
+  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+  return t[static_cast<size_t>(reps / 2)];
+}
+
+int Reps(int64_t bytes) { return std::clamp(static_cast<int>((256ll << 20) / std::max<int64_t>(bytes, 1)), 5, 200); }
+
+// ---------------------------------------------------------------- TCP ceiling
+
+void WriteAll(int fd, const char* p, size_t n) {
+  while (n) {
+    ssize_t k = ::send(fd, p, n, 0);
+    if (k <= 0) throw IOError("tcp ceiling: send failed");
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+void ReadAll(int fd, char* p, size_t n) {
+  while (n) {
+    ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) throw IOError("tcp ceiling: recv failed");
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+class TcpPair {
+ public:
+  explicit TcpPair(size_t max_bytes) : cbuf_(max_bytes, 1), sbuf_(max_bytes, 2) {
+    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+    ::listen(ls, 1);
+    client_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw IOError("tcp connect");
+    server_ = ::accept(ls, nullptr, nullptr);
+    ::close(ls);
+    for (int fd : {client_, server_}) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    echo_ = std::thread([this] {
+      for (;;) {
+        uint64_t n;
+        ReadAll(server_, reinterpret_cast<char*>(&n), 8);
+        if (n == 0) return;
+        ReadAll(server_, sbuf_.data(), n);
+        WriteAll(server_, sbuf_.data(), n);
+      }
+    });
+  }
+  ~TcpPair() {
+    uint64_t zero = 0;
+    WriteAll(client_, reinterpret_cast<char*>(&zero), 8);
+    echo_.join();
+    ::close(client_);
+    ::close(server_);
+  }
+  // N bytes out, N bytes back.
+  void RoundTrip(size_t n) {
+    uint64_t len = n;
+    WriteAll(client_, reinterpret_cast<char*>(&len), 8);
+    WriteAll(client_, cbuf_.data(), n);
+    ReadAll(client_, cbuf_.data(), n);
+  }
+
+ private:
+  std::vector<char> cbuf_, sbuf_;
+  int client_ = -1, server_ = -1;
+  std::thread echo_;
+};
+
+// ---------------------------------------------------------------- pskv
+
+// Server: one float32 value per key; pushes are added in, pulls answered from it.
+class AddServer {
+ public:
+  explicit AddServer(Node* node)
+      : reducer_(node->options().bigarray_bound, node->options().reduction_threads),
+        srv_(node, [this](KVRequest&& r, KVServer* s) { Handle(std::move(r), s); }, nullptr) {}
+
+ private:
+  void Handle(KVRequest&& r, KVServer* s) {
+    const Message& m = r.msg;
+    const uint64_t key = m.key_ptr()[0], len = m.len_ptr()[0];
+    NDArray& v = store_[key];
+    if (r.push) {
+      const int64_t n = static_cast<int64_t>(len / 4);
+      if (v.empty()) v = NDArray({n});
+      if (v.size() != n) return s->RespondError(r, ErrorKind::kShape, "size changed");
+      // Copy on write: a reply may still be sending the old value.
+      if (token_.use_count() > 1) {
+        v = v.Clone();
+        token_ = std::make_shared<int>(0);
+      }
+      m.ForEachPiece(0, len, [&](const char* p, uint64_t bytes, uint64_t at) {
+        NDArray in = NDArray::Wrap(const_cast<char*>(p), {static_cast<int64_t>(bytes / 4)}, DType::kFloat32);
+        NDArray part = v.Slice1D(static_cast<int64_t>(at / 4), static_cast<int64_t>(bytes / 4));
+        reducer_.AddTo(in, &part);
+      });
+    }
+    if (!r.pull) return s->Respond(r);
+    Frame f;
+    f.data = static_cast<const char*>(v.raw());
+    f.size = v.nbytes();
+    struct Hold {
+      NDArray a;
+      std::shared_ptr<int> t;
+    };
+    f.owner = std::make_shared<Hold>(Hold{v, token_});
+    s->Respond(r, {key}, std::move(f), {v.nbytes()});
+  }
+  Reducer reducer_;
+  std::map<uint64_t, NDArray> store_;
+  std::shared_ptr<int> token_ = std::make_shared<int>(0);
+  KVServer srv_;
+};
+
+void Wait(const std::function<void(KVWorker::Callback)>& op) {
+  std::promise<void> p;
+  auto f = p.get_future();
+  op([&p](std::exception_ptr e) {
+    if (e) p.set_exception(e);
+    else p.set_value();
+  });
+  if (f.wait_for(60s) != std::future_status::ready) throw TimeoutError("benchmark request timed out");
+  f.get();
+}
+
+}  // namespace
+
+int BenchPushPull(int argc, char** argv) {
+  bool json = false;
+  for (int i = 0; i < argc; ++i) json |= std::strcmp(argv[i], "--json") == 0;
+  const int64_t lo = Arg(argc, argv, "--min-bytes", 4 << 10);
+  const int64_t hi = Arg(argc, argv, "--max-bytes", 64 << 20);
+
+  Options o = Options::FromEnv();
+  o.root_uri = "127.0.0.1";
+  o.root_port = FreePort();
+  o.num_servers = 1;
+  o.num_workers = 1;
+  o.role_set = true;
+  auto with_role = [&](Role r) {
+    Options x = o;
+    x.role = r;
+    return x;
+  };
+  Node sched(with_role(Role::kScheduler)), server(with_role(Role::kServer)), worker(with_role(Role::kWorker));
+  AddServer add(&server);
+  KVWorker kv(&worker);
+  std::thread ts([&] { sched.Start(); }), tv([&] { server.Start(); });
+  worker.Start();
+  ts.join();
+  tv.join();
+
+  TcpPair tcp(static_cast<size_t>(hi));
+  if (!json)
+    std::printf("pushpull: 1 worker, 1 server, 127.0.0.1; the server adds every push into its value\n"
+                "ceiling: plain TCP socket pair moving the same bytes (N out, N back)\n"
+                "%10s %10s %10s %12s %12s %12s %8s %10s\n",
+                "bytes", "push GB/s", "pull GB/s", "pushpull GB/s", "ceiling GB/s", "ratio", "",
+                "pp lat us");
+  int rc = 0;
+  for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
+    const int reps = Reps(bytes);
+    const std::vector<uint64_t> keys = {static_cast<uint64_t>(bytes)};  // a key per size
+    const std::vector<uint64_t> lens = {static_cast<uint64_t>(bytes)};
+    NDArray src({bytes / 4}), dst({bytes / 4});
+    src.Fill(1);
+    Frame f;
+    f.data = static_cast<const char*>(src.raw());
+    f.size = src.nbytes();
+    f.owner = std::make_shared<NDArray>(src);
+    char* out = static_cast<char*>(dst.raw());
+    const double t_push = Median(reps, [&] { Wait([&](auto cb) { kv.Push(keys, f, lens, 0, cb); }); });
+    const double t_pull = Median(reps, [&] { Wait([&](auto cb) { kv.Pull(keys, out, lens, 0, cb); }); });
+    const double t_pp =
+        Median(reps, [&] { Wait([&](auto cb) { kv.PushPull(keys, f, lens, out, lens, 0, cb); }); });
+    const double t_tcp = Median(reps, [&] { tcp.RoundTrip(static_cast<size_t>(bytes)); });
+    const double b = static_cast<double>(bytes);
+    const double push_g = b / t_push / 1e9, pull_g = b / t_pull / 1e9, pp_g = 2 * b / t_pp / 1e9,
+                 ceil_g = 2 * b / t_tcp / 1e9;
+    if (json)
+      std::printf("{\"bench\":\"pushpull\",\"bytes\":%lld,\"gbps\":%.4f,\"ceiling_gbps\":%.4f,\"ratio\":%.3f,"
+                  "\"push_gbps\":%.4f,\"pull_gbps\":%.4f,\"push_us\":%.1f,\"pull_us\":%.1f,"
+                  "\"pushpull_us\":%.1f,\"ceiling_us\":%.1f}\n",
+                  static_cast<long long>(bytes), pp_g, ceil_g, pp_g / ceil_g, push_g, pull_g, t_push * 1e6,
+                  t_pull * 1e6, t_pp * 1e6, t_tcp * 1e6);
+    else
+      std::printf("%10lld %10.3f %10.3f %12.3f %12.3f %12.3f %8s %10.1f\n", static_cast<long long>(bytes),
+                  push_g, pull_g, pp_g, ceil_g, pp_g / ceil_g, "", t_pp * 1e6);
+    std::fflush(stdout);
+  }
+  std::thread tf1([&] { sched.Finalize(30s); }), tf2([&] { server.Finalize(30s); });
+  worker.Finalize(30s);
+  tf1.join();
+  tf2.join();
+  return rc;
+}
+
+}  // namespace pskv::bench

@@ -37,10 +37,11 @@ class AddServer {
       uint64_t k = m.key_ptr()[i], len = m.len_ptr()[i];
       if (r.push) {
         auto& v = store_[k];
-        const float* p = reinterpret_cast<const float*>(m.vals.data + off);
+        std::vector<float> in(len / 4);
+        m.CopyVals(off, len, reinterpret_cast<char*>(in.data()));
         if (v.empty()) v.assign(len / 4, 0.0f);
         if (v.size() != len / 4) return s->RespondError(r, ErrorKind::kShape, "size changed");
-        for (size_t j = 0; j < v.size(); ++j) v[j] += p[j];
+        for (size_t j = 0; j < v.size(); ++j) v[j] += in[j];
         ++pushes_;
       }
       if (r.pull) {

@@ -85,28 +85,34 @@ void DistServer::FailRound(int key, KeyState& st, const std::string& why) {
   (void)key;
 }
 
-void DistServer::Merge(KeyState& st, const KVRequest& req, const char* data, uint64_t len, int key) {
-  const bool compressed = dist::CmdKind(req.cmd) == Kind::kCompressed;
+void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len) {
+  const Message& m = req.msg;
   const bool first = st.pushed.empty();
-  if (compressed) {
+  if (dist::CmdKind(req.cmd) == Kind::kCompressed) {
     if (st.merge.empty()) st.merge = NDArray({st.value.size()}, DType::kFloat32);
     if (first) st.merge.Fill(0);
+    std::string scratch;
+    const char* data = m.Contiguous(off, len, &scratch);
     compressor_->DequantizeAdd(reinterpret_cast<const uint8_t*>(data), st.merge.data<float>(),
                                st.value.size());
     return;
   }
-  NDArray in = View(data, len, st.value.dtype());
   const bool mp = optimizer_ && optimizer_->config().multi_precision && IsLowPrecision(st.value.dtype());
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
-  if (first) {
-    st.merge.CopyFrom(in);
-  } else if (mdt == in.dtype()) {
-    reducer_.AddTo(in, &st.merge);
-  } else {
-    reducer_.AddTo(in.AsType(mdt), &st.merge);
-  }
-  (void)key;
+  const size_t es = DTypeSize(st.value.dtype());
+  // Chunk by chunk, straight from the receive buffers.
+  m.ForEachPiece(off, len, [&](const char* p, uint64_t bytes, uint64_t at) {
+    NDArray in = View(p, bytes, st.value.dtype());
+    NDArray part = st.merge.Slice1D(static_cast<int64_t>(at / es), in.size());
+    if (first) {
+      part.CopyFrom(in);
+    } else if (mdt == in.dtype()) {
+      reducer_.AddTo(in, &part);
+    } else {
+      reducer_.AddTo(in.AsType(mdt), &part);
+    }
+  });
 }
 
 void DistServer::ApplyRound(int key, KeyState& st) {
@@ -135,7 +141,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   uint64_t off = 0;
   for (uint32_t i = 0; i < m.num_keys(); ++i) {
     const uint64_t ps_key = m.key_ptr()[i], len = m.len_ptr()[i];
-    const char* data = m.vals.data + off;
+    const uint64_t key_off = off;
     off += len;
     if (ps_key < base || ps_key - base > static_cast<uint64_t>(INT32_MAX))
       return fail(ErrorKind::kInvalid, "key " + std::to_string(ps_key) + " does not belong to " + me_name);
@@ -147,7 +153,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       if (len % DTypeSize(dtype)) return fail(ErrorKind::kShape, "init value size is not a whole number of elements");
       KeyState st;
       st.value = NDArray({static_cast<int64_t>(len / DTypeSize(dtype))}, dtype);
-      if (len) std::memcpy(st.value.raw(), data, len);
+      m.CopyVals(key_off, len, static_cast<char*>(st.value.raw()));
       store_.emplace(key, std::move(st));
       continue;
     }
@@ -182,7 +188,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                             " finished the job without pushing round " + std::to_string(st.rounds + 1) +
                             "; in sync mode every worker must push every key equally often (give "
                             "every worker the same number of batches)");
-        Merge(st, req, data, len, key);
+        Merge(st, req, key_off, len);
         st.pushed.insert(req.sender);
         st.waiting.push_back(std::move(req));
         if (static_cast<int>(st.pushed.size()) == node_->num_workers()) {
@@ -205,6 +211,8 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                                        "on the dist_async store before pushing");
       Detach(st);
       NDArray grad;
+      std::string scratch;
+      const char* data = m.Contiguous(key_off, len, &scratch);
       if (kind == Kind::kCompressed) {
         grad = NDArray({st.value.size()}, DType::kFloat32);
         compressor_->Dequantize(reinterpret_cast<const uint8_t*>(data), grad.data<float>(), st.value.size());

@@ -44,7 +44,7 @@ class DistServer {
   void Handle(KVRequest&& req, KVServer* srv);
   std::string Command(int sender, int head, const std::string& body);
   void HandleKey(const KVRequest& req, KVServer* srv, size_t i, uint64_t offset, bool* answered);
-  void Merge(KeyState& st, const KVRequest& req, const char* data, uint64_t len, int key);
+  void Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len);
   void ApplyRound(int key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req, const std::vector<std::pair<int, KeyState*>>& keys);
   void FailRound(int key, KeyState& st, const std::string& why);

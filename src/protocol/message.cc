@@ -18,10 +18,29 @@ std::vector<Frame> Encode(const Message& m) {
   if (!m.body.empty()) frames.push_back(Frame::FromString(m.body));
   if (h.num_keys > 0) {
     frames.push_back(m.keys);
-    frames.push_back(m.vals);
     frames.push_back(m.lens);
+    if (h.vals_len == 0) frames.push_back(Frame{});
+    for (uint64_t off = 0; off < h.vals_len; off += kChunkBytes) {
+      Frame c = m.vals;
+      c.data = m.vals.data + off;
+      c.size = std::min<uint64_t>(kChunkBytes, h.vals_len - off);
+      frames.push_back(std::move(c));
+    }
   }
   return frames;
+}
+
+void Message::CopyVals(uint64_t offset, uint64_t len, char* out) const {
+  ForEachPiece(offset, len, [&](const char* p, uint64_t n, uint64_t at) { std::memcpy(out + at, p, n); });
+}
+
+const char* Message::Contiguous(uint64_t offset, uint64_t len, std::string* scratch) const {
+  if (len == 0) return "";
+  if (offset / kChunkBytes == (offset + len - 1) / kChunkBytes)
+    return chunks[offset / kChunkBytes].data + offset % kChunkBytes;
+  scratch->resize(len);
+  CopyVals(offset, len, scratch->data());
+  return scratch->data();
 }
 
 namespace {
@@ -49,7 +68,8 @@ Message Decode(std::vector<Frame>&& frames) {
   if (h.vals_len > kMaxVals) Bad("values of " + std::to_string(h.vals_len) + " bytes exceed the limit");
   if (h.num_keys == 0 && h.vals_len != 0) Bad("values without keys");
   if (h.sender < 0 || h.recver < 0) Bad("negative node id");
-  const size_t want = 1 + (h.body_len > 0 ? 1 : 0) + (h.num_keys > 0 ? 3 : 0);
+  const uint64_t nchunks = h.vals_len == 0 ? 1 : (h.vals_len + kChunkBytes - 1) / kChunkBytes;
+  const size_t want = 1 + (h.body_len > 0 ? 1 : 0) + (h.num_keys > 0 ? 2 + nchunks : 0);
   if (frames.size() != want)
     Bad(std::to_string(frames.size()) + " frames, header implies " + std::to_string(want));
   size_t i = 1;
@@ -61,11 +81,15 @@ Message Decode(std::vector<Frame>&& frames) {
   if (h.num_keys > 0) {
     const uint64_t n = h.num_keys;
     if (frames[i].size != n * 8) Bad("keys frame size differs from num_keys");
-    if (frames[i + 1].size != h.vals_len) Bad("values frame size differs from vals_len");
-    if (frames[i + 2].size != n * 8) Bad("lens frame size differs from num_keys");
+    if (frames[i + 1].size != n * 8) Bad("lens frame size differs from num_keys");
+    for (uint64_t c = 0; c < nchunks; ++c) {
+      const uint64_t want_size = h.vals_len == 0 ? 0 : std::min(kChunkBytes, h.vals_len - c * kChunkBytes);
+      if (frames[i + 2 + c].size != want_size) Bad("value chunk " + std::to_string(c) + " has the wrong size");
+    }
     m.keys = std::move(frames[i]);
-    m.vals = std::move(frames[i + 1]);
-    m.lens = std::move(frames[i + 2]);
+    m.lens = std::move(frames[i + 1]);
+    if (h.vals_len > 0)
+      for (uint64_t c = 0; c < nchunks; ++c) m.chunks.push_back(std::move(frames[i + 2 + c]));
     uint64_t total = 0, prev = 0;
     for (uint64_t k = 0; k < n; ++k) {
       uint64_t key, len;

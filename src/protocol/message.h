@@ -6,13 +6,18 @@
 //   [0] Header (kHeaderSize bytes)
 //   [1] body   (header.body_len bytes)            if body_len > 0
 //   [2] keys   (num_keys * 8 bytes, uint64)        if num_keys > 0
-//   [3] vals   (header.vals_len bytes)             if num_keys > 0
-//   [4] lens   (num_keys * 8 bytes, uint64 bytes)  if num_keys > 0
+//   [3] lens   (num_keys * 8 bytes, uint64 bytes)  if num_keys > 0
+//   [4..] vals (header.vals_len bytes in chunks of kChunkBytes, the last one
+//              shorter; one empty frame if vals_len is 0)  if num_keys > 0
+// Values travel in chunks so that the receiving side allocates moderate buffers,
+// which the allocator recycles, instead of fresh 64 MB mappings whose pages fault
+// in on every message.
 // Invariants checked by Decode: magic, version, known control code and flags,
 // frame count and every frame size match the header, sum(lens) == vals_len,
 // keys strictly ascending, sizes below the limits below.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +32,7 @@ constexpr uint16_t kProtocolVersion = 1;
 constexpr uint32_t kMaxKeys = 1u << 24;
 constexpr uint32_t kMaxBody = 64u << 20;
 constexpr uint64_t kMaxVals = uint64_t{1} << 40;
+constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
 
 /// Node ids: scheduler 1; server rank r: 8 + 2r; worker rank r: 9 + 2r (ps-lite's).
 constexpr int kSchedulerId = 1;
@@ -83,16 +89,39 @@ struct Header {
 constexpr size_t kHeaderSize = sizeof(Header);
 static_assert(kHeaderSize == 64, "the header is 64 bytes on the wire");
 
-/// A decoded message. Payload frames are views into the received buffers (kept
-/// alive by the frames' owners): no copy is made on receive.
+/// A message. To send, fill `vals` (one logical buffer; Encode cuts it into
+/// chunks without copying). A received message has its values in `chunks`
+/// (views into the receive buffers, kept alive by their owners: no copy is made).
 struct Message {
   Header h;
   std::string body;
-  Frame keys, vals, lens;
+  Frame keys, lens;
+  Frame vals;                 // outgoing values
+  std::vector<Frame> chunks;  // received values, in order
 
   const uint64_t* key_ptr() const { return reinterpret_cast<const uint64_t*>(keys.data); }
   const uint64_t* len_ptr() const { return reinterpret_cast<const uint64_t*>(lens.data); }
   uint32_t num_keys() const { return h.num_keys; }
+
+  /// Calls fn(ptr, bytes, offset_from_start) for the pieces of received value
+  /// bytes [offset, offset + len), in order.
+  template <typename F>
+  void ForEachPiece(uint64_t offset, uint64_t len, F&& fn) const {
+    uint64_t done = 0;
+    while (done < len) {
+      const uint64_t at = offset + done;
+      const Frame& c = chunks[at / kChunkBytes];
+      const uint64_t in = at % kChunkBytes;
+      const uint64_t n = std::min<uint64_t>(len - done, c.size - in);
+      fn(c.data + in, n, done);
+      done += n;
+    }
+  }
+  /// Copies received value bytes [offset, offset + len) to out.
+  void CopyVals(uint64_t offset, uint64_t len, char* out) const;
+  /// Received value bytes [offset, offset + len) contiguously: a pointer into a
+  /// chunk when they lie in one, else a copy in *scratch.
+  const char* Contiguous(uint64_t offset, uint64_t len, std::string* scratch) const;
 };
 
 /// Builds the frames of a message. `keys`/`vals`/`lens` are sent without copying

@@ -238,8 +238,7 @@ void KVWorker::OnMessage(Message&& m) {
                     std::to_string(req.keys[s.first + k]) + ", expected " +
                     std::to_string(req.out_lens[s.first + k]);
       }
-      if (problem.empty() && m.vals.size)
-        std::memcpy(req.out + req.out_offsets[s.first], m.vals.data, m.vals.size);
+      if (problem.empty()) m.CopyVals(0, m.h.vals_len, req.out + req.out_offsets[s.first]);
     }
     if (!problem.empty() && !req.error)
       req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));

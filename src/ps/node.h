@@ -14,10 +14,10 @@
 // heartbeat_timeout + heartbeat_interval (default 10 s + 1 s) — faster when the
 // process exits rather than hangs.
 //
-// Threads: a receive thread (decodes, handles control messages, queues data), a
-// customer thread (runs the data handler, one message at a time, in arrival
-// order), a timer thread (heartbeats, failure detection, resend). Node state is
-// under mu_; the handler and failure callbacks are called without it held.
+// Threads: a receive thread (decodes, handles control messages, runs the data
+// handler — one message at a time, in arrival order) and a timer thread
+// (heartbeats, failure detection, resend). Node state is under mu_; the data
+// handler and failure callbacks are called without it held, so they may Send.
 #pragma once
 
 #include <atomic>
@@ -53,6 +53,8 @@ class Node {
 
   // --- set before Start()
   void SetTransportFactory(TransportFactory f) { transport_factory_ = std::move(f); }
+  /// Runs on the receive thread for every data message; must not block for long
+  /// (control messages, e.g. barrier releases, wait behind it).
   void SetDataHandler(DataHandler h) { data_handler_ = std::move(h); }
   void AddFailureHandler(FailureHandler h);
 
@@ -105,7 +107,6 @@ class Node {
   };
 
   void ReceiveLoop();
-  void CustomerLoop();
   void TimerLoop();
   void Handle(Message&& m);
   void HandleRegister(const Message& m);
@@ -162,14 +163,9 @@ class Node {
   std::map<int, SeenSeqs> seen_;
   uint64_t drop_state_ = 88172645463325252ull;
 
-  // customer queue
-  std::mutex q_mu_;
-  std::condition_variable q_cv_;
-  std::deque<Message> queue_;
-
   std::atomic<bool> stop_{false};
   bool started_ = false, stopped_ = false;
-  std::thread recv_thread_, customer_thread_, timer_thread_;
+  std::thread recv_thread_, timer_thread_;
 };
 
 }  // namespace pskv
