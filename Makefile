@@ -8,7 +8,7 @@ ifeq ($(CI),true)
   CMAKE_ARGS += -DPSKV_WERROR=ON
 endif
 
-.PHONY: all deps build demo test test-unit sanitize tsan bench format clean
+.PHONY: all deps build demo test sanitize tsan bench fuzz format clean
 
 all: build
 
@@ -50,3 +50,13 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+
+# Runs the libFuzzer target on the decoder for FUZZ_SECONDS (clang needed).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	scripts/install-deps.sh --with-clang
+	cmake -S . -B $(BUILD)-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPSKV_BUILD_FUZZ=ON \
+	  -DPSKV_BUILD_TORCH=OFF -DPSKV_BUILD_PYTHON=OFF
+	cmake --build $(BUILD)-fuzz --target fuzz_decode
+	mkdir -p $(BUILD)-fuzz/corpus && cp fuzz/corpus/* $(BUILD)-fuzz/corpus/
+	$(BUILD)-fuzz/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)-fuzz/corpus

@@ -200,6 +200,25 @@ TEST_P(PsShapes, PushPullBarrierExactValues) {
   for (int p : res.server_pushes) EXPECT_EQ(p, (rounds + 1) * 2 * n);
 }
 
+TEST(Ps, LargeValuesCrossChunkBoundaries) {
+  // 2.5 MiB + 12 bytes per key: values travel in several chunks both ways.
+  auto res = RunJob(2, 2, [](Node& node, KVWorker& w) {
+    auto keys = TestKeys(2);
+    const size_t per = (5 << 18) + 3;
+    std::vector<uint64_t> lens(keys.size(), per * 4);
+    std::vector<float> vals(keys.size() * per);
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i % 1000) * (node.rank() + 1);
+    Sync([&](auto cb) { w.Push(keys, Frame::Copy(vals.data(), vals.size() * 4), lens, 0, cb); });
+    node.Barrier(kWorkerGroup, 30s);
+    std::vector<float> out(vals.size());
+    Sync([&](auto cb) { w.Pull(keys, reinterpret_cast<char*>(out.data()), lens, 0, cb); });
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_EQ(out[i], static_cast<float>(i % 1000) * 3) << i;  // ranks 1 + 2
+    node.Barrier(kWorkerGroup, 30s);
+  });
+  ExpectNoErrors(res);
+}
+
 TEST(Ps, CommandsReachEveryServer) {
   auto res = RunJob(3, 1, [](Node&, KVWorker& w) {
     auto bodies = w.Command(7, "x", 10s);
