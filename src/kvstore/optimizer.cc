@@ -23,7 +23,10 @@ double LRSchedule::Rate(double base_lr, int64_t num_update) const {
     // num_update passes another multiple of `step`.
     int64_t k = num_update > 0 ? (num_update - 1) / step : 0;
     double lr = base_lr * std::pow(factor, static_cast<double>(k));
-    return std::max(lr, stop_factor_lr);
+    // Bound the magnitude (MXNet bounded the signed value, which turned the
+    // negative rates its own tests use into +stop_factor_lr).
+    if (std::fabs(lr) < stop_factor_lr) lr = std::copysign(stop_factor_lr, base_lr);
+    return lr;
   }
   if (type == "multifactor") {
     double lr = base_lr;

@@ -1,0 +1,180 @@
+"""KVStore with MXNet's Python API (``mx.kv``) over the C++ core."""
+import sys
+
+import numpy as np
+
+from . import _pskv
+from .optimizer import Optimizer
+
+
+def _as_array(v):
+    """A numpy view of a numpy array or a PyTorch CPU tensor (no copy)."""
+    if isinstance(v, np.ndarray):
+        if not v.flags['C_CONTIGUOUS']:
+            raise _pskv.InvalidArgument('arrays must be C-contiguous (numpy.ascontiguousarray)')
+        return v
+    if type(v).__module__.startswith('torch'):
+        if v.device.type != 'cpu':
+            raise _pskv.InvalidArgument('only CPU tensors are supported on this build')
+        if not v.is_contiguous():
+            raise _pskv.InvalidArgument('tensors must be contiguous (call .contiguous())')
+        return v.detach().numpy()
+    raise TypeError('values must be numpy arrays or torch tensors, got %s' % type(v).__name__)
+
+
+def _is_list(v):
+    return isinstance(v, (list, tuple))
+
+
+def _flatten(key, value):
+    """(key, value) in any of MXNet's shapes -> parallel flat lists (spec 2.3)."""
+    if _is_list(key):
+        if not _is_list(value) or len(key) != len(value):
+            raise AssertionError('the number of keys and values differ')
+        keys, vals = [], []
+        for k, v in zip(key, value):
+            k2, v2 = _flatten(k, v)
+            keys += k2
+            vals += v2
+        types = set(type(k) for k in keys)
+        if len(types) > 1:
+            raise AssertionError('inconsistent types of keys detected.')
+        return keys, vals
+    if isinstance(key, bool) or not isinstance(key, (int, str, np.integer)):
+        raise AssertionError('unexpected type for keys: %s' % type(key).__name__)
+    key = int(key) if isinstance(key, np.integer) else key
+    if _is_list(value):
+        return [key] * len(value), [_as_array(v) for v in value]
+    return [key], [_as_array(value)]
+
+
+class KVStore(object):
+    """A key-value store; create it with :func:`pskv.create`."""
+
+    def __init__(self, handle):
+        self._kv = handle
+        self._str_names = []  # string keys in first-init order = their int ids (as in C++)
+
+    # --- properties
+    @property
+    def type(self):
+        return self._kv.type
+
+    @property
+    def rank(self):
+        return self._kv.rank
+
+    @property
+    def num_workers(self):
+        return self._kv.num_workers
+
+    # --- data
+    def init(self, key, value):
+        keys, vals = _flatten(key, value)
+        self._kv.init(keys, vals)
+        self._remember(keys)
+
+    def _remember(self, keys):
+        if keys and isinstance(keys[0], str):
+            known = set(self._str_names)
+            for k in keys:
+                if k not in known:
+                    self._str_names.append(k)
+                    known.add(k)
+
+    def push(self, key, value, priority=0):
+        """Schedules the push and returns; do not modify `value` until a later
+        pull/pushpull/wait of the key returned."""
+        keys, vals = _flatten(key, value)
+        self._kv.push(keys, vals, priority)
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        assert out is not None, 'pull needs out'
+        keys, outs = _flatten(key, out)
+        self._kv.pull(keys, outs, priority)
+        self._kv.wait(list(dict.fromkeys(keys)))
+
+    def pushpull(self, key, value, out=None, priority=0):
+        keys, vals = _flatten(key, value)
+        if out is None:
+            okeys, outs = keys, vals
+        else:
+            okeys, outs = _flatten(key, out)
+        self._kv.pushpull(keys, vals, okeys, outs, priority)
+        self._kv.wait(list(dict.fromkeys(okeys)))
+
+    def broadcast(self, key, value, out, priority=0):
+        keys, vals = _flatten(key, value)
+        try:
+            self._kv.init(keys, vals)
+            self._remember(keys)
+        except _pskv.KeyError as e:
+            raise _pskv.KeyError(str(e) + ' (broadcast initialises its keys: check for an earlier '
+                                 'kv.init or kv.broadcast of the same key)')
+        self.pull(key if not _is_list(key) else key, out=out, priority=priority)
+
+    def wait(self, key=None):
+        """Blocks until the scheduled operations on `key` (all keys if None) are done."""
+        if key is None:
+            self._kv.wait_all()
+        else:
+            self._kv.wait(key if _is_list(key) else [key])
+
+    # --- updates
+    def set_optimizer(self, optimizer):
+        if isinstance(optimizer, str):
+            from . import optimizer as opt_mod
+            optimizer = opt_mod.create(optimizer)
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError('set_optimizer needs a pskv.optimizer.Optimizer')
+        self._kv.set_optimizer(optimizer.name, optimizer.params())
+
+    def set_updater(self, updater):
+        """updater(key, recv, stored): key as given to init (int or str), recv and
+        stored as numpy views; update `stored` in place. An exception it raises is
+        raised by the pull/pushpull/wait that covers the key."""
+        names = self._str_names
+
+        def call(key_id, recv, stored):
+            updater(names[key_id] if names else key_id, recv, stored)
+
+        self._kv.wait_all()
+        self._kv.set_updater(call)
+
+    _set_updater = set_updater
+
+    def set_gradient_compression(self, compression_params):
+        params = {str(k): str(v) for k, v in compression_params.items()}
+        self._kv.set_gradient_compression(params)
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        self._kv.save_optimizer_states(fname)
+
+    def load_optimizer_states(self, fname):
+        self._kv.load_optimizer_states(fname)
+
+    # --- synchronisation
+    def barrier(self):
+        self._kv.barrier()
+
+    _barrier = barrier
+
+    def __del__(self):
+        kv = getattr(self, '_kv', None)
+        if kv is not None:
+            try:
+                kv.wait_all()
+            except Exception:  # noqa: BLE001 - reported by the operation that failed
+                pass
+
+
+def create(name='local'):
+    """Creates a store. In a process started with DMLC_ROLE=server or scheduler, a
+    dist type runs that role until the job ends and then exits (as `import mxnet` did)."""
+    if not isinstance(name, str):
+        raise TypeError('name must be a string')
+    if 'dist' in name.lower() and _pskv.role() in ('server', 'scheduler'):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.exit(_pskv.run_role())
+    return KVStore(_pskv.KVStore.create(name))

@@ -1,0 +1,218 @@
+// _pskv: the Python binding of the C++ core. The Python package (python/pskv)
+// gives it MXNet's `mx.kv` shape; this module stays thin: flat lists of keys and
+// numpy arrays in, C++ calls out.
+//
+// Memory: numpy arrays are wrapped without copying; the NDArray holds a reference
+// to the numpy object, released under the GIL. Blocking calls release the GIL.
+#include <pybind11/chrono.h>
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "pskv/error.h"
+#include "pskv/kvstore.h"
+#include "pskv/optimizer.h"
+
+namespace py = pybind11;
+using namespace pskv;
+
+namespace pskv {
+int RunServerOrScheduler(const Options& options);
+}
+
+namespace {
+
+DType FromNumpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 4) return DType::kFloat32;
+  if (kind == 'f' && size == 8) return DType::kFloat64;
+  if (kind == 'f' && size == 2) return DType::kFloat16;
+  if (kind == 'i' && size == 4) return DType::kInt32;
+  if (kind == 'i' && size == 8) return DType::kInt64;
+  if (kind == 'i' && size == 1) return DType::kInt8;
+  if (kind == 'u' && size == 1) return DType::kUInt8;
+  throw InvalidArgument("unsupported numpy dtype " + py::cast<std::string>(dt.attr("name")) +
+                        "; use float32, float64, float16, int32, int64, int8 or uint8");
+}
+
+py::dtype ToNumpy(DType t) {
+  switch (t) {
+    case DType::kFloat32: return py::dtype::of<float>();
+    case DType::kFloat64: return py::dtype::of<double>();
+    case DType::kFloat16: return py::dtype("float16");
+    case DType::kInt32: return py::dtype::of<int32_t>();
+    case DType::kInt64: return py::dtype::of<int64_t>();
+    case DType::kInt8: return py::dtype::of<int8_t>();
+    case DType::kUInt8: return py::dtype::of<uint8_t>();
+    case DType::kBFloat16: break;
+  }
+  throw InvalidArgument("bfloat16 has no numpy dtype");
+}
+
+// A C-contiguous numpy array as an NDArray sharing its memory.
+NDArray Wrap(const py::array& a) {
+  if (!(a.flags() & py::array::c_style))
+    throw InvalidArgument("arrays must be C-contiguous (use numpy.ascontiguousarray)");
+  Shape shape(a.shape(), a.shape() + a.ndim());
+  auto* ref = new py::object(a);
+  std::shared_ptr<void> keep(ref, [](py::object* o) {
+    if (!Py_IsInitialized()) return;  // interpreter gone: nothing to release
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  return NDArray::Wrap(const_cast<void*>(a.data()), shape, FromNumpy(a.dtype()), keep);
+}
+
+std::vector<NDArray> WrapAll(const std::vector<py::array>& v) {
+  std::vector<NDArray> out;
+  out.reserve(v.size());
+  for (auto& a : v) out.push_back(Wrap(a));
+  return out;
+}
+
+// A numpy view of an NDArray's memory, valid during an updater call.
+py::array View(const NDArray& a) {
+  std::vector<py::ssize_t> shape(a.shape().begin(), a.shape().end());
+  return py::array(ToNumpy(a.dtype()), shape, a.raw(), py::none());
+}
+
+// Keys arrive as a list of ints or a list of strs.
+bool IsStrKeys(const py::list& keys) { return keys.size() > 0 && py::isinstance<py::str>(keys[0]); }
+
+template <typename F>
+void WithKeys(const py::list& keys, F&& f) {
+  if (IsStrKeys(keys)) {
+    f(keys.cast<std::vector<std::string>>());
+  } else {
+    f(keys.cast<std::vector<int>>());
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_pskv, m) {
+  m.doc() = "pskv core (C++); use the pskv package";
+
+  // Exceptions: the C++ hierarchy, same names and messages.
+  static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<InvalidArgument> invalid(m, "InvalidArgument", error.ptr());
+  static py::exception<KeyError> key_error(m, "KeyError", error.ptr());
+  static py::exception<ShapeError> shape_error(m, "ShapeError", error.ptr());
+  static py::exception<UsageError> usage_error(m, "UsageError", error.ptr());
+  static py::exception<ConfigError> config_error(m, "ConfigError", error.ptr());
+  static py::exception<TimeoutError> timeout_error(m, "TimeoutError", error.ptr());
+  static py::exception<ProtocolError> protocol_error(m, "ProtocolError", error.ptr());
+  static py::exception<NodeFailure> node_failure(m, "NodeFailure", error.ptr());
+  static py::exception<IOError> io_error(m, "IOError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InvalidArgument& e) {
+      invalid(e.what());
+    } catch (const KeyError& e) {
+      key_error(e.what());
+    } catch (const ShapeError& e) {
+      shape_error(e.what());
+    } catch (const UsageError& e) {
+      usage_error(e.what());
+    } catch (const ConfigError& e) {
+      config_error(e.what());
+    } catch (const TimeoutError& e) {
+      timeout_error(e.what());
+    } catch (const ProtocolError& e) {
+      protocol_error(e.what());
+    } catch (const NodeFailure& e) {
+      node_failure(e.what());
+    } catch (const IOError& e) {
+      io_error(e.what());
+    }
+  });
+
+  m.def("role", [] {
+    Options o = Options::FromEnv();
+    return o.role_set ? RoleName(o.role) : std::string("worker");
+  });
+  m.def("run_role", [] {
+    Options o = Options::FromEnv();
+    o.ValidateForDistributed();
+    py::gil_scoped_release nogil;
+    return RunServerOrScheduler(o);
+  }, "Runs this process's server/scheduler role until the job ends; returns the exit status.");
+  m.def("valid_types", &KVStore::ValidTypes);
+
+  py::class_<KVStore>(m, "KVStore")
+      .def_static("create", [](const std::string& t) { return KVStore::Create(t); })
+      .def_property_readonly("type", &KVStore::Type)
+      .def_property_readonly("rank", &KVStore::Rank)
+      .def_property_readonly("num_workers", &KVStore::NumWorkers)
+      .def("init", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& vals) {
+        auto v = WrapAll(vals);
+        py::gil_scoped_release nogil;
+        WithKeys(keys, [&](auto k) { kv.Init(k, v); });
+      })
+      .def("push", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& vals, int prio) {
+        auto v = WrapAll(vals);
+        py::gil_scoped_release nogil;
+        WithKeys(keys, [&](auto k) { kv.Push(k, v, prio); });
+      })
+      .def("pull", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& outs, int prio) {
+        auto o = WrapAll(outs);
+        py::gil_scoped_release nogil;
+        WithKeys(keys, [&](auto k) { kv.Pull(k, o, prio); });
+      })
+      .def("pushpull", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& vals,
+                          const py::list& out_keys, const std::vector<py::array>& outs, int prio) {
+        auto v = WrapAll(vals);
+        auto o = WrapAll(outs);
+        py::gil_scoped_release nogil;
+        if (IsStrKeys(keys)) {
+          kv.PushPull(keys.cast<std::vector<std::string>>(), v, out_keys.cast<std::vector<std::string>>(), o, prio);
+        } else {
+          kv.PushPull(keys.cast<std::vector<int>>(), v, out_keys.cast<std::vector<int>>(), o, prio);
+        }
+      })
+      .def("wait", [](KVStore& kv, const py::list& keys) {
+        py::gil_scoped_release nogil;
+        WithKeys(keys, [&](auto k) { kv.Wait(k); });
+      })
+      .def("wait_all", &KVStore::WaitAll, py::arg("timeout") = std::chrono::milliseconds(0),
+           py::call_guard<py::gil_scoped_release>())
+      .def("barrier", &KVStore::Barrier, py::call_guard<py::gil_scoped_release>())
+      .def("set_optimizer", [](KVStore& kv, const std::string& type, const std::map<std::string, std::string>& p) {
+        auto cfg = OptimizerConfig::FromParams(type, p);
+        py::gil_scoped_release nogil;
+        kv.SetOptimizer(cfg);
+      })
+      .def("set_gradient_compression", [](KVStore& kv, const std::map<std::string, std::string>& p) {
+        auto cfg = CompressionConfig::FromParams(p);
+        py::gil_scoped_release nogil;
+        kv.SetGradientCompression(cfg);
+      })
+      .def("set_updater", [](KVStore& kv, py::function fn) {
+        // Int ids reach Python, which maps string-key ids back to names.
+        auto holder = std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* f) {
+          if (!Py_IsInitialized()) return;
+          py::gil_scoped_acquire gil;
+          delete f;
+        });
+        kv.SetUpdater(Updater([holder](int k, const NDArray& recv, NDArray* stored) {
+          py::gil_scoped_acquire gil;
+          (*holder)(k, View(recv), View(*stored));
+        }));
+      })
+      .def("save_optimizer_states", &KVStore::SaveOptimizerStates, py::call_guard<py::gil_scoped_release>())
+      .def("load_optimizer_states", &KVStore::LoadOptimizerStates, py::call_guard<py::gil_scoped_release>());
+
+  py::class_<Optimizer, std::shared_ptr<Optimizer>>(m, "Optimizer")
+      .def(py::init([](const std::string& type, const std::map<std::string, std::string>& p) {
+        return std::make_shared<Optimizer>(OptimizerConfig::FromParams(type, p));
+      }))
+      .def("update", [](Optimizer& o, int64_t key, py::array grad, py::array weight) {
+        NDArray g = Wrap(grad), w = Wrap(weight);
+        py::gil_scoped_release nogil;
+        o.Update(key, g, &w);
+      })
+      .def("serialize", [](const Optimizer& o) { return o.config().Serialize(); });
+}
