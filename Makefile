@@ -12,8 +12,9 @@ endif
 
 all: build
 
+# Everything the tests and the demo need: libtorch, the dataset, ssh/mpi/slurm.
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh --with-torch --with-data --with-launchers
 
 $(BUILD)/build.ninja: | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
@@ -21,8 +22,10 @@ $(BUILD)/build.ninja: | deps
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The main job: LeNet on Fashion-MNIST, 2 workers + 1 server, dist_sync, 2 epochs.
 demo: build
-	$(BUILD)/kvstore_demo
+	$(BUILD)/pskv-launch -n 2 -s 1 --timeout 900 -- $(BUILD)/train_fmnist --kv-store dist_sync --epochs 2 \
+	  --min-accuracy 0.88
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
@@ -44,6 +47,8 @@ tsan: deps
 
 bench: build
 	$(BUILD)/pskv-bench reduce
+	$(BUILD)/pskv-bench pushpull
+	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/train/run.py
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -42,6 +42,7 @@ struct Args {
   std::string metrics_out;
   int threads = 0;
   int64_t max_batches = 0;  // 0: whole epochs (for tests and benchmarks)
+  double min_accuracy = 0;  // exit 3 if the final test accuracy is lower
 };
 
 const char* kUsage = R"(usage: train_fmnist [options]
@@ -61,6 +62,7 @@ const char* kUsage = R"(usage: train_fmnist [options]
   --metrics-out FILE      rank 0 appends one JSON object per epoch
   --threads N             torch intra-op threads (default: cores / local workers)
   --max-batches N         stop each epoch after N batches (0: full epochs)
+  --min-accuracy X        exit with status 3 if the final test accuracy is below X
 )";
 
 Args Parse(int argc, char** argv) {
@@ -92,6 +94,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--metrics-out") a.metrics_out = v;
     else if (k == "--threads") a.threads = std::stoi(v);
     else if (k == "--max-batches") a.max_batches = std::stoll(v);
+    else if (k == "--min-accuracy") a.min_accuracy = std::stod(v);
     else throw pskv::InvalidArgument("unknown option " + k + " (see --help)");
   }
   if (a.network != "lenet" && a.network != "mlp") throw pskv::InvalidArgument("--network must be lenet or mlp");
@@ -262,6 +265,10 @@ int Run(const Args& a) {
     }
   }
   kv->Barrier();
+  if (rank == 0 && last_acc < a.min_accuracy) {
+    std::fprintf(stderr, "train_fmnist: test accuracy %.4f is below --min-accuracy %.4f\n", last_acc, a.min_accuracy);
+    return 3;
+  }
   return 0;
 }
 

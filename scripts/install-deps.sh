@@ -11,7 +11,7 @@ for arg in "$@"; do
   case "$arg" in
     --with-torch) pkgs+=(libtorch-dev python3-torch) ;;
     --with-data) pkgs+=(dataset-fashion-mnist) ;;
-    --with-launchers) pkgs+=(openssh-server openssh-client rsync openmpi-bin) ;;
+    --with-launchers) pkgs+=(openssh-server openssh-client rsync openmpi-bin slurm-wlm munge) ;;
     --with-clang) pkgs+=(clang libclang-rt-14-dev) ;;
     *) echo "install-deps.sh: unknown option '$arg'" >&2; exit 2 ;;
   esac

@@ -1,5 +1,7 @@
 """KVStore with MXNet's Python API (``mx.kv``) over the C++ core."""
+import atexit
 import sys
+import weakref
 
 import numpy as np
 
@@ -159,13 +161,37 @@ class KVStore(object):
 
     _barrier = barrier
 
-    def __del__(self):
+    def close(self):
+        """Waits for pending operations and releases the store; a dist worker passes
+        the job's final barrier here. Called at interpreter exit for open stores."""
         kv = getattr(self, '_kv', None)
-        if kv is not None:
-            try:
-                kv.wait_all()
-            except Exception:  # noqa: BLE001 - reported by the operation that failed
-                pass
+        if kv is None:
+            return
+        self._kv = None
+        try:
+            kv.wait_all()
+        except Exception as e:  # noqa: BLE001 - still release the store
+            sys.stderr.write('pskv: pending operations failed at close: %s\n' % e)
+        kv.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+_open_stores = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Close before the interpreter finalises: the C++ threads may still need the GIL.
+    for kv in list(_open_stores):
+        kv.close()
 
 
 def create(name='local'):
@@ -177,4 +203,6 @@ def create(name='local'):
         sys.stdout.flush()
         sys.stderr.flush()
         sys.exit(_pskv.run_role())
-    return KVStore(_pskv.KVStore.create(name))
+    kv = KVStore(_pskv.KVStore.create(name))
+    _open_stores.add(kv)
+    return kv

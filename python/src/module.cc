@@ -51,17 +51,32 @@ py::dtype ToNumpy(DType t) {
   throw InvalidArgument("bfloat16 has no numpy dtype");
 }
 
+// Drops a Python reference from any thread. While the interpreter shuts down,
+// taking the GIL from a foreign thread would end that thread (pthread_exit through
+// C++ frames): the reference is leaked instead.
+template <typename T>
+void ReleaseUnderGil(T* o) {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+  py::gil_scoped_acquire gil;
+  delete o;
+}
+
+// The store, closable from Python before the interpreter finalises.
+struct Handle {
+  std::unique_ptr<KVStore> p;
+  KVStore& kv() {
+    if (!p) throw UsageError("this KVStore was closed");
+    return *p;
+  }
+};
+
 // A C-contiguous numpy array as an NDArray sharing its memory.
 NDArray Wrap(const py::array& a) {
   if (!(a.flags() & py::array::c_style))
     throw InvalidArgument("arrays must be C-contiguous (use numpy.ascontiguousarray)");
   Shape shape(a.shape(), a.shape() + a.ndim());
   auto* ref = new py::object(a);
-  std::shared_ptr<void> keep(ref, [](py::object* o) {
-    if (!Py_IsInitialized()) return;  // interpreter gone: nothing to release
-    py::gil_scoped_acquire gil;
-    delete o;
-  });
+  std::shared_ptr<void> keep(ref, [](py::object* o) { ReleaseUnderGil(o); });
   return NDArray::Wrap(const_cast<void*>(a.data()), shape, FromNumpy(a.dtype()), keep);
 }
 
@@ -142,28 +157,40 @@ PYBIND11_MODULE(_pskv, m) {
   }, "Runs this process's server/scheduler role until the job ends; returns the exit status.");
   m.def("valid_types", &KVStore::ValidTypes);
 
-  py::class_<KVStore>(m, "KVStore")
-      .def_static("create", [](const std::string& t) { return KVStore::Create(t); })
-      .def_property_readonly("type", &KVStore::Type)
-      .def_property_readonly("rank", &KVStore::Rank)
-      .def_property_readonly("num_workers", &KVStore::NumWorkers)
-      .def("init", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& vals) {
+  py::class_<Handle>(m, "KVStore")
+      .def_static("create", [](const std::string& t) {
+        py::gil_scoped_release nogil;  // a dist store registers with the job here
+        return Handle{KVStore::Create(t)};
+      })
+      .def("close", [](Handle& h) {
+        std::unique_ptr<KVStore> p = std::move(h.p);
+        py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
+        p.reset();
+      })
+      .def_property_readonly("type", [](Handle& h) { return h.kv().Type(); })
+      .def_property_readonly("rank", [](Handle& h) { return h.kv().Rank(); })
+      .def_property_readonly("num_workers", [](Handle& h) { return h.kv().NumWorkers(); })
+      .def("init", [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
+        KVStore& kv = h.kv();
         auto v = WrapAll(vals);
         py::gil_scoped_release nogil;
         WithKeys(keys, [&](auto k) { kv.Init(k, v); });
       })
-      .def("push", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& vals, int prio) {
+      .def("push", [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio) {
+        KVStore& kv = h.kv();
         auto v = WrapAll(vals);
         py::gil_scoped_release nogil;
         WithKeys(keys, [&](auto k) { kv.Push(k, v, prio); });
       })
-      .def("pull", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& outs, int prio) {
+      .def("pull", [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio) {
+        KVStore& kv = h.kv();
         auto o = WrapAll(outs);
         py::gil_scoped_release nogil;
         WithKeys(keys, [&](auto k) { kv.Pull(k, o, prio); });
       })
-      .def("pushpull", [](KVStore& kv, const py::list& keys, const std::vector<py::array>& vals,
+      .def("pushpull", [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
                           const py::list& out_keys, const std::vector<py::array>& outs, int prio) {
+        KVStore& kv = h.kv();
         auto v = WrapAll(vals);
         auto o = WrapAll(outs);
         py::gil_scoped_release nogil;
@@ -173,37 +200,53 @@ PYBIND11_MODULE(_pskv, m) {
           kv.PushPull(keys.cast<std::vector<int>>(), v, out_keys.cast<std::vector<int>>(), o, prio);
         }
       })
-      .def("wait", [](KVStore& kv, const py::list& keys) {
+      .def("wait", [](Handle& h, const py::list& keys) {
+        KVStore& kv = h.kv();
         py::gil_scoped_release nogil;
         WithKeys(keys, [&](auto k) { kv.Wait(k); });
       })
-      .def("wait_all", &KVStore::WaitAll, py::arg("timeout") = std::chrono::milliseconds(0),
-           py::call_guard<py::gil_scoped_release>())
-      .def("barrier", &KVStore::Barrier, py::call_guard<py::gil_scoped_release>())
-      .def("set_optimizer", [](KVStore& kv, const std::string& type, const std::map<std::string, std::string>& p) {
+      .def("wait_all", [](Handle& h) {
+        KVStore& kv = h.kv();
+        py::gil_scoped_release nogil;
+        kv.WaitAll();
+      })
+      .def("barrier", [](Handle& h) {
+        KVStore& kv = h.kv();
+        py::gil_scoped_release nogil;
+        kv.Barrier();
+      })
+      .def("set_optimizer", [](Handle& h, const std::string& type, const std::map<std::string, std::string>& p) {
+        KVStore& kv = h.kv();
         auto cfg = OptimizerConfig::FromParams(type, p);
         py::gil_scoped_release nogil;
         kv.SetOptimizer(cfg);
       })
-      .def("set_gradient_compression", [](KVStore& kv, const std::map<std::string, std::string>& p) {
+      .def("set_gradient_compression", [](Handle& h, const std::map<std::string, std::string>& p) {
+        KVStore& kv = h.kv();
         auto cfg = CompressionConfig::FromParams(p);
         py::gil_scoped_release nogil;
         kv.SetGradientCompression(cfg);
       })
-      .def("set_updater", [](KVStore& kv, py::function fn) {
+      .def("set_updater", [](Handle& h, py::function fn) {
+        KVStore& kv = h.kv();
         // Int ids reach Python, which maps string-key ids back to names.
-        auto holder = std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* f) {
-          if (!Py_IsInitialized()) return;
-          py::gil_scoped_acquire gil;
-          delete f;
-        });
+        auto holder = std::shared_ptr<py::function>(new py::function(std::move(fn)),
+                                                    [](py::function* f) { ReleaseUnderGil(f); });
         kv.SetUpdater(Updater([holder](int k, const NDArray& recv, NDArray* stored) {
           py::gil_scoped_acquire gil;
           (*holder)(k, View(recv), View(*stored));
         }));
       })
-      .def("save_optimizer_states", &KVStore::SaveOptimizerStates, py::call_guard<py::gil_scoped_release>())
-      .def("load_optimizer_states", &KVStore::LoadOptimizerStates, py::call_guard<py::gil_scoped_release>());
+      .def("save_optimizer_states", [](Handle& h, const std::string& f) {
+        KVStore& kv = h.kv();
+        py::gil_scoped_release nogil;
+        kv.SaveOptimizerStates(f);
+      })
+      .def("load_optimizer_states", [](Handle& h, const std::string& f) {
+        KVStore& kv = h.kv();
+        py::gil_scoped_release nogil;
+        kv.LoadOptimizerStates(f);
+      });
 
   py::class_<Optimizer, std::shared_ptr<Optimizer>>(m, "Optimizer")
       .def(py::init([](const std::string& type, const std::map<std::string, std::string>& p) {
