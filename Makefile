@@ -43,7 +43,7 @@ tsan: deps
 	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 	  -DPSKV_SANITIZE=thread -DPSKV_BUILD_TORCH=OFF -DPSKV_BUILD_PYTHON=OFF $(CMAKE_ARGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target pskv_unit_tests pskv_ps_tests pskv_message_tests fuzz_replay
-	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L unit --timeout 600
+	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest --output-on-failure -j $(JOBS) -L unit --timeout 600
 
 bench: build
 	$(BUILD)/pskv-bench reduce

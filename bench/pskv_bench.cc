@@ -56,11 +56,12 @@ int BenchReduce(int argc, char** argv) {
   Options opts = Options::FromEnv();
   Reducer reducer(opts.bigarray_bound, opts.reduction_threads);
   if (!json)
-    std::printf("reduce: sum of 4 float32 arrays; threads=%d for arrays >= %lld elements\n"
-                "ceiling: streaming copy of the same number of bytes, same threads\n"
-                "%12s %12s %14s %10s\n",
-                opts.reduction_threads, static_cast<long long>(opts.bigarray_bound), "elements",
-                "GB/s", "ceiling GB/s", "ratio");
+    std::printf(
+        "reduce: sum of 4 float32 arrays; threads=%d for arrays >= %lld elements\n"
+        "ceiling: streaming copy of the same number of bytes, same threads\n"
+        "%12s %12s %14s %10s\n",
+        opts.reduction_threads, static_cast<long long>(opts.bigarray_bound), "elements", "GB/s",
+        "ceiling GB/s", "ratio");
   for (int64_t n = lo; n <= hi; n *= 4) {
     std::vector<NDArray> srcs;
     for (int s = 0; s < 4; ++s) {
@@ -82,10 +83,11 @@ int BenchReduce(int argc, char** argv) {
     double t_copy = TimeIt([&] { reducer.Copy(csrc, &cdst); });
     const double gbps = bytes / t_red / 1e9, ceil = bytes / t_copy / 1e9;
     if (json)
-      std::printf("{\"bench\":\"reduce\",\"elements\":%lld,\"gbps\":%.3f,\"ceiling_gbps\":%.3f,"
-                  "\"ratio\":%.3f,\"threads\":%d}\n",
-                  static_cast<long long>(n), gbps, ceil, gbps / ceil,
-                  n >= opts.bigarray_bound ? opts.reduction_threads : 1);
+      std::printf(
+          "{\"bench\":\"reduce\",\"elements\":%lld,\"gbps\":%.3f,\"ceiling_gbps\":%.3f,"
+          "\"ratio\":%.3f,\"threads\":%d}\n",
+          static_cast<long long>(n), gbps, ceil, gbps / ceil,
+          n >= opts.bigarray_bound ? opts.reduction_threads : 1);
     else
       std::printf("%12lld %12.2f %14.2f %10.3f\n", static_cast<long long>(n), gbps, ceil,
                   gbps / ceil);
@@ -98,8 +100,9 @@ int BenchReduce(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || HasFlag(argc, argv, "--help")) {
-    std::printf("usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"
-                "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n");
+    std::printf(
+        "usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"
+        "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];

@@ -64,7 +64,9 @@ double Median(int reps, const std::function<void()>& fn) {
   return t[static_cast<size_t>(reps / 2)];
 }
 
-int Reps(int64_t bytes) { return std::clamp(static_cast<int>((256ll << 20) / std::max<int64_t>(bytes, 1)), 5, 200); }
+int Reps(int64_t bytes) {
+  return std::clamp(static_cast<int>((256ll << 20) / std::max<int64_t>(bytes, 1)), 5, 200);
+}
 
 // ---------------------------------------------------------------- TCP ceiling
 
@@ -99,7 +101,8 @@ class TcpPair {
     ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
     ::listen(ls, 1);
     client_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw IOError("tcp connect");
+    if (::connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      throw IOError("tcp connect");
     server_ = ::accept(ls, nullptr, nullptr);
     ::close(ls);
     for (int fd : {client_, server_}) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -141,7 +144,8 @@ class AddServer {
  public:
   explicit AddServer(Node* node)
       : reducer_(node->options().bigarray_bound, node->options().reduction_threads),
-        srv_(node, [this](KVRequest&& r, KVServer* s) { Handle(std::move(r), s); }, nullptr) {}
+        srv_(
+            node, [this](KVRequest&& r, KVServer* s) { Handle(std::move(r), s); }, nullptr) {}
 
  private:
   void Handle(KVRequest&& r, KVServer* s) {
@@ -158,7 +162,8 @@ class AddServer {
         token_ = std::make_shared<int>(0);
       }
       m.ForEachPiece(0, len, [&](const char* p, uint64_t bytes, uint64_t at) {
-        NDArray in = NDArray::Wrap(const_cast<char*>(p), {static_cast<int64_t>(bytes / 4)}, DType::kFloat32);
+        NDArray in =
+            NDArray::Wrap(const_cast<char*>(p), {static_cast<int64_t>(bytes / 4)}, DType::kFloat32);
         NDArray part = v.Slice1D(static_cast<int64_t>(at / 4), static_cast<int64_t>(bytes / 4));
         reducer_.AddTo(in, &part);
       });
@@ -184,10 +189,13 @@ void Wait(const std::function<void(KVWorker::Callback)>& op) {
   std::promise<void> p;
   auto f = p.get_future();
   op([&p](std::exception_ptr e) {
-    if (e) p.set_exception(e);
-    else p.set_value();
+    if (e)
+      p.set_exception(e);
+    else
+      p.set_value();
   });
-  if (f.wait_for(60s) != std::future_status::ready) throw TimeoutError("benchmark request timed out");
+  if (f.wait_for(60s) != std::future_status::ready)
+    throw TimeoutError("benchmark request timed out");
   f.get();
 }
 
@@ -210,7 +218,8 @@ int BenchPushPull(int argc, char** argv) {
     x.role = r;
     return x;
   };
-  Node sched(with_role(Role::kScheduler)), server(with_role(Role::kServer)), worker(with_role(Role::kWorker));
+  Node sched(with_role(Role::kScheduler)), server(with_role(Role::kServer)),
+      worker(with_role(Role::kWorker));
   AddServer add(&server);
   KVWorker kv(&worker);
   std::thread ts([&] { sched.Start(); }), tv([&] { server.Start(); });
@@ -220,11 +229,12 @@ int BenchPushPull(int argc, char** argv) {
 
   TcpPair tcp(static_cast<size_t>(hi));
   if (!json)
-    std::printf("pushpull: 1 worker, 1 server, 127.0.0.1; the server adds every push into its value\n"
-                "ceiling: plain TCP socket pair moving the same bytes (N out, N back)\n"
-                "%10s %10s %10s %12s %12s %12s %8s %10s\n",
-                "bytes", "push GB/s", "pull GB/s", "pushpull GB/s", "ceiling GB/s", "ratio", "",
-                "pp lat us");
+    std::printf(
+        "pushpull: 1 worker, 1 server, 127.0.0.1; the server adds every push into its value\n"
+        "ceiling: plain TCP socket pair moving the same bytes (N out, N back)\n"
+        "%10s %10s %10s %12s %12s %12s %8s %10s\n",
+        "bytes", "push GB/s", "pull GB/s", "pushpull GB/s", "ceiling GB/s", "ratio", "",
+        "pp lat us");
   int rc = 0;
   for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
     const int reps = Reps(bytes);
@@ -237,8 +247,10 @@ int BenchPushPull(int argc, char** argv) {
     f.size = src.nbytes();
     f.owner = std::make_shared<NDArray>(src);
     char* out = static_cast<char*>(dst.raw());
-    const double t_push = Median(reps, [&] { Wait([&](auto cb) { kv.Push(keys, f, lens, 0, cb); }); });
-    const double t_pull = Median(reps, [&] { Wait([&](auto cb) { kv.Pull(keys, out, lens, 0, cb); }); });
+    const double t_push =
+        Median(reps, [&] { Wait([&](auto cb) { kv.Push(keys, f, lens, 0, cb); }); });
+    const double t_pull =
+        Median(reps, [&] { Wait([&](auto cb) { kv.Pull(keys, out, lens, 0, cb); }); });
     const double t_pp =
         Median(reps, [&] { Wait([&](auto cb) { kv.PushPull(keys, f, lens, out, lens, 0, cb); }); });
     const double t_tcp = Median(reps, [&] { tcp.RoundTrip(static_cast<size_t>(bytes)); });
@@ -246,14 +258,17 @@ int BenchPushPull(int argc, char** argv) {
     const double push_g = b / t_push / 1e9, pull_g = b / t_pull / 1e9, pp_g = 2 * b / t_pp / 1e9,
                  ceil_g = 2 * b / t_tcp / 1e9;
     if (json)
-      std::printf("{\"bench\":\"pushpull\",\"bytes\":%lld,\"gbps\":%.4f,\"ceiling_gbps\":%.4f,\"ratio\":%.3f,"
-                  "\"push_gbps\":%.4f,\"pull_gbps\":%.4f,\"push_us\":%.1f,\"pull_us\":%.1f,"
-                  "\"pushpull_us\":%.1f,\"ceiling_us\":%.1f}\n",
-                  static_cast<long long>(bytes), pp_g, ceil_g, pp_g / ceil_g, push_g, pull_g, t_push * 1e6,
-                  t_pull * 1e6, t_pp * 1e6, t_tcp * 1e6);
+      std::printf(
+          "{\"bench\":\"pushpull\",\"bytes\":%lld,\"gbps\":%.4f,\"ceiling_gbps\":%.4f,\"ratio\":%."
+          "3f,"
+          "\"push_gbps\":%.4f,\"pull_gbps\":%.4f,\"push_us\":%.1f,\"pull_us\":%.1f,"
+          "\"pushpull_us\":%.1f,\"ceiling_us\":%.1f}\n",
+          static_cast<long long>(bytes), pp_g, ceil_g, pp_g / ceil_g, push_g, pull_g, t_push * 1e6,
+          t_pull * 1e6, t_pp * 1e6, t_tcp * 1e6);
     else
-      std::printf("%10lld %10.3f %10.3f %12.3f %12.3f %12.3f %8s %10.1f\n", static_cast<long long>(bytes),
-                  push_g, pull_g, pp_g, ceil_g, pp_g / ceil_g, "", t_pp * 1e6);
+      std::printf("%10lld %10.3f %10.3f %12.3f %12.3f %12.3f %8s %10.1f\n",
+                  static_cast<long long>(bytes), push_g, pull_g, pp_g, ceil_g, pp_g / ceil_g, "",
+                  t_pp * 1e6);
     std::fflush(stdout);
   }
   std::thread tf1([&] { sched.Finalize(30s); }), tf2([&] { server.Finalize(30s); });

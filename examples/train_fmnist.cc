@@ -75,30 +75,49 @@ Args Parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw pskv::InvalidArgument(k + " needs a value");
     std::string v = argv[++i];
-    if (k == "--kv-store") a.kv_store = v;
-    else if (k == "--network") a.network = v;
-    else if (k == "--epochs") a.epochs = std::stoi(v);
-    else if (k == "--batch-size") a.batch_size = std::stoll(v);
-    else if (k == "--lr") a.lr = std::stod(v);
-    else if (k == "--optimizer") a.optimizer = v;
-    else if (k == "--devices") a.devices = std::stoi(v);
+    if (k == "--kv-store")
+      a.kv_store = v;
+    else if (k == "--network")
+      a.network = v;
+    else if (k == "--epochs")
+      a.epochs = std::stoi(v);
+    else if (k == "--batch-size")
+      a.batch_size = std::stoll(v);
+    else if (k == "--lr")
+      a.lr = std::stod(v);
+    else if (k == "--optimizer")
+      a.optimizer = v;
+    else if (k == "--devices")
+      a.devices = std::stoi(v);
     else if (k == "--work-load-list") {
       std::stringstream ss(v);
       std::string x;
       while (std::getline(ss, x, ',')) a.work_load.push_back(std::stod(x));
-    } else if (k == "--update-on-kvstore") a.update_on_kvstore = std::stoi(v);
-    else if (k == "--gc-type") a.gc_type = v;
-    else if (k == "--gc-threshold") a.gc_threshold = std::stod(v);
-    else if (k == "--seed") a.seed = std::stoull(v);
-    else if (k == "--data-dir") a.data_dir = v;
-    else if (k == "--metrics-out") a.metrics_out = v;
-    else if (k == "--threads") a.threads = std::stoi(v);
-    else if (k == "--max-batches") a.max_batches = std::stoll(v);
-    else if (k == "--min-accuracy") a.min_accuracy = std::stod(v);
-    else throw pskv::InvalidArgument("unknown option " + k + " (see --help)");
+    } else if (k == "--update-on-kvstore")
+      a.update_on_kvstore = std::stoi(v);
+    else if (k == "--gc-type")
+      a.gc_type = v;
+    else if (k == "--gc-threshold")
+      a.gc_threshold = std::stod(v);
+    else if (k == "--seed")
+      a.seed = std::stoull(v);
+    else if (k == "--data-dir")
+      a.data_dir = v;
+    else if (k == "--metrics-out")
+      a.metrics_out = v;
+    else if (k == "--threads")
+      a.threads = std::stoi(v);
+    else if (k == "--max-batches")
+      a.max_batches = std::stoll(v);
+    else if (k == "--min-accuracy")
+      a.min_accuracy = std::stod(v);
+    else
+      throw pskv::InvalidArgument("unknown option " + k + " (see --help)");
   }
-  if (a.network != "lenet" && a.network != "mlp") throw pskv::InvalidArgument("--network must be lenet or mlp");
-  if (a.devices < 1 || a.batch_size < 1 || a.epochs < 1) throw pskv::InvalidArgument("bad --devices/--batch-size/--epochs");
+  if (a.network != "lenet" && a.network != "mlp")
+    throw pskv::InvalidArgument("--network must be lenet or mlp");
+  if (a.devices < 1 || a.batch_size < 1 || a.epochs < 1)
+    throw pskv::InvalidArgument("bad --devices/--batch-size/--epochs");
   if (!a.work_load.empty() && static_cast<int>(a.work_load.size()) != a.devices)
     throw pskv::InvalidArgument("--work-load-list needs one entry per device");
   return a;
@@ -151,7 +170,8 @@ Model MakeModel(const std::string& name) {
 }
 
 // Normalised float images and int64 labels of the given samples.
-std::pair<torch::Tensor, torch::Tensor> Batch(const pskv::data::ImageDataset& d, const int64_t* idx, int64_t n) {
+std::pair<torch::Tensor, torch::Tensor> Batch(const pskv::data::ImageDataset& d, const int64_t* idx,
+                                              int64_t n) {
   const int64_t px = static_cast<int64_t>(d.rows) * d.cols;
   auto x = torch::empty({n, 1, d.rows, d.cols});
   auto y = torch::empty({n}, torch::kLong);
@@ -184,7 +204,9 @@ int Run(const Args& a) {
   auto kv = pskv::KVStore::Create(a.kv_store);  // a server/scheduler process never returns
   const int rank = kv->Rank(), nw = kv->NumWorkers();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  torch::set_num_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, cores / static_cast<unsigned>(nw))));
+  torch::set_num_threads(a.threads > 0
+                             ? a.threads
+                             : static_cast<int>(std::max(1u, cores / static_cast<unsigned>(nw))));
   torch::manual_seed(a.seed);
 
   auto train = pskv::data::ReadMnistDir(a.data_dir, true);
@@ -212,13 +234,16 @@ int Run(const Args& a) {
   if (a.max_batches > 0) epoch_size = std::min(epoch_size, a.max_batches);
   const bool tty = ::isatty(1);
   if (rank == 0)
-    std::printf("train_fmnist: %s, kvstore %s, %d worker(s) x %d device(s), batch %lld per worker, "
-                "%lld batches per epoch, optimizer %s lr %g, update_on_kvstore %d\n",
-                a.network.c_str(), kv->Type().c_str(), nw, a.devices, static_cast<long long>(a.batch_size),
-                static_cast<long long>(epoch_size), a.optimizer.c_str(), a.lr, topt.update_on_kvstore ? 1 : 0);
+    std::printf(
+        "train_fmnist: %s, kvstore %s, %d worker(s) x %d device(s), batch %lld per worker, "
+        "%lld batches per epoch, optimizer %s lr %g, update_on_kvstore %d\n",
+        a.network.c_str(), kv->Type().c_str(), nw, a.devices, static_cast<long long>(a.batch_size),
+        static_cast<long long>(epoch_size), a.optimizer.c_str(), a.lr,
+        topt.update_on_kvstore ? 1 : 0);
   double last_acc = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
-    auto order = pskv::data::EpochOrder(train.count, nw, rank, a.batch_size, epoch_size, a.seed, epoch, true);
+    auto order = pskv::data::EpochOrder(train.count, nw, rank, a.batch_size, epoch_size, a.seed,
+                                        epoch, true);
     auto t0 = std::chrono::steady_clock::now();
     auto last_print = t0;
     double loss_sum = 0;
@@ -230,7 +255,8 @@ int Run(const Args& a) {
       for (int d = 0; d < a.devices; ++d) {
         auto [s, e] = slices[static_cast<size_t>(d)];
         auto [x, y] = Batch(train, idx + s, e - s);
-        auto loss = torch::nll_loss(replicas[static_cast<size_t>(d)].forward(x), y, {}, at::Reduction::Sum);
+        auto loss =
+            torch::nll_loss(replicas[static_cast<size_t>(d)].forward(x), y, {}, at::Reduction::Sum);
         loss.backward();
         loss_sum += loss.item<double>();
       }
@@ -241,32 +267,36 @@ int Run(const Args& a) {
         last_print = now;
         const double secs = std::chrono::duration<double>(now - t0).count();
         const int width = 30, done = static_cast<int>(width * (b + 1) / epoch_size);
-        std::printf("%sepoch %d [%s%s] %lld/%lld batches  %.0f samples/s  loss %.4f%s", tty ? "\r" : "",
-                    epoch + 1, std::string(static_cast<size_t>(done), '#').c_str(),
-                    std::string(static_cast<size_t>(width - done), '.').c_str(), static_cast<long long>(b + 1),
-                    static_cast<long long>(epoch_size), seen * nw / secs, loss_sum / static_cast<double>(seen),
-                    tty ? "" : "\n");
+        std::printf("%sepoch %d [%s%s] %lld/%lld batches  %.0f samples/s  loss %.4f%s",
+                    tty ? "\r" : "", epoch + 1, std::string(static_cast<size_t>(done), '#').c_str(),
+                    std::string(static_cast<size_t>(width - done), '.').c_str(),
+                    static_cast<long long>(b + 1), static_cast<long long>(epoch_size),
+                    seen * nw / secs, loss_sum / static_cast<double>(seen), tty ? "" : "\n");
         std::fflush(stdout);
       }
     }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rank == 0) {
       last_acc = Accuracy(replicas[0], test);
-      std::printf("%sepoch %d: train loss %.4f, test accuracy %.4f, %.1f s, %.0f samples/s\n", tty ? "\n" : "",
-                  epoch + 1, loss_sum / static_cast<double>(seen), last_acc, secs, seen * nw / secs);
+      std::printf("%sepoch %d: train loss %.4f, test accuracy %.4f, %.1f s, %.0f samples/s\n",
+                  tty ? "\n" : "", epoch + 1, loss_sum / static_cast<double>(seen), last_acc, secs,
+                  seen * nw / secs);
       std::fflush(stdout);
       if (!a.metrics_out.empty()) {
         std::ofstream f(a.metrics_out, std::ios::app);
-        f << "{\"epoch\":" << epoch + 1 << ",\"train_loss\":" << loss_sum / static_cast<double>(seen)
+        f << "{\"epoch\":" << epoch + 1
+          << ",\"train_loss\":" << loss_sum / static_cast<double>(seen)
           << ",\"test_accuracy\":" << last_acc << ",\"seconds\":" << secs
-          << ",\"samples_per_sec\":" << seen * nw / secs << ",\"workers\":" << nw << ",\"kvstore\":\""
-          << kv->Type() << "\"}\n";
+          << ",\"samples_per_sec\":" << seen * nw / secs << ",\"workers\":" << nw
+          << ",\"kvstore\":\"" << kv->Type() << "\"}\n";
       }
     }
   }
   kv->Barrier();
   if (rank == 0 && last_acc < a.min_accuracy) {
-    std::fprintf(stderr, "train_fmnist: test accuracy %.4f is below --min-accuracy %.4f\n", last_acc, a.min_accuracy);
+    std::fprintf(stderr, "train_fmnist: test accuracy %.4f is below --min-accuracy %.4f\n",
+                 last_acc, a.min_accuracy);
     return 3;
   }
   return 0;

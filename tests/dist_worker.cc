@@ -3,15 +3,15 @@
 // w <- w + rate*g (SGD with learning rate -rate). Exit status 0 = all checks passed.
 //
 //   dist_worker SCENARIO [ROUNDS]
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <string>
-#include <unistd.h>
 
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
@@ -23,13 +23,13 @@ namespace {
 int g_failures = 0;
 std::string g_tag = "worker";
 
-#define CHECK_TRUE(cond, msg)                                                        \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
+#define CHECK_TRUE(cond, msg)                                                            \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
       std::fprintf(stderr, "%s: CHECK FAILED at line %d: %s\n", g_tag.c_str(), __LINE__, \
-                   std::string(msg).c_str());                                        \
-      ++g_failures;                                                                  \
-    }                                                                                \
+                   std::string(msg).c_str());                                            \
+      ++g_failures;                                                                      \
+    }                                                                                    \
   } while (0)
 
 NDArray Full(const Shape& s, double v, DType t = DType::kFloat32) {
@@ -172,7 +172,8 @@ struct TwoBitSim {
 
 void Compression(KVStore& kv, int) {
   const int n = kv.NumWorkers(), r = kv.Rank();
-  kv.SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
+  kv.SetGradientCompression(
+      CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
   kv.SetOptimizer(AddRate(1));
   kv.Init(3, Full(kSmall, 0));
   kv.Init(99, Full(kBig, 0));
@@ -183,7 +184,8 @@ void Compression(KVStore& kv, int) {
   int round = 0;
   for (float base : pushes) {
     // worker w pushes base * (w + 1)
-    for (int w = 0; w < n; ++w) expect += sims[static_cast<size_t>(w)].Step(base * static_cast<float>(w + 1));
+    for (int w = 0; w < n; ++w)
+      expect += sims[static_cast<size_t>(w)].Step(base * static_cast<float>(w + 1));
     kv.Push(3, {Full(kSmall, base * static_cast<float>(r + 1))});
     NDArray a(kSmall);
     kv.Pull(3, {a});
@@ -195,7 +197,8 @@ void Compression(KVStore& kv, int) {
     CHECK_TRUE(AllEqual(b, expect), "2bit big key round " + std::to_string(round));
     ++round;
   }
-  CHECK_TRUE(Throws([&] { kv.Init(1, Full(kSmall, 0, DType::kFloat16)); }, "float32"), "fp16 + compression");
+  CHECK_TRUE(Throws([&] { kv.Init(1, Full(kSmall, 0, DType::kFloat16)); }, "float32"),
+             "fp16 + compression");
 }
 
 void NoOptimizer(KVStore& kv, int rounds) {
@@ -214,8 +217,8 @@ void NoOptimizer(KVStore& kv, int rounds) {
 
 void MultiPrecision(KVStore& kv, int) {
   const int n = kv.NumWorkers();
-  kv.SetOptimizer(OptimizerConfig::FromParams(
-      "sgd", {{"learning_rate", "-1e-4"}, {"multi_precision", "1"}}));
+  kv.SetOptimizer(
+      OptimizerConfig::FromParams("sgd", {{"learning_rate", "-1e-4"}, {"multi_precision", "1"}}));
   kv.Init(0, Full(kSmall, 1, DType::kFloat16));
   kv.Init(1, Full(kBig, 1, DType::kBFloat16));
   for (int i = 0; i < 20; ++i) {
@@ -234,18 +237,34 @@ void MultiPrecision(KVStore& kv, int) {
 
 void Misuse(KVStore& kv, int) {
   NDArray out(kSmall);
-  CHECK_TRUE(Throws([&] { kv.Pull(42, {out}); kv.WaitAll(); }, "has not been inited"), "pull uninit");
+  CHECK_TRUE(Throws(
+                 [&] {
+                   kv.Pull(42, {out});
+                   kv.WaitAll();
+                 },
+                 "has not been inited"),
+             "pull uninit");
   kv.Init(1, Full(kSmall, 1));
   CHECK_TRUE(Throws([&] { kv.Init(1, Full(kSmall, 1)); }, "duplicate init"), "double init");
   CHECK_TRUE(Throws([&] { kv.Push(1, {Full({2, 2}, 1)}); }, "cannot change"), "size change");
-  CHECK_TRUE(Throws([&] { kv.Push(1, {Full(kSmall, 1, DType::kFloat64)}); }, "dtype"), "dtype change");
+  CHECK_TRUE(Throws([&] { kv.Push(1, {Full(kSmall, 1, DType::kFloat64)}); }, "dtype"),
+             "dtype change");
   CHECK_TRUE(Throws([&] { kv.Init("s", Full(kSmall, 1)); }, "Mixed key types"), "mixed keys");
-  CHECK_TRUE(Throws([&] { kv.SetUpdater([](int, const NDArray&, NDArray*) {}); }, "SetOptimizer"), "updater");
-  CHECK_TRUE(Throws([&] { kv.PushPull(std::vector<int>{1}, {Full(kSmall, 1)}, std::vector<int>{2}, {out}); },
-                    "must be the same"), "pushpull keys");
-  CHECK_TRUE(Throws([&] { kv.SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}})); },
-                    "before the first Init"), "compression after init");
-  CHECK_TRUE(Throws([&] { kv.SaveOptimizerStates("/tmp/pskv_no_opt"); }, "no optimizer"), "save w/o optimizer");
+  CHECK_TRUE(Throws([&] { kv.SetUpdater([](int, const NDArray&, NDArray*) {}); }, "SetOptimizer"),
+             "updater");
+  CHECK_TRUE(
+      Throws(
+          [&] { kv.PushPull(std::vector<int>{1}, {Full(kSmall, 1)}, std::vector<int>{2}, {out}); },
+          "must be the same"),
+      "pushpull keys");
+  CHECK_TRUE(Throws(
+                 [&] {
+                   kv.SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}}));
+                 },
+                 "before the first Init"),
+             "compression after init");
+  CHECK_TRUE(Throws([&] { kv.SaveOptimizerStates("/tmp/pskv_no_opt"); }, "no optimizer"),
+             "save w/o optimizer");
   // the store still works after all that
   kv.Push(1, {Full(kSmall, 2)});
   kv.Pull(1, {out});
@@ -255,7 +274,8 @@ void Misuse(KVStore& kv, int) {
 
 void AsyncNoOptimizer(KVStore& kv, int) {
   kv.Init(1, Full(kSmall, 1));
-  CHECK_TRUE(Throws([&] { kv.Push(1, {Full(kSmall, 1)}); }, "SetOptimizer"), "async without optimizer");
+  CHECK_TRUE(Throws([&] { kv.Push(1, {Full(kSmall, 1)}); }, "SetOptimizer"),
+             "async without optimizer");
 }
 
 void Unequal(KVStore& kv, int rounds) {
@@ -287,7 +307,8 @@ void StringOrder(KVStore& kv, int) {
   NDArray c = Full({1}, failed ? 1 : 0);
   kv.PushPull("zz_count", {c}, {});
   kv.WaitAll();
-  CHECK_TRUE(c.At(0) == 1, "exactly one worker must see the key-order error, saw " + std::to_string(c.At(0)));
+  CHECK_TRUE(c.At(0) == 1,
+             "exactly one worker must see the key-order error, saw " + std::to_string(c.At(0)));
 }
 
 void States(KVStore& kv, int rounds) {
@@ -376,23 +397,24 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 4;
-  static const std::map<std::string, std::pair<std::string, std::function<void(KVStore&, int)>>> kScenarios = {
-      {"sync", {"dist_sync", Sync}},
-      {"sync_device", {"dist_sync_device", Sync}},
-      {"string_keys", {"dist_sync", SyncStringKeys}},
-      {"async", {"dist_async", Async}},
-      {"async_device", {"dist_async_device", Async}},
-      {"compression", {"dist_sync", Compression}},
-      {"no_optimizer", {"dist_sync", NoOptimizer}},
-      {"multi_precision", {"dist_sync", MultiPrecision}},
-      {"misuse", {"dist_sync", Misuse}},
-      {"async_no_optimizer", {"dist_async", AsyncNoOptimizer}},
-      {"unequal", {"dist_sync", Unequal}},
-      {"string_order", {"dist_sync", StringOrder}},
-      {"states", {"dist_sync", States}},
-      {"loop_until_failure", {"dist_sync", LoopUntilFailure}},
-      {"exit3", {"dist_sync", ExitThree}},
-  };
+  static const std::map<std::string, std::pair<std::string, std::function<void(KVStore&, int)>>>
+      kScenarios = {
+          {"sync", {"dist_sync", Sync}},
+          {"sync_device", {"dist_sync_device", Sync}},
+          {"string_keys", {"dist_sync", SyncStringKeys}},
+          {"async", {"dist_async", Async}},
+          {"async_device", {"dist_async_device", Async}},
+          {"compression", {"dist_sync", Compression}},
+          {"no_optimizer", {"dist_sync", NoOptimizer}},
+          {"multi_precision", {"dist_sync", MultiPrecision}},
+          {"misuse", {"dist_sync", Misuse}},
+          {"async_no_optimizer", {"dist_async", AsyncNoOptimizer}},
+          {"unequal", {"dist_sync", Unequal}},
+          {"string_order", {"dist_sync", StringOrder}},
+          {"states", {"dist_sync", States}},
+          {"loop_until_failure", {"dist_sync", LoopUntilFailure}},
+          {"exit3", {"dist_sync", ExitThree}},
+      };
   auto it = kScenarios.find(scenario);
   if (it == kScenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

@@ -70,11 +70,11 @@ TEST(Compression, OneBitLayoutAndResidual) {
   ASSERT_EQ(out.size(), 8u);  // ceil(40/32) = 2 floats
   gc.Quantize(g.data(), r.data(), out.data(), 40);
   EXPECT_EQ(out[0], 0x80);
-  EXPECT_EQ(out[1], 0x40);      // element 9: byte 1, bit 6
-  EXPECT_EQ(out[4], 0x01);      // element 39: byte 4, bit 0
-  EXPECT_EQ(out[5], 0);         // unused trailing bits are 0
-  EXPECT_FLOAT_EQ(r[0], -0.5f);   // 0.5 - 1
-  EXPECT_FLOAT_EQ(r[1], 0.75f);   // -0.25 + 1
+  EXPECT_EQ(out[1], 0x40);       // element 9: byte 1, bit 6
+  EXPECT_EQ(out[4], 0x01);       // element 39: byte 4, bit 0
+  EXPECT_EQ(out[5], 0);          // unused trailing bits are 0
+  EXPECT_FLOAT_EQ(r[0], -0.5f);  // 0.5 - 1
+  EXPECT_FLOAT_EQ(r[1], 0.75f);  // -0.25 + 1
   std::vector<float> d(40);
   gc.Dequantize(out.data(), d.data(), 40);
   EXPECT_EQ(d[0], 1.0f);
@@ -84,11 +84,15 @@ TEST(Compression, OneBitLayoutAndResidual) {
 
 TEST(Compression, ConfigValidation) {
   EXPECT_THROW(CompressionConfig::FromParams({{"type", "3bit"}}), InvalidArgument);
-  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0"}}), InvalidArgument);
-  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "-1"}}), InvalidArgument);
+  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0"}}),
+               InvalidArgument);
+  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "-1"}}),
+               InvalidArgument);
   EXPECT_THROW(CompressionConfig::FromParams({{"threshold", "0.5"}}), InvalidArgument);
-  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"treshold", "0.5"}}), InvalidArgument);
-  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "x"}}), InvalidArgument);
+  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"treshold", "0.5"}}),
+               InvalidArgument);
+  EXPECT_THROW(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "x"}}),
+               InvalidArgument);
   auto c = CompressionConfig::FromParams({{"type", "1bit"}, {"threshold", "-0.3"}});
   EXPECT_EQ(c.type, "1bit");
   EXPECT_FLOAT_EQ(c.threshold, -0.3f);

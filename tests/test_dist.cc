@@ -11,26 +11,57 @@ namespace {
 int Launch(int workers, int servers, const std::string& scenario, const std::string& extra = "",
            int rounds = 4) {
   std::string cmd = std::string(PSKV_LAUNCH) + " -n " + std::to_string(workers) + " -s " +
-                    std::to_string(servers) + " --timeout 150 --env MXNET_KVSTORE_BIGARRAY_BOUND=1000 " +
-                    extra + " -- " + DIST_WORKER + " " + scenario + " " + std::to_string(rounds);
+                    std::to_string(servers) +
+                    " --timeout 150 --env MXNET_KVSTORE_BIGARRAY_BOUND=1000 " + extra + " -- " +
+                    DIST_WORKER + " " + scenario + " " + std::to_string(rounds);
   int st = std::system(cmd.c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 }  // namespace
 
-TEST(DistKVStore, Sync4Workers2Servers) { EXPECT_EQ(Launch(4, 2, "sync"), 0); }
-TEST(DistKVStore, SyncDevice2Workers2Servers) { EXPECT_EQ(Launch(2, 2, "sync_device"), 0); }
-TEST(DistKVStore, Sync7Workers7Servers) { EXPECT_EQ(Launch(7, 7, "sync", "", 2), 0); }
-TEST(DistKVStore, StringKeys) { EXPECT_EQ(Launch(4, 2, "string_keys"), 0); }
-TEST(DistKVStore, Async4Workers2Servers) { EXPECT_EQ(Launch(4, 2, "async", "", 10), 0); }
-TEST(DistKVStore, AsyncDevice) { EXPECT_EQ(Launch(2, 1, "async_device", "", 5), 0); }
-TEST(DistKVStore, Async7Workers7Servers) { EXPECT_EQ(Launch(7, 7, "async", "", 3), 0); }
-TEST(DistKVStore, TwoBitCompression) { EXPECT_EQ(Launch(4, 2, "compression"), 0); }
-TEST(DistKVStore, UpdateOnKVStoreFalseSums) { EXPECT_EQ(Launch(4, 2, "no_optimizer"), 0); }
-TEST(DistKVStore, MultiPrecision) { EXPECT_EQ(Launch(2, 2, "multi_precision"), 0); }
-TEST(DistKVStore, MisuseErrors) { EXPECT_EQ(Launch(2, 2, "misuse"), 0); }
-TEST(DistKVStore, AsyncWithoutOptimizerIsAnError) { EXPECT_EQ(Launch(2, 1, "async_no_optimizer"), 0); }
-TEST(DistKVStore, UnequalPushCountsFailNamingTheWorker) { EXPECT_EQ(Launch(3, 2, "unequal", "", 3), 0); }
-TEST(DistKVStore, StringKeyOrderMismatchDetected) { EXPECT_EQ(Launch(2, 1, "string_order"), 0); }
-TEST(DistKVStore, OptimizerStatesSaveAndLoad) { EXPECT_EQ(Launch(2, 2, "states"), 0); }
+TEST(DistKVStore, Sync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sync"), 0);
+}
+TEST(DistKVStore, SyncDevice2Workers2Servers) {
+  EXPECT_EQ(Launch(2, 2, "sync_device"), 0);
+}
+TEST(DistKVStore, Sync7Workers7Servers) {
+  EXPECT_EQ(Launch(7, 7, "sync", "", 2), 0);
+}
+TEST(DistKVStore, StringKeys) {
+  EXPECT_EQ(Launch(4, 2, "string_keys"), 0);
+}
+TEST(DistKVStore, Async4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "async", "", 10), 0);
+}
+TEST(DistKVStore, AsyncDevice) {
+  EXPECT_EQ(Launch(2, 1, "async_device", "", 5), 0);
+}
+TEST(DistKVStore, Async7Workers7Servers) {
+  EXPECT_EQ(Launch(7, 7, "async", "", 3), 0);
+}
+TEST(DistKVStore, TwoBitCompression) {
+  EXPECT_EQ(Launch(4, 2, "compression"), 0);
+}
+TEST(DistKVStore, UpdateOnKVStoreFalseSums) {
+  EXPECT_EQ(Launch(4, 2, "no_optimizer"), 0);
+}
+TEST(DistKVStore, MultiPrecision) {
+  EXPECT_EQ(Launch(2, 2, "multi_precision"), 0);
+}
+TEST(DistKVStore, MisuseErrors) {
+  EXPECT_EQ(Launch(2, 2, "misuse"), 0);
+}
+TEST(DistKVStore, AsyncWithoutOptimizerIsAnError) {
+  EXPECT_EQ(Launch(2, 1, "async_no_optimizer"), 0);
+}
+TEST(DistKVStore, UnequalPushCountsFailNamingTheWorker) {
+  EXPECT_EQ(Launch(3, 2, "unequal", "", 3), 0);
+}
+TEST(DistKVStore, StringKeyOrderMismatchDetected) {
+  EXPECT_EQ(Launch(2, 1, "string_order"), 0);
+}
+TEST(DistKVStore, OptimizerStatesSaveAndLoad) {
+  EXPECT_EQ(Launch(2, 2, "states"), 0);
+}

@@ -20,16 +20,22 @@ struct Job {
 };
 
 std::map<std::string, std::string> Env(int port, const std::string& role, const std::string& dir) {
-  return {{"DMLC_ROLE", role},          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-          {"DMLC_PS_ROOT_PORT", std::to_string(port)}, {"DMLC_NUM_SERVER", "2"},
-          {"DMLC_NUM_WORKER", "2"},      {"PS_HEARTBEAT_INTERVAL", "0.5"},
-          {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TEST_MARKER_DIR", dir},
+  return {{"DMLC_ROLE", role},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+          {"DMLC_NUM_SERVER", "2"},
+          {"DMLC_NUM_WORKER", "2"},
+          {"PS_HEARTBEAT_INTERVAL", "0.5"},
+          {"PS_HEARTBEAT_TIMEOUT", "3"},
+          {"PSKV_TEST_MARKER_DIR", dir},
           {"PSKV_TIMEOUT", "120"}};
 }
 
 Job Start(const std::string& name) {
   Job j;
-  j.dir = (std::filesystem::temp_directory_path() / ("pskv_" + name + "_" + std::to_string(::getpid()))).string();
+  j.dir =
+      (std::filesystem::temp_directory_path() / ("pskv_" + name + "_" + std::to_string(::getpid())))
+          .string();
   std::filesystem::remove_all(j.dir);
   std::filesystem::create_directories(j.dir);
   j.log = j.dir + "/log";
@@ -38,7 +44,8 @@ Job Start(const std::string& name) {
   j.server0 = Spawn({PSKV_SERVER}, Env(port, "server", j.dir), j.log);
   j.server1 = Spawn({PSKV_SERVER}, Env(port, "server", j.dir), j.log);
   for (int w = 0; w < 2; ++w)
-    j.workers.push_back(Spawn({DIST_WORKER, "loop_until_failure"}, Env(port, "worker", j.dir), j.log));
+    j.workers.push_back(
+        Spawn({DIST_WORKER, "loop_until_failure"}, Env(port, "worker", j.dir), j.log));
   return j;
 }
 
@@ -54,9 +61,11 @@ void Cleanup(const Job& j) {
 void ExpectAllFail(const std::vector<pid_t>& pids, std::chrono::milliseconds bound, const Job& j) {
   const auto end = std::chrono::steady_clock::now() + bound;
   for (pid_t p : pids) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
     auto st = WaitExit(p, std::max(left, 1ms));
-    ASSERT_TRUE(st.has_value()) << "pid " << p << " still running after the bound; log:\n" << ReadFile(j.log);
+    ASSERT_TRUE(st.has_value()) << "pid " << p << " still running after the bound; log:\n"
+                                << ReadFile(j.log);
     EXPECT_NE(*st, 0) << "pid " << p << " exited 0 after a peer died";
   }
 }
@@ -69,7 +78,8 @@ constexpr auto kBound = 15s;
 
 TEST(NodeFailure, KillWorker) {
   Job j = Start("killworker");
-  ASSERT_TRUE(WaitFile(j.dir + "/worker0", 30s) && WaitFile(j.dir + "/worker1", 30s)) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/worker0", 30s) && WaitFile(j.dir + "/worker1", 30s))
+      << ReadFile(j.log);
   ::kill(j.workers[1], SIGKILL);
   ASSERT_EQ(WaitExit(j.workers[1], 5s).value_or(-1), 128 + SIGKILL);
   ExpectAllFail({j.workers[0], j.server0, j.server1, j.scheduler}, kBound, j);
@@ -81,7 +91,8 @@ TEST(NodeFailure, KillWorker) {
 
 TEST(NodeFailure, KillServer) {
   Job j = Start("killserver");
-  ASSERT_TRUE(WaitFile(j.dir + "/worker0", 30s) && WaitFile(j.dir + "/worker1", 30s)) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/worker0", 30s) && WaitFile(j.dir + "/worker1", 30s))
+      << ReadFile(j.log);
   ::kill(j.server1, SIGKILL);
   ExpectAllFail({j.workers[0], j.workers[1], j.server0, j.scheduler}, kBound, j);
   std::string log = ReadFile(j.log);

@@ -87,8 +87,7 @@ TEST_P(LocalStores, UpdaterIsCalledWithMergedValue) {
   std::vector<int> seen;
   kv->SetUpdater([&](int key, const NDArray& recv, NDArray* stored) {
     seen.push_back(key);
-    for (int64_t i = 0; i < stored->size(); ++i)
-      stored->data<float>()[i] += recv.data<float>()[i];
+    for (int64_t i = 0; i < stored->size(); ++i) stored->data<float>()[i] += recv.data<float>()[i];
   });
   const int num_devs = 4, num_push = 4;
   for (int p = 0; p < num_push; ++p) kv->Push(3, std::vector<NDArray>(num_devs, Ones()));
@@ -245,8 +244,8 @@ TEST_P(LocalStores, BigArraysUseTheThreadedReduction) {
 
 TEST_P(LocalStores, OptimizerRunsInTheStoreAndStatesSaveAndLoad) {
   auto kv = Make(GetParam());
-  kv->SetOptimizer(OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"},
-                                                       {"momentum", "0.9"}}));
+  kv->SetOptimizer(
+      OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}));
   kv->Init(0, Ones({2}));
   kv->Push(0, {Ones({2}, 1)});
   NDArray out({2});
@@ -262,8 +261,8 @@ TEST_P(LocalStores, OptimizerRunsInTheStoreAndStatesSaveAndLoad) {
   EXPECT_FLOAT_EQ(after_two, 0.71f);
   // A second store restored from the saved momentum continues identically.
   auto kv2 = Make(GetParam());
-  kv2->SetOptimizer(OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"},
-                                                        {"momentum", "0.9"}}));
+  kv2->SetOptimizer(
+      OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}));
   kv2->Init(0, Ones({2}, 0.9));
   kv2->LoadOptimizerStates(path);
   kv2->Push(0, {Ones({2}, 1)});
@@ -335,7 +334,8 @@ TEST_P(LocalStores, StringKeyErrors) {
     kv->Pull("nope", {out});
     FAIL();
   } catch (const KeyError& e) {
-    EXPECT_NE(std::string(e.what()).find("key 'nope' doesn't exist. Did you init?"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("key 'nope' doesn't exist. Did you init?"),
+              std::string::npos);
   }
   kv->Init("a", Ones());
   EXPECT_THROW(kv->Init("a", Ones()), KeyError);
@@ -360,12 +360,17 @@ TEST(KVStoreFactory, UnknownTypeListsValidTypes) {
 
 TEST(LocalCompression, LocalRejectsDeviceAccepts) {
   auto kv = Make("local");
-  EXPECT_THROW(kv->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}})), UsageError);
+  EXPECT_THROW(kv->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}})),
+               UsageError);
   auto dev = Make("device");
-  EXPECT_THROW(dev->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "-1"}})), InvalidArgument);
-  dev->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
+  EXPECT_THROW(dev->SetGradientCompression(
+                   CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "-1"}})),
+               InvalidArgument);
+  dev->SetGradientCompression(
+      CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
   dev->Init(0, Ones());
-  EXPECT_THROW(dev->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}})), UsageError);  // after init
+  EXPECT_THROW(dev->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}})),
+               UsageError);  // after init
   EXPECT_THROW(dev->Init(1, Ones(kShape, 1, DType::kFloat16)), UsageError);
 }
 
@@ -374,7 +379,8 @@ TEST(LocalCompression, TwoBitPerDeviceResidualsExactValues) {
   // round 1: each r=0.3 -> 0, merged 0; round 2: r=0.6 -> +0.5 each, merged 1.0,
   // residual 0.1; round 3: r=0.4 -> 0; round 4: r=0.7 -> 0.5 each -> 1.0.
   auto kv = Make("device");
-  kv->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
+  kv->SetGradientCompression(
+      CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
   kv->Init(0, Ones({5}, 0));
   const double want[] = {0, 1.0, 0, 1.0};
   for (double w : want) {
@@ -386,7 +392,8 @@ TEST(LocalCompression, TwoBitPerDeviceResidualsExactValues) {
   }
   // Negative values and a single device (compression applies even then).
   auto kv1 = Make("device");
-  kv1->SetGradientCompression(CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
+  kv1->SetGradientCompression(
+      CompressionConfig::FromParams({{"type", "2bit"}, {"threshold", "0.5"}}));
   kv1->Init(0, Ones({3}, 0));
   NDArray g = NDArray::FromVector({-0.7f, 0.2f, 2.0f});
   kv1->Push(0, {g});

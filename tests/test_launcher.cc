@@ -14,7 +14,8 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string TmpDir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("pskv_launch_" + name + "_" + std::to_string(::getpid()));
+  auto d = std::filesystem::temp_directory_path() /
+           ("pskv_launch_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();
@@ -27,7 +28,7 @@ struct RunResult {
 };
 
 RunResult Launch(const std::vector<std::string>& args, std::chrono::milliseconds limit = 120s,
-           const std::map<std::string, std::string>& env = {}) {
+                 const std::map<std::string, std::string>& env = {}) {
   std::string dir = TmpDir("run");
   std::vector<std::string> argv = {PSKV_LAUNCH};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -46,7 +47,9 @@ RunResult Launch(const std::vector<std::string>& args, std::chrono::milliseconds
   return r;
 }
 
-std::string Tag() { return "PSKV_TEST_TAG=" + std::to_string(::getpid()) + "_" + std::to_string(rand()); }
+std::string Tag() {
+  return "PSKV_TEST_TAG=" + std::to_string(::getpid()) + "_" + std::to_string(rand());
+}
 
 }  // namespace
 
@@ -59,22 +62,25 @@ TEST(Launcher, LocalJobRunsAndPrefixesOutput) {
 
 TEST(Launcher, FailingWorkerStopsTheJobAndLeavesNoProcess) {
   const std::string tag = Tag();
-  RunResult r = Launch({"-n", "2", "-s", "2", "--timeout", "100", "--env", tag, "--", DIST_WORKER, "exit3"});
+  RunResult r =
+      Launch({"-n", "2", "-s", "2", "--timeout", "100", "--env", tag, "--", DIST_WORKER, "exit3"});
   EXPECT_EQ(r.status, 3) << r.out;
   EXPECT_LT(r.seconds, 10.0) << r.out;
   EXPECT_NE(r.out.find("worker 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("exited with status 3"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("worker 1 exits with status 3 now"), std::string::npos) << "last lines shown";
+  EXPECT_NE(r.out.find("worker 1 exits with status 3 now"), std::string::npos)
+      << "last lines shown";
   EXPECT_TRUE(PidsWithEnv(tag).empty());
 }
 
 TEST(Launcher, SigtermStopsEveryChild) {
   const std::string tag = Tag();
   std::string dir = TmpDir("sigterm");
-  pid_t p = Spawn({PSKV_LAUNCH, "-n", "2", "-s", "1", "--env", tag, "--env", "PSKV_TEST_MARKER_DIR=" + dir,
-                   "--", DIST_WORKER, "loop_until_failure"},
+  pid_t p = Spawn({PSKV_LAUNCH, "-n", "2", "-s", "1", "--env", tag, "--env",
+                   "PSKV_TEST_MARKER_DIR=" + dir, "--", DIST_WORKER, "loop_until_failure"},
                   {}, dir + "/out");
-  ASSERT_TRUE(WaitFile(dir + "/worker0", 30s) && WaitFile(dir + "/worker1", 30s)) << ReadFile(dir + "/out");
+  ASSERT_TRUE(WaitFile(dir + "/worker0", 30s) && WaitFile(dir + "/worker1", 30s))
+      << ReadFile(dir + "/out");
   EXPECT_EQ(PidsWithEnv(tag).size(), 4u);  // scheduler, server, 2 workers
   ::kill(p, SIGTERM);
   auto st = WaitExit(p, 10s);
@@ -88,8 +94,8 @@ TEST(Launcher, SigtermStopsEveryChild) {
 TEST(Launcher, SigkillOfTheLauncherLeavesNoOrphans) {
   const std::string tag = Tag();
   std::string dir = TmpDir("sigkill");
-  pid_t p = Spawn({PSKV_LAUNCH, "-n", "1", "-s", "1", "--env", tag, "--env", "PSKV_TEST_MARKER_DIR=" + dir,
-                   "--", DIST_WORKER, "loop_until_failure"},
+  pid_t p = Spawn({PSKV_LAUNCH, "-n", "1", "-s", "1", "--env", tag, "--env",
+                   "PSKV_TEST_MARKER_DIR=" + dir, "--", DIST_WORKER, "loop_until_failure"},
                   {}, dir + "/out");
   ASSERT_TRUE(WaitFile(dir + "/worker0", 30s)) << ReadFile(dir + "/out");
   ::kill(p, SIGKILL);
@@ -103,7 +109,8 @@ TEST(Launcher, SigkillOfTheLauncherLeavesNoOrphans) {
 
 TEST(Launcher, TimeoutStopsTheJob) {
   const std::string tag = Tag();
-  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "2", "--env", tag, "--", DIST_WORKER, "loop_until_failure"});
+  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "2", "--env", tag, "--", DIST_WORKER,
+                        "loop_until_failure"});
   EXPECT_EQ(r.status, 124) << r.out;
   EXPECT_NE(r.out.find("timeout"), std::string::npos);
   EXPECT_TRUE(PidsWithEnv(tag).empty());
@@ -112,14 +119,14 @@ TEST(Launcher, TimeoutStopsTheJob) {
 TEST(Launcher, ArgumentsArePassedExactly) {
   // The worker never joins the job; registration times out quickly, which is fine:
   // only the worker's output matters here.
-  RunResult r = Launch({"-n", "1", "-s", "1", "--env", "PSKV_REGISTER_TIMEOUT=1", "--", "printf", "<%s>", "a b",
-                  "c'd", "$HOME"});
+  RunResult r = Launch({"-n", "1", "-s", "1", "--env", "PSKV_REGISTER_TIMEOUT=1", "--", "printf",
+                        "<%s>", "a b", "c'd", "$HOME"});
   EXPECT_NE(r.out.find("[worker 0] <a b><c'd><$HOME>"), std::string::npos) << r.out;
 }
 
 TEST(Launcher, EnvForServersAndWorkersOnly) {
-  RunResult r = Launch({"-n", "1", "-s", "1", "--dry-run", "--env-server", "ONLY_S=1", "--env-worker",
-                  "ONLY_W=2", "--env", "ALL:3", "--", "prog"});
+  RunResult r = Launch({"-n", "1", "-s", "1", "--dry-run", "--env-server", "ONLY_S=1",
+                        "--env-worker", "ONLY_W=2", "--env", "ALL:3", "--", "prog"});
   EXPECT_EQ(r.status, 0);
   std::istringstream is(r.out);
   std::string line;
@@ -142,14 +149,15 @@ TEST(Launcher, UsageErrors) {
   EXPECT_EQ(r.status, 2);
   r = Launch({"--help"});
   EXPECT_EQ(r.status, 0);
-  for (auto opt : {"--sync-dst-dir", "--env-server", "--env-worker", "--server-command", "--dry-run",
-                   "--timeout", "Examples"})
+  for (auto opt : {"--sync-dst-dir", "--env-server", "--env-worker", "--server-command",
+                   "--dry-run", "--timeout", "Examples"})
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
 }
 
 // Batch systems that cannot run here: the generated commands are checked.
 TEST(LauncherDryRun, Sge) {
-  RunResult r = Launch({"-n", "3", "-s", "2", "--launcher", "sge", "--dry-run", "--", "prog", "x y"});
+  RunResult r =
+      Launch({"-n", "3", "-s", "2", "--launcher", "sge", "--dry-run", "--", "prog", "x y"});
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("qsub -sync y -cwd -V -N pskv-worker -t 1-3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("qsub -sync y -cwd -V -N pskv-server -t 1-2"), std::string::npos) << r.out;
@@ -171,7 +179,8 @@ TEST(LauncherDryRun, Yarn) {
 TEST(LauncherDryRun, SlurmAndMpi) {
   RunResult r = Launch({"-n", "2", "-s", "1", "--launcher", "slurm", "--dry-run", "--", "prog"});
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("srun --ntasks=2 --job-name=pskv-worker --export=ALL,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("srun --ntasks=2 --job-name=pskv-worker --export=ALL,"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("DMLC_ROLE=worker"), std::string::npos) << r.out;
   r = Launch({"-n", "2", "-s", "1", "--launcher", "mpi", "--dry-run", "--", "prog"});
   EXPECT_EQ(r.status, 0) << r.out;

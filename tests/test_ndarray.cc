@@ -57,7 +57,8 @@ TEST(NDArray, EveryDTypeHasSizeNameAndRoundTrips) {
 }
 
 TEST(NDArray, HalfConversionsAreExactOnRepresentableValues) {
-  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f, 0.333251953125f})
+  for (float f :
+       {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f, 0.333251953125f})
     EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f) << f;
   EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(1e6f))));
   EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
@@ -72,7 +73,8 @@ TEST(NDArray, HalfConversionsAreExactOnRepresentableValues) {
 }
 
 TEST(NDArray, BFloat16Conversions) {
-  for (float f : {0.0f, 1.0f, -3.0f, 0.5f, 1024.0f}) EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(f)), f);
+  for (float f : {0.0f, 1.0f, -3.0f, 0.5f, 1024.0f})
+    EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(f)), f);
   EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.00390625f)), 1.0f);  // halfway -> even
 }
 

@@ -11,7 +11,9 @@ namespace {
 OptimizerConfig Cfg(const std::string& type, std::map<std::string, std::string> p) {
   return OptimizerConfig::FromParams(type, p);
 }
-NDArray W(float v) { return NDArray::FromVector({v}); }
+NDArray W(float v) {
+  return NDArray::FromVector({v});
+}
 }  // namespace
 
 TEST(Optimizer, SgdPlain) {
@@ -150,8 +152,10 @@ TEST(LRSchedule, FactorMultiFactorCosineWarmup) {
 }
 
 TEST(Optimizer, ScheduleUsesGlobalUpdateCount) {
-  Optimizer o(Cfg("sgd", {{"learning_rate", "1"}, {"lr_scheduler", "factor"},
-                          {"lr_step", "1"}, {"lr_factor", "0.5"}}));
+  Optimizer o(Cfg("sgd", {{"learning_rate", "1"},
+                          {"lr_scheduler", "factor"},
+                          {"lr_step", "1"},
+                          {"lr_factor", "0.5"}}));
   NDArray a = W(0), b = W(0);
   o.Update(0, W(1), &a);  // num_update 1: lr 1
   o.Update(0, W(1), &a);  // num_update 2: lr 0.5
@@ -161,8 +165,11 @@ TEST(Optimizer, ScheduleUsesGlobalUpdateCount) {
 }
 
 TEST(OptimizerConfig, SerialisesExactly) {
-  auto c = Cfg("adam", {{"learning_rate", "0.1234567890123"}, {"wd", "1e-5"},
-                        {"lr_scheduler", "multifactor"}, {"lr_steps", "10,20"}, {"lr_factor", "0.3"}});
+  auto c = Cfg("adam", {{"learning_rate", "0.1234567890123"},
+                        {"wd", "1e-5"},
+                        {"lr_scheduler", "multifactor"},
+                        {"lr_steps", "10,20"},
+                        {"lr_factor", "0.3"}});
   auto d = OptimizerConfig::Deserialize(c.Serialize());
   EXPECT_EQ(d.Serialize(), c.Serialize());
   EXPECT_EQ(d.learning_rate, 0.1234567890123);

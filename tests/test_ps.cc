@@ -21,10 +21,12 @@ namespace {
 class AddServer {
  public:
   explicit AddServer(Node* node)
-      : srv_(node, [this](KVRequest&& r, KVServer* s) { Handle(std::move(r), s); },
-             [this](int, int head, const std::string& body) {
-               return "server" + std::to_string(srv_.node()->rank()) + ":" + std::to_string(head) + body;
-             }) {}
+      : srv_(
+            node, [this](KVRequest&& r, KVServer* s) { Handle(std::move(r), s); },
+            [this](int, int head, const std::string& body) {
+              return "server" + std::to_string(srv_.node()->rank()) + ":" + std::to_string(head) +
+                     body;
+            }) {}
   int pushes() const { return pushes_; }
 
  private:
@@ -47,7 +49,8 @@ class AddServer {
       if (r.pull) {
         auto it = store_.find(k);
         if (it == store_.end())
-          return s->RespondError(r, ErrorKind::kKey, "key " + std::to_string(k) + " not initialised");
+          return s->RespondError(r, ErrorKind::kKey,
+                                 "key " + std::to_string(k) + " not initialised");
         keys.push_back(k);
         lens.push_back(it->second.size() * 4);
         out.append(reinterpret_cast<const char*>(it->second.data()), it->second.size() * 4);
@@ -65,8 +68,10 @@ void Sync(std::function<void(KVWorker::Callback)> op) {
   auto p = std::make_shared<std::promise<void>>();
   auto f = p->get_future();
   op([p](std::exception_ptr e) {
-    if (e) p->set_exception(e);
-    else p->set_value();
+    if (e)
+      p->set_exception(e);
+    else
+      p->set_value();
   });
   if (f.wait_for(30s) != std::future_status::ready) throw TimeoutError("test op timed out");
   f.get();
@@ -207,7 +212,8 @@ TEST(Ps, LargeValuesCrossChunkBoundaries) {
     const size_t per = (5 << 18) + 3;
     std::vector<uint64_t> lens(keys.size(), per * 4);
     std::vector<float> vals(keys.size() * per);
-    for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i % 1000) * (node.rank() + 1);
+    for (size_t i = 0; i < vals.size(); ++i)
+      vals[i] = static_cast<float>(i % 1000) * (node.rank() + 1);
     Sync([&](auto cb) { w.Push(keys, Frame::Copy(vals.data(), vals.size() * 4), lens, 0, cb); });
     node.Barrier(kWorkerGroup, 30s);
     std::vector<float> out(vals.size());
@@ -296,7 +302,8 @@ TEST(Ps, UnreachableSchedulerIsNamed) {
     FAIL();
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("not reachable"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(o.root_port)), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(o.root_port)),
+              std::string::npos);
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s);
 }

@@ -38,19 +38,20 @@ TEST_P(ReduceAllTypes, SumsExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Types, ReduceAllTypes,
-    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                         DType::kBFloat16, DType::kInt32, DType::kInt64,
-                                         DType::kInt8, DType::kUInt8),
-                       ::testing::Values(1, 2, 3, 4, 5, 9)));
+INSTANTIATE_TEST_SUITE_P(Types, ReduceAllTypes,
+                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat64,
+                                                              DType::kFloat16, DType::kBFloat16,
+                                                              DType::kInt32, DType::kInt64,
+                                                              DType::kInt8, DType::kUInt8),
+                                            ::testing::Values(1, 2, 3, 4, 5, 9)));
 
 TEST(Reduce, ThreadedAndSerialAgree) {
   const int64_t n = (1 << 20) + 37;
   std::vector<NDArray> srcs;
   for (int s = 0; s < 6; ++s) {
     NDArray a({n});
-    for (int64_t i = 0; i < n; ++i) a.data<float>()[i] = 0.1f * static_cast<float>((i * (s + 3)) % 101);
+    for (int64_t i = 0; i < n; ++i)
+      a.data<float>()[i] = 0.1f * static_cast<float>((i * (s + 3)) % 101);
     srcs.push_back(a);
   }
   Reducer serial(INT64_MAX, 1), threaded(1000, 4);

@@ -30,11 +30,12 @@ void Compare(const std::string& uok, int single_devices, int dist_devices) {
   const std::string a = dir + "/pskv_equiv_single_" + std::to_string(::getpid()),
                     b = dir + "/pskv_equiv_dist_" + std::to_string(::getpid());
   const int steps = 6, batch = 16;
-  ASSERT_EQ(Sh(std::string(EQUIV) + " " + a + " local " + uok + " " + std::to_string(2 * batch) + " " +
-               std::to_string(steps) + " " + std::to_string(single_devices)),
+  ASSERT_EQ(Sh(std::string(EQUIV) + " " + a + " local " + uok + " " + std::to_string(2 * batch) +
+               " " + std::to_string(steps) + " " + std::to_string(single_devices)),
             0);
-  ASSERT_EQ(Sh(std::string(LAUNCH) + " -n 2 -s 1 --timeout 200 -- " + EQUIV + " " + b + " dist_sync " + uok + " " +
-               std::to_string(batch) + " " + std::to_string(steps) + " " + std::to_string(dist_devices)),
+  ASSERT_EQ(Sh(std::string(LAUNCH) + " -n 2 -s 1 --timeout 200 -- " + EQUIV + " " + b +
+               " dist_sync " + uok + " " + std::to_string(batch) + " " + std::to_string(steps) +
+               " " + std::to_string(dist_devices)),
             0);
   auto x = ReadFloats(a), y = ReadFloats(b);
   ASSERT_EQ(x.size(), y.size());
@@ -52,6 +53,12 @@ void Compare(const std::string& uok, int single_devices, int dist_devices) {
 
 }  // namespace
 
-TEST(TorchEquivalence, ServerOptimizer) { Compare("1", 1, 1); }
-TEST(TorchEquivalence, LocalOptimizer) { Compare("0", 1, 1); }
-TEST(TorchEquivalence, DevicesSplitTheBatch) { Compare("1", 2, 2); }
+TEST(TorchEquivalence, ServerOptimizer) {
+  Compare("1", 1, 1);
+}
+TEST(TorchEquivalence, LocalOptimizer) {
+  Compare("0", 1, 1);
+}
+TEST(TorchEquivalence, DevicesSplitTheBatch) {
+  Compare("1", 2, 2);
+}

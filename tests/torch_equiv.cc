@@ -29,13 +29,14 @@ int main(int argc, char** argv) {
     std::vector<torch::nn::Sequential> models;
     for (int d = 0; d < devices; ++d) {
       torch::manual_seed(rank * 100 + d + 1);  // different on purpose: the broadcast must fix it
-      models.push_back(torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 64), torch::nn::ReLU(),
-                                             torch::nn::Linear(64, 10), torch::nn::LogSoftmax(1)));
+      models.push_back(torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 64),
+                                             torch::nn::ReLU(), torch::nn::Linear(64, 10),
+                                             torch::nn::LogSoftmax(1)));
       params.push_back(models.back()->parameters());
     }
     pskv::TrainerOptions opt;
-    opt.optimizer = pskv::OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"},
-                                                              {"wd", "0.0001"}});
+    opt.optimizer = pskv::OptimizerConfig::FromParams(
+        "sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}, {"wd", "0.0001"}});
     opt.update_on_kvstore = uok;
     opt.global_batch_size = b * n;
     pskv::Trainer trainer(params, kv.get(), opt);
@@ -51,10 +52,12 @@ int main(int argc, char** argv) {
         for (int64_t i = 0; i < m; ++i) {
           const int64_t idx = first + lo + i;
           for (int64_t j = 0; j < px; ++j)
-            x.data_ptr<float>()[i * px + j] = data.pixels[static_cast<size_t>(idx * px + j)] / 255.0f;
+            x.data_ptr<float>()[i * px + j] =
+                data.pixels[static_cast<size_t>(idx * px + j)] / 255.0f;
           y.data_ptr<int64_t>()[i] = data.labels[static_cast<size_t>(idx)];
         }
-        torch::nll_loss(models[static_cast<size_t>(d)]->forward(x), y, {}, at::Reduction::Sum).backward();
+        torch::nll_loss(models[static_cast<size_t>(d)]->forward(x), y, {}, at::Reduction::Sum)
+            .backward();
       }
       trainer.Step();
     }
@@ -62,7 +65,8 @@ int main(int argc, char** argv) {
       std::ofstream f(out, std::ios::binary);
       for (auto& p : params[0]) {
         auto c = p.detach().contiguous();
-        f.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * 4));
+        f.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+                static_cast<std::streamsize>(c.numel() * 4));
       }
     }
     kv->Barrier();

@@ -16,14 +16,16 @@ int main(int argc, char** argv) {
         "usage: DMLC_ROLE=server|scheduler DMLC_PS_ROOT_URI=HOST DMLC_PS_ROOT_PORT=PORT \\\n"
         "       DMLC_NUM_SERVER=S DMLC_NUM_WORKER=N pskv-server\n"
         "Runs the scheduler or one server of a pskv job until the job ends. Exit status 0 when\n"
-        "the job ended cleanly, 1 when it failed (the reason is printed), 2 on bad configuration.\n");
+        "the job ended cleanly, 1 when it failed (the reason is printed), 2 on bad "
+        "configuration.\n");
     return 0;
   }
   try {
     pskv::Options o = pskv::Options::FromEnv();
     if (!o.role_set || o.role == pskv::Role::kWorker) {
-      std::fprintf(stderr, "pskv-server: set DMLC_ROLE to 'server' or 'scheduler' (workers run your "
-                           "training program)\n");
+      std::fprintf(stderr,
+                   "pskv-server: set DMLC_ROLE to 'server' or 'scheduler' (workers run your "
+                   "training program)\n");
       return 2;
     }
     o.ValidateForDistributed();

@@ -48,6 +48,7 @@ std::vector<std::pair<int64_t, int64_t>> SplitBatch(int64_t size, int k, bool ev
 /// Slices of a batch by per-device workloads (spec 7.4): b_i = round(w_i*b/sum w)
 /// (round half to even), any deficit added to the last device; InvalidArgument if
 /// a slice is empty ("Too many slices").
-std::vector<std::pair<int64_t, int64_t>> SplitByWorkload(int64_t batch, const std::vector<double>& workloads);
+std::vector<std::pair<int64_t, int64_t>> SplitByWorkload(int64_t batch,
+                                                         const std::vector<double>& workloads);
 
 }  // namespace pskv::data

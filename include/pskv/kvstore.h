@@ -99,8 +99,7 @@ class KVStore {
                 const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
                 int priority = 0);
   /// Init(key, value) followed by Pull(key, outs). In dist mode rank 0's value wins.
-  void Broadcast(int key, const NDArray& value, const std::vector<NDArray>& outs,
-                 int priority = 0);
+  void Broadcast(int key, const NDArray& value, const std::vector<NDArray>& outs, int priority = 0);
   void Broadcast(const std::vector<int>& keys, const std::vector<NDArray>& values,
                  const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
                  int priority = 0);

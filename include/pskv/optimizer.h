@@ -37,14 +37,14 @@ namespace pskv {
 struct LRSchedule {
   /// "none", "factor", "multifactor" or "cosine".
   std::string type = "none";
-  int64_t step = 1;                 ///< factor: multiply by `factor` every `step` updates
-  std::vector<int64_t> steps;       ///< multifactor: multiply by `factor` after each
-  double factor = 1.0;              ///< factor, multifactor
-  double stop_factor_lr = 1e-8;     ///< factor: lower bound of the rate
-  int64_t max_update = 0;           ///< cosine: updates until `final_lr` is reached
-  double final_lr = 0.0;            ///< cosine
-  int64_t warmup_steps = 0;         ///< all: linear warm-up over this many updates
-  double warmup_begin_lr = 0.0;     ///< all: rate at update 0 of the warm-up
+  int64_t step = 1;              ///< factor: multiply by `factor` every `step` updates
+  std::vector<int64_t> steps;    ///< multifactor: multiply by `factor` after each
+  double factor = 1.0;           ///< factor, multifactor
+  double stop_factor_lr = 1e-8;  ///< factor: lower bound of the rate
+  int64_t max_update = 0;        ///< cosine: updates until `final_lr` is reached
+  double final_lr = 0.0;         ///< cosine
+  int64_t warmup_steps = 0;      ///< all: linear warm-up over this many updates
+  double warmup_begin_lr = 0.0;  ///< all: rate at update 0 of the warm-up
 
   /// Learning rate at update `num_update` given the optimizer's base rate.
   double Rate(double base_lr, int64_t num_update) const;

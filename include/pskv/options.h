@@ -30,18 +30,18 @@ struct Options {
   /// DMLC_ROLE. `role_set` is false when the variable is absent.
   Role role = Role::kWorker;
   bool role_set = false;
-  std::string root_uri;    ///< DMLC_PS_ROOT_URI: scheduler host
-  int root_port = 0;       ///< DMLC_PS_ROOT_PORT
-  int num_servers = 0;     ///< DMLC_NUM_SERVER
-  int num_workers = 0;     ///< DMLC_NUM_WORKER
-  std::string interface;   ///< DMLC_INTERFACE: NIC whose IPv4 address is advertised
-  std::string node_host;   ///< DMLC_NODE_HOST: address to advertise and bind
-  int port = 0;            ///< PORT: this node's port (0 = any free port)
+  std::string root_uri;   ///< DMLC_PS_ROOT_URI: scheduler host
+  int root_port = 0;      ///< DMLC_PS_ROOT_PORT
+  int num_servers = 0;    ///< DMLC_NUM_SERVER
+  int num_workers = 0;    ///< DMLC_NUM_WORKER
+  std::string interface;  ///< DMLC_INTERFACE: NIC whose IPv4 address is advertised
+  std::string node_host;  ///< DMLC_NODE_HOST: address to advertise and bind
+  int port = 0;           ///< PORT: this node's port (0 = any free port)
   /// DMLC_TASK_ID (set by launchers): orders ranks within a role; -1 = by address.
   int64_t rank_hint = -1;
-  int verbose = 0;         ///< PS_VERBOSE: 1 connections/registration, 2 every message
-  bool resend = false;     ///< PS_RESEND: acknowledge and retransmit messages
-  std::chrono::milliseconds resend_timeout{1000};     ///< PS_RESEND_TIMEOUT (ms)
+  int verbose = 0;      ///< PS_VERBOSE: 1 connections/registration, 2 every message
+  bool resend = false;  ///< PS_RESEND: acknowledge and retransmit messages
+  std::chrono::milliseconds resend_timeout{1000};      ///< PS_RESEND_TIMEOUT (ms)
   std::chrono::milliseconds heartbeat_interval{1000};  ///< PS_HEARTBEAT_INTERVAL (s)
   /// PS_HEARTBEAT_TIMEOUT (s): a node silent this long is declared dead. 0 disables
   /// failure detection (not recommended: a dead node then makes peers wait until

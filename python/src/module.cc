@@ -39,14 +39,22 @@ DType FromNumpy(const py::dtype& dt) {
 
 py::dtype ToNumpy(DType t) {
   switch (t) {
-    case DType::kFloat32: return py::dtype::of<float>();
-    case DType::kFloat64: return py::dtype::of<double>();
-    case DType::kFloat16: return py::dtype("float16");
-    case DType::kInt32: return py::dtype::of<int32_t>();
-    case DType::kInt64: return py::dtype::of<int64_t>();
-    case DType::kInt8: return py::dtype::of<int8_t>();
-    case DType::kUInt8: return py::dtype::of<uint8_t>();
-    case DType::kBFloat16: break;
+    case DType::kFloat32:
+      return py::dtype::of<float>();
+    case DType::kFloat64:
+      return py::dtype::of<double>();
+    case DType::kFloat16:
+      return py::dtype("float16");
+    case DType::kInt32:
+      return py::dtype::of<int32_t>();
+    case DType::kInt64:
+      return py::dtype::of<int64_t>();
+    case DType::kInt8:
+      return py::dtype::of<int8_t>();
+    case DType::kUInt8:
+      return py::dtype::of<uint8_t>();
+    case DType::kBFloat16:
+      break;
   }
   throw InvalidArgument("bfloat16 has no numpy dtype");
 }
@@ -94,7 +102,9 @@ py::array View(const NDArray& a) {
 }
 
 // Keys arrive as a list of ints or a list of strs.
-bool IsStrKeys(const py::list& keys) { return keys.size() > 0 && py::isinstance<py::str>(keys[0]); }
+bool IsStrKeys(const py::list& keys) {
+  return keys.size() > 0 && py::isinstance<py::str>(keys[0]);
+}
 
 template <typename F>
 void WithKeys(const py::list& keys, F&& f) {
@@ -149,99 +159,117 @@ PYBIND11_MODULE(_pskv, m) {
     Options o = Options::FromEnv();
     return o.role_set ? RoleName(o.role) : std::string("worker");
   });
-  m.def("run_role", [] {
-    Options o = Options::FromEnv();
-    o.ValidateForDistributed();
-    py::gil_scoped_release nogil;
-    return RunServerOrScheduler(o);
-  }, "Runs this process's server/scheduler role until the job ends; returns the exit status.");
+  m.def(
+      "run_role",
+      [] {
+        Options o = Options::FromEnv();
+        o.ValidateForDistributed();
+        py::gil_scoped_release nogil;
+        return RunServerOrScheduler(o);
+      },
+      "Runs this process's server/scheduler role until the job ends; returns the exit status.");
   m.def("valid_types", &KVStore::ValidTypes);
 
   py::class_<Handle>(m, "KVStore")
-      .def_static("create", [](const std::string& t) {
-        py::gil_scoped_release nogil;  // a dist store registers with the job here
-        return Handle{KVStore::Create(t)};
-      })
-      .def("close", [](Handle& h) {
-        std::unique_ptr<KVStore> p = std::move(h.p);
-        py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
-        p.reset();
-      })
+      .def_static("create",
+                  [](const std::string& t) {
+                    py::gil_scoped_release nogil;  // a dist store registers with the job here
+                    return Handle{KVStore::Create(t)};
+                  })
+      .def("close",
+           [](Handle& h) {
+             std::unique_ptr<KVStore> p = std::move(h.p);
+             py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
+             p.reset();
+           })
       .def_property_readonly("type", [](Handle& h) { return h.kv().Type(); })
       .def_property_readonly("rank", [](Handle& h) { return h.kv().Rank(); })
       .def_property_readonly("num_workers", [](Handle& h) { return h.kv().NumWorkers(); })
-      .def("init", [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
-        KVStore& kv = h.kv();
-        auto v = WrapAll(vals);
-        py::gil_scoped_release nogil;
-        WithKeys(keys, [&](auto k) { kv.Init(k, v); });
-      })
-      .def("push", [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio) {
-        KVStore& kv = h.kv();
-        auto v = WrapAll(vals);
-        py::gil_scoped_release nogil;
-        WithKeys(keys, [&](auto k) { kv.Push(k, v, prio); });
-      })
-      .def("pull", [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio) {
-        KVStore& kv = h.kv();
-        auto o = WrapAll(outs);
-        py::gil_scoped_release nogil;
-        WithKeys(keys, [&](auto k) { kv.Pull(k, o, prio); });
-      })
-      .def("pushpull", [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
-                          const py::list& out_keys, const std::vector<py::array>& outs, int prio) {
-        KVStore& kv = h.kv();
-        auto v = WrapAll(vals);
-        auto o = WrapAll(outs);
-        py::gil_scoped_release nogil;
-        if (IsStrKeys(keys)) {
-          kv.PushPull(keys.cast<std::vector<std::string>>(), v, out_keys.cast<std::vector<std::string>>(), o, prio);
-        } else {
-          kv.PushPull(keys.cast<std::vector<int>>(), v, out_keys.cast<std::vector<int>>(), o, prio);
-        }
-      })
-      .def("wait", [](Handle& h, const py::list& keys) {
-        KVStore& kv = h.kv();
-        py::gil_scoped_release nogil;
-        WithKeys(keys, [&](auto k) { kv.Wait(k); });
-      })
-      .def("wait_all", [](Handle& h) {
-        KVStore& kv = h.kv();
-        py::gil_scoped_release nogil;
-        kv.WaitAll();
-      })
-      .def("barrier", [](Handle& h) {
-        KVStore& kv = h.kv();
-        py::gil_scoped_release nogil;
-        kv.Barrier();
-      })
-      .def("set_optimizer", [](Handle& h, const std::string& type, const std::map<std::string, std::string>& p) {
-        KVStore& kv = h.kv();
-        auto cfg = OptimizerConfig::FromParams(type, p);
-        py::gil_scoped_release nogil;
-        kv.SetOptimizer(cfg);
-      })
-      .def("set_gradient_compression", [](Handle& h, const std::map<std::string, std::string>& p) {
-        KVStore& kv = h.kv();
-        auto cfg = CompressionConfig::FromParams(p);
-        py::gil_scoped_release nogil;
-        kv.SetGradientCompression(cfg);
-      })
-      .def("set_updater", [](Handle& h, py::function fn) {
-        KVStore& kv = h.kv();
-        // Int ids reach Python, which maps string-key ids back to names.
-        auto holder = std::shared_ptr<py::function>(new py::function(std::move(fn)),
-                                                    [](py::function* f) { ReleaseUnderGil(f); });
-        kv.SetUpdater(Updater([holder](int k, const NDArray& recv, NDArray* stored) {
-          py::gil_scoped_acquire gil;
-          (*holder)(k, View(recv), View(*stored));
-        }));
-      })
-      .def("save_optimizer_states", [](Handle& h, const std::string& f) {
-        KVStore& kv = h.kv();
-        py::gil_scoped_release nogil;
-        kv.SaveOptimizerStates(f);
-      })
+      .def("init",
+           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
+             KVStore& kv = h.kv();
+             auto v = WrapAll(vals);
+             py::gil_scoped_release nogil;
+             WithKeys(keys, [&](auto k) { kv.Init(k, v); });
+           })
+      .def("push",
+           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio) {
+             KVStore& kv = h.kv();
+             auto v = WrapAll(vals);
+             py::gil_scoped_release nogil;
+             WithKeys(keys, [&](auto k) { kv.Push(k, v, prio); });
+           })
+      .def("pull",
+           [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio) {
+             KVStore& kv = h.kv();
+             auto o = WrapAll(outs);
+             py::gil_scoped_release nogil;
+             WithKeys(keys, [&](auto k) { kv.Pull(k, o, prio); });
+           })
+      .def("pushpull",
+           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
+              const py::list& out_keys, const std::vector<py::array>& outs, int prio) {
+             KVStore& kv = h.kv();
+             auto v = WrapAll(vals);
+             auto o = WrapAll(outs);
+             py::gil_scoped_release nogil;
+             if (IsStrKeys(keys)) {
+               kv.PushPull(keys.cast<std::vector<std::string>>(), v,
+                           out_keys.cast<std::vector<std::string>>(), o, prio);
+             } else {
+               kv.PushPull(keys.cast<std::vector<int>>(), v, out_keys.cast<std::vector<int>>(), o,
+                           prio);
+             }
+           })
+      .def("wait",
+           [](Handle& h, const py::list& keys) {
+             KVStore& kv = h.kv();
+             py::gil_scoped_release nogil;
+             WithKeys(keys, [&](auto k) { kv.Wait(k); });
+           })
+      .def("wait_all",
+           [](Handle& h) {
+             KVStore& kv = h.kv();
+             py::gil_scoped_release nogil;
+             kv.WaitAll();
+           })
+      .def("barrier",
+           [](Handle& h) {
+             KVStore& kv = h.kv();
+             py::gil_scoped_release nogil;
+             kv.Barrier();
+           })
+      .def("set_optimizer",
+           [](Handle& h, const std::string& type, const std::map<std::string, std::string>& p) {
+             KVStore& kv = h.kv();
+             auto cfg = OptimizerConfig::FromParams(type, p);
+             py::gil_scoped_release nogil;
+             kv.SetOptimizer(cfg);
+           })
+      .def("set_gradient_compression",
+           [](Handle& h, const std::map<std::string, std::string>& p) {
+             KVStore& kv = h.kv();
+             auto cfg = CompressionConfig::FromParams(p);
+             py::gil_scoped_release nogil;
+             kv.SetGradientCompression(cfg);
+           })
+      .def("set_updater",
+           [](Handle& h, py::function fn) {
+             KVStore& kv = h.kv();
+             // Int ids reach Python, which maps string-key ids back to names.
+             auto holder = std::shared_ptr<py::function>(
+                 new py::function(std::move(fn)), [](py::function* f) { ReleaseUnderGil(f); });
+             kv.SetUpdater(Updater([holder](int k, const NDArray& recv, NDArray* stored) {
+               py::gil_scoped_acquire gil;
+               (*holder)(k, View(recv), View(*stored));
+             }));
+           })
+      .def("save_optimizer_states",
+           [](Handle& h, const std::string& f) {
+             KVStore& kv = h.kv();
+             py::gil_scoped_release nogil;
+             kv.SaveOptimizerStates(f);
+           })
       .def("load_optimizer_states", [](Handle& h, const std::string& f) {
         KVStore& kv = h.kv();
         py::gil_scoped_release nogil;
@@ -252,10 +280,11 @@ PYBIND11_MODULE(_pskv, m) {
       .def(py::init([](const std::string& type, const std::map<std::string, std::string>& p) {
         return std::make_shared<Optimizer>(OptimizerConfig::FromParams(type, p));
       }))
-      .def("update", [](Optimizer& o, int64_t key, py::array grad, py::array weight) {
-        NDArray g = Wrap(grad), w = Wrap(weight);
-        py::gil_scoped_release nogil;
-        o.Update(key, g, &w);
-      })
+      .def("update",
+           [](Optimizer& o, int64_t key, py::array grad, py::array weight) {
+             NDArray g = Wrap(grad), w = Wrap(weight);
+             py::gil_scoped_release nogil;
+             o.Update(key, g, &w);
+           })
       .def("serialize", [](const Optimizer& o) { return o.config().Serialize(); });
 }

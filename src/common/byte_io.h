@@ -62,10 +62,13 @@ class ByteReader {
 
  private:
   void Need(size_t n) {
-    if (n > n_ - pos_) Fail("truncated: needs " + std::to_string(n) + " more bytes, has " +
-                            std::to_string(n_ - pos_));
+    if (n > n_ - pos_)
+      Fail("truncated: needs " + std::to_string(n) + " more bytes, has " +
+           std::to_string(n_ - pos_));
   }
-  [[noreturn]] void Fail(const std::string& m) { throw ProtocolError(std::string(what_) + ": " + m); }
+  [[noreturn]] void Fail(const std::string& m) {
+    throw ProtocolError(std::string(what_) + ": " + m);
+  }
   const char* p_;
   size_t n_;
   size_t pos_ = 0;

@@ -26,14 +26,30 @@ struct TypeTag {
 template <typename F>
 void DispatchDType(DType t, F&& f) {
   switch (t) {
-    case DType::kFloat32: f(TypeTag<float>{}); return;
-    case DType::kFloat64: f(TypeTag<double>{}); return;
-    case DType::kFloat16: f(TypeTag<half_t>{}); return;
-    case DType::kBFloat16: f(TypeTag<bf16_t>{}); return;
-    case DType::kInt32: f(TypeTag<int32_t>{}); return;
-    case DType::kInt64: f(TypeTag<int64_t>{}); return;
-    case DType::kInt8: f(TypeTag<int8_t>{}); return;
-    case DType::kUInt8: f(TypeTag<uint8_t>{}); return;
+    case DType::kFloat32:
+      f(TypeTag<float>{});
+      return;
+    case DType::kFloat64:
+      f(TypeTag<double>{});
+      return;
+    case DType::kFloat16:
+      f(TypeTag<half_t>{});
+      return;
+    case DType::kBFloat16:
+      f(TypeTag<bf16_t>{});
+      return;
+    case DType::kInt32:
+      f(TypeTag<int32_t>{});
+      return;
+    case DType::kInt64:
+      f(TypeTag<int64_t>{});
+      return;
+    case DType::kInt8:
+      f(TypeTag<int8_t>{});
+      return;
+    case DType::kUInt8:
+      f(TypeTag<uint8_t>{});
+      return;
   }
   throw InvalidArgument("unknown dtype code " + std::to_string(static_cast<int>(t)));
 }

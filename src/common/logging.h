@@ -15,10 +15,10 @@ void LogLine(const char* level, const std::string& msg);
 
 }  // namespace pskv
 
-#define PSKV_LOG(level, expr)                 \
-  do {                                        \
-    std::ostringstream pskv_log_os_;          \
-    pskv_log_os_ << expr;                     \
+#define PSKV_LOG(level, expr)                   \
+  do {                                          \
+    std::ostringstream pskv_log_os_;            \
+    pskv_log_os_ << expr;                       \
     ::pskv::LogLine(level, pskv_log_os_.str()); \
   } while (0)
 #define PSKV_INFO(expr) PSKV_LOG("INFO", expr)

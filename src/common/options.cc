@@ -11,9 +11,12 @@ namespace pskv {
 
 std::string RoleName(Role r) {
   switch (r) {
-    case Role::kWorker: return "worker";
-    case Role::kServer: return "server";
-    case Role::kScheduler: return "scheduler";
+    case Role::kWorker:
+      return "worker";
+    case Role::kServer:
+      return "server";
+    case Role::kScheduler:
+      return "scheduler";
   }
   return "?";
 }
@@ -69,9 +72,12 @@ Options Options::FromEnv() {
 
   if (const char* v = Get("DMLC_ROLE")) {
     std::string r = v;
-    if (r == "worker") o.role = Role::kWorker;
-    else if (r == "server") o.role = Role::kServer;
-    else if (r == "scheduler") o.role = Role::kScheduler;
+    if (r == "worker")
+      o.role = Role::kWorker;
+    else if (r == "server")
+      o.role = Role::kServer;
+    else if (r == "scheduler")
+      o.role = Role::kScheduler;
     else
       throw ConfigError("environment variable DMLC_ROLE='" + r +
                         "' is not one of: scheduler, server, worker");
@@ -108,9 +114,11 @@ void Options::ValidateForDistributed() const {
   if (root_port <= 0)
     throw ConfigError("DMLC_PS_ROOT_PORT is not set: the scheduler's port is needed");
   if (num_servers <= 0)
-    throw ConfigError("DMLC_NUM_SERVER is not set or 0: a distributed job needs at least one server");
+    throw ConfigError(
+        "DMLC_NUM_SERVER is not set or 0: a distributed job needs at least one server");
   if (num_workers <= 0)
-    throw ConfigError("DMLC_NUM_WORKER is not set or 0: a distributed job needs at least one worker");
+    throw ConfigError(
+        "DMLC_NUM_WORKER is not set or 0: a distributed job needs at least one worker");
   if (heartbeat_timeout.count() > 0 && heartbeat_interval.count() <= 0)
     throw ConfigError("PS_HEARTBEAT_INTERVAL must be > 0 when PS_HEARTBEAT_TIMEOUT is set");
   if (heartbeat_timeout.count() > 0 && heartbeat_timeout < 2 * heartbeat_interval)

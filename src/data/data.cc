@@ -16,7 +16,9 @@ namespace {
 // Whole file, gunzipped if it is gzip (gzread reads plain files as they are).
 std::vector<uint8_t> ReadMaybeGz(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw IOError("cannot open '" + path + "' (is the dataset installed? Debian package dataset-fashion-mnist)");
+  if (!f)
+    throw IOError("cannot open '" + path +
+                  "' (is the dataset installed? Debian package dataset-fashion-mnist)");
   std::vector<uint8_t> out;
   uint8_t buf[1 << 16];
   for (;;) {
@@ -33,7 +35,8 @@ std::vector<uint8_t> ReadMaybeGz(const std::string& path) {
 }
 
 uint32_t BigEndian32(const std::vector<uint8_t>& b, size_t at) {
-  return (uint32_t{b[at]} << 24) | (uint32_t{b[at + 1]} << 16) | (uint32_t{b[at + 2]} << 8) | b[at + 3];
+  return (uint32_t{b[at]} << 24) | (uint32_t{b[at + 1]} << 16) | (uint32_t{b[at + 2]} << 8) |
+         b[at + 3];
 }
 
 }  // namespace
@@ -51,10 +54,11 @@ ImageDataset ReadIdx(const std::string& images_path, const std::string& labels_p
   d.cols = static_cast<int>(BigEndian32(img, 12));
   const uint64_t need = 16 + static_cast<uint64_t>(d.count) * d.rows * d.cols;
   if (img.size() != need)
-    throw IOError("'" + images_path + "' holds " + std::to_string(img.size()) + " bytes, its header implies " +
-                  std::to_string(need));
+    throw IOError("'" + images_path + "' holds " + std::to_string(img.size()) +
+                  " bytes, its header implies " + std::to_string(need));
   if (BigEndian32(lab, 4) != d.count || lab.size() != 8 + static_cast<uint64_t>(d.count))
-    throw IOError("'" + labels_path + "' does not have one label per image of '" + images_path + "'");
+    throw IOError("'" + labels_path + "' does not have one label per image of '" + images_path +
+                  "'");
   d.pixels.assign(img.begin() + 16, img.end());
   d.labels.assign(lab.begin() + 8, lab.end());
   return d;
@@ -67,8 +71,8 @@ ImageDataset ReadMnistDir(const std::string& dir, bool train) {
 
 std::pair<int64_t, int64_t> PartitionRange(int64_t count, int num_parts, int part_index) {
   if (num_parts < 1 || part_index < 0 || part_index >= num_parts)
-    throw InvalidArgument("part_index must be in [0, num_parts): got part " + std::to_string(part_index) +
-                          " of " + std::to_string(num_parts));
+    throw InvalidArgument("part_index must be in [0, num_parts): got part " +
+                          std::to_string(part_index) + " of " + std::to_string(num_parts));
   auto at = [&](int p) {
     return static_cast<int64_t>(std::floor(static_cast<double>(count) * p / num_parts));
   };
@@ -76,7 +80,8 @@ std::pair<int64_t, int64_t> PartitionRange(int64_t count, int num_parts, int par
 }
 
 int64_t EpochSize(int64_t num_examples, int num_workers, int64_t batch_size) {
-  if (num_workers < 1 || batch_size < 1) throw InvalidArgument("num_workers and batch_size must be >= 1");
+  if (num_workers < 1 || batch_size < 1)
+    throw InvalidArgument("num_workers and batch_size must be >= 1");
   const int64_t per = num_examples / num_workers;
   return (per + batch_size - 1) / batch_size;
 }
@@ -89,7 +94,8 @@ std::vector<int64_t> EpochOrder(int64_t count, int num_parts, int part_index, in
   std::iota(part.begin(), part.end(), b);
   std::vector<int64_t> order;
   const int64_t want = epoch_size * batch_size;
-  std::mt19937_64 rng(seed * 1000003ull + static_cast<uint64_t>(epoch) * 7919ull + static_cast<uint64_t>(part_index));
+  std::mt19937_64 rng(seed * 1000003ull + static_cast<uint64_t>(epoch) * 7919ull +
+                      static_cast<uint64_t>(part_index));
   while (static_cast<int64_t>(order.size()) < want) {  // wraps around like ResizeIter
     if (shuffle) std::shuffle(part.begin(), part.end(), rng);
     for (int64_t i : part) {
@@ -103,9 +109,9 @@ std::vector<int64_t> EpochOrder(int64_t count, int num_parts, int part_index, in
 std::vector<std::pair<int64_t, int64_t>> SplitBatch(int64_t size, int k, bool even_split) {
   if (k < 1) throw InvalidArgument("SplitBatch needs at least one device");
   if (even_split && size % k != 0)
-    throw InvalidArgument("batch of " + std::to_string(size) + " cannot be split evenly over " + std::to_string(k) +
-                          " devices; use a batch size that is a multiple of " + std::to_string(k) +
-                          " or even_split=false");
+    throw InvalidArgument("batch of " + std::to_string(size) + " cannot be split evenly over " +
+                          std::to_string(k) + " devices; use a batch size that is a multiple of " +
+                          std::to_string(k) + " or even_split=false");
   std::vector<std::pair<int64_t, int64_t>> out;
   const int64_t q = size / k, r = size % k;
   int64_t begin = 0;
@@ -117,7 +123,8 @@ std::vector<std::pair<int64_t, int64_t>> SplitBatch(int64_t size, int k, bool ev
   return out;
 }
 
-std::vector<std::pair<int64_t, int64_t>> SplitByWorkload(int64_t batch, const std::vector<double>& w) {
+std::vector<std::pair<int64_t, int64_t>> SplitByWorkload(int64_t batch,
+                                                         const std::vector<double>& w) {
   if (w.empty()) throw InvalidArgument("work_load_list is empty");
   double total = 0;
   for (double x : w) {
@@ -128,7 +135,8 @@ std::vector<std::pair<int64_t, int64_t>> SplitByWorkload(int64_t batch, const st
   std::vector<int64_t> sizes;
   int64_t sum = 0;
   for (double x : w) {
-    const int64_t b = static_cast<int64_t>(std::nearbyint(x * static_cast<double>(batch) / total));  // half to even
+    const int64_t b = static_cast<int64_t>(
+        std::nearbyint(x * static_cast<double>(batch) / total));  // half to even
     sizes.push_back(b);
     sum += b;
   }

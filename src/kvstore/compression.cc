@@ -11,7 +11,9 @@ GradientCompressor::GradientCompressor(CompressionConfig cfg) : cfg_(std::move(c
   type_ = cfg_.type == "2bit" ? 2 : cfg_.type == "1bit" ? 1 : 0;
 }
 
-int64_t GradientCompressor::Factor() const { return type_ == 2 ? 16 : type_ == 1 ? 32 : 1; }
+int64_t GradientCompressor::Factor() const {
+  return type_ == 2 ? 16 : type_ == 1 ? 32 : 1;
+}
 
 int64_t GradientCompressor::CompressedBytes(int64_t n) const {
   if (type_ == 0) return n * 4;

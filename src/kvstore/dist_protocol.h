@@ -13,20 +13,26 @@ namespace pskv::dist {
 
 /// Data request head: dtype code in bits 0-7, kind in bits 8-15.
 enum class Kind : int { kDense = 0, kInit = 1, kCompressed = 2 };
-inline int MakeCmd(Kind k, DType t) { return (static_cast<int>(k) << 8) | static_cast<int>(t); }
-inline Kind CmdKind(int cmd) { return static_cast<Kind>((cmd >> 8) & 0xff); }
-inline int CmdDType(int cmd) { return cmd & 0xff; }
+inline int MakeCmd(Kind k, DType t) {
+  return (static_cast<int>(k) << 8) | static_cast<int>(t);
+}
+inline Kind CmdKind(int cmd) {
+  return static_cast<Kind>((cmd >> 8) & 0xff);
+}
+inline int CmdDType(int cmd) {
+  return cmd & 0xff;
+}
 
 /// Commands (worker -> every server).
 enum Command : int {
-  kSetMode = 1,            ///< body "sync" or "async"
-  kSetOptimizer = 2,       ///< body = OptimizerConfig::Serialize()
-  kSetCompression = 3,     ///< body = "type,threshold"
-  kWorkerDone = 4,         ///< a worker finished; no more pushes from it
-  kSaveStates = 5,         ///< reply = this server's optimizer states
-  kLoadStates = 6,         ///< body = server-rank-indexed blob (see kvstore_dist.cc)
-  kCheckStringKeys = 7,    ///< body = "id\tname\n"...: all workers must agree
-  kHasOptimizer = 8,       ///< reply "1" or "0"
+  kSetMode = 1,          ///< body "sync" or "async"
+  kSetOptimizer = 2,     ///< body = OptimizerConfig::Serialize()
+  kSetCompression = 3,   ///< body = "type,threshold"
+  kWorkerDone = 4,       ///< a worker finished; no more pushes from it
+  kSaveStates = 5,       ///< reply = this server's optimizer states
+  kLoadStates = 6,       ///< body = server-rank-indexed blob (see kvstore_dist.cc)
+  kCheckStringKeys = 7,  ///< body = "id\tname\n"...: all workers must agree
+  kHasOptimizer = 8,     ///< reply "1" or "0"
 };
 
 /// One server's part of a key: `len` elements starting at element `offset`.

@@ -33,10 +33,14 @@ DistServer::DistServer(Node* node)
     : node_(node),
       server_(
           node, [this](KVRequest&& r, KVServer* s) { Handle(std::move(r), s); },
-          [this](int sender, int head, const std::string& body) { return Command(sender, head, body); }),
+          [this](int sender, int head, const std::string& body) {
+            return Command(sender, head, body);
+          }),
       reducer_(node->options().bigarray_bound, node->options().reduction_threads) {}
 
-std::string DistServer::WorkerName(int id) const { return node_->NodeName(id); }
+std::string DistServer::WorkerName(int id) const {
+  return node_->NodeName(id);
+}
 
 void DistServer::Detach(KeyState& st) {
   if (st.token.use_count() > 1) {
@@ -59,8 +63,8 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
     f.data = static_cast<const char*>(st->value.raw());
     f.size = st->value.nbytes();
     f.owner = owner;
-    srv->Respond(req, {dist::PsKey(keys[0].first, node_->rank(), node_->num_servers())}, std::move(f),
-                 {st->value.nbytes()});
+    srv->Respond(req, {dist::PsKey(keys[0].first, node_->rank(), node_->num_servers())},
+                 std::move(f), {st->value.nbytes()});
     return;
   }
   std::string out;
@@ -97,7 +101,8 @@ void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_
                                st.value.size());
     return;
   }
-  const bool mp = optimizer_ && optimizer_->config().multi_precision && IsLowPrecision(st.value.dtype());
+  const bool mp =
+      optimizer_ && optimizer_->config().multi_precision && IsLowPrecision(st.value.dtype());
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
   const size_t es = DTypeSize(st.value.dtype());
@@ -132,8 +137,10 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   const Kind kind = dist::CmdKind(req.cmd);
   const int dt = dist::CmdDType(req.cmd);
   auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
-  if (!IsValidDType(dt) || (kind != Kind::kDense && kind != Kind::kInit && kind != Kind::kCompressed))
-    return fail(ErrorKind::kInvalid, "malformed data request (cmd " + std::to_string(req.cmd) + ")");
+  if (!IsValidDType(dt) ||
+      (kind != Kind::kDense && kind != Kind::kInit && kind != Kind::kCompressed))
+    return fail(ErrorKind::kInvalid,
+                "malformed data request (cmd " + std::to_string(req.cmd) + ")");
   const DType dtype = static_cast<DType>(dt);
   const std::string me_name = node_->Tag();
 
@@ -144,13 +151,15 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
     const uint64_t key_off = off;
     off += len;
     if (ps_key < base || ps_key - base > static_cast<uint64_t>(INT32_MAX))
-      return fail(ErrorKind::kInvalid, "key " + std::to_string(ps_key) + " does not belong to " + me_name);
+      return fail(ErrorKind::kInvalid,
+                  "key " + std::to_string(ps_key) + " does not belong to " + me_name);
     const int key = static_cast<int>(ps_key - base);
     auto it = store_.find(key);
     if (kind == Kind::kInit) {
       if (it != store_.end())
         return fail(ErrorKind::kKey, "duplicate init of key " + std::to_string(key));
-      if (len % DTypeSize(dtype)) return fail(ErrorKind::kShape, "init value size is not a whole number of elements");
+      if (len % DTypeSize(dtype))
+        return fail(ErrorKind::kShape, "init value size is not a whole number of elements");
       KeyState st;
       st.value = NDArray({static_cast<int64_t>(len / DTypeSize(dtype))}, dtype);
       m.CopyVals(key_off, len, static_cast<char*>(st.value.raw()));
@@ -158,34 +167,38 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       continue;
     }
     if (it == store_.end())
-      return fail(ErrorKind::kKey, "key " + std::to_string(key) + " has not been inited on " + me_name +
-                                       " (call Init before push or pull)");
+      return fail(ErrorKind::kKey, "key " + std::to_string(key) + " has not been inited on " +
+                                       me_name + " (call Init before push or pull)");
     KeyState& st = it->second;
     if (dtype != st.value.dtype())
       return fail(ErrorKind::kShape, "key " + std::to_string(key) + " holds " +
                                          DTypeName(st.value.dtype()) + " but the request carries " +
                                          DTypeName(dtype));
     if (req.push) {
-      const uint64_t want = kind == Kind::kCompressed
-                                ? static_cast<uint64_t>(compressor_ ? compressor_->CompressedBytes(st.value.size()) : 0)
-                                : st.value.nbytes();
+      const uint64_t want =
+          kind == Kind::kCompressed
+              ? static_cast<uint64_t>(compressor_ ? compressor_->CompressedBytes(st.value.size())
+                                                  : 0)
+              : st.value.nbytes();
       if (kind == Kind::kCompressed && !compressor_)
-        return fail(ErrorKind::kUsage, "a compressed push arrived but compression is not configured");
+        return fail(ErrorKind::kUsage,
+                    "a compressed push arrived but compression is not configured");
       if (len != want)
-        return fail(ErrorKind::kShape, "The value size cannot be changed: key " + std::to_string(key) +
-                                           " takes " + std::to_string(want) + " bytes on " + me_name +
-                                           ", got " + std::to_string(len));
+        return fail(ErrorKind::kShape, "The value size cannot be changed: key " +
+                                           std::to_string(key) + " takes " + std::to_string(want) +
+                                           " bytes on " + me_name + ", got " + std::to_string(len));
       if (sync_) {
         if (m.num_keys() != 1) return fail(ErrorKind::kInvalid, "a sync push must carry one key");
         if (st.pushed.count(req.sender))
-          return fail(ErrorKind::kUsage, WorkerName(req.sender) + " pushed key " + std::to_string(key) +
-                                             " twice in one sync round (round " +
-                                             std::to_string(st.rounds + 1) + ")");
+          return fail(ErrorKind::kUsage,
+                      WorkerName(req.sender) + " pushed key " + std::to_string(key) +
+                          " twice in one sync round (round " + std::to_string(st.rounds + 1) + ")");
         for (int d : done_workers_)
           if (!st.pushed.count(d))
             return fail(ErrorKind::kUsage,
                         "key " + std::to_string(key) + ": " + WorkerName(d) +
-                            " finished the job without pushing round " + std::to_string(st.rounds + 1) +
+                            " finished the job without pushing round " +
+                            std::to_string(st.rounds + 1) +
                             "; in sync mode every worker must push every key equally often (give "
                             "every worker the same number of batches)");
         Merge(st, req, key_off, len);
@@ -207,15 +220,17 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       }
       // async: apply at once
       if (!optimizer_)
-        return fail(ErrorKind::kUsage, "Updater needs to be set for async mode: call SetOptimizer "
-                                       "on the dist_async store before pushing");
+        return fail(ErrorKind::kUsage,
+                    "Updater needs to be set for async mode: call SetOptimizer "
+                    "on the dist_async store before pushing");
       Detach(st);
       NDArray grad;
       std::string scratch;
       const char* data = m.Contiguous(key_off, len, &scratch);
       if (kind == Kind::kCompressed) {
         grad = NDArray({st.value.size()}, DType::kFloat32);
-        compressor_->Dequantize(reinterpret_cast<const uint8_t*>(data), grad.data<float>(), st.value.size());
+        compressor_->Dequantize(reinterpret_cast<const uint8_t*>(data), grad.data<float>(),
+                                st.value.size());
       } else {
         grad = View(data, len, dtype);
       }
@@ -244,11 +259,13 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       return {};
     case dist::kSetCompression: {
       auto comma = body.find(',');
-      if (comma == std::string::npos) throw InvalidArgument("bad compression command '" + body + "'");
+      if (comma == std::string::npos)
+        throw InvalidArgument("bad compression command '" + body + "'");
       CompressionConfig c;
       c.type = body.substr(0, comma);
       c.threshold = std::stof(body.substr(comma + 1));
-      if (!store_.empty()) throw UsageError("SetGradientCompression must be called before the first Init");
+      if (!store_.empty())
+        throw UsageError("SetGradientCompression must be called before the first Init");
       compressor_ = c.active() ? std::make_unique<GradientCompressor>(c) : nullptr;
       return {};
     }
@@ -263,10 +280,12 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
                         "equally often (give every worker the same number of batches)");
       return {};
     case dist::kSaveStates:
-      if (!optimizer_) throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
+      if (!optimizer_)
+        throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
       return optimizer_->SaveStates();
     case dist::kLoadStates: {
-      if (!optimizer_) throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
+      if (!optimizer_)
+        throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
       ByteReader r(body.data(), body.size(), "optimizer states");
       uint32_t n = r.Get<uint32_t>();
       if (static_cast<int>(n) != node_->num_servers())
@@ -294,10 +313,10 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
           string_keys_[id] = name;
           string_key_source_[id] = sender;
         } else if (it->second != name) {
-          throw KeyError("string keys were initialised in a different order: " + WorkerName(sender) +
-                         " gave id " + std::to_string(id) + " to '" + name + "' but " +
-                         WorkerName(string_key_source_[id]) + " gave it to '" + it->second +
-                         "'; every worker must init string keys in the same order");
+          throw KeyError("string keys were initialised in a different order: " +
+                         WorkerName(sender) + " gave id " + std::to_string(id) + " to '" + name +
+                         "' but " + WorkerName(string_key_source_[id]) + " gave it to '" +
+                         it->second + "'; every worker must init string keys in the same order");
         }
       }
       return {};

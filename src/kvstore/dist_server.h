@@ -46,7 +46,8 @@ class DistServer {
   void HandleKey(const KVRequest& req, KVServer* srv, size_t i, uint64_t offset, bool* answered);
   void Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len);
   void ApplyRound(int key, KeyState& st);
-  void Reply(KVServer* srv, const KVRequest& req, const std::vector<std::pair<int, KeyState*>>& keys);
+  void Reply(KVServer* srv, const KVRequest& req,
+             const std::vector<std::pair<int, KeyState*>>& keys);
   void FailRound(int key, KeyState& st, const std::string& why);
   /// Before modifying a value: if a reply still references its memory, move to a copy.
   void Detach(KeyState& st);

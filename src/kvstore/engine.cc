@@ -6,9 +6,13 @@
 
 namespace pskv {
 
-Engine::Engine() { dispatcher_ = std::thread([this] { DispatchLoop(); }); }
+Engine::Engine() {
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
+}
 
-Engine::~Engine() { Shutdown(std::chrono::seconds(60)); }
+Engine::~Engine() {
+  Shutdown(std::chrono::seconds(60));
+}
 
 void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
   {

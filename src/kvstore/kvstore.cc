@@ -117,7 +117,9 @@ std::string KVStore::KeyName(int k) const {
 
 // ------------------------------------------------------------ int-key API
 
-void KVStore::Init(int key, const NDArray& value) { Init(std::vector<int>{key}, {value}); }
+void KVStore::Init(int key, const NDArray& value) {
+  Init(std::vector<int>{key}, {value});
+}
 void KVStore::Init(const std::vector<int>& keys, const std::vector<NDArray>& values) {
   if (keys.size() != values.size())
     throw InvalidArgument("Init: " + std::to_string(keys.size()) + " keys but " +
@@ -127,8 +129,7 @@ void KVStore::Init(const std::vector<int>& keys, const std::vector<NDArray>& val
 void KVStore::Push(int key, const std::vector<NDArray>& values, int priority) {
   Push(std::vector<int>(values.size(), key), values, priority);
 }
-void KVStore::Push(const std::vector<int>& keys, const std::vector<NDArray>& values,
-                   int priority) {
+void KVStore::Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) {
   if (keys.size() != values.size())
     throw InvalidArgument("Push: " + std::to_string(keys.size()) + " keys but " +
                           std::to_string(values.size()) + " values");
@@ -154,7 +155,8 @@ void KVStore::PushPull(const std::vector<int>& keys, const std::vector<NDArray>&
                        const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
                        int priority) {
   if (keys.size() != values.size() || out_keys.size() != outs.size())
-    throw InvalidArgument("PushPull: the number of keys and values (or out keys and outputs) differ");
+    throw InvalidArgument(
+        "PushPull: the number of keys and values (or out keys and outputs) differ");
   PushPullImpl(CheckIntKeys(keys), values, CheckIntKeys(out_keys), outs, priority);
 }
 void KVStore::Broadcast(int key, const NDArray& value, const std::vector<NDArray>& outs,
@@ -213,7 +215,8 @@ void KVStore::PushPull(const std::vector<std::string>& keys, const std::vector<N
                        const std::vector<std::string>& out_keys, const std::vector<NDArray>& outs,
                        int priority) {
   if (keys.size() != values.size() || out_keys.size() != outs.size())
-    throw InvalidArgument("PushPull: the number of keys and values (or out keys and outputs) differ");
+    throw InvalidArgument(
+        "PushPull: the number of keys and values (or out keys and outputs) differ");
   PushPullImpl(MapKeys(keys, false), values, MapKeys(out_keys, false), outs, priority);
 }
 void KVStore::Broadcast(const std::string& key, const NDArray& value,
@@ -267,9 +270,8 @@ void KVStore::SetUpdater(StrUpdater updater) {
 void KVStore::SetOptimizer(const OptimizerConfig& config) {
   auto opt = std::make_shared<Optimizer>(config);
   optimizer_ = opt;
-  SetUpdaterImpl([opt](int key, const NDArray& grad, NDArray* weight) {
-    opt->Update(key, grad, weight);
-  });
+  SetUpdaterImpl(
+      [opt](int key, const NDArray& grad, NDArray* weight) { opt->Update(key, grad, weight); });
 }
 
 void KVStore::SetGradientCompression(const CompressionConfig&) {
@@ -279,8 +281,9 @@ void KVStore::SetGradientCompression(const CompressionConfig&) {
 
 void KVStore::SaveOptimizerStates(const std::string& fname) {
   if (!optimizer_)
-    throw UsageError("Cannot save optimizer states: no optimizer is set on this store "
-                     "(call SetOptimizer first)");
+    throw UsageError(
+        "Cannot save optimizer states: no optimizer is set on this store "
+        "(call SetOptimizer first)");
   WaitAll();
   std::ofstream f(fname, std::ios::binary);
   std::string blob = optimizer_->SaveStates();
@@ -290,8 +293,9 @@ void KVStore::SaveOptimizerStates(const std::string& fname) {
 
 void KVStore::LoadOptimizerStates(const std::string& fname) {
   if (!optimizer_)
-    throw UsageError("Cannot load optimizer states: no optimizer is set on this store "
-                     "(call SetOptimizer with the same optimizer first)");
+    throw UsageError(
+        "Cannot load optimizer states: no optimizer is set on this store "
+        "(call SetOptimizer with the same optimizer first)");
   std::ifstream f(fname, std::ios::binary);
   if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
   std::stringstream ss;
@@ -303,10 +307,17 @@ void KVStore::LoadOptimizerStates(const std::string& fname) {
 // ------------------------------------------------------------ factory
 
 std::vector<std::string> KVStore::ValidTypes() {
-  return {"local",      "device",           "dist",
-          "dist_sync",  "dist_async",       "dist_sync_device",
-          "dist_device_sync", "dist_async_device", "local_update_cpu",
-          "local_allreduce_cpu", "local_allreduce_device"};
+  return {"local",
+          "device",
+          "dist",
+          "dist_sync",
+          "dist_async",
+          "dist_sync_device",
+          "dist_device_sync",
+          "dist_async_device",
+          "local_update_cpu",
+          "local_allreduce_cpu",
+          "local_allreduce_device"};
 }
 
 std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {

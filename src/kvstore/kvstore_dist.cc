@@ -39,7 +39,8 @@ class KVStoreDist final : public KVStore {
     node_->AddFailureHandler([this](std::exception_ptr e) { engine_.Poison(e); });
     node_->Start();
     SetLogName(node_->Tag());
-    if (node_->rank() == 0) worker_->Command(dist::kSetMode, async_ ? "async" : "sync", options_.op_timeout);
+    if (node_->rank() == 0)
+      worker_->Command(dist::kSetMode, async_ ? "async" : "sync", options_.op_timeout);
     node_->Barrier(kWorkerGroup, options_.op_timeout);
   }
 
@@ -72,7 +73,8 @@ class KVStoreDist final : public KVStore {
 
   void SetOptimizer(const OptimizerConfig& config) override {
     config.Validate();
-    if (node_->rank() == 0) worker_->Command(dist::kSetOptimizer, config.Serialize(), options_.op_timeout);
+    if (node_->rank() == 0)
+      worker_->Command(dist::kSetOptimizer, config.Serialize(), options_.op_timeout);
     has_server_optimizer_ = true;
     node_->Barrier(kWorkerGroup, options_.op_timeout);
   }
@@ -81,10 +83,12 @@ class KVStoreDist final : public KVStore {
     config.Validate();
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (!keys_.empty()) throw UsageError("SetGradientCompression must be called before the first Init");
+      if (!keys_.empty())
+        throw UsageError("SetGradientCompression must be called before the first Init");
     }
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%s,%.9g", config.type.c_str(), static_cast<double>(config.threshold));
+    std::snprintf(buf, sizeof buf, "%s,%.9g", config.type.c_str(),
+                  static_cast<double>(config.threshold));
     if (node_->rank() == 0) worker_->Command(dist::kSetCompression, buf, options_.op_timeout);
     compressor_ = config.active() ? std::make_unique<GradientCompressor>(config) : nullptr;
     node_->Barrier(kWorkerGroup, options_.op_timeout);
@@ -130,15 +134,16 @@ class KVStoreDist final : public KVStore {
     DType dtype;
     int64_t size;
     std::vector<dist::Slice> slices;
-    NDArray merge;                 // local reduction buffer (allocated lazily)
-    NDArray residual;              // compression residual (float32)
+    NDArray merge;     // local reduction buffer (allocated lazily)
+    NDArray residual;  // compression residual (float32)
     std::vector<uint64_t> ps_keys, lens, comp_lens;
   };
 
   KeyMeta& Meta(int key, const char* op) {
     auto it = keys_.find(key);
     if (it == keys_.end())
-      throw KeyError(std::string(op) + ": key " + KeyName(key) + " has not been inited (call Init first)");
+      throw KeyError(std::string(op) + ": key " + KeyName(key) +
+                     " has not been inited (call Init first)");
     return *it->second;
   }
 
@@ -149,7 +154,8 @@ class KVStoreDist final : public KVStore {
       for (size_t i = 0; i < keys.size(); ++i) {
         if (keys_.count(keys[i])) throw KeyError("duplicate init of key " + KeyName(keys[i]));
         for (size_t j = 0; j < i; ++j)
-          if (keys[j] == keys[i]) throw KeyError("duplicate init of key " + KeyName(keys[i]) + " within one Init call");
+          if (keys[j] == keys[i])
+            throw KeyError("duplicate init of key " + KeyName(keys[i]) + " within one Init call");
         if (compressor_ && values[i].dtype() != DType::kFloat32)
           throw UsageError("Gradient compression is only supported for float32 parameters; key " +
                            KeyName(keys[i]) + " is " + DTypeName(values[i].dtype()));
@@ -159,12 +165,14 @@ class KVStoreDist final : public KVStore {
         m->shape = values[i].shape();
         m->dtype = values[i].dtype();
         m->size = values[i].size();
-        for (auto& s : dist::PlaceKey(keys[i], m->size, node_->num_servers(), options_.bigarray_bound)) {
+        for (auto& s :
+             dist::PlaceKey(keys[i], m->size, node_->num_servers(), options_.bigarray_bound)) {
           if (s.len == 0) continue;
           m->slices.push_back(s);
           m->ps_keys.push_back(dist::PsKey(keys[i], s.server, node_->num_servers()));
           m->lens.push_back(static_cast<uint64_t>(s.len) * DTypeSize(m->dtype));
-          if (compressor_) m->comp_lens.push_back(static_cast<uint64_t>(compressor_->CompressedBytes(s.len)));
+          if (compressor_)
+            m->comp_lens.push_back(static_cast<uint64_t>(compressor_->CompressedBytes(s.len)));
         }
         if (compressor_) m->residual = NDArray({m->size}, DType::kFloat32);
         created.emplace_back(keys[i], m.get());
@@ -196,10 +204,12 @@ class KVStoreDist final : public KVStore {
     worker_->Command(dist::kCheckStringKeys, std::to_string(id) + "\t" + name, options_.op_timeout);
   }
 
-  void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) override {
+  void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                int priority) override {
     if (async_ && !has_server_optimizer_)
-      throw UsageError("dist_async needs an optimizer on the servers: call SetOptimizer before "
-                       "pushing (in async mode every push is applied at once)");
+      throw UsageError(
+          "dist_async needs an optimizer on the servers: call SetOptimizer before "
+          "pushing (in async mode every push is applied at once)");
     auto groups = GroupByKey(keys, values);
     auto metas = Check(groups, "Push", "pushed value");
     for (auto& [k, vals] : groups) {
@@ -211,15 +221,17 @@ class KVStoreDist final : public KVStore {
     }
   }
 
-  void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) override {
+  void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs,
+                int priority) override {
     auto groups = GroupByKey(keys, outs);
     auto metas = Check(groups, "Pull", "pull output");
     for (auto& [k, dst] : groups) {
       KeyMeta* m = metas.at(k);
       engine_.Push({k}, priority, [this, m, dst = dst, priority](Engine::Done done) {
         NDArray first = dst[0];
-        worker_->Pull(m->ps_keys, static_cast<char*>(first.raw()), m->lens, dist::MakeCmd(Kind::kDense, m->dtype),
-                      Broadcast(dst, std::move(done)), priority);
+        worker_->Pull(m->ps_keys, static_cast<char*>(first.raw()), m->lens,
+                      dist::MakeCmd(Kind::kDense, m->dtype), Broadcast(dst, std::move(done)),
+                      priority);
       });
     }
   }
@@ -230,27 +242,33 @@ class KVStoreDist final : public KVStore {
     auto pushes = GroupByKey(keys, values);
     auto pulls = GroupByKey(out_keys, outs);
     for (auto& [k, v] : pushes)
-      if (!pulls.count(k)) throw InvalidArgument("PushPull: key " + KeyName(k) + " is pushed but not pulled; the push and pull keys must be the same");
+      if (!pulls.count(k))
+        throw InvalidArgument("PushPull: key " + KeyName(k) +
+                              " is pushed but not pulled; the push and pull keys must be the same");
     for (auto& [k, v] : pulls)
-      if (!pushes.count(k)) throw InvalidArgument("PushPull: key " + KeyName(k) + " is pulled but not pushed; the push and pull keys must be the same");
+      if (!pushes.count(k))
+        throw InvalidArgument("PushPull: key " + KeyName(k) +
+                              " is pulled but not pushed; the push and pull keys must be the same");
     if (async_ && !has_server_optimizer_)
-      throw UsageError("dist_async needs an optimizer on the servers: call SetOptimizer before pushing");
+      throw UsageError(
+          "dist_async needs an optimizer on the servers: call SetOptimizer before pushing");
     auto metas = Check(pushes, "PushPull", "pushed value");
     Check(pulls, "PushPull", "pull output");
     for (auto& [k, vals] : pushes) {
       KeyMeta* m = metas.at(k);
-      engine_.Push({k}, priority, [this, m, vals = vals, dst = pulls.at(k), priority](Engine::Done done) {
-        auto [frame, lens, cmd] = Prepare(*m, vals);
-        // The first output may be one of the inputs: the values were already read
-        // (reduced or referenced by `frame`); if the frame aliases the output,
-        // send a copy so the answer cannot overwrite bytes still being sent.
-        NDArray first = dst[0];
-        if (frame.data >= static_cast<const char*>(first.raw()) &&
-            frame.data < static_cast<const char*>(first.raw()) + first.nbytes())
-          frame = Frame::Copy(frame.data, frame.size);
-        worker_->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()), m->lens, cmd,
-                          Broadcast(dst, std::move(done)), priority);
-      });
+      engine_.Push({k}, priority,
+                   [this, m, vals = vals, dst = pulls.at(k), priority](Engine::Done done) {
+                     auto [frame, lens, cmd] = Prepare(*m, vals);
+                     // The first output may be one of the inputs: the values were already read
+                     // (reduced or referenced by `frame`); if the frame aliases the output,
+                     // send a copy so the answer cannot overwrite bytes still being sent.
+                     NDArray first = dst[0];
+                     if (frame.data >= static_cast<const char*>(first.raw()) &&
+                         frame.data < static_cast<const char*>(first.raw()) + first.nbytes())
+                       frame = Frame::Copy(frame.data, frame.size);
+                     worker_->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()),
+                                       m->lens, cmd, Broadcast(dst, std::move(done)), priority);
+                   });
     }
   }
 
@@ -259,8 +277,9 @@ class KVStoreDist final : public KVStore {
   }
 
   void SetUpdaterImpl(Updater) override {
-    throw UsageError("a custom updater cannot run on the servers of a dist store; use SetOptimizer "
-                     "(the servers run it), or PushPull the gradients and update locally");
+    throw UsageError(
+        "a custom updater cannot run on the servers of a dist store; use SetOptimizer "
+        "(the servers run it), or PushPull the gradients and update locally");
   }
 
  private:
@@ -285,7 +304,8 @@ class KVStoreDist final : public KVStore {
   }
 
   // Engine thread: local reduction (and compression) of one key's values.
-  std::tuple<Frame, std::vector<uint64_t>, int> Prepare(KeyMeta& m, const std::vector<NDArray>& vals) {
+  std::tuple<Frame, std::vector<uint64_t>, int> Prepare(KeyMeta& m,
+                                                        const std::vector<NDArray>& vals) {
     NDArray merged;
     if (vals.size() == 1) {
       merged = vals[0];
@@ -294,7 +314,8 @@ class KVStoreDist final : public KVStore {
       reducer_.Sum(vals, &m.merge);
       merged = m.merge;
     }
-    if (!compressor_) return {FrameOf(merged, 0, merged.nbytes()), m.lens, dist::MakeCmd(Kind::kDense, m.dtype)};
+    if (!compressor_)
+      return {FrameOf(merged, 0, merged.nbytes()), m.lens, dist::MakeCmd(Kind::kDense, m.dtype)};
     // Each server slice is quantised on its own, with its part of the residual.
     uint64_t total = 0;
     for (auto l : m.comp_lens) total += l;
@@ -363,7 +384,8 @@ class KVStoreDist final : public KVStore {
 
 std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Options& options) {
   if (!options.role_set)
-    throw ConfigError("kvstore type '" + type + "' needs DMLC_ROLE (scheduler, server or worker) and "
+    throw ConfigError("kvstore type '" + type +
+                      "' needs DMLC_ROLE (scheduler, server or worker) and "
                       "the other DMLC_* variables; start the job with pskv-launch");
   if (options.role != Role::kWorker) {
     // As `import mxnet` did: a server or scheduler process runs its role to the

@@ -10,7 +10,9 @@ KVStoreLocal::KVStoreLocal(std::string type, Options options, bool device)
       device_(device),
       reducer_(options_.bigarray_bound, options_.reduction_threads) {}
 
-KVStoreLocal::~KVStoreLocal() { engine_.Shutdown(options_.op_timeout); }
+KVStoreLocal::~KVStoreLocal() {
+  engine_.Shutdown(options_.op_timeout);
+}
 
 void KVStoreLocal::SetGradientCompression(const CompressionConfig& config) {
   if (!device_) KVStore::SetGradientCompression(config);  // throws: `local` rejects it
@@ -24,18 +26,18 @@ void KVStoreLocal::SetGradientCompression(const CompressionConfig& config) {
 KVStoreLocal::Entry& KVStoreLocal::Lookup(int key, const char* op) {
   auto it = store_.find(key);
   if (it == store_.end())
-    throw KeyError(std::string(op) + ": key " + KeyName(key) + " has not been inited (call Init first)");
+    throw KeyError(std::string(op) + ": key " + KeyName(key) +
+                   " has not been inited (call Init first)");
   return *it->second;
 }
 
 void KVStoreLocal::InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) {
   std::lock_guard<std::mutex> lk(meta_mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (store_.count(keys[i]))
-      throw KeyError("duplicate init of key " + KeyName(keys[i]));
+    if (store_.count(keys[i])) throw KeyError("duplicate init of key " + KeyName(keys[i]));
     for (size_t j = 0; j < i; ++j)
-      if (keys[j] == keys[i]) throw KeyError("duplicate init of key " + KeyName(keys[i]) +
-                                             " within one Init call");
+      if (keys[j] == keys[i])
+        throw KeyError("duplicate init of key " + KeyName(keys[i]) + " within one Init call");
     if (values[i].empty() && values[i].shape().empty())
       throw InvalidArgument("Init of key " + KeyName(keys[i]) + " with an empty NDArray");
     if (compressor_ && values[i].dtype() != DType::kFloat32)
@@ -52,14 +54,16 @@ void KVStoreLocal::InitImpl(const std::vector<int>& keys, const std::vector<NDAr
 void KVStoreLocal::CheckPush(const std::map<int, std::vector<NDArray>>& groups) {
   for (auto& [k, vals] : groups) {
     Entry& e = Lookup(k, "Push");
-    for (auto& v : vals) CheckMatches(v, e.value.shape(), e.value.dtype(), "pushed value", KeyName(k));
+    for (auto& v : vals)
+      CheckMatches(v, e.value.shape(), e.value.dtype(), "pushed value", KeyName(k));
   }
 }
 
 void KVStoreLocal::CheckPull(const std::map<int, std::vector<NDArray>>& groups) {
   for (auto& [k, outs] : groups) {
     Entry& e = Lookup(k, "Pull");
-    for (auto& o : outs) CheckMatches(o, e.value.shape(), e.value.dtype(), "pull output", KeyName(k));
+    for (auto& o : outs)
+      CheckMatches(o, e.value.shape(), e.value.dtype(), "pull output", KeyName(k));
   }
 }
 
@@ -68,11 +72,13 @@ NDArray KVStoreLocal::Reduce(Entry& e, const std::vector<NDArray>& values) {
     // Every source is quantised with its own residual, then dequantised and summed.
     const int64_t n = e.value.size();
     if (e.merge.empty()) e.merge = NDArray(e.value.shape(), DType::kFloat32);
-    while (e.residuals.size() < values.size()) e.residuals.emplace_back(e.value.shape(), DType::kFloat32);
+    while (e.residuals.size() < values.size())
+      e.residuals.emplace_back(e.value.shape(), DType::kFloat32);
     e.packed.resize(static_cast<size_t>(compressor_->CompressedBytes(n)));
     e.merge.Fill(0);
     for (size_t d = 0; d < values.size(); ++d) {
-      compressor_->Quantize(values[d].data<float>(), e.residuals[d].data<float>(), e.packed.data(), n);
+      compressor_->Quantize(values[d].data<float>(), e.residuals[d].data<float>(), e.packed.data(),
+                            n);
       compressor_->DequantizeAdd(e.packed.data(), e.merge.data<float>(), n);
     }
     return e.merge;
@@ -107,7 +113,8 @@ void KVStoreLocal::PushImpl(const std::vector<int>& keys, const std::vector<NDAr
     for (auto& [k, v] : groups) entries.emplace_back(k, &Lookup(k, "Push"));
   }
   for (auto& [k, e] : entries) {
-    engine_.PushSync({k}, priority, [this, k = k, e = e, vals = groups[k]] { DoPush(k, *e, vals); });
+    engine_.PushSync({k}, priority,
+                     [this, k = k, e = e, vals = groups[k]] { DoPush(k, *e, vals); });
   }
 }
 
@@ -128,8 +135,8 @@ void KVStoreLocal::PullImpl(const std::vector<int>& keys, const std::vector<NDAr
 }
 
 void KVStoreLocal::PushPullImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
-                                const std::vector<int>& out_keys,
-                                const std::vector<NDArray>& outs, int priority) {
+                                const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
+                                int priority) {
   auto pushes = GroupByKey(keys, values);
   auto pulls = GroupByKey(out_keys, outs);
   std::vector<int> all;

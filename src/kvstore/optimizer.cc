@@ -78,33 +78,54 @@ bool ToBool(const std::string& name, const std::string& v) {
 // Applies one name=value to a config; false if the name is unknown.
 bool Apply(OptimizerConfig& c, const std::string& k, const std::string& v) {
   LRSchedule& s = c.lr_schedule;
-  if (k == "type") c.type = v;
-  else if (k == "learning_rate" || k == "lr") c.learning_rate = ToNum(k, v);
-  else if (k == "wd") c.wd = ToNum(k, v);
-  else if (k == "rescale_grad") c.rescale_grad = ToNum(k, v);
-  else if (k == "clip_gradient") c.clip_gradient = ToNum(k, v);
-  else if (k == "momentum") c.momentum = ToNum(k, v);
-  else if (k == "beta1") c.beta1 = ToNum(k, v);
-  else if (k == "beta2") c.beta2 = ToNum(k, v);
-  else if (k == "epsilon") c.epsilon = ToNum(k, v);
-  else if (k == "rho" || k == "gamma1") c.rho = ToNum(k, v);
-  else if (k == "centered") c.centered = ToBool(k, v);
-  else if (k == "multi_precision") c.multi_precision = ToBool(k, v);
-  else if (k == "lr_scheduler") s.type = v;
-  else if (k == "lr_step") s.step = ToInt(k, v);
+  if (k == "type")
+    c.type = v;
+  else if (k == "learning_rate" || k == "lr")
+    c.learning_rate = ToNum(k, v);
+  else if (k == "wd")
+    c.wd = ToNum(k, v);
+  else if (k == "rescale_grad")
+    c.rescale_grad = ToNum(k, v);
+  else if (k == "clip_gradient")
+    c.clip_gradient = ToNum(k, v);
+  else if (k == "momentum")
+    c.momentum = ToNum(k, v);
+  else if (k == "beta1")
+    c.beta1 = ToNum(k, v);
+  else if (k == "beta2")
+    c.beta2 = ToNum(k, v);
+  else if (k == "epsilon")
+    c.epsilon = ToNum(k, v);
+  else if (k == "rho" || k == "gamma1")
+    c.rho = ToNum(k, v);
+  else if (k == "centered")
+    c.centered = ToBool(k, v);
+  else if (k == "multi_precision")
+    c.multi_precision = ToBool(k, v);
+  else if (k == "lr_scheduler")
+    s.type = v;
+  else if (k == "lr_step")
+    s.step = ToInt(k, v);
   else if (k == "lr_steps") {
     s.steps.clear();
     std::stringstream ss(v);
     std::string item;
     while (std::getline(ss, item, ','))
       if (!item.empty()) s.steps.push_back(ToInt(k, item));
-  } else if (k == "lr_factor") s.factor = ToNum(k, v);
-  else if (k == "stop_factor_lr") s.stop_factor_lr = ToNum(k, v);
-  else if (k == "max_update") s.max_update = ToInt(k, v);
-  else if (k == "final_lr") s.final_lr = ToNum(k, v);
-  else if (k == "warmup_steps") s.warmup_steps = ToInt(k, v);
-  else if (k == "warmup_begin_lr") s.warmup_begin_lr = ToNum(k, v);
-  else return false;
+  } else if (k == "lr_factor")
+    s.factor = ToNum(k, v);
+  else if (k == "stop_factor_lr")
+    s.stop_factor_lr = ToNum(k, v);
+  else if (k == "max_update")
+    s.max_update = ToInt(k, v);
+  else if (k == "final_lr")
+    s.final_lr = ToNum(k, v);
+  else if (k == "warmup_steps")
+    s.warmup_steps = ToInt(k, v);
+  else if (k == "warmup_begin_lr")
+    s.warmup_begin_lr = ToNum(k, v);
+  else
+    return false;
   return true;
 }
 
@@ -216,7 +237,9 @@ void OptimizerConfig::Validate() const {
 
 // ---------------------------------------------------------------- Optimizer
 
-Optimizer::Optimizer(OptimizerConfig cfg) : cfg_(std::move(cfg)) { cfg_.Validate(); }
+Optimizer::Optimizer(OptimizerConfig cfg) : cfg_(std::move(cfg)) {
+  cfg_.Validate();
+}
 
 namespace {
 
@@ -415,8 +438,8 @@ void Optimizer::LoadStates(const std::string& blob) {
     throw IOError("not a pskv optimizer-states file (bad magic)");
   OptimizerConfig saved = OptimizerConfig::Deserialize(r.GetString());
   if (saved.type != cfg_.type)
-    throw UsageError("optimizer states were saved by '" + saved.type +
-                     "' but this store runs '" + cfg_.type + "'");
+    throw UsageError("optimizer states were saved by '" + saved.type + "' but this store runs '" +
+                     cfg_.type + "'");
   std::map<int64_t, std::unique_ptr<State>> states;
   int64_t num_update = r.Get<int64_t>();
   uint64_t count = r.Get<uint64_t>();
@@ -426,9 +449,8 @@ void Optimizer::LoadStates(const std::string& blob) {
     st->t = r.Get<int64_t>();
     uint32_t ns = r.Get<uint32_t>();
     if (ns != static_cast<uint32_t>(NumSlots(cfg_)))
-      throw IOError("optimizer states: key " + std::to_string(key) + " has " +
-                    std::to_string(ns) + " state buffers, expected " +
-                    std::to_string(NumSlots(cfg_)));
+      throw IOError("optimizer states: key " + std::to_string(key) + " has " + std::to_string(ns) +
+                    " state buffers, expected " + std::to_string(NumSlots(cfg_)));
     for (uint32_t s = 0; s < ns; ++s) st->slots.push_back(GetArray(r));
     st->master = GetArray(r);
     states[key] = std::move(st);

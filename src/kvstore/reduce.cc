@@ -26,20 +26,21 @@ void Sum2(T* d, const T* s0, const T* __restrict s1, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) d[i] = s0[i] + s1[i];
 }
 template <typename T>
-void Sum3(T* d, const T* s0, const T* __restrict s1, const T* __restrict s2, int64_t b,
-          int64_t e) {
+void Sum3(T* d, const T* s0, const T* __restrict s1, const T* __restrict s2, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) d[i] = s0[i] + s1[i] + s2[i];
 }
 template <typename T>
-void Sum4(T* d, const T* s0, const T* __restrict s1, const T* __restrict s2,
-          const T* __restrict s3, int64_t b, int64_t e) {
+void Sum4(T* d, const T* s0, const T* __restrict s1, const T* __restrict s2, const T* __restrict s3,
+          int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) d[i] = s0[i] + s1[i] + s2[i] + s3[i];
 }
 // d += s_a + ... (1 to 4 further sources)
 template <typename T>
 void AddGroup(T* d, const T* const* s, int m, int64_t b, int64_t e) {
   switch (m) {
-    case 1: Sum2(d, d, s[0], b, e); break;
+    case 1:
+      Sum2(d, d, s[0], b, e);
+      break;
     case 2:
       for (int64_t i = b; i < e; ++i) d[i] += s[0][i] + s[1][i];
       break;
@@ -88,10 +89,18 @@ void SumRange(T* d, const std::vector<const T*>& s, int64_t b, int64_t e) {
   }
 #endif
   switch (std::min<size_t>(k, 4)) {
-    case 1: Sum1(d, s[0], b, e); break;
-    case 2: Sum2(d, s[0], s[1], b, e); break;
-    case 3: Sum3(d, s[0], s[1], s[2], b, e); break;
-    default: Sum4(d, s[0], s[1], s[2], s[3], b, e); break;
+    case 1:
+      Sum1(d, s[0], b, e);
+      break;
+    case 2:
+      Sum2(d, s[0], s[1], b, e);
+      break;
+    case 3:
+      Sum3(d, s[0], s[1], s[2], b, e);
+      break;
+    default:
+      Sum4(d, s[0], s[1], s[2], s[3], b, e);
+      break;
   }
   for (size_t g = 4; g < k; g += 4)
     AddGroup(d, s.data() + g, static_cast<int>(std::min<size_t>(4, k - g)), b, e);
@@ -116,8 +125,8 @@ void CheckSame(const NDArray& a, const NDArray& dst, const char* what) {
     throw ShapeError(std::string(what) + ": dtype " + DTypeName(a.dtype()) + " differs from " +
                      DTypeName(dst.dtype()));
   if (a.size() != dst.size())
-    throw ShapeError(std::string(what) + ": " + std::to_string(a.size()) +
-                     " elements where " + std::to_string(dst.size()) + " are expected");
+    throw ShapeError(std::string(what) + ": " + std::to_string(a.size()) + " elements where " +
+                     std::to_string(dst.size()) + " are expected");
 }
 
 }  // namespace
@@ -162,7 +171,9 @@ void Reducer::Sum(const std::vector<NDArray>& srcs, NDArray* dst) {
   });
 }
 
-void Reducer::AddTo(const NDArray& src, NDArray* dst) { Sum({*dst, src}, dst); }
+void Reducer::AddTo(const NDArray& src, NDArray* dst) {
+  Sum({*dst, src}, dst);
+}
 
 void Reducer::Copy(const NDArray& src, NDArray* dst) {
   CheckSame(src, *dst, "copy");

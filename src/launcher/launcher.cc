@@ -97,7 +97,8 @@ std::vector<Host> ReadHosts(const std::string& file) {
     if (colon != std::string::npos) {
       h.name = word.substr(0, colon);
       h.port = std::atoi(word.substr(colon + 1).c_str());
-      if (h.port <= 0 || h.port > 65535) throw InvalidArgument("bad port in host file line '" + line + "'");
+      if (h.port <= 0 || h.port > 65535)
+        throw InvalidArgument("bad port in host file line '" + line + "'");
     } else {
       h.name = word;
     }
@@ -117,7 +118,7 @@ std::string JoinQuoted(const std::vector<std::string>& argv) {
 
 std::string ShellQuote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                         "0123456789_-./=:,+@%") == std::string::npos)
+                                        "0123456789_-./=:,+@%") == std::string::npos)
     return s;
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -134,7 +135,8 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   auto to_int = [](const std::string& opt, const std::string& v) {
     char* end = nullptr;
     long x = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || x < 0 || x > 100000) throw InvalidArgument(opt + " needs a whole number, got '" + v + "'");
+    if (v.empty() || *end || x < 0 || x > 100000)
+      throw InvalidArgument(opt + " needs a whole number, got '" + v + "'");
     return static_cast<int>(x);
   };
   for (; i < argc; ++i) {
@@ -143,19 +145,32 @@ LaunchConfig ParseArgs(int argc, char** argv) {
       for (++i; i < argc; ++i) c.command.push_back(argv[i]);
       break;
     }
-    if (a == "-n" || a == "--num-workers") c.num_workers = to_int(a, need(a));
-    else if (a == "-s" || a == "--num-servers") c.num_servers = to_int(a, need(a));
-    else if (a == "-H" || a == "--hostfile") c.hostfile = need(a);
-    else if (a == "--launcher") c.launcher = need(a);
-    else if (a == "--sync-dst-dir") c.sync_dst_dir = need(a);
-    else if (a == "--env") c.env.push_back(ParseKV(a, need(a)));
-    else if (a == "--env-server") c.env_server.push_back(ParseKV(a, need(a)));
-    else if (a == "--env-worker") c.env_worker.push_back(ParseKV(a, need(a)));
-    else if (a == "--server-command") c.server_command = need(a);
-    else if (a == "--ssh-arg") c.ssh_args.push_back(need(a));
-    else if (a == "--dry-run") c.dry_run = true;
-    else if (a == "--timeout") c.timeout_s = to_int(a, need(a));
-    else if (!a.empty() && a[0] == '-') throw InvalidArgument("unknown option '" + a + "'");
+    if (a == "-n" || a == "--num-workers")
+      c.num_workers = to_int(a, need(a));
+    else if (a == "-s" || a == "--num-servers")
+      c.num_servers = to_int(a, need(a));
+    else if (a == "-H" || a == "--hostfile")
+      c.hostfile = need(a);
+    else if (a == "--launcher")
+      c.launcher = need(a);
+    else if (a == "--sync-dst-dir")
+      c.sync_dst_dir = need(a);
+    else if (a == "--env")
+      c.env.push_back(ParseKV(a, need(a)));
+    else if (a == "--env-server")
+      c.env_server.push_back(ParseKV(a, need(a)));
+    else if (a == "--env-worker")
+      c.env_worker.push_back(ParseKV(a, need(a)));
+    else if (a == "--server-command")
+      c.server_command = need(a);
+    else if (a == "--ssh-arg")
+      c.ssh_args.push_back(need(a));
+    else if (a == "--dry-run")
+      c.dry_run = true;
+    else if (a == "--timeout")
+      c.timeout_s = to_int(a, need(a));
+    else if (!a.empty() && a[0] == '-')
+      throw InvalidArgument("unknown option '" + a + "'");
     else {  // the command starts here (without "--")
       for (; i < argc; ++i) c.command.push_back(argv[i]);
       break;
@@ -164,26 +179,37 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   if (c.num_workers <= 0) throw InvalidArgument("-n N (number of workers, at least 1) is required");
   if (c.num_servers < 0) c.num_servers = c.num_workers;
   if (c.num_servers == 0) throw InvalidArgument("-s must be at least 1: a pskv job needs a server");
-  if (c.command.empty()) throw InvalidArgument("no command given for the workers (put it after --)");
+  if (c.command.empty())
+    throw InvalidArgument("no command given for the workers (put it after --)");
   if (c.launcher.empty()) c.launcher = c.hostfile.empty() ? "local" : "ssh";
   const std::string valid[] = {"local", "ssh", "mpi", "slurm", "sge", "yarn"};
   bool ok = false;
   for (auto& v : valid) ok |= c.launcher == v;
-  if (!ok) throw InvalidArgument("unknown launcher '" + c.launcher + "'; valid: local, ssh, mpi, slurm, sge, yarn");
-  if (c.launcher == "ssh" && c.hostfile.empty()) throw InvalidArgument("--launcher ssh needs a host file (-H)");
-  if (!c.sync_dst_dir.empty() && c.launcher != "ssh") throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
+  if (!ok)
+    throw InvalidArgument("unknown launcher '" + c.launcher +
+                          "'; valid: local, ssh, mpi, slurm, sge, yarn");
+  if (c.launcher == "ssh" && c.hostfile.empty())
+    throw InvalidArgument("--launcher ssh needs a host file (-H)");
+  if (!c.sync_dst_dir.empty() && c.launcher != "ssh")
+    throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
 
   // The launcher's own environment (its one place that reads it).
   const bool local = c.launcher == "local";
-  if (const char* v = std::getenv("DMLC_PS_ROOT_URI")) c.root_uri = v;
-  else if (const char* h = std::getenv("DMLC_NODE_HOST")) c.root_uri = h;
-  else if (const char* itf = std::getenv("DMLC_INTERFACE")) c.root_uri = InterfaceAddress(itf);
-  else c.root_uri = local ? "127.0.0.1" : DefaultAddress();
-  if (const char* v = std::getenv("DMLC_PS_ROOT_PORT")) c.root_port = to_int("DMLC_PS_ROOT_PORT", v);
-  for (const char* k : {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
-                        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT",
-                        "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS",
-                        "DMLC_INTERFACE", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
+  if (const char* v = std::getenv("DMLC_PS_ROOT_URI"))
+    c.root_uri = v;
+  else if (const char* h = std::getenv("DMLC_NODE_HOST"))
+    c.root_uri = h;
+  else if (const char* itf = std::getenv("DMLC_INTERFACE"))
+    c.root_uri = InterfaceAddress(itf);
+  else
+    c.root_uri = local ? "127.0.0.1" : DefaultAddress();
+  if (const char* v = std::getenv("DMLC_PS_ROOT_PORT"))
+    c.root_port = to_int("DMLC_PS_ROOT_PORT", v);
+  for (const char* k :
+       {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
+        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT",
+        "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE",
+        "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -198,10 +224,12 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
   Plan plan;
   const int n = cfg.num_workers, S = cfg.num_servers;
   const int port = cfg.root_port ? cfg.root_port : FreePort(cfg.root_uri);
-  std::map<std::string, std::string> common = {
-      {"DMLC_PS_ROOT_URI", cfg.root_uri},     {"DMLC_PS_ROOT_PORT", std::to_string(port)},
-      {"DMLC_NUM_WORKER", std::to_string(n)}, {"DMLC_NUM_SERVER", std::to_string(S)},
-      {"PSKV_JOB_ID", job_id},                {"DMLC_JOB_CLUSTER", cfg.launcher}};
+  std::map<std::string, std::string> common = {{"DMLC_PS_ROOT_URI", cfg.root_uri},
+                                               {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+                                               {"DMLC_NUM_WORKER", std::to_string(n)},
+                                               {"DMLC_NUM_SERVER", std::to_string(S)},
+                                               {"PSKV_JOB_ID", job_id},
+                                               {"DMLC_JOB_CLUSTER", cfg.launcher}};
   for (auto& [k, v] : cfg.env) common[k] = v;
   auto role_env = [&](const std::string& role, int task) {
     auto e = common;
@@ -221,19 +249,22 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
 
   if (cfg.launcher == "local") {
     for (int s = 0; s < S; ++s)
-      plan.children.push_back({"server " + std::to_string(s), server_argv, role_env("server", n + s), false});
+      plan.children.push_back(
+          {"server " + std::to_string(s), server_argv, role_env("server", n + s), false});
     for (int w = 0; w < n; ++w)
-      plan.children.push_back({"worker " + std::to_string(w), cfg.command, role_env("worker", w), false});
+      plan.children.push_back(
+          {"worker " + std::to_string(w), cfg.command, role_env("worker", w), false});
     return plan;
   }
 
   if (cfg.launcher == "ssh") {
     auto hosts = ReadHosts(cfg.hostfile);
     char cwd[4096];
-    std::string dir = cfg.sync_dst_dir.empty() ? (::getcwd(cwd, sizeof cwd) ? cwd : ".") : cfg.sync_dst_dir;
+    std::string dir =
+        cfg.sync_dst_dir.empty() ? (::getcwd(cwd, sizeof cwd) ? cwd : ".") : cfg.sync_dst_dir;
     auto ssh_base = [&](const Host& h) {
-      std::vector<std::string> a = {"ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes",
-                                    "-p", std::to_string(h.port)};
+      std::vector<std::string> a = {"ssh",           "-o", "StrictHostKeyChecking=no", "-o",
+                                    "BatchMode=yes", "-p", std::to_string(h.port)};
       for (auto& x : cfg.ssh_args) a.push_back(x);
       return a;
     };
@@ -252,7 +283,8 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       // The remote shell runs the command in its own session and kills that session
       // when the ssh connection's stdin closes (the launcher exited or stopped it).
       std::string script = "cd " + ShellQuote(dir) + " || exit 1; " + exports +
-                           "exec 3<&0; setsid " + cmd + " </dev/null & c=$!; "
+                           "exec 3<&0; setsid " + cmd +
+                           " </dev/null & c=$!; "
                            "( while read -r _ <&3; do :; done; kill -TERM -- -$c 2>/dev/null; "
                            "sleep 3; kill -KILL -- -$c 2>/dev/null ) & w=$!; "
                            "wait $c; s=$?; kill $w 2>/dev/null; exit $s";
@@ -269,9 +301,11 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       for (auto& h : hosts) {
         if (seen[h.name + ":" + std::to_string(h.port)]) continue;
         seen[h.name + ":" + std::to_string(h.port)] = true;
-        std::string e = "ssh -o StrictHostKeyChecking=no -o BatchMode=yes -p " + std::to_string(h.port);
+        std::string e =
+            "ssh -o StrictHostKeyChecking=no -o BatchMode=yes -p " + std::to_string(h.port);
         for (auto& x : cfg.ssh_args) e += " " + ShellQuote(x);
-        pre += "rsync -az -e " + ShellQuote(e) + " ./ " + ShellQuote(h.name + ":" + dir + "/") + "\n";
+        pre +=
+            "rsync -az -e " + ShellQuote(e) + " ./ " + ShellQuote(h.name + ":" + dir + "/") + "\n";
       }
       plan.files["#prelude"] = pre;
     }
@@ -317,14 +351,22 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       for (auto& [k, v] : env) body += "export " + k + "=" + ShellQuote(v) + "\n";
       body += "export DMLC_TASK_ID=$((SGE_TASK_ID - 1))\nexec " + JoinQuoted(prog) + "\n";
       plan.files[script] = body;
-      argv = {"qsub", "-sync", "y", "-cwd", "-V", "-N", "pskv-" + role, "-t",
-              "1-" + std::to_string(count), script};
+      argv = {"qsub",         "-sync", "y",
+              "-cwd",         "-V",    "-N",
+              "pskv-" + role, "-t",    "1-" + std::to_string(count),
+              script};
       return argv;
     } else {  // yarn: the distributed shell runs `count` containers of the command
-      argv = {"yarn", "org.apache.hadoop.yarn.applications.distributedshell.Client", "-jar",
+      argv = {"yarn",
+              "org.apache.hadoop.yarn.applications.distributedshell.Client",
+              "-jar",
               "${HADOOP_YARN_HOME}/share/hadoop/yarn/hadoop-yarn-applications-distributedshell.jar",
-              "-appname", "pskv-" + role, "-num_containers", std::to_string(count),
-              "-shell_command", JoinQuoted(prog)};
+              "-appname",
+              "pskv-" + role,
+              "-num_containers",
+              std::to_string(count),
+              "-shell_command",
+              JoinQuoted(prog)};
       for (auto& f : env_flags(env, "-shell_env", false)) argv.push_back(f);
       return argv;
     }
@@ -343,8 +385,10 @@ int Launch(const LaunchConfig& cfg) {
   Plan plan = MakePlan(cfg, id);
   if (cfg.dry_run) {
     for (auto& [path, content] : plan.files) {
-      if (path == "#prelude") std::printf("# before the job:\n%s", content.c_str());
-      else std::printf("# file %s:\n%s", path.c_str(), content.c_str());
+      if (path == "#prelude")
+        std::printf("# before the job:\n%s", content.c_str());
+      else
+        std::printf("# file %s:\n%s", path.c_str(), content.c_str());
     }
     for (auto& c : plan.children) {
       std::printf("[%s] ", c.name.c_str());
@@ -357,7 +401,8 @@ int Launch(const LaunchConfig& cfg) {
     if (path == "#prelude") {
       int rc = std::system(content.c_str());
       if (rc != 0) {
-        std::fprintf(stderr, "pskv-launch: syncing the working directory failed:\n%s", content.c_str());
+        std::fprintf(stderr, "pskv-launch: syncing the working directory failed:\n%s",
+                     content.c_str());
         return 1;
       }
       continue;

@@ -74,7 +74,8 @@ pid_t Spawn(Child& c) {
     for (auto& a : c.spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
-    std::string msg = "pskv-launch: cannot run '" + c.spec.argv[0] + "': " + std::strerror(errno) + "\n";
+    std::string msg =
+        "pskv-launch: cannot run '" + c.spec.argv[0] + "': " + std::strerror(errno) + "\n";
     WriteAll(2, msg);
     _exit(127);
   }
@@ -204,7 +205,8 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
                                 ? "was killed by signal " + std::to_string(k.result.status - 128) +
                                       " (" + strsignal(k.result.status - 128) + ")"
                                 : "exited with status " + std::to_string(k.result.status);
-          begin_failure(k.result.status, k.spec.name + " (pid " + std::to_string(p) + ") " + how, &k);
+          begin_failure(k.result.status, k.spec.name + " (pid " + std::to_string(p) + ") " + how,
+                        &k);
         }
       }
     }
@@ -216,7 +218,8 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
     if (!alive && !open) break;
     if (failing && alive && Clock::now() >= kill_at) stop_all(SIGKILL);
     if (!failing && opts.timeout.count() > 0 && Clock::now() - start > opts.timeout)
-      begin_failure(124, "timeout of " + std::to_string(opts.timeout.count() / 1000) + " s reached", nullptr);
+      begin_failure(124, "timeout of " + std::to_string(opts.timeout.count() / 1000) + " s reached",
+                    nullptr);
 
     std::vector<pollfd> fds;
     std::vector<Child*> owners;

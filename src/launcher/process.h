@@ -7,36 +7,36 @@
 // children are stopped with it (kill(-pgid)).
 #pragma once
 
+#include <sys/types.h>
 #include <chrono>
 #include <deque>
 #include <map>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 namespace pskv::launcher {
 
 struct ChildSpec {
-  std::string name;                          ///< "worker 1": printed as "[worker 1] ..."
-  std::vector<std::string> argv;             ///< argv[0] is looked up in PATH
-  std::map<std::string, std::string> env;    ///< set on top of the launcher's environment
-  bool stdin_pipe = false;                   ///< keep a pipe to the child's stdin (ssh)
+  std::string name;                        ///< "worker 1": printed as "[worker 1] ..."
+  std::vector<std::string> argv;           ///< argv[0] is looked up in PATH
+  std::map<std::string, std::string> env;  ///< set on top of the launcher's environment
+  bool stdin_pipe = false;                 ///< keep a pipe to the child's stdin (ssh)
 };
 
 struct ChildResult {
   std::string name;
   pid_t pid = -1;
-  int status = 0;      ///< exit code, or 128 + signal
+  int status = 0;  ///< exit code, or 128 + signal
   bool signaled = false;
   bool stopped_by_us = false;
   std::deque<std::string> last_lines;
 };
 
 struct SuperviseOptions {
-  std::chrono::milliseconds timeout{0};      ///< 0: none
-  std::chrono::milliseconds grace{3000};     ///< SIGTERM -> SIGKILL delay
-  size_t keep_lines = 20;                    ///< lines kept per child for failure reports
-  bool quiet = false;                        ///< do not forward output (tests)
+  std::chrono::milliseconds timeout{0};   ///< 0: none
+  std::chrono::milliseconds grace{3000};  ///< SIGTERM -> SIGKILL delay
+  size_t keep_lines = 20;                 ///< lines kept per child for failure reports
+  bool quiet = false;                     ///< do not forward output (tests)
 };
 
 /// Runs all children to completion. Returns the launcher's exit status: 0 if

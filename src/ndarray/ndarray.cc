@@ -29,25 +29,33 @@ size_t DTypeSize(DType t) {
 
 std::string DTypeName(DType t) {
   switch (t) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kInt8: return "int8";
-    case DType::kUInt8: return "uint8";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kInt8:
+      return "int8";
+    case DType::kUInt8:
+      return "uint8";
   }
   return "dtype(" + std::to_string(static_cast<int>(t)) + ")";
 }
 
 DType ParseDType(const std::string& name) {
   static const std::pair<const char*, DType> kNames[] = {
-      {"float32", DType::kFloat32}, {"float", DType::kFloat32},   {"fp32", DType::kFloat32},
-      {"float64", DType::kFloat64}, {"double", DType::kFloat64},  {"fp64", DType::kFloat64},
-      {"float16", DType::kFloat16}, {"half", DType::kFloat16},    {"fp16", DType::kFloat16},
-      {"bfloat16", DType::kBFloat16}, {"bf16", DType::kBFloat16}, {"int32", DType::kInt32},
-      {"int64", DType::kInt64},     {"int8", DType::kInt8},       {"uint8", DType::kUInt8}};
+      {"float32", DType::kFloat32},   {"float", DType::kFloat32},  {"fp32", DType::kFloat32},
+      {"float64", DType::kFloat64},   {"double", DType::kFloat64}, {"fp64", DType::kFloat64},
+      {"float16", DType::kFloat16},   {"half", DType::kFloat16},   {"fp16", DType::kFloat16},
+      {"bfloat16", DType::kBFloat16}, {"bf16", DType::kBFloat16},  {"int32", DType::kInt32},
+      {"int64", DType::kInt64},       {"int8", DType::kInt8},      {"uint8", DType::kUInt8}};
   for (auto& [n, t] : kNames)
     if (name == n) return t;
   throw InvalidArgument("unknown dtype '" + name +
@@ -56,14 +64,23 @@ DType ParseDType(const std::string& name) {
 
 bool IsValidDType(int code) {
   switch (code) {
-    case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 12:
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    case 12:
       return true;
     default:
       return false;
   }
 }
 
-bool IsLowPrecision(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+bool IsLowPrecision(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 int64_t NumElements(const Shape& s) {
   int64_t n = 1;
@@ -120,7 +137,7 @@ uint16_t FloatToHalf(float f) {
     return static_cast<uint16_t>(sign | 0x7c00 | (absu > 0x7f800000u ? 0x200 : 0));
   }
   if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
-  if (absu < 0x38800000u) {  // subnormal or zero in half
+  if (absu < 0x38800000u) {                                      // subnormal or zero in half
     if (absu < 0x33000000u) return static_cast<uint16_t>(sign);  // rounds to 0
     // |f| = man24 * 2^(exp-150); in units of the half subnormal step 2^-24 that is
     // man24 >> (126 - exp), rounded to nearest even. 126 - exp is in [14, 25].
@@ -247,9 +264,8 @@ std::vector<double> NDArray::ToDoubles() const {
 
 NDArray NDArray::Slice1D(int64_t begin, int64_t count) const {
   if (begin < 0 || count < 0 || begin + count > size_)
-    throw InvalidArgument("slice [" + std::to_string(begin) + ", " +
-                          std::to_string(begin + count) + ") out of range for " +
-                          std::to_string(size_) + " elements");
+    throw InvalidArgument("slice [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                          ") out of range for " + std::to_string(size_) + " elements");
   NDArray s = *this;
   s.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin) * DTypeSize(dtype_);
   s.shape_ = {count};

@@ -31,7 +31,8 @@ std::vector<Frame> Encode(const Message& m) {
 }
 
 void Message::CopyVals(uint64_t offset, uint64_t len, char* out) const {
-  ForEachPiece(offset, len, [&](const char* p, uint64_t n, uint64_t at) { std::memcpy(out + at, p, n); });
+  ForEachPiece(offset, len,
+               [&](const char* p, uint64_t n, uint64_t at) { std::memcpy(out + at, p, n); });
 }
 
 const char* Message::Contiguous(uint64_t offset, uint64_t len, std::string* scratch) const {
@@ -44,7 +45,9 @@ const char* Message::Contiguous(uint64_t offset, uint64_t len, std::string* scra
 }
 
 namespace {
-[[noreturn]] void Bad(const std::string& what) { throw ProtocolError("malformed message: " + what); }
+[[noreturn]] void Bad(const std::string& what) {
+  throw ProtocolError("malformed message: " + what);
+}
 }  // namespace
 
 Message Decode(std::vector<Frame>&& frames) {
@@ -64,8 +67,10 @@ Message Decode(std::vector<Frame>&& frames) {
     Bad("unknown control code " + std::to_string(h.control));
   if (h.flags & ~kKnownFlags) Bad("unknown flags " + std::to_string(h.flags));
   if (h.num_keys > kMaxKeys) Bad(std::to_string(h.num_keys) + " keys exceeds the limit");
-  if (h.body_len > kMaxBody) Bad("body of " + std::to_string(h.body_len) + " bytes exceeds the limit");
-  if (h.vals_len > kMaxVals) Bad("values of " + std::to_string(h.vals_len) + " bytes exceed the limit");
+  if (h.body_len > kMaxBody)
+    Bad("body of " + std::to_string(h.body_len) + " bytes exceeds the limit");
+  if (h.vals_len > kMaxVals)
+    Bad("values of " + std::to_string(h.vals_len) + " bytes exceed the limit");
   if (h.num_keys == 0 && h.vals_len != 0) Bad("values without keys");
   if (h.sender < 0 || h.recver < 0) Bad("negative node id");
   const uint64_t nchunks = h.vals_len == 0 ? 1 : (h.vals_len + kChunkBytes - 1) / kChunkBytes;
@@ -83,8 +88,10 @@ Message Decode(std::vector<Frame>&& frames) {
     if (frames[i].size != n * 8) Bad("keys frame size differs from num_keys");
     if (frames[i + 1].size != n * 8) Bad("lens frame size differs from num_keys");
     for (uint64_t c = 0; c < nchunks; ++c) {
-      const uint64_t want_size = h.vals_len == 0 ? 0 : std::min(kChunkBytes, h.vals_len - c * kChunkBytes);
-      if (frames[i + 2 + c].size != want_size) Bad("value chunk " + std::to_string(c) + " has the wrong size");
+      const uint64_t want_size =
+          h.vals_len == 0 ? 0 : std::min(kChunkBytes, h.vals_len - c * kChunkBytes);
+      if (frames[i + 2 + c].size != want_size)
+        Bad("value chunk " + std::to_string(c) + " has the wrong size");
     }
     m.keys = std::move(frames[i]);
     m.lens = std::move(frames[i + 1]);
@@ -100,18 +107,21 @@ Message Decode(std::vector<Frame>&& frames) {
       if (len > h.vals_len - total) Bad("lens add up to more than vals_len");
       total += len;
     }
-    if (total != h.vals_len) Bad("lens add up to " + std::to_string(total) + ", vals_len is " +
-                                 std::to_string(h.vals_len));
+    if (total != h.vals_len)
+      Bad("lens add up to " + std::to_string(total) + ", vals_len is " +
+          std::to_string(h.vals_len));
     // keys/lens are read through typed pointers: make sure they are aligned.
-    if (reinterpret_cast<uintptr_t>(m.keys.data) % 8) m.keys = Frame::Copy(m.keys.data, m.keys.size);
-    if (reinterpret_cast<uintptr_t>(m.lens.data) % 8) m.lens = Frame::Copy(m.lens.data, m.lens.size);
+    if (reinterpret_cast<uintptr_t>(m.keys.data) % 8)
+      m.keys = Frame::Copy(m.keys.data, m.keys.size);
+    if (reinterpret_cast<uintptr_t>(m.lens.data) % 8)
+      m.lens = Frame::Copy(m.lens.data, m.lens.size);
   }
   return m;
 }
 
 std::string Describe(const Header& h) {
-  static const char* kNames[] = {"data", "register", "node_table", "barrier", "barrier_done",
-                                 "heartbeat", "ack", "node_failed", "refuse", "leave"};
+  static const char* kNames[] = {"data",      "register", "node_table",  "barrier", "barrier_done",
+                                 "heartbeat", "ack",      "node_failed", "refuse",  "leave"};
   std::ostringstream os;
   os << kNames[h.control] << " " << h.sender << "->" << h.recver << " seq=" << h.seq
      << " ts=" << h.timestamp << " head=" << h.head;

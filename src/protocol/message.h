@@ -36,11 +36,21 @@ constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
 
 /// Node ids: scheduler 1; server rank r: 8 + 2r; worker rank r: 9 + 2r (ps-lite's).
 constexpr int kSchedulerId = 1;
-inline int ServerId(int rank) { return 8 + 2 * rank; }
-inline int WorkerId(int rank) { return 9 + 2 * rank; }
-inline bool IsServerId(int id) { return id >= 8 && id % 2 == 0; }
-inline bool IsWorkerId(int id) { return id >= 9 && id % 2 == 1; }
-inline int RankOfId(int id) { return id >= 8 ? (id - 8) / 2 : 0; }
+inline int ServerId(int rank) {
+  return 8 + 2 * rank;
+}
+inline int WorkerId(int rank) {
+  return 9 + 2 * rank;
+}
+inline bool IsServerId(int id) {
+  return id >= 8 && id % 2 == 0;
+}
+inline bool IsWorkerId(int id) {
+  return id >= 9 && id % 2 == 1;
+}
+inline int RankOfId(int id) {
+  return id >= 8 ? (id - 8) / 2 : 0;
+}
 /// Barrier groups (bit flags, ps-lite's values).
 constexpr int kSchedulerGroup = 1, kServerGroup = 2, kWorkerGroup = 4;
 constexpr int kAllGroup = kSchedulerGroup | kServerGroup | kWorkerGroup;
@@ -52,19 +62,19 @@ enum class Control : uint8_t {
   kBarrier = 3,      // node -> scheduler: head = group
   kBarrierDone = 4,  // scheduler -> node: head = group
   kHeartbeat = 5,
-  kAck = 6,          // timestamp field = acknowledged seq
-  kNodeFailed = 7,   // scheduler -> node: head = dead id, body = reason
-  kRefuse = 8,       // scheduler -> would-be node: body = reason
-  kLeave = 9,        // node -> scheduler: clean exit after the final barrier
+  kAck = 6,         // timestamp field = acknowledged seq
+  kNodeFailed = 7,  // scheduler -> node: head = dead id, body = reason
+  kRefuse = 8,      // scheduler -> would-be node: body = reason
+  kLeave = 9,       // node -> scheduler: clean exit after the final barrier
   kMaxControl = 9,
 };
 
 enum Flags : uint8_t {
-  kRequest = 1,   // request (else response)
+  kRequest = 1,  // request (else response)
   kPush = 2,
   kPull = 4,
-  kCommand = 8,   // a command (head/body) rather than KV data
-  kError = 16,    // a response carrying an error message in body
+  kCommand = 8,  // a command (head/body) rather than KV data
+  kError = 16,   // a response carrying an error message in body
   kKnownFlags = 31,
 };
 
@@ -74,8 +84,8 @@ struct Header {
   uint16_t version = kProtocolVersion;
   uint8_t control = 0;
   uint8_t flags = 0;
-  uint64_t job = 0;        // job identity; nodes of another job are refused
-  int32_t sender = 0;      // node id, 0 before registration
+  uint64_t job = 0;    // job identity; nodes of another job are refused
+  int32_t sender = 0;  // node id, 0 before registration
   int32_t recver = 0;
   uint64_t seq = 0;        // per (sender, recver) sequence number, for resend/dedup
   uint64_t timestamp = 0;  // request id, echoed in responses
@@ -139,7 +149,7 @@ uint64_t JobHash(const std::string& job_id);
 /// Description of a node in registration and node-table messages.
 struct NodeDesc {
   int id = 0;
-  int role = 0;       // Role as int
+  int role = 0;  // Role as int
   int rank = 0;
   std::string host;
   int port = 0;

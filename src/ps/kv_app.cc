@@ -10,11 +10,16 @@ namespace pskv {
 
 std::exception_ptr MakeError(ErrorKind kind, const std::string& msg) {
   switch (kind) {
-    case ErrorKind::kKey: return std::make_exception_ptr(KeyError(msg));
-    case ErrorKind::kShape: return std::make_exception_ptr(ShapeError(msg));
-    case ErrorKind::kUsage: return std::make_exception_ptr(UsageError(msg));
-    case ErrorKind::kInvalid: return std::make_exception_ptr(InvalidArgument(msg));
-    default: return std::make_exception_ptr(Error(msg));
+    case ErrorKind::kKey:
+      return std::make_exception_ptr(KeyError(msg));
+    case ErrorKind::kShape:
+      return std::make_exception_ptr(ShapeError(msg));
+    case ErrorKind::kUsage:
+      return std::make_exception_ptr(UsageError(msg));
+    case ErrorKind::kInvalid:
+      return std::make_exception_ptr(InvalidArgument(msg));
+    default:
+      return std::make_exception_ptr(Error(msg));
   }
 }
 
@@ -26,12 +31,15 @@ ErrorKind KindOf(const std::exception& e) {
   return ErrorKind::kGeneric;
 }
 
-Frame U64Frame(const std::vector<uint64_t>& v) { return Frame::Copy(v.data(), v.size() * 8); }
+Frame U64Frame(const std::vector<uint64_t>& v) {
+  return Frame::Copy(v.data(), v.size() * 8);
+}
 
 std::pair<uint64_t, uint64_t> KVWorker::ServerRange(int rank, int num_servers) {
   const uint64_t step = UINT64_MAX / static_cast<uint64_t>(num_servers);
   const uint64_t begin = step * static_cast<uint64_t>(rank);
-  const uint64_t end = rank + 1 == num_servers ? UINT64_MAX : step * static_cast<uint64_t>(rank + 1);
+  const uint64_t end =
+      rank + 1 == num_servers ? UINT64_MAX : step * static_cast<uint64_t>(rank + 1);
   return {begin, end};
 }
 
@@ -72,7 +80,8 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     throw InternalError("KVWorker: keys and lens differ in length");
   uint64_t total = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (i && keys[i] <= keys[i - 1]) throw InternalError("KVWorker: keys must be strictly ascending");
+    if (i && keys[i] <= keys[i - 1])
+      throw InternalError("KVWorker: keys must be strictly ascending");
     total += lens[i];
   }
   if (total != vals.size) throw InternalError("KVWorker: lens do not add up to the values' size");
@@ -86,7 +95,8 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   req.keys = keys;
   req.out_lens = out_lens;
   req.out_offsets.assign(keys.size() + 1, 0);
-  for (size_t i = 0; i < out_lens.size(); ++i) req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
+  for (size_t i = 0; i < out_lens.size(); ++i)
+    req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
   std::vector<std::pair<int, Message>> msgs;
   size_t i = 0;
   for (int r = 0; r < S && i < keys.size(); ++r) {
@@ -100,8 +110,10 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     m.h.priority = priority;
     m.h.num_keys = static_cast<uint32_t>(j - i);
     m.h.vals_len = offsets[j] - offsets[i];
-    m.keys = U64Frame(std::vector<uint64_t>(keys.begin() + static_cast<long>(i), keys.begin() + static_cast<long>(j)));
-    m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(i), lens.begin() + static_cast<long>(j)));
+    m.keys = U64Frame(std::vector<uint64_t>(keys.begin() + static_cast<long>(i),
+                                            keys.begin() + static_cast<long>(j)));
+    m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(i),
+                                            lens.begin() + static_cast<long>(j)));
     m.vals.data = vals.data ? vals.data + offsets[i] : nullptr;
     m.vals.size = offsets[j] - offsets[i];
     m.vals.owner = vals.owner;
@@ -149,8 +161,10 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
   req.expected = node_->num_servers();
   req.bodies.resize(static_cast<size_t>(node_->num_servers()));
   req.cb = [prom](std::exception_ptr e) {
-    if (e) prom->set_exception(e);
-    else prom->set_value();
+    if (e)
+      prom->set_exception(e);
+    else
+      prom->set_value();
   };
   uint64_t ts;
   {
@@ -216,11 +230,11 @@ void KVWorker::OnMessage(Message&& m) {
   Request& req = it->second;
   const std::string who = node_->NodeName(m.h.sender);
   if (m.h.flags & kError) {
-    if (!req.error)
-      req.error = MakeError(static_cast<ErrorKind>(m.h.head), who + ": " + m.body);
+    if (!req.error) req.error = MakeError(static_cast<ErrorKind>(m.h.head), who + ": " + m.body);
   } else if (m.h.flags & kCommand) {
     int r = RankOfId(m.h.sender);
-    if (IsServerId(m.h.sender) && r < static_cast<int>(req.bodies.size())) req.bodies[static_cast<size_t>(r)] = m.body;
+    if (IsServerId(m.h.sender) && r < static_cast<int>(req.bodies.size()))
+      req.bodies[static_cast<size_t>(r)] = m.body;
   } else if (req.out && (m.h.flags & kPull)) {
     auto sit = req.slices.find(m.h.sender);
     std::string problem;
@@ -232,7 +246,8 @@ void KVWorker::OnMessage(Message&& m) {
     } else {
       const Slice s = sit->second;
       for (size_t k = 0; k < s.count && problem.empty(); ++k) {
-        if (m.key_ptr()[k] != req.keys[s.first + k]) problem = "an answer for other keys";
+        if (m.key_ptr()[k] != req.keys[s.first + k])
+          problem = "an answer for other keys";
         else if (m.len_ptr()[k] != req.out_lens[s.first + k])
           problem = "an answer of " + std::to_string(m.len_ptr()[k]) + " bytes for key " +
                     std::to_string(req.keys[s.first + k]) + ", expected " +

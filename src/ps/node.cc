@@ -14,7 +14,9 @@ using namespace std::chrono_literals;
 constexpr auto kRegisterRetry = 500ms;
 constexpr int kMaxRetries = 10;
 
-double Secs(std::chrono::milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+double Secs(std::chrono::milliseconds d) {
+  return static_cast<double>(d.count()) / 1000.0;
+}
 std::string SecsStr(std::chrono::milliseconds d) {
   char b[32];
   std::snprintf(b, sizeof b, "%g s", Secs(d));
@@ -27,7 +29,8 @@ Node::Node(Options options) : options_(std::move(options)) {
   std::string job = options_.job_id.empty()
                         ? options_.root_uri + ":" + std::to_string(options_.root_port)
                         : options_.job_id;
-  job += "/" + std::to_string(options_.num_workers) + "w" + std::to_string(options_.num_servers) + "s";
+  job +=
+      "/" + std::to_string(options_.num_workers) + "w" + std::to_string(options_.num_servers) + "s";
   job_ = JobHash(job);
   std::random_device rd;
   token_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
@@ -146,9 +149,9 @@ void Node::Start() {
     if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
     std::exception_ptr err;
     if (!refused_.empty()) {
-      err = std::make_exception_ptr(ProtocolError(Tag() + " was refused by the scheduler at " +
-                                                  options_.root_uri + ":" +
-                                                  std::to_string(options_.root_port) + ": " + refused_));
+      err = std::make_exception_ptr(
+          ProtocolError(Tag() + " was refused by the scheduler at " + options_.root_uri + ":" +
+                        std::to_string(options_.root_port) + ": " + refused_));
     } else if (failure_) {
       err = failure_;
     } else if (!ready_) {
@@ -157,8 +160,8 @@ void Node::Start() {
         int s = 0, w = 0;
         for (auto& [t, d] : pending_) (d.role == static_cast<int>(Role::kServer) ? s : w)++;
         msg = "registration timed out: " + std::to_string(w) + " of " +
-              std::to_string(options_.num_workers) + " workers and " + std::to_string(s) +
-              " of " + std::to_string(options_.num_servers) + " servers registered after " +
+              std::to_string(options_.num_workers) + " workers and " + std::to_string(s) + " of " +
+              std::to_string(options_.num_servers) + " servers registered after " +
               SecsStr(options_.register_timeout) + " (PSKV_REGISTER_TIMEOUT)";
       } else if (!scheduler_seen_) {
         msg = "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
@@ -230,8 +233,8 @@ void Node::Finalize(std::chrono::milliseconds timeout) {
     if (!err && options_.resend) {
       // Keep resending until our last messages (the final barrier's releases) are
       // acknowledged, so no peer is left waiting for a message that was lost.
-      const auto drain = std::min<std::chrono::milliseconds>(
-          5000ms, options_.resend_timeout * (kMaxRetries + 1));
+      const auto drain =
+          std::min<std::chrono::milliseconds>(5000ms, options_.resend_timeout * (kMaxRetries + 1));
       cv_.wait_for(lk, drain, [&] { return unacked_.empty(); });
     }
     finished_ = true;
@@ -325,8 +328,9 @@ void Node::ReceiveLoop() {
       continue;
     }
     if (m.h.job != job_) {
-      std::string why = "it belongs to another job (PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, "
-                        "DMLC_NUM_WORKER or DMLC_NUM_SERVER differ)";
+      std::string why =
+          "it belongs to another job (PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, "
+          "DMLC_NUM_WORKER or DMLC_NUM_SERVER differ)";
       PSKV_WARN(Tag() << ": refused a message from node " << m.h.sender << ": " << why);
       if (role() == Role::kScheduler && static_cast<Control>(m.h.control) == Control::kRegister) {
         try {
@@ -483,8 +487,8 @@ void Node::HandleRegister(const Message& m) {
   if (!temp_ids_.count(d.token)) {
     int same_role = 0;
     for (auto& [t, x] : pending_) same_role += x.role == d.role;
-    const int limit = d.role == static_cast<int>(Role::kServer) ? options_.num_servers
-                                                                : options_.num_workers;
+    const int limit =
+        d.role == static_cast<int>(Role::kServer) ? options_.num_servers : options_.num_workers;
     int tid = next_temp_id_++;
     reply_to(tid);
     if (same_role >= limit) {
@@ -507,10 +511,12 @@ void Node::HandleRegister(const Message& m) {
 
 void Node::SchedulerCompleteRegistration() {
   std::vector<NodeDesc> servers, workers;
-  for (auto& [t, d] : pending_) (d.role == static_cast<int>(Role::kServer) ? servers : workers).push_back(d);
+  for (auto& [t, d] : pending_)
+    (d.role == static_cast<int>(Role::kServer) ? servers : workers).push_back(d);
   // Deterministic ranks: by the launcher's rank hint (DMLC_TASK_ID), then address.
   auto order = [](const NodeDesc& a, const NodeDesc& b) {
-    auto ha = a.rank_hint < 0 ? INT64_MAX : a.rank_hint, hb = b.rank_hint < 0 ? INT64_MAX : b.rank_hint;
+    auto ha = a.rank_hint < 0 ? INT64_MAX : a.rank_hint,
+         hb = b.rank_hint < 0 ? INT64_MAX : b.rank_hint;
     return std::tie(ha, a.host, a.port, a.token) < std::tie(hb, b.host, b.port, b.token);
   };
   std::sort(servers.begin(), servers.end(), order);
@@ -568,7 +574,8 @@ void Node::HandleNodeTable(const Message& m) {
 }
 
 void Node::HandleBarrier(int sender, int group) {
-  if (group <= 0 || group > kAllGroup) throw ProtocolError("bad barrier group " + std::to_string(group));
+  if (group <= 0 || group > kAllGroup)
+    throw ProtocolError("bad barrier group " + std::to_string(group));
   // Count distinct nodes, not requests (a duplicated message must not count twice).
   auto& arrived = barrier_arrived_[group];
   arrived.insert(sender);
@@ -597,8 +604,9 @@ void Node::Barrier(int group, std::chrono::milliseconds timeout) {
   auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
   if (timeout.count() > 0) {
     if (!cv_.wait_for(lk, timeout, done))
-      throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
-                         " (some nodes did not reach it; raise PSKV_TIMEOUT if they are just slow)");
+      throw TimeoutError(
+          Tag() + ": barrier timed out after " + SecsStr(timeout) +
+          " (some nodes did not reach it; raise PSKV_TIMEOUT if they are just slow)");
   } else {
     cv_.wait(lk, done);
   }
@@ -675,7 +683,8 @@ void Node::TimerLoop() {
           for (auto& [id, d] : nodes_)
             if (id != kSchedulerId && silent(id))
               dead.emplace_back(id, NameLocked(id) + " is dead: no heartbeat for " +
-                                        SecsStr(options_.heartbeat_timeout) + " (PS_HEARTBEAT_TIMEOUT)");
+                                        SecsStr(options_.heartbeat_timeout) +
+                                        " (PS_HEARTBEAT_TIMEOUT)");
         } else if (silent(kSchedulerId)) {
           dead.emplace_back(kSchedulerId, NameLocked(kSchedulerId) + " is dead: silent for " +
                                               SecsStr(options_.heartbeat_timeout));
@@ -687,9 +696,10 @@ void Node::TimerLoop() {
           Unacked& u = it->second;
           if (now - u.sent < options_.resend_timeout * (1 + u.retries)) continue;
           if (++u.retries > kMaxRetries) {
-            dead.emplace_back(it->first.first, NameLocked(it->first.first) +
-                                                   " is unreachable: a message was not acknowledged after " +
-                                                   std::to_string(kMaxRetries) + " resends");
+            dead.emplace_back(it->first.first,
+                              NameLocked(it->first.first) +
+                                  " is unreachable: a message was not acknowledged after " +
+                                  std::to_string(kMaxRetries) + " resends");
             break;
           }
           try {

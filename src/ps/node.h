@@ -102,7 +102,7 @@ class Node {
     int retries = 0;
   };
   struct SeenSeqs {
-    uint64_t low = 0;         // every seq <= low has been seen
+    uint64_t low = 0;          // every seq <= low has been seen
     std::set<uint64_t> above;  // seen seqs > low (bounded by the in-flight window)
   };
 
@@ -152,7 +152,7 @@ class Node {
   bool registration_timed_out_ = false;
   // barriers
   std::map<int, std::set<int>> barrier_arrived_;  // scheduler: nodes at each group's barrier
-  std::map<int, uint64_t> barrier_gen_;    // completed barriers per group
+  std::map<int, uint64_t> barrier_gen_;           // completed barriers per group
   // liveness
   std::map<int, Clock::time_point> last_seen_;
   bool monitoring_ = false;

@@ -10,22 +10,33 @@ namespace pskv {
 namespace {
 DType ToDType(const torch::Tensor& t) {
   switch (t.scalar_type()) {
-    case torch::kFloat: return DType::kFloat32;
-    case torch::kDouble: return DType::kFloat64;
-    case torch::kHalf: return DType::kFloat16;
-    case torch::kBFloat16: return DType::kBFloat16;
-    case torch::kInt: return DType::kInt32;
-    case torch::kLong: return DType::kInt64;
-    case torch::kChar: return DType::kInt8;
-    case torch::kByte: return DType::kUInt8;
-    default: throw InvalidArgument(std::string("unsupported tensor dtype ") + c10::toString(t.scalar_type()));
+    case torch::kFloat:
+      return DType::kFloat32;
+    case torch::kDouble:
+      return DType::kFloat64;
+    case torch::kHalf:
+      return DType::kFloat16;
+    case torch::kBFloat16:
+      return DType::kBFloat16;
+    case torch::kInt:
+      return DType::kInt32;
+    case torch::kLong:
+      return DType::kInt64;
+    case torch::kChar:
+      return DType::kInt8;
+    case torch::kByte:
+      return DType::kUInt8;
+    default:
+      throw InvalidArgument(std::string("unsupported tensor dtype ") +
+                            c10::toString(t.scalar_type()));
   }
 }
 }  // namespace
 
 NDArray TensorView(const torch::Tensor& t) {
   if (!t.device().is_cpu()) throw InvalidArgument("pskv on this build handles CPU tensors only");
-  if (!t.is_contiguous()) throw InvalidArgument("TensorView needs a contiguous tensor (call .contiguous())");
+  if (!t.is_contiguous())
+    throw InvalidArgument("TensorView needs a contiguous tensor (call .contiguous())");
   Shape shape(t.sizes().begin(), t.sizes().end());
   auto keep = std::make_shared<torch::Tensor>(t);
   return NDArray::Wrap(t.data_ptr(), shape, ToDType(t), keep);
@@ -35,10 +46,10 @@ struct Trainer::Impl {
   KVStore* kv;
   TrainerOptions opt;
   std::vector<std::vector<torch::Tensor>> replicas;
-  std::vector<NDArray> buffers;           // pulled weights (update_on_kvstore) or summed grads
-  std::vector<NDArray> weights0;          // views of replica 0's parameters
-  std::unique_ptr<Optimizer> local_opt;   // update_on_kvstore = false
-  std::vector<bool> pushed;               // this step, by key
+  std::vector<NDArray> buffers;          // pulled weights (update_on_kvstore) or summed grads
+  std::vector<NDArray> weights0;         // views of replica 0's parameters
+  std::unique_ptr<Optimizer> local_opt;  // update_on_kvstore = false
+  std::vector<bool> pushed;              // this step, by key
   std::mutex mu;
   bool hooks = false;
 };
@@ -46,16 +57,19 @@ struct Trainer::Impl {
 Trainer::Trainer(std::vector<torch::Tensor> params, KVStore* kv, TrainerOptions options)
     : Trainer(std::vector<std::vector<torch::Tensor>>{std::move(params)}, kv, std::move(options)) {}
 
-Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv, TrainerOptions options)
+Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
+                 TrainerOptions options)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.kv = kv;
   m.opt = std::move(options);
   m.replicas = std::move(replicas);
   if (!kv) throw InvalidArgument("Trainer needs a KVStore");
-  if (m.replicas.empty() || m.replicas[0].empty()) throw InvalidArgument("Trainer needs parameters");
+  if (m.replicas.empty() || m.replicas[0].empty())
+    throw InvalidArgument("Trainer needs parameters");
   if (m.opt.global_batch_size <= 0)
-    throw InvalidArgument("TrainerOptions::global_batch_size must be > 0 (samples per step over all workers)");
+    throw InvalidArgument(
+        "TrainerOptions::global_batch_size must be > 0 (samples per step over all workers)");
   const size_t P = m.replicas[0].size();
   for (auto& r : m.replicas)
     if (r.size() != P) throw InvalidArgument("every replica must have the same parameters");
@@ -72,7 +86,8 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv, 
   for (size_t i = 0; i < P; ++i) {
     std::vector<NDArray> outs;
     for (auto& r : m.replicas) {
-      if (r[i].sizes() != m.replicas[0][i].sizes()) throw InvalidArgument("replica parameter shapes differ");
+      if (r[i].sizes() != m.replicas[0][i].sizes())
+        throw InvalidArgument("replica parameter shapes differ");
       outs.push_back(TensorView(r[i].detach()));
     }
     m.weights0.push_back(outs[0]);
@@ -119,10 +134,11 @@ void Trainer::Step() {
     std::vector<NDArray> grads;
     for (auto& r : m.replicas) {
       const torch::Tensor& g = r[i].grad();
-      grads.push_back(g.defined() ? TensorView(g.contiguous()) : TensorView(torch::zeros_like(r[i])));
+      grads.push_back(g.defined() ? TensorView(g.contiguous())
+                                  : TensorView(torch::zeros_like(r[i])));
     }
-    m.kv->PushPull(std::vector<int>(grads.size(), static_cast<int>(i)), grads, {static_cast<int>(i)},
-                   {m.buffers[i]}, static_cast<int>(i));
+    m.kv->PushPull(std::vector<int>(grads.size(), static_cast<int>(i)), grads,
+                   {static_cast<int>(i)}, {m.buffers[i]}, static_cast<int>(i));
   }
   m.kv->WaitAll();
   torch::NoGradGuard no_grad;

@@ -5,9 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <chrono>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -18,8 +18,8 @@
 namespace pskv::test {
 
 /// Starts argv with `env` added, stdout/stderr to `log` (appended).
-inline pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                   const std::string& log) {
+inline pid_t Spawn(const std::vector<std::string>& argv,
+                   const std::map<std::string, std::string>& env, const std::string& log) {
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);

@@ -19,9 +19,13 @@ namespace {
 // without stalling on the window.
 constexpr int kSocketBuffer = 4 << 20;
 
-std::string ZmqErr() { return zmq_strerror(zmq_errno()); }
+std::string ZmqErr() {
+  return zmq_strerror(zmq_errno());
+}
 
-void SetInt(void* sock, int opt, int v) { zmq_setsockopt(sock, opt, &v, sizeof v); }
+void SetInt(void* sock, int opt, int v) {
+  zmq_setsockopt(sock, opt, &v, sizeof v);
+}
 
 // ZeroMQ's free callback: drops our reference to the frame's owner.
 void ReleaseOwner(void* /*data*/, void* hint) {
@@ -110,8 +114,7 @@ class ZmqTransport final : public Transport {
   void Send(int peer, std::vector<Frame> frames) override {
     std::shared_lock<std::shared_mutex> lk(peers_mu_);
     auto it = peers_.find(peer);
-    if (it == peers_.end())
-      throw IOError("no connection to node " + std::to_string(peer));
+    if (it == peers_.end()) throw IOError("no connection to node " + std::to_string(peer));
     Peer& p = *it->second;
     std::lock_guard<std::mutex> plk(p.mu);
     for (size_t i = 0; i < frames.size(); ++i) {
@@ -204,6 +207,8 @@ class ZmqTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> CreateZmqTransport() { return std::make_unique<ZmqTransport>(); }
+std::unique_ptr<Transport> CreateZmqTransport() {
+  return std::make_unique<ZmqTransport>();
+}
 
 }  // namespace pskv
