@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-BUILD = os.environ.get('PSKV_BUILD_DIR', os.path.join(os.path.dirname(__file__), '..', '..', 'build'))
+BUILD = os.path.abspath(os.environ.get('PSKV_BUILD_DIR', os.path.join(os.path.dirname(__file__), '..', '..', 'build')))
 LAUNCH = os.path.join(BUILD, 'pskv-launch')
 HERE = os.path.dirname(os.path.abspath(__file__))
 

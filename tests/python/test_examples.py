@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 pytest.importorskip('torch')
-BUILD = os.environ.get('PSKV_BUILD_DIR', os.path.join(os.path.dirname(__file__), '..', '..', 'build'))
+BUILD = os.path.abspath(os.environ.get('PSKV_BUILD_DIR', os.path.join(os.path.dirname(__file__), '..', '..', 'build')))
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
 DATA = '/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz'
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip('torch')
-BUILD = os.environ.get('PSKV_BUILD_DIR', os.path.join(os.path.dirname(__file__), '..', '..', 'build'))
+BUILD = os.path.abspath(os.environ.get('PSKV_BUILD_DIR', os.path.join(os.path.dirname(__file__), '..', '..', 'build')))
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = '/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz'
 
