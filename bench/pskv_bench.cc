@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "bench/pushpull_bench.h"
 #include "kvstore/reduce.h"
 #include "pskv/options.h"
@@ -21,32 +22,15 @@ using Clock = std::chrono::steady_clock;
 
 // Median seconds per call of fn over enough repetitions to last ~`budget` s.
 double TimeIt(const std::function<void()>& fn, double budget = 0.4) {
-  fn();  // warm-up: faults pages in, starts threads
   auto t0 = Clock::now();
-  fn();
+  fn();  // also the warm-up: faults pages in, starts threads
   double one = std::chrono::duration<double>(Clock::now() - t0).count();
-  int reps = std::clamp(static_cast<int>(budget / std::max(one, 1e-6)), 3, 200);
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    auto s = Clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(Clock::now() - s).count());
-  }
-  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-  return times[static_cast<size_t>(reps / 2)];
+  return pskv::bench::Median(std::clamp(static_cast<int>(budget / std::max(one, 1e-6)), 3, 200),
+                             fn);
 }
 
-int64_t ArgInt(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 0; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::stoll(argv[i + 1]);
-  return def;
-}
-
-bool HasFlag(int argc, char** argv, const char* name) {
-  for (int i = 0; i < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return true;
-  return false;
-}
+using pskv::bench::ArgInt;
+using pskv::bench::HasFlag;
 
 int BenchReduce(int argc, char** argv) {
   using namespace pskv;

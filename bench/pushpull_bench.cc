@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
+#include "common/net.h"
 #include "kvstore/reduce.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"
@@ -31,38 +33,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-int64_t Arg(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 0; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::stoll(argv[i + 1]);
-  return def;
-}
-
-int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int p = ntohs(a.sin_port);
-  ::close(s);
-  return p;
-}
-
-// Runs fn `reps` times after one warm-up; returns the median seconds.
-double Median(int reps, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto s = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
-  }
-  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-  return t[static_cast<size_t>(reps / 2)];
-}
 
 int Reps(int64_t bytes) {
   return std::clamp(static_cast<int>((256ll << 20) / std::max<int64_t>(bytes, 1)), 5, 200);
@@ -204,8 +174,8 @@ void Wait(const std::function<void(KVWorker::Callback)>& op) {
 int BenchPushPull(int argc, char** argv) {
   bool json = false;
   for (int i = 0; i < argc; ++i) json |= std::strcmp(argv[i], "--json") == 0;
-  const int64_t lo = Arg(argc, argv, "--min-bytes", 4 << 10);
-  const int64_t hi = Arg(argc, argv, "--max-bytes", 64 << 20);
+  const int64_t lo = ArgInt(argc, argv, "--min-bytes", 4 << 10);
+  const int64_t hi = ArgInt(argc, argv, "--max-bytes", 64 << 20);
 
   Options o = Options::FromEnv();
   o.root_uri = "127.0.0.1";

@@ -4,6 +4,8 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "pskv/error.h"
 
@@ -43,6 +45,20 @@ std::string DefaultAddress() {
 bool IsIPv4Literal(const std::string& host) {
   in_addr a;
   return inet_pton(AF_INET, host.c_str(), &a) == 1;
+}
+
+int FreePort(const std::string& host) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) throw IOError("socket() failed while looking for a free port");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(s);
+  if (!ok) throw IOError("cannot find a free port on " + host);
+  return ntohs(a.sin_port);
 }
 
 bool IsLoopback(const std::string& host) {

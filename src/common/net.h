@@ -15,4 +15,8 @@ bool IsIPv4Literal(const std::string& host);
 /// True for 127.0.0.0/8 and "localhost".
 bool IsLoopback(const std::string& host);
 
+/// A TCP port on `host` (an IPv4 literal; otherwise all interfaces) that was free
+/// a moment ago (bind to port 0, read it back, close).
+int FreePort(const std::string& host = "127.0.0.1");
+
 }  // namespace pskv

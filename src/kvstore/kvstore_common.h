@@ -37,4 +37,23 @@ inline void CheckMatches(const NDArray& a, const Shape& shape, DType dtype, cons
                      ShapeToString(shape) + " (the size of a key cannot change)");
 }
 
+/// Checks an Init call's keys before anything is created: none exists already
+/// (`exists(key)`), none repeats within the call, no value is empty, and with
+/// gradient compression every value is float32.
+template <typename Exists, typename Name>
+void CheckNewKeys(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                  bool compressing, Exists&& exists, Name&& name) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (exists(keys[i])) throw KeyError("duplicate init of key " + name(keys[i]));
+    for (size_t j = 0; j < i; ++j)
+      if (keys[j] == keys[i])
+        throw KeyError("duplicate init of key " + name(keys[i]) + " within one Init call");
+    if (values[i].empty() && values[i].shape().empty())
+      throw InvalidArgument("Init of key " + name(keys[i]) + " with an empty NDArray");
+    if (compressing && values[i].dtype() != DType::kFloat32)
+      throw UsageError("Gradient compression is only supported for float32 parameters; key " +
+                       name(keys[i]) + " is " + DTypeName(values[i].dtype()));
+  }
+}
+
 }  // namespace pskv

@@ -151,15 +151,9 @@ class KVStoreDist final : public KVStore {
     std::vector<std::pair<int, KeyMeta*>> created;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (keys_.count(keys[i])) throw KeyError("duplicate init of key " + KeyName(keys[i]));
-        for (size_t j = 0; j < i; ++j)
-          if (keys[j] == keys[i])
-            throw KeyError("duplicate init of key " + KeyName(keys[i]) + " within one Init call");
-        if (compressor_ && values[i].dtype() != DType::kFloat32)
-          throw UsageError("Gradient compression is only supported for float32 parameters; key " +
-                           KeyName(keys[i]) + " is " + DTypeName(values[i].dtype()));
-      }
+      CheckNewKeys(
+          keys, values, compressor_ != nullptr, [&](int k) { return keys_.count(k) > 0; },
+          [&](int k) { return KeyName(k); });
       for (size_t i = 0; i < keys.size(); ++i) {
         auto m = std::make_unique<KeyMeta>();
         m->shape = values[i].shape();

@@ -33,17 +33,9 @@ KVStoreLocal::Entry& KVStoreLocal::Lookup(int key, const char* op) {
 
 void KVStoreLocal::InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) {
   std::lock_guard<std::mutex> lk(meta_mu_);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (store_.count(keys[i])) throw KeyError("duplicate init of key " + KeyName(keys[i]));
-    for (size_t j = 0; j < i; ++j)
-      if (keys[j] == keys[i])
-        throw KeyError("duplicate init of key " + KeyName(keys[i]) + " within one Init call");
-    if (values[i].empty() && values[i].shape().empty())
-      throw InvalidArgument("Init of key " + KeyName(keys[i]) + " with an empty NDArray");
-    if (compressor_ && values[i].dtype() != DType::kFloat32)
-      throw UsageError("Gradient compression is only supported for float32 parameters; key " +
-                       KeyName(keys[i]) + " is " + DTypeName(values[i].dtype()));
-  }
+  CheckNewKeys(
+      keys, values, compressor_ != nullptr, [&](int k) { return store_.count(k) > 0; },
+      [&](int k) { return KeyName(k); });
   for (size_t i = 0; i < keys.size(); ++i) {
     auto e = std::make_unique<Entry>();
     e->value = values[i].Clone();  // a copy taken now: later changes to the argument don't leak in

@@ -63,19 +63,6 @@ std::pair<std::string, std::string> ParseKV(const std::string& opt, const std::s
   return {s.substr(0, eq), s.substr(eq + 1)};
 }
 
-int FreePort(const std::string& host) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(s);
-  return port;
-}
-
 struct Host {
   std::string name;
   int port = 22;

@@ -1,32 +1,15 @@
 // Helpers shared by the multi-node tests.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <string>
 
+#include "common/net.h"
 #include "pskv/options.h"
 
 namespace pskv::test {
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-inline int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(s);
-  return port;
-}
+using pskv::FreePort;
 
 /// Options of one node of a job on 127.0.0.1 with short test timeouts.
 inline Options NodeOptions(Role role, int port, int servers, int workers) {
