@@ -22,9 +22,10 @@ $(BUILD)/build.ninja: | deps
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: LeNet on Fashion-MNIST, 2 workers + 1 server, dist_sync, 2 epochs.
+# The main job: LeNet on Fashion-MNIST, 2 workers + 1 server, dist_sync, 3 epochs
+# (2 epochs reach 0.888, deterministically; the third gives margin: 0.895, ~2 min).
 demo: build
-	$(BUILD)/pskv-launch -n 2 -s 1 --timeout 900 -- $(BUILD)/train_fmnist --kv-store dist_sync --epochs 2 \
+	$(BUILD)/pskv-launch -n 2 -s 1 --timeout 900 -- $(BUILD)/train_fmnist --kv-store dist_sync --epochs 3 \
 	  --min-accuracy 0.88
 
 test: build
