@@ -324,7 +324,6 @@ void States(KVStore& kv, int rounds) {
   const std::string f2 = "/tmp/pskv_states_" + std::to_string(::getpid()) + "_b";
   // rank 0 writes the file; all ranks take part in gathering
   kv.SaveOptimizerStates(f1);
-  std::string path = f1;
   kv.Barrier();
   if (kv.Rank() == 0) {
     kv.LoadOptimizerStates(f1);

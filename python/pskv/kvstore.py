@@ -113,7 +113,7 @@ class KVStore(object):
         except _pskv.KeyError as e:
             raise _pskv.KeyError(str(e) + ' (broadcast initialises its keys: check for an earlier '
                                  'kv.init or kv.broadcast of the same key)')
-        self.pull(key if not _is_list(key) else key, out=out, priority=priority)
+        self.pull(key, out=out, priority=priority)
 
     def wait(self, key=None):
         """Blocks until the scheduled operations on `key` (all keys if None) are done."""

@@ -76,7 +76,7 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
   srv->Respond(req, ks, Frame::FromString(std::move(out)), lens);
 }
 
-void DistServer::FailRound(int key, KeyState& st, const std::string& why) {
+void DistServer::FailRound(KeyState& st, const std::string& why) {
   for (auto& r : st.waiting) {
     try {
       server_.RespondError(r, ErrorKind::kUsage, why);
@@ -86,7 +86,6 @@ void DistServer::FailRound(int key, KeyState& st, const std::string& why) {
   }
   st.waiting.clear();
   st.pushed.clear();
-  (void)key;
 }
 
 void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len) {
@@ -208,7 +207,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
           try {
             ApplyRound(key, st);
           } catch (const std::exception& e) {
-            FailRound(key, st, std::string("update failed: ") + e.what());
+            FailRound(st, std::string("update failed: ") + e.what());
             return;
           }
           std::vector<KVRequest> waiting = std::move(st.waiting);
@@ -273,7 +272,7 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       done_workers_.insert(sender);
       for (auto& [key, st] : store_)
         if (!st.waiting.empty() && !st.pushed.count(sender))
-          FailRound(key, st,
+          FailRound(st,
                     "key " + std::to_string(key) + ": " + WorkerName(sender) +
                         " finished the job without pushing round " + std::to_string(st.rounds + 1) +
                         " while other workers did; in sync mode every worker must push every key "

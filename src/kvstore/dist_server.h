@@ -48,7 +48,7 @@ class DistServer {
   void ApplyRound(int key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
              const std::vector<std::pair<int, KeyState*>>& keys);
-  void FailRound(int key, KeyState& st, const std::string& why);
+  void FailRound(KeyState& st, const std::string& why);
   /// Before modifying a value: if a reply still references its memory, move to a copy.
   void Detach(KeyState& st);
   std::string WorkerName(int id) const;

@@ -117,6 +117,20 @@ std::string KVStore::KeyName(int k) const {
 
 // ------------------------------------------------------------ int-key API
 
+namespace {
+// Runs Broadcast's Init, explaining a duplicate init in Broadcast's terms.
+template <typename F>
+void InitForBroadcast(F&& init) {
+  try {
+    init();
+  } catch (const KeyError& e) {
+    throw KeyError(std::string(e.what()) +
+                   " (Broadcast initialises its keys: check for an earlier kv.init or "
+                   "kv.broadcast of the same key)");
+  }
+}
+}  // namespace
+
 void KVStore::Init(int key, const NDArray& value) {
   Init(std::vector<int>{key}, {value});
 }
@@ -166,13 +180,7 @@ void KVStore::Broadcast(int key, const NDArray& value, const std::vector<NDArray
 void KVStore::Broadcast(const std::vector<int>& keys, const std::vector<NDArray>& values,
                         const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
                         int priority) {
-  try {
-    Init(keys, values);
-  } catch (const KeyError& e) {
-    throw KeyError(std::string(e.what()) +
-                   " (Broadcast initialises its keys: check for an earlier kv.init or "
-                   "kv.broadcast of the same key)");
-  }
+  InitForBroadcast([&] { Init(keys, values); });
   Pull(out_keys, outs, priority);
 }
 
@@ -221,13 +229,7 @@ void KVStore::PushPull(const std::vector<std::string>& keys, const std::vector<N
 }
 void KVStore::Broadcast(const std::string& key, const NDArray& value,
                         const std::vector<NDArray>& outs, int priority) {
-  try {
-    Init(key, value);
-  } catch (const KeyError& e) {
-    throw KeyError(std::string(e.what()) +
-                   " (Broadcast initialises its keys: check for an earlier kv.init or "
-                   "kv.broadcast of the same key)");
-  }
+  InitForBroadcast([&] { Init(key, value); });
   Pull(key, outs, priority);
 }
 

@@ -200,10 +200,7 @@ class KVStoreDist final : public KVStore {
 
   void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
                 int priority) override {
-    if (async_ && !has_server_optimizer_)
-      throw UsageError(
-          "dist_async needs an optimizer on the servers: call SetOptimizer before "
-          "pushing (in async mode every push is applied at once)");
+    CheckAsyncHasOptimizer();
     auto groups = GroupByKey(keys, values);
     auto metas = Check(groups, "Push", "pushed value");
     for (auto& [k, vals] : groups) {
@@ -243,9 +240,7 @@ class KVStoreDist final : public KVStore {
       if (!pushes.count(k))
         throw InvalidArgument("PushPull: key " + KeyName(k) +
                               " is pulled but not pushed; the push and pull keys must be the same");
-    if (async_ && !has_server_optimizer_)
-      throw UsageError(
-          "dist_async needs an optimizer on the servers: call SetOptimizer before pushing");
+    CheckAsyncHasOptimizer();
     auto metas = Check(pushes, "PushPull", "pushed value");
     Check(pulls, "PushPull", "pull output");
     for (auto& [k, vals] : pushes) {
@@ -277,6 +272,13 @@ class KVStoreDist final : public KVStore {
   }
 
  private:
+  void CheckAsyncHasOptimizer() const {
+    if (async_ && !has_server_optimizer_)
+      throw UsageError(
+          "dist_async needs an optimizer on the servers: call SetOptimizer before "
+          "pushing (in async mode every push is applied at once)");
+  }
+
   template <typename Groups>
   std::map<int, KeyMeta*> Check(const Groups& groups, const char* op, const char* what) {
     std::lock_guard<std::mutex> lk(mu_);

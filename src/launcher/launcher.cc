@@ -263,10 +263,9 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       env["DMLC_NODE_HOST"] = h.name;
       std::string exports;
       for (auto& [k, v] : env) exports += "export " + k + "=" + ShellQuote(v) + "; ";
-      std::string cmd = server ? (cfg.server_command.empty() ? "pskv-server" : cfg.server_command)
-                               : JoinQuoted(cfg.command);
-      if (server && cfg.server_command.empty() && !cfg.self_dir.empty())
-        cmd = ShellQuote(server_bin);
+      const std::string cmd = !server                      ? JoinQuoted(cfg.command)
+                              : cfg.server_command.empty() ? ShellQuote(server_bin)
+                                                           : cfg.server_command;
       // The remote shell runs the command in its own session and kills that session
       // when the ssh connection's stdin closes (the launcher exited or stopped it).
       std::string script = "cd " + ShellQuote(dir) + " || exit 1; " + exports +

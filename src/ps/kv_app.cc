@@ -142,12 +142,7 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     try {
       node_->Send(to, std::move(m));
     } catch (...) {
-      std::unique_lock<std::mutex> lk(mu_);
-      auto it = pending_.find(ts);
-      if (it == pending_.end()) return;
-      it->second.error = std::current_exception();
-      it->second.received = it->second.expected;
-      Finish(ts, lk);
+      Fail(ts, std::current_exception());
       return;
     }
   }
@@ -159,7 +154,9 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
   auto fut = prom->get_future();
   Request req;
   req.expected = node_->num_servers();
-  req.bodies.resize(static_cast<size_t>(node_->num_servers()));
+  auto bodies =
+      std::make_shared<std::vector<std::string>>(static_cast<size_t>(node_->num_servers()));
+  req.bodies = bodies;
   req.cb = [prom](std::exception_ptr e) {
     if (e)
       prom->set_exception(e);
@@ -181,17 +178,10 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
     try {
       node_->Send(id, std::move(m));
     } catch (...) {
-      std::unique_lock<std::mutex> lk(mu_);
-      auto it = pending_.find(ts);
-      if (it != pending_.end()) {
-        it->second.error = std::current_exception();
-        it->second.received = it->second.expected;
-        Finish(ts, lk);
-      }
+      Fail(ts, std::current_exception());
       break;
     }
   }
-  // The bodies are read from the request before it is erased (see Finish).
   if (fut.wait_for(timeout) != std::future_status::ready) {
     std::lock_guard<std::mutex> lk(mu_);
     pending_.erase(ts);
@@ -199,21 +189,21 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
                        std::to_string(timeout.count() / 1000) + " s");
   }
   fut.get();
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = command_bodies_.find(ts);
-  std::vector<std::string> out;
-  if (it != command_bodies_.end()) {
-    out = std::move(it->second);
-    command_bodies_.erase(it);
-  }
-  return out;
+  return std::move(*bodies);
+}
+
+void KVWorker::Fail(uint64_t ts, std::exception_ptr e) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = pending_.find(ts);
+  if (it == pending_.end()) return;  // completed or failed already
+  it->second.error = e;
+  Finish(ts, lk);
 }
 
 void KVWorker::Finish(uint64_t ts, std::unique_lock<std::mutex>& lk) {
   auto it = pending_.find(ts);
   Request req = std::move(it->second);
   pending_.erase(it);
-  if (!req.bodies.empty() && !req.error) command_bodies_[ts] = std::move(req.bodies);
   lk.unlock();
   if (req.cb) req.cb(req.error);
   lk.lock();
@@ -233,8 +223,8 @@ void KVWorker::OnMessage(Message&& m) {
     if (!req.error) req.error = MakeError(static_cast<ErrorKind>(m.h.head), who + ": " + m.body);
   } else if (m.h.flags & kCommand) {
     int r = RankOfId(m.h.sender);
-    if (IsServerId(m.h.sender) && r < static_cast<int>(req.bodies.size()))
-      req.bodies[static_cast<size_t>(r)] = m.body;
+    if (req.bodies && IsServerId(m.h.sender) && r < static_cast<int>(req.bodies->size()))
+      (*req.bodies)[static_cast<size_t>(r)] = m.body;
   } else if (req.out && (m.h.flags & kPull)) {
     auto sit = req.slices.find(m.h.sender);
     std::string problem;

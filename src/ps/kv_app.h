@@ -21,6 +21,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -70,8 +71,8 @@ class KVWorker {
     Callback cb;
     char* out = nullptr;
     std::vector<uint64_t> keys, out_lens, out_offsets;
-    std::map<int, Slice> slices;  // by server id
-    std::vector<std::string> bodies;
+    std::map<int, Slice> slices;                       // by server id
+    std::shared_ptr<std::vector<std::string>> bodies;  // command replies by server rank
   };
   void Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
              char* out, const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
@@ -79,12 +80,13 @@ class KVWorker {
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);
+  /// Completes request `ts` (if still pending) with error `e`.
+  void Fail(uint64_t ts, std::exception_ptr e);
 
   Node* node_;
   mutable std::mutex mu_;
   uint64_t next_ts_ = 1;
   std::map<uint64_t, Request> pending_;
-  std::map<uint64_t, std::vector<std::string>> command_bodies_;  // taken by Command()
 };
 
 /// A request as the server's handler sees it.

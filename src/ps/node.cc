@@ -106,11 +106,6 @@ std::exception_ptr Node::failure() const {
   return failure_;
 }
 
-bool Node::WaitFailure(std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lk(mu_);
-  return cv_.wait_for(lk, timeout, [&] { return failure_ != nullptr; });
-}
-
 // ------------------------------------------------------------------ start
 
 void Node::Start() {

@@ -23,7 +23,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -91,8 +90,6 @@ class Node {
   std::string Tag() const;
   /// The failure that broke the job (null while healthy).
   std::exception_ptr failure() const;
-  /// Blocks until a failure is detected or `timeout` passes (for tests/servers).
-  bool WaitFailure(std::chrono::milliseconds timeout) const;
 
  private:
   using Clock = std::chrono::steady_clock;

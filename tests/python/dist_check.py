@@ -25,7 +25,6 @@ def sync(kv, rounds=4):
     tri = n * (n + 1) / 2
     kv.set_optimizer(pskv.optimizer.SGD(learning_rate=-RATE))
     kv.init([3, 99], [full(1, SMALL), full(1, BIG)])
-    kv.init(['s', 'b'], [full(1, SMALL), full(1, BIG)]) if False else None
     for i in range(rounds):
         kv.push([3, 99], [[full(r + 1, SMALL)] * 2, full(r + 1, BIG)])
         a, b = full(0, SMALL), full(0, BIG)

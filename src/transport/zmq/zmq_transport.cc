@@ -15,10 +15,6 @@ namespace pskv {
 
 namespace {
 
-// Kernel socket buffers: large enough that a multi-megabyte message streams
-// without stalling on the window.
-constexpr int kSocketBuffer = 4 << 20;
-
 std::string ZmqErr() {
   return zmq_strerror(zmq_errno());
 }
