@@ -14,6 +14,7 @@
 #include "bench/bench_util.h"
 #include "bench/pushpull_bench.h"
 #include "kvstore/reduce.h"
+#include "pskv/tuning.h"
 #include "pskv/options.h"
 
 namespace {
@@ -83,6 +84,7 @@ int BenchReduce(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pskv::TuneAllocatorForLargeMessages();
   if (argc < 2 || HasFlag(argc, argv, "--help")) {
     std::printf(
         "usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"

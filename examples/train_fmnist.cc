@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "pskv/tuning.h"
 #include "pskv/data.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
@@ -305,6 +306,7 @@ int Run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pskv::TuneAllocatorForLargeMessages();
   try {
     return Run(Parse(argc, argv));
   } catch (const std::exception& e) {

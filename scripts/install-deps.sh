@@ -4,7 +4,7 @@
 # Usage: scripts/install-deps.sh [--with-torch] [--with-data]
 set -euo pipefail
 
-pkgs=(cmake ninja-build g++ make pkg-config libzmq3-dev cppzmq-dev libgtest-dev libgmock-dev
+pkgs=(cmake ninja-build g++ make pkg-config libzmq3-dev cppzmq-dev libsodium-dev libgtest-dev libgmock-dev
       libbenchmark-dev zlib1g-dev pybind11-dev python3-dev python3-numpy python3-pytest
       clang-format)
 for arg in "$@"; do

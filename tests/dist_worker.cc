@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include "pskv/tuning.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 
@@ -390,6 +391,7 @@ void ExitThree(KVStore& kv, int) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pskv::TuneAllocatorForLargeMessages();
   if (argc < 2) {
     std::fprintf(stderr, "usage: dist_worker SCENARIO [ROUNDS]\n");
     return 2;

@@ -361,10 +361,10 @@ TEST(Ps, ResendDeliversExactlyOnceThroughDropsDuplicatesAndDelays) {
         o.resend = true;
         o.resend_timeout = 40ms;
       },
-      [&] {
+      [&](const TransportConfig& tc) {
         FaultConfig c = fc;
         c.seed = seed++;
-        return CreateFaultTransport(CreateTransport("zmq"), c);
+        return CreateFaultTransport(CreateTransport("zmq", tc), c);
       });
   ExpectNoErrors(res);
   for (int p : res.server_pushes) EXPECT_EQ(p, (rounds + 1) * 2 * 2);  // no push applied twice
@@ -385,6 +385,8 @@ TEST(Ps, WithoutResendDuplicatesWouldBeAppliedTwice) {
         Sync([&](auto cb) { w.Pull(keys, reinterpret_cast<char*>(&out), lens, 0, cb); });
         EXPECT_EQ(out, 2.0f);  // the duplicated push was applied twice
       },
-      nullptr, [&] { return CreateFaultTransport(CreateTransport("zmq"), fc); });
+      nullptr, [&](const TransportConfig& tc) {
+        return CreateFaultTransport(CreateTransport("zmq", tc), fc);
+      });
   (void)res;
 }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "pskv/tuning.h"
 #include "pskv/error.h"
 #include "pskv/options.h"
 
@@ -11,6 +12,7 @@ int RunServerOrScheduler(const Options& options);
 }
 
 int main(int argc, char** argv) {
+  pskv::TuneAllocatorForLargeMessages();
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
     std::printf(
         "usage: DMLC_ROLE=server|scheduler DMLC_PS_ROOT_URI=HOST DMLC_PS_ROOT_PORT=PORT \\\n"

@@ -54,6 +54,21 @@ struct Options {
   /// PSKV_JOB_ID: identifies the job; nodes with another id are refused. The
   /// launcher sets a random one; otherwise the scheduler address is used.
   std::string job_id;
+  /// PSKV_JOB_SECRET, or the contents of the file named by PSKV_JOB_SECRET_FILE
+  /// (which must not be readable by group or others): the per-job secret every
+  /// node proves it knows when it connects (docs/security.md). pskv-launch
+  /// generates one per job. Empty: open mode (MXNet's behaviour: anyone who can
+  /// reach the ports can join), announced once with a warning.
+  std::string job_secret;
+  /// PSKV_ENCRYPT=1: encrypt and authenticate every byte (ZeroMQ CURVE keyed from
+  /// the job secret; needs a secret). For networks where others can see traffic.
+  bool encrypt = false;
+  /// PSKV_MAX_CONNECTIONS: connections a node accepts that have not finished
+  /// authenticating, at most; more are closed at once (0 = 4 * nodes + 64).
+  int max_pending_connections = 0;
+  /// PSKV_HANDSHAKE_TIMEOUT (s): a connection that has not authenticated within
+  /// this time is closed.
+  std::chrono::milliseconds handshake_timeout{10000};
   /// PSKV_DROP_MSG / PS_DROP_MSG: test only, percentage of received data messages to drop.
   int drop_percent = 0;
 

@@ -12,6 +12,7 @@
 
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
+#include "pskv/tuning.h"
 #include "pskv/optimizer.h"
 
 namespace py = pybind11;
@@ -118,6 +119,7 @@ void WithKeys(const py::list& keys, F&& f) {
 }  // namespace
 
 PYBIND11_MODULE(_pskv, m) {
+  pskv::TuneAllocatorForLargeMessages();  // the binding decides, not the library
   m.doc() = "pskv core (C++); use the pskv package";
 
   // Exceptions: the C++ hierarchy, same names and messages.

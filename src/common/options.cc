@@ -1,8 +1,13 @@
 // The one place where pskv reads environment variables.
 #include "pskv/options.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "pskv/error.h"
@@ -63,6 +68,30 @@ void ReadSeconds(const char* name, std::chrono::milliseconds* out) {
     *out = std::chrono::milliseconds(static_cast<int64_t>(ParseDouble(name, v, 0, 1e7) * 1000));
 }
 
+// The secret file: a private file (like ssh's keys); trailing newlines ignored.
+std::string ReadSecretFile(const char* path) {
+  struct stat st {};
+  if (::stat(path, &st) != 0)
+    throw ConfigError(std::string("PSKV_JOB_SECRET_FILE='") + path + "' cannot be read: " +
+                      std::strerror(errno));
+  if (st.st_mode & 077)
+    throw ConfigError(std::string("PSKV_JOB_SECRET_FILE='") + path +
+                      "' is readable or writable by other users; make it private with "
+                      "`chmod 600 " +
+                      path + "`");
+  if (st.st_size > 4096)
+    throw ConfigError(std::string("PSKV_JOB_SECRET_FILE='") + path +
+                      "' is larger than 4096 bytes: is it the right file?");
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (!f || s.empty())
+    throw ConfigError(std::string("PSKV_JOB_SECRET_FILE='") + path + "' is empty or unreadable");
+  return s;
+}
+
 }  // namespace
 
 Options Options::FromEnv() {
@@ -100,6 +129,15 @@ Options Options::FromEnv() {
   ReadSeconds("PSKV_REGISTER_TIMEOUT", &o.register_timeout);
   ReadSeconds("PSKV_TIMEOUT", &o.op_timeout);
   if (const char* v = Get("PSKV_JOB_ID")) o.job_id = v;
+  if (const char* v = Get("PSKV_JOB_SECRET")) o.job_secret = v;
+  if (const char* path = Get("PSKV_JOB_SECRET_FILE")) {
+    if (!o.job_secret.empty())
+      throw ConfigError("both PSKV_JOB_SECRET and PSKV_JOB_SECRET_FILE are set: set only one");
+    o.job_secret = ReadSecretFile(path);
+  }
+  if (const char* v = Get("PSKV_ENCRYPT")) o.encrypt = ParseInt("PSKV_ENCRYPT", v, 0, 1) != 0;
+  ReadInt("PSKV_MAX_CONNECTIONS", &o.max_pending_connections, 0, 1 << 20);
+  ReadSeconds("PSKV_HANDSHAKE_TIMEOUT", &o.handshake_timeout);
   ReadInt("PS_DROP_MSG", &o.drop_percent, 0, 100);
   ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
   return o;
@@ -121,6 +159,10 @@ void Options::ValidateForDistributed() const {
         "DMLC_NUM_WORKER is not set or 0: a distributed job needs at least one worker");
   if (heartbeat_timeout.count() > 0 && heartbeat_interval.count() <= 0)
     throw ConfigError("PS_HEARTBEAT_INTERVAL must be > 0 when PS_HEARTBEAT_TIMEOUT is set");
+  if (encrypt && job_secret.empty())
+    throw ConfigError(
+        "PSKV_ENCRYPT=1 needs a job secret: set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE "
+        "(pskv-launch sets one for every job)");
   if (heartbeat_timeout.count() > 0 && heartbeat_timeout < 2 * heartbeat_interval)
     throw ConfigError("PS_HEARTBEAT_TIMEOUT must be at least twice PS_HEARTBEAT_INTERVAL");
 }

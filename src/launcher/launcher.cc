@@ -2,9 +2,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include "common/net.h"
+#include "transport/auth.h"
 #include "pskv/error.h"
 
 namespace pskv::launcher {
@@ -38,6 +41,11 @@ pskv-server. Every output line is prefixed with the process's role and rank.
   --server-command CMD    shell command run instead of pskv-server (e.g. a Python script that
                           creates a dist store, as with MXNet)
   --ssh-arg ARG           extra argument for every ssh call (e.g. -i key)
+  --no-secret             run without a job secret (MXNet's open mode: anyone who can
+                          reach the job's ports can join it). By default every job gets
+                          a fresh random secret (or PSKV_JOB_SECRET[_FILE] if set), handed
+                          to each process in its environment or on ssh's stdin, never on
+                          a command line (docs/security.md)
   --dry-run               print what would be run, run nothing
   --timeout SECONDS       stop the job and exit 124 after this long (default: none)
 
@@ -154,6 +162,8 @@ LaunchConfig ParseArgs(int argc, char** argv) {
       c.ssh_args.push_back(need(a));
     else if (a == "--dry-run")
       c.dry_run = true;
+    else if (a == "--no-secret")
+      c.no_secret = true;
     else if (a == "--timeout")
       c.timeout_s = to_int(a, need(a));
     else if (!a.empty() && a[0] == '-')
@@ -198,6 +208,18 @@ LaunchConfig ParseArgs(int argc, char** argv) {
         "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE",
         "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
+  if (const char* v = std::getenv("PSKV_JOB_SECRET")) c.job_secret = v;
+  if (const char* path = std::getenv("PSKV_JOB_SECRET_FILE")) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    c.job_secret = ss.str();
+    while (!c.job_secret.empty() && (c.job_secret.back() == '\n' || c.job_secret.back() == '\r'))
+      c.job_secret.pop_back();
+    if (!f || c.job_secret.empty())
+      throw InvalidArgument(std::string("PSKV_JOB_SECRET_FILE='") + path + "' cannot be read");
+  }
+  if (c.no_secret) c.job_secret.clear();
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n > 0) {
@@ -205,6 +227,10 @@ LaunchConfig ParseArgs(int argc, char** argv) {
     c.self_dir = exe.substr(0, exe.rfind('/'));
   }
   return c;
+}
+
+bool IsSecretVar(const std::string& name) {
+  return name == "PSKV_JOB_SECRET";
 }
 
 Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
@@ -218,6 +244,7 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
                                                {"PSKV_JOB_ID", job_id},
                                                {"DMLC_JOB_CLUSTER", cfg.launcher}};
   for (auto& [k, v] : cfg.env) common[k] = v;
+  if (!cfg.job_secret.empty()) common["PSKV_JOB_SECRET"] = cfg.job_secret;
   auto role_env = [&](const std::string& role, int task) {
     auto e = common;
     e["DMLC_ROLE"] = role;
@@ -232,15 +259,15 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
                                  : std::vector<std::string>{"/bin/sh", "-c", cfg.server_command};
 
   // The scheduler always runs here, next to the launcher.
-  plan.children.push_back({"scheduler", server_argv, role_env("scheduler", -1), false});
+  plan.children.push_back({"scheduler", server_argv, role_env("scheduler", -1), false, {}});
 
   if (cfg.launcher == "local") {
     for (int s = 0; s < S; ++s)
       plan.children.push_back(
-          {"server " + std::to_string(s), server_argv, role_env("server", n + s), false});
+          {"server " + std::to_string(s), server_argv, role_env("server", n + s), false, {}});
     for (int w = 0; w < n; ++w)
       plan.children.push_back(
-          {"worker " + std::to_string(w), cfg.command, role_env("worker", w), false});
+          {"worker " + std::to_string(w), cfg.command, role_env("worker", w), false, {}});
     return plan;
   }
 
@@ -261,8 +288,18 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       auto env = role_env(server ? "server" : "worker", server ? n + i : i - S);
       for (auto& [k, v] : cfg.forward_env) env.emplace(k, v);
       env["DMLC_NODE_HOST"] = h.name;
-      std::string exports;
-      for (auto& [k, v] : env) exports += "export " + k + "=" + ShellQuote(v) + "; ";
+      // The environment travels on ssh's stdin, one K=V per line and an empty line,
+      // so no value (the job secret above all) appears on a command line or in ps.
+      std::string env_lines;
+      for (auto& [k, v] : env) {
+        if (v.find('\n') != std::string::npos || k.find('=') != std::string::npos)
+          throw InvalidArgument("environment variable " + k +
+                                " has a newline in its value; ssh plans cannot pass it");
+        env_lines += k + "=" + v + "\n";
+      }
+      env_lines += "\n";
+      const std::string exports =
+          "while IFS= read -r l && [ -n \"$l\" ]; do export \"$l\"; done; ";
       const std::string cmd = !server                      ? JoinQuoted(cfg.command)
                               : cfg.server_command.empty() ? ShellQuote(server_bin)
                                                            : cfg.server_command;
@@ -278,7 +315,7 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       argv.push_back(h.name);
       argv.push_back("bash -c " + ShellQuote(script));
       std::string name = server ? "server " + std::to_string(i) : "worker " + std::to_string(i - S);
-      plan.children.push_back({name, argv, {}, true});
+      plan.children.push_back({name, argv, {}, true, env_lines});
     }
     if (!cfg.sync_dst_dir.empty()) {
       // rsync runs before the job: recorded as files-to-run in the plan's prelude.
@@ -312,9 +349,15 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     }
     return out;
   };
+  // Values reach the batch system through the environment of the command that
+  // submits (mpirun -x NAME, srun --export=ALL, qsub -V), never through its argv;
+  // the secret is taken out of `env` and set only in that environment.
+  std::map<std::string, std::string> secret_env;
+  if (!cfg.job_secret.empty()) secret_env["PSKV_JOB_SECRET"] = cfg.job_secret;
   auto group = [&](const std::string& role, int count) {
     auto env = role_env(role, -1);
     env.erase("DMLC_TASK_ID");
+    env.erase("PSKV_JOB_SECRET");
     for (auto& [k, v] : cfg.forward_env)
       if (k != "PATH") env.emplace(k, v);
     const auto& prog = role == "worker" ? cfg.command : server_argv;
@@ -327,6 +370,10 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
         argv.push_back(cfg.hostfile);
       }
       for (auto& f : env_flags(env, "-x", false)) argv.push_back(f);
+      for (auto& [k, v] : secret_env) {
+        argv.push_back("-x");
+        argv.push_back(k);  // name only: mpirun takes the value from its environment
+      }
     } else if (cfg.launcher == "slurm") {
       std::string exp = "--export=ALL";
       for (auto& [k, v] : env) exp += "," + k + "=" + v;
@@ -343,6 +390,17 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
               script};
       return argv;
     } else {  // yarn: the distributed shell runs `count` containers of the command
+      if (!cfg.job_secret.empty()) {
+        // The distributed shell has no way to pass a value outside its argv: the
+        // secret goes in a private file next to the job (on the shared filesystem
+        // YARN jobs run from), removed when the launcher exits.
+        char cwd[4096];
+        std::string dir = ::getcwd(cwd, sizeof cwd) ? cwd : ".";
+        std::string path = dir + "/.pskv-secret-" + job_id;
+        plan.files[path] = cfg.job_secret + "\n";
+        plan.remove_at_exit.push_back(path);
+        env["PSKV_JOB_SECRET_FILE"] = path;
+      }
       argv = {"yarn",
               "org.apache.hadoop.yarn.applications.distributedshell.Client",
               "-jar",
@@ -359,12 +417,14 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     for (auto& a : prog) argv.push_back(a);
     return argv;
   };
-  plan.children.push_back({"servers", group("server", S), {}, false});
-  plan.children.push_back({"workers", group("worker", n), {}, false});
+  plan.children.push_back({"servers", group("server", S), secret_env, false, {}});
+  plan.children.push_back({"workers", group("worker", n), secret_env, false, {}});
   return plan;
 }
 
-int Launch(const LaunchConfig& cfg) {
+int Launch(const LaunchConfig& config) {
+  LaunchConfig cfg = config;
+  if (cfg.job_secret.empty() && !cfg.no_secret) cfg.job_secret = NewJobSecret();
   std::random_device rd;
   char id[32];
   std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
@@ -373,12 +433,16 @@ int Launch(const LaunchConfig& cfg) {
     for (auto& [path, content] : plan.files) {
       if (path == "#prelude")
         std::printf("# before the job:\n%s", content.c_str());
+      else if (std::find(plan.remove_at_exit.begin(), plan.remove_at_exit.end(), path) !=
+               plan.remove_at_exit.end())
+        std::printf("# file %s (mode 0600): <secret>\n", path.c_str());
       else
         std::printf("# file %s:\n%s", path.c_str(), content.c_str());
     }
     for (auto& c : plan.children) {
       std::printf("[%s] ", c.name.c_str());
-      for (auto& [k, v] : c.env) std::printf("%s=%s ", k.c_str(), ShellQuote(v).c_str());
+      for (auto& [k, v] : c.env)
+        std::printf("%s=%s ", k.c_str(), IsSecretVar(k) ? "<secret>" : ShellQuote(v).c_str());
       std::printf("%s\n", JoinQuoted(c.argv).c_str());
     }
     return 0;
@@ -393,13 +457,19 @@ int Launch(const LaunchConfig& cfg) {
       }
       continue;
     }
-    std::ofstream f(path);
-    f << content;
-    if (!f) throw IOError("cannot write " + path);
+    // Private from the start: a secret file is never readable by others.
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+      if (fd >= 0) ::close(fd);
+      throw IOError("cannot write " + path);
+    }
+    ::close(fd);
   }
   SuperviseOptions so;
   so.timeout = std::chrono::seconds(cfg.timeout_s);
-  return Supervise(plan.children, so);
+  int rc = Supervise(plan.children, so);
+  for (auto& path : plan.remove_at_exit) ::unlink(path.c_str());
+  return rc;
 }
 
 }  // namespace pskv::launcher

@@ -19,6 +19,12 @@ struct LaunchConfig {
   std::string server_command;  ///< shell command for servers/scheduler; "" = pskv-server
   std::vector<std::string> ssh_args;
   bool dry_run = false;
+  /// --no-secret: run in MXNet's open mode (no job secret; anyone who can reach the
+  /// ports can join). Default: a fresh random secret per job (docs/security.md).
+  bool no_secret = false;
+  /// The job secret (filled by Launch: from PSKV_JOB_SECRET / PSKV_JOB_SECRET_FILE
+  /// of the launcher's environment, else generated).
+  std::string job_secret;
   int timeout_s = 0;
   std::vector<std::string> command;
 
@@ -39,11 +45,15 @@ std::string Usage();
 struct Plan {
   std::vector<ChildSpec> children;
   std::map<std::string, std::string> files;  ///< path -> content (written before start)
+  std::vector<std::string> remove_at_exit;   ///< files removed when the job ends (secrets)
 };
 Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id);
 
 /// Runs the job; returns the launcher's exit status.
 int Launch(const LaunchConfig& cfg);
+
+/// Environment variables whose values are never printed (--dry-run, logs).
+bool IsSecretVar(const std::string& name);
 
 /// Quotes `s` for a POSIX shell.
 std::string ShellQuote(const std::string& s);

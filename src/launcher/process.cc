@@ -86,6 +86,7 @@ pid_t Spawn(Child& c) {
   if (c.spec.stdin_pipe) {
     ::close(in[0]);
     c.in_fd = in[1];
+    if (!c.spec.stdin_data.empty()) WriteAll(c.in_fd, c.spec.stdin_data);
   }
   return pid;
 }

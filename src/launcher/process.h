@@ -21,6 +21,9 @@ struct ChildSpec {
   std::vector<std::string> argv;           ///< argv[0] is looked up in PATH
   std::map<std::string, std::string> env;  ///< set on top of the launcher's environment
   bool stdin_pipe = false;                 ///< keep a pipe to the child's stdin (ssh)
+  /// Written to the stdin pipe right after start (ssh: the remote environment,
+  /// which must not appear on any command line). Small: at most a pipe buffer.
+  std::string stdin_data;
 };
 
 struct ChildResult {

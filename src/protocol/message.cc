@@ -119,11 +119,16 @@ Message Decode(std::vector<Frame>&& frames) {
   return m;
 }
 
-std::string Describe(const Header& h) {
+const char* ControlName(Control c) {
   static const char* kNames[] = {"data",      "register", "node_table",  "barrier", "barrier_done",
                                  "heartbeat", "ack",      "node_failed", "refuse",  "leave"};
+  const auto i = static_cast<size_t>(c);
+  return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
+}
+
+std::string Describe(const Header& h) {
   std::ostringstream os;
-  os << kNames[h.control] << " " << h.sender << "->" << h.recver << " seq=" << h.seq
+  os << ControlName(static_cast<Control>(h.control)) << " " << h.sender << "->" << h.recver << " seq=" << h.seq
      << " ts=" << h.timestamp << " head=" << h.head;
   if (h.flags & kRequest) os << " request";
   if (h.flags & kPush) os << " push";

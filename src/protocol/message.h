@@ -140,6 +140,8 @@ std::vector<Frame> Encode(const Message& m);
 /// Validates and decodes; throws ProtocolError describing the first problem.
 Message Decode(std::vector<Frame>&& frames);
 
+/// "data", "register", ... for log lines.
+const char* ControlName(Control c);
 /// Human-readable one-line summary for PS_VERBOSE=2.
 std::string Describe(const Header& h);
 

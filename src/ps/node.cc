@@ -1,6 +1,8 @@
 #include "ps/node.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cinttypes>
 #include <random>
 
 #include "common/logging.h"
@@ -111,7 +113,25 @@ std::exception_ptr Node::failure() const {
 void Node::Start() {
   if (started_) throw UsageError("Node::Start called twice");
   started_ = true;
-  transport_ = transport_factory_ ? transport_factory_() : CreateTransport("zmq");
+  TransportConfig tc;
+  tc.secret = options_.job_secret;
+  tc.encrypt = options_.encrypt;
+  tc.job = job_;
+  tc.token = token_;
+  tc.handshake_timeout = options_.handshake_timeout;
+  tc.max_pending_connections = options_.max_pending_connections > 0
+                                   ? options_.max_pending_connections
+                                   : 4 * (options_.num_workers + options_.num_servers + 1) + 64;
+  if (options_.job_secret.empty()) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      PSKV_WARN(
+          "this job has no secret: it is OPEN to anyone who can reach its ports, who can join "
+          "it, read its values and change its weights. Start it with pskv-launch (which sets "
+          "a secret), or set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE on every node "
+          "(docs/security.md)");
+  }
+  transport_ = transport_factory_ ? transport_factory_(tc) : CreateTransport("zmq", tc);
   const bool sched = role() == Role::kScheduler;
   if (sched) {
     std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";
@@ -139,8 +159,15 @@ void Node::Start() {
   const auto grace = deadline + (sched ? 0ms : 5s);
   {
     std::unique_lock<std::mutex> lk(mu_);
-    auto settled = [&] { return ready_ || failure_ || !refused_.empty(); };
-    cv_.wait_until(lk, deadline, settled);
+    auto settled = [&] {
+      if (refused_.empty() && !sched) {
+        std::string why = transport_->RefusedBy(kSchedulerId);
+        if (!why.empty()) refused_ = why;
+      }
+      return ready_ || failure_ || !refused_.empty();
+    };
+    // Polls the transport's handshake outcome every 100 ms (bounded by deadline).
+    while (!settled() && Clock::now() < deadline) cv_.wait_for(lk, 100ms);
     if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
     std::exception_ptr err;
     if (!refused_.empty()) {
@@ -305,67 +332,104 @@ void Node::Send(int to, Message m) {
 // ------------------------------------------------------------------ receiving
 
 void Node::ReceiveLoop() {
-  std::vector<Frame> frames;
+  Received in;
   while (!stop_) {
     bool got;
     try {
-      got = transport_->Recv(&frames, 100ms);
+      got = transport_->Recv(&in, 100ms);
     } catch (const std::exception& e) {
-      PSKV_ERROR(Tag() << ": " << e.what());
+      PSKV_LOG_LIMITED(limiter_, "recv", "ERROR", Tag() << ": " << e.what());
       continue;
     }
     if (!got) continue;
     Message m;
     try {
-      m = Decode(std::move(frames));
+      m = Decode(std::move(in.frames));
     } catch (const std::exception& e) {
-      PSKV_WARN(Tag() << ": dropped a message: " << e.what());
+      PSKV_LOG_LIMITED(limiter_, in.peer_addr + "/decode", "WARN",
+                       Tag() << ": dropped a malformed message from " << in.peer_addr << ": "
+                             << std::string(e.what()).substr(0, 200));
       continue;
     }
     if (m.h.job != job_) {
-      std::string why =
-          "it belongs to another job (PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, "
-          "DMLC_NUM_WORKER or DMLC_NUM_SERVER differ)";
-      PSKV_WARN(Tag() << ": refused a message from node " << m.h.sender << ": " << why);
-      if (role() == Role::kScheduler && static_cast<Control>(m.h.control) == Control::kRegister) {
-        try {
-          auto d = DecodeNodes(m.body);
-          if (d.size() == 1) {
-            std::lock_guard<std::mutex> lk(mu_);
-            int tid = next_temp_id_++;
-            transport_->Connect(tid, d[0].host + ":" + std::to_string(d[0].port));
-            Message r;
-            r.h.control = static_cast<uint8_t>(Control::kRefuse);
-            r.body = "this scheduler runs another job; " + why;
-            r.h.sender = id_;
-            r.h.recver = tid;
-            r.h.job = m.h.job;  // so the stranger can read the refusal
-            transport_->Send(tid, Encode(r));
-          }
-        } catch (const std::exception& e) {
-          PSKV_WARN(Tag() << ": could not answer a stranger: " << e.what());
-        }
-      }
+      // Only an authenticated peer gets here; nothing is sent or connected back.
+      PSKV_LOG_LIMITED(limiter_, in.peer_addr + "/job", "WARN",
+                       Tag() << ": dropped a message from " << in.peer_addr
+                             << ": it belongs to another job (PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, "
+                                "DMLC_NUM_WORKER or DMLC_NUM_SERVER differ)");
       continue;
     }
     if (options_.verbose >= 2) PSKV_INFO(Tag() << " recv " << Describe(m.h));
     try {
-      Handle(std::move(m));
+      Handle(std::move(m), in.peer);
     } catch (const std::exception& e) {
-      PSKV_WARN(Tag() << ": error handling a message: " << e.what());
+      PSKV_LOG_LIMITED(limiter_, in.peer_addr + "/handle", "WARN",
+                       Tag() << ": error handling a message from " << in.peer_addr << ": "
+                             << std::string(e.what()).substr(0, 200));
     }
   }
 }
 
-void Node::Handle(Message&& m) {
+int Node::IdOfToken(uint64_t token) const {
+  auto it = id_of_token_.find(token);
+  return it == id_of_token_.end() ? 0 : it->second;
+}
+
+void Node::Handle(Message&& m, uint64_t token) {
   const auto c = static_cast<Control>(m.h.control);
-  const int sender = m.h.sender;
   std::unique_lock<std::mutex> lk(mu_);
-  if (ready_ && c != Control::kRegister && c != Control::kRefuse) {
-    if (sender != kSchedulerId && !nodes_.count(sender)) {
-      PSKV_WARN(Tag() << ": dropped a message from unknown node id " << sender);
-      return;
+  // Who sent it: the node its connection's identity belongs to, never the header.
+  int sender = IdOfToken(token);
+  const bool sched = role() == Role::kScheduler;
+  auto drop = [&](const char* why) {
+    PSKV_LOG_LIMITED(limiter_, std::to_string(token) + why, "WARN",
+                     Tag() << ": dropped a " << ControlName(c) << " message (header says node "
+                           << m.h.sender << ", connection is "
+                           << (sender ? NameLocked(sender) : std::string("not a node of the job"))
+                           << "): " << why);
+  };
+  if (sender == 0) {
+    // Before the node table exists only registration traffic can flow: to the
+    // scheduler, kRegister (whose body must carry the connection's own token); from
+    // it, the table, a refusal or "registration received".
+    if (ready_ && !(sched && c == Control::kRegister)) return drop("unknown sender");
+    if (sched) {
+      if (c != Control::kRegister) return drop("not registered");
+    } else {
+      if (c != Control::kNodeTable && c != Control::kRefuse && c != Control::kHeartbeat &&
+          c != Control::kAck)
+        return drop("not registered yet");
+      if (scheduler_token_ == 0) scheduler_token_ = token;
+      if (token != scheduler_token_) return drop("not the scheduler");
+      sender = kSchedulerId;
     }
+  } else if (m.h.sender != sender && m.h.sender != 0) {
+    // 0: the sender has not learned its id yet (its node table is in flight).
+    return drop("header's sender differs from the connection's identity");
+  }
+  m.h.sender = sender;  // from here on, the bound identity is the sender
+  // Control messages only from the node entitled to send them.
+  switch (c) {
+    case Control::kNodeTable:
+    case Control::kBarrierDone:
+    case Control::kNodeFailed:
+    case Control::kRefuse:
+      if (sender != kSchedulerId) return drop("only the scheduler sends this");
+      break;
+    case Control::kRegister:
+    case Control::kBarrier:
+    case Control::kLeave:
+      if (!sched) return drop("only the scheduler receives this");
+      break;
+    case Control::kData: {
+      const bool ok = role() == Role::kServer   ? IsWorkerId(sender)
+                      : role() == Role::kWorker ? IsServerId(sender)
+                                                : false;
+      if (!ok) return drop("data between these roles is not part of the protocol");
+      break;
+    }
+    default:
+      break;
   }
   last_seen_[sender] = Clock::now();
   if (sender == kSchedulerId) scheduler_seen_ = true;
@@ -408,7 +472,11 @@ void Node::Handle(Message&& m) {
       return;
     }
     case Control::kRegister:
-      if (role() == Role::kScheduler) HandleRegister(m);
+      if (role() == Role::kScheduler) {
+        auto ds = DecodeNodes(m.body);
+        if (ds.size() != 1 || ds[0].token != token) return drop("registration for another identity");
+        HandleRegister(m);
+      }
       return;
     case Control::kNodeTable:
       if (role() != Role::kScheduler) HandleNodeTable(m);
@@ -536,6 +604,7 @@ void Node::SchedulerCompleteRegistration() {
   all.push_back(me);
   for (auto& d : all) {
     nodes_[d.id] = d;
+    id_of_token_[d.token] = d.id;
     if (d.id == kSchedulerId) continue;
     transport_->Disconnect(temp_ids_[d.token]);
     transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));
@@ -556,10 +625,14 @@ void Node::HandleNodeTable(const Message& m) {
   for (auto& d : all)
     if (d.token == token_) self = &d;
   if (!self) throw ProtocolError("node table without this node");
+  for (auto& d : all)
+    if (d.id == kSchedulerId && d.token != scheduler_token_)
+      throw ProtocolError("node table not sent by the scheduler it names");
   id_ = self->id;
   rank_ = self->rank;
   for (auto& d : all) {
     nodes_[d.id] = d;
+    id_of_token_[d.token] = d.id;
     if (d.id == kSchedulerId || d.id == id_) continue;
     const bool talks = role() == Role::kWorker ? IsServerId(d.id) : IsWorkerId(d.id);
     if (talks) transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));

@@ -5,6 +5,13 @@
 // and passes the start-up barrier; Finalize() passes the final barrier and stops.
 // Every blocking step has a timeout or ends when a failure is detected.
 //
+// Identity: every connection is authenticated by the transport (transport/auth.h)
+// and bound to the connecting process's random token; a message's sender is the
+// node the token belongs to in the node table — the header's sender field must
+// agree or the message is dropped. Control messages are accepted only from the
+// node entitled to send them (the scheduler's from the scheduler, kLeave from the
+// leaving node itself, data between workers and servers only).
+//
 // Failure detection: every node sends a heartbeat to the scheduler every
 // `heartbeat_interval`; the scheduler answers. A node silent for
 // `heartbeat_timeout` is declared dead by the scheduler, which tells every other
@@ -33,6 +40,7 @@
 #include <vector>
 
 #include "protocol/message.h"
+#include "common/rate_limit.h"
 #include "pskv/options.h"
 #include "transport/transport.h"
 
@@ -42,7 +50,7 @@ class Node {
  public:
   using DataHandler = std::function<void(Message&&)>;
   using FailureHandler = std::function<void(std::exception_ptr)>;
-  using TransportFactory = std::function<std::unique_ptr<Transport>()>;
+  using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportConfig&)>;
 
   /// `options.role` decides the role; ValidateForDistributed() is checked.
   explicit Node(Options options);
@@ -105,7 +113,9 @@ class Node {
 
   void ReceiveLoop();
   void TimerLoop();
-  void Handle(Message&& m);
+  void Handle(Message&& m, uint64_t token);
+  /// The node id bound to connection identity `token`, or 0 (unknown). mu_ held.
+  int IdOfToken(uint64_t token) const;
   void HandleRegister(const Message& m);
   void HandleNodeTable(const Message& m);
   void HandleBarrier(int sender, int group);
@@ -138,6 +148,8 @@ class Node {
   std::vector<FailureHandler> failure_handlers_;
   std::exception_ptr failure_;
   std::map<int, NodeDesc> nodes_;  // the node table, by id
+  std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)
+  uint64_t scheduler_token_ = 0;         // the identity the node table came from
   bool ready_ = false;
   bool scheduler_seen_ = false;
   std::string refused_;
@@ -159,6 +171,7 @@ class Node {
   std::map<std::pair<int, uint64_t>, Unacked> unacked_;
   std::map<int, SeenSeqs> seen_;
   uint64_t drop_state_ = 88172645463325252ull;
+  RateLimiter limiter_;  // warnings about what peers sent
 
   std::atomic<bool> stop_{false};
   bool started_ = false, stopped_ = false;

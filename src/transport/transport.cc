@@ -26,8 +26,8 @@ Frame Frame::FromString(std::string s) {
   return f;
 }
 
-std::unique_ptr<Transport> CreateTransport(const std::string& kind) {
-  if (kind == "zmq" || kind.empty()) return CreateZmqTransport();
+std::unique_ptr<Transport> CreateTransport(const std::string& kind, const TransportConfig& cfg) {
+  if (kind == "zmq" || kind.empty()) return CreateZmqTransport(cfg);
   throw ConfigError("unknown transport '" + kind + "' (DMLC_PS_VAN_TYPE); valid: zmq");
 }
 

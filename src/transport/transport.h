@@ -10,11 +10,16 @@
 //  * Send() is thread-safe, never blocks on a slow or dead peer, and sends the
 //    frames' memory without copying it; each frame's owner is released once the
 //    backend no longer needs the memory.
-//  * Recv() is called by one thread only; it returns false on timeout.
+//  * Recv() is called by one thread only; it returns false on timeout. Every
+//    message it returns comes from a connection that passed the job's handshake
+//    (transport/auth.h); `peer` is the identity token bound to that connection.
 //  * Messages between one pair of nodes arrive in order, or not at all.
+//  * Resources a peer can make a node spend are bounded (frame size, queued
+//    messages, connections that have not authenticated, log lines).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +37,32 @@ struct Frame {
   static Frame FromString(std::string s);
 };
 
+/// What a transport needs to know about the job (filled by the Node).
+struct TransportConfig {
+  std::string secret;    ///< job secret; empty = open mode
+  bool encrypt = false;  ///< CURVE-encrypt everything (needs a secret)
+  uint64_t job = 0;      ///< job hash: nodes of other jobs are refused at the handshake
+  uint64_t token = 0;    ///< this process's identity, proven at every connection
+  /// Connections accepted that have not sent an authenticated message yet, at
+  /// most; more are closed at once.
+  int max_pending_connections = 64;
+  /// A connection that has not finished the handshake by then is closed.
+  std::chrono::milliseconds handshake_timeout{10000};
+  /// Largest frame accepted; larger frames close the connection before anything
+  /// is reserved for them.
+  uint64_t max_frame = uint64_t{128} << 20;
+  /// Complete messages queued per incoming connection before the sender is held
+  /// back by TCP flow control.
+  int max_queued_messages = 1000;
+};
+
+/// A received message and who sent it.
+struct Received {
+  std::vector<Frame> frames;
+  uint64_t peer = 0;      ///< identity token bound to the connection at its handshake
+  std::string peer_addr;  ///< the peer's IP address, for log lines
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -40,13 +71,16 @@ class Transport {
   virtual void Connect(int peer, const std::string& endpoint) = 0;
   virtual void Disconnect(int peer) = 0;
   virtual void Send(int peer, std::vector<Frame> frames) = 0;
-  virtual bool Recv(std::vector<Frame>* frames, std::chrono::milliseconds timeout) = 0;
+  virtual bool Recv(Received* in, std::chrono::milliseconds timeout) = 0;
+  /// Non-empty when `peer` refused this node's credentials at the handshake: says
+  /// why (another job, another secret, encryption setting differs).
+  virtual std::string RefusedBy(int peer) { return {}; }
   /// Releases sockets; waits at most `linger` for queued messages to go out.
   virtual void Close(std::chrono::milliseconds linger) = 0;
   virtual std::string Name() const = 0;
 };
 
 /// Creates a backend: "zmq" (TCP through ZeroMQ).
-std::unique_ptr<Transport> CreateTransport(const std::string& kind);
+std::unique_ptr<Transport> CreateTransport(const std::string& kind, const TransportConfig& cfg);
 
 }  // namespace pskv

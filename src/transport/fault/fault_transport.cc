@@ -23,9 +23,8 @@ class FaultTransport final : public Transport {
   std::string Bind(const std::string& host, int port) override { return inner_->Bind(host, port); }
   void Connect(int peer, const std::string& ep) override { inner_->Connect(peer, ep); }
   void Disconnect(int peer) override { inner_->Disconnect(peer); }
-  bool Recv(std::vector<Frame>* f, std::chrono::milliseconds t) override {
-    return inner_->Recv(f, t);
-  }
+  bool Recv(Received* in, std::chrono::milliseconds t) override { return inner_->Recv(in, t); }
+  std::string RefusedBy(int peer) override { return inner_->RefusedBy(peer); }
   std::string Name() const override { return "fault(" + inner_->Name() + ")"; }
 
   void Send(int peer, std::vector<Frame> frames) override {

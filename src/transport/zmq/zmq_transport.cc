@@ -1,19 +1,38 @@
 #include "transport/zmq/zmq_transport.h"
 
-#include <malloc.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cinttypes>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
+#include <thread>
+#include <vector>
 
+#include "common/logging.h"
+#include "common/rate_limit.h"
 #include "pskv/error.h"
+#include "transport/auth.h"
+
+// Threads of this backend:
+//  * the Recv caller (the node's receive thread) owns the ROUTER socket;
+//  * senders use a peer's DEALER under that peer's mutex;
+//  * the guard thread owns the ZAP handler socket and the monitor sockets: it
+//    authenticates every incoming connection during ZeroMQ's handshake (so a
+//    stranger's bytes never become messages), counts connections that have not
+//    authenticated and closes the excess, and notes which peers refused us.
+// Lock order: peers_mu_ before a Peer's mu; guard_mu_ is taken alone.
 
 namespace pskv {
 
 namespace {
+
+using namespace std::chrono_literals;
 
 std::string ZmqErr() {
   return zmq_strerror(zmq_errno());
@@ -22,42 +41,83 @@ std::string ZmqErr() {
 void SetInt(void* sock, int opt, int v) {
   zmq_setsockopt(sock, opt, &v, sizeof v);
 }
+void SetStr(void* sock, int opt, const std::string& v) {
+  zmq_setsockopt(sock, opt, v.data(), v.size());
+}
 
 // ZeroMQ's free callback: drops our reference to the frame's owner.
 void ReleaseOwner(void* /*data*/, void* hint) {
   delete static_cast<std::shared_ptr<const void>*>(hint);
 }
 
-// ZeroMQ allocates every received message with malloc. Values arrive in 1 MiB
-// chunks (protocol/message.h); these settings make glibc serve such chunks from
-// its heaps and keep freed memory for reuse instead of returning it to the kernel,
-// so a stream of large messages does not fault in fresh pages every time (this
-// halved ps-lite's throughput at 64 MB). Process-wide, done once.
-void TuneAllocatorOnce() {
-  static const bool done = [] {
-    mallopt(M_MMAP_THRESHOLD, 8 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-    return true;
-  }();
-  (void)done;
+// A connecting socket's routing id: 0x01 then its 8-byte token (a routing id may
+// not start with a zero byte).
+std::string RoutingId(uint64_t token) {
+  std::string s(9, '\1');
+  std::memcpy(&s[1], &token, 8);
+  return s;
+}
+
+std::string MsgString(zmq_msg_t* m) {
+  return std::string(static_cast<const char*>(zmq_msg_data(m)), zmq_msg_size(m));
+}
+
+// Receives the remaining parts of a multipart message and drops them.
+void Drain(void* sock) {
+  int more = 1;
+  size_t len = sizeof more;
+  zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len);
+  while (more) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, sock, 0) < 0 && zmq_errno() != EINTR) {
+      zmq_msg_close(&m);
+      return;
+    }
+    more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+  }
 }
 
 class ZmqTransport final : public Transport {
  public:
-  ZmqTransport() {
-    TuneAllocatorOnce();
+  explicit ZmqTransport(const TransportConfig& cfg) : cfg_(cfg), keys_(cfg.secret, cfg.job) {
+    if (cfg_.encrypt && keys_.open())
+      throw ConfigError("encryption (PSKV_ENCRYPT=1) needs a job secret (PSKV_JOB_SECRET)");
+    if (cfg_.token == 0) throw UsageError("transport needs a non-zero identity token");
     ctx_ = zmq_ctx_new();
     if (!ctx_) throw IOError("zmq_ctx_new failed: " + ZmqErr());
     zmq_ctx_set(ctx_, ZMQ_MAX_SOCKETS, 65536);
     zmq_ctx_set(ctx_, ZMQ_IO_THREADS, 1);
+    // The ZAP handler must exist before any socket starts a handshake.
+    zap_ = zmq_socket(ctx_, ZMQ_REP);
+    SetInt(zap_, ZMQ_LINGER, 0);
+    if (zmq_bind(zap_, "inproc://zeromq.zap.01") != 0)
+      throw IOError("cannot start the authentication handler: " + ZmqErr());
+    guard_ = std::thread([this] { GuardLoop(); });
   }
-  ~ZmqTransport() override { Close(std::chrono::milliseconds(0)); }
+  ~ZmqTransport() override { Close(0ms); }
 
   std::string Bind(const std::string& host, int port) override {
     if (router_) throw UsageError("transport already bound");
     router_ = zmq_socket(ctx_, ZMQ_ROUTER);
-    SetInt(router_, ZMQ_RCVHWM, 0);
+    SetInt(router_, ZMQ_RCVHWM, cfg_.max_queued_messages);
     SetInt(router_, ZMQ_LINGER, 0);
+    SetInt(router_, ZMQ_ROUTER_HANDOVER, 1);  // a reconnecting peer takes its id back
+    SetInt(router_, ZMQ_HANDSHAKE_IVL, static_cast<int>(cfg_.handshake_timeout.count()));
+    int64_t maxmsg = static_cast<int64_t>(cfg_.max_frame);
+    zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    SetStr(router_, ZMQ_ZAP_DOMAIN, "pskv");
+    if (cfg_.encrypt) {
+      SetInt(router_, ZMQ_CURVE_SERVER, 1);
+      SetStr(router_, ZMQ_CURVE_SECRETKEY, keys_.curve_server_secret());
+    } else {
+      SetInt(router_, ZMQ_PLAIN_SERVER, 1);
+    }
+    // Count connections from their acceptance until they prove themselves.
+    const std::string mon = "inproc://pskv-monitor-router";
+    zmq_socket_monitor(router_, mon.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
+    AddMonitor(-1, mon);
     std::string addr = "tcp://" + host + ":" + (port > 0 ? std::to_string(port) : "*");
     if (zmq_bind(router_, addr.c_str()) != 0) {
       std::string err = ZmqErr();
@@ -87,6 +147,22 @@ class ZmqTransport final : public Transport {
     SetInt(s, ZMQ_LINGER, 0);
     SetInt(s, ZMQ_RECONNECT_IVL, 100);
     SetInt(s, ZMQ_RECONNECT_IVL_MAX, 2000);
+    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token));
+    if (cfg_.encrypt) {
+      SetStr(s, ZMQ_CURVE_SERVERKEY, keys_.curve_server_public());
+      SetStr(s, ZMQ_CURVE_PUBLICKEY, keys_.curve_client_public());
+      SetStr(s, ZMQ_CURVE_SECRETKEY, keys_.curve_client_secret());
+    } else {
+      const std::string user = keys_.Username(cfg_.token);
+      SetStr(s, ZMQ_PLAIN_USERNAME, user);
+      SetStr(s, ZMQ_PLAIN_PASSWORD, keys_.Password(user));
+    }
+    // Watch the handshake so that a refusal is reported instead of retried forever.
+    const std::string mon = "inproc://pskv-monitor-" + std::to_string(next_monitor_++);
+    zmq_socket_monitor(s, mon.c_str(),
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    AddMonitor(peer, mon);
     std::string addr = "tcp://" + endpoint;
     if (zmq_connect(s, addr.c_str()) != 0) {
       std::string err = ZmqErr();
@@ -134,12 +210,27 @@ class ZmqTransport final : public Transport {
     }
   }
 
-  bool Recv(std::vector<Frame>* frames, std::chrono::milliseconds timeout) override {
-    frames->clear();
+  bool Recv(Received* in, std::chrono::milliseconds timeout) override {
+    in->frames.clear();
+    in->peer = 0;
+    in->peer_addr.clear();
     zmq_pollitem_t item{router_, 0, ZMQ_POLLIN, 0};
     int rc = zmq_poll(&item, 1, static_cast<long>(timeout.count()));
     if (rc <= 0) return false;
-    bool first = true;
+    // The ROUTER's first part is the routing id: the connecting node's token,
+    // fixed for the connection at its handshake.
+    zmq_msg_t rid;
+    zmq_msg_init(&rid);
+    while (zmq_msg_recv(&rid, router_, 0) < 0) {
+      if (zmq_errno() == EINTR) continue;
+      std::string err = ZmqErr();
+      zmq_msg_close(&rid);
+      throw IOError("receive failed: " + err);
+    }
+    std::string id = MsgString(&rid);
+    const bool more = zmq_msg_more(&rid);
+    zmq_msg_close(&rid);
+    if (!more) return false;
     for (;;) {
       auto* msg = new zmq_msg_t;
       zmq_msg_init(msg);
@@ -150,25 +241,31 @@ class ZmqTransport final : public Transport {
         delete msg;
         throw IOError("receive failed: " + err);
       }
-      int more = zmq_msg_more(msg);
-      if (first) {  // the ROUTER's identity frame: not ours
-        first = false;
+      const bool last = !zmq_msg_more(msg);
+      if (in->frames.empty() && !Identify(msg, id, in)) {
         zmq_msg_close(msg);
         delete msg;
-      } else {
-        Frame f;
-        f.data = static_cast<const char*>(zmq_msg_data(msg));
-        f.size = zmq_msg_size(msg);
-        f.owner = std::shared_ptr<const void>(msg, [](const void* m) {
-          auto* zm = static_cast<zmq_msg_t*>(const_cast<void*>(m));
-          zmq_msg_close(zm);
-          delete zm;
-        });
-        frames->push_back(std::move(f));
+        if (!last) Drain(router_);
+        return false;
       }
-      if (!more) break;
+      Frame f;
+      f.data = static_cast<const char*>(zmq_msg_data(msg));
+      f.size = zmq_msg_size(msg);
+      f.owner = std::shared_ptr<const void>(msg, [](const void* m) {
+        auto* zm = static_cast<zmq_msg_t*>(const_cast<void*>(m));
+        zmq_msg_close(zm);
+        delete zm;
+      });
+      in->frames.push_back(std::move(f));
+      if (last) break;
     }
     return true;
+  }
+
+  std::string RefusedBy(int peer) override {
+    std::lock_guard<std::mutex> lk(guard_mu_);
+    auto it = refused_.find(peer);
+    return it == refused_.end() ? std::string() : it->second;
   }
 
   void Close(std::chrono::milliseconds linger) override {
@@ -178,11 +275,13 @@ class ZmqTransport final : public Transport {
     peers_.clear();
     if (router_) CloseSocket(router_, 0);
     router_ = nullptr;
+    stop_guard_ = true;
+    if (guard_.joinable()) guard_.join();
     zmq_ctx_term(ctx_);
     ctx_ = nullptr;
   }
 
-  std::string Name() const override { return "zmq"; }
+  std::string Name() const override { return cfg_.encrypt ? "zmq+curve" : "zmq"; }
 
  private:
   struct Peer {
@@ -190,21 +289,218 @@ class ZmqTransport final : public Transport {
     std::string endpoint;
     std::mutex mu;
   };
+  struct Monitor {
+    int peer;  // -1: the ROUTER
+    void* sock;
+  };
   static void CloseSocket(void* s, int linger) {
     SetInt(s, ZMQ_LINGER, linger);
     zmq_close(s);
   }
 
+  // Binds the message to the token of its connection. The routing id is the
+  // connecting node's token; with PLAIN, ZAP also vouched for that token
+  // ("User-Id"), and the two must agree. CURVE connections passed the handshake
+  // only with keys derived from the secret, so their routing ids are trusted.
+  bool Identify(zmq_msg_t* first, const std::string& id, Received* in) {
+    const char* addr = zmq_msg_gets(first, "Peer-Address");
+    in->peer_addr = addr ? addr : "?";
+    uint64_t token = 0;
+    bool ok = id.size() == 9 && id[0] == '\1';
+    if (ok) std::memcpy(&token, id.data() + 1, 8);
+    if (ok && !cfg_.encrypt) {
+      const char* user = zmq_msg_gets(first, "User-Id");
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016" PRIx64, token);
+      ok = user && std::strcmp(user, hex) == 0;
+    }
+    if (!ok || token == 0) {
+      PSKV_LOG_LIMITED(limiter_, in->peer_addr + "/identity", "WARN",
+                       "dropped a message from " << in->peer_addr
+                                                 << ": its connection's identity does not match "
+                                                    "its credentials");
+      return false;
+    }
+    in->peer = token;
+    const int fd = zmq_msg_get(first, ZMQ_SRCFD);
+    if (fd >= 0 && fd != last_fd_) {
+      last_fd_ = fd;
+      std::lock_guard<std::mutex> lk(guard_mu_);
+      pending_fds_.erase(fd);  // this connection has proven itself
+    }
+    return true;
+  }
+
+  void AddMonitor(int peer, const std::string& endpoint) {
+    void* pair = zmq_socket(ctx_, ZMQ_PAIR);
+    SetInt(pair, ZMQ_LINGER, 0);
+    if (zmq_connect(pair, endpoint.c_str()) != 0) {
+      zmq_close(pair);
+      return;  // monitoring is a diagnostic aid; the transport works without it
+    }
+    std::lock_guard<std::mutex> lk(guard_mu_);
+    new_monitors_.push_back({peer, pair});
+  }
+
+  // The guard thread: ZAP requests and monitor events (see the top of the file).
+  void GuardLoop() {
+    std::vector<Monitor> monitors;
+    while (!stop_guard_) {
+      {
+        std::lock_guard<std::mutex> lk(guard_mu_);
+        for (auto& m : new_monitors_) monitors.push_back(m);
+        new_monitors_.clear();
+      }
+      std::vector<zmq_pollitem_t> items;
+      items.push_back({zap_, 0, ZMQ_POLLIN, 0});
+      for (auto& m : monitors) items.push_back({m.sock, 0, ZMQ_POLLIN, 0});
+      if (zmq_poll(items.data(), static_cast<int>(items.size()), 100) <= 0) continue;
+      if (items[0].revents & ZMQ_POLLIN) HandleZap();
+      for (size_t i = 1; i < items.size(); ++i)
+        if (items[i].revents & ZMQ_POLLIN) HandleEvent(monitors[i - 1]);
+    }
+    for (auto& m : monitors) zmq_close(m.sock);
+    {
+      std::lock_guard<std::mutex> lk(guard_mu_);
+      for (auto& m : new_monitors_) zmq_close(m.sock);
+      new_monitors_.clear();
+    }
+    zmq_close(zap_);
+  }
+
+  // ZAP (ZeroMQ RFC 27): version, request id, domain, address, identity,
+  // mechanism, credentials... -> version, request id, status, text, user, metadata.
+  void HandleZap() {
+    std::vector<std::string> req;
+    bool more = true;
+    while (more && req.size() < 8) {
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, zap_, 0) < 0) {
+        zmq_msg_close(&m);
+        return;
+      }
+      req.push_back(MsgString(&m));
+      more = zmq_msg_more(&m);
+      zmq_msg_close(&m);
+    }
+    if (more) Drain(zap_);
+    std::string status = "400", text = "not a pskv node", user;
+    const std::string addr = req.size() > 3 ? req[3] : "?";
+    if (req.size() >= 6) {
+      const std::string& mech = req[5];
+      if (mech == "PLAIN" && !cfg_.encrypt && req.size() >= 8) {
+        uint64_t token = 0;
+        std::string why;
+        if (keys_.Verify(req[6], req[7], &token, &why)) {
+          char hex[17];
+          std::snprintf(hex, sizeof hex, "%016" PRIx64, token);
+          status = "200";
+          text = "OK";
+          user = hex;
+        } else {
+          text = why;
+        }
+      } else if (mech == "CURVE" && cfg_.encrypt && req.size() >= 7) {
+        uint8_t want[32];
+        zmq_z85_decode(want, keys_.curve_client_public().c_str());
+        if (req[6].size() == 32 && std::memcmp(req[6].data(), want, 32) == 0) {
+          status = "200";
+          text = "OK";
+          user = "member";
+        } else {
+          text = "wrong job secret (PSKV_JOB_SECRET / PSKV_JOB_SECRET_FILE differ)";
+        }
+      } else {
+        text = mech == "NULL" ? "no credentials (not a pskv node of this job)"
+                              : "security mechanism " + mech.substr(0, 16) +
+                                    " differs (PSKV_ENCRYPT must be the same on every node)";
+      }
+    }
+    if (status != "200")
+      PSKV_LOG_LIMITED(limiter_, addr + "/" + text, "WARN",
+                       "refused a connection from " << addr.substr(0, 64) << ": " << text);
+    const std::string version = "1.0", request_id = req.size() > 1 ? req[1] : "";
+    const std::string* parts[] = {&version, &request_id, &status, &text, &user};
+    for (const std::string* p : parts) zmq_send(zap_, p->data(), p->size(), ZMQ_SNDMORE);
+    zmq_send(zap_, "", 0, 0);  // metadata: none
+  }
+
+  void HandleEvent(const Monitor& mon) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, mon.sock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&m);
+      return;
+    }
+    uint16_t event = 0;
+    uint32_t value = 0;
+    if (zmq_msg_size(&m) >= 6) {
+      std::memcpy(&event, zmq_msg_data(&m), 2);
+      std::memcpy(&value, static_cast<char*>(zmq_msg_data(&m)) + 2, 4);
+    }
+    const bool more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    if (more) Drain(mon.sock);
+    const int fd = static_cast<int>(value);
+    std::lock_guard<std::mutex> lk(guard_mu_);
+    if (mon.peer < 0) {
+      if (event == ZMQ_EVENT_ACCEPTED) {
+        pending_fds_.insert(fd);
+        if (static_cast<int>(pending_fds_.size()) > cfg_.max_pending_connections) {
+          // Too many connections that have not proven themselves: close this one.
+          // Established, authenticated connections are never touched.
+          ::shutdown(fd, SHUT_RDWR);
+          pending_fds_.erase(fd);
+          PSKV_LOG_LIMITED(limiter_, "connection-cap", "WARN",
+                           "closed a new connection: " << cfg_.max_pending_connections
+                                                       << " connections are already waiting to "
+                                                          "authenticate (PSKV_MAX_CONNECTIONS)");
+        }
+      } else if (event == ZMQ_EVENT_DISCONNECTED) {
+        pending_fds_.erase(fd);
+      }
+      return;
+    }
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      refused_.erase(mon.peer);
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      refused_[mon.peer] =
+          keys_.open() ? "it refused this node's credentials: it runs another job (compare "
+                         "PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, DMLC_NUM_WORKER, DMLC_NUM_SERVER), or "
+                         "it has a job secret and this node has none (PSKV_JOB_SECRET)"
+                       : "it refused this node's credentials: its job secret differs "
+                         "(PSKV_JOB_SECRET / PSKV_JOB_SECRET_FILE) or it runs another job";
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      refused_[mon.peer] =
+          "the handshake failed: PSKV_ENCRYPT or the job secret's presence differs between "
+          "the nodes, or it is not a pskv node";
+    }
+  }
+
+  TransportConfig cfg_;
+  JobKeys keys_;
   void* ctx_ = nullptr;
   void* router_ = nullptr;
+  void* zap_ = nullptr;
   std::shared_mutex peers_mu_;
   std::map<int, std::unique_ptr<Peer>> peers_;
+  int next_monitor_ = 0;  // under peers_mu_
+  int last_fd_ = -1;      // Recv thread only
+  RateLimiter limiter_;
+
+  std::thread guard_;
+  std::atomic<bool> stop_guard_{false};
+  std::mutex guard_mu_;
+  std::vector<Monitor> new_monitors_;
+  std::set<int> pending_fds_;  // accepted, not yet authenticated
+  std::map<int, std::string> refused_;
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> CreateZmqTransport() {
-  return std::make_unique<ZmqTransport>();
+std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg) {
+  return std::make_unique<ZmqTransport>(cfg);
 }
 
 }  // namespace pskv

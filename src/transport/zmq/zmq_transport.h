@@ -8,5 +8,5 @@
 #include "transport/transport.h"
 
 namespace pskv {
-std::unique_ptr<Transport> CreateZmqTransport();
+std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg);
 }
