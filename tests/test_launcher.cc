@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "support/proc.h"
@@ -58,6 +59,56 @@ TEST(Launcher, LocalJobRunsAndPrefixesOutput) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("[worker 0] worker 0: all checks passed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[worker 1] worker 1: all checks passed"), std::string::npos) << r.out;
+  // Every launched job has a secret: no node announces an open job.
+  EXPECT_EQ(r.out.find("OPEN to anyone"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, NoSecretRunsAnOpenJobAndSaysSoOncePerProcess) {
+  RunResult r = Launch({"-n", "1", "-s", "1", "--no-secret", "--timeout", "100", "--", DIST_WORKER,
+                        "sync", "1"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  size_t n = 0;
+  for (size_t at = 0; (at = r.out.find("OPEN to anyone", at)) != std::string::npos; ++at) ++n;
+  EXPECT_EQ(n, 3u) << r.out;  // scheduler, server, worker: once each
+}
+
+// The job secret never appears on a command line (argv is visible to every user
+// in ps, on every host): not for ssh, mpi, slurm, sge or yarn. --dry-run prints
+// every command line the launcher would run, and the environment with secrets
+// masked.
+TEST(LauncherDryRun, SecretNeverOnACommandLine) {
+  const std::string secret = "s3cr3t-value-for-the-test";
+  std::string dir = TmpDir("secret");
+  std::ofstream(dir + "/hosts") << "127.0.0.1\n";
+  for (std::string launcher : {"local", "ssh", "mpi", "slurm", "sge", "yarn"}) {
+    std::vector<std::string> args = {"-n", "2", "-s", "1", "--launcher", launcher, "--dry-run"};
+    if (launcher == "ssh" || launcher == "mpi") {
+      args.push_back("-H");
+      args.push_back(dir + "/hosts");
+    }
+    args.insert(args.end(), {"--", "prog"});
+    RunResult r = Launch(args, 30s, {{"PSKV_JOB_SECRET", secret}});
+    EXPECT_EQ(r.status, 0) << launcher << ": " << r.out;
+    EXPECT_EQ(r.out.find(secret), std::string::npos) << launcher << " shows the secret:\n" << r.out;
+    if (launcher == "ssh") {  // no environment value on an ssh command line at all
+      std::istringstream lines(r.out);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("] ssh ") == std::string::npos) continue;
+        EXPECT_EQ(line.find("DMLC_"), std::string::npos) << line;
+        EXPECT_NE(line.find("read -r l"), std::string::npos) << line;
+      }
+    }
+    if (launcher == "mpi") {
+      EXPECT_NE(r.out.find("-x PSKV_JOB_SECRET "), std::string::npos) << r.out;
+    }
+    if (launcher == "yarn") {
+      EXPECT_NE(r.out.find("-shell_env PSKV_JOB_SECRET_FILE="), std::string::npos) << r.out;
+    }
+    if (launcher == "local") {
+      EXPECT_NE(r.out.find("PSKV_JOB_SECRET=<secret>"), std::string::npos) << r.out;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Launcher, FailingWorkerStopsTheJobAndLeavesNoProcess) {

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "pskv/error.h"
@@ -105,4 +108,48 @@ TEST(Options, MissingDistributedVariableIsNamed) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("DMLC_NUM_WORKER"), std::string::npos);
   }
+}
+
+TEST(Options, JobSecretFromTheEnvironmentOrAPrivateFile) {
+  {
+    EnvGuard g;
+    g.Set("PSKV_JOB_SECRET", "abc");
+    g.Set("PSKV_ENCRYPT", "1");
+    Options o = Options::FromEnv();
+    EXPECT_EQ(o.job_secret, "abc");
+    EXPECT_TRUE(o.encrypt);
+  }
+  char path[] = "/tmp/pskv-secret-test-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "from-file\n", 10), 10);
+  ::close(fd);
+  {
+    EnvGuard g;
+    g.Set("PSKV_JOB_SECRET_FILE", path);
+    ::chmod(path, 0600);
+    EXPECT_EQ(Options::FromEnv().job_secret, "from-file");  // trailing newline dropped
+    ::chmod(path, 0644);  // readable by others: refused, naming the fix
+    try {
+      Options::FromEnv();
+      ADD_FAILURE() << "a world-readable secret file must be refused";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("chmod 600"), std::string::npos) << e.what();
+    }
+    ::chmod(path, 0600);
+    g.Set("PSKV_JOB_SECRET", "abc");  // both set: ambiguous
+    EXPECT_THROW(Options::FromEnv(), ConfigError);
+  }
+  ::unlink(path);
+  {
+    EnvGuard g;
+    g.Set("PSKV_JOB_SECRET_FILE", "/nonexistent/pskv-secret");
+    EXPECT_THROW(Options::FromEnv(), ConfigError);
+  }
+  Options o;
+  o.root_uri = "127.0.0.1";
+  o.root_port = 1;
+  o.num_servers = o.num_workers = 1;
+  o.encrypt = true;  // encryption is keyed from the secret: needs one
+  EXPECT_THROW(o.ValidateForDistributed(), ConfigError);
 }
