@@ -88,13 +88,16 @@ int main(int argc, char** argv) {
   if (argc < 2 || HasFlag(argc, argv, "--help")) {
     std::printf(
         "usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"
-        "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n");
+        "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n"
+        "       pskv-bench security [--min-bytes N] [--max-bytes N]   (open vs secret vs "
+        "encrypted)\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
   try {
     if (cmd == "reduce") return BenchReduce(argc, argv);
     if (cmd == "pushpull") return pskv::bench::BenchPushPull(argc, argv);
+    if (cmd == "security") return pskv::bench::BenchSecurity(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pskv-bench: %s\n", e.what());
     return 1;

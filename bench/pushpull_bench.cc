@@ -248,4 +248,93 @@ int BenchPushPull(int argc, char** argv) {
   return rc;
 }
 
+// What authentication and encryption cost: three 1-worker 1-server jobs in
+// this process — open (no secret), authenticated (secret), encrypted (CURVE) —
+// measured alternately, one repetition each in turn, so that drift of the
+// machine affects all three alike. Ratios are against the open job.
+namespace {
+struct MiniJob {
+  Node sched, server, worker;
+  AddServer add;
+  KVWorker kv;
+  MiniJob(Options o, const std::string& secret, bool encrypt)
+      : sched(With(o, Role::kScheduler, secret, encrypt)),
+        server(With(o, Role::kServer, secret, encrypt)),
+        worker(With(o, Role::kWorker, secret, encrypt)),
+        add(&server),
+        kv(&worker) {
+    std::thread ts([&] { sched.Start(); }), tv([&] { server.Start(); });
+    worker.Start();
+    ts.join();
+    tv.join();
+  }
+  ~MiniJob() {
+    std::thread tf1([&] { sched.Finalize(30s); }), tf2([&] { server.Finalize(30s); });
+    worker.Finalize(30s);
+    tf1.join();
+    tf2.join();
+  }
+  static Options With(Options o, Role r, const std::string& secret, bool encrypt) {
+    o.role = r;
+    o.job_secret = secret;
+    o.encrypt = encrypt;
+    return o;
+  }
+};
+
+double Seconds(const std::function<void()>& fn) {
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+int BenchSecurity(int argc, char** argv) {
+  const int64_t lo = ArgInt(argc, argv, "--min-bytes", 4 << 10);
+  const int64_t hi = ArgInt(argc, argv, "--max-bytes", 64 << 20);
+  Options o = Options::FromEnv();
+  o.root_uri = "127.0.0.1";
+  o.num_servers = 1;
+  o.num_workers = 1;
+  o.role_set = true;
+  std::vector<std::unique_ptr<MiniJob>> jobs;
+  for (int j = 0; j < 3; ++j) {
+    o.root_port = FreePort();
+    jobs.push_back(std::make_unique<MiniJob>(o, j ? "bench-secret" : "", j == 2));
+  }
+  std::printf(
+      "security: push+pull through 1 worker + 1 server on 127.0.0.1, three jobs measured "
+      "alternately\n%10s %12s %12s %12s %10s %10s\n",
+      "bytes", "open GB/s", "secret GB/s", "curve GB/s", "secret/open", "curve/open");
+  for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
+    const int reps = Reps(bytes);
+    const std::vector<uint64_t> keys = {static_cast<uint64_t>(bytes)};
+    const std::vector<uint64_t> lens = {static_cast<uint64_t>(bytes)};
+    NDArray src({bytes / 4}), dst({bytes / 4});
+    src.Fill(1);
+    Frame f;
+    f.data = static_cast<const char*>(src.raw());
+    f.size = src.nbytes();
+    f.owner = std::make_shared<NDArray>(src);
+    char* out = static_cast<char*>(dst.raw());
+    std::vector<double> t[3];
+    for (int r = -1; r < reps; ++r)  // r = -1: warm-up
+      for (int j = 0; j < 3; ++j) {
+        KVWorker& kv = jobs[static_cast<size_t>(j)]->kv;
+        double s = Seconds(
+            [&] { Wait([&](auto cb) { kv.PushPull(keys, f, lens, out, lens, 0, cb); }); });
+        if (r >= 0) t[j].push_back(s);
+      }
+    double g[3];
+    for (int j = 0; j < 3; ++j) {
+      std::sort(t[j].begin(), t[j].end());
+      g[j] = 2.0 * static_cast<double>(bytes) / t[j][t[j].size() / 2] / 1e9;
+    }
+    std::printf("%10lld %12.3f %12.3f %12.3f %10.3f %10.3f\n", static_cast<long long>(bytes),
+                g[0], g[1], g[2], g[1] / g[0], g[2] / g[0]);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace pskv::bench

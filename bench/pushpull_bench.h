@@ -1,4 +1,5 @@
 #pragma once
 namespace pskv::bench {
 int BenchPushPull(int argc, char** argv);
+int BenchSecurity(int argc, char** argv);
 }

@@ -119,6 +119,9 @@ void Node::Start() {
   tc.job = job_;
   tc.token = token_;
   tc.handshake_timeout = options_.handshake_timeout;
+  // The largest frame the protocol can legally carry (message.h): a value chunk,
+  // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
+  tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;
   tc.max_pending_connections = options_.max_pending_connections > 0
                                    ? options_.max_pending_connections
                                    : 4 * (options_.num_workers + options_.num_servers + 1) + 64;
