@@ -57,7 +57,8 @@ format:
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
 
-# Runs the libFuzzer target on the decoder for FUZZ_SECONDS (clang needed).
+# Runs the libFuzzer target on the decoder for FUZZ_SECONDS (clang needed), then the
+# network fuzzer against a live job for FUZZ_SECONDS.
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	scripts/install-deps.sh --with-clang
@@ -66,3 +67,6 @@ fuzz: deps
 	cmake --build $(BUILD)-fuzz --target fuzz_decode
 	mkdir -p $(BUILD)-fuzz/corpus && cp fuzz/corpus/* $(BUILD)-fuzz/corpus/
 	$(BUILD)-fuzz/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)-fuzz/corpus
+	$(MAKE) build
+	PSKV_NET_FUZZ_SECONDS=$(FUZZ_SECONDS) $(BUILD)/tests/pskv_security_tests --gtest_filter='SecurityFuzz.*'
+

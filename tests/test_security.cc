@@ -68,7 +68,7 @@ std::string ReadAll(const std::string& path) {
 struct Job {
   std::string secret;
   bool encrypt = false;
-  int sched_port = 0, server_port = 0;
+  int sched_port = 0, server_port = 0, worker_port = 0;
   std::string dir;
   pid_t sched = -1, server = -1, worker = -1;
 
@@ -87,6 +87,7 @@ struct Job {
         {"PSKV_JOB_SECRET", secret},
         {"PSKV_ENCRYPT", encrypt ? "1" : "0"}};
     if (role == "server") e["PORT"] = std::to_string(server_port);
+    if (role == "worker" && worker_port) e["PORT"] = std::to_string(worker_port);
     return e;
   }
   uint64_t JobHash() const {
@@ -99,6 +100,7 @@ struct Job {
     dir = ::mkdtemp(tmpl);
     sched_port = FreePort();
     server_port = FreePort();
+    worker_port = FreePort();
     sched = test::Spawn({PSKV_SERVER}, Env("scheduler"), Log("scheduler"));
     server = test::Spawn({PSKV_SERVER}, Env("server"), Log("server"));
     worker = test::Spawn({SECURITY_WORKER, dir + "/ready", dir + "/go"}, Env("worker"),
@@ -314,7 +316,7 @@ TEST_P(Security, StrangersCannotJoinPoisonOrExhaustTheJob) {
 
 // The network fuzzer against live nodes: random bytes, random ZMTP greetings,
 // random frames on connections with and without credentials, absurd sizes,
-// floods and held connections at each port, for PSKV_NET_FUZZ_SECONDS (default
+// floods and held connections at every node's port, for PSKV_NET_FUZZ_SECONDS (default
 // 4 s; `make fuzz` runs longer). Then the job must finish exactly, within bounds.
 TEST(SecurityFuzz, RandomTrafficAtEveryPortLeavesTheJobExactAndBounded) {
   const char* env = std::getenv("PSKV_NET_FUZZ_SECONDS");
@@ -327,7 +329,8 @@ TEST(SecurityFuzz, RandomTrafficAtEveryPortLeavesTheJobExactAndBounded) {
   job.Start();
   if (HasFatalFailure()) return;
   std::this_thread::sleep_for(300ms);
-  const int server_fds = FdCount(job.server), sched_fds = FdCount(job.sched);
+  const int server_fds = FdCount(job.server), sched_fds = FdCount(job.sched),
+            worker_fds = FdCount(job.worker);
   const long server_rss = RssKb(job.server), sched_rss = RssKb(job.sched);
   std::mt19937_64 rng(seed);
   auto rnd = [&](uint64_t n) { return n ? rng() % n : 0; };
@@ -343,7 +346,8 @@ TEST(SecurityFuzz, RandomTrafficAtEveryPortLeavesTheJobExactAndBounded) {
   int rounds = 0;
   while (std::chrono::steady_clock::now() < end && rounds < 100000) {
     ++rounds;
-    const int port = rnd(2) ? job.server_port : job.sched_port;
+    const int ports[] = {job.server_port, job.sched_port, job.worker_port};
+    const int port = ports[rnd(3)];
     switch (rnd(6)) {
       case 0: {  // raw bytes, maybe after a greeting
         int fd = RawTcp(port);
@@ -401,6 +405,7 @@ TEST(SecurityFuzz, RandomTrafficAtEveryPortLeavesTheJobExactAndBounded) {
   std::this_thread::sleep_for(1500ms);
   EXPECT_LE(FdCount(job.server), server_fds + 8);
   EXPECT_LE(FdCount(job.sched), sched_fds + 8);
+  EXPECT_LE(FdCount(job.worker), worker_fds + 8);
   EXPECT_LT(RssKb(job.server) - server_rss, 32 * 1024);
   EXPECT_LT(RssKb(job.sched) - sched_rss, 32 * 1024);
   job.Finish();
