@@ -20,8 +20,9 @@ namespace {
 // A server that adds pushed float32 values into its store and answers pulls.
 class AddServer {
  public:
-  explicit AddServer(Node* node)
-      : srv_(
+  explicit AddServer(Node* node, std::function<void()> on_push = nullptr)
+      : on_push_(std::move(on_push)),
+        srv_(
             node, [this](KVRequest&& r, KVServer* s) { Handle(std::move(r), s); },
             [this](int, int head, const std::string& body) {
               return "server" + std::to_string(srv_.node()->rank()) + ":" + std::to_string(head) +
@@ -38,6 +39,7 @@ class AddServer {
     for (uint32_t i = 0; i < m.num_keys(); ++i) {
       uint64_t k = m.key_ptr()[i], len = m.len_ptr()[i];
       if (r.push) {
+        if (on_push_) on_push_();
         auto& v = store_[k];
         std::vector<float> in(len / 4);
         m.CopyVals(off, len, reinterpret_cast<char*>(in.data()));
@@ -61,6 +63,7 @@ class AddServer {
   }
   std::map<uint64_t, std::vector<float>> store_;
   int pushes_ = 0;
+  std::function<void()> on_push_;
   KVServer srv_;
 };
 
@@ -96,7 +99,7 @@ struct JobResult {
 using WorkerFn = std::function<void(Node&, KVWorker&)>;
 
 JobResult RunJob(int S, int n, WorkerFn fn, std::function<void(Options&)> tweak = nullptr,
-                 Node::TransportFactory tf = nullptr) {
+                 Node::TransportFactory tf = nullptr, std::function<void()> on_push = nullptr) {
   const int port = FreePort();
   JobResult res;
   res.errors.resize(static_cast<size_t>(1 + S + n));
@@ -122,7 +125,7 @@ JobResult RunJob(int S, int n, WorkerFn fn, std::function<void(Options&)> tweak 
     threads.emplace_back([&, s] {
       try {
         auto node = make(Role::kServer);
-        AddServer server(node.get());
+        AddServer server(node.get(), on_push);
         node->Start();
         node->Finalize(0ms);
         res.server_pushes[static_cast<size_t>(node->rank())] = server.pushes();
@@ -137,7 +140,7 @@ JobResult RunJob(int S, int n, WorkerFn fn, std::function<void(Options&)> tweak 
         KVWorker worker(node.get());
         node->Start();
         fn(*node, worker);
-        node->Finalize(30s);
+        node->Finalize(node->options().op_timeout);  // as the dist KVStore does
       } catch (...) {
         res.errors[static_cast<size_t>(1 + S + w)] = std::current_exception();
       }
@@ -389,4 +392,101 @@ TEST(Ps, WithoutResendDuplicatesWouldBeAppliedTwice) {
         return CreateFaultTransport(CreateTransport("zmq", tc), fc);
       });
   (void)res;
+}
+
+// ------------------------------------------------------------------ liveness
+
+// A server busy in a handler for longer than the heartbeat timeout (a big merge,
+// a slow optimizer) neither is declared dead nor declares the healthy scheduler
+// dead: silence is counted only while a node listens.
+TEST(Liveness, BusyServerIsNotAFailure) {
+  std::atomic<bool> slept{false};
+  auto res = RunJob(
+      1, 1, [&](Node& node, KVWorker& w) { PushPullRounds(node, w, 2); }, nullptr, nullptr,
+      [&] {
+        if (!slept.exchange(true)) std::this_thread::sleep_for(3s);  // > heartbeat timeout 2 s
+      });
+  ExpectNoErrors(res);
+  EXPECT_TRUE(slept);
+}
+
+// A worker that finishes long before the others (rank 0 evaluating) waits at
+// the final barrier however long PSKV_TIMEOUT is: it is done, not failed.
+TEST(Liveness, EarlyFinisherWaitsForTheRestOfTheJob) {
+  auto res = RunJob(
+      1, 2,
+      [&](Node& node, KVWorker& w) {
+        PushPullRounds(node, w, 1);
+        if (node.rank() == 1) std::this_thread::sleep_for(3s);  // 3x PSKV_TIMEOUT
+      },
+      [](Options& o) { o.op_timeout = 1s; });
+  ExpectNoErrors(res);
+}
+
+// PS_RESEND=1 survives a worker<->server partition shorter than the heartbeat
+// timeout (before: gave up after 10 resends, ~1.1 s at a 100 ms resend timeout).
+TEST(Liveness, ResendSurvivesAPartitionShorterThanTheHeartbeatTimeout) {
+  FaultConfig fc;
+  fc.partition_peers = {ServerId(0), WorkerId(0)};
+  fc.partition_from = std::chrono::steady_clock::now() + 1500ms;
+  fc.partition_for = 2500ms;
+  auto res = RunJob(
+      1, 1,
+      [&](Node& node, KVWorker& w) {
+        std::this_thread::sleep_until(fc.partition_from + 200ms);
+        PushPullRounds(node, w, 2);  // starts inside the partition
+      },
+      [](Options& o) {
+        o.resend = true;
+        o.resend_timeout = 100ms;
+        o.heartbeat_timeout = 5s;
+      },
+      [&](const TransportConfig& tc) { return CreateFaultTransport(CreateTransport("zmq", tc), fc); });
+  ExpectNoErrors(res);
+}
+
+// A worker that cannot reach a server (the scheduler still hears from both)
+// fails within heartbeat timeout + interval, naming the server, instead of
+// waiting for PSKV_TIMEOUT.
+TEST(Liveness, LostConnectionToAServerIsNamedWithinTheBound) {
+  FaultConfig fc;
+  fc.partition_peers = {ServerId(0)};
+  fc.partition_from = std::chrono::steady_clock::now() + 1500ms;
+  fc.partition_for = 60s;
+  fc.partition_reports_down = true;
+  std::string seen;
+  auto res = RunJob(
+      1, 1,
+      [&](Node& node, KVWorker& w) {
+        std::this_thread::sleep_until(fc.partition_from + 100ms);
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          PushPullRounds(node, w, 1);
+          ADD_FAILURE() << "a push to an unreachable server must fail";
+        } catch (const NodeFailure& e) {
+          seen = e.what();
+          EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "not within the bound";
+        }
+      },
+      [](Options& o) { o.op_timeout = 30s; },
+      [&](const TransportConfig& tc) { return CreateFaultTransport(CreateTransport("zmq", tc), fc); });
+  EXPECT_NE(seen.find("cannot reach server[0]"), std::string::npos) << seen;
+}
+
+// A barrier that waits too long says, on the scheduler, which nodes it waits for.
+TEST(Liveness, StalledBarrierNamesTheMissingNodes) {
+  testing::internal::CaptureStderr();
+  auto res = RunJob(
+      1, 2,
+      [&](Node& node, KVWorker&) {
+        if (node.rank() == 1) std::this_thread::sleep_for(1500ms);
+        node.Barrier(kWorkerGroup, 30s);
+      },
+      [](Options& o) { o.stall_warning = 400ms; });
+  const std::string err = testing::internal::GetCapturedStderr();
+  ExpectNoErrors(res);
+  EXPECT_NE(err.find("scheduler: barrier of group 4: waiting for worker[1] at 127.0.0.1:"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("worker[0]: waiting at a barrier for"), std::string::npos) << err;
 }

@@ -69,6 +69,9 @@ struct Options {
   /// PSKV_HANDSHAKE_TIMEOUT (s): a connection that has not authenticated within
   /// this time is closed.
   std::chrono::milliseconds handshake_timeout{10000};
+  /// PSKV_STALL_WARNING (s): a barrier, sync round or command waiting longer than
+  /// this logs what it waits for (which nodes), repeating with back-off. 0: never.
+  std::chrono::milliseconds stall_warning{60000};
   /// PSKV_DROP_MSG / PS_DROP_MSG: test only, percentage of received data messages to drop.
   int drop_percent = 0;
 

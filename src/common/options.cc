@@ -138,6 +138,7 @@ Options Options::FromEnv() {
   if (const char* v = Get("PSKV_ENCRYPT")) o.encrypt = ParseInt("PSKV_ENCRYPT", v, 0, 1) != 0;
   ReadInt("PSKV_MAX_CONNECTIONS", &o.max_pending_connections, 0, 1 << 20);
   ReadSeconds("PSKV_HANDSHAKE_TIMEOUT", &o.handshake_timeout);
+  ReadSeconds("PSKV_STALL_WARNING", &o.stall_warning);
   ReadInt("PS_DROP_MSG", &o.drop_percent, 0, 100);
   ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
   return o;

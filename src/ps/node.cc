@@ -14,7 +14,6 @@ namespace pskv {
 namespace {
 using namespace std::chrono_literals;
 constexpr auto kRegisterRetry = 500ms;
-constexpr int kMaxRetries = 10;
 
 double Secs(std::chrono::milliseconds d) {
   return static_cast<double>(d.count()) / 1000.0;
@@ -26,7 +25,12 @@ std::string SecsStr(std::chrono::milliseconds d) {
 }
 }  // namespace
 
-Node::Node(Options options) : options_(std::move(options)) {
+Node::Node(Options options)
+    : options_(std::move(options)),
+      liveness_(options_.heartbeat_interval, options_.heartbeat_timeout),
+      resender_(options_.resend_timeout,
+                std::max<std::chrono::milliseconds>(options_.resend_timeout,
+                                                    options_.heartbeat_interval * 2)) {
   options_.ValidateForDistributed();
   std::string job = options_.job_id.empty()
                         ? options_.root_uri + ":" + std::to_string(options_.root_port)
@@ -119,6 +123,8 @@ void Node::Start() {
   tc.job = job_;
   tc.token = token_;
   tc.handshake_timeout = options_.handshake_timeout;
+  tc.keepalive_interval = options_.heartbeat_interval;
+  tc.keepalive_timeout = options_.heartbeat_timeout / 2;
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
   tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;
@@ -220,9 +226,17 @@ void Node::Start() {
       stopped_ = true;
       std::rethrow_exception(err);
     }
-    monitoring_ = true;
-    for (auto& [id, d] : nodes_) last_seen_[id] = Clock::now();
-    last_seen_[kSchedulerId] = Clock::now();
+    // Watch for silence what heartbeats cover (the scheduler: every node; a node:
+    // the scheduler) and for lost connections every peer this node sends to.
+    std::vector<int> silent, connected;
+    for (auto& [id, d] : nodes_) {
+      if (id == id_) continue;
+      if (sched || id == kSchedulerId) silent.push_back(id);
+      const bool talks = sched || id == kSchedulerId ||
+                         (role() == Role::kWorker ? IsServerId(id) : IsWorkerId(id));
+      if (talks) connected.push_back(id);
+    }
+    liveness_.Start(silent, connected);
   }
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
   try {
@@ -247,21 +261,33 @@ void Node::StopThreads(std::chrono::milliseconds linger) {
 void Node::Finalize(std::chrono::milliseconds timeout) {
   if (!started_ || stopped_) return;
   std::exception_ptr err;
+  // With failure detection on, a dead or unreachable node ends this wait; a
+  // live one that is just slower (rank 0 evaluating, checkpointing) is waited for.
+  const bool detecting = options_.heartbeat_timeout.count() > 0;
   try {
-    Barrier(kAllGroup, timeout);
+    Barrier(kAllGroup, detecting ? 0ms : timeout);
+  } catch (const TimeoutError& e) {
+    err = std::current_exception();
+    std::lock_guard<std::mutex> lk(mu_);
+    if (role() != Role::kScheduler && ready_) {
+      try {  // say why, instead of vanishing and being reported dead later
+        SendControl(kSchedulerId, Control::kLeave, 0,
+                    std::string("gave up waiting at the final barrier: ") + e.what());
+      } catch (...) {
+      }
+    }
   } catch (...) {
     err = std::current_exception();
   }
+  liveness_.Stop();
+  // Keep resending until our last messages (the final barrier's releases) are
+  // acknowledged, so no peer is left waiting for a message that was lost.
+  // Bounded: a peer that already closed never acknowledges.
+  if (!err && options_.resend)
+    resender_.WaitAllAcked(std::min<std::chrono::milliseconds>(
+        5000ms, options_.resend_timeout * 10 + options_.heartbeat_interval * 2));
   {
-    std::unique_lock<std::mutex> lk(mu_);
-    monitoring_ = false;
-    if (!err && options_.resend) {
-      // Keep resending until our last messages (the final barrier's releases) are
-      // acknowledged, so no peer is left waiting for a message that was lost.
-      const auto drain =
-          std::min<std::chrono::milliseconds>(5000ms, options_.resend_timeout * (kMaxRetries + 1));
-      cv_.wait_for(lk, drain, [&] { return unacked_.empty(); });
-    }
+    std::lock_guard<std::mutex> lk(mu_);
     finished_ = true;
   }
   // Linger so that the last barrier releases reach every node before we close.
@@ -272,10 +298,10 @@ void Node::Finalize(std::chrono::milliseconds timeout) {
 
 void Node::Abort(const std::string& reason) {
   if (!started_ || stopped_) return;
+  liveness_.Stop();
   {
     std::lock_guard<std::mutex> lk(mu_);
     finished_ = true;
-    monitoring_ = false;
     if (role() != Role::kScheduler && ready_) {
       try {
         SendControl(kSchedulerId, Control::kLeave, 0, reason);
@@ -308,10 +334,10 @@ void Node::SendFrames(int to, Message& m) {
   m.h.recver = to;
   m.h.job = job_;
   const auto c = static_cast<Control>(m.h.control);
-  if (IsResendable(c) && to < 1000000) m.h.seq = ++next_seq_[to];
+  if (IsResendable(c) && to < 1000000) m.h.seq = resender_.NextSeq(to);
   std::vector<Frame> frames = Encode(m);
   if (options_.verbose >= 2) PSKV_INFO(Tag() << " send " << Describe(m.h));
-  if (m.h.seq) unacked_[{to, m.h.seq}] = Unacked{frames, Clock::now(), 0};
+  if (m.h.seq) resender_.Track(to, m.h.seq, frames);
   transport_->Send(to, std::move(frames));
 }
 
@@ -434,24 +460,17 @@ void Node::Handle(Message&& m, uint64_t token) {
     default:
       break;
   }
-  last_seen_[sender] = Clock::now();
+  liveness_.Heard(sender);
   if (sender == kSchedulerId) scheduler_seen_ = true;
 
   if (c == Control::kAck) {
-    unacked_.erase({sender, m.h.timestamp});
-    if (unacked_.empty()) cv_.notify_all();
+    resender_.Ack(sender, m.h.timestamp);
     return;
   }
   if (m.h.seq) {
     // Acknowledge, then drop duplicates (a resent message whose ack was lost).
     SendControl(sender, Control::kAck, 0, {}, m.h.seq);
-    SeenSeqs& s = seen_[sender];
-    if (m.h.seq <= s.low || s.above.count(m.h.seq)) return;
-    s.above.insert(m.h.seq);
-    while (!s.above.empty() && *s.above.begin() == s.low + 1) {
-      s.above.erase(s.above.begin());
-      ++s.low;
-    }
+    if (resender_.Duplicate(sender, m.h.seq)) return;
   }
   switch (c) {
     case Control::kData: {
@@ -466,11 +485,13 @@ void Node::Handle(Message&& m, uint64_t token) {
       // Run the handler right here: one hop less per message than a separate
       // customer thread, and messages are still handled one at a time, in order.
       if (data_handler_) {
+        liveness_.BusyBegin();  // time spent here is not the peers' silence
         try {
           data_handler_(std::move(m));
         } catch (const std::exception& e) {
           PSKV_ERROR(Tag() << ": data handler failed: " << e.what());
         }
+        liveness_.BusyEnd();
       }
       return;
     }
@@ -650,8 +671,15 @@ void Node::HandleBarrier(int sender, int group) {
   // Count distinct nodes, not requests (a duplicated message must not count twice).
   auto& arrived = barrier_arrived_[group];
   arrived.insert(sender);
-  if (static_cast<int>(arrived.size()) < GroupSize(group)) return;
+  if (static_cast<int>(arrived.size()) < GroupSize(group)) {
+    if (!barrier_stall_.count(group)) {
+      const auto now = Clock::now();
+      barrier_stall_[group] = Stall{now, now + options_.stall_warning};
+    }
+    return;
+  }
   arrived.clear();
+  barrier_stall_.erase(group);
   for (int id : GroupMembers(group)) {
     if (id == kSchedulerId) {
       barrier_gen_[group]++;
@@ -673,13 +701,25 @@ void Node::Barrier(int group, std::chrono::milliseconds timeout) {
     SendControl(kSchedulerId, Control::kBarrier, group);
   }
   auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
-  if (timeout.count() > 0) {
-    if (!cv_.wait_for(lk, timeout, done))
-      throw TimeoutError(
-          Tag() + ": barrier timed out after " + SecsStr(timeout) +
-          " (some nodes did not reach it; raise PSKV_TIMEOUT if they are just slow)");
-  } else {
-    cv_.wait(lk, done);
+  // Bounded by `timeout` (0: none — then by failure detection); says what it is
+  // waiting for every PSKV_STALL_WARNING, backing off.
+  const auto start = Clock::now();
+  const auto deadline = timeout.count() > 0 ? start + timeout : Clock::time_point::max();
+  auto warn_at = options_.stall_warning.count() > 0 ? start + options_.stall_warning
+                                                    : Clock::time_point::max();
+  while (!done()) {
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
+                         " (some nodes did not reach it; the scheduler's log names them; raise "
+                         "PSKV_TIMEOUT if they are just slow)");
+    if (now >= warn_at) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
+      PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
+                      << " (the scheduler's log names the nodes it waits for)");
+      warn_at = now + waited;  // back off: 1x, 2x, 4x ...
+    }
+    cv_.wait_until(lk, std::min(deadline, warn_at));
   }
   if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
 }
@@ -687,13 +727,13 @@ void Node::Barrier(int group, std::chrono::milliseconds timeout) {
 // ------------------------------------------------------------------ failures
 
 void Node::Fail(std::exception_ptr e) {
+  liveness_.Stop();
   std::vector<FailureHandler> handlers;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (failure_ || finished_) return;
     failure_ = e;
     handlers = failure_handlers_;
-    monitoring_ = false;
   }
   cv_.notify_all();
   try {
@@ -705,8 +745,11 @@ void Node::Fail(std::exception_ptr e) {
 }
 
 void Node::FailNode(int dead_id, const std::string& reason) {
+  resender_.Forget(dead_id);
   if (role() == Role::kScheduler) {
     std::lock_guard<std::mutex> lk(mu_);
+    // A departed node's barrier arrivals no longer count.
+    for (auto& [group, arrived] : barrier_arrived_) arrived.erase(dead_id);
     for (auto& [id, d] : nodes_) {
       if (id == kSchedulerId || id == dead_id) continue;
       try {
@@ -721,10 +764,10 @@ void Node::FailNode(int dead_id, const std::string& reason) {
 void Node::TimerLoop() {
   auto next_hb = Clock::now();
   auto next_reg = Clock::now();
+  auto nap = std::min<std::chrono::milliseconds>(50ms, options_.resend_timeout);
   while (!stop_) {
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(50ms, options_.resend_timeout));
+    std::this_thread::sleep_for(nap);
     const auto now = Clock::now();
-    std::vector<std::pair<int, std::string>> dead;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stop_) break;
@@ -745,43 +788,47 @@ void Node::TimerLoop() {
           next_hb = now + options_.heartbeat_interval;
         }
       } catch (const std::exception& e) {
-        PSKV_WARN(Tag() << ": " << e.what());
+        PSKV_LOG_LIMITED(limiter_, "timer", "WARN", Tag() << ": " << e.what());
       }
-      // failure detection
-      if (monitoring_ && !finished_ && options_.heartbeat_timeout.count() > 0) {
-        auto silent = [&](int id) { return now - last_seen_[id] > options_.heartbeat_timeout; };
-        if (role() == Role::kScheduler) {
-          for (auto& [id, d] : nodes_)
-            if (id != kSchedulerId && silent(id))
-              dead.emplace_back(id, NameLocked(id) + " is dead: no heartbeat for " +
-                                        SecsStr(options_.heartbeat_timeout) +
-                                        " (PS_HEARTBEAT_TIMEOUT)");
-        } else if (silent(kSchedulerId)) {
-          dead.emplace_back(kSchedulerId, NameLocked(kSchedulerId) + " is dead: silent for " +
-                                              SecsStr(options_.heartbeat_timeout));
-        }
-      }
-      // resend
-      if (options_.resend && !finished_) {
-        for (auto it = unacked_.begin(); it != unacked_.end(); ++it) {
-          Unacked& u = it->second;
-          if (now - u.sent < options_.resend_timeout * (1 + u.retries)) continue;
-          if (++u.retries > kMaxRetries) {
-            dead.emplace_back(it->first.first,
-                              NameLocked(it->first.first) +
-                                  " is unreachable: a message was not acknowledged after " +
-                                  std::to_string(kMaxRetries) + " resends");
-            break;
-          }
-          try {
-            transport_->Send(it->first.first, u.frames);
-          } catch (const std::exception& e) {
-            PSKV_WARN(Tag() << ": resend failed: " << e.what());
-          }
+      if (role() == Role::kScheduler && ready_ && !finished_) WarnStalledBarriers(now);
+    }
+    // Failure detection: silence (heartbeats) and lost connections.
+    auto [dead, why] = liveness_.Check(now, *transport_, [this](int id) { return NodeName(id); });
+    if (dead) {
+      FailNode(dead, role() == Role::kScheduler || dead == kSchedulerId ? why : Tag() + " " + why);
+      continue;
+    }
+    // Retransmission; giving up is the failure detector's decision, not a count.
+    if (options_.resend) {
+      for (auto& [to, frames] : resender_.Due(now)) {
+        try {
+          transport_->Send(to, frames);
+        } catch (const std::exception& e) {
+          PSKV_LOG_LIMITED(limiter_, "resend", "WARN", Tag() << ": resend failed: " << e.what());
         }
       }
     }
-    if (!dead.empty()) FailNode(dead[0].first, dead[0].second);
+  }
+}
+
+void Node::WarnStalledBarriers(Clock::time_point now) {
+  if (options_.stall_warning.count() <= 0) return;
+  for (auto& [group, st] : barrier_stall_) {
+    if (now < st.next_warning) continue;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - st.since);
+    st.next_warning = now + std::max(waited, options_.stall_warning);  // back off: x2
+    const auto& arrived = barrier_arrived_[group];
+    std::string missing;
+    int n = 0;
+    for (int id : GroupMembers(group)) {
+      if (arrived.count(id) || id == kSchedulerId) continue;
+      if (n++ < 8) missing += (missing.empty() ? "" : ", ") + NameLocked(id);
+    }
+    if (n > 8) missing += " and " + std::to_string(n - 8) + " more";
+    PSKV_WARN("scheduler: barrier of " << (group == kAllGroup ? std::string("all nodes")
+                                                               : "group " + std::to_string(group))
+                                       << ": waiting for " << missing << " for "
+                                       << SecsStr(waited) << " (PSKV_STALL_WARNING)");
   }
 }
 

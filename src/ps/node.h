@@ -41,6 +41,8 @@
 
 #include "protocol/message.h"
 #include "common/rate_limit.h"
+#include "ps/liveness.h"
+#include "ps/resender.h"
 #include "pskv/options.h"
 #include "transport/transport.h"
 
@@ -68,8 +70,12 @@ class Node {
   /// Registers and passes the start-up barrier. Throws TimeoutError (what is
   /// missing), NodeFailure, ProtocolError (refused) or IOError.
   void Start();
-  /// Final barrier over all nodes, then stops. `timeout` 0 = wait until the job
-  /// ends or a failure is detected (the scheduler and servers wait like this).
+  /// Final barrier over all nodes ("this node is done"), then stops. With failure
+  /// detection on (the default), it waits for the rest of the job however long
+  /// it takes — a worker that finishes early is not a failure — and returns as
+  /// soon as the job ends or fails; `timeout` bounds the wait only when failure
+  /// detection is off (0 = no bound). If it does time out, the scheduler is told
+  /// why (kLeave), so the job fails with that reason instead of a "dead" node.
   /// Throws the job's failure, if any; threads and sockets are released anyway.
   void Finalize(std::chrono::milliseconds timeout);
   /// Stops at once without the final barrier; tells the scheduler `reason` so the
@@ -101,16 +107,6 @@ class Node {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Unacked {
-    std::vector<Frame> frames;
-    Clock::time_point sent;
-    int retries = 0;
-  };
-  struct SeenSeqs {
-    uint64_t low = 0;          // every seq <= low has been seen
-    std::set<uint64_t> above;  // seen seqs > low (bounded by the in-flight window)
-  };
-
   void ReceiveLoop();
   void TimerLoop();
   void Handle(Message&& m, uint64_t token);
@@ -125,6 +121,9 @@ class Node {
   void Fail(std::exception_ptr e);
   void FailNode(int dead_id, const std::string& reason);
   bool IsResendable(Control c) const;
+  /// Scheduler, mu_ held: logs barriers waiting longer than PSKV_STALL_WARNING,
+  /// naming the nodes that have not arrived (backing off).
+  void WarnStalledBarriers(Clock::time_point now);
   int GroupSize(int group) const;
   std::vector<int> GroupMembers(int group) const;
   std::string NameLocked(int id) const;
@@ -162,14 +161,14 @@ class Node {
   // barriers
   std::map<int, std::set<int>> barrier_arrived_;  // scheduler: nodes at each group's barrier
   std::map<int, uint64_t> barrier_gen_;           // completed barriers per group
-  // liveness
-  std::map<int, Clock::time_point> last_seen_;
-  bool monitoring_ = false;
+  struct Stall {
+    Clock::time_point since, next_warning;
+  };
+  std::map<int, Stall> barrier_stall_;  // scheduler: open barriers, for stall warnings
+  // liveness and resend (own locks)
+  Liveness liveness_;
+  Resender resender_;
   bool finished_ = false;  // final barrier passed: no more failure detection
-  // resend
-  std::map<int, uint64_t> next_seq_;
-  std::map<std::pair<int, uint64_t>, Unacked> unacked_;
-  std::map<int, SeenSeqs> seen_;
   uint64_t drop_state_ = 88172645463325252ull;
   RateLimiter limiter_;  // warnings about what peers sent
 

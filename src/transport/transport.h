@@ -54,6 +54,10 @@ struct TransportConfig {
   /// Complete messages queued per incoming connection before the sender is held
   /// back by TCP flow control.
   int max_queued_messages = 1000;
+  /// Keep-alive on every outgoing connection (0: off): a connection whose peer
+  /// does not answer within `keepalive_timeout` is closed and reported down, so
+  /// half-open connections are noticed.
+  std::chrono::milliseconds keepalive_interval{0}, keepalive_timeout{0};
 };
 
 /// A received message and who sent it.
@@ -75,6 +79,9 @@ class Transport {
   /// Non-empty when `peer` refused this node's credentials at the handshake: says
   /// why (another job, another secret, encryption setting differs).
   virtual std::string RefusedBy(int peer) { return {}; }
+  /// When the connection to `peer` was lost (or, if never established, when
+  /// Connect was called); a default time_point while it is up or unknown.
+  virtual std::chrono::steady_clock::time_point DownSince(int peer) { return {}; }
   /// Releases sockets; waits at most `linger` for queued messages to go out.
   virtual void Close(std::chrono::milliseconds linger) = 0;
   virtual std::string Name() const = 0;

@@ -25,9 +25,14 @@ class FaultTransport final : public Transport {
   void Disconnect(int peer) override { inner_->Disconnect(peer); }
   bool Recv(Received* in, std::chrono::milliseconds t) override { return inner_->Recv(in, t); }
   std::string RefusedBy(int peer) override { return inner_->RefusedBy(peer); }
+  std::chrono::steady_clock::time_point DownSince(int peer) override {
+    if (cfg_.partition_reports_down && Partitioned(peer)) return cfg_.partition_from;
+    return inner_->DownSince(peer);
+  }
   std::string Name() const override { return "fault(" + inner_->Name() + ")"; }
 
   void Send(int peer, std::vector<Frame> frames) override {
+    if (Partitioned(peer)) return;
     if (!Disturbable(frames)) return inner_->Send(peer, std::move(frames));
     double r_drop, r_dup, r_delay;
     {
@@ -61,6 +66,11 @@ class FaultTransport final : public Transport {
   }
 
  private:
+  bool Partitioned(int peer) const {
+    if (!cfg_.partition_peers.count(peer)) return false;
+    const auto now = std::chrono::steady_clock::now();
+    return now >= cfg_.partition_from && now < cfg_.partition_from + cfg_.partition_for;
+  }
   static bool Disturbable(const std::vector<Frame>& frames) {
     if (frames.empty() || frames[0].size != kHeaderSize) return false;
     auto c = static_cast<Control>(reinterpret_cast<const Header*>(frames[0].data)->control);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 
 #include "transport/transport.h"
 
@@ -17,6 +18,14 @@ struct FaultConfig {
   double delay = 0;      ///< probability a message is delayed by `delay_time`
   std::chrono::milliseconds delay_time{50};
   uint64_t seed = 1;
+  /// A partition: every message to these peers (control ones too) is dropped
+  /// during [partition_from, partition_from + partition_for).
+  std::set<int> partition_peers;
+  std::chrono::steady_clock::time_point partition_from{};
+  std::chrono::milliseconds partition_for{0};
+  /// During the partition, also report the connection to those peers as down
+  /// (what the real transport's keep-alive reports for a lost connection).
+  bool partition_reports_down = false;
 };
 
 std::unique_ptr<Transport> CreateFaultTransport(std::unique_ptr<Transport> inner, FaultConfig cfg);

@@ -148,6 +148,11 @@ class ZmqTransport final : public Transport {
     SetInt(s, ZMQ_RECONNECT_IVL, 100);
     SetInt(s, ZMQ_RECONNECT_IVL_MAX, 2000);
     SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token));
+    if (cfg_.keepalive_interval.count() > 0) {  // ZMTP PING/PONG: half-open connections
+      SetInt(s, ZMQ_HEARTBEAT_IVL, static_cast<int>(cfg_.keepalive_interval.count()));
+      SetInt(s, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(cfg_.keepalive_timeout.count()));
+      SetInt(s, ZMQ_HEARTBEAT_TTL, static_cast<int>(cfg_.keepalive_timeout.count()));
+    }
     if (cfg_.encrypt) {
       SetStr(s, ZMQ_CURVE_SERVERKEY, keys_.curve_server_public());
       SetStr(s, ZMQ_CURVE_PUBLICKEY, keys_.curve_client_public());
@@ -161,8 +166,12 @@ class ZmqTransport final : public Transport {
     const std::string mon = "inproc://pskv-monitor-" + std::to_string(next_monitor_++);
     zmq_socket_monitor(s, mon.c_str(),
                        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
     AddMonitor(peer, mon);
+    {
+      std::lock_guard<std::mutex> g(guard_mu_);
+      down_since_[peer] = std::chrono::steady_clock::now();  // until the handshake succeeds
+    }
     std::string addr = "tcp://" + endpoint;
     if (zmq_connect(s, addr.c_str()) != 0) {
       std::string err = ZmqErr();
@@ -181,6 +190,8 @@ class ZmqTransport final : public Transport {
     if (it == peers_.end()) return;
     CloseSocket(it->second->sock, 0);
     peers_.erase(it);
+    std::lock_guard<std::mutex> g(guard_mu_);
+    down_since_.erase(peer);
   }
 
   void Send(int peer, std::vector<Frame> frames) override {
@@ -260,6 +271,12 @@ class ZmqTransport final : public Transport {
       if (last) break;
     }
     return true;
+  }
+
+  std::chrono::steady_clock::time_point DownSince(int peer) override {
+    std::lock_guard<std::mutex> lk(guard_mu_);
+    auto it = down_since_.find(peer);
+    return it == down_since_.end() ? std::chrono::steady_clock::time_point{} : it->second;
   }
 
   std::string RefusedBy(int peer) override {
@@ -464,6 +481,9 @@ class ZmqTransport final : public Transport {
     }
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       refused_.erase(mon.peer);
+      down_since_.erase(mon.peer);
+    } else if (event == ZMQ_EVENT_DISCONNECTED) {
+      down_since_.emplace(mon.peer, std::chrono::steady_clock::now());
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       refused_[mon.peer] =
           keys_.open() ? "it refused this node's credentials: it runs another job (compare "
@@ -495,6 +515,7 @@ class ZmqTransport final : public Transport {
   std::vector<Monitor> new_monitors_;
   std::set<int> pending_fds_;  // accepted, not yet authenticated
   std::map<int, std::string> refused_;
+  std::map<int, std::chrono::steady_clock::time_point> down_since_;  // by peer
 };
 
 }  // namespace
