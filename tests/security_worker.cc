@@ -3,11 +3,15 @@
 // job), then checks that nothing changed its weights and that the job still works.
 //
 //   security_worker READY_FILE GO_FILE      exit 0 = values exact
+//   security_worker --hang-rank R           rank R hangs; the others wait at a barrier
+//                                           (for the launcher's "who hung" headline)
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <string>
 #include <thread>
 
 #include "pskv/error.h"
@@ -29,6 +33,12 @@ bool AllEqual(const NDArray& a, float v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--hang-rank") {
+    auto kv = KVStore::Create("dist_sync");
+    if (kv->Rank() == std::atoi(argv[2])) std::this_thread::sleep_for(std::chrono::minutes(10));
+    kv->Barrier();
+    return 0;
+  }
   if (argc != 3) {
     std::fprintf(stderr, "usage: security_worker READY_FILE GO_FILE\n");
     return 2;

@@ -72,6 +72,17 @@ TEST(Launcher, NoSecretRunsAnOpenJobAndSaysSoOncePerProcess) {
   EXPECT_EQ(n, 3u) << r.out;  // scheduler, server, worker: once each
 }
 
+// A job that hangs: the headline names the process that hung, not the first
+// one to exit or "timeout" alone.
+TEST(Launcher, HeadlineNamesTheProcessThatHung) {
+  RunResult r = Launch({"-n", "2", "-s", "1", "--timeout", "4", "--env", "PSKV_STALL_WARNING=1",
+                        "--", SECURITY_WORKER, "--hang-rank", "1"},
+                       60s);
+  EXPECT_EQ(r.status, 124) << r.out;
+  EXPECT_NE(r.out.find("pskv-launch: worker 1 (pid "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("appears hung"), std::string::npos) << r.out;
+}
+
 // The job secret never appears on a command line (argv is visible to every user
 // in ps, on every host): not for ssh, mpi, slurm, sge or yarn. --dry-run prints
 // every command line the launcher would run, and the environment with secrets

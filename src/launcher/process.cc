@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <regex>
 
 namespace pskv::launcher {
 
@@ -127,6 +129,28 @@ bool Pump(Child& c, const SuperviseOptions& o) {
   }
 }
 
+// The node a child's last lines blame, as the child name the plans use
+// ("worker 1"); "" if none. Lines name nodes as "worker[1]": in "waiting for A,
+// B", "cannot reach A" or "A ... is dead". A node named in more of the lines
+// (missing from every stalled barrier) is blamed before one named in fewer.
+std::string Blamed(const std::deque<std::string>& lines) {
+  static const std::regex kContext(R"(waiting for|cannot reach|is dead)");
+  static const std::regex kNode(R"((worker|server)\[(\d+)\])");
+  std::map<std::string, int> count;
+  std::vector<std::string> order;
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    if (!std::regex_search(*it, kContext)) continue;
+    for (std::sregex_iterator m(it->begin(), it->end(), kNode), end; m != end; ++m) {
+      std::string name = (*m)[1].str() + " " + (*m)[2].str();
+      if (count[name]++ == 0) order.push_back(name);
+    }
+  }
+  std::string best;
+  for (auto& n : order)
+    if (best.empty() || count[n] > count[best]) best = n;
+  return best;
+}
+
 }  // namespace
 
 int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
@@ -157,11 +181,31 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
         k.result.stopped_by_us = true;
       }
   };
+  // A process that is still running while another reports waiting for it (or
+  // not reaching it) is the one that hung: the headline names it first.
+  auto hung = [&](const Child* who) -> std::string {
+    std::vector<const Child*> witnesses;
+    if (who) {
+      witnesses.push_back(who);
+    } else {
+      for (auto& k : kids) witnesses.push_back(&k);
+    }
+    for (const Child* w : witnesses) {
+      const std::string name = Blamed(w->result.last_lines);
+      if (name.empty()) continue;
+      for (auto& k : kids)
+        if (k.spec.name == name && !k.exited && &k != w)
+          return name + " (pid " + std::to_string(k.pid) + ") appears hung: " + w->spec.name +
+                 " was waiting for it";
+    }
+    return {};
+  };
   auto begin_failure = [&](int st, const std::string& why, const Child* who) {
     if (failing) return;
     failing = true;
     status = st;
-    std::string msg = "pskv-launch: " + why + "; stopping the job\n";
+    const std::string h = hung(who);
+    std::string msg = "pskv-launch: " + (h.empty() ? why : h + "; " + why) + "; stopping the job\n";
     if (who && !who->result.last_lines.empty()) {
       msg += "pskv-launch: last lines of " + who->spec.name + ":\n";
       for (auto& l : who->result.last_lines) msg += "    " + l + "\n";

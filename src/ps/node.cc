@@ -265,7 +265,7 @@ void Node::Finalize(std::chrono::milliseconds timeout) {
   // live one that is just slower (rank 0 evaluating, checkpointing) is waited for.
   const bool detecting = options_.heartbeat_timeout.count() > 0;
   try {
-    Barrier(kAllGroup, detecting ? 0ms : timeout);
+    BarrierImpl(kAllGroup, detecting ? 0ms : timeout, /*final=*/true);
   } catch (const TimeoutError& e) {
     err = std::current_exception();
     std::lock_guard<std::mutex> lk(mu_);
@@ -672,6 +672,9 @@ void Node::HandleBarrier(int sender, int group) {
   auto& arrived = barrier_arrived_[group];
   arrived.insert(sender);
   if (static_cast<int>(arrived.size()) < GroupSize(group)) {
+    // The barrier of all nodes is the final one: servers wait there from the
+    // start; it stalls only once a worker has finished.
+    if (group == kAllGroup && !IsWorkerId(sender)) return;
     if (!barrier_stall_.count(group)) {
       const auto now = Clock::now();
       barrier_stall_[group] = Stall{now, now + options_.stall_warning};
@@ -691,6 +694,10 @@ void Node::HandleBarrier(int sender, int group) {
 }
 
 void Node::Barrier(int group, std::chrono::milliseconds timeout) {
+  BarrierImpl(group, timeout, false);
+}
+
+void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final) {
   std::unique_lock<std::mutex> lk(mu_);
   if (failure_) std::rethrow_exception(failure_);
   if (GroupSize(group) <= 1) return;
@@ -705,8 +712,11 @@ void Node::Barrier(int group, std::chrono::milliseconds timeout) {
   // waiting for every PSKV_STALL_WARNING, backing off.
   const auto start = Clock::now();
   const auto deadline = timeout.count() > 0 ? start + timeout : Clock::time_point::max();
-  auto warn_at = options_.stall_warning.count() > 0 ? start + options_.stall_warning
-                                                    : Clock::time_point::max();
+  // The scheduler and servers wait at the final barrier for the whole job: that
+  // is no stall. A worker there has finished and waits for the others.
+  const bool quiet = role() == Role::kScheduler || (final && role() != Role::kWorker);
+  auto warn_at = options_.stall_warning.count() > 0 && !quiet ? start + options_.stall_warning
+                                                              : Clock::time_point::max();
   while (!done()) {
     const auto now = Clock::now();
     if (now >= deadline)
@@ -715,8 +725,12 @@ void Node::Barrier(int group, std::chrono::milliseconds timeout) {
                          "PSKV_TIMEOUT if they are just slow)");
     if (now >= warn_at) {
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
-      PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
-                      << " (the scheduler's log names the nodes it waits for)");
+      if (final)
+        PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
+                        << " (the scheduler's log names the workers still running)");
+      else
+        PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
+                        << " (the scheduler's log names the nodes it waits for)");
       warn_at = now + waited;  // back off: 1x, 2x, 4x ...
     }
     cv_.wait_until(lk, std::min(deadline, warn_at));
@@ -822,11 +836,12 @@ void Node::WarnStalledBarriers(Clock::time_point now) {
     int n = 0;
     for (int id : GroupMembers(group)) {
       if (arrived.count(id) || id == kSchedulerId) continue;
+      if (group == kAllGroup && !IsWorkerId(id)) continue;
       if (n++ < 8) missing += (missing.empty() ? "" : ", ") + NameLocked(id);
     }
     if (n > 8) missing += " and " + std::to_string(n - 8) + " more";
-    PSKV_WARN("scheduler: barrier of " << (group == kAllGroup ? std::string("all nodes")
-                                                               : "group " + std::to_string(group))
+    PSKV_WARN("scheduler: " << (group == kAllGroup ? std::string("end of the job")
+                                                    : "barrier of group " + std::to_string(group))
                                        << ": waiting for " << missing << " for "
                                        << SecsStr(waited) << " (PSKV_STALL_WARNING)");
   }

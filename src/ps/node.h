@@ -115,6 +115,8 @@ class Node {
   void HandleRegister(const Message& m);
   void HandleNodeTable(const Message& m);
   void HandleBarrier(int sender, int group);
+  /// `final`: the barrier of Finalize (quieter stall warnings).
+  void BarrierImpl(int group, std::chrono::milliseconds timeout, bool final);
   void SchedulerCompleteRegistration();
   void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0);
   void SendFrames(int to, Message& m);
