@@ -94,10 +94,13 @@ class KVStoreDist final : public KVStore {
     node_->Barrier(kWorkerGroup, options_.op_timeout);
   }
 
-  void SaveOptimizerStates(const std::string& fname) override {
+  void SaveOptimizerStates(const std::string& fname, bool dump_optimizer) override {
     WaitAll();
     auto blobs = worker_->Command(dist::kSaveStates, "", options_.op_timeout);
     if (node_->rank() != 0) return;  // rank 0 writes the file
+    // dump_optimizer (trainer branch): each server then adopts the saved config on load.
+    if (dump_optimizer)
+      for (auto& b : blobs) MarkStatesDumped(&b);
     ByteWriter w;
     w.PutBytes("PSKVDST1", 8);
     w.Put<uint32_t>(static_cast<uint32_t>(blobs.size()));
