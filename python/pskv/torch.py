@@ -156,9 +156,12 @@ class Trainer(object):
         if not broadcast_buffers or n == 1:
             self._buffers = []
         P, B = len(self._params), len(self._buffers)
-        if self._uok and getattr(self.kv, '_trainer_optimizer', False):
-            raise _pskv.UsageError('this store already runs the optimizer of another Trainer: a store has one '
-                                   'optimizer. Give each Trainer its own store, or use update_on_kvstore=False')
+        # A store runs one optimizer, on all its keys: a Trainer with update_on_kvstore
+        # cannot share its store with another Trainer (either order).
+        if getattr(self.kv, '_trainer_optimizer', False) or (self._uok and self.kv._next_key > 0):
+            raise _pskv.UsageError('this store is used by another Trainer and a store runs one optimizer on all '
+                                   'its keys: Trainers share a store only with update_on_kvstore=False; give each '
+                                   'Trainer with update_on_kvstore=True its own store')
         self._base = self.kv._reserve_keys(P + B)
         self._keys = [self._base + i for i in range(P)]
         self._buf_keys = [self._base + P + j for j in range(B)]
@@ -515,3 +518,28 @@ class Sampler(_torch.utils.data.Sampler):
 
     def __len__(self):
         return self.epoch_size * self.batch_size
+
+
+def save_checkpoint(prefix, model, trainer, **meta):
+    """The dist checkpoint recipe, save side: call on every worker (the optimizer
+    states are gathered collectively); rank 0 writes `prefix.pt` (model state_dict
+    and `meta`, e.g. epoch=...) and `prefix.states` (optimizer states and
+    optimizer). Returns after the files are complete on every worker."""
+    trainer.save_states(prefix + '.states')
+    if trainer.kv.rank == 0:
+        tmp = '%s.pt.tmp%d' % (prefix, os.getpid())
+        _torch.save({'model': model.state_dict(), 'meta': meta}, tmp)
+        os.replace(tmp, prefix + '.pt')
+    trainer.kv.barrier()
+
+
+def load_checkpoint(prefix, model):
+    """The resume side, part 1: call on every worker BEFORE creating the Trainer
+    (the Trainer broadcasts these weights and the store starts from them). Returns
+    the saved `meta` dict, or None if there is no checkpoint. Part 2, after
+    creating the Trainer: ``trainer.load_states(prefix + '.states')``."""
+    if not os.path.exists(prefix + '.pt'):
+        return None
+    saved = _torch.load(prefix + '.pt')
+    model.load_state_dict(saved['model'])
+    return saved['meta']
