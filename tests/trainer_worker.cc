@@ -1,0 +1,110 @@
+// A worker of a 2-worker dist_sync job for test_trainer.cc: checks the Trainer's
+// behaviour across workers and exits non-zero on a mismatch.
+//
+//   trainer_worker features UPDATE_ON_KVSTORE(0|1) OUT_DIR
+#include <cstdio>
+#include <fstream>
+
+#include "pskv/error.h"
+#include "pskv/torch.h"
+
+namespace {
+
+int failures = 0;
+
+void Check(bool ok, const std::string& what, double got) {
+  if (!ok) {
+    std::fprintf(stderr, "CHECK FAILED: %s (got %g)\n", what.c_str(), got);
+    ++failures;
+  }
+}
+
+float Val(const torch::Tensor& t) {
+  return t.detach().item<float>();
+}
+
+int Features(pskv::KVStore* kv, bool uok, const std::string& dir) {
+  const int r = kv->Rank();
+  torch::manual_seed(1 + r);  // differs per worker: the broadcast must make it equal
+  auto a = torch::zeros({1}).requires_grad_(true);
+  auto frozen = torch::full({1}, 3.0f + static_cast<float>(r));
+  torch::nn::BatchNorm1d bn(2);
+  std::vector<torch::Tensor> params{a, frozen};
+  for (auto& p : bn->parameters()) params.push_back(p);
+  pskv::TrainerOptions o;
+  o.optimizer = pskv::OptimizerConfig::FromParams("sgd", {{"learning_rate", "1"}});
+  o.update_on_kvstore = uok;
+  o.global_batch_size = 1;
+  o.buffers = bn->buffers();
+  pskv::Trainer t(params, kv, o);
+  Check(Val(frozen) == 3.0f, "frozen parameter broadcast from rank 0", Val(frozen));
+  // accumulation: sum over workers of 2(r+1)
+  (a * (r + 1)).sum().backward();
+  (a * (r + 1)).sum().backward();
+  bn->forward(torch::randn({8, 2}) + 5.0 * r).sum().backward();
+  t.Step();
+  Check(Val(a) == -6.0f, "accumulation", Val(a));
+  // clipping: each worker's 10 clipped to 1
+  (10 * a).sum().backward();
+  torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{a}, 1.0);
+  t.Step();
+  Check(Val(a) == -8.0f, "clipping", Val(a));
+  // the learning rate reaches the servers
+  t.SetLearningRate(0.5);
+  a.sum().backward();
+  t.Step();
+  Check(Val(a) == -9.0f, "set learning rate", Val(a));
+  Check(Val(frozen) == 3.0f, "frozen parameter unchanged", Val(frozen));
+  // weights changed after a step: dist + update_on_kvstore refuses (as MXNet)
+  {
+    torch::NoGradGuard g;
+    a.fill_(0.0f);
+  }
+  a.sum().backward();
+  bool refused = false;
+  try {
+    t.Step();
+  } catch (const pskv::UsageError& e) {
+    refused = std::string(e.what()).find("Cannot reset distributed KVStore") != std::string::npos;
+  }
+  Check(refused == uok, "reload refused exactly with update_on_kvstore", refused);
+  if (!uok) Check(Val(a) == -1.0f, "reloaded weights used", Val(a));
+  {
+    std::ofstream f(dir + "/buffers" + std::to_string(r));
+    auto m = bn->running_mean.contiguous();
+    for (int64_t i = 0; i < m.numel(); ++i) f << m.data_ptr<float>()[i] << "\n";
+    f << bn->num_batches_tracked.item<int64_t>() << "\n";
+  }
+  if (!uok) {  // mean losses, a second Trainer sharing the store at other keys
+    auto b = torch::zeros({1}).requires_grad_(true);
+    pskv::TrainerOptions ob;
+    ob.optimizer = pskv::OptimizerConfig::FromParams("sgd", {{"learning_rate", "1"}});
+    ob.update_on_kvstore = false;
+    ob.loss_reduction = pskv::LossReduction::kMean;
+    ob.key_offset = 100;
+    pskv::Trainer tb({b}, kv, ob);
+    (b * (r + 1)).sum().backward();
+    tb.Step();
+    Check(Val(b) == -1.5f, "mean losses averaged over workers", Val(b));
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: trainer_worker features UOK OUT_DIR\n");
+    return 2;
+  }
+  try {
+    torch::set_num_threads(1);
+    auto kv = pskv::KVStore::Create("dist_sync");
+    int rc = Features(kv.get(), std::atoi(argv[2]) != 0, argv[3]);
+    kv->Barrier();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainer_worker: %s\n", e.what());
+    return 1;
+  }
+}
