@@ -29,8 +29,7 @@ DType FromNumpy(const py::dtype& dt) {
   const auto size = dt.itemsize();
   // Bytes are read in this machine's order: a byte-swapped array would be misread.
   if (size > 1 && !dt.attr("isnative").cast<bool>())
-    throw InvalidArgument("array of non-native byte order (" +
-                          dt.attr("str").cast<std::string>() +
+    throw InvalidArgument("array of non-native byte order (" + dt.attr("str").cast<std::string>() +
                           "): convert it first, e.g. a.astype(a.dtype.newbyteorder('='))");
   if (kind == 'f' && size == 4) return DType::kFloat32;
   if (kind == 'f' && size == 8) return DType::kFloat64;

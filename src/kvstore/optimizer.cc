@@ -133,8 +133,8 @@ bool Apply(OptimizerConfig& c, const std::string& k, const std::string& v) {
       if (item.empty()) continue;
       auto colon = item.find(':');
       if (colon == std::string::npos)
-        throw InvalidArgument("optimizer parameter " + k + " must look like 'key:mult,key:mult', got '" +
-                              v + "'");
+        throw InvalidArgument("optimizer parameter " + k +
+                              " must look like 'key:mult,key:mult', got '" + v + "'");
       m[ToInt(k, item.substr(0, colon))] = ToNum(k, item.substr(colon + 1));
     }
   } else if (k == "sum_keys") {
@@ -297,8 +297,8 @@ int NumSlots(const OptimizerConfig& c) {
 }
 
 // Runs the update rule on float32 buffers.
-void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const float* grad, float* w,
-               std::vector<NDArray>& slots, int64_t n) {
+void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const float* grad,
+               float* w, std::vector<NDArray>& slots, int64_t n) {
   const float rescale = static_cast<float>(c.rescale_grad);
   const float clip = static_cast<float>(c.clip_gradient);
   const float wd = static_cast<float>(wd_);
