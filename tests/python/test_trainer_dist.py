@@ -69,3 +69,14 @@ def test_checkpoint_resume_matches_uninterrupted_run(uok, tmp_path):
     assert np.abs(full - resumed).max() < 1e-6, np.abs(full - resumed).max()
     assert np.array_equal(np.load(tmp_path / 'resume1.npy'), resumed)
     assert load(tmp_path / 'resume0.json')['lr'] == load(tmp_path / 'full0.json')['lr'] == 0.05
+
+
+def test_gan_two_stores_two_trainers_per_process(tmp_path):
+    """Two dist stores in each worker process (sharing its node), each with its own
+    Trainer and server optimizer, keys 0.. in both: 2 workers == 1 process."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'))
+    subprocess.run(['/usr/bin/python3', SCRIPT, 'gan', 'local', tmp_path], env=env, check=True, timeout=60)
+    launch('gan', 'dist_sync', tmp_path)
+    single, dist = np.load(tmp_path / 'gan_local.npy'), np.load(tmp_path / 'gan_dist_sync.npy')
+    assert single.size == dist.size == 3 * 8 + 8 + 8 * 2 + 2 + 2 * 8 + 8 + 8 + 1
+    assert np.abs(single - dist).max() < 1e-5, np.abs(single - dist).max()

@@ -85,6 +85,42 @@ def mean(kv, uok, out):
         json.dump({'mean': b.item()}, fh)
 
 
+def gan(kvtype, out):
+    """Two models, two stores, two Trainers in one worker process (a GAN step).
+    n workers with batch b must match one process ('local') with batch n*b."""
+    kv_g, kv_d = pskv.create(kvtype), pskv.create(kvtype)  # a second dist store shares the node
+    r, n = kv_g.rank, kv_g.num_workers
+    assert (kv_d.rank, kv_d.num_workers) == (r, n)
+    torch.manual_seed(20 + r)  # differs per worker: the broadcasts must fix it
+    G = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    D = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    # the same keys 0.. in both stores; different optimizers on the servers
+    tg = pskv.torch.Trainer(G, pskv.optimizer.Adam(learning_rate=0.01), kv_g, loss_reduction='mean',
+                            update_on_kvstore=True)
+    td = pskv.torch.Trainer(D, pskv.optimizer.SGD(learning_rate=0.1, momentum=0.5), kv_d,
+                            loss_reduction='mean', update_on_kvstore=True)
+    gen = torch.Generator().manual_seed(7)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    b = 8 // n
+    for _ in range(4):
+        real_all = torch.randn(8, 2, generator=gen) * 0.5 + 2
+        z_all = torch.randn(8, 3, generator=gen)
+        real, z = real_all[r * b:(r + 1) * b], z_all[r * b:(r + 1) * b]
+        fake = G(z)
+        td.zero_grad()
+        d_loss = bce(D(real), torch.ones(b, 1)) + bce(D(fake.detach()), torch.zeros(b, 1))
+        d_loss.backward()
+        td.step()
+        tg.zero_grad()
+        bce(D(fake), torch.ones(b, 1)).backward()
+        tg.step()  # D's gradients from this backward are dropped by td.zero_grad()
+    if r == 0:
+        w = np.concatenate([t.detach().numpy().ravel() for m in (G, D) for t in m.parameters()])
+        np.save(os.path.join(out, 'gan_%s.npy' % kvtype), w)
+    kv_g.barrier()
+    return r
+
+
 def make_data():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(96, 8, generator=g)
@@ -131,6 +167,9 @@ def ckpt(kv, uok, mode, out):
 
 if __name__ == '__main__':
     torch.set_num_threads(1)
+    if sys.argv[1] == 'gan':
+        print('worker %d: gan passed' % gan(sys.argv[2], sys.argv[3]), flush=True)
+        sys.exit(0)
     kv = pskv.create('dist_sync')
     if sys.argv[1] == 'features':
         features(kv, sys.argv[2] == '1', sys.argv[3])
