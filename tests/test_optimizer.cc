@@ -216,7 +216,8 @@ TEST(OptimizerConfig, PerKeyMultipliersAndSumKeysRoundTrip) {
   EXPECT_EQ(d.Serialize(), c.Serialize());
   EXPECT_EQ(d.wd_mult, c.wd_mult);
   // a plain config's text has no per-key lines
-  EXPECT_EQ(Cfg("sgd", {}).Serialize().find("mult"), std::string::npos);
+  EXPECT_EQ(Cfg("sgd", {}).Serialize().find("_mult"), std::string::npos);
+  EXPECT_EQ(Cfg("sgd", {}).Serialize().find("sum_keys"), std::string::npos);
   EXPECT_THROW(Cfg("sgd", {{"lr_mult", "3"}}), InvalidArgument);
   EXPECT_THROW(Cfg("sgd", {{"wd_mult", "3:-1"}}), InvalidArgument);
 }
