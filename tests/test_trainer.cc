@@ -276,6 +276,12 @@ TEST_P(TrainerDist, FeaturesTwoWorkers) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_P(TrainerDist, TwoStoresTwoTrainersPerProcess) {
+  ASSERT_EQ(Sh(std::string(LAUNCH) + " -n 2 -s 2 --timeout 90 -- " + WORKER + " stores " +
+               std::to_string(GetParam()) + " /tmp"),
+            0);
+}
+
 INSTANTIATE_TEST_SUITE_P(UpdateOnKVStore, TrainerDist, ::testing::Values(1, 0));
 
 }  // namespace

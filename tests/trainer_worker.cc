@@ -1,7 +1,8 @@
 // A worker of a 2-worker dist_sync job for test_trainer.cc: checks the Trainer's
 // behaviour across workers and exits non-zero on a mismatch.
 //
-//   trainer_worker features UPDATE_ON_KVSTORE(0|1) OUT_DIR
+//   trainer_worker features|stores UPDATE_ON_KVSTORE(0|1) OUT_DIR
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -90,6 +91,42 @@ int Features(pskv::KVStore* kv, bool uok, const std::string& dir) {
   return failures ? 1 : 0;
 }
 
+// Two dist stores in one process (sharing its node), one Trainer each with its
+// own server optimizer, keys 0.. in both (a GAN's generator and discriminator).
+int Stores(pskv::KVStore* kv_g, bool uok) {
+  const int r = kv_g->Rank();
+  auto kv_d = pskv::KVStore::Create("dist_sync");
+  Check(kv_d->Rank() == r && kv_d->NumWorkers() == kv_g->NumWorkers(), "second store's rank", r);
+  torch::manual_seed(1 + r);
+  torch::nn::Linear g(2, 2), d(2, 1);
+  auto make = [&](double lr) {
+    pskv::TrainerOptions o;
+    o.optimizer = pskv::OptimizerConfig::FromParams(
+        "sgd", {{"learning_rate", std::to_string(lr)}, {"momentum", "0.5"}});
+    o.update_on_kvstore = uok;
+    o.loss_reduction = pskv::LossReduction::kMean;
+    return o;
+  };
+  pskv::Trainer tg(*g, kv_g, make(1.0));
+  pskv::Trainer td(*d, kv_d.get(), make(0.1));
+  auto g0 = g->bias.detach().clone(), d0 = d->bias.detach().clone();
+  for (int step = 0; step < 2; ++step) {
+    // d/dbias of (r+1) * sum(bias): each worker's gradient r+1, mean over workers 1.5
+    (d->bias * (r + 1)).sum().backward();
+    td.Step();
+    (g->bias * (r + 1)).sum().backward();
+    tg.Step();
+  }
+  // momentum 0.5, mean gradient 1.5: steps of lr*1.5 and lr*(0.5*1.5 + 1.5)
+  for (int i = 0; i < 2; ++i)
+    Check(std::fabs(g->bias[i].item<float>() - (g0[i].item<float>() - 1.0f * 1.5f * 2.5f)) < 1e-5,
+          "generator's server optimizer (lr 1)", g->bias[i].item<float>());
+  Check(std::fabs(d->bias[0].item<float>() - (d0[0].item<float>() - 0.1f * 1.5f * 2.5f)) < 1e-5,
+        "discriminator's server optimizer (lr 0.1)", d->bias[0].item<float>());
+  kv_d->Barrier();
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,7 +137,9 @@ int main(int argc, char** argv) {
   try {
     torch::set_num_threads(1);
     auto kv = pskv::KVStore::Create("dist_sync");
-    int rc = Features(kv.get(), std::atoi(argv[2]) != 0, argv[3]);
+    const bool uok = std::atoi(argv[2]) != 0;
+    int rc =
+        std::string(argv[1]) == "stores" ? Stores(kv.get(), uok) : Features(kv.get(), uok, argv[3]);
     kv->Barrier();
     return rc;
   } catch (const std::exception& e) {
