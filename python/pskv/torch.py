@@ -318,9 +318,10 @@ class Trainer(object):
             return
         if self._dist or self._compression:
             raise _pskv.UsageError(
-                'Cannot reset distributed KVStore: parameter %d was changed outside the Trainer after a step '
+                'Cannot reset %s KVStore: parameter %d was changed outside the Trainer after a step '
                 '(e.g. load_state_dict) while the store holds the weights (update_on_kvstore=True). Load '
-                'weights before creating the Trainer, then load_states (see docs/coming-from-gluon.md)' % changed[0])
+                'weights before creating the Trainer, then load_states (see docs/coming-from-gluon.md)'
+                % ('distributed' if self._dist else 'a compressing', changed[0]))
         # Reset (MXNet re-creates the store): the store's values become the current
         # weights, its optimizer states start afresh.
         self.kv._kv.set_optimizer(self._name, self._config(sum_keys=','.join(str(k) for k in self._keys)))

@@ -264,10 +264,15 @@ def test_two_trainers_share_a_store():
     td.step()
     tg.step()
     assert (g.item(), d.item()) == (-1.0, pytest.approx(-0.1))
-    tu = pskv.torch.Trainer([scalar()], 'sgd', kv, global_batch_size=1, update_on_kvstore=True)
+    # a store runs one optimizer on all its keys: no sharing with update_on_kvstore, either order
     with pytest.raises(pskv.UsageError, match='another Trainer'):
         pskv.torch.Trainer([scalar()], 'sgd', kv, global_batch_size=1, update_on_kvstore=True)
+    kv2 = pskv.create('local')
+    tu = pskv.torch.Trainer([scalar()], 'sgd', kv2, global_batch_size=1, update_on_kvstore=True)
     assert tu.update_on_kvstore
+    for uok in (True, False):
+        with pytest.raises(pskv.UsageError, match='another Trainer'):
+            pskv.torch.Trainer([scalar()], 'sgd', kv2, global_batch_size=1, update_on_kvstore=uok)
 
 
 def test_argument_errors():
