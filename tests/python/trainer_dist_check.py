@@ -150,11 +150,11 @@ def ckpt(kv, uok, mode, out):
     epochs = 1 if mode == 'first' else 2
     for epoch in range(start, epochs):
         sampler.set_epoch(epoch)
-        if epoch == 1:
-            tr.set_learning_rate(0.05)
         for xb, yb in loader:
             torch.nn.functional.cross_entropy(model(xb), yb).backward()
             tr.step()
+        if epoch == 0:
+            tr.set_learning_rate(0.05)  # the resumed run gets it from the saved optimizer
         if mode == 'first':
             pskv.torch.save_checkpoint(prefix, model, tr, epoch=epoch + 1)
     if mode != 'first':
