@@ -2,10 +2,12 @@
 // behaviour across workers and exits non-zero on a mismatch.
 //
 //   trainer_worker features|stores UPDATE_ON_KVSTORE(0|1) OUT_DIR
+//   trainer_worker ckpt UPDATE_ON_KVSTORE(0|1) full|first|resume OUT_DIR
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 
+#include "pskv/data.h"
 #include "pskv/error.h"
 #include "pskv/torch.h"
 
@@ -127,19 +129,93 @@ int Stores(pskv::KVStore* kv_g, bool uok) {
   return failures ? 1 : 0;
 }
 
+// The dist checkpoint recipe: `full` trains 2 epochs; `first` trains 1 and saves
+// (model on rank 0, optimizer states gathered); `resume` loads and trains epoch 2.
+// Rank 0 writes the final weights to OUT_DIR/MODE.bin for the test to compare.
+int Checkpoint(pskv::KVStore* kv, bool uok, const std::string& mode, const std::string& dir) {
+  const int r = kv->Rank(), n = kv->NumWorkers();
+  torch::manual_seed(0);
+  auto x = torch::randn({96, 8});
+  auto y = (x.slice(1, 0, 4).sum(1) > 0).to(torch::kLong) +
+           2 * (x.slice(1, 4, 8).sum(1) > 0).to(torch::kLong);
+  torch::manual_seed(5 + r);  // differs per worker: the broadcast must fix it
+  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::BatchNorm1d(16),
+                              torch::nn::ReLU(), torch::nn::Linear(16, 4));
+  const std::string model_file = dir + "/ckpt.pt", states_file = dir + "/ckpt.states";
+  if (mode == "resume") torch::load(model, model_file);  // before the Trainer (it broadcasts)
+  pskv::TrainerOptions o;
+  o.optimizer = pskv::OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"},
+                                                          {"momentum", "0.9"},
+                                                          {"wd", "0.0001"},
+                                                          {"lr_scheduler", "factor"},
+                                                          {"lr_step", "4"},
+                                                          {"lr_factor", "0.7"}});
+  o.update_on_kvstore = uok;
+  o.loss_reduction = pskv::LossReduction::kMean;
+  pskv::Trainer t(*model, kv, o);
+  int start = 0;
+  if (mode == "resume") {
+    t.LoadStates(states_file);  // the states and the optimizer (learning rate 0.05)
+    start = 1;
+  }
+  const int64_t batch = 8, epoch_size = pskv::data::EpochSize(96, n, batch);
+  const int epochs = mode == "first" ? 1 : 2;
+  for (int epoch = start; epoch < epochs; ++epoch) {
+    auto order = pskv::data::EpochOrder(96, n, r, batch, epoch_size, 3, epoch, true);
+    for (int64_t b = 0; b < epoch_size; ++b) {
+      auto idx = torch::from_blob(order.data() + b * batch, {batch}, torch::kLong).clone();
+      torch::nn::functional::cross_entropy(model->forward(x.index_select(0, idx)),
+                                           y.index_select(0, idx))
+          .backward();
+      t.Step();
+    }
+    if (epoch == 0) t.SetLearningRate(0.05);
+    if (mode == "first") {
+      t.SaveStates(states_file);  // every worker; rank 0 writes
+      if (r == 0) torch::save(model, model_file);
+      kv->Barrier();
+    }
+  }
+  Check(t.learning_rate() == 0.05, "learning rate after the first epoch", t.learning_rate());
+  if (mode != "first" && r == 0) {
+    std::ofstream f(dir + "/" + mode + ".bin", std::ios::binary);
+    for (auto& p : model->parameters()) {
+      auto c = p.detach().contiguous();
+      f.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+              static_cast<std::streamsize>(c.numel() * 4));
+    }
+    for (auto& b : model->buffers())
+      if (b.scalar_type() == torch::kFloat) {
+        auto c = b.detach().contiguous();
+        f.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+                static_cast<std::streamsize>(c.numel() * 4));
+      }
+  }
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: trainer_worker features UOK OUT_DIR\n");
+    std::fprintf(stderr, "usage: trainer_worker features|stores|ckpt UOK [MODE] OUT_DIR\n");
     return 2;
   }
   try {
     torch::set_num_threads(1);
     auto kv = pskv::KVStore::Create("dist_sync");
     const bool uok = std::atoi(argv[2]) != 0;
-    int rc =
-        std::string(argv[1]) == "stores" ? Stores(kv.get(), uok) : Features(kv.get(), uok, argv[3]);
+    const std::string what = argv[1];
+    int rc = 2;
+    if (what == "stores") {
+      rc = Stores(kv.get(), uok);
+    } else if (what == "ckpt" && argc >= 5) {
+      rc = Checkpoint(kv.get(), uok, argv[3], argv[4]);
+    } else if (what == "features") {
+      rc = Features(kv.get(), uok, argv[3]);
+    } else {
+      std::fprintf(stderr, "trainer_worker: unknown scenario '%s'\n", what.c_str());
+    }
     kv->Barrier();
     return rc;
   } catch (const std::exception& e) {
