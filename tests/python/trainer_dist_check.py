@@ -114,6 +114,17 @@ def gan(kvtype, out):
         tg.zero_grad()
         bce(D(fake), torch.ones(b, 1)).backward()
         tg.step()  # D's gradients from this backward are dropped by td.zero_grad()
+    if kvtype.startswith('dist'):
+        # two more stores with string keys in different orders: ids are per store
+        kv_a, kv_b = pskv.create(kvtype), pskv.create(kvtype)
+        kv_a.init(['x', 'y'], [np.zeros(2, np.float32)] * 2)
+        kv_b.init(['y', 'x'], [np.zeros(2, np.float32)] * 2)
+        a, b = np.full(2, r + 1, np.float32), np.full(2, 10 * (r + 1), np.float32)
+        kv_a.pushpull('x', a)
+        kv_b.pushpull('x', b)
+        assert (a == 3).all() and (b == 30).all(), (a, b)  # summed over workers, no cross-talk
+        kv_a.close()
+        kv_b.close()
     if r == 0:
         w = np.concatenate([t.detach().numpy().ravel() for m in (G, D) for t in m.parameters()])
         np.save(os.path.join(out, 'gan_%s.npy' % kvtype), w)
