@@ -42,8 +42,10 @@ struct SharedNode {
   int next_store = 0;          // under g_shared_mu
   std::unique_ptr<Node> node;  // destroyed before the members above
   std::unique_ptr<KVWorker> worker;
+  bool started = false;  // Start() succeeded: the node must say goodbye
 
   ~SharedNode() {
+    if (!started) return;
     if (node->failure()) {
       node->Abort("the job had failed");
       return;
@@ -85,6 +87,7 @@ class KVStoreDist final : public KVStore {
           for (Engine* en : raw->engines) en->Poison(e);
         });
         sn->node->Start();
+        sn->started = true;
         SetLogName(sn->node->Tag());
         shared_ = sn;
         g_shared = sn;
@@ -97,14 +100,13 @@ class KVStoreDist final : public KVStore {
     }
     node_ = shared_->node.get();
     worker_ = shared_->worker.get();
-    {
-      std::lock_guard<std::mutex> lk(shared_->mu);
-      shared_->engines.insert(&engine_);
-    }
-    if (auto failed = node_->failure()) engine_.Poison(failed);
     if (node_->rank() == 0 && store_id_ == 0)
       worker_->Command(dist::kSetMode, async_ ? "async" : "sync", options_.op_timeout);
     node_->Barrier(kWorkerGroup, options_.op_timeout);
+    // Last, so a constructor that threw leaves no engine behind in shared_.
+    std::lock_guard<std::mutex> lk(shared_->mu);
+    shared_->engines.insert(&engine_);
+    if (auto failed = node_->failure()) engine_.Poison(failed);
   }
 
   ~KVStoreDist() override {
