@@ -192,6 +192,30 @@ TEST_P(TrainerTest, LrMultAndWdMult) {
   EXPECT_THROW(Trainer({a}, pskv::KVStore::Create("local").get(), o), pskv::InvalidArgument);
 }
 
+TEST_P(TrainerTest, ReplicasWithMeanLosses) {
+  auto w0 = Scalar(), w1 = Scalar(5);  // replica 1 starts different: the broadcast fixes it
+  auto o = Opts(GetParam());
+  o.global_batch_size = 0;
+  o.loss_reduction = LossReduction::kMean;
+  Trainer t(std::vector<std::vector<torch::Tensor>>{{w0}, {w1}}, kv.get(), o);
+  EXPECT_EQ(Val(w1), 0.0f);
+  w0.sum().backward();
+  (3 * w1).sum().backward();
+  t.Step();  // (1 + 3) / 2 replicas
+  EXPECT_EQ(Val(w0), -2.0f);
+  EXPECT_EQ(Val(w1), -2.0f);
+  if (!GetParam()) {
+    w0.sum().backward();
+    (3 * w1).sum().backward();
+    t.AllreduceGrads();  // the sum in every replica's .grad
+    EXPECT_EQ(Val(w0.grad()), 4.0f);
+    EXPECT_EQ(Val(w1.grad()), 4.0f);
+    t.Update();
+    EXPECT_EQ(Val(w0), -4.0f);
+    EXPECT_EQ(Val(w1), -4.0f);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(UpdateOnKVStore, TrainerTest, ::testing::Bool());
 
 TEST(Trainer, AllreduceGradsThenUpdate) {

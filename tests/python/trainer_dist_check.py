@@ -69,6 +69,12 @@ def features(kv, uok, out):
         (b * (r + 1)).sum().backward()
         tb.step()
         res['mean'] = b.item()
+        # allreduce_grads(): every worker's .grad holds the sum; update() applies the scale
+        (b * (r + 1)).sum().backward()
+        tb.allreduce_grads()
+        res['allreduced'] = b.grad.item()
+        tb.update()
+        res['update'] = b.item()
     with open(os.path.join(out, 'features%d.json' % r), 'w') as fh:
         json.dump(res, fh)
 
