@@ -228,7 +228,9 @@ int Run(const Args& a) {
   if (a.optimizer == "sgd" || a.optimizer == "nag") op["momentum"] = "0.9";
   topt.optimizer = pskv::OptimizerConfig::FromParams(a.optimizer, op);
   topt.update_on_kvstore = a.update_on_kvstore != 0;
-  topt.global_batch_size = a.batch_size * nw;
+  topt.global_batch_size = a.batch_size * nw;  // the loss below is summed over the batch
+  // Overlap communication with backward (no accumulation or clipping here).
+  topt.push_in_backward = a.devices == 1;
   pskv::Trainer trainer(params, kv.get(), topt);
 
   int64_t epoch_size = pskv::data::EpochSize(train.count, nw, a.batch_size);

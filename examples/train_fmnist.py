@@ -87,8 +87,11 @@ def main():
         kwargs['momentum'] = 0.9
     opt = pskv.optimizer.create(args.optimizer, **kwargs)
     gc = {'type': args.gc_type, 'threshold': args.gc_threshold} if args.gc_type != 'none' else None
-    trainer = pskv.torch.Trainer(model.parameters(), opt, kv, global_batch_size=args.batch_size * nw,
-                                 update_on_kvstore=bool(args.update_on_kvstore), compression_params=gc)
+    # loss summed over the batch (reduction='sum' below); gradients pushed during backward
+    trainer = pskv.torch.Trainer(model.parameters(), opt, kv, loss_reduction='sum',
+                                 global_batch_size=args.batch_size * nw,
+                                 update_on_kvstore=bool(args.update_on_kvstore), compression_params=gc,
+                                 push_in_backward=True)
 
     # num_parts / part_index partitioning and the same number of batches everywhere (spec 7.1, 7.2)
     n = len(y_train)

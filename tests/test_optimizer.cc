@@ -203,3 +203,57 @@ TEST(Optimizer, SaveLoadStatesRoundTrip) {
   EXPECT_THROW(b.LoadStates("garbage"), Error);
   EXPECT_THROW(b.LoadStates(blob.substr(0, blob.size() - 3)), Error);
 }
+
+TEST(OptimizerConfig, PerKeyMultipliersAndSumKeysRoundTrip) {
+  auto c = Cfg("sgd", {{"learning_rate", "1"},
+                       {"wd", "0.5"},
+                       {"lr_mult", "1:0.5,7:2"},
+                       {"wd_mult", "2:0"},
+                       {"sum_keys", "8,9"}});
+  EXPECT_EQ(c.lr_mult, (std::map<int64_t, double>{{1, 0.5}, {7, 2}}));
+  EXPECT_EQ(c.sum_keys, (std::set<int64_t>{8, 9}));
+  auto d = OptimizerConfig::Deserialize(c.Serialize());
+  EXPECT_EQ(d.Serialize(), c.Serialize());
+  EXPECT_EQ(d.wd_mult, c.wd_mult);
+  // a plain config's text has no per-key lines
+  EXPECT_EQ(Cfg("sgd", {}).Serialize().find("_mult"), std::string::npos);
+  EXPECT_EQ(Cfg("sgd", {}).Serialize().find("sum_keys"), std::string::npos);
+  EXPECT_THROW(Cfg("sgd", {{"lr_mult", "3"}}), InvalidArgument);
+  EXPECT_THROW(Cfg("sgd", {{"wd_mult", "3:-1"}}), InvalidArgument);
+}
+
+TEST(Optimizer, LrMultWdMultAndSumKeys) {
+  Optimizer o(Cfg("sgd", {{"learning_rate", "1"},
+                          {"wd", "0.5"},
+                          {"lr_mult", "1:0.5"},
+                          {"wd_mult", "2:0"},
+                          {"sum_keys", "3"}}));
+  NDArray g = NDArray::FromVector({1.0f});
+  std::vector<NDArray> w{W(1), W(1), W(1), W(1)};
+  for (int k = 0; k < 4; ++k) o.Update(k, g, &w[static_cast<size_t>(k)]);
+  EXPECT_FLOAT_EQ(w[0].data<float>()[0], 1 - 1.5f);
+  EXPECT_FLOAT_EQ(w[1].data<float>()[0], 1 - 0.5f * 1.5f);
+  EXPECT_FLOAT_EQ(w[2].data<float>()[0], 0.0f);
+  EXPECT_FLOAT_EQ(w[3].data<float>()[0], 1.0f);  // the pushed sum, no update rule
+  EXPECT_EQ(o.UpdateCount(3), 0);
+}
+
+TEST(Optimizer, DumpedStatesRestoreTheConfig) {
+  Optimizer a(Cfg("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.5"}}));
+  NDArray w = W(0);
+  a.Update(0, NDArray::FromVector({1.0f}), &w);
+  Optimizer kept(Cfg("sgd", {{"learning_rate", "5"}, {"momentum", "0.5"}}));
+  kept.LoadStates(a.SaveStates());
+  EXPECT_EQ(kept.CurrentConfig().learning_rate, 5);  // states only
+  Optimizer restored(Cfg("sgd", {{"learning_rate", "5"}, {"momentum", "0.5"}}));
+  restored.LoadStates(a.SaveStates(/*dump_optimizer=*/true));
+  EXPECT_EQ(restored.CurrentConfig().learning_rate, 0.1);
+  EXPECT_EQ(restored.UpdateCount(0), 1);
+  std::string blob = a.SaveStates();
+  MarkStatesDumped(&blob);
+  EXPECT_EQ(blob, a.SaveStates(true));
+  // a dumped blob of another optimizer type is adopted whole
+  Optimizer other(Cfg("adam", {}));
+  other.LoadStates(a.SaveStates(true));
+  EXPECT_EQ(other.CurrentConfig().type, "sgd");
+}

@@ -137,7 +137,10 @@ class KVStore {
   /// Must be called before the first Init. UsageError on `local` (use `device`).
   virtual void SetGradientCompression(const CompressionConfig& config);
   /// Saves/loads the optimizer's per-key states (UsageError without an optimizer).
-  virtual void SaveOptimizerStates(const std::string& fname);
+  /// `dump_optimizer`: the file also carries the optimizer (MXNet's flag), and
+  /// loading it replaces the store's optimizer configuration (learning rate, ...)
+  /// by the saved one; without it, loading keeps the current configuration.
+  virtual void SaveOptimizerStates(const std::string& fname, bool dump_optimizer = false);
   virtual void LoadOptimizerStates(const std::string& fname);
 
   /// Worker rank in [0, NumWorkers()); 0 for single-machine stores.

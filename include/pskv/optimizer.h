@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,14 @@ struct OptimizerConfig {
   bool centered = false;        ///< rmsprop
   bool multi_precision = false;
   LRSchedule lr_schedule;
+  /// Per-key multipliers of the learning rate and of wd (Gluon's Parameter.lr_mult /
+  /// wd_mult). They travel with the config, so they apply on dist servers too
+  /// (MXNet dropped them there). Parameter form: "3:0.5,7:2".
+  std::map<int64_t, double> lr_mult, wd_mult;
+  /// Keys that are not parameters (e.g. BatchNorm buffers a Trainer keeps equal on
+  /// every worker): no update rule, no state; the pushed sum becomes the stored
+  /// value, as in a store without optimizer. Parameter form: "8,9,10".
+  std::set<int64_t> sum_keys;
 
   /// Text form, one `name=value` per line; round-trips exactly (doubles in %.17g).
   std::string Serialize() const;
@@ -91,8 +100,16 @@ class Optimizer {
   void Update(int64_t key, const NDArray& grad, NDArray* weight);
 
   /// Serialises all per-key states (and the config) to bytes / restores them.
-  std::string SaveStates() const;
+  /// LoadStates keeps this optimizer's configuration, unless the blob was saved
+  /// with `dump_optimizer` (MXNet's save_optimizer_states(dump_optimizer=True)):
+  /// then the saved configuration (learning rate, ...) replaces it.
+  std::string SaveStates(bool dump_optimizer = false) const;
   void LoadStates(const std::string& blob);
+  /// The configuration in use (after a LoadStates of a dumped blob: the saved one).
+  OptimizerConfig CurrentConfig() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return cfg_;
+  }
   /// Number of updates applied to `key` so far (0 if never).
   int64_t UpdateCount(int64_t key) const;
 
@@ -109,5 +126,8 @@ class Optimizer {
   std::map<int64_t, std::unique_ptr<State>> states_;
   int64_t num_update_ = 0;
 };
+
+/// Turns a SaveStates() blob into a dumped one (for states gathered from servers).
+void MarkStatesDumped(std::string* blob);
 
 }  // namespace pskv

@@ -13,7 +13,8 @@ from ._pskv import (Error, InvalidArgument, KeyError, ShapeError, UsageError, Co
 from .kvstore import KVStore, create  # noqa: F401
 from . import optimizer  # noqa: F401
 from . import lr_scheduler  # noqa: F401
+from . import data  # noqa: F401
 
-__all__ = ["create", "KVStore", "optimizer", "lr_scheduler", "Error", "InvalidArgument", "KeyError",
+__all__ = ["create", "KVStore", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument", "KeyError",
            "ShapeError", "UsageError", "ConfigError", "TimeoutError", "ProtocolError", "NodeFailure",
            "IOError"]

@@ -56,6 +56,14 @@ class KVStore(object):
     def __init__(self, handle):
         self._kv = handle
         self._str_names = []  # string keys in first-init order = their int ids (as in C++)
+        self._next_key = 0  # int keys handed out to Trainers sharing this store
+
+    def _reserve_keys(self, n):
+        """A range of n int keys for one Trainer (several may share a store; they
+        must be created in the same order on every worker)."""
+        base = self._next_key
+        self._next_key += n
+        return base
 
     # --- properties
     @property
@@ -150,7 +158,10 @@ class KVStore(object):
         self._kv.set_gradient_compression(params)
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
-        self._kv.save_optimizer_states(fname)
+        """dump_optimizer: the file also carries the optimizer; loading it restores
+        the saved configuration (learning rate, ...) too. In dist mode every worker
+        calls it and rank 0 writes the file."""
+        self._kv.save_optimizer_states(fname, bool(dump_optimizer))
 
     def load_optimizer_states(self, fname):
         self._kv.load_optimizer_states(fname)

@@ -1,90 +1,475 @@
 """PyTorch integration: keep a module's parameters in sync through a pskv store.
 
     kv = pskv.create('dist_sync')
-    trainer = pskv.torch.Trainer(model.parameters(), pskv.optimizer.SGD(learning_rate=0.1, momentum=0.9),
-                                 kv, global_batch_size=batch * kv.num_workers)
+    trainer = pskv.torch.Trainer(model, pskv.optimizer.SGD(learning_rate=0.1, momentum=0.9),
+                                 kv, loss_reduction='mean')
     for x, y in loader:
-        loss = torch.nn.functional.nll_loss(model(x), y, reduction='sum')
-        loss.backward()   # gradients are pushed as backward produces them
-        trainer.step()    # waits for the answers and updates the parameters
+        loss = torch.nn.functional.nll_loss(model(x), y)     # torch's default: mean
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)   # optional: .grad is read in step()
+        trainer.step()    # exchanges the gradients, updates the parameters, clears .grad
 
-Gradients are summed over workers and rescaled by 1/global_batch_size, so n workers
-with batch b train like one process with batch n*b (use a loss summed over the batch).
+Loss-scaling convention (say which one you use; the Trainer never guesses):
+
+* ``loss_reduction='mean'``: every worker's loss is a mean over its own batch. The
+  gradients are summed over workers and divided by the number of workers.
+* ``loss_reduction='sum'`` with ``global_batch_size=B``: the loss is summed over the
+  batch; the gradients are summed over workers and divided by ``B`` (the samples
+  of one step over all workers).
+* ``step(batch_size)`` (Gluon): the summed gradients are divided by ``batch_size``
+  for this step (pass the global batch to average).
+
+The optimizer's own ``rescale_grad`` is multiplied by this scale, never replaced.
+
+Communication: by default ``step()`` pushes the gradients as the user left them in
+``.grad`` (accumulation over several backward passes and gradient clipping work).
+``push_in_backward=True`` overlaps communication with backward: each gradient is
+pushed by a hook as backward produces it; then run all micro-batches but the last
+inside ``with trainer.no_sync():``, and do not modify ``.grad`` between backward and
+``step()``. A second backward without ``step()`` is an error in that mode.
 """
+import contextlib
+import os
+import struct
+import tempfile
+
 import numpy as np
 import torch as _torch
 
 from . import _pskv
 from .kvstore import KVStore, create
 from . import optimizer as _opt
+from .data import epoch_size, partition_range  # noqa: F401  (re-exported for convenience)
+
+_REDUCTIONS = ('mean', 'sum')
+_UNSET = object()
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+def _fmt_mults(m):
+    return ','.join('%d:%r' % (k, float(v)) for k, v in sorted(m.items()))
 
 
 class Trainer(object):
-    def __init__(self, params, optimizer, kvstore='dist_sync', global_batch_size=None,
-                 update_on_kvstore=True, compression_params=None):
-        self.params = [p for p in params]
-        if not self.params:
+    """Gluon's Trainer for torch parameters, over a pskv store.
+
+    params: an ``nn.Module`` (its parameters; its buffers are kept equal on every
+    worker when ``broadcast_buffers``), an iterable of tensors, or of dicts
+    ``{'params': [...], 'lr_mult': x, 'wd_mult': y}``. A parameter's ``lr_mult`` /
+    ``wd_mult`` attribute (Gluon's habit) is honoured too. Parameters with
+    ``requires_grad=False`` are kept equal at the start but never updated.
+    The store keys of this Trainer are consecutive ints, parameters first.
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore=_UNSET, global_batch_size=None,
+                 update_on_kvstore=None, compression_params=None, loss_reduction=None,
+                 push_in_backward=False, broadcast_buffers=True, buffers=None):
+        # Gluon's order is (params, optimizer, optimizer_params, kvstore, ...); earlier
+        # pskv releases took (params, optimizer, kvstore, global_batch_size): both work.
+        if isinstance(optimizer_params, (str, KVStore)):
+            if kvstore is not _UNSET:
+                if global_batch_size is not None:
+                    raise TypeError('global_batch_size given twice')
+                global_batch_size = kvstore
+            optimizer_params, kvstore = None, optimizer_params
+        if kvstore is _UNSET:
+            kvstore = 'dist_sync'
+        module_buffers = []
+        if isinstance(params, _torch.nn.Module):
+            module_buffers = [b for b in params.buffers()]
+            params = params.parameters()
+        self._params, lr_mult, wd_mult = [], {}, {}
+        seen = set()
+        for item in params:
+            group = item if isinstance(item, dict) else {'params': [item]}
+            ps = group['params']
+            ps = [ps] if isinstance(ps, _torch.Tensor) else list(ps)
+            for p in ps:
+                if id(p) in seen:
+                    continue  # a parameter listed twice is kept once (Gluon)
+                seen.add(id(p))
+                i = len(self._params)
+                self._params.append(p)
+                for name, table in (('lr_mult', lr_mult), ('wd_mult', wd_mult)):
+                    v = group.get(name, getattr(p, name, 1.0))
+                    if v != 1.0:
+                        table[i] = float(v)
+        if not self._params:
             raise _pskv.InvalidArgument('Trainer needs parameters')
-        for p in self.params:
-            if p.device.type != 'cpu' or not p.is_contiguous():
-                raise _pskv.InvalidArgument('pskv handles contiguous CPU parameters only on this build')
-        self.kv = create(kvstore) if isinstance(kvstore, str) else kvstore
+        for p in self._params:
+            if not isinstance(p, _torch.Tensor) or p.device.type != 'cpu' or not p.is_contiguous():
+                raise _pskv.InvalidArgument('pskv handles contiguous CPU tensors only on this build')
+        if isinstance(optimizer, str):
+            optimizer = _opt.create(optimizer, **(optimizer_params or {}))
+        elif optimizer_params:
+            raise _pskv.InvalidArgument('optimizer_params must be None when optimizer is an Optimizer')
+        if not isinstance(optimizer, _opt.Optimizer):
+            raise TypeError('optimizer must be a pskv.optimizer.Optimizer or a name')
+
+        owns_store = isinstance(kvstore, str)
+        self.kv = create(kvstore) if owns_store else kvstore
         if not isinstance(self.kv, KVStore):
             raise TypeError('kvstore must be a pskv.KVStore or a type string')
-        if not global_batch_size or global_batch_size <= 0:
-            raise _pskv.InvalidArgument('global_batch_size (samples per step over all workers) is required')
-        if isinstance(optimizer, str):
-            optimizer = _opt.create(optimizer)
+        self._dist = 'dist' in self.kv.type
+        n = self.kv.num_workers
+
+        # --- loss scaling (see the module docstring)
+        if loss_reduction is None and global_batch_size is not None:
+            loss_reduction = 'sum'
+        if loss_reduction is not None and loss_reduction not in _REDUCTIONS:
+            raise _pskv.InvalidArgument("loss_reduction must be 'mean' or 'sum', got %r" % (loss_reduction,))
+        if loss_reduction == 'mean' and global_batch_size is not None:
+            raise _pskv.InvalidArgument("global_batch_size is for loss_reduction='sum'; with 'mean' the "
+                                        'gradients are divided by the number of workers')
+        if global_batch_size is not None and global_batch_size <= 0:
+            raise _pskv.InvalidArgument('global_batch_size must be > 0 (samples per step over all workers)')
+        self._reduction = loss_reduction
+        if loss_reduction == 'mean':
+            self._scale = 1.0 / n
+        elif global_batch_size is not None:
+            self._scale = 1.0 / global_batch_size
+        else:
+            self._scale = None  # Gluon style: every step(batch_size) gives it
+        self._rescale = float(optimizer.rescale_grad)  # the optimizer's own factor, kept
+        self._shipped = self._scale if self._scale is not None else 1.0
+
+        # --- update_on_kvstore, chosen as MXNet's Gluon Trainer does (spec 8.2, 8.3)
+        largest = max(p.numel() for p in self._params)
+        if update_on_kvstore is None:
+            uok = bool(int(os.environ.get('MXNET_UPDATE_ON_KVSTORE', '1')))
+            if owns_store and not self._dist:
+                uok = False  # one device, no dist: MXNet uses no store at all
+            if self.kv.type == 'local' and largest > 16 * 2 ** 20:
+                uok = False
+            if 'async' in self.kv.type:
+                uok = True
+            update_on_kvstore = uok
         if 'async' in self.kv.type and not update_on_kvstore:
             raise _pskv.UsageError('Please set update_on_kvstore=True when training in async mode.')
-        optimizer.rescale_grad = 1.0 / global_batch_size
-        self.update_on_kvstore = update_on_kvstore
+        self._uok = bool(update_on_kvstore)
+
+        # --- keys: this Trainer's range of the store (several Trainers may share one)
+        self._buffers = list(buffers) if buffers is not None else module_buffers
+        if not broadcast_buffers or n == 1:
+            self._buffers = []
+        P, B = len(self._params), len(self._buffers)
+        # A store runs one optimizer, on all its keys: a Trainer with update_on_kvstore
+        # cannot share its store with another Trainer (either order).
+        if getattr(self.kv, '_trainer_optimizer', False) or (self._uok and self.kv._next_key > 0):
+            raise _pskv.UsageError('this store is used by another Trainer and a store runs one optimizer on all '
+                                   'its keys: Trainers share a store only with update_on_kvstore=False; give each '
+                                   'Trainer with update_on_kvstore=True its own store')
+        self._base = self.kv._reserve_keys(P + B)
+        self._keys = [self._base + i for i in range(P)]
+        self._buf_keys = [self._base + P + j for j in range(B)]
+
+        self._name = optimizer.name
+        params_cfg = optimizer.params()
+        params_cfg.pop('lr_mult', None)
+        params_cfg.pop('wd_mult', None)
+        if lr_mult:
+            params_cfg['lr_mult'] = _fmt_mults({self._keys[i]: v for i, v in lr_mult.items()})
+        if wd_mult:
+            params_cfg['wd_mult'] = _fmt_mults({self._keys[i]: v for i, v in wd_mult.items()})
+        if self._buf_keys:
+            params_cfg['sum_keys'] = ','.join(str(k) for k in self._buf_keys)
+        self._cfg = params_cfg
+        self._compression = bool(compression_params)
         if compression_params:
             self.kv.set_gradient_compression(compression_params)
-        if update_on_kvstore:
-            self.kv.set_optimizer(optimizer)
-            self._updater = None
+        self._updater = None
+        if self._uok:
+            self.kv._trainer_optimizer = True
+            self._ship_optimizer()
         else:
-            self._updater = optimizer.create_updater()
-        # Rank 0's initial weights become everyone's.
-        with _torch.no_grad():
-            for i, p in enumerate(self.params):
-                self.kv.broadcast(i, p.data, out=p.data)
-        self._buffers = [np.empty(tuple(p.shape), dtype=p.detach().numpy().dtype) for p in self.params]
-        self._pushed = [False] * len(self.params)
-        self._hold = {}
-        for i, p in enumerate(self.params):
-            p.register_hook(self._make_hook(i))
+            self._updater = _pskv.Optimizer(self._name, self._config())
 
+        # Rank 0's initial weights and buffers become everyone's.
+        with _torch.no_grad():
+            for k, p in zip(self._keys, self._params):
+                self.kv.broadcast(k, p.data, out=p.data)
+            for k, b in zip(self._buf_keys, self._buffers):
+                self.kv.broadcast(k, b.data, out=b.data)
+        self._out = [np.empty(tuple(p.shape), dtype=_np(p).dtype) for p in self._params]
+        self._buf_out = [np.empty(tuple(b.shape), dtype=_np(b).dtype) for b in self._buffers]
+        self._versions = [p._version for p in self._params]
+        self._stepped = False
+
+        self._push_in_backward = bool(push_in_backward)
+        self._no_sync = False
+        self._pushed = [False] * P
+        self._hold = {}
+        if self._push_in_backward:
+            if self._scale is None:
+                raise _pskv.UsageError('push_in_backward=True needs the loss scale at construction: give '
+                                       "loss_reduction='mean' or global_batch_size")
+            for i, p in enumerate(self._params):
+                if p.requires_grad:  # frozen parameters have no gradient (and torch refuses hooks)
+                    p.register_hook(self._make_hook(i))
+
+    # ------------------------------------------------------------ configuration
+    def _config(self, **override):
+        cfg = dict(self._cfg)
+        cfg['rescale_grad'] = repr(self._rescale * self._shipped)
+        cfg.update({k: str(v) for k, v in override.items()})
+        return cfg
+
+    def _ship_optimizer(self):
+        self.kv._kv.set_optimizer(self._name, self._config())
+
+    @property
+    def update_on_kvstore(self):
+        return self._uok
+
+    @property
+    def learning_rate(self):
+        """The base learning rate (before lr_mult and schedules)."""
+        return float(self._cfg['learning_rate'])
+
+    @property
+    def optimizer_config(self):
+        """The optimizer parameters the store or the local updater runs (strings)."""
+        return self._config()
+
+    def set_learning_rate(self, lr):
+        """Sets the base learning rate; the optimizer states (momentum, ...) are kept,
+        also on the servers of a dist store (call it on every worker)."""
+        self._cfg['learning_rate'] = repr(float(lr))
+        self._reconfigure()
+
+    def _reconfigure(self):
+        """Installs self._cfg, keeping the optimizer states."""
+        if not self._uok:
+            blob = self._updater.save_states(False)
+            self._updater = _pskv.Optimizer(self._name, self._config())
+            self._updater.load_states(blob)
+            return
+        # The store's SetOptimizer starts from fresh states: carry them over through a
+        # states file (written and read by rank 0 only).
+        fd, path = tempfile.mkstemp(prefix='pskv_states_')
+        os.close(fd)
+        try:
+            self.kv.save_optimizer_states(path)
+            self._ship_optimizer()
+            self.kv.load_optimizer_states(path)
+        finally:
+            os.unlink(path)
+
+    # ------------------------------------------------------------ backward hooks
     def _make_hook(self, i):
         def hook(grad):
-            self._push(i, grad)
+            if self._no_sync:
+                return None
+            if self._pushed[i]:
+                raise _pskv.UsageError(
+                    'a second backward before step() with push_in_backward=True: the gradient was already '
+                    'sent. Run the micro-batches but the last inside `with trainer.no_sync():`, or use '
+                    'push_in_backward=False to accumulate in .grad')
+            p = self._params[i]
+            # The hook sees this backward's gradient; earlier micro-batches (no_sync) are in .grad.
+            total = grad.detach() if p.grad is None else p.grad.detach() + grad.detach()
+            self._push(i, total.contiguous())
+            return None
         return hook
 
-    def _push(self, i, grad):
-        if self._pushed[i]:
-            return
-        self._pushed[i] = True
-        g = grad.detach().contiguous()
-        self._hold[i] = g
-        # asynchronous: overlaps with the rest of backward; priority = layer index
-        self.kv._kv.pushpull([i], [g.numpy()], [i], [self._buffers[i]], i)
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate in .grad without communication (DDP's
+        no_sync); with push_in_backward the next backward outside pushes the sum."""
+        old, self._no_sync = self._no_sync, True
+        try:
+            yield
+        finally:
+            self._no_sync = old
 
-    def step(self):
-        for i in reversed(range(len(self.params))):
-            if not self._pushed[i]:
-                p = self.params[i]
-                self._push(i, p.grad if p.grad is not None else _torch.zeros_like(p))
-        self.kv.wait()
+    def _push(self, i, g):
+        self._pushed[i] = True
+        self._hold[i] = g
+        # uok: the new weights arrive in _out[i]; otherwise the summed gradient
+        self.kv._kv.pushpull([self._keys[i]], [_np(g)], [self._keys[i]], [self._out[i]], i)
+
+    # ------------------------------------------------------------ steps
+    def _ratio(self, batch_size):
+        if batch_size is not None:
+            if self._reduction == 'mean':
+                raise _pskv.UsageError("step(batch_size) with loss_reduction='mean': the gradients are already "
+                                       'means; call step() without batch_size')
+            if batch_size <= 0:
+                raise _pskv.InvalidArgument('batch_size must be > 0')
+            scale = 1.0 / batch_size
+        elif self._scale is None:
+            raise _pskv.UsageError(
+                "the loss scale is unknown: pass step(batch_size) (Gluon; the summed gradients are divided by "
+                "it), or construct the Trainer with loss_reduction='mean' (mean losses) or "
+                "global_batch_size=... (losses summed over the batch)")
+        else:
+            scale = self._scale
+        return scale / self._shipped
+
+    def _check_weights(self):
+        """Weights changed outside the Trainer after a step (e.g. load_state_dict):
+        MXNet resets the store (non-dist) or raises (dist)."""
+        changed = [i for i, p in enumerate(self._params) if p._version != self._versions[i]]
+        if not changed or not self._uok or not self._stepped:
+            self._versions = [p._version for p in self._params]
+            return
+        if self._dist or self._compression:
+            raise _pskv.UsageError(
+                'Cannot reset %s KVStore: parameter %d was changed outside the Trainer after a step '
+                '(e.g. load_state_dict) while the store holds the weights (update_on_kvstore=True). Load '
+                'weights before creating the Trainer, then load_states (see docs/coming-from-gluon.md)'
+                % ('distributed' if self._dist else 'a compressing', changed[0]))
+        # Reset (MXNet re-creates the store): the store's values become the current
+        # weights, its optimizer states start afresh.
+        self.kv._kv.set_optimizer(self._name, self._config(sum_keys=','.join(str(k) for k in self._keys)))
+        self.kv._kv.push(self._keys, [_np(p) for p in self._params], 0)
+        self.kv._kv.wait(self._keys)
+        self._ship_optimizer()
+        self._versions = [p._version for p in self._params]
+
+    def _active(self):
+        return [i for i, p in enumerate(self._params) if p.requires_grad]
+
+    def _grad(self, i, ratio=1.0):
+        p = self._params[i]
+        g = p.grad if p.grad is not None else _torch.zeros_like(p)
+        if ratio != 1.0:
+            g = g * ratio
+        return g.detach().contiguous()
+
+    def step(self, batch_size=None, ignore_stale_grad=False):
+        """Exchanges the gradients in .grad, updates the parameters and clears .grad.
+        batch_size: Gluon's, see the module docstring."""
+        ratio = self._ratio(batch_size)
+        self._check_weights()
+        if not self._uok:
+            self._allreduce(ratio_for_push=1.0)
+            self._update(ratio)
+        else:
+            if ratio != 1.0 and any(self._pushed):
+                raise _pskv.UsageError('step(batch_size) differs from the scale the gradients were pushed with in '
+                                       'backward; with push_in_backward=True keep the batch size constant')
+            for i in reversed(self._active()):
+                if not self._pushed[i]:
+                    self._push(i, self._grad(i, ratio))
+            self.kv.wait(self._keys)
+            with _torch.no_grad():
+                for i in self._active():
+                    self._params[i].data.copy_(_torch.from_numpy(self._out[i]))
+        self._sync_buffers()
+        self._finish()
+
+    def allreduce_grads(self):
+        """Sums .grad over all workers, in place (update_on_kvstore=False only); then
+        e.g. clip, and call update()."""
+        if self._uok:
+            raise _pskv.UsageError('allreduce_grads() is for update_on_kvstore=False (the store runs the optimizer '
+                                   'otherwise): construct the Trainer with update_on_kvstore=False, or call step()')
+        self._check_weights()
+        self._allreduce(ratio_for_push=1.0)
+        self._reduced = True
+
+    def update(self, batch_size=None, ignore_stale_grad=False):
+        """Updates the parameters from the reduced .grad (after allreduce_grads())."""
+        if self._uok:
+            raise _pskv.UsageError('update() is for update_on_kvstore=False: call step() instead')
+        if not getattr(self, '_reduced', False):
+            raise _pskv.UsageError('update() needs allreduce_grads() first (or call step())')
+        self._update(self._ratio(batch_size))
+        self._sync_buffers()
+        self._finish()
+
+    def _allreduce(self, ratio_for_push):
+        """Non-uok: the summed gradients end up in .grad."""
         with _torch.no_grad():
-            for i, p in enumerate(self.params):
-                if self.update_on_kvstore:
-                    p.data.copy_(_torch.from_numpy(self._buffers[i]))
-                else:
-                    self._updater(i, self._buffers[i], p.data.numpy())
-                p.grad = None
-        self._pushed = [False] * len(self.params)
+            for i in reversed(self._active()):
+                p = self._params[i]
+                if self._pushed[i]:
+                    continue  # pushed by the hook: the sum arrives in self._out[i]
+                if p.grad is None:
+                    p.grad = _torch.zeros_like(p)
+                elif not p.grad.is_contiguous():
+                    p.grad = p.grad.contiguous()
+                self._hold[i] = p.grad
+                g = _np(p.grad)
+                self.kv._kv.pushpull([self._keys[i]], [g], [self._keys[i]], [g], i)
+            self.kv.wait(self._keys)
+            for i in self._active():
+                if self._pushed[i]:
+                    self._params[i].grad = _torch.from_numpy(self._out[i].copy())
+
+    def _update(self, ratio):
+        with _torch.no_grad():
+            for i in self._active():
+                p = self._params[i]
+                g = p.grad if ratio == 1.0 else p.grad * ratio
+                self._updater.update(self._keys[i], _np(g.contiguous()), _np(p.data))
+
+    def _sync_buffers(self):
+        """broadcast_buffers: every worker gets rank 0's buffers (DDP's rule)."""
+        if not self._buffers:
+            return
+        rank0 = self.kv.rank == 0
+        vals = [_np(b).copy() if rank0 else np.zeros_like(o) for b, o in zip(self._buffers, self._buf_out)]
+        self.kv._kv.pushpull(self._buf_keys, vals, self._buf_keys, self._buf_out, 0)
+        self.kv.wait(self._buf_keys)
+        with _torch.no_grad():
+            for b, o in zip(self._buffers, self._buf_out):
+                b.data.copy_(_torch.from_numpy(o))
+
+    def _finish(self):
+        for p in self._params:
+            p.grad = None
+        self._pushed = [False] * len(self._params)
         self._hold.clear()
+        self._reduced = False
+        self._stepped = True
+        self._versions = [p._version for p in self._params]
+
+    def zero_grad(self):
+        for p in self._params:
+            p.grad = None
+
+    # ------------------------------------------------------------ states
+    def save_states(self, fname):
+        """Saves the optimizer states with the optimizer (learning rate, ...). With
+        update_on_kvstore (dist too) the store gathers them: call on every worker;
+        rank 0 writes the file."""
+        if self._uok:
+            self.kv.save_optimizer_states(fname, dump_optimizer=True)
+            return
+        tmp = '%s.tmp%d' % (fname, os.getpid())
+        with open(tmp, 'wb') as f:
+            f.write(self._updater.save_states(True))
+        os.replace(tmp, fname)  # workers writing the same path do not interleave
+
+    def load_states(self, fname):
+        """Loads what save_states wrote: the states and the saved optimizer
+        configuration (call on every worker)."""
+        cfg = _states_config(fname)
+        if self._uok:
+            self.kv.load_optimizer_states(fname)
+        else:
+            with open(fname, 'rb') as f:
+                self._updater.load_states(f.read())
+        if cfg is not None:
+            self._cfg['learning_rate'] = cfg.get('learning_rate', self._cfg['learning_rate'])
+
+
+def _states_config(fname):
+    """The optimizer configuration inside a dumped states file, or None."""
+    with open(fname, 'rb') as f:
+        head = f.read(1 << 16)
+    if head[:8] == b'PSKVDST1':  # dist: server count, then each server's blob
+        head = head[16:]
+    if head[:8] != b'PSKVOPT2':
+        return None
+    (n,) = struct.unpack('<I', head[8:12])
+    text = head[12:12 + n].decode()
+    return dict(line.split('=', 1) for line in text.splitlines() if '=' in line)
 
 
 DistributedOptimizer = Trainer
@@ -98,3 +483,64 @@ def shard(dataset, rank, num_workers):
     start = q * rank + min(rank, r)
     end = start + q + (1 if rank < r else 0)
     return _torch.utils.data.Subset(dataset, range(start, end))
+
+
+class Sampler(_torch.utils.data.Sampler):
+    """Indices of this worker's part of a dataset for torch.utils.data.DataLoader,
+    with MXNet's partitioning (records [floor(n*p/k), floor(n*(p+1)/k)), as
+    MNISTIter's num_parts/part_index) and exactly epoch_size(n, k, batch_size)
+    batches per epoch on every worker (wrapping around like ResizeIter), so sync
+    training never waits for a worker that ran out of data. Shuffled per epoch with
+    `seed` (call set_epoch(e) like DistributedSampler). Same order as the C++
+    pskv::data::EpochOrder.
+
+        sampler = pskv.torch.Sampler(len(ds), batch_size=64, num_parts=kv.num_workers, part_index=kv.rank)
+        loader = DataLoader(ds, batch_size=64, sampler=sampler)
+    """
+
+    def __init__(self, length, batch_size, num_parts=1, part_index=0, shuffle=True, seed=0,
+                 epoch_size=None):
+        from . import data
+        if hasattr(length, '__len__'):
+            length = len(length)
+        partition_range(length, num_parts, part_index)  # validates
+        self.length, self.batch_size = int(length), int(batch_size)
+        self.num_parts, self.part_index = int(num_parts), int(part_index)
+        self.shuffle, self.seed, self.epoch = bool(shuffle), int(seed), 0
+        self.epoch_size = epoch_size if epoch_size is not None else data.epoch_size(length, num_parts, batch_size)
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        from . import data
+        return iter(data.epoch_order(self.length, self.num_parts, self.part_index, self.batch_size,
+                                     self.epoch_size, self.seed, self.epoch, self.shuffle))
+
+    def __len__(self):
+        return self.epoch_size * self.batch_size
+
+
+def save_checkpoint(prefix, model, trainer, **meta):
+    """The dist checkpoint recipe, save side: call on every worker (the optimizer
+    states are gathered collectively); rank 0 writes `prefix.pt` (model state_dict
+    and `meta`, e.g. epoch=...) and `prefix.states` (optimizer states and
+    optimizer). Returns after the files are complete on every worker."""
+    trainer.save_states(prefix + '.states')
+    if trainer.kv.rank == 0:
+        tmp = '%s.pt.tmp%d' % (prefix, os.getpid())
+        _torch.save({'model': model.state_dict(), 'meta': meta}, tmp)
+        os.replace(tmp, prefix + '.pt')
+    trainer.kv.barrier()
+
+
+def load_checkpoint(prefix, model):
+    """The resume side, part 1: call on every worker BEFORE creating the Trainer
+    (the Trainer broadcasts these weights and the store starts from them). Returns
+    the saved `meta` dict, or None if there is no checkpoint. Part 2, after
+    creating the Trainer: ``trainer.load_states(prefix + '.states')``."""
+    if not os.path.exists(prefix + '.pt'):
+        return None
+    saved = _torch.load(prefix + '.pt')
+    model.load_state_dict(saved['model'])
+    return saved['meta']

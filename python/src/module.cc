@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "pskv/data.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/tuning.h"
@@ -27,6 +28,10 @@ namespace {
 DType FromNumpy(const py::dtype& dt) {
   const char kind = dt.kind();
   const auto size = dt.itemsize();
+  // Bytes are read in this machine's order: a byte-swapped array would be misread.
+  if (size > 1 && !dt.attr("isnative").cast<bool>())
+    throw InvalidArgument("array of non-native byte order (" + dt.attr("str").cast<std::string>() +
+                          "): convert it first, e.g. a.astype(a.dtype.newbyteorder('='))");
   if (kind == 'f' && size == 4) return DType::kFloat32;
   if (kind == 'f' && size == 8) return DType::kFloat64;
   if (kind == 'f' && size == 2) return DType::kFloat16;
@@ -79,20 +84,25 @@ struct Handle {
   }
 };
 
-// A C-contiguous numpy array as an NDArray sharing its memory.
-NDArray Wrap(const py::array& a) {
+// A C-contiguous numpy array as an NDArray sharing its memory. `writable`: the
+// array receives results (pull/pushpull outputs), so a read-only one is refused.
+NDArray Wrap(const py::array& a, bool writable = false) {
   if (!(a.flags() & py::array::c_style))
     throw InvalidArgument("arrays must be C-contiguous (use numpy.ascontiguousarray)");
+  if (writable && !a.writeable())
+    throw InvalidArgument(
+        "an output array is read-only (numpy flags.writeable is False, e.g. np.frombuffer of "
+        "bytes): pass a writable array, e.g. a copy");
   Shape shape(a.shape(), a.shape() + a.ndim());
   auto* ref = new py::object(a);
   std::shared_ptr<void> keep(ref, [](py::object* o) { ReleaseUnderGil(o); });
   return NDArray::Wrap(const_cast<void*>(a.data()), shape, FromNumpy(a.dtype()), keep);
 }
 
-std::vector<NDArray> WrapAll(const std::vector<py::array>& v) {
+std::vector<NDArray> WrapAll(const std::vector<py::array>& v, bool writable = false) {
   std::vector<NDArray> out;
   out.reserve(v.size());
-  for (auto& a : v) out.push_back(Wrap(a));
+  for (auto& a : v) out.push_back(Wrap(a, writable));
   return out;
 }
 
@@ -102,17 +112,47 @@ py::array View(const NDArray& a) {
   return py::array(ToNumpy(a.dtype()), shape, a.raw(), py::none());
 }
 
-// Keys arrive as a list of ints or a list of strs.
-bool IsStrKeys(const py::list& keys) {
-  return keys.size() > 0 && py::isinstance<py::str>(keys[0]);
+// Keys arrive as a list of ints or a list of strs. They are converted while the
+// GIL is held (converting after releasing it crashed on a bad key) and int keys
+// are range-checked here: a Python int can exceed the C++ int.
+struct Keys {
+  bool str = false;
+  std::vector<int> ints;
+  std::vector<std::string> strs;
+};
+
+Keys ToKeys(const py::list& keys) {
+  Keys k;
+  k.str = keys.size() > 0 && py::isinstance<py::str>(keys[0]);
+  for (const auto& o : keys) {
+    if (k.str) {
+      if (!py::isinstance<py::str>(o)) throw KeyError("int and str keys mixed in one call");
+      k.strs.push_back(o.cast<std::string>());
+      continue;
+    }
+    if (!py::isinstance<py::int_>(o) || py::isinstance<py::bool_>(o))
+      throw KeyError("keys must be ints or strs, got " +
+                     py::cast<std::string>(py::str(py::type::of(o).attr("__name__"))));
+    long long v;
+    try {
+      v = o.cast<long long>();
+    } catch (const py::cast_error&) {
+      v = -1;  // beyond 64 bits
+    }
+    if (v < 0 || v > INT32_MAX)
+      throw KeyError("key " + py::cast<std::string>(py::str(o)) +
+                     " is out of range: int keys must be in [0, 2147483647]");
+    k.ints.push_back(static_cast<int>(v));
+  }
+  return k;
 }
 
 template <typename F>
-void WithKeys(const py::list& keys, F&& f) {
-  if (IsStrKeys(keys)) {
-    f(keys.cast<std::vector<std::string>>());
+void WithKeys(const Keys& keys, F&& f) {
+  if (keys.str) {
+    f(keys.strs);
   } else {
-    f(keys.cast<std::vector<int>>());
+    f(keys.ints);
   }
 }
 
@@ -191,43 +231,47 @@ PYBIND11_MODULE(_pskv, m) {
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
              KVStore& kv = h.kv();
              auto v = WrapAll(vals);
+             Keys ks = ToKeys(keys);
              py::gil_scoped_release nogil;
-             WithKeys(keys, [&](auto k) { kv.Init(k, v); });
+             WithKeys(ks, [&](const auto& k) { kv.Init(k, v); });
            })
       .def("push",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio) {
              KVStore& kv = h.kv();
              auto v = WrapAll(vals);
+             Keys ks = ToKeys(keys);
              py::gil_scoped_release nogil;
-             WithKeys(keys, [&](auto k) { kv.Push(k, v, prio); });
+             WithKeys(ks, [&](const auto& k) { kv.Push(k, v, prio); });
            })
       .def("pull",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio) {
              KVStore& kv = h.kv();
-             auto o = WrapAll(outs);
+             auto o = WrapAll(outs, /*writable=*/true);
+             Keys ks = ToKeys(keys);
              py::gil_scoped_release nogil;
-             WithKeys(keys, [&](auto k) { kv.Pull(k, o, prio); });
+             WithKeys(ks, [&](const auto& k) { kv.Pull(k, o, prio); });
            })
       .def("pushpull",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
               const py::list& out_keys, const std::vector<py::array>& outs, int prio) {
              KVStore& kv = h.kv();
              auto v = WrapAll(vals);
-             auto o = WrapAll(outs);
+             auto o = WrapAll(outs, /*writable=*/true);
+             Keys ks = ToKeys(keys), oks = ToKeys(out_keys);
+             if (ks.str != oks.str) throw KeyError("int and str keys mixed in one call");
              py::gil_scoped_release nogil;
-             if (IsStrKeys(keys)) {
-               kv.PushPull(keys.cast<std::vector<std::string>>(), v,
-                           out_keys.cast<std::vector<std::string>>(), o, prio);
+             if (ks.str) {
+               kv.PushPull(ks.strs, v, oks.strs, o, prio);
              } else {
-               kv.PushPull(keys.cast<std::vector<int>>(), v, out_keys.cast<std::vector<int>>(), o,
-                           prio);
+               kv.PushPull(ks.ints, v, oks.ints, o, prio);
              }
            })
       .def("wait",
            [](Handle& h, const py::list& keys) {
              KVStore& kv = h.kv();
+             Keys ks = ToKeys(keys);
              py::gil_scoped_release nogil;
-             WithKeys(keys, [&](auto k) { kv.Wait(k); });
+             WithKeys(ks, [&](const auto& k) { kv.Wait(k); });
            })
       .def("wait_all",
            [](Handle& h) {
@@ -267,10 +311,10 @@ PYBIND11_MODULE(_pskv, m) {
              }));
            })
       .def("save_optimizer_states",
-           [](Handle& h, const std::string& f) {
+           [](Handle& h, const std::string& f, bool dump) {
              KVStore& kv = h.kv();
              py::gil_scoped_release nogil;
-             kv.SaveOptimizerStates(f);
+             kv.SaveOptimizerStates(f, dump);
            })
       .def("load_optimizer_states", [](Handle& h, const std::string& f) {
         KVStore& kv = h.kv();
@@ -288,5 +332,16 @@ PYBIND11_MODULE(_pskv, m) {
              py::gil_scoped_release nogil;
              o.Update(key, g, &w);
            })
-      .def("serialize", [](const Optimizer& o) { return o.config().Serialize(); });
+      .def("serialize", [](const Optimizer& o) { return o.CurrentConfig().Serialize(); })
+      .def("save_states",
+           [](const Optimizer& o, bool dump) { return py::bytes(o.SaveStates(dump)); })
+      .def("load_states", [](Optimizer& o, const py::bytes& b) { o.LoadStates(std::string(b)); });
+
+  // Data-parallel helpers (include/pskv/data.h): the same functions as C++.
+  py::module_ d = m.def_submodule("data");
+  d.def("partition_range", &data::PartitionRange);
+  d.def("epoch_size", &data::EpochSize);
+  d.def("epoch_order", &data::EpochOrder);
+  d.def("split_batch", &data::SplitBatch);
+  d.def("split_by_workload", &data::SplitByWorkload);
 }

@@ -60,9 +60,27 @@ inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t 
   return out;
 }
 
-/// The ps key of `key` on server `rank`.
-inline uint64_t PsKey(int key, int rank, int num_servers) {
+/// The ps key of `key` on server `rank`. `key` may carry a store id (WireKey).
+inline uint64_t PsKey(int64_t key, int rank, int num_servers) {
   return KVWorker::ServerRange(rank, num_servers).first + static_cast<uint64_t>(key);
+}
+
+// Several dist stores of one worker process share its node (trainer branch): the
+// key k of store s travels as the 64-bit WireKey (s << 32) | k, and the commands
+// that concern one store (optimizer, states) carry s in bits 8.. of the head.
+// Store 0 is exactly the single-store encoding.
+constexpr int kMaxStores = 1 << 16;
+inline int64_t WireKey(int store, int key) {
+  return (static_cast<int64_t>(store) << 32) | static_cast<int64_t>(key);
+}
+inline int StoreOf(int64_t wire_key) {
+  return static_cast<int>(wire_key >> 32);
+}
+inline int KeyOf(int64_t wire_key) {
+  return static_cast<int>(wire_key & 0xffffffff);
+}
+inline int StoreCommand(int cmd, int store) {
+  return cmd | (store << 8);
 }
 
 }  // namespace pskv::dist

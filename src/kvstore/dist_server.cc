@@ -49,8 +49,13 @@ void DistServer::Detach(KeyState& st) {
   }
 }
 
+Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
+  auto it = optimizers_.find(dist::StoreOf(wire_key));
+  return it == optimizers_.end() ? nullptr : it->second.get();
+}
+
 void DistServer::Reply(KVServer* srv, const KVRequest& req,
-                       const std::vector<std::pair<int, KeyState*>>& keys) {
+                       const std::vector<std::pair<int64_t, KeyState*>>& keys) {
   if (!req.pull || keys.empty()) {
     srv->Respond(req);
     return;
@@ -100,8 +105,8 @@ void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_
                                st.value.size());
     return;
   }
-  const bool mp =
-      optimizer_ && optimizer_->config().multi_precision && IsLowPrecision(st.value.dtype());
+  const Optimizer* opt = OptimizerOf(st.wire_key);
+  const bool mp = opt && opt->config().multi_precision && IsLowPrecision(st.value.dtype());
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
   const size_t es = DTypeSize(st.value.dtype());
@@ -119,10 +124,10 @@ void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_
   });
 }
 
-void DistServer::ApplyRound(int key, KeyState& st) {
+void DistServer::ApplyRound(int64_t key, KeyState& st) {
   Detach(st);
-  if (optimizer_) {
-    optimizer_->Update(key, st.merge, &st.value);
+  if (Optimizer* opt = OptimizerOf(key)) {
+    opt->Update(dist::KeyOf(key), st.merge, &st.value);
   } else {
     st.value.CopyFrom(st.merge);  // no optimizer: the sum becomes the value
   }
@@ -143,16 +148,18 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   const DType dtype = static_cast<DType>(dt);
   const std::string me_name = node_->Tag();
 
-  std::vector<std::pair<int, KeyState*>> answer;
+  std::vector<std::pair<int64_t, KeyState*>> answer;
   uint64_t off = 0;
   for (uint32_t i = 0; i < m.num_keys(); ++i) {
     const uint64_t ps_key = m.key_ptr()[i], len = m.len_ptr()[i];
     const uint64_t key_off = off;
     off += len;
-    if (ps_key < base || ps_key - base > static_cast<uint64_t>(INT32_MAX))
+    const uint64_t local = ps_key - base;  // a wire key: store id and key
+    if (ps_key < base || (local & 0xffffffff) > static_cast<uint64_t>(INT32_MAX) ||
+        (local >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
       return fail(ErrorKind::kInvalid,
                   "key " + std::to_string(ps_key) + " does not belong to " + me_name);
-    const int key = static_cast<int>(ps_key - base);
+    const int64_t key = static_cast<int64_t>(local);
     auto it = store_.find(key);
     if (kind == Kind::kInit) {
       if (it != store_.end())
@@ -160,6 +167,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       if (len % DTypeSize(dtype))
         return fail(ErrorKind::kShape, "init value size is not a whole number of elements");
       KeyState st;
+      st.wire_key = key;
       st.value = NDArray({static_cast<int64_t>(len / DTypeSize(dtype))}, dtype);
       m.CopyVals(key_off, len, static_cast<char*>(st.value.raw()));
       store_.emplace(key, std::move(st));
@@ -218,7 +226,8 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
         return;  // answered when the round completes
       }
       // async: apply at once
-      if (!optimizer_)
+      Optimizer* opt = OptimizerOf(key);
+      if (!opt)
         return fail(ErrorKind::kUsage,
                     "Updater needs to be set for async mode: call SetOptimizer "
                     "on the dist_async store before pushing");
@@ -234,7 +243,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
         grad = View(data, len, dtype);
       }
       try {
-        optimizer_->Update(key, grad, &st.value);
+        opt->Update(dist::KeyOf(key), grad, &st.value);
       } catch (const std::exception& e) {
         return fail(KindOf(e), std::string("update failed: ") + e.what());
       }
@@ -246,6 +255,10 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
 }
 
 std::string DistServer::Command(int sender, int head, const std::string& body) {
+  const int store = head >> 8;  // the worker-side store a command concerns
+  head &= 0xff;
+  // That store's optimizer (named as the former member, which keeps this diff small).
+  std::unique_ptr<Optimizer>& optimizer_ = optimizers_[store];
   switch (head) {
     case dist::kSetMode:
       if (body != "sync" && body != "async") throw InvalidArgument("bad mode '" + body + "'");
@@ -305,7 +318,7 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       while (std::getline(is, line)) {
         auto tab = line.find('\t');
         if (tab == std::string::npos) throw InvalidArgument("bad string-key report");
-        int id = std::stoi(line.substr(0, tab));
+        int64_t id = std::stoll(line.substr(0, tab));  // a wire id
         std::string name = line.substr(tab + 1);
         auto it = string_keys_.find(id);
         if (it == string_keys_.end()) {

@@ -40,14 +40,17 @@ class DistServer {
     std::vector<KVRequest> waiting;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t rounds = 0;
+    int64_t wire_key = 0;  // (store id << 32) | key
   };
   void Handle(KVRequest&& req, KVServer* srv);
   std::string Command(int sender, int head, const std::string& body);
   void HandleKey(const KVRequest& req, KVServer* srv, size_t i, uint64_t offset, bool* answered);
   void Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len);
-  void ApplyRound(int key, KeyState& st);
+  void ApplyRound(int64_t key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
-             const std::vector<std::pair<int, KeyState*>>& keys);
+             const std::vector<std::pair<int64_t, KeyState*>>& keys);
+  /// The optimizer of the store that `wire_key` belongs to, or null.
+  Optimizer* OptimizerOf(int64_t wire_key) const;
   void FailRound(KeyState& st, const std::string& why);
   /// Before modifying a value: if a reply still references its memory, move to a copy.
   void Detach(KeyState& st);
@@ -57,12 +60,14 @@ class DistServer {
   KVServer server_;
   Reducer reducer_;
   bool sync_ = false;
-  std::unique_ptr<Optimizer> optimizer_;
+  // Keys are wire keys: (store id << 32) | key (dist_protocol.h); one optimizer
+  // per store of the worker processes (store 0 for single-store jobs).
+  std::map<int, std::unique_ptr<Optimizer>> optimizers_;
   std::unique_ptr<GradientCompressor> compressor_;
-  std::map<int, KeyState> store_;
+  std::map<int64_t, KeyState> store_;
   std::set<int> done_workers_;
-  std::map<int, std::string> string_keys_;  // id -> name, as first reported
-  std::map<int, int> string_key_source_;    // id -> worker that reported it first
+  std::map<int64_t, std::string> string_keys_;  // wire id -> name, as first reported
+  std::map<int64_t, int> string_key_source_;    // wire id -> worker that reported it first
 };
 
 /// Runs this process's role (options.role must be server or scheduler) until the

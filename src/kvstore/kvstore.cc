@@ -281,14 +281,14 @@ void KVStore::SetGradientCompression(const CompressionConfig&) {
                    "'; use 'device' or a dist type");
 }
 
-void KVStore::SaveOptimizerStates(const std::string& fname) {
+void KVStore::SaveOptimizerStates(const std::string& fname, bool dump_optimizer) {
   if (!optimizer_)
     throw UsageError(
         "Cannot save optimizer states: no optimizer is set on this store "
         "(call SetOptimizer first)");
   WaitAll();
   std::ofstream f(fname, std::ios::binary);
-  std::string blob = optimizer_->SaveStates();
+  std::string blob = optimizer_->SaveStates(dump_optimizer);
   f.write(blob.data(), static_cast<std::streamsize>(blob.size()));
   if (!f) throw IOError("cannot write optimizer states to '" + fname + "'");
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "common/byte_io.h"
@@ -28,20 +29,84 @@ namespace {
 
 using dist::Kind;
 
+// One node per worker process, shared by every dist store the process creates
+// (trainer branch: MXNet allowed several stores per process, e.g. one per Trainer
+// of a GAN). The stores get ids 0, 1, ... in creation order — every worker must
+// create them in the same order — and their keys travel in separate namespaces
+// (dist::WireKey). The last store to close ends the node.
+struct SharedNode {
+  Options options;
+  std::mutex mu;              // engines
+  std::set<Engine*> engines;  // poisoned when a peer fails
+  bool async = false;
+  int next_store = 0;          // under g_shared_mu
+  std::unique_ptr<Node> node;  // destroyed before the members above
+  std::unique_ptr<KVWorker> worker;
+  bool started = false;  // Start() succeeded: the node must say goodbye
+
+  ~SharedNode() {
+    if (!started) return;
+    if (node->failure()) {
+      node->Abort("the job had failed");
+      return;
+    }
+    try {
+      // Tell the servers no more pushes come from here (so a sync round that waits
+      // for this worker fails with a message instead of hanging), then the final
+      // barrier over all nodes.
+      worker->Command(dist::kWorkerDone, "", options.op_timeout);
+      node->Finalize(options.op_timeout);
+    } catch (const std::exception& e) {
+      PSKV_ERROR("closing the dist store failed: " << e.what());
+      node->Abort(e.what());
+    }
+  }
+};
+
+std::mutex g_shared_mu;
+std::weak_ptr<SharedNode> g_shared;
+
 class KVStoreDist final : public KVStore {
  public:
   KVStoreDist(std::string type, Options options)
       : KVStore(std::move(type), std::move(options)),
         async_(type_.find("async") != std::string::npos),
         reducer_(options_.bigarray_bound, options_.reduction_threads) {
-    node_ = std::make_unique<Node>(options_);
-    worker_ = std::make_unique<KVWorker>(node_.get());
-    node_->AddFailureHandler([this](std::exception_ptr e) { engine_.Poison(e); });
-    node_->Start();
-    SetLogName(node_->Tag());
-    if (node_->rank() == 0)
+    {
+      std::lock_guard<std::mutex> lk(g_shared_mu);
+      shared_ = g_shared.lock();
+      if (!shared_) {
+        auto sn = std::make_shared<SharedNode>();
+        sn->options = options_;
+        sn->async = async_;
+        sn->node = std::make_unique<Node>(options_);
+        sn->worker = std::make_unique<KVWorker>(sn->node.get());
+        SharedNode* raw = sn.get();
+        sn->node->AddFailureHandler([raw](std::exception_ptr e) {
+          std::lock_guard<std::mutex> lk(raw->mu);
+          for (Engine* en : raw->engines) en->Poison(e);
+        });
+        sn->node->Start();
+        sn->started = true;
+        SetLogName(sn->node->Tag());
+        shared_ = sn;
+        g_shared = sn;
+      } else if (shared_->async != async_) {
+        throw UsageError("the dist stores of one process must all be sync or all async ('" + type_ +
+                         "' after a " + (shared_->async ? "async" : "sync") + " store)");
+      }
+      store_id_ = shared_->next_store++;
+      if (store_id_ >= dist::kMaxStores) throw UsageError("too many dist stores in one process");
+    }
+    node_ = shared_->node.get();
+    worker_ = shared_->worker.get();
+    if (node_->rank() == 0 && store_id_ == 0)
       worker_->Command(dist::kSetMode, async_ ? "async" : "sync", options_.op_timeout);
     node_->Barrier(kWorkerGroup, options_.op_timeout);
+    // Last, so a constructor that threw leaves no engine behind in shared_.
+    std::lock_guard<std::mutex> lk(shared_->mu);
+    shared_->engines.insert(&engine_);
+    if (auto failed = node_->failure()) engine_.Poison(failed);
   }
 
   ~KVStoreDist() override {
@@ -51,20 +116,12 @@ class KVStoreDist final : public KVStore {
       PSKV_WARN("operations failed before the store was closed: " << e.what());
     }
     engine_.Shutdown(std::chrono::seconds(1));
-    if (node_->failure()) {
-      node_->Abort("the job had failed");
-      return;
+    {
+      std::lock_guard<std::mutex> lk(shared_->mu);
+      shared_->engines.erase(&engine_);
     }
-    try {
-      // Tell the servers no more pushes come from here (so a sync round that waits
-      // for this worker fails with a message instead of hanging), then the final
-      // barrier over all nodes.
-      worker_->Command(dist::kWorkerDone, "", options_.op_timeout);
-      node_->Finalize(options_.op_timeout);
-    } catch (const std::exception& e) {
-      PSKV_ERROR("closing the dist store failed: " << e.what());
-      node_->Abort(e.what());
-    }
+    std::lock_guard<std::mutex> lk(g_shared_mu);
+    shared_.reset();  // the last store of the process ends the node
   }
 
   int Rank() const override { return node_->rank(); }
@@ -74,7 +131,8 @@ class KVStoreDist final : public KVStore {
   void SetOptimizer(const OptimizerConfig& config) override {
     config.Validate();
     if (node_->rank() == 0)
-      worker_->Command(dist::kSetOptimizer, config.Serialize(), options_.op_timeout);
+      worker_->Command(dist::StoreCommand(dist::kSetOptimizer, store_id_), config.Serialize(),
+                       options_.op_timeout);
     has_server_optimizer_ = true;
     node_->Barrier(kWorkerGroup, options_.op_timeout);
   }
@@ -94,10 +152,14 @@ class KVStoreDist final : public KVStore {
     node_->Barrier(kWorkerGroup, options_.op_timeout);
   }
 
-  void SaveOptimizerStates(const std::string& fname) override {
+  void SaveOptimizerStates(const std::string& fname, bool dump_optimizer) override {
     WaitAll();
-    auto blobs = worker_->Command(dist::kSaveStates, "", options_.op_timeout);
+    auto blobs =
+        worker_->Command(dist::StoreCommand(dist::kSaveStates, store_id_), "", options_.op_timeout);
     if (node_->rank() != 0) return;  // rank 0 writes the file
+    // dump_optimizer (trainer branch): each server then adopts the saved config on load.
+    if (dump_optimizer)
+      for (auto& b : blobs) MarkStatesDumped(&b);
     ByteWriter w;
     w.PutBytes("PSKVDST1", 8);
     w.Put<uint32_t>(static_cast<uint32_t>(blobs.size()));
@@ -123,7 +185,8 @@ class KVStoreDist final : public KVStore {
       std::fclose(f);
       if (data.size() < 8 || data.compare(0, 8, "PSKVDST1") != 0)
         throw IOError("'" + fname + "' is not a pskv dist optimizer-states file");
-      worker_->Command(dist::kLoadStates, data.substr(8), options_.op_timeout);
+      worker_->Command(dist::StoreCommand(dist::kLoadStates, store_id_), data.substr(8),
+                       options_.op_timeout);
     }
     node_->Barrier(kWorkerGroup, options_.op_timeout);
   }
@@ -163,7 +226,8 @@ class KVStoreDist final : public KVStore {
              dist::PlaceKey(keys[i], m->size, node_->num_servers(), options_.bigarray_bound)) {
           if (s.len == 0) continue;
           m->slices.push_back(s);
-          m->ps_keys.push_back(dist::PsKey(keys[i], s.server, node_->num_servers()));
+          m->ps_keys.push_back(
+              dist::PsKey(dist::WireKey(store_id_, keys[i]), s.server, node_->num_servers()));
           m->lens.push_back(static_cast<uint64_t>(s.len) * DTypeSize(m->dtype));
           if (compressor_)
             m->comp_lens.push_back(static_cast<uint64_t>(compressor_->CompressedBytes(s.len)));
@@ -195,7 +259,9 @@ class KVStoreDist final : public KVStore {
 
   void OnStringKeyCreated(const std::string& name, int id) override {
     // Every worker reports its id assignment; the servers compare (spec 2.2 MUST).
-    worker_->Command(dist::kCheckStringKeys, std::to_string(id) + "\t" + name, options_.op_timeout);
+    worker_->Command(dist::kCheckStringKeys,
+                     std::to_string(dist::WireKey(store_id_, id)) + "\t" + name,
+                     options_.op_timeout);
   }
 
   void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
@@ -371,8 +437,10 @@ class KVStoreDist final : public KVStore {
   std::unique_ptr<GradientCompressor> compressor_;
   std::mutex mu_;
   std::map<int, std::unique_ptr<KeyMeta>> keys_;
-  std::unique_ptr<Node> node_;
-  std::unique_ptr<KVWorker> worker_;
+  std::shared_ptr<SharedNode> shared_;
+  int store_id_ = 0;
+  Node* node_ = nullptr;  // shared_'s
+  KVWorker* worker_ = nullptr;
   Engine engine_;
 };
 

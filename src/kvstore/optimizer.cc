@@ -124,7 +124,26 @@ bool Apply(OptimizerConfig& c, const std::string& k, const std::string& v) {
     s.warmup_steps = ToInt(k, v);
   else if (k == "warmup_begin_lr")
     s.warmup_begin_lr = ToNum(k, v);
-  else
+  else if (k == "lr_mult" || k == "wd_mult") {
+    auto& m = k == "lr_mult" ? c.lr_mult : c.wd_mult;
+    m.clear();
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item.empty()) continue;
+      auto colon = item.find(':');
+      if (colon == std::string::npos)
+        throw InvalidArgument("optimizer parameter " + k +
+                              " must look like 'key:mult,key:mult', got '" + v + "'");
+      m[ToInt(k, item.substr(0, colon))] = ToNum(k, item.substr(colon + 1));
+    }
+  } else if (k == "sum_keys") {
+    c.sum_keys.clear();
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) c.sum_keys.insert(ToInt(k, item));
+  } else
     return false;
   return true;
 }
@@ -132,7 +151,7 @@ bool Apply(OptimizerConfig& c, const std::string& k, const std::string& v) {
 const char* kKnownParams =
     "learning_rate, wd, rescale_grad, clip_gradient, momentum, beta1, beta2, epsilon, rho, "
     "centered, multi_precision, lr_scheduler, lr_step, lr_steps, lr_factor, stop_factor_lr, "
-    "max_update, final_lr, warmup_steps, warmup_begin_lr";
+    "max_update, final_lr, warmup_steps, warmup_begin_lr, lr_mult, wd_mult, sum_keys";
 
 }  // namespace
 
@@ -162,6 +181,28 @@ std::string OptimizerConfig::Serialize() const {
      << "final_lr=" << Fmt(lr_schedule.final_lr) << "\n"
      << "warmup_steps=" << lr_schedule.warmup_steps << "\n"
      << "warmup_begin_lr=" << Fmt(lr_schedule.warmup_begin_lr) << "\n";
+  // Per-key fields only when set (keeps the text of plain configs unchanged).
+  auto mults = [&](const char* name, const std::map<int64_t, double>& m) {
+    if (m.empty()) return;
+    os << name << "=";
+    bool first = true;
+    for (auto& [key, x] : m) {
+      os << (first ? "" : ",") << key << ":" << Fmt(x);
+      first = false;
+    }
+    os << "\n";
+  };
+  mults("lr_mult", lr_mult);
+  mults("wd_mult", wd_mult);
+  if (!sum_keys.empty()) {
+    os << "sum_keys=";
+    bool first = true;
+    for (int64_t key : sum_keys) {
+      os << (first ? "" : ",") << key;
+      first = false;
+    }
+    os << "\n";
+  }
   return os.str();
 }
 
@@ -216,6 +257,10 @@ void OptimizerConfig::Validate() const {
   need(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1)");
   need(epsilon > 0, "epsilon must be > 0");
   need(rho >= 0 && rho < 1, "rho must be in [0, 1)");
+  for (auto& [key, m] : lr_mult)
+    need(std::isfinite(m), "lr_mult of key " + std::to_string(key) + " must be finite");
+  for (auto& [key, m] : wd_mult)
+    need(m >= 0 && std::isfinite(m), "wd_mult of key " + std::to_string(key) + " must be >= 0");
   const LRSchedule& s = lr_schedule;
   if (s.type == "factor") {
     need(s.step >= 1, "lr_step must be >= 1 for the factor schedule");
@@ -252,11 +297,11 @@ int NumSlots(const OptimizerConfig& c) {
 }
 
 // Runs the update rule on float32 buffers.
-void UpdateF32(const OptimizerConfig& c, double lr, int64_t t, const float* grad, float* w,
-               std::vector<NDArray>& slots, int64_t n) {
+void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const float* grad,
+               float* w, std::vector<NDArray>& slots, int64_t n) {
   const float rescale = static_cast<float>(c.rescale_grad);
   const float clip = static_cast<float>(c.clip_gradient);
-  const float wd = static_cast<float>(c.wd);
+  const float wd = static_cast<float>(wd_);
   const float flr = static_cast<float>(lr);
   auto G = [&](int64_t i) {
     float g = rescale * grad[i];
@@ -364,8 +409,13 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
     throw ShapeError("optimizer update of key " + std::to_string(key) + ": gradient has " +
                      std::to_string(grad.size()) + " elements, weight has " +
                      std::to_string(weight->size()));
+  if (cfg_.sum_keys.count(key)) {  // not a parameter: the pushed sum becomes the value
+    weight->CopyFrom(grad.dtype() == weight->dtype() ? grad : grad.AsType(weight->dtype()),
+                     /*allow_reshape=*/true);
+    return;
+  }
   State* st;
-  double lr;
+  double lr, wd = cfg_.wd;
   int64_t t;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -374,16 +424,18 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
     num_update_ = std::max(num_update_, t);
     lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
   }
+  if (auto it = cfg_.lr_mult.find(key); it != cfg_.lr_mult.end()) lr *= it->second;
+  if (auto it = cfg_.wd_mult.find(key); it != cfg_.wd_mult.end()) wd *= it->second;
   NDArray g32 = grad.dtype() == DType::kFloat32 ? grad : grad.AsType(DType::kFloat32);
   const int64_t n = weight->size();
   if (!st->master.empty()) {
-    UpdateF32(cfg_, lr, t, g32.data<float>(), st->master.data<float>(), st->slots, n);
+    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), st->master.data<float>(), st->slots, n);
     weight->CopyFrom(st->master, /*allow_reshape=*/true);
   } else if (weight->dtype() == DType::kFloat32) {
-    UpdateF32(cfg_, lr, t, g32.data<float>(), weight->data<float>(), st->slots, n);
+    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), weight->data<float>(), st->slots, n);
   } else {
     NDArray w32 = weight->AsType(DType::kFloat32);
-    UpdateF32(cfg_, lr, t, g32.data<float>(), w32.data<float>(), st->slots, n);
+    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), w32.data<float>(), st->slots, n);
     weight->CopyFrom(w32);
   }
 }
@@ -396,6 +448,9 @@ int64_t Optimizer::UpdateCount(int64_t key) const {
 
 namespace {
 constexpr char kStatesMagic[] = "PSKVOPT1";
+// Same layout; the loader also adopts the saved configuration (MXNet's
+// save_optimizer_states(dump_optimizer=True)).
+constexpr char kDumpedMagic[] = "PSKVOPT2";
 
 void PutArray(ByteWriter& w, const NDArray& a) {
   w.Put<int64_t>(a.empty() ? -1 : a.size());
@@ -413,10 +468,10 @@ NDArray GetArray(ByteReader& r) {
 }
 }  // namespace
 
-std::string Optimizer::SaveStates() const {
+std::string Optimizer::SaveStates(bool dump_optimizer) const {
   std::lock_guard<std::mutex> lk(mu_);
   ByteWriter w;
-  w.PutBytes(kStatesMagic, 8);
+  w.PutBytes(dump_optimizer ? kDumpedMagic : kStatesMagic, 8);
   w.PutString(cfg_.Serialize());
   w.Put<int64_t>(num_update_);
   w.Put<uint64_t>(states_.size());
@@ -434,10 +489,11 @@ void Optimizer::LoadStates(const std::string& blob) {
   ByteReader r(blob.data(), blob.size(), "optimizer states");
   char magic[8];
   r.GetBytes(magic, 8);
-  if (std::memcmp(magic, kStatesMagic, 8) != 0)
+  const bool dumped = std::memcmp(magic, kDumpedMagic, 8) == 0;
+  if (!dumped && std::memcmp(magic, kStatesMagic, 8) != 0)
     throw IOError("not a pskv optimizer-states file (bad magic)");
   OptimizerConfig saved = OptimizerConfig::Deserialize(r.GetString());
-  if (saved.type != cfg_.type)
+  if (!dumped && saved.type != cfg_.type)
     throw UsageError("optimizer states were saved by '" + saved.type + "' but this store runs '" +
                      cfg_.type + "'");
   std::map<int64_t, std::unique_ptr<State>> states;
@@ -448,9 +504,10 @@ void Optimizer::LoadStates(const std::string& blob) {
     auto st = std::make_unique<State>();
     st->t = r.Get<int64_t>();
     uint32_t ns = r.Get<uint32_t>();
-    if (ns != static_cast<uint32_t>(NumSlots(cfg_)))
+    const OptimizerConfig& kind = dumped ? saved : cfg_;
+    if (ns != static_cast<uint32_t>(NumSlots(kind)))
       throw IOError("optimizer states: key " + std::to_string(key) + " has " + std::to_string(ns) +
-                    " state buffers, expected " + std::to_string(NumSlots(cfg_)));
+                    " state buffers, expected " + std::to_string(NumSlots(kind)));
     for (uint32_t s = 0; s < ns; ++s) st->slots.push_back(GetArray(r));
     st->master = GetArray(r);
     states[key] = std::move(st);
@@ -459,6 +516,12 @@ void Optimizer::LoadStates(const std::string& blob) {
   std::lock_guard<std::mutex> lk(mu_);
   states_ = std::move(states);
   num_update_ = num_update;
+  if (dumped) cfg_ = std::move(saved);
+}
+
+void MarkStatesDumped(std::string* blob) {
+  if (blob->size() >= 8 && std::memcmp(blob->data(), kStatesMagic, 8) == 0)
+    std::memcpy(blob->data(), kDumpedMagic, 8);
 }
 
 }  // namespace pskv

@@ -1,7 +1,13 @@
 #include "pskv/torch.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "pskv/error.h"
 
@@ -46,16 +52,74 @@ struct Trainer::Impl {
   KVStore* kv;
   TrainerOptions opt;
   std::vector<std::vector<torch::Tensor>> replicas;
-  std::vector<NDArray> buffers;          // pulled weights (update_on_kvstore) or summed grads
+  std::vector<torch::Tensor> buffers;    // kept equal to rank 0's (broadcast_buffers)
+  std::vector<NDArray> out;              // pulled weights (update_on_kvstore) or summed grads
+  std::vector<NDArray> buffer_out;       // the buffers' exchange
   std::vector<NDArray> weights0;         // views of replica 0's parameters
+  OptimizerConfig cfg;                   // what the store or local_opt runs
   std::unique_ptr<Optimizer> local_opt;  // update_on_kvstore = false
-  std::vector<bool> pushed;              // this step, by key
-  std::mutex mu;
-  bool hooks = false;
+  double user_rescale = 1;               // the optimizer's own rescale_grad
+  double scale = 0;                      // loss scale from the options; 0: Step(batch_size)
+  double shipped = 1;                    // the scale inside cfg.rescale_grad
+  bool dist = false;
+  std::mutex mu;              // pushed, hold (hooks run on autograd's thread)
+  std::vector<bool> pushed;   // this step, by parameter
+  std::vector<NDArray> hold;  // pushed gradients, alive until the step ends
+  bool no_sync = false;
+  bool reduced = false;  // AllreduceGrads() ran, Update() may follow
+  bool stepped = false;
+  std::vector<int64_t> versions;  // replica 0's parameter versions after our writes
+
+  size_t P() const { return weights0.size(); }
+  int Key(size_t i) const { return opt.key_offset + static_cast<int>(i); }
+  int BufferKey(size_t j) const { return opt.key_offset + static_cast<int>(P() + j); }
+  bool Active(size_t i) const { return replicas[0][i].requires_grad(); }
+  void RecordVersions() {
+    versions.clear();
+    for (auto& p : replicas[0]) versions.push_back(p._version());
+  }
 };
+
+namespace {
+// The configuration inside a states file written with dump_optimizer (local blob or
+// the dist file of every server's blob); false if the file carries none.
+bool DumpedConfig(const std::string& fname, OptimizerConfig* cfg) {
+  std::ifstream f(fname, std::ios::binary);
+  if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t at = data.compare(0, 8, "PSKVDST1") == 0 ? 16 : 0;
+  if (data.size() < at + 12 || data.compare(at, 8, "PSKVOPT2") != 0) return false;
+  uint32_t len;
+  std::memcpy(&len, data.data() + at + 8, 4);
+  if (data.size() < at + 12 + len)
+    throw IOError("optimizer states file '" + fname + "' is truncated");
+  *cfg = OptimizerConfig::Deserialize(data.substr(at + 12, len));
+  return true;
+}
+
+void WriteFileAtomically(const std::string& fname, const std::string& data) {
+  const std::string tmp = fname + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!f) throw IOError("cannot write '" + tmp + "'");
+  }
+  std::filesystem::rename(tmp, fname);  // workers writing the same path do not interleave
+}
+}  // namespace
 
 Trainer::Trainer(std::vector<torch::Tensor> params, KVStore* kv, TrainerOptions options)
     : Trainer(std::vector<std::vector<torch::Tensor>>{std::move(params)}, kv, std::move(options)) {}
+
+namespace {
+TrainerOptions WithBuffers(torch::nn::Module& module, TrainerOptions o) {
+  if (o.buffers.empty()) o.buffers = module.buffers();
+  return o;
+}
+}  // namespace
+
+Trainer::Trainer(torch::nn::Module& module, KVStore* kv, TrainerOptions options)
+    : Trainer(module.parameters(), kv, WithBuffers(module, std::move(options))) {}
 
 Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
                  TrainerOptions options)
@@ -67,20 +131,51 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
   if (!kv) throw InvalidArgument("Trainer needs a KVStore");
   if (m.replicas.empty() || m.replicas[0].empty())
     throw InvalidArgument("Trainer needs parameters");
-  if (m.opt.global_batch_size <= 0)
-    throw InvalidArgument(
-        "TrainerOptions::global_batch_size must be > 0 (samples per step over all workers)");
-  const size_t P = m.replicas[0].size();
+  const size_t P = m.replicas[0].size(), R = m.replicas.size();
   for (auto& r : m.replicas)
     if (r.size() != P) throw InvalidArgument("every replica must have the same parameters");
+  const int n = kv->NumWorkers();
+  m.dist = kv->Type().find("dist") != std::string::npos;
   if (kv->Type().find("async") != std::string::npos && !m.opt.update_on_kvstore)
     throw UsageError("Please set update_on_kvstore=true when training in async mode");
-  m.opt.optimizer.rescale_grad = 1.0 / static_cast<double>(m.opt.global_batch_size);
-  m.opt.optimizer.Validate();
+  // Loss scale (see the header).
+  if (m.opt.global_batch_size < 0)
+    throw InvalidArgument(
+        "TrainerOptions::global_batch_size must be > 0 (samples per step over all workers)");
+  if (m.opt.loss_reduction == LossReduction::kUnset && m.opt.global_batch_size > 0)
+    m.opt.loss_reduction = LossReduction::kSum;
+  if (m.opt.loss_reduction == LossReduction::kMean) {
+    if (m.opt.global_batch_size > 0)
+      throw InvalidArgument(
+          "global_batch_size is for LossReduction::kSum; with kMean the gradients are divided by "
+          "the number of workers and replicas");
+    m.scale = 1.0 / (static_cast<double>(n) * static_cast<double>(R));
+  } else if (m.opt.global_batch_size > 0) {
+    m.scale = 1.0 / static_cast<double>(m.opt.global_batch_size);
+  }
+  m.shipped = m.scale > 0 ? m.scale : 1.0;
+  m.user_rescale = m.opt.optimizer.rescale_grad;
+  if (m.opt.broadcast_buffers && n > 1) m.buffers = m.opt.buffers;
+
+  m.cfg = m.opt.optimizer;
+  m.cfg.rescale_grad = m.user_rescale * m.shipped;
+  m.cfg.lr_mult.clear();
+  m.cfg.wd_mult.clear();
+  for (auto* mults : {&m.opt.lr_mult, &m.opt.wd_mult})
+    for (auto& [i, x] : *mults) {
+      if (i >= P)
+        throw InvalidArgument("lr_mult/wd_mult of parameter " + std::to_string(i) +
+                              ", but there are " + std::to_string(P) + " parameters");
+      (mults == &m.opt.lr_mult ? m.cfg.lr_mult
+                               : m.cfg.wd_mult)[m.opt.key_offset + static_cast<int64_t>(i)] = x;
+    }
+  for (size_t j = 0; j < m.buffers.size(); ++j)
+    m.cfg.sum_keys.insert(m.opt.key_offset + static_cast<int64_t>(P + j));
+  m.cfg.Validate();
   if (m.opt.update_on_kvstore) {
-    kv->SetOptimizer(m.opt.optimizer);
+    kv->SetOptimizer(m.cfg);
   } else {
-    m.local_opt = std::make_unique<Optimizer>(m.opt.optimizer);
+    m.local_opt = std::make_unique<Optimizer>(m.cfg);
   }
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < P; ++i) {
@@ -92,16 +187,27 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
     }
     m.weights0.push_back(outs[0]);
     // Rank 0's weights become everyone's (spec 8.4 step 2).
-    kv->Broadcast(static_cast<int>(i), outs[0], outs, -static_cast<int>(i));
-    m.buffers.emplace_back(outs[0].shape(), outs[0].dtype());
+    kv->Broadcast(m.Key(i), outs[0], outs, -static_cast<int>(i));
+    m.out.emplace_back(outs[0].shape(), outs[0].dtype());
+  }
+  for (size_t j = 0; j < m.buffers.size(); ++j) {
+    NDArray b = TensorView(m.buffers[j].detach());
+    kv->Broadcast(m.BufferKey(j), b, {b});
+    m.buffer_out.emplace_back(b.shape(), b.dtype());
   }
   kv->WaitAll();
   m.pushed.assign(P, false);
-  m.hooks = m.opt.push_in_backward && m.replicas.size() == 1;
-  if (m.hooks) {
-    for (size_t i = 0; i < P; ++i) {
-      m.replicas[0][i].register_hook([this, i](torch::Tensor grad) { OnGrad(i, grad); });
-    }
+  m.hold.resize(P);
+  m.RecordVersions();
+  if (m.opt.push_in_backward) {
+    if (R != 1) throw InvalidArgument("push_in_backward works with a single replica");
+    if (m.scale == 0)
+      throw UsageError(
+          "push_in_backward needs the loss scale at construction: set loss_reduction=kMean or "
+          "global_batch_size");
+    for (size_t i = 0; i < P; ++i)
+      if (m.Active(i))  // frozen parameters get no gradient (and torch refuses hooks)
+        m.replicas[0][i].register_hook([this, i](torch::Tensor grad) { OnGrad(i, grad); });
   }
 }
 
@@ -113,46 +219,270 @@ Trainer::~Trainer() {
   }
 }
 
-void Trainer::OnGrad(size_t key, const torch::Tensor& grad) {
+Trainer::NoSyncGuard::NoSyncGuard(Trainer* t) : t_(t) {
+  std::lock_guard<std::mutex> lk(t_->impl_->mu);
+  old_ = t_->impl_->no_sync;
+  t_->impl_->no_sync = true;
+}
+
+Trainer::NoSyncGuard::~NoSyncGuard() {
+  std::lock_guard<std::mutex> lk(t_->impl_->mu);
+  t_->impl_->no_sync = old_;
+}
+
+void Trainer::OnGrad(size_t i, const torch::Tensor& grad) {
   Impl& m = *impl_;
   {
     std::lock_guard<std::mutex> lk(m.mu);
-    if (m.pushed[key]) return;  // a parameter used twice: pushed in Step() instead
-    m.pushed[key] = true;
+    if (m.no_sync) return;
+    if (m.pushed[i])
+      throw UsageError(
+          "a second backward before Step() with push_in_backward: the gradient was already sent. "
+          "Run the micro-batches but the last under trainer.NoSync(), or set "
+          "push_in_backward=false to accumulate in .grad");
+    m.pushed[i] = true;
   }
-  NDArray g = TensorView(grad.contiguous());
-  m.kv->PushPull(static_cast<int>(key), {g}, {m.buffers[key]}, static_cast<int>(key));
+  // The hook sees this backward's gradient; earlier (NoSync) micro-batches are in .grad.
+  const torch::Tensor& prev = m.replicas[0][i].grad();
+  torch::Tensor total =
+      prev.defined() ? (prev.detach() + grad.detach()) : grad.detach().contiguous();
+  NDArray g = TensorView(total.contiguous());
+  m.hold[i] = g;
+  m.kv->PushPull(m.Key(i), {g}, {m.out[i]}, static_cast<int>(i));
 }
 
-void Trainer::Step() {
-  Impl& m = *impl_;
-  const size_t P = m.weights0.size();
-  // Gradients not pushed by hooks (several replicas, or hooks off) go now, the
-  // sum of every replica's gradient per key.
+namespace {
+double Ratio(const Trainer::Impl& m, int64_t batch_size) {
+  double scale = m.scale;
+  if (batch_size < 0) throw InvalidArgument("batch_size must be > 0");
+  if (batch_size > 0) {
+    if (m.opt.loss_reduction == LossReduction::kMean)
+      throw UsageError(
+          "Step(batch_size) with LossReduction::kMean: the gradients are already means; call "
+          "Step() without batch_size");
+    scale = 1.0 / static_cast<double>(batch_size);
+  } else if (scale == 0) {
+    throw UsageError(
+        "the loss scale is unknown: call Step(batch_size) (Gluon; the summed gradients are "
+        "divided by it), or set TrainerOptions::loss_reduction=kMean (mean losses) or "
+        "global_batch_size (losses summed over the batch)");
+  }
+  return scale / m.shipped;
+}
+}  // namespace
+
+// Weights changed outside the Trainer after a step (e.g. loaded from a checkpoint)
+// while the store holds them: MXNet re-creates a local store, and refuses for dist.
+static void CheckWeights(Trainer::Impl& m) {
+  bool changed = false;
+  for (size_t i = 0; i < m.P(); ++i) changed |= m.replicas[0][i]._version() != m.versions[i];
+  if (changed && m.opt.update_on_kvstore && m.stepped) {
+    if (m.dist)
+      throw UsageError(
+          "Cannot reset distributed KVStore: parameters were changed outside the Trainer after a "
+          "step while the store holds the weights (update_on_kvstore). Load weights before "
+          "creating the Trainer, then LoadStates (docs/coming-from-gluon.md)");
+    // The store's values become the current weights; its optimizer starts afresh.
+    OptimizerConfig assign = m.cfg;
+    for (size_t i = 0; i < m.P(); ++i) assign.sum_keys.insert(m.Key(i));
+    m.kv->SetOptimizer(assign);
+    for (size_t i = 0; i < m.P(); ++i) m.kv->Push(m.Key(i), {m.weights0[i].Clone()});
+    m.kv->WaitAll();
+    m.kv->SetOptimizer(m.cfg);
+    torch::NoGradGuard no_grad;
+    for (size_t d = 1; d < m.replicas.size(); ++d)
+      for (size_t i = 0; i < m.P(); ++i) m.replicas[d][i].copy_(m.replicas[0][i]);
+  }
+  m.RecordVersions();
+}
+
+// update_on_kvstore=false: the gradients summed over replicas and workers end up in
+// every replica's .grad.
+static void Allreduce(Trainer::Impl& m) {
+  const size_t P = m.P();
   for (size_t i = P; i-- > 0;) {
-    if (m.pushed[i]) continue;
+    if (!m.Active(i) || m.pushed[i]) continue;
     std::vector<NDArray> grads;
     for (auto& r : m.replicas) {
-      const torch::Tensor& g = r[i].grad();
-      grads.push_back(g.defined() ? TensorView(g.contiguous())
-                                  : TensorView(torch::zeros_like(r[i])));
+      torch::Tensor& g = r[i].mutable_grad();
+      if (!g.defined()) g = torch::zeros_like(r[i]);
+      if (!g.is_contiguous()) g = g.contiguous();
+      grads.push_back(TensorView(g));
     }
-    m.kv->PushPull(std::vector<int>(grads.size(), static_cast<int>(i)), grads,
-                   {static_cast<int>(i)}, {m.buffers[i]}, static_cast<int>(i));
+    // in place: every input is read before any output is written
+    m.kv->PushPull(std::vector<int>(grads.size(), m.Key(i)), grads,
+                   std::vector<int>(grads.size(), m.Key(i)), grads, static_cast<int>(i));
   }
   m.kv->WaitAll();
-  torch::NoGradGuard no_grad;
   for (size_t i = 0; i < P; ++i) {
-    if (m.opt.update_on_kvstore) {
-      m.weights0[i].CopyFrom(m.buffers[i]);
-    } else {
-      m.local_opt->Update(static_cast<int64_t>(i), m.buffers[i], &m.weights0[i]);
-    }
-    for (size_t d = 1; d < m.replicas.size(); ++d) m.replicas[d][i].copy_(m.replicas[0][i]);
-    for (auto& r : m.replicas) r[i].mutable_grad() = torch::Tensor();
+    if (!m.Active(i) || !m.pushed[i]) continue;  // pushed by the hook: the sum is in out[i]
+    torch::Tensor g = torch::empty_like(m.replicas[0][i]);
+    TensorView(g).CopyFrom(m.out[i]);
+    m.replicas[0][i].mutable_grad() = g;
   }
+}
+
+static void UpdateLocal(Trainer::Impl& m, double ratio) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < m.P(); ++i) {
+    if (!m.Active(i)) continue;
+    torch::Tensor g = m.replicas[0][i].grad();
+    if (ratio != 1.0) g = g * ratio;
+    m.local_opt->Update(m.Key(i), TensorView(g.contiguous()), &m.weights0[i]);
+    for (size_t d = 1; d < m.replicas.size(); ++d) m.replicas[d][i].copy_(m.replicas[0][i]);
+  }
+}
+
+// broadcast_buffers: every worker gets rank 0's buffers (DDP's rule).
+static void SyncBuffers(Trainer::Impl& m) {
+  if (m.buffers.empty()) return;
+  const bool rank0 = m.kv->Rank() == 0;
+  std::vector<int> keys;
+  std::vector<NDArray> vals;
+  for (size_t j = 0; j < m.buffers.size(); ++j) {
+    keys.push_back(m.BufferKey(j));
+    vals.push_back(rank0 ? TensorView(m.buffers[j].detach().clone())
+                         : TensorView(torch::zeros_like(m.buffers[j])));
+  }
+  m.kv->PushPull(keys, vals, keys, m.buffer_out);
+  m.kv->WaitAll();
+  for (size_t j = 0; j < m.buffers.size(); ++j)
+    TensorView(m.buffers[j].detach()).CopyFrom(m.buffer_out[j]);
+}
+
+static void Finish(Trainer::Impl& m) {
+  for (auto& r : m.replicas)
+    for (auto& p : r) p.mutable_grad() = torch::Tensor();
+  std::lock_guard<std::mutex> lk(m.mu);
   std::fill(m.pushed.begin(), m.pushed.end(), false);
+  for (auto& h : m.hold) h = NDArray();
+  m.reduced = false;
+  m.stepped = true;
+  m.RecordVersions();
+}
+
+void Trainer::Step(int64_t batch_size) {
+  Impl& m = *impl_;
+  const double ratio = Ratio(m, batch_size);
+  CheckWeights(m);
+  const size_t P = m.P();
+  if (!m.opt.update_on_kvstore) {
+    Allreduce(m);
+    UpdateLocal(m, ratio);
+  } else {
+    bool any_pushed = false;
+    for (size_t i = 0; i < P; ++i) any_pushed |= m.pushed[i];
+    if (ratio != 1.0 && any_pushed)
+      throw UsageError(
+          "Step(batch_size) differs from the scale the gradients were pushed with in backward; "
+          "with push_in_backward keep the batch size constant");
+    // The sum of every replica's gradient per key, highest index (last layer) first.
+    for (size_t i = P; i-- > 0;) {
+      if (!m.Active(i) || m.pushed[i]) continue;
+      std::vector<NDArray> grads;
+      for (auto& r : m.replicas) {
+        const torch::Tensor& g = r[i].grad();
+        torch::Tensor t = g.defined() ? g.detach() : torch::zeros_like(r[i]);
+        if (ratio != 1.0) t = t * ratio;
+        grads.push_back(TensorView(t.contiguous()));
+      }
+      m.kv->PushPull(std::vector<int>(grads.size(), m.Key(i)), grads, {m.Key(i)}, {m.out[i]},
+                     static_cast<int>(i));
+    }
+    m.kv->WaitAll();
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < P; ++i) {
+      if (!m.Active(i)) continue;
+      m.weights0[i].CopyFrom(m.out[i]);
+      for (size_t d = 1; d < m.replicas.size(); ++d) m.replicas[d][i].copy_(m.replicas[0][i]);
+    }
+  }
+  SyncBuffers(m);
+  Finish(m);
   ++steps_;
+}
+
+void Trainer::AllreduceGrads() {
+  Impl& m = *impl_;
+  if (m.opt.update_on_kvstore)
+    throw UsageError(
+        "AllreduceGrads() is for update_on_kvstore=false (the store runs the optimizer "
+        "otherwise): set update_on_kvstore=false, or call Step()");
+  CheckWeights(m);
+  Allreduce(m);
+  m.reduced = true;
+}
+
+void Trainer::Update(int64_t batch_size) {
+  Impl& m = *impl_;
+  if (m.opt.update_on_kvstore)
+    throw UsageError("Update() is for update_on_kvstore=false: call Step() instead");
+  if (!m.reduced) throw UsageError("Update() needs AllreduceGrads() first (or call Step())");
+  UpdateLocal(m, Ratio(m, batch_size));
+  SyncBuffers(m);
+  Finish(m);
+  ++steps_;
+}
+
+double Trainer::learning_rate() const {
+  return impl_->cfg.learning_rate;
+}
+
+bool Trainer::update_on_kvstore() const {
+  return impl_->opt.update_on_kvstore;
+}
+
+void Trainer::SetLearningRate(double lr) {
+  Impl& m = *impl_;
+  OptimizerConfig next = m.cfg;
+  next.learning_rate = lr;
+  next.Validate();
+  if (!m.opt.update_on_kvstore) {
+    auto fresh = std::make_unique<Optimizer>(next);
+    fresh->LoadStates(m.local_opt->SaveStates());
+    m.local_opt = std::move(fresh);
+  } else {
+    // SetOptimizer starts from fresh states: carry them over through a states file
+    // (rank 0 writes and reads it).
+    char path[] = "/tmp/pskv_states_XXXXXX";
+    int fd = ::mkstemp(path);
+    if (fd < 0) throw IOError("cannot create a temporary file for the optimizer states");
+    ::close(fd);
+    try {
+      m.kv->SaveOptimizerStates(path);
+      m.kv->SetOptimizer(next);
+      m.kv->LoadOptimizerStates(path);
+    } catch (...) {
+      std::remove(path);
+      throw;
+    }
+    std::remove(path);
+  }
+  m.cfg = next;
+}
+
+void Trainer::SaveStates(const std::string& fname) {
+  Impl& m = *impl_;
+  if (m.opt.update_on_kvstore) {
+    m.kv->SaveOptimizerStates(fname, /*dump_optimizer=*/true);
+  } else {
+    WriteFileAtomically(fname, m.local_opt->SaveStates(/*dump_optimizer=*/true));
+  }
+}
+
+void Trainer::LoadStates(const std::string& fname) {
+  Impl& m = *impl_;
+  OptimizerConfig saved;
+  const bool dumped = DumpedConfig(fname, &saved);
+  if (m.opt.update_on_kvstore) {
+    m.kv->LoadOptimizerStates(fname);
+  } else {
+    std::ifstream f(fname, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    m.local_opt->LoadStates(ss.str());
+  }
+  if (dumped) m.cfg = saved;
 }
 
 }  // namespace pskv
