@@ -310,6 +310,8 @@ int Run(const Args& a) {
 int main(int argc, char** argv) {
   pskv::TuneAllocatorForLargeMessages();
   try {
+    // Started as a server or the scheduler (pskv-launch --server-command)? Run that.
+    if (auto rc = pskv::RunServerRoleIfAsked()) return *rc;
     return Run(Parse(argc, argv));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_fmnist: %s\n", e.what());

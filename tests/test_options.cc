@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "pskv/error.h"
+#include "pskv/kvstore.h"
 #include "pskv/options.h"
 
 using namespace pskv;
@@ -152,4 +153,25 @@ TEST(Options, JobSecretFromTheEnvironmentOrAPrivateFile) {
   o.num_servers = o.num_workers = 1;
   o.encrypt = true;  // encryption is keyed from the secret: needs one
   EXPECT_THROW(o.ValidateForDistributed(), ConfigError);
+}
+
+// The library never exits the process: a server-role Create is a UsageError that
+// says what to do; RunServerRoleIfAsked is the explicit way to run the role.
+TEST(Roles, CreateInAServerProcessIsAnErrorNotAnExit) {
+  Options o;
+  o.role = Role::kServer;
+  o.role_set = true;
+  o.root_uri = "127.0.0.1";
+  o.root_port = 1;
+  o.num_servers = o.num_workers = 1;
+  try {
+    KVStore::Create("dist_sync", o);
+    ADD_FAILURE() << "Create must not run or exit a server here";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("RunServerRoleIfAsked"), std::string::npos) << e.what();
+  }
+  Options w = o;
+  w.role = Role::kWorker;
+  EXPECT_FALSE(RunServerRoleIfAsked(w).has_value());
+  EXPECT_FALSE(RunServerRoleIfAsked(Options{}).has_value());
 }

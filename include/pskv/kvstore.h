@@ -38,6 +38,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,8 +73,10 @@ class KVStore {
   /// Anything else is an InvalidArgument listing these (MXNet silently made it local).
   ///
   /// For a dist type in a process whose DMLC_ROLE is `server` or `scheduler`, Create
-  /// runs that role until the job ends and then exits the process (as `import
-  /// mxnet` did), with status 0 on a clean end and 1 on a failure.
+  /// throws UsageError: the library never exits a process. A C++ program that is
+  /// also started as a server or scheduler (pskv-launch --server-command) begins
+  /// main with `if (auto rc = pskv::RunServerRoleIfAsked()) return *rc;` (MXNet ran
+  /// the role inside `import mxnet` and exited; Python's pskv.create still does).
   static std::unique_ptr<KVStore> Create(const std::string& type = "local");
   static std::unique_ptr<KVStore> Create(const std::string& type, const Options& options);
   /// The type strings Create accepts.
@@ -187,5 +190,12 @@ class KVStore {
   struct KeyTable;
   std::unique_ptr<KeyTable> table_;
 };
+
+/// For a process whose DMLC_ROLE is `server` or `scheduler`: runs that role until
+/// the job ends and returns the process's exit status (0 clean end, 1 the job
+/// failed — the reason is logged). For a worker, or without DMLC_ROLE: nullopt at
+/// once. Throws ConfigError for a malformed environment.
+std::optional<int> RunServerRoleIfAsked();
+std::optional<int> RunServerRoleIfAsked(const Options& options);
 
 }  // namespace pskv

@@ -446,16 +446,27 @@ class KVStoreDist final : public KVStore {
 
 }  // namespace
 
+std::optional<int> RunServerRoleIfAsked(const Options& options) {
+  if (!options.role_set || options.role == Role::kWorker) return std::nullopt;
+  options.ValidateForDistributed();
+  return RunServerOrScheduler(options);
+}
+
+std::optional<int> RunServerRoleIfAsked() {
+  return RunServerRoleIfAsked(Options::FromEnv());
+}
+
 std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Options& options) {
   if (!options.role_set)
     throw ConfigError("kvstore type '" + type +
                       "' needs DMLC_ROLE (scheduler, server or worker) and "
                       "the other DMLC_* variables; start the job with pskv-launch");
-  if (options.role != Role::kWorker) {
-    // As `import mxnet` did: a server or scheduler process runs its role to the
-    // end of the job and exits here.
-    std::exit(RunServerOrScheduler(options));
-  }
+  if (options.role != Role::kWorker)
+    throw UsageError("KVStore::Create('" + type + "') in a process with DMLC_ROLE=" +
+                     RoleName(options.role) +
+                     ": servers and the scheduler do not create stores. Start them with "
+                     "pskv-server (pskv-launch does), or begin main with `if (auto rc = "
+                     "pskv::RunServerRoleIfAsked()) return *rc;`");
   options.ValidateForDistributed();
   return std::make_unique<KVStoreDist>(type, options);
 }
