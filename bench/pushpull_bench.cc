@@ -169,6 +169,26 @@ void Wait(const std::function<void(KVWorker::Callback)>& op) {
   f.get();
 }
 
+// One key of `bytes` bytes (the key is the size, so each size has its own key),
+// a source filled with ones sent without copying, and a destination.
+struct Payload {
+  explicit Payload(int64_t bytes)
+      : keys{static_cast<uint64_t>(bytes)},
+        lens{static_cast<uint64_t>(bytes)},
+        src({bytes / 4}),
+        dst({bytes / 4}) {
+    src.Fill(1);
+    frame.data = static_cast<const char*>(src.raw());
+    frame.size = src.nbytes();
+    frame.owner = std::make_shared<NDArray>(src);
+    out = static_cast<char*>(dst.raw());
+  }
+  std::vector<uint64_t> keys, lens;
+  NDArray src, dst;
+  Frame frame;
+  char* out = nullptr;
+};
+
 }  // namespace
 
 int BenchPushPull(int argc, char** argv) {
@@ -208,15 +228,10 @@ int BenchPushPull(int argc, char** argv) {
   int rc = 0;
   for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
     const int reps = Reps(bytes);
-    const std::vector<uint64_t> keys = {static_cast<uint64_t>(bytes)};  // a key per size
-    const std::vector<uint64_t> lens = {static_cast<uint64_t>(bytes)};
-    NDArray src({bytes / 4}), dst({bytes / 4});
-    src.Fill(1);
-    Frame f;
-    f.data = static_cast<const char*>(src.raw());
-    f.size = src.nbytes();
-    f.owner = std::make_shared<NDArray>(src);
-    char* out = static_cast<char*>(dst.raw());
+    Payload pay(bytes);
+    const auto &keys = pay.keys, &lens = pay.lens;
+    const Frame& f = pay.frame;
+    char* out = pay.out;
     const double t_push =
         Median(reps, [&] { Wait([&](auto cb) { kv.Push(keys, f, lens, 0, cb); }); });
     const double t_pull =
@@ -308,15 +323,10 @@ int BenchSecurity(int argc, char** argv) {
       "bytes", "open GB/s", "secret GB/s", "curve GB/s", "secret/open", "curve/open");
   for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
     const int reps = Reps(bytes);
-    const std::vector<uint64_t> keys = {static_cast<uint64_t>(bytes)};
-    const std::vector<uint64_t> lens = {static_cast<uint64_t>(bytes)};
-    NDArray src({bytes / 4}), dst({bytes / 4});
-    src.Fill(1);
-    Frame f;
-    f.data = static_cast<const char*>(src.raw());
-    f.size = src.nbytes();
-    f.owner = std::make_shared<NDArray>(src);
-    char* out = static_cast<char*>(dst.raw());
+    Payload pay(bytes);
+    const auto &keys = pay.keys, &lens = pay.lens;
+    const Frame& f = pay.frame;
+    char* out = pay.out;
     std::vector<double> t[3];
     for (int r = -1; r < reps; ++r)  // r = -1: warm-up
       for (int j = 0; j < 3; ++j) {
