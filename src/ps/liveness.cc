@@ -44,14 +44,24 @@ std::pair<int, std::string> Liveness::Check(Clock::time_point now, Transport& tr
                                             const std::function<std::string(int)>& name) {
   if (!on_) return {0, {}};
   if (busy_since_.load() != 0) return {0, {}};  // not listening: decide nothing now
+  int silent = 0;
+  Clock::duration quiet{};
+  std::vector<int> connected;
   {
+    // Never call out (name() takes the node's lock) while holding ours.
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& [id, t] : last_heard_)
-      if (now - t > timeout_)
-        return {id, name(id) + " is dead: nothing heard from it for " + Secs(now - t) +
-                        " (PS_HEARTBEAT_TIMEOUT)"};
+      if (now - t > timeout_) {
+        silent = id;
+        quiet = now - t;
+        break;
+      }
+    connected = connected_;
   }
-  for (int id : connected_) {
+  if (silent)
+    return {silent, name(silent) + " is dead: nothing heard from it for " + Secs(quiet) +
+                        " (PS_HEARTBEAT_TIMEOUT)"};
+  for (int id : connected) {
     const auto down = transport.DownSince(id);
     if (down != Clock::time_point{} && now - down > timeout_ + interval_)
       return {id, "cannot reach " + name(id) + ": no connection for " + Secs(now - down) +
