@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "common/net.h"
 #include "transport/auth.h"
@@ -206,7 +207,7 @@ LaunchConfig ParseArgs(int argc, char** argv) {
        {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
         "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT",
         "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE",
-        "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
+        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
   if (const char* v = std::getenv("PSKV_JOB_SECRET")) c.job_secret = v;
   if (const char* path = std::getenv("PSKV_JOB_SECRET_FILE")) {
@@ -262,12 +263,29 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
   plan.children.push_back({"scheduler", server_argv, role_env("scheduler", -1), false, {}});
 
   if (cfg.launcher == "local") {
+    // Like torchrun: processes sharing this host's cores must not each start a
+    // BLAS thread per core (2 workers x 2 OpenBLAS threads on 2 cores ran the
+    // torch tests 2.6x slower). Unless the user chose, a worker's BLAS gets its
+    // share of the cores and a server (no BLAS work) one thread.
+    auto user_set = [&](const std::string& k) {
+      auto has = [&](const auto& kvs) {
+        for (auto& [key, v] : kvs)
+          if (key == k) return true;
+        return false;
+      };
+      return cfg.forward_env.count(k) || has(cfg.env) || has(cfg.env_worker);
+    };
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const std::string share = std::to_string(std::max(1u, cores / static_cast<unsigned>(n)));
     for (int s = 0; s < S; ++s)
       plan.children.push_back(
           {"server " + std::to_string(s), server_argv, role_env("server", n + s), false, {}});
     for (int w = 0; w < n; ++w)
       plan.children.push_back(
           {"worker " + std::to_string(w), cfg.command, role_env("worker", w), false, {}});
+    if (!user_set("OPENBLAS_NUM_THREADS"))
+      for (auto& c : plan.children)
+        c.env["OPENBLAS_NUM_THREADS"] = c.name.rfind("worker", 0) == 0 ? share : "1";
     return plan;
   }
 
