@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -92,7 +93,15 @@ class Optimizer {
 
   /// Serialises all per-key states (and the config) to bytes / restores them.
   std::string SaveStates() const;
-  void LoadStates(const std::string& blob);
+  /// For LoadStates: the weight of `key` as (element count, low precision), or
+  /// element count -1 when there is no such key.
+  using WeightInfo = std::function<std::pair<int64_t, bool>(int64_t key)>;
+  /// Restores states saved by SaveStates. With `weights`, every state buffer (the
+  /// multi-precision float32 master copy included) is checked against the weight it
+  /// will update, and states of unknown keys are refused: ShapeError / KeyError
+  /// naming the key, nothing loaded. Without it the sizes are checked at the first
+  /// update of each key.
+  void LoadStates(const std::string& blob, const WeightInfo& weights = {});
   /// Number of updates applied to `key` so far (0 if never).
   int64_t UpdateCount(int64_t key) const;
 

@@ -102,6 +102,17 @@ Options Options::FromEnv() {
   if (const char* v = Get("PSKV_JOB_ID")) o.job_id = v;
   ReadInt("PS_DROP_MSG", &o.drop_percent, 0, 100);
   ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
+  if (const char* v = Get("PSKV_STRICT_ROUNDS"))
+    o.strict_rounds = ParseInt("PSKV_STRICT_ROUNDS", v, 0, 1) != 0;
+  ReadSeconds("PSKV_STALL_WARNING", &o.stall_warning);
+  if (const char* v = Get("PSKV_SUM_ORDER")) {
+    const std::string s = v;
+    if (s != "rank" && s != "arrival")
+      throw ConfigError("environment variable PSKV_SUM_ORDER='" + s +
+                        "' is not one of: rank, arrival");
+    o.sum_in_arrival_order = s == "arrival";
+  }
+  ReadInt("PSKV_TEST_REPLY_DELAY", &o.test_reply_delay_ms, 0, 3600000);
   return o;
 }
 

@@ -1,5 +1,6 @@
 #include "kvstore/dist_server.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -36,7 +37,19 @@ DistServer::DistServer(Node* node)
           [this](int sender, int head, const std::string& body) {
             return Command(sender, head, body);
           }),
-      reducer_(node->options().bigarray_bound, node->options().reduction_threads) {}
+      reducer_(node->options().bigarray_bound, node->options().reduction_threads) {
+  if (node_->options().stall_warning.count() > 0)
+    inspector_ = std::thread([this] { InspectLoop(); });
+}
+
+DistServer::~DistServer() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  inspect_cv_.notify_all();
+  if (inspector_.joinable()) inspector_.join();
+}
 
 std::string DistServer::WorkerName(int id) const {
   return node_->NodeName(id);
@@ -76,10 +89,10 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
   srv->Respond(req, ks, Frame::FromString(std::move(out)), lens);
 }
 
-void DistServer::FailRound(KeyState& st, const std::string& why) {
+void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why) {
   for (auto& r : st.waiting) {
     try {
-      server_.RespondError(r, ErrorKind::kUsage, why);
+      server_.RespondError(r, kind, why);
     } catch (const std::exception& e) {
       PSKV_WARN(node_->Tag() << ": " << e.what());
     }
@@ -88,9 +101,17 @@ void DistServer::FailRound(KeyState& st, const std::string& why) {
   st.pushed.clear();
 }
 
-void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len) {
+std::string DistServer::MissingWorkers(const KeyState& st) const {
+  std::string out;
+  for (int id : node_->WorkerIds())
+    if (!st.pushed.count(id)) out += (out.empty() ? "" : ", ") + WorkerName(id);
+  return out;
+}
+
+// Adds one request's value bytes for `st` into st.merge (`first`: overwrite instead).
+void DistServer::Merge(KeyState& st, const KVRequest& req, bool first) {
   const Message& m = req.msg;
-  const bool first = st.pushed.empty();
+  const uint64_t off = 0, len = m.h.vals_len;  // sync pushes carry one key
   if (dist::CmdKind(req.cmd) == Kind::kCompressed) {
     if (st.merge.empty()) st.merge = NDArray({st.value.size()}, DType::kFloat32);
     if (first) st.merge.Fill(0);
@@ -130,12 +151,16 @@ void DistServer::ApplyRound(int key, KeyState& st) {
 }
 
 void DistServer::Handle(KVRequest&& req, KVServer* srv) {
+  if (int d = node_->options().test_reply_delay_ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(d));
+  std::lock_guard<std::mutex> lk(mu_);
   const Message& m = req.msg;
   const int me = node_->rank(), S = node_->num_servers();
   const uint64_t base = KVWorker::ServerRange(me, S).first;
   const Kind kind = dist::CmdKind(req.cmd);
   const int dt = dist::CmdDType(req.cmd);
   auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
+  if (kind == Kind::kStates) return HandleStates(std::move(req), srv);
   if (!IsValidDType(dt) ||
       (kind != Kind::kDense && kind != Kind::kInit && kind != Kind::kCompressed))
     return fail(ErrorKind::kInvalid,
@@ -143,7 +168,14 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   const DType dtype = static_cast<DType>(dt);
   const std::string me_name = node_->Tag();
 
-  std::vector<std::pair<int, KeyState*>> answer;
+  // Pass 1: validate every key; nothing is changed until the whole request is valid.
+  struct Item {
+    int key;
+    uint64_t off, len;
+    KeyState* st;  // null for an init
+  };
+  std::vector<Item> items;
+  items.reserve(m.num_keys());
   uint64_t off = 0;
   for (uint32_t i = 0; i < m.num_keys(); ++i) {
     const uint64_t ps_key = m.key_ptr()[i], len = m.len_ptr()[i];
@@ -159,10 +191,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
         return fail(ErrorKind::kKey, "duplicate init of key " + std::to_string(key));
       if (len % DTypeSize(dtype))
         return fail(ErrorKind::kShape, "init value size is not a whole number of elements");
-      KeyState st;
-      st.value = NDArray({static_cast<int64_t>(len / DTypeSize(dtype))}, dtype);
-      m.CopyVals(key_off, len, static_cast<char*>(st.value.raw()));
-      store_.emplace(key, std::move(st));
+      items.push_back({key, key_off, len, nullptr});
       continue;
     }
     if (it == store_.end())
@@ -174,14 +203,12 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                                          DTypeName(st.value.dtype()) + " but the request carries " +
                                          DTypeName(dtype));
     if (req.push) {
-      const uint64_t want =
-          kind == Kind::kCompressed
-              ? static_cast<uint64_t>(compressor_ ? compressor_->CompressedBytes(st.value.size())
-                                                  : 0)
-              : st.value.nbytes();
       if (kind == Kind::kCompressed && !compressor_)
         return fail(ErrorKind::kUsage,
                     "a compressed push arrived but compression is not configured");
+      const uint64_t want = kind == Kind::kCompressed
+                                ? static_cast<uint64_t>(compressor_->CompressedBytes(st.value.size()))
+                                : st.value.nbytes();
       if (len != want)
         return fail(ErrorKind::kShape, "The value size cannot be changed: key " +
                                            std::to_string(key) + " takes " + std::to_string(want) +
@@ -200,52 +227,165 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                             std::to_string(st.rounds + 1) +
                             "; in sync mode every worker must push every key equally often (give "
                             "every worker the same number of batches)");
-        Merge(st, req, key_off, len);
-        st.pushed.insert(req.sender);
-        st.waiting.push_back(std::move(req));
-        if (static_cast<int>(st.pushed.size()) == node_->num_workers()) {
-          try {
-            ApplyRound(key, st);
-          } catch (const std::exception& e) {
-            FailRound(st, std::string("update failed: ") + e.what());
-            return;
-          }
-          std::vector<KVRequest> waiting = std::move(st.waiting);
-          st.waiting.clear();
-          st.pushed.clear();
-          for (auto& r : waiting) Reply(srv, r, {{key, &st}});
-        }
-        return;  // answered when the round completes
-      }
-      // async: apply at once
-      if (!optimizer_)
+      } else if (!optimizer_) {
         return fail(ErrorKind::kUsage,
                     "Updater needs to be set for async mode: call SetOptimizer "
                     "on the dist_async store before pushing");
+      }
+    }
+    items.push_back({key, key_off, len, &st});
+  }
+
+  // Pass 2: apply.
+  if (kind == Kind::kInit) {
+    for (auto& it : items) {
+      KeyState st;
+      st.value = NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype);
+      m.CopyVals(it.off, it.len, static_cast<char*>(st.value.raw()));
+      store_.emplace(it.key, std::move(st));
+    }
+    return Reply(srv, req, {});
+  }
+  std::vector<std::pair<int, KeyState*>> answer;
+  if (req.push && sync_) {
+    const int key = items[0].key;
+    KeyState& st = *items[0].st;
+    if (st.pushed.empty()) {
+      st.opened = Clock::now();
+      st.next_report = node_->options().stall_warning;
+    }
+    // Arrival order: add now. Rank order: add when the round is complete (below).
+    if (node_->options().sum_in_arrival_order) Merge(st, req, st.pushed.empty());
+    st.pushed.insert(req.sender);
+    // A push from a worker means it left any barrier it was in.
+    in_barrier_.erase(req.sender);
+    st.waiting.push_back(std::move(req));
+    if (static_cast<int>(st.pushed.size()) < node_->num_workers())
+      return;  // answered when the round completes
+    std::vector<KVRequest> waiting = std::move(st.waiting);
+    st.waiting.clear();
+    st.pushed.clear();
+    try {
+      if (!node_->options().sum_in_arrival_order) {
+        std::sort(waiting.begin(), waiting.end(), [](const KVRequest& a, const KVRequest& b) {
+          return RankOfId(a.sender) < RankOfId(b.sender);
+        });
+        for (size_t i = 0; i < waiting.size(); ++i) Merge(st, waiting[i], i == 0);
+      }
+      ApplyRound(key, st);
+    } catch (const std::exception& e) {
+      st.waiting = std::move(waiting);
+      FailRound(st, KindOf(e), std::string("update failed: ") + e.what());
+      return;
+    }
+    for (auto& r : waiting) Reply(srv, r, {{key, &st}});
+    return;
+  }
+  for (auto& it : items) {
+    KeyState& st = *it.st;
+    if (req.push) {  // async: apply at once
       Detach(st);
       NDArray grad;
       std::string scratch;
-      const char* data = m.Contiguous(key_off, len, &scratch);
+      const char* data = m.Contiguous(it.off, it.len, &scratch);
       if (kind == Kind::kCompressed) {
         grad = NDArray({st.value.size()}, DType::kFloat32);
         compressor_->Dequantize(reinterpret_cast<const uint8_t*>(data), grad.data<float>(),
                                 st.value.size());
       } else {
-        grad = View(data, len, dtype);
+        grad = View(data, it.len, dtype);
       }
       try {
-        optimizer_->Update(key, grad, &st.value);
+        optimizer_->Update(it.key, grad, &st.value);
       } catch (const std::exception& e) {
+        // Sizes were validated above; an optimizer failure here is a broken state
+        // (e.g. states loaded for another model) and is reported as such.
         return fail(KindOf(e), std::string("update failed: ") + e.what());
       }
       ++st.rounds;
     }
-    answer.emplace_back(key, &st);
+    answer.emplace_back(it.key, &st);
   }
   Reply(srv, req, answer);
 }
 
+// Optimizer states as data: a pull returns the snapshot taken by kStatesSize (and
+// drops it), a push loads states after checking them against the stored weights.
+void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
+  const Message& m = req.msg;
+  auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
+  const uint64_t ps_key = KVWorker::ServerRange(node_->rank(), node_->num_servers()).first;
+  if (m.num_keys() != 1 || m.key_ptr()[0] != ps_key)
+    return fail(ErrorKind::kInvalid, "malformed optimizer-states request");
+  if (!optimizer_)
+    return fail(ErrorKind::kUsage,
+                "no optimizer is set on the servers (call SetOptimizer first)");
+  if (req.pull) {
+    auto snap = std::move(states_snapshot_);
+    states_snapshot_.reset();
+    if (!snap) return fail(ErrorKind::kUsage, "optimizer states requested without a snapshot");
+    Frame f;
+    f.data = snap->data();
+    f.size = snap->size();
+    f.owner = snap;
+    return srv->Respond(req, {ps_key}, std::move(f), {snap->size()});
+  }
+  std::string blob(m.h.vals_len, '\0');
+  m.CopyVals(0, m.h.vals_len, blob.data());
+  try {
+    optimizer_->LoadStates(blob, [this](int64_t key) -> std::pair<int64_t, bool> {
+      auto it = key >= 0 && key <= INT32_MAX ? store_.find(static_cast<int>(key)) : store_.end();
+      if (it == store_.end()) return {-1, false};
+      return {it->second.value.size(), IsLowPrecision(it->second.value.dtype())};
+    });
+  } catch (const std::exception& e) {
+    return fail(KindOf(e), node_->Tag() + ": cannot load the optimizer states: " + e.what());
+  }
+  srv->Respond(req);
+}
+
+std::string DistServer::ReportInit(int sender, const std::string& body) {
+  std::istringstream is(body);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    size_t pos = 0;
+    for (;;) {
+      auto tab = line.find('\t', pos);
+      f.push_back(line.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
+      if (tab == std::string::npos) break;
+      pos = tab + 1;
+    }
+    if (line[0] == '!') {  // rank 0 could not initialise this key
+      if (f.size() != 2) throw InvalidArgument("bad init report");
+      const int id = std::stoi(f[0].substr(1));
+      init_conflicts_.emplace(id, f[1]);
+      continue;
+    }
+    if (f.size() != 4) throw InvalidArgument("bad init report");
+    const int id = std::stoi(f[0]);
+    InitRecord rec{f[1], f[2], f[3], sender};
+    auto [it, fresh] = init_reports_.emplace(id, rec);
+    if (fresh || init_conflicts_.count(id)) continue;
+    const InitRecord& a = it->second;
+    if (a.name != rec.name) {
+      init_conflicts_[id] =
+          "string keys were initialised in a different order: " + WorkerName(sender) +
+          " gave id " + std::to_string(id) + " to " + rec.name + " but " + WorkerName(a.worker) +
+          " gave it to " + a.name + "; every worker must init string keys in the same order";
+    } else if (a.dtype != rec.dtype || a.shape != rec.shape) {
+      init_conflicts_[id] = "key " + a.name + " was initialised with shape " + rec.shape + " " +
+                            rec.dtype + " by " + WorkerName(sender) + " but with shape " +
+                            a.shape + " " + a.dtype + " by " + WorkerName(a.worker) +
+                            "; every worker must init a key with the same shape and dtype";
+    }
+  }
+  return {};
+}
+
 std::string DistServer::Command(int sender, int head, const std::string& body) {
+  std::lock_guard<std::mutex> lk(mu_);
   switch (head) {
     case dist::kSetMode:
       if (body != "sync" && body != "async") throw InvalidArgument("bad mode '" + body + "'");
@@ -270,60 +410,106 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
     }
     case dist::kWorkerDone:
       done_workers_.insert(sender);
+      in_barrier_.erase(sender);
       for (auto& [key, st] : store_)
         if (!st.waiting.empty() && !st.pushed.count(sender))
-          FailRound(st,
+          FailRound(st, ErrorKind::kUsage,
                     "key " + std::to_string(key) + ": " + WorkerName(sender) +
                         " finished the job without pushing round " + std::to_string(st.rounds + 1) +
                         " while other workers did; in sync mode every worker must push every key "
                         "equally often (give every worker the same number of batches)");
       return {};
-    case dist::kSaveStates:
+    case dist::kStatesSize:
       if (!optimizer_)
         throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
-      return optimizer_->SaveStates();
-    case dist::kLoadStates: {
-      if (!optimizer_)
-        throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
-      ByteReader r(body.data(), body.size(), "optimizer states");
-      uint32_t n = r.Get<uint32_t>();
-      if (static_cast<int>(n) != node_->num_servers())
-        throw UsageError("the optimizer states were saved from " + std::to_string(n) +
-                         " servers but this job has " + std::to_string(node_->num_servers()) +
-                         "; restore with the same number of servers");
-      std::string mine;
-      for (uint32_t i = 0; i < n; ++i) {
-        std::string s = r.GetString(UINT32_MAX);
-        if (static_cast<int>(i) == node_->rank()) mine = std::move(s);
+      states_snapshot_ = std::make_shared<const std::string>(optimizer_->SaveStates());
+      return std::to_string(states_snapshot_->size());
+    case dist::kReportInit:
+      return ReportInit(sender, body);
+    case dist::kCheckInit: {
+      std::istringstream is(body);
+      std::string id;
+      while (std::getline(is, id, ',')) {
+        if (id.empty()) continue;
+        auto it = init_conflicts_.find(std::stoi(id));
+        if (it == init_conflicts_.end()) continue;
+        if (it->second.find("different order") != std::string::npos) throw KeyError(it->second);
+        if (it->second.find("with shape") != std::string::npos) throw ShapeError(it->second);
+        throw KeyError(it->second);
       }
-      optimizer_->LoadStates(mine);
       return {};
     }
-    case dist::kCheckStringKeys: {
-      std::istringstream is(body);
-      std::string line;
-      while (std::getline(is, line)) {
-        auto tab = line.find('\t');
-        if (tab == std::string::npos) throw InvalidArgument("bad string-key report");
-        int id = std::stoi(line.substr(0, tab));
-        std::string name = line.substr(tab + 1);
-        auto it = string_keys_.find(id);
-        if (it == string_keys_.end()) {
-          string_keys_[id] = name;
-          string_key_source_[id] = sender;
-        } else if (it->second != name) {
-          throw KeyError("string keys were initialised in a different order: " +
-                         WorkerName(sender) + " gave id " + std::to_string(id) + " to '" + name +
-                         "' but " + WorkerName(string_key_source_[id]) + " gave it to '" +
-                         it->second + "'; every worker must init string keys in the same order");
-        }
-      }
+    case dist::kBarrierState:
+      if (body == "enter")
+        in_barrier_[sender] = Clock::now();
+      else
+        in_barrier_.erase(sender);
       return {};
+    case dist::kRoundStatus: {
+      std::string out;
+      int n = 0;
+      const auto now = Clock::now();
+      for (auto& [key, st] : store_) {
+        if (st.waiting.empty()) continue;
+        if (++n > 16) break;  // a report, not a dump
+        out += "key " + std::to_string(key) + " round " + std::to_string(st.rounds + 1) + " on " +
+               node_->Tag() + ": waiting for " + MissingWorkers(st) + " for " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - st.opened)
+                                  .count()) +
+               " s\n";
+      }
+      return out;
     }
     case dist::kHasOptimizer:
       return optimizer_ ? "1" : "0";
     default:
       throw InvalidArgument("unknown command " + std::to_string(head));
+  }
+}
+
+void DistServer::InspectLoop() {
+  using namespace std::chrono;
+  const auto tick = std::clamp<milliseconds>(node_->options().stall_warning / 4, 50ms, 1000ms);
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!inspect_cv_.wait_for(lk, tick, [&] { return stop_; })) {
+    try {
+      Inspect(Clock::now());
+    } catch (const std::exception& e) {
+      PSKV_WARN(node_->Tag() << ": stall inspector: " << e.what());
+    }
+  }
+}
+
+// Under mu_. Logs stalled rounds (with back-off) and breaks barrier-vs-push deadlocks.
+void DistServer::Inspect(Clock::time_point now) {
+  using namespace std::chrono;
+  const milliseconds stall = node_->options().stall_warning;
+  for (auto& [key, st] : store_) {
+    if (st.waiting.empty()) continue;
+    const auto open = duration_cast<milliseconds>(now - st.opened);
+    // A worker this round waits for is in Barrier(): that barrier waits for the
+    // workers whose pushes wait here, so neither side can move on.
+    for (auto& [w, since] : in_barrier_) {
+      if (st.pushed.count(w) || now - std::max(since, st.opened) < stall) continue;
+      std::string waiters;
+      for (auto& r : st.waiting) waiters += (waiters.empty() ? "" : ", ") + WorkerName(r.sender);
+      const std::string msg =
+          "key " + std::to_string(key) + " round " + std::to_string(st.rounds + 1) +
+          ": deadlock: " + waiters + " wait(s) for this sync round, which needs a push from " +
+          WorkerName(w) + "; but " + WorkerName(w) + " has been in Barrier() for " +
+          std::to_string(duration_cast<seconds>(now - since).count()) +
+          " s, and that barrier waits for " + waiters +
+          ". Push every key on every worker before a Barrier (or WaitAll on every worker "
+          "before it)";
+      PSKV_ERROR(node_->Tag() << ": " << msg);
+      FailRound(st, ErrorKind::kTimeout, msg);
+      break;
+    }
+    if (st.waiting.empty() || open < st.next_report) continue;
+    PSKV_WARN(node_->Tag() << ": key " << key << " round " << st.rounds + 1 << ": waiting for "
+                           << MissingWorkers(st) << " for "
+                           << duration_cast<seconds>(open).count() << " s");
+    st.next_report = st.next_report * 2;  // back-off
   }
 }
 

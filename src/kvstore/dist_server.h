@@ -13,11 +13,32 @@
 // because a worker already declared itself done (kWorkerDone): its waiting pushes
 // fail with a message naming that worker, instead of hanging (MXNet hung).
 // Async mode: every push is applied at once (an optimizer is required).
+//
+// A request is validated whole (every key: ownership, existence, dtype, size, sync
+// rules) before any key of it is applied, so a bad multi-key request changes nothing.
+//
+// Summation order (PSKV_SUM_ORDER): by default a sync round's pushes are kept (their
+// receive buffers are held anyway until the round is answered) and summed in
+// worker-rank order when the round completes, so a job's weights are bit-identical
+// from run to run for any number of workers; "arrival" adds each push on arrival.
+//
+// Stall inspector: a timer thread (under mu_, like the handlers) logs every sync round
+// open longer than PSKV_STALL_WARNING with the workers it waits for, again at 2x, 4x,
+// ...; and fails a round (TimeoutError to the waiting workers) when a worker it waits
+// for has been in Barrier() that long — the barrier cannot complete while the others
+// wait for the round, so without this both sides would wait for PSKV_TIMEOUT.
+//
+// Threads: handlers run on the node's receive thread, the inspector on its own; both
+// take mu_, which guards everything below (uncontended in steady state).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
@@ -31,8 +52,10 @@ class DistServer {
  public:
   /// Installs itself as `node`'s request handler; call before node->Start().
   explicit DistServer(Node* node);
+  ~DistServer();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct KeyState {
     NDArray value;
     NDArray merge;  // float32 when compressed or multi-precision, else value's dtype
@@ -40,20 +63,32 @@ class DistServer {
     std::vector<KVRequest> waiting;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t rounds = 0;
+    Clock::time_point opened;  // first push of the open round
+    std::chrono::milliseconds next_report{0};
+  };
+  struct InitRecord {
+    std::string name, dtype, shape;
+    int worker = 0;
   };
   void Handle(KVRequest&& req, KVServer* srv);
+  void HandleStates(KVRequest&& req, KVServer* srv);
   std::string Command(int sender, int head, const std::string& body);
-  void HandleKey(const KVRequest& req, KVServer* srv, size_t i, uint64_t offset, bool* answered);
-  void Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len);
+  std::string ReportInit(int sender, const std::string& body);
+  void Merge(KeyState& st, const KVRequest& req, bool first);
   void ApplyRound(int key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
              const std::vector<std::pair<int, KeyState*>>& keys);
-  void FailRound(KeyState& st, const std::string& why);
+  void FailRound(KeyState& st, ErrorKind kind, const std::string& why);
+  /// Workers the open round of `st` waits for, by name.
+  std::string MissingWorkers(const KeyState& st) const;
+  void InspectLoop();
+  void Inspect(Clock::time_point now);
   /// Before modifying a value: if a reply still references its memory, move to a copy.
   void Detach(KeyState& st);
   std::string WorkerName(int id) const;
 
   Node* node_;
+  std::mutex mu_;  // guards everything below; see the header comment
   KVServer server_;
   Reducer reducer_;
   bool sync_ = false;
@@ -61,8 +96,14 @@ class DistServer {
   std::unique_ptr<GradientCompressor> compressor_;
   std::map<int, KeyState> store_;
   std::set<int> done_workers_;
-  std::map<int, std::string> string_keys_;  // id -> name, as first reported
-  std::map<int, int> string_key_source_;    // id -> worker that reported it first
+  std::map<int, InitRecord> init_reports_;  // key id -> first report (bounded by #keys)
+  std::map<int, std::string> init_conflicts_;  // key id -> first disagreement
+  std::map<int, Clock::time_point> in_barrier_;  // worker id -> since when
+  std::shared_ptr<const std::string> states_snapshot_;  // taken by kStatesSize
+
+  std::condition_variable inspect_cv_;
+  bool stop_ = false;
+  std::thread inspector_;
 };
 
 /// Runs this process's role (options.role must be server or scheduler) until the

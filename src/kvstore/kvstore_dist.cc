@@ -4,9 +4,20 @@
 // build), then sent to the servers holding the key's slices; pulls land in the
 // first output and are copied to the others. Every key's operations run in order
 // on the engine; different keys overlap, higher priority first.
+//
+// Blocking: every wait for the servers goes through KVWorker::Await (shared
+// completion state, timeout, stall reports, cancellation of the request on timeout),
+// or through the engine for scheduled operations (WaitImpl adds the stall reports).
+// After a timeout or a dead peer the store is broken: closing it aborts at once
+// instead of waiting for the final barrier.
+//
+// Strict rounds (PSKV_STRICT_ROUNDS=1, dist_sync): each key's calls on this worker
+// must form rounds "push (or push-pull), then pulls"; checked at the call, under mu_.
 #include "kvstore/kvstore_dist.h"
 
+#include <atomic>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -45,16 +56,22 @@ class KVStoreDist final : public KVStore {
   }
 
   ~KVStoreDist() override {
-    try {
-      engine_.Wait(nullptr, options_.op_timeout);
-    } catch (const std::exception& e) {
-      PSKV_WARN("operations failed before the store was closed: " << e.what());
+    if (!broken_) {
+      try {
+        engine_.Wait(nullptr, options_.op_timeout);
+      } catch (const std::exception& e) {
+        PSKV_WARN("operations failed before the store was closed: " << e.what());
+        MarkBrokenIf(std::current_exception());
+      }
     }
-    engine_.Shutdown(std::chrono::seconds(1));
-    if (node_->failure()) {
-      node_->Abort("the job had failed");
+    if (node_->failure() || broken_) {
+      // After a failure nothing can complete: return at once, and tell the scheduler
+      // why so the other nodes fail now (with this reason) instead of at their timeouts.
+      node_->Abort(broken_reason_.empty() ? "the job had failed" : broken_reason_);
+      engine_.Shutdown(std::chrono::milliseconds(0));
       return;
     }
+    engine_.Shutdown(std::chrono::seconds(1));
     try {
       // Tell the servers no more pushes come from here (so a sync round that waits
       // for this worker fails with a message instead of hanging), then the final
@@ -69,14 +86,14 @@ class KVStoreDist final : public KVStore {
 
   int Rank() const override { return node_->rank(); }
   int NumWorkers() const override { return node_->num_workers(); }
-  void Barrier() override { node_->Barrier(kWorkerGroup, options_.op_timeout); }
+  void Barrier() override { WorkerBarrier(); }
 
   void SetOptimizer(const OptimizerConfig& config) override {
     config.Validate();
     if (node_->rank() == 0)
       worker_->Command(dist::kSetOptimizer, config.Serialize(), options_.op_timeout);
     has_server_optimizer_ = true;
-    node_->Barrier(kWorkerGroup, options_.op_timeout);
+    WorkerBarrier();
   }
 
   void SetGradientCompression(const CompressionConfig& config) override {
@@ -91,41 +108,112 @@ class KVStoreDist final : public KVStore {
                   static_cast<double>(config.threshold));
     if (node_->rank() == 0) worker_->Command(dist::kSetCompression, buf, options_.op_timeout);
     compressor_ = config.active() ? std::make_unique<GradientCompressor>(config) : nullptr;
-    node_->Barrier(kWorkerGroup, options_.op_timeout);
+    WorkerBarrier();
   }
 
+  // Optimizer states move as chunked data (any size), only to and from rank 0,
+  // which writes and reads the file; on other ranks both calls only WaitAll. Neither
+  // is collective: in sync mode no round can complete while rank 0 is inside the
+  // call, so the states saved or loaded are those between two rounds.
+  // File: "PSKVDST2", u32 servers, u64 size per server, then each server's states.
   void SaveOptimizerStates(const std::string& fname) override {
     WaitAll();
-    auto blobs = worker_->Command(dist::kSaveStates, "", options_.op_timeout);
+    if (!has_server_optimizer_)
+      throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
     if (node_->rank() != 0) return;  // rank 0 writes the file
-    ByteWriter w;
-    w.PutBytes("PSKVDST1", 8);
-    w.Put<uint32_t>(static_cast<uint32_t>(blobs.size()));
-    for (auto& b : blobs) w.PutString(b);
-    std::string data = w.Take();
-    FILE* f = std::fopen(fname.c_str(), "wb");
-    if (!f || std::fwrite(data.data(), 1, data.size(), f) != data.size()) {
-      if (f) std::fclose(f);
-      throw IOError("cannot write optimizer states to '" + fname + "'");
+    const int S = node_->num_servers();
+    auto sizes = worker_->Command(dist::kStatesSize, "", options_.op_timeout);
+    std::vector<uint64_t> keys, lens;
+    uint64_t total = 0;
+    for (int r = 0; r < S; ++r) {
+      keys.push_back(KVWorker::ServerRange(r, S).first);
+      lens.push_back(std::stoull(sizes[static_cast<size_t>(r)]));
+      total += lens.back();
     }
-    std::fclose(f);
+    auto buf = std::shared_ptr<char[]>(new char[total ? total : 1]);
+    auto done = std::make_shared<Completion>();
+    // The callback holds the buffer: a reply arriving after a timeout writes into live
+    // memory (and a cancelled request receives nothing at all).
+    auto ts = worker_->Pull(keys, buf.get(), lens, dist::MakeCmd(Kind::kStates, DType::kUInt8),
+                            [done, buf](std::exception_ptr e) { done->Set(e); });
+    Await(ts, done, "saving optimizer states");
+    std::ofstream f(fname, std::ios::binary | std::ios::trunc);
+    f.write("PSKVDST2", 8);
+    const uint32_t n = static_cast<uint32_t>(S);
+    f.write(reinterpret_cast<const char*>(&n), 4);
+    for (auto l : lens) f.write(reinterpret_cast<const char*>(&l), 8);
+    f.write(buf.get(), static_cast<std::streamsize>(total));
+    f.close();
+    if (!f) throw IOError("cannot write optimizer states to '" + fname + "'");
   }
 
   void LoadOptimizerStates(const std::string& fname) override {
     WaitAll();
-    if (node_->rank() == 0) {
-      FILE* f = std::fopen(fname.c_str(), "rb");
-      if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
-      std::string data;
-      char buf[1 << 16];
-      size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-      std::fclose(f);
-      if (data.size() < 8 || data.compare(0, 8, "PSKVDST1") != 0)
-        throw IOError("'" + fname + "' is not a pskv dist optimizer-states file");
-      worker_->Command(dist::kLoadStates, data.substr(8), options_.op_timeout);
+    if (node_->rank() != 0) return;  // rank 0 alone loads (see SaveOptimizerStates)
+    if (!has_server_optimizer_)
+      throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
+    std::ifstream f(fname, std::ios::binary | std::ios::ate);
+    if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
+    const auto file_size = static_cast<uint64_t>(f.tellg());
+    f.seekg(0);
+    auto data = std::make_shared<std::string>(file_size, '\0');
+    if (!f.read(data->data(), static_cast<std::streamsize>(file_size)))
+      throw IOError("cannot read optimizer states file '" + fname + "'");
+    const int S = node_->num_servers();
+    std::vector<uint64_t> lens;
+    uint64_t at = 0;
+    auto bad = [&](const std::string& why) {
+      return IOError("'" + fname + "' is not a pskv dist optimizer-states file: " + why);
+    };
+    if (file_size < 12) throw bad("too short");
+    if (data->compare(0, 8, "PSKVDST2") == 0) {
+      uint32_t n;
+      std::memcpy(&n, data->data() + 8, 4);
+      at = 12;
+      if (static_cast<int>(n) != S)
+        throw UsageError("the optimizer states were saved from " + std::to_string(n) +
+                         " servers but this job has " + std::to_string(S) +
+                         "; restore with the same number of servers");
+      if (file_size < at + 8ull * n) throw bad("truncated");
+      uint64_t sum = 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        uint64_t l;
+        std::memcpy(&l, data->data() + at + 8ull * i, 8);
+        if (l > file_size) throw bad("bad size");
+        lens.push_back(l);
+        sum += l;
+      }
+      at += 8ull * n;
+      if (sum != file_size - at) throw bad("sizes do not add up");
+    } else if (data->compare(0, 8, "PSKVDST1") == 0) {
+      // Format 1 (u32 count, then u32-length strings): repacked without the lengths.
+      ByteReader r(data->data() + 8, file_size - 8, "optimizer states");
+      uint32_t n = r.Get<uint32_t>();
+      if (static_cast<int>(n) != S)
+        throw UsageError("the optimizer states were saved from " + std::to_string(n) +
+                         " servers but this job has " + std::to_string(S) +
+                         "; restore with the same number of servers");
+      auto packed = std::make_shared<std::string>();
+      for (uint32_t i = 0; i < n; ++i) {
+        std::string b = r.GetString(UINT32_MAX);
+        lens.push_back(b.size());
+        packed->append(b);
+      }
+      data = packed;
+      at = 0;
+    } else {
+      throw bad("bad magic");
     }
-    node_->Barrier(kWorkerGroup, options_.op_timeout);
+    std::vector<uint64_t> keys;
+    for (int r = 0; r < S; ++r) keys.push_back(KVWorker::ServerRange(r, S).first);
+    Frame vals;
+    vals.data = data->data() + at;
+    vals.size = data->size() - at;
+    vals.owner = data;
+    auto done = std::make_shared<Completion>();
+    auto ts = worker_->Push(keys, vals, lens, dist::MakeCmd(Kind::kStates, DType::kUInt8),
+                            Completion::Callback(done));
+    Await(ts, done, "loading optimizer states");
   }
 
  protected:
@@ -137,6 +225,10 @@ class KVStoreDist final : public KVStore {
     NDArray merge;     // local reduction buffer (allocated lazily)
     NDArray residual;  // compression residual (float32)
     std::vector<uint64_t> ps_keys, lens, comp_lens;
+    // Strict rounds (under mu_): pushes issued by this worker, and whether this
+    // worker pulled since its last push.
+    int64_t pushes = 0;
+    bool pulled = true;
   };
 
   KeyMeta& Meta(int key, const char* op) {
@@ -173,36 +265,52 @@ class KVStoreDist final : public KVStore {
         keys_.emplace(keys[i], std::move(m));
       }
     }
+    // Every worker reports its keys' names, dtypes and shapes to server 0, rank 0
+    // initialises the servers, all meet at the barrier, then all ask server 0 whether
+    // the reports agreed: a mismatch (shape, or string-key order) is then the same
+    // error on every worker instead of an error on one and a hang on the others.
+    std::string report, ids;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      report += std::to_string(keys[i]) + "\t" + KeyName(keys[i]) + "\t" +
+                DTypeName(values[i].dtype()) + "\t" + ShapeToString(values[i].shape()) + "\n";
+      ids += std::to_string(keys[i]) + ",";
+    }
+    worker_->Command(dist::kReportInit, report, options_.op_timeout, {ServerId(0)});
     std::exception_ptr err;
     if (node_->rank() == 0) {
       // Rank 0's values initialise the servers; the others' are only checked.
+      std::string failures;
       for (size_t i = 0; i < keys.size(); ++i) {
         KeyMeta& m = *created[i].second;
         NDArray v = values[i].Clone();
         auto frame = FrameOf(v, 0, v.nbytes());
         try {
-          Sync([&](KVWorker::Callback cb) {
-            worker_->Push(m.ps_keys, frame, m.lens, dist::MakeCmd(Kind::kInit, m.dtype), cb);
-          });
-        } catch (...) {
+          auto done = std::make_shared<Completion>();
+          auto ts = worker_->Push(m.ps_keys, frame, m.lens, dist::MakeCmd(Kind::kInit, m.dtype),
+                                  Completion::Callback(done));
+          Await(ts, done, "init of key " + KeyName(keys[i]));
+        } catch (const std::exception& e) {
           if (!err) err = std::current_exception();
+          std::string msg = e.what();
+          for (auto& c : msg)
+            if (c == '\n' || c == '\t') c = ' ';
+          failures += "!" + std::to_string(keys[i]) + "\t" + msg + "\n";
         }
       }
+      if (!failures.empty() && !broken_)
+        worker_->Command(dist::kReportInit, failures, options_.op_timeout, {ServerId(0)});
     }
-    if (!err) node_->Barrier(kWorkerGroup, options_.op_timeout);
+    if (broken_ && err) std::rethrow_exception(err);
+    WorkerBarrier();
+    worker_->Command(dist::kCheckInit, ids, options_.op_timeout, {ServerId(0)});
     if (err) std::rethrow_exception(err);
-  }
-
-  void OnStringKeyCreated(const std::string& name, int id) override {
-    // Every worker reports its id assignment; the servers compare (spec 2.2 MUST).
-    worker_->Command(dist::kCheckStringKeys, std::to_string(id) + "\t" + name, options_.op_timeout);
   }
 
   void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
                 int priority) override {
     CheckAsyncHasOptimizer();
     auto groups = GroupByKey(keys, values);
-    auto metas = Check(groups, "Push", "pushed value");
+    auto metas = Check(groups, "Push", "pushed value", Round::kPush);
     for (auto& [k, vals] : groups) {
       KeyMeta* m = metas.at(k);
       engine_.Push({k}, priority, [this, m, vals = vals, priority](Engine::Done done) {
@@ -215,7 +323,7 @@ class KVStoreDist final : public KVStore {
   void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs,
                 int priority) override {
     auto groups = GroupByKey(keys, outs);
-    auto metas = Check(groups, "Pull", "pull output");
+    auto metas = Check(groups, "Pull", "pull output", Round::kPull);
     for (auto& [k, dst] : groups) {
       KeyMeta* m = metas.at(k);
       engine_.Push({k}, priority, [this, m, dst = dst, priority](Engine::Done done) {
@@ -241,8 +349,8 @@ class KVStoreDist final : public KVStore {
         throw InvalidArgument("PushPull: key " + KeyName(k) +
                               " is pulled but not pushed; the push and pull keys must be the same");
     CheckAsyncHasOptimizer();
-    auto metas = Check(pushes, "PushPull", "pushed value");
     Check(pulls, "PushPull", "pull output");
+    auto metas = Check(pushes, "PushPull", "pushed value", Round::kPushPull);
     for (auto& [k, vals] : pushes) {
       KeyMeta* m = metas.at(k);
       engine_.Push({k}, priority,
@@ -261,8 +369,34 @@ class KVStoreDist final : public KVStore {
     }
   }
 
+  // Waits in slices of the stall interval; each stall logs what is pending and what
+  // the servers' open rounds wait for; the TimeoutError names the same.
   void WaitImpl(const std::vector<int>* keys, std::chrono::milliseconds timeout) override {
-    engine_.Wait(keys, timeout);
+    using namespace std::chrono;
+    const auto start = steady_clock::now(), deadline = start + timeout;
+    milliseconds interval = options_.stall_warning;
+    for (;;) {
+      const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+      const bool last = interval.count() <= 0 || left <= interval;
+      try {
+        engine_.Wait(keys, last ? std::max(left, milliseconds(0)) : interval);
+        return;
+      } catch (const TimeoutError& e) {
+        if (!last) {
+          Stalled(false, duration_cast<seconds>(steady_clock::now() - start));
+          interval *= 2;  // back-off
+          continue;
+        }
+        const std::string what =
+            std::string(e.what()) + "; " +
+            Stalled(true, duration_cast<seconds>(steady_clock::now() - start));
+        MarkBroken(what);
+        throw TimeoutError(what);
+      } catch (...) {
+        MarkBrokenIf(std::current_exception());
+        throw;
+      }
+    }
   }
 
   void SetUpdaterImpl(Updater) override {
@@ -279,14 +413,47 @@ class KVStoreDist final : public KVStore {
           "pushing (in async mode every push is applied at once)");
   }
 
+  enum class Round { kNone, kPush, kPull, kPushPull };
+
+  // Looks up and checks the keys of a call; with strict rounds (dist_sync) also checks
+  // and records the round structure. All checks pass before anything is recorded.
   template <typename Groups>
-  std::map<int, KeyMeta*> Check(const Groups& groups, const char* op, const char* what) {
+  std::map<int, KeyMeta*> Check(const Groups& groups, const char* op, const char* what,
+                                Round round = Round::kNone) {
     std::lock_guard<std::mutex> lk(mu_);
     std::map<int, KeyMeta*> out;
     for (auto& [k, arrays] : groups) {
       KeyMeta& m = Meta(k, op);
       for (auto& a : arrays) CheckMatches(a, m.shape, m.dtype, what, KeyName(k));
       out[k] = &m;
+    }
+    if (!options_.strict_rounds || async_ || round == Round::kNone) return out;
+    for (auto& [k, m] : out) {
+      const std::string rule =
+          " (PSKV_STRICT_ROUNDS=1: in dist_sync each round of a key is one push or push-pull "
+          "by every worker, then pulls of that round's value; pulls before the key's first "
+          "push are free)";
+      if (round == Round::kPull && m->pushes > 0 && m->pulled)
+        throw UsageError("Pull of key " + KeyName(k) + " in round " +
+                         std::to_string(m->pushes + 1) + ": this worker has not pushed key " +
+                         KeyName(k) + " in round " + std::to_string(m->pushes + 1) +
+                         " (it already pulled round " + std::to_string(m->pushes) +
+                         "); the other workers' pushes of this round would be mixed with the "
+                         "next round's" +
+                         rule);
+      if (round != Round::kPull && m->pushes > 0 && !m->pulled)
+        throw UsageError(std::string(op) + " of key " + KeyName(k) + " in round " +
+                         std::to_string(m->pushes) + ": second push in one round (this worker "
+                         "pushed key " + KeyName(k) + " in round " + std::to_string(m->pushes) +
+                         " and has not pulled it since)" + rule);
+    }
+    for (auto& [k, m] : out) {
+      if (round == Round::kPull) {
+        m->pulled = true;
+      } else {
+        ++m->pushes;
+        m->pulled = round == Round::kPushPull;
+      }
     }
     return out;
   }
@@ -347,25 +514,72 @@ class KVStoreDist final : public KVStore {
     };
   }
 
-  void Sync(const std::function<void(KVWorker::Callback)>& op) {
-    std::mutex m;
-    std::condition_variable cv;
-    bool fin = false;
-    std::exception_ptr err;
-    op([&](std::exception_ptr e) {
-      std::lock_guard<std::mutex> lk(m);
-      err = e;
-      fin = true;
-      cv.notify_all();
-    });
-    std::unique_lock<std::mutex> lk(m);
-    if (!cv.wait_for(lk, options_.op_timeout, [&] { return fin; }))
-      throw TimeoutError("dist KVStore: no answer from the servers within " +
-                         std::to_string(options_.op_timeout.count() / 1000) + " s (PSKV_TIMEOUT)");
-    if (err) std::rethrow_exception(err);
+  // The KV layer's wait for one request (see KVWorker::Await); marks the store
+  // broken on a timeout.
+  void Await(uint64_t ts, const std::shared_ptr<Completion>& done, const std::string& what) {
+    try {
+      worker_->Await(ts, done, options_.op_timeout, options_.stall_warning, what);
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
+    }
+  }
+
+  // A barrier of the workers, announced to the servers so a sync round that waits
+  // for this worker's push while it is here is reported as a deadlock (not a hang).
+  void WorkerBarrier() {
+    worker_->Command(dist::kBarrierState, "enter", options_.op_timeout);
+    try {
+      node_->Barrier(kWorkerGroup, options_.op_timeout);
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
+    }
+    worker_->Command(dist::kBarrierState, "leave", options_.op_timeout);
+  }
+
+  // Logs (or, `final`, returns) what this worker waits for: its pending requests and
+  // the servers' open sync rounds. Returns "" when logging.
+  std::string Stalled(bool final, std::chrono::seconds waited) {
+    std::string text;
+    for (auto& l : worker_->DescribePending(std::chrono::milliseconds(0))) text += l + "; ";
+    try {
+      auto status = worker_->Command(dist::kRoundStatus, "",
+                                     std::min<std::chrono::milliseconds>(options_.op_timeout,
+                                                                         std::chrono::seconds(10)));
+      for (auto& s : status)
+        for (size_t a = 0, b; a < s.size(); a = b + 1) {
+          b = s.find('\n', a);
+          if (b == std::string::npos) b = s.size();
+          if (b > a) text += s.substr(a, b - a) + "; ";
+        }
+    } catch (const std::exception& e) {
+      text += std::string("(no round status from the servers: ") + e.what() + ")";
+    }
+    if (final) return text.empty() ? "nothing pending on the servers" : "pending: " + text;
+    PSKV_WARN("waited " << waited.count() << " s: " << (text.empty() ? "(nothing pending)" : text));
+    return {};
+  }
+
+  void MarkBroken(const std::string& why) {
+    if (!broken_) broken_reason_ = why;
+    broken_ = true;
+  }
+  // Timeouts and dead peers break the store; usage errors do not.
+  void MarkBrokenIf(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const TimeoutError& t) {
+      MarkBroken(t.what());
+    } catch (const NodeFailure& f) {
+      MarkBroken(f.what());
+    } catch (...) {
+    }
   }
 
   const bool async_;
+  std::atomic<bool> broken_{false};
+  std::string broken_reason_;
   bool has_server_optimizer_ = false;
   Reducer reducer_;
   std::unique_ptr<GradientCompressor> compressor_;
