@@ -77,6 +77,8 @@ struct Options {
   /// PSKV_TEST_REPLY_DELAY (ms): test only, a server sleeps this long before handling
   /// each data request (makes replies arrive after a worker's timeout).
   int test_reply_delay_ms = 0;
+  /// PSKV_TEST_DUPLICATE_REPLIES (0/1): test only, a server sends every data reply twice.
+  bool test_duplicate_replies = false;
 
   /// Reads every variable above from the environment on top of the defaults.
   /// Throws ConfigError naming the variable when a value is malformed.

@@ -113,6 +113,8 @@ Options Options::FromEnv() {
     o.sum_in_arrival_order = s == "arrival";
   }
   ReadInt("PSKV_TEST_REPLY_DELAY", &o.test_reply_delay_ms, 0, 3600000);
+  if (const char* v = Get("PSKV_TEST_DUPLICATE_REPLIES"))
+    o.test_duplicate_replies = ParseInt("PSKV_TEST_DUPLICATE_REPLIES", v, 0, 1) != 0;
   return o;
 }
 

@@ -378,24 +378,24 @@ class KVStoreDist final : public KVStore {
     for (;;) {
       const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
       const bool last = interval.count() <= 0 || left <= interval;
-      try {
-        engine_.Wait(keys, last ? std::max(left, milliseconds(0)) : interval);
-        return;
-      } catch (const TimeoutError& e) {
-        if (!last) {
-          Stalled(false, duration_cast<seconds>(steady_clock::now() - start));
-          interval *= 2;  // back-off
-          continue;
-        }
+      if (engine_.WaitIdle(keys, last ? std::max(left, milliseconds(0)) : interval)) break;
+      if (last) {
         const std::string what =
-            std::string(e.what()) + "; " +
+            "KVStore wait timed out after " +
+            std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
+            " s (raise PSKV_TIMEOUT if this is expected); " +
             Stalled(true, duration_cast<seconds>(steady_clock::now() - start));
         MarkBroken(what);
         throw TimeoutError(what);
-      } catch (...) {
-        MarkBrokenIf(std::current_exception());
-        throw;
       }
+      Stalled(false, duration_cast<seconds>(steady_clock::now() - start));
+      interval *= 2;  // back-off
+    }
+    try {
+      engine_.Wait(keys, milliseconds(0));  // rethrows a recorded failure
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
     }
   }
 

@@ -427,6 +427,7 @@ void KVServer::Respond(const KVRequest& req, const std::vector<uint64_t>& keys, 
     r.h.vals_len = vals.size;
     r.vals = std::move(vals);
   }
+  if (node_->options().test_duplicate_replies) node_->Send(req.sender, r);  // test only
   node_->Send(req.sender, std::move(r));
 }
 
