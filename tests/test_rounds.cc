@@ -119,3 +119,13 @@ TEST(Rounds, LoadingMismatchedStatesIsAShapeError) {
   EXPECT_EQ(r.workers[0], 0) << r.log;
   std::filesystem::remove(file);
 }
+
+// C: a multi-key request with one bad key changes nothing (validated whole first).
+TEST(Rounds, MultiKeyRequestIsValidatedWhole) {
+  Spec s;
+  s.scenario = "raw_multikey";
+  s.program = KV_RAW_CLIENT;
+  s.workers = 1;
+  Result r = RunJob(s);
+  ExpectWorkersPassed(r);
+}
