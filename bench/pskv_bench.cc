@@ -13,6 +13,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/pushpull_bench.h"
+#include "bench/syncround_bench.h"
 #include "kvstore/reduce.h"
 #include "pskv/options.h"
 
@@ -86,13 +87,15 @@ int main(int argc, char** argv) {
   if (argc < 2 || HasFlag(argc, argv, "--help")) {
     std::printf(
         "usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"
-        "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n");
+        "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n"
+        "       pskv-bench syncround [--json] [--workers N] [--min-bytes N] [--max-bytes N]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
   try {
     if (cmd == "reduce") return BenchReduce(argc, argv);
     if (cmd == "pushpull") return pskv::bench::BenchPushPull(argc, argv);
+    if (cmd == "syncround") return pskv::bench::BenchSyncRound(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pskv-bench: %s\n", e.what());
     return 1;

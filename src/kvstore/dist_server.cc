@@ -99,6 +99,7 @@ void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why)
   }
   st.waiting.clear();
   st.pushed.clear();
+  st.merged = 0;
 }
 
 std::string DistServer::MissingWorkers(const KeyState& st) const {
@@ -254,27 +255,37 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       st.opened = Clock::now();
       st.next_report = node_->options().stall_warning;
     }
-    // Arrival order: add now. Rank order: add when the round is complete (below).
-    if (node_->options().sum_in_arrival_order) Merge(st, req, st.pushed.empty());
     st.pushed.insert(req.sender);
     // A push from a worker means it left any barrier it was in.
     in_barrier_.erase(req.sender);
     st.waiting.push_back(std::move(req));
-    if (static_cast<int>(st.pushed.size()) < node_->num_workers())
-      return;  // answered when the round completes
-    std::vector<KVRequest> waiting = std::move(st.waiting);
-    st.waiting.clear();
-    st.pushed.clear();
+    std::vector<KVRequest> waiting;
     try {
-      if (!node_->options().sum_in_arrival_order) {
-        std::sort(waiting.begin(), waiting.end(), [](const KVRequest& a, const KVRequest& b) {
-          return RankOfId(a.sender) < RankOfId(b.sender);
-        });
-        for (size_t i = 0; i < waiting.size(); ++i) Merge(st, waiting[i], i == 0);
+      if (node_->options().sum_in_arrival_order) {
+        Merge(st, st.waiting.back(), st.pushed.size() == 1);
+      } else {
+        // Rank order, as early as possible: add every push whose lower ranks are all
+        // in (so pushes arriving in rank order are added on arrival, as before).
+        for (bool found = true; found && st.merged < node_->num_workers();) {
+          found = false;
+          for (auto& r : st.waiting)
+            if (RankOfId(r.sender) == st.merged) {
+              Merge(st, r, st.merged == 0);
+              ++st.merged;
+              found = true;
+              break;
+            }
+        }
       }
+      if (static_cast<int>(st.pushed.size()) < node_->num_workers())
+        return;  // answered when the round completes
+      waiting = std::move(st.waiting);
+      st.waiting.clear();
+      st.pushed.clear();
+      st.merged = 0;
       ApplyRound(key, st);
     } catch (const std::exception& e) {
-      st.waiting = std::move(waiting);
+      if (!waiting.empty()) st.waiting = std::move(waiting);
       FailRound(st, KindOf(e), std::string("update failed: ") + e.what());
       return;
     }

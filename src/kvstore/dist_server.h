@@ -17,10 +17,11 @@
 // A request is validated whole (every key: ownership, existence, dtype, size, sync
 // rules) before any key of it is applied, so a bad multi-key request changes nothing.
 //
-// Summation order (PSKV_SUM_ORDER): by default a sync round's pushes are kept (their
-// receive buffers are held anyway until the round is answered) and summed in
-// worker-rank order when the round completes, so a job's weights are bit-identical
-// from run to run for any number of workers; "arrival" adds each push on arrival.
+// Summation order (PSKV_SUM_ORDER): by default a sync round's pushes are summed in
+// worker-rank order, so a job's weights are bit-identical from run to run for any
+// number of workers: a push is added as soon as the pushes of all lower ranks are in,
+// the others wait (their receive buffers are held until the round is answered
+// anyway, so this costs no memory). "arrival" adds each push on arrival.
 //
 // Stall inspector: a timer thread (under mu_, like the handlers) logs every sync round
 // open longer than PSKV_STALL_WARNING with the workers it waits for, again at 2x, 4x,
@@ -63,6 +64,7 @@ class DistServer {
     std::vector<KVRequest> waiting;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t rounds = 0;
+    int merged = 0;            // rank order: pushes of ranks [0, merged) are in `merge`
     Clock::time_point opened;  // first push of the open round
     std::chrono::milliseconds next_report{0};
   };

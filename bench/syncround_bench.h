@@ -1,0 +1,4 @@
+#pragma once
+namespace pskv::bench {
+int BenchSyncRound(int argc, char** argv);
+}
