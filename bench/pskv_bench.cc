@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
     std::printf(
         "usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"
         "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n"
-        "       pskv-bench syncround [--json] [--workers N] [--min-bytes N] [--max-bytes N]\n");
+        "       pskv-bench syncround [--json] [--workers N] [--min-bytes N] [--max-bytes N]\n"
+        "       pskv-bench strictrounds [--json] [--blocks N] [--rounds N]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
     if (cmd == "reduce") return BenchReduce(argc, argv);
     if (cmd == "pushpull") return pskv::bench::BenchPushPull(argc, argv);
     if (cmd == "syncround") return pskv::bench::BenchSyncRound(argc, argv);
+    if (cmd == "strictrounds") return pskv::bench::BenchStrictRounds(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pskv-bench: %s\n", e.what());
     return 1;
