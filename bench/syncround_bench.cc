@@ -79,8 +79,8 @@ struct Job {
     for (int w = static_cast<int>(workers.size()) - 1; w >= 0; --w) {
       // Which KVWorker has which rank is decided at registration: use the node's rank.
       auto& kv = *workers[static_cast<size_t>(w)];
-      kv.PushPull({key}, in[static_cast<size_t>(w)], lens, out[static_cast<size_t>(w)].data(),
-                  lens, cmd, [&](std::exception_ptr e) {
+      kv.PushPull({key}, in[static_cast<size_t>(w)], lens, out[static_cast<size_t>(w)].data(), lens,
+                  cmd, [&](std::exception_ptr e) {
                     std::lock_guard<std::mutex> lk(mu);
                     if (e && !err) err = e;
                     if (--left == 0) cv.notify_all();

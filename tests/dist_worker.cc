@@ -492,7 +492,8 @@ void RankOrderSum(KVStore& kv, int rounds) {
         for (int w = 1; w < n; ++w) want += OrderValue(w + round, i);
         if (std::memcmp(&want, arr->data<float>() + i, 4) != 0) ++bad;
       }
-    CHECK_TRUE(bad == 0, std::to_string(bad) + " elements differ from the rank-order sum in round " +
+    CHECK_TRUE(bad == 0, std::to_string(bad) +
+                             " elements differ from the rank-order sum in round " +
                              std::to_string(round));
   }
 }

@@ -17,12 +17,12 @@ using namespace pskv;
 namespace {
 
 int g_failures = 0;
-#define CHECK_TRUE(c, m)                                          \
-  do {                                                            \
-    if (!(c)) {                                                   \
+#define CHECK_TRUE(c, m)                                         \
+  do {                                                           \
+    if (!(c)) {                                                  \
       std::fprintf(stderr, "raw client: CHECK FAILED: %s\n", m); \
-      ++g_failures;                                               \
-    }                                                             \
+      ++g_failures;                                              \
+    }                                                            \
   } while (0)
 
 Frame Floats(const std::vector<float>& v) {

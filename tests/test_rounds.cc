@@ -11,7 +11,6 @@
 using namespace pskv::test;
 using namespace std::chrono_literals;
 
-
 // A: a skipped push fails at the extra pull, a second push in one round at that push.
 TEST(Rounds, StrictModeSkippedPushFailsAtTheExtraPull) {
   Spec s;
@@ -71,8 +70,10 @@ TEST(Rounds, StallIsLoggedNamingTheMissingWorker) {
 TEST(Rounds, TimeoutNamesTheMissingWorkerAndCloseIsImmediate) {
   Spec s;
   s.scenario = "stall";
-  s.env = {{"PSKV_STALL_WARNING", "1"}, {"PSKV_TIMEOUT", "3"},
-           {"PSKV_TEST_SLEEP_MS", "8000"}, {"PSKV_TEST_EXPECT_TIMEOUT", "1"}};
+  s.env = {{"PSKV_STALL_WARNING", "1"},
+           {"PSKV_TIMEOUT", "3"},
+           {"PSKV_TEST_SLEEP_MS", "8000"},
+           {"PSKV_TEST_EXPECT_TIMEOUT", "1"}};
   s.bound = 25s;  // PSKV_TIMEOUT 3 s; worker 1 pushes after 8 s and must then fail at once
   Result r = RunJob(s);
   EXPECT_EQ(r.workers[0], 0) << r.log;

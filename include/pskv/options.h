@@ -65,9 +65,10 @@ struct Options {
   /// Pulls before a key's first push (its init value) are always allowed.
   bool strict_rounds = false;
   /// PSKV_STALL_WARNING (s): a sync round, command or wait that has waited this long
-  /// logs what it waits for (which workers / servers), again after 2x, 4x, ...;
-  /// a worker in Barrier() while a sync round waits for its push for this long is
-  /// reported as a deadlock (the waiting pushes fail with TimeoutError).
+  /// logs what it waits for (which workers / servers), again after 2x, 4x, ...; a
+  /// worker whose wait stalled this long on a sync round that needs a push from a
+  /// worker in Barrier() fails the wait with TimeoutError naming both (a deadlock).
+  /// 0 disables the reports and the deadlock check.
   std::chrono::milliseconds stall_warning{60000};
   /// PSKV_SUM_ORDER ("rank" or "arrival"): how a dist_sync server sums a round's
   /// pushes. "rank" (default) sums in worker-rank order once the round is complete,

@@ -28,11 +28,11 @@ inline int CmdDType(int cmd) {
 
 /// Commands (worker -> every server).
 enum Command : int {
-  kSetMode = 1,          ///< body "sync" or "async"
-  kSetOptimizer = 2,     ///< body = OptimizerConfig::Serialize()
-  kSetCompression = 3,   ///< body = "type,threshold"
-  kWorkerDone = 4,       ///< a worker finished; no more pushes from it
-  kHasOptimizer = 8,     ///< reply "1" or "0"
+  kSetMode = 1,         ///< body "sync" or "async"
+  kSetOptimizer = 2,    ///< body = OptimizerConfig::Serialize()
+  kSetCompression = 3,  ///< body = "type,threshold"
+  kWorkerDone = 4,      ///< a worker finished; no more pushes from it
+  kHasOptimizer = 8,    ///< reply "1" or "0"
   /// (to server 0) body = "id\tname\tdtype\tshape\n"... for the keys of an Init call,
   /// or "!id\tmessage" when rank 0 could not initialise a key. Never fails because
   /// of a mismatch: the first conflict per key is recorded for kCheckInit.

@@ -207,9 +207,10 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       if (kind == Kind::kCompressed && !compressor_)
         return fail(ErrorKind::kUsage,
                     "a compressed push arrived but compression is not configured");
-      const uint64_t want = kind == Kind::kCompressed
-                                ? static_cast<uint64_t>(compressor_->CompressedBytes(st.value.size()))
-                                : st.value.nbytes();
+      const uint64_t want =
+          kind == Kind::kCompressed
+              ? static_cast<uint64_t>(compressor_->CompressedBytes(st.value.size()))
+              : st.value.nbytes();
       if (len != want)
         return fail(ErrorKind::kShape, "The value size cannot be changed: key " +
                                            std::to_string(key) + " takes " + std::to_string(want) +
@@ -329,8 +330,7 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
   if (m.num_keys() != 1 || m.key_ptr()[0] != ps_key)
     return fail(ErrorKind::kInvalid, "malformed optimizer-states request");
   if (!optimizer_)
-    return fail(ErrorKind::kUsage,
-                "no optimizer is set on the servers (call SetOptimizer first)");
+    return fail(ErrorKind::kUsage, "no optimizer is set on the servers (call SetOptimizer first)");
   if (req.pull) {
     auto snap = std::move(states_snapshot_);
     states_snapshot_.reset();
@@ -382,13 +382,13 @@ std::string DistServer::ReportInit(int sender, const std::string& body) {
     const InitRecord& a = it->second;
     if (a.name != rec.name) {
       init_conflicts_[id] =
-          "string keys were initialised in a different order: " + WorkerName(sender) +
-          " gave id " + std::to_string(id) + " to " + rec.name + " but " + WorkerName(a.worker) +
-          " gave it to " + a.name + "; every worker must init string keys in the same order";
+          "string keys were initialised in a different order: " + WorkerName(sender) + " gave id " +
+          std::to_string(id) + " to " + rec.name + " but " + WorkerName(a.worker) + " gave it to " +
+          a.name + "; every worker must init string keys in the same order";
     } else if (a.dtype != rec.dtype || a.shape != rec.shape) {
       init_conflicts_[id] = "key " + a.name + " was initialised with shape " + rec.shape + " " +
-                            rec.dtype + " by " + WorkerName(sender) + " but with shape " +
-                            a.shape + " " + a.dtype + " by " + WorkerName(a.worker) +
+                            rec.dtype + " by " + WorkerName(sender) + " but with shape " + a.shape +
+                            " " + a.dtype + " by " + WorkerName(a.worker) +
                             "; every worker must init a key with the same shape and dtype";
     }
   }
@@ -457,16 +457,30 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
         in_barrier_.erase(sender);
       return {};
     case dist::kRoundStatus: {
+      // Lines describing open rounds; for a round the asking worker has pushed (it
+      // waits for it) and that waits for a worker in Barrier(), a "deadlock\t" line.
       std::string out;
       int n = 0;
       const auto now = Clock::now();
       for (auto& [key, st] : store_) {
         if (st.waiting.empty()) continue;
-        if (++n > 16) break;  // a report, not a dump
-        out += "key " + std::to_string(key) + " round " + std::to_string(st.rounds + 1) + " on " +
-               node_->Tag() + ": waiting for " + MissingWorkers(st) + " for " +
-               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - st.opened)
-                                  .count()) +
+        const std::string round =
+            "key " + std::to_string(key) + " round " + std::to_string(st.rounds + 1);
+        if (st.pushed.count(sender))
+          for (auto& [w, since] : in_barrier_)
+            if (!st.pushed.count(w))
+              out += "deadlock\t" + round + " (on " + node_->Tag() + "): " + WorkerName(sender) +
+                     " waits for this sync round, which needs a push from " + WorkerName(w) +
+                     "; but " + WorkerName(w) + " has been in Barrier() for " +
+                     std::to_string(
+                         std::chrono::duration_cast<std::chrono::seconds>(now - since).count()) +
+                     " s, and that barrier waits for " + WorkerName(sender) +
+                     ". Push every key on every worker before a Barrier (or WaitAll on every "
+                     "worker before it)\n";
+        if (++n > 16) continue;  // a report, not a dump
+        out += round + " on " + node_->Tag() + ": waiting for " + MissingWorkers(st) + " for " +
+               std::to_string(
+                   std::chrono::duration_cast<std::chrono::seconds>(now - st.opened).count()) +
                " s\n";
       }
       return out;
@@ -491,35 +505,23 @@ void DistServer::InspectLoop() {
   }
 }
 
-// Under mu_. Logs stalled rounds (with back-off) and breaks barrier-vs-push deadlocks.
+// Under mu_. Logs stalled rounds, with back-off, naming the workers they wait for (and
+// whether those are in Barrier(); the waiting workers detect that deadlock themselves,
+// see kRoundStatus, since only they know that they are blocked).
 void DistServer::Inspect(Clock::time_point now) {
   using namespace std::chrono;
-  const milliseconds stall = node_->options().stall_warning;
   for (auto& [key, st] : store_) {
     if (st.waiting.empty()) continue;
     const auto open = duration_cast<milliseconds>(now - st.opened);
-    // A worker this round waits for is in Barrier(): that barrier waits for the
-    // workers whose pushes wait here, so neither side can move on.
-    for (auto& [w, since] : in_barrier_) {
-      if (st.pushed.count(w) || now - std::max(since, st.opened) < stall) continue;
-      std::string waiters;
-      for (auto& r : st.waiting) waiters += (waiters.empty() ? "" : ", ") + WorkerName(r.sender);
-      const std::string msg =
-          "key " + std::to_string(key) + " round " + std::to_string(st.rounds + 1) +
-          ": deadlock: " + waiters + " wait(s) for this sync round, which needs a push from " +
-          WorkerName(w) + "; but " + WorkerName(w) + " has been in Barrier() for " +
-          std::to_string(duration_cast<seconds>(now - since).count()) +
-          " s, and that barrier waits for " + waiters +
-          ". Push every key on every worker before a Barrier (or WaitAll on every worker "
-          "before it)";
-      PSKV_ERROR(node_->Tag() << ": " << msg);
-      FailRound(st, ErrorKind::kTimeout, msg);
-      break;
-    }
-    if (st.waiting.empty() || open < st.next_report) continue;
+    if (open < st.next_report) continue;
+    std::string barrier;
+    for (auto& [w, since] : in_barrier_)
+      if (!st.pushed.count(w))
+        barrier += "; " + WorkerName(w) + " is in Barrier() for " +
+                   std::to_string(duration_cast<seconds>(now - since).count()) + " s";
     PSKV_WARN(node_->Tag() << ": key " << key << " round " << st.rounds + 1 << ": waiting for "
-                           << MissingWorkers(st) << " for "
-                           << duration_cast<seconds>(open).count() << " s");
+                           << MissingWorkers(st) << " for " << duration_cast<seconds>(open).count()
+                           << " s" << barrier);
     st.next_report = st.next_report * 2;  // back-off
   }
 }

@@ -25,9 +25,9 @@
 //
 // Stall inspector: a timer thread (under mu_, like the handlers) logs every sync round
 // open longer than PSKV_STALL_WARNING with the workers it waits for, again at 2x, 4x,
-// ...; and fails a round (TimeoutError to the waiting workers) when a worker it waits
-// for has been in Barrier() that long — the barrier cannot complete while the others
-// wait for the round, so without this both sides would wait for PSKV_TIMEOUT.
+// .... Workers announce Barrier() entry and exit (kBarrierState); a worker stalled in
+// a wait asks for the round status (kRoundStatus) and learns when a round it waits
+// for needs a worker that is in Barrier() — a deadlock, which it reports.
 //
 // Threads: handlers run on the node's receive thread, the inspector on its own; both
 // take mu_, which guards everything below (uncontended in steady state).
@@ -98,9 +98,9 @@ class DistServer {
   std::unique_ptr<GradientCompressor> compressor_;
   std::map<int, KeyState> store_;
   std::set<int> done_workers_;
-  std::map<int, InitRecord> init_reports_;  // key id -> first report (bounded by #keys)
-  std::map<int, std::string> init_conflicts_;  // key id -> first disagreement
-  std::map<int, Clock::time_point> in_barrier_;  // worker id -> since when
+  std::map<int, InitRecord> init_reports_;              // key id -> first report (bounded by #keys)
+  std::map<int, std::string> init_conflicts_;           // key id -> first disagreement
+  std::map<int, Clock::time_point> in_barrier_;         // worker id -> since when
   std::shared_ptr<const std::string> states_snapshot_;  // taken by kStatesSize
 
   std::condition_variable inspect_cv_;

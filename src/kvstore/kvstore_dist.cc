@@ -67,7 +67,12 @@ class KVStoreDist final : public KVStore {
     if (node_->failure() || broken_) {
       // After a failure nothing can complete: return at once, and tell the scheduler
       // why so the other nodes fail now (with this reason) instead of at their timeouts.
-      node_->Abort(broken_reason_.empty() ? "the job had failed" : broken_reason_);
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lk(broken_mu_);
+        reason = broken_reason_.empty() ? "the job had failed" : broken_reason_;
+      }
+      node_->Abort(reason);
       engine_.Shutdown(std::chrono::milliseconds(0));
       return;
     }
@@ -270,8 +275,14 @@ class KVStoreDist final : public KVStore {
     // the reports agreed: a mismatch (shape, or string-key order) is then the same
     // error on every worker instead of an error on one and a hang on the others.
     std::string report, ids;
+    auto field = [](std::string f) {  // the report is tab- and line-separated: escape
+      std::string out;
+      for (char c : f)
+        out += c == '\\' ? "\\\\" : c == '\t' ? "\\t" : c == '\n' ? "\\n" : std::string(1, c);
+      return out;
+    };
     for (size_t i = 0; i < keys.size(); ++i) {
-      report += std::to_string(keys[i]) + "\t" + KeyName(keys[i]) + "\t" +
+      report += std::to_string(keys[i]) + "\t" + field(KeyName(keys[i])) + "\t" +
                 DTypeName(values[i].dtype()) + "\t" + ShapeToString(values[i].shape()) + "\n";
       ids += std::to_string(keys[i]) + ",";
     }
@@ -443,8 +454,10 @@ class KVStoreDist final : public KVStore {
                          rule);
       if (round != Round::kPull && m->pushes > 0 && !m->pulled)
         throw UsageError(std::string(op) + " of key " + KeyName(k) + " in round " +
-                         std::to_string(m->pushes) + ": second push in one round (this worker "
-                         "pushed key " + KeyName(k) + " in round " + std::to_string(m->pushes) +
+                         std::to_string(m->pushes) +
+                         ": second push in one round (this worker "
+                         "pushed key " +
+                         KeyName(k) + " in round " + std::to_string(m->pushes) +
                          " and has not pulled it since)" + rule);
     }
     for (auto& [k, m] : out) {
@@ -539,22 +552,37 @@ class KVStoreDist final : public KVStore {
   }
 
   // Logs (or, `final`, returns) what this worker waits for: its pending requests and
-  // the servers' open sync rounds. Returns "" when logging.
+  // the servers' open sync rounds. Returns "" when logging. Throws TimeoutError when a
+  // server reports a round this worker waits for as waiting for a worker that is in
+  // Barrier(): this worker is blocked here, so that barrier can never complete.
   std::string Stalled(bool final, std::chrono::seconds waited) {
-    std::string text;
+    std::string text, deadlock;
     for (auto& l : worker_->DescribePending(std::chrono::milliseconds(0))) text += l + "; ";
     try {
-      auto status = worker_->Command(dist::kRoundStatus, "",
-                                     std::min<std::chrono::milliseconds>(options_.op_timeout,
-                                                                         std::chrono::seconds(10)));
+      auto status = worker_->Command(
+          dist::kRoundStatus, "",
+          std::min<std::chrono::milliseconds>(options_.op_timeout, std::chrono::seconds(10)));
       for (auto& s : status)
         for (size_t a = 0, b; a < s.size(); a = b + 1) {
           b = s.find('\n', a);
           if (b == std::string::npos) b = s.size();
-          if (b > a) text += s.substr(a, b - a) + "; ";
+          if (b == a) continue;
+          const std::string line = s.substr(a, b - a);
+          if (line.rfind("deadlock\t", 0) == 0) {
+            if (deadlock.empty()) deadlock = line.substr(9);
+          } else {
+            text += line + "; ";
+          }
         }
     } catch (const std::exception& e) {
       text += std::string("(no round status from the servers: ") + e.what() + ")";
+    }
+    if (!deadlock.empty()) {
+      const std::string what = node_->Tag() + " waited " + std::to_string(waited.count()) +
+                               " s in Wait: deadlock: " + deadlock;
+      PSKV_ERROR(what);
+      MarkBroken(what);
+      throw TimeoutError(what);
     }
     if (final) return text.empty() ? "nothing pending on the servers" : "pending: " + text;
     PSKV_WARN("waited " << waited.count() << " s: " << (text.empty() ? "(nothing pending)" : text));
@@ -562,6 +590,7 @@ class KVStoreDist final : public KVStore {
   }
 
   void MarkBroken(const std::string& why) {
+    std::lock_guard<std::mutex> lk(broken_mu_);
     if (!broken_) broken_reason_ = why;
     broken_ = true;
   }
@@ -578,6 +607,7 @@ class KVStoreDist final : public KVStore {
   }
 
   const bool async_;
+  std::mutex broken_mu_;  // guards broken_reason_ (calls may come from several threads)
   std::atomic<bool> broken_{false};
   std::string broken_reason_;
   bool has_server_optimizer_ = false;

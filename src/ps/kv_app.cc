@@ -100,13 +100,14 @@ uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
                             const std::vector<uint64_t>& lens, char* out,
                             const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
                             int priority) {
-  return Issue(keys, std::move(vals), lens, out, out_lens, cmd, kPush | kPull, std::move(cb), priority);
+  return Issue(keys, std::move(vals), lens, out, out_lens, cmd, kPush | kPull, std::move(cb),
+               priority);
 }
 
 uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
-                     const std::vector<uint64_t>& lens, char* out,
-                     const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
-                     int priority) {
+                         const std::vector<uint64_t>& lens, char* out,
+                         const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
+                         int priority) {
   if (keys.size() != lens.size() || (out && out_lens.size() != keys.size()))
     throw InternalError("KVWorker: keys and lens differ in length");
   uint64_t total = 0;
@@ -284,7 +285,7 @@ std::vector<std::string> KVWorker::DescribePending(std::chrono::milliseconds min
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [ts, r] : pending_) {
     if (now - r.issued < min_age) continue;
-    std::string s = (r.flags & kCommand)   ? "command " + std::to_string(r.cmd)
+    std::string s = (r.flags & kCommand)                     ? "command " + std::to_string(r.cmd)
                     : (r.flags & kPush) && (r.flags & kPull) ? "push-pull"
                     : (r.flags & kPush)                      ? "push"
                                                              : "pull";

@@ -89,8 +89,7 @@ class KVWorker {
   /// Push then pull in one round trip; the answer (out_lens per key) goes to out.
   uint64_t PushPull(const std::vector<uint64_t>& keys, Frame vals,
                     const std::vector<uint64_t>& lens, char* out,
-                    const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
-                    int priority = 0);
+                    const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority = 0);
   /// Sends (head, body) to the servers `to` (all servers if empty) and waits for all
   /// replies; returns the reply bodies by server rank (empty for servers not asked).
   /// Throws the first error reply, NodeFailure or TimeoutError (naming the servers
@@ -138,8 +137,8 @@ class KVWorker {
     std::shared_ptr<std::vector<std::string>> bodies;  // command replies by server rank
   };
   uint64_t Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
-             char* out, const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
-             int priority);
+                 char* out, const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags,
+                 Callback cb, int priority);
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);

@@ -21,7 +21,8 @@ using Env = std::map<std::string, std::string>;
 struct Spec {
   int workers = 2, servers = 1;
   std::string scenario;
-  std::string program;  // worker program instead of dist_worker (then `scenario` only names the job)
+  std::string
+      program;  // worker program instead of dist_worker (then `scenario` only names the job)
   int rounds = 4;
   Env env;                        // every process
   std::map<int, Env> server_env;  // by server start index
@@ -64,10 +65,9 @@ inline Result RunJob(const Spec& s) {
         Spawn({PSKV_SERVER}, env("server", it == s.server_env.end() ? Env{} : it->second), log));
   }
   for (int i = 0; i < s.workers; ++i)
-    workers.push_back(Spawn(s.program.empty()
-                                ? std::vector<std::string>{DIST_WORKER, s.scenario,
-                                                           std::to_string(s.rounds)}
-                                : std::vector<std::string>{s.program},
+    workers.push_back(Spawn(s.program.empty() ? std::vector<std::string>{DIST_WORKER, s.scenario,
+                                                                         std::to_string(s.rounds)}
+                                              : std::vector<std::string>{s.program},
                             env("worker", {{"DMLC_TASK_ID", std::to_string(i)}}), log));
   Result r;
   const auto end = std::chrono::steady_clock::now() + s.bound;
@@ -93,6 +93,5 @@ inline void ExpectWorkersPassed(const Result& r) {
   for (size_t i = 0; i < r.workers.size(); ++i)
     EXPECT_EQ(r.workers[i], 0) << "worker " << i << "; log:\n" << r.log;
 }
-
 
 }  // namespace pskv::test
