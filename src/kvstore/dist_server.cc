@@ -458,7 +458,8 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       return {};
     case dist::kRoundStatus: {
       // Lines describing open rounds; for a round the asking worker has pushed (it
-      // waits for it) and that waits for a worker in Barrier(), a "deadlock\t" line.
+      // waits for it) and that waits for a worker in Barrier(), a line
+      // "deadlock\t<key>\t<message>".
       std::string out;
       int n = 0;
       const auto now = Clock::now();
@@ -469,7 +470,8 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
         if (st.pushed.count(sender))
           for (auto& [w, since] : in_barrier_)
             if (!st.pushed.count(w))
-              out += "deadlock\t" + round + " (on " + node_->Tag() + "): " + WorkerName(sender) +
+              out += "deadlock\t" + std::to_string(key) + "\t" + round + " (on " + node_->Tag() +
+                     "): " + WorkerName(sender) +
                      " waits for this sync round, which needs a push from " + WorkerName(w) +
                      "; but " + WorkerName(w) + " has been in Barrier() for " +
                      std::to_string(

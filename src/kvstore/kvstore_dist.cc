@@ -15,6 +15,7 @@
 // must form rounds "push (or push-pull), then pulls"; checked at the call, under mu_.
 #include "kvstore/kvstore_dist.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -395,11 +396,11 @@ class KVStoreDist final : public KVStore {
             "KVStore wait timed out after " +
             std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
             " s (raise PSKV_TIMEOUT if this is expected); " +
-            Stalled(true, duration_cast<seconds>(steady_clock::now() - start));
+            Stalled(true, duration_cast<seconds>(steady_clock::now() - start), keys);
         MarkBroken(what);
         throw TimeoutError(what);
       }
-      Stalled(false, duration_cast<seconds>(steady_clock::now() - start));
+      Stalled(false, duration_cast<seconds>(steady_clock::now() - start), keys);
       interval *= 2;  // back-off
     }
     try {
@@ -553,9 +554,10 @@ class KVStoreDist final : public KVStore {
 
   // Logs (or, `final`, returns) what this worker waits for: its pending requests and
   // the servers' open sync rounds. Returns "" when logging. Throws TimeoutError when a
-  // server reports a round this worker waits for as waiting for a worker that is in
-  // Barrier(): this worker is blocked here, so that barrier can never complete.
-  std::string Stalled(bool final, std::chrono::seconds waited) {
+  // server reports a round of a key this wait covers (`keys`, null = all) as waiting
+  // for a worker that is in Barrier(): this worker is blocked on it, so that barrier
+  // can never complete.
+  std::string Stalled(bool final, std::chrono::seconds waited, const std::vector<int>* keys) {
     std::string text, deadlock;
     for (auto& l : worker_->DescribePending(std::chrono::milliseconds(0))) text += l + "; ";
     try {
@@ -569,7 +571,12 @@ class KVStoreDist final : public KVStore {
           if (b == a) continue;
           const std::string line = s.substr(a, b - a);
           if (line.rfind("deadlock\t", 0) == 0) {
-            if (deadlock.empty()) deadlock = line.substr(9);
+            // Only rounds of the keys this wait covers (this worker is blocked on them).
+            const size_t tab = line.find('\t', 9);
+            if (tab == std::string::npos) continue;
+            const int key = std::atoi(line.c_str() + 9);
+            const bool covered = !keys || std::find(keys->begin(), keys->end(), key) != keys->end();
+            if (covered && deadlock.empty()) deadlock = line.substr(tab + 1);
           } else {
             text += line + "; ";
           }
