@@ -248,9 +248,13 @@ void KVWorker::Await(uint64_t ts, const std::shared_ptr<Completion>& c,
   // Timed out: cancel first (under mu_, so no reply handler can still write into
   // the request's buffers afterwards), then report.
   std::string missing = Missing(ts);
-  if (!Cancel(ts)) {  // completed in the meantime
-    if (auto e = c->error()) std::rethrow_exception(e);
-    return;
+  if (!Cancel(ts)) {
+    // Completed in the meantime: its callback runs right after the entry is removed
+    // (outside the lock); wait for it, briefly.
+    if (c->WaitFor(milliseconds(1000))) {
+      if (auto e = c->error()) std::rethrow_exception(e);
+      return;
+    }
   }
   throw TimeoutError(what + ": no answer from " +
                      (missing.empty() ? std::string("the servers") : missing) + " within " +
