@@ -96,8 +96,7 @@ class KVStoreDist final : public KVStore {
 
   void SetOptimizer(const OptimizerConfig& config) override {
     config.Validate();
-    if (node_->rank() == 0)
-      worker_->Command(dist::kSetOptimizer, config.Serialize(), options_.op_timeout);
+    if (node_->rank() == 0) Command(dist::kSetOptimizer, config.Serialize());
     has_server_optimizer_ = true;
     WorkerBarrier();
   }
@@ -112,7 +111,7 @@ class KVStoreDist final : public KVStore {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%s,%.9g", config.type.c_str(),
                   static_cast<double>(config.threshold));
-    if (node_->rank() == 0) worker_->Command(dist::kSetCompression, buf, options_.op_timeout);
+    if (node_->rank() == 0) Command(dist::kSetCompression, buf);
     compressor_ = config.active() ? std::make_unique<GradientCompressor>(config) : nullptr;
     WorkerBarrier();
   }
@@ -128,7 +127,7 @@ class KVStoreDist final : public KVStore {
       throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
     if (node_->rank() != 0) return;  // rank 0 writes the file
     const int S = node_->num_servers();
-    auto sizes = worker_->Command(dist::kStatesSize, "", options_.op_timeout);
+    auto sizes = Command(dist::kStatesSize, "");
     std::vector<uint64_t> keys, lens;
     uint64_t total = 0;
     for (int r = 0; r < S; ++r) {
@@ -287,7 +286,7 @@ class KVStoreDist final : public KVStore {
                 DTypeName(values[i].dtype()) + "\t" + ShapeToString(values[i].shape()) + "\n";
       ids += std::to_string(keys[i]) + ",";
     }
-    worker_->Command(dist::kReportInit, report, options_.op_timeout, {ServerId(0)});
+    Command(dist::kReportInit, report, {ServerId(0)});
     std::exception_ptr err;
     if (node_->rank() == 0) {
       // Rank 0's values initialise the servers; the others' are only checked.
@@ -309,12 +308,11 @@ class KVStoreDist final : public KVStore {
           failures += "!" + std::to_string(keys[i]) + "\t" + msg + "\n";
         }
       }
-      if (!failures.empty() && !broken_)
-        worker_->Command(dist::kReportInit, failures, options_.op_timeout, {ServerId(0)});
+      if (!failures.empty() && !broken_) Command(dist::kReportInit, failures, {ServerId(0)});
     }
     if (broken_ && err) std::rethrow_exception(err);
     WorkerBarrier();
-    worker_->Command(dist::kCheckInit, ids, options_.op_timeout, {ServerId(0)});
+    Command(dist::kCheckInit, ids, {ServerId(0)});
     if (err) std::rethrow_exception(err);
   }
 
@@ -528,6 +526,17 @@ class KVStoreDist final : public KVStore {
     };
   }
 
+  // A command to the servers (all, or `to`); a timeout or dead peer breaks the store.
+  std::vector<std::string> Command(int head, const std::string& body,
+                                   const std::vector<int>& to = {}) {
+    try {
+      return worker_->Command(head, body, options_.op_timeout, to);
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
+    }
+  }
+
   // The KV layer's wait for one request (see KVWorker::Await); marks the store
   // broken on a timeout.
   void Await(uint64_t ts, const std::shared_ptr<Completion>& done, const std::string& what) {
@@ -542,14 +551,14 @@ class KVStoreDist final : public KVStore {
   // A barrier of the workers, announced to the servers so a sync round that waits
   // for this worker's push while it is here is reported as a deadlock (not a hang).
   void WorkerBarrier() {
-    worker_->Command(dist::kBarrierState, "enter", options_.op_timeout);
+    Command(dist::kBarrierState, "enter");
     try {
       node_->Barrier(kWorkerGroup, options_.op_timeout);
     } catch (...) {
       MarkBrokenIf(std::current_exception());
       throw;
     }
-    worker_->Command(dist::kBarrierState, "leave", options_.op_timeout);
+    Command(dist::kBarrierState, "leave");
   }
 
   // Logs (or, `final`, returns) what this worker waits for: its pending requests and
