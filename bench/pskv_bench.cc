@@ -13,6 +13,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/pushpull_bench.h"
+#include "bench/syncround_bench.h"
 #include "kvstore/reduce.h"
 #include "pskv/tuning.h"
 #include "pskv/options.h"
@@ -90,7 +91,9 @@ int main(int argc, char** argv) {
         "usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"
         "       pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]\n"
         "       pskv-bench security [--min-bytes N] [--max-bytes N]   (open vs secret vs "
-        "encrypted)\n");
+        "encrypted)\n"
+        "       pskv-bench syncround [--json] [--workers N] [--min-bytes N] [--max-bytes N]\n"
+        "       pskv-bench strictrounds [--json] [--blocks N] [--rounds N]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
@@ -98,6 +101,8 @@ int main(int argc, char** argv) {
     if (cmd == "reduce") return BenchReduce(argc, argv);
     if (cmd == "pushpull") return pskv::bench::BenchPushPull(argc, argv);
     if (cmd == "security") return pskv::bench::BenchSecurity(argc, argv);
+    if (cmd == "syncround") return pskv::bench::BenchSyncRound(argc, argv);
+    if (cmd == "strictrounds") return pskv::bench::BenchStrictRounds(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pskv-bench: %s\n", e.what());
     return 1;

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "pskv/tuning.h"
 #include "pskv/error.h"
@@ -294,22 +296,23 @@ void Unequal(KVStore& kv, int rounds) {
 void StringOrder(KVStore& kv, int) {
   std::vector<std::string> keys = {"a", "b"};
   if (kv.Rank() == 1) std::swap(keys[0], keys[1]);
-  // Whichever worker reports its ids second gets the error, before Init's barrier.
+  // Every worker gets the same KeyError from Init (none waits in Init's barrier).
   bool failed = false;
   try {
     kv.Init(keys, {Full(kSmall, 1), Full(kSmall, 1)});
   } catch (const KeyError& e) {
-    failed = std::strstr(e.what(), "different order") != nullptr;
+    failed = std::strstr(e.what(), "different order") != nullptr &&
+             std::strstr(e.what(), "worker[0]") && std::strstr(e.what(), "worker[1]");
     std::fprintf(stderr, "%s: %s\n", g_tag.c_str(), e.what());
-    kv.Barrier();  // the barrier the other worker's Init ends with
   }
-  // Count the workers that saw the error: exactly one must have.
+  CHECK_TRUE(failed, "this worker must see the key-order error naming both workers");
+  // Count the workers that saw the error: all must have.
   kv.Init("zz_count", Full({1}, 0));
   NDArray c = Full({1}, failed ? 1 : 0);
   kv.PushPull("zz_count", {c}, {});
   kv.WaitAll();
-  CHECK_TRUE(c.At(0) == 1,
-             "exactly one worker must see the key-order error, saw " + std::to_string(c.At(0)));
+  CHECK_TRUE(c.At(0) == kv.NumWorkers(),
+             "every worker must see the key-order error, saw " + std::to_string(c.At(0)));
 }
 
 void States(KVStore& kv, int rounds) {
@@ -345,6 +348,247 @@ void States(KVStore& kv, int rounds) {
     };
     std::string a = read(f1), b = read(f2);
     CHECK_TRUE(a.size() > 100 && a == b, "saved states round-trip through load");
+    std::remove(f1.c_str());
+    std::remove(f2.c_str());
+  }
+  kv.Barrier();
+}
+
+// ---------------------------------------------------------------- issue 11 scenarios
+
+const char* Env(const char* name, const char* def = "") {
+  const char* v = std::getenv(name);
+  return v ? v : def;
+}
+
+// Round i (1-based): every worker pushes i, so the value after round i is i(i+1)
+// with w <- w + sum. Worker 1 adds an extra pull after round 2 (it "skips a push"),
+// and worker 0 pushes twice in round 4. With PSKV_STRICT_ROUNDS=1 both are errors
+// at the call, naming the key and the round; nothing is mixed.
+void StrictRounds(KVStore& kv, int rounds) {
+  kv.SetOptimizer(AddRate(1));
+  kv.Init(3, Full(kSmall, 0));
+  NDArray out(kSmall);
+  kv.Pull(3, {out});  // pulls before the first push read the init value: allowed
+  kv.Pull(3, {out});
+  kv.WaitAll();
+  for (int i = 1; i <= rounds; ++i) {
+    if (kv.Rank() == 0 && i == 4) {
+      kv.Push(3, {Full(kSmall, i)});
+      CHECK_TRUE(Throws([&] { kv.Push(3, {Full(kSmall, i)}); }, "second push in one round"),
+                 "second push");
+      CHECK_TRUE(Throws([&] { kv.Push(3, {Full(kSmall, i)}); }, "round 4"), "round named");
+    } else {
+      kv.Push(3, {Full(kSmall, i)});
+    }
+    kv.Pull(3, {out});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(out, i * (i + 1)), "value after round " + std::to_string(i));
+    if (kv.Rank() == 1 && i == 2) {
+      CHECK_TRUE(Throws([&] { kv.Pull(3, {out}); }, "has not pushed key 3 in round 3"),
+                 "extra pull");
+    }
+  }
+  kv.Barrier();
+}
+
+// Workers init key 5 with different shapes of the same size: every worker gets the
+// same ShapeError naming both workers (nobody hangs in Init's barrier).
+void ShapeMismatch(KVStore& kv, int) {
+  const Shape s = kv.Rank() == 0 ? Shape{2, 6} : Shape{3, 4};
+  bool failed = false;
+  try {
+    kv.Init(5, Full(s, 1));
+  } catch (const ShapeError& e) {
+    failed = std::strstr(e.what(), "worker[0]") && std::strstr(e.what(), "worker[1]") &&
+             std::strstr(e.what(), "(2, 6)") && std::strstr(e.what(), "(3, 4)");
+    std::fprintf(stderr, "%s: %s\n", g_tag.c_str(), e.what());
+  }
+  CHECK_TRUE(failed, "init with another shape must fail naming both workers and shapes");
+  kv.Barrier();
+}
+
+// Worker 0 pushes and waits for the round; worker 1 calls Barrier() first. The
+// server reports the deadlock within PSKV_STALL_WARNING: worker 0's wait fails
+// naming both sides; worker 0 then closes the store (at once), and worker 1's
+// barrier fails with worker 0's reason.
+void BarrierDeadlock(KVStore& kv, int) {
+  kv.Init(3, Full(kSmall, 0));
+  if (kv.Rank() == 0) {
+    kv.Push(3, {Full(kSmall, 1)});
+    bool ok = false;
+    try {
+      kv.WaitAll();
+    } catch (const TimeoutError& e) {
+      std::fprintf(stderr, "%s: %s\n", g_tag.c_str(), e.what());
+      ok = std::strstr(e.what(), "deadlock") && std::strstr(e.what(), "Barrier()") &&
+           std::strstr(e.what(), "worker[0]") && std::strstr(e.what(), "worker[1]");
+    }
+    CHECK_TRUE(ok, "the wait must fail naming the deadlock and both workers");
+  } else {
+    bool ok = false;
+    try {
+      kv.Barrier();
+      kv.Push(3, {Full(kSmall, 1)});
+      kv.WaitAll();
+    } catch (const Error& e) {
+      std::fprintf(stderr, "%s: %s\n", g_tag.c_str(), e.what());
+      ok = std::strstr(e.what(), "deadlock") != nullptr;
+    }
+    CHECK_TRUE(ok, "the barrier must fail with the deadlock report");
+  }
+}
+
+// Worker 1 is slow to push (PSKV_TEST_SLEEP_MS); worker 0 waits. With a short
+// PSKV_STALL_WARNING the waiting nodes log what they wait for; with a short
+// PSKV_TIMEOUT worker 0's TimeoutError names worker 1, and closing is immediate.
+void Stall(KVStore& kv, int) {
+  kv.Init(3, Full(kSmall, 0));
+  if (kv.Rank() == 1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(Env("PSKV_TEST_SLEEP_MS"))));
+  kv.Push(3, {Full(kSmall, 1)});
+  if (kv.Rank() == 0 && std::atoi(Env("PSKV_TEST_EXPECT_TIMEOUT", "0"))) {
+    bool ok = false;
+    try {
+      kv.WaitAll();
+    } catch (const TimeoutError& e) {
+      std::fprintf(stderr, "%s: %s\n", g_tag.c_str(), e.what());
+      ok = std::strstr(e.what(), "waiting for worker[1]") != nullptr;
+    }
+    CHECK_TRUE(ok, "the TimeoutError must name the worker the round waits for");
+    std::printf("%s: closing\n", g_tag.c_str());
+    std::fflush(stdout);
+    return;
+  }
+  kv.WaitAll();
+  NDArray out(kSmall);
+  kv.Pull(3, {out});
+  kv.WaitAll();
+  CHECK_TRUE(AllEqual(out, 2), "value after the slow round");
+}
+
+// Values whose float32 sum depends on the order; workers push in reverse rank order
+// (worker r waits (N-1-r) * 150 ms). The servers must sum in rank order.
+float OrderValue(int rank, int64_t i) {
+  static const float kMag[] = {1e8f, 1.0f, -1e8f, 3.0f, 0.5f, 7e7f, -2.5f};
+  const float m = kMag[(static_cast<int64_t>(rank) * 3 + i) % 7];
+  return m * (1.0f + static_cast<float>(i % 13) / 17.0f);
+}
+
+void RankOrderSum(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  kv.Init(3, Full(kSmall, 0));
+  kv.Init(99, Full(kBig, 0));
+  for (int round = 0; round < rounds; ++round) {
+    NDArray a(kSmall), b(kBig);
+    for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = OrderValue(r + round, i);
+    for (int64_t i = 0; i < b.size(); ++i) b.data<float>()[i] = OrderValue(r + round, i);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 * (n - 1 - r)));
+    kv.PushPull(std::vector<int>{3, 99}, {a, b}, std::vector<int>{3, 99}, {a, b});
+    kv.WaitAll();
+    int bad = 0;
+    for (auto* arr : {&a, &b})
+      for (int64_t i = 0; i < arr->size(); ++i) {
+        float want = OrderValue(round, i);  // rank 0 first, then 1, 2, ...
+        for (int w = 1; w < n; ++w) want += OrderValue(w + round, i);
+        if (std::memcmp(&want, arr->data<float>() + i, 4) != 0) ++bad;
+      }
+    CHECK_TRUE(bad == 0, std::to_string(bad) +
+                             " elements differ from the rank-order sum in round " +
+                             std::to_string(round));
+  }
+}
+
+// A sliced pull (key 99 over 2 servers) while one server duplicates its replies and
+// the other is slow: the pull must wait for both slices.
+void DuplicateReplies(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers();
+  kv.Init(99, Full(kBig, 0));
+  for (int i = 1; i <= rounds; ++i) {  // no optimizer: the value is the round's sum, n*i
+    NDArray b = Full(kBig, i);
+    kv.PushPull(99, {b}, {});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(b, n * i), "push-pull round " + std::to_string(i));
+    kv.Pull(99, {b});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(b, n * i), "pull round " + std::to_string(i));
+  }
+}
+
+// PSKV_TIMEOUT=1 and a server that answers data requests after 1.5 s: Init times
+// out; the late reply must not touch the (long gone) waiting frame.
+void LateReply(KVStore& kv, int) {
+  CHECK_TRUE(Throws([&] { kv.Init(3, Full(kSmall, 1)); }, "no answer from server[0]"),
+             "init must time out naming the server");
+  // Give the late reply time to arrive while this thread reuses its stack.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+  volatile double sink = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    char buf[4096];
+    std::memset(buf, static_cast<int>(sink) & 0x7f, sizeof buf);
+    sink = sink + buf[100];
+  }
+  std::printf("%s: survived the late reply\n", g_tag.c_str());
+}
+
+// Saves states of a 1-element fp16 key (multi-precision SGD: a master copy, no
+// other slots), then (second job) loads them into a 4M-element key: ShapeError.
+void StatesMismatch(KVStore& kv, int) {
+  const std::string phase = Env("PSKV_TEST_PHASE"), file = Env("PSKV_TEST_STATES_FILE");
+  kv.SetOptimizer(
+      OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"}, {"multi_precision", "1"}}));
+  const Shape s = phase == "save" ? Shape{1} : Shape{4 << 20};
+  kv.Init(0, Full(s, 1, DType::kFloat16));
+  kv.Push(0, {Full(s, 1, DType::kFloat16)});
+  kv.WaitAll();
+  if (phase == "save") {
+    kv.SaveOptimizerStates(file);
+    return;
+  }
+  CHECK_TRUE(Throws([&] { kv.LoadOptimizerStates(file); }, "master copy of 1 elements"),
+             "loading mismatched states must fail");
+  // nothing was loaded: the store keeps working
+  kv.Push(0, {Full(s, 1, DType::kFloat16)});
+  NDArray out(s, DType::kFloat16);
+  kv.Pull(0, {out});
+  kv.WaitAll();
+  CHECK_TRUE(AllEqual(out, 0.8, 1e-3), "store usable after a refused load");
+}
+
+// Adam on a 100M-parameter key sliced over the servers: save (only rank 0 fetches),
+// load (rank 0 alone), save again: identical files; one more update works.
+void BigStates(KVStore& kv, int) {
+  const int64_t n = 100'000'000;
+  const std::string f1 = Env("PSKV_TEST_STATES_FILE"), f2 = f1 + ".2";
+  kv.SetOptimizer(OptimizerConfig::FromParams("adam", {{"learning_rate", "0.01"}}));
+  {
+    NDArray w({n});
+    w.Fill(1);
+    kv.Init(0, w);
+  }
+  {
+    NDArray g({n});
+    g.Fill(0.5);
+    kv.Push(0, {g});
+    kv.WaitAll();
+  }
+  kv.SaveOptimizerStates(f1);
+  if (kv.Rank() == 0) kv.LoadOptimizerStates(f1);  // rank 0 alone
+  kv.SaveOptimizerStates(f2);
+  if (kv.Rank() == 0) {
+    std::ifstream a(f1, std::ios::binary), b(f2, std::ios::binary);
+    std::vector<char> ba(1 << 20), bb(1 << 20);
+    uint64_t total = 0;
+    bool same = true;
+    while (a && b && same) {
+      a.read(ba.data(), static_cast<std::streamsize>(ba.size()));
+      b.read(bb.data(), static_cast<std::streamsize>(bb.size()));
+      same = a.gcount() == b.gcount() &&
+             std::memcmp(ba.data(), bb.data(), static_cast<size_t>(a.gcount())) == 0;
+      total += static_cast<uint64_t>(a.gcount());
+    }
+    CHECK_TRUE(same && !b.read(bb.data(), 1), "states round-trip through load");
+    CHECK_TRUE(total > 2ull * n * 4, "states of 100M parameters (" + std::to_string(total) + " B)");
     std::remove(f1.c_str());
     std::remove(f2.c_str());
   }
@@ -415,6 +659,15 @@ int main(int argc, char** argv) {
           {"states", {"dist_sync", States}},
           {"loop_until_failure", {"dist_sync", LoopUntilFailure}},
           {"exit3", {"dist_sync", ExitThree}},
+          {"strict_rounds", {"dist_sync", StrictRounds}},
+          {"shape_mismatch", {"dist_sync", ShapeMismatch}},
+          {"barrier_deadlock", {"dist_sync", BarrierDeadlock}},
+          {"stall", {"dist_sync", Stall}},
+          {"rank_order_sum", {"dist_sync", RankOrderSum}},
+          {"duplicate_replies", {"dist_sync", DuplicateReplies}},
+          {"late_reply", {"dist_sync", LateReply}},
+          {"states_mismatch", {"dist_sync", StatesMismatch}},
+          {"big_states", {"dist_sync", BigStates}},
       };
   auto it = kScenarios.find(scenario);
   if (it == kScenarios.end()) {

@@ -65,3 +65,6 @@ TEST(DistKVStore, StringKeyOrderMismatchDetected) {
 TEST(DistKVStore, OptimizerStatesSaveAndLoad) {
   EXPECT_EQ(Launch(2, 2, "states"), 0);
 }
+TEST(DistKVStore, InitShapeMismatchFailsEveryWorker) {
+  EXPECT_EQ(Launch(2, 1, "shape_mismatch"), 0);
+}

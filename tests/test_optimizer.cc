@@ -257,3 +257,41 @@ TEST(Optimizer, DumpedStatesRestoreTheConfig) {
   other.LoadStates(a.SaveStates(true));
   EXPECT_EQ(other.CurrentConfig().type, "sgd");
 }
+
+// States of a 1-element fp16 key (multi-precision SGD: only a float32 master copy)
+// must not be used for a 4M-element key: refused at load with the weights' sizes,
+// and at the first update without them (the master copy overflowed before).
+TEST(Optimizer, LoadStatesChecksEverySizeMasterCopyIncluded) {
+  auto cfg = Cfg("sgd", {{"learning_rate", "0.1"}, {"multi_precision", "1"}});
+  Optimizer a(cfg);
+  NDArray small({1}, DType::kFloat16);
+  small.Fill(1);
+  a.Update(0, small, &small);
+  const std::string blob = a.SaveStates();
+
+  Optimizer b(cfg);
+  auto big = [](int64_t key) -> std::pair<int64_t, bool> {
+    return {key == 0 ? int64_t{4} << 20 : -1, true};
+  };
+  EXPECT_THROW(b.LoadStates(blob, big), ShapeError);
+  EXPECT_EQ(b.UpdateCount(0), 0);  // nothing loaded
+  EXPECT_THROW(b.LoadStates(blob,
+                            [](int64_t) {
+                              return std::pair<int64_t, bool>{-1, true};
+                            }),
+               KeyError);
+  EXPECT_THROW(b.LoadStates(blob,
+                            [](int64_t) {
+                              return std::pair<int64_t, bool>{1, false};
+                            }),
+               ShapeError);  // a master copy for a float32 weight
+  b.LoadStates(blob, [](int64_t) { return std::pair<int64_t, bool>{1, true}; });
+  EXPECT_EQ(b.UpdateCount(0), 1);
+
+  Optimizer c(cfg);
+  c.LoadStates(blob);  // unchecked load: the first update catches it
+  NDArray w({int64_t{4} << 20}, DType::kFloat16), g({int64_t{4} << 20}, DType::kFloat16);
+  w.Fill(1);
+  g.Fill(1);
+  EXPECT_THROW(c.Update(0, g, &w), ShapeError);
+}

@@ -175,3 +175,32 @@ TEST(Roles, CreateInAServerProcessIsAnErrorNotAnExit) {
   EXPECT_FALSE(RunServerRoleIfAsked(w).has_value());
   EXPECT_FALSE(RunServerRoleIfAsked(Options{}).has_value());
 }
+
+TEST(Options, RoundIntegrityVariables) {
+  Options d;
+  EXPECT_FALSE(d.strict_rounds);
+  EXPECT_EQ(d.stall_warning.count(), 60000);
+  EXPECT_FALSE(d.sum_in_arrival_order);
+  {
+    EnvGuard g;
+    g.Set("PSKV_STRICT_ROUNDS", "1");
+    g.Set("PSKV_STALL_WARNING", "2.5");
+    g.Set("PSKV_SUM_ORDER", "arrival");
+    Options o = Options::FromEnv();
+    EXPECT_TRUE(o.strict_rounds);
+    EXPECT_EQ(o.stall_warning.count(), 2500);
+    EXPECT_TRUE(o.sum_in_arrival_order);
+  }
+  for (auto [k, v] : {std::pair<const char*, const char*>{"PSKV_STRICT_ROUNDS", "yes"},
+                      {"PSKV_STALL_WARNING", "-1"},
+                      {"PSKV_SUM_ORDER", "random"}}) {
+    EnvGuard g;
+    g.Set(k, v);
+    try {
+      Options::FromEnv();
+      ADD_FAILURE() << k << "=" << v << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(k), std::string::npos) << e.what();
+    }
+  }
+}

@@ -490,3 +490,69 @@ TEST(Liveness, StalledBarrierNamesTheMissingNodes) {
       << err;
   EXPECT_NE(err.find("worker[0]: waiting at a barrier for"), std::string::npos) << err;
 }
+
+TEST(Ps, TimedOutRequestIsCancelledAndItsLateReplyDropped) {
+  // The server answers a pull after 300 ms; the worker's wait gives up after 100 ms.
+  // The request must be cancelled: its late reply is dropped instead of being copied
+  // into the (by then freed) output buffer — under ASan a write would be reported.
+  const int port = FreePort();
+  std::exception_ptr sched_err, server_err;
+  std::thread sched([&] {
+    try {
+      Node n(NodeOptions(Role::kScheduler, port, 1, 1));
+      n.Start();
+      n.Finalize(0ms);
+    } catch (...) {
+      sched_err = std::current_exception();
+    }
+  });
+  std::thread server([&] {
+    try {
+      Node n(NodeOptions(Role::kServer, port, 1, 1));
+      KVServer srv(
+          &n,
+          [](KVRequest&& r, KVServer* s) {
+            std::this_thread::sleep_for(300ms);
+            std::vector<float> v(4, 7.0f);
+            s->Respond(r, {r.msg.key_ptr()[0]}, Frame::Copy(v.data(), 16), {16});
+          },
+          nullptr);
+      n.Start();
+      n.Finalize(0ms);
+    } catch (...) {
+      server_err = std::current_exception();
+    }
+  });
+  {
+    Node n(NodeOptions(Role::kWorker, port, 1, 1));
+    KVWorker w(&n);
+    n.Start();
+    const std::vector<uint64_t> keys{5}, lens{16};
+    auto out = std::make_unique<std::vector<float>>(4, 0.0f);
+    auto done = std::make_shared<Completion>();
+    auto ts =
+        w.Pull(keys, reinterpret_cast<char*>(out->data()), lens, 0, Completion::Callback(done));
+    try {
+      w.Await(ts, done, 100ms, 0ms, "test pull");
+      ADD_FAILURE() << "the pull did not time out";
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("server[0]"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(w.Pending(), 0u);  // cancelled
+    out.reset();
+    std::this_thread::sleep_for(600ms);  // the late reply arrives and is dropped
+    EXPECT_EQ(w.Pending(), 0u);
+    // The connection still works: a pull with enough time succeeds.
+    std::vector<float> again(4, 0.0f);
+    auto done2 = std::make_shared<Completion>();
+    auto ts2 =
+        w.Pull(keys, reinterpret_cast<char*>(again.data()), lens, 0, Completion::Callback(done2));
+    w.Await(ts2, done2, 10s, 0ms, "test pull");
+    EXPECT_EQ(again[0], 7.0f);
+    n.Finalize(30s);
+  }
+  sched.join();
+  server.join();
+  EXPECT_FALSE(sched_err);
+  EXPECT_FALSE(server_err);
+}

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,7 +105,15 @@ class Optimizer {
   /// with `dump_optimizer` (MXNet's save_optimizer_states(dump_optimizer=True)):
   /// then the saved configuration (learning rate, ...) replaces it.
   std::string SaveStates(bool dump_optimizer = false) const;
-  void LoadStates(const std::string& blob);
+  /// For LoadStates: the weight of `key` as (element count, low precision), or
+  /// element count -1 when there is no such key.
+  using WeightInfo = std::function<std::pair<int64_t, bool>(int64_t key)>;
+  /// Restores states saved by SaveStates. With `weights`, every state buffer (the
+  /// multi-precision float32 master copy included) is checked against the weight it
+  /// will update, and states of unknown keys are refused: ShapeError / KeyError
+  /// naming the key, nothing loaded. Without it the sizes are checked at the first
+  /// update of each key.
+  void LoadStates(const std::string& blob, const WeightInfo& weights = {});
   /// The configuration in use (after a LoadStates of a dumped blob: the saved one).
   OptimizerConfig CurrentConfig() const {
     std::lock_guard<std::mutex> lk(mu_);

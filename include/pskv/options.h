@@ -69,11 +69,32 @@ struct Options {
   /// PSKV_HANDSHAKE_TIMEOUT (s): a connection that has not authenticated within
   /// this time is closed.
   std::chrono::milliseconds handshake_timeout{10000};
-  /// PSKV_STALL_WARNING (s): a barrier, sync round or command waiting longer than
-  /// this logs what it waits for (which nodes), repeating with back-off. 0: never.
-  std::chrono::milliseconds stall_warning{60000};
   /// PSKV_DROP_MSG / PS_DROP_MSG: test only, percentage of received data messages to drop.
   int drop_percent = 0;
+
+  // ---- round integrity and stall inspection (dist stores) ----
+  /// PSKV_STRICT_ROUNDS (0/1): in dist_sync, a worker's per-key calls must form
+  /// rounds "push (or push-pull), then pulls of that round": a pull of a key this
+  /// worker has already pulled since its last push of it, or a second push without
+  /// a pull in between, is a UsageError at the call naming the key and the round.
+  /// Pulls before a key's first push (its init value) are always allowed.
+  bool strict_rounds = false;
+  /// PSKV_STALL_WARNING (s): a barrier, sync round, command or wait that has waited
+  /// this long logs what it waits for (which nodes), again after 2x, 4x, ...; a
+  /// worker whose wait stalled this long on a sync round that needs a push from a
+  /// worker in Barrier() fails the wait with TimeoutError naming both (a deadlock).
+  /// 0 disables the reports and the deadlock check.
+  std::chrono::milliseconds stall_warning{60000};
+  /// PSKV_SUM_ORDER ("rank" or "arrival"): how a dist_sync server sums a round's
+  /// pushes. "rank" (default) sums in worker-rank order once the round is complete,
+  /// so results are bit-identical from run to run; "arrival" adds each push as it
+  /// arrives (overlaps the additions with the wait for slower workers).
+  bool sum_in_arrival_order = false;
+  /// PSKV_TEST_REPLY_DELAY (ms): test only, a server sleeps this long before handling
+  /// each data request (makes replies arrive after a worker's timeout).
+  int test_reply_delay_ms = 0;
+  /// PSKV_TEST_DUPLICATE_REPLIES (0/1): test only, a server sends every data reply twice.
+  bool test_duplicate_replies = false;
 
   /// Reads every variable above from the environment on top of the defaults.
   /// Throws ConfigError naming the variable when a value is malformed.

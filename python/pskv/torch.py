@@ -255,6 +255,7 @@ class Trainer(object):
             self.kv.save_optimizer_states(path)
             self._ship_optimizer()
             self.kv.load_optimizer_states(path)
+            self.kv.barrier()  # rank 0 loads: nobody pushes before it is done
         finally:
             os.unlink(path)
 
@@ -440,6 +441,7 @@ class Trainer(object):
         rank 0 writes the file."""
         if self._uok:
             self.kv.save_optimizer_states(fname, dump_optimizer=True)
+            self.kv.barrier()  # rank 0 writes: the file is complete when this returns
             return
         tmp = '%s.tmp%d' % (fname, os.getpid())
         with open(tmp, 'wb') as f:
@@ -452,6 +454,7 @@ class Trainer(object):
         cfg = _states_config(fname)
         if self._uok:
             self.kv.load_optimizer_states(fname)
+            self.kv.barrier()  # rank 0 loads: nobody pushes before the states are in
         else:
             with open(fname, 'rb') as f:
                 self._updater.load_states(f.read())
@@ -463,8 +466,13 @@ def _states_config(fname):
     """The optimizer configuration inside a dumped states file, or None."""
     with open(fname, 'rb') as f:
         head = f.read(1 << 16)
-    if head[:8] == b'PSKVDST1':  # dist: server count, then each server's blob
+    if head[:8] == b'PSKVDST1':  # dist v1: server count, then u32-sized blobs
         head = head[16:]
+    elif head[:8] == b'PSKVDST2':  # dist v2: server count, u64 sizes, then the blobs
+        (n,) = struct.unpack('<I', head[8:12])
+        with open(fname, 'rb') as f:
+            f.seek(12 + 8 * n)
+            head = f.read(1 << 16)
     if head[:8] != b'PSKVOPT2':
         return None
     (n,) = struct.unpack('<I', head[8:12])

@@ -138,9 +138,21 @@ Options Options::FromEnv() {
   if (const char* v = Get("PSKV_ENCRYPT")) o.encrypt = ParseInt("PSKV_ENCRYPT", v, 0, 1) != 0;
   ReadInt("PSKV_MAX_CONNECTIONS", &o.max_pending_connections, 0, 1 << 20);
   ReadSeconds("PSKV_HANDSHAKE_TIMEOUT", &o.handshake_timeout);
-  ReadSeconds("PSKV_STALL_WARNING", &o.stall_warning);
   ReadInt("PS_DROP_MSG", &o.drop_percent, 0, 100);
   ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
+  if (const char* v = Get("PSKV_STRICT_ROUNDS"))
+    o.strict_rounds = ParseInt("PSKV_STRICT_ROUNDS", v, 0, 1) != 0;
+  ReadSeconds("PSKV_STALL_WARNING", &o.stall_warning);
+  if (const char* v = Get("PSKV_SUM_ORDER")) {
+    const std::string s = v;
+    if (s != "rank" && s != "arrival")
+      throw ConfigError("environment variable PSKV_SUM_ORDER='" + s +
+                        "' is not one of: rank, arrival");
+    o.sum_in_arrival_order = s == "arrival";
+  }
+  ReadInt("PSKV_TEST_REPLY_DELAY", &o.test_reply_delay_ms, 0, 3600000);
+  if (const char* v = Get("PSKV_TEST_DUPLICATE_REPLIES"))
+    o.test_duplicate_replies = ParseInt("PSKV_TEST_DUPLICATE_REPLIES", v, 0, 1) != 0;
   return o;
 }
 

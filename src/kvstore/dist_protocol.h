@@ -12,7 +12,10 @@
 namespace pskv::dist {
 
 /// Data request head: dtype code in bits 0-7, kind in bits 8-15.
-enum class Kind : int { kDense = 0, kInit = 1, kCompressed = 2 };
+/// kStates moves one server's optimizer states as chunked data (any size; command
+/// replies are capped at kMaxBody): a pull of the server's first ps key returns the
+/// snapshot taken by kStatesSize, a push to it loads states.
+enum class Kind : int { kDense = 0, kInit = 1, kCompressed = 2, kStates = 3 };
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);
 }
@@ -25,14 +28,21 @@ inline int CmdDType(int cmd) {
 
 /// Commands (worker -> every server).
 enum Command : int {
-  kSetMode = 1,          ///< body "sync" or "async"
-  kSetOptimizer = 2,     ///< body = OptimizerConfig::Serialize()
-  kSetCompression = 3,   ///< body = "type,threshold"
-  kWorkerDone = 4,       ///< a worker finished; no more pushes from it
-  kSaveStates = 5,       ///< reply = this server's optimizer states
-  kLoadStates = 6,       ///< body = server-rank-indexed blob (see kvstore_dist.cc)
-  kCheckStringKeys = 7,  ///< body = "id\tname\n"...: all workers must agree
-  kHasOptimizer = 8,     ///< reply "1" or "0"
+  kSetMode = 1,         ///< body "sync" or "async"
+  kSetOptimizer = 2,    ///< body = OptimizerConfig::Serialize()
+  kSetCompression = 3,  ///< body = "type,threshold"
+  kWorkerDone = 4,      ///< a worker finished; no more pushes from it
+  kHasOptimizer = 8,    ///< reply "1" or "0"
+  /// (to server 0) body = "id\tname\tdtype\tshape\n"... for the keys of an Init call,
+  /// or "!id\tmessage" when rank 0 could not initialise a key. Never fails because
+  /// of a mismatch: the first conflict per key is recorded for kCheckInit.
+  kReportInit = 9,
+  /// (to server 0, after Init's barrier) body = "id,id,...": error reply (the same
+  /// for every worker) if the workers' reports for these keys disagree.
+  kCheckInit = 10,
+  kBarrierState = 11,  ///< body "enter" / "leave": the sender is in Barrier()
+  kRoundStatus = 12,   ///< reply = lines describing open sync rounds (stall reports)
+  kStatesSize = 13,    ///< snapshot this server's optimizer states; reply = size in bytes
 };
 
 /// One server's part of a key: `len` elements starting at element `offset`.

@@ -1,5 +1,6 @@
 #include "kvstore/dist_server.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -36,7 +37,19 @@ DistServer::DistServer(Node* node)
           [this](int sender, int head, const std::string& body) {
             return Command(sender, head, body);
           }),
-      reducer_(node->options().bigarray_bound, node->options().reduction_threads) {}
+      reducer_(node->options().bigarray_bound, node->options().reduction_threads) {
+  if (node_->options().stall_warning.count() > 0)
+    inspector_ = std::thread([this] { InspectLoop(); });
+}
+
+DistServer::~DistServer() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  inspect_cv_.notify_all();
+  if (inspector_.joinable()) inspector_.join();
+}
 
 std::string DistServer::WorkerName(int id) const {
   return node_->NodeName(id);
@@ -81,21 +94,30 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
   srv->Respond(req, ks, Frame::FromString(std::move(out)), lens);
 }
 
-void DistServer::FailRound(KeyState& st, const std::string& why) {
+void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why) {
   for (auto& r : st.waiting) {
     try {
-      server_.RespondError(r, ErrorKind::kUsage, why);
+      server_.RespondError(r, kind, why);
     } catch (const std::exception& e) {
       PSKV_WARN(node_->Tag() << ": " << e.what());
     }
   }
   st.waiting.clear();
   st.pushed.clear();
+  st.merged = 0;
 }
 
-void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len) {
+std::string DistServer::MissingWorkers(const KeyState& st) const {
+  std::string out;
+  for (int id : node_->WorkerIds())
+    if (!st.pushed.count(id)) out += (out.empty() ? "" : ", ") + WorkerName(id);
+  return out;
+}
+
+// Adds one request's value bytes for `st` into st.merge (`first`: overwrite instead).
+void DistServer::Merge(KeyState& st, const KVRequest& req, bool first) {
   const Message& m = req.msg;
-  const bool first = st.pushed.empty();
+  const uint64_t off = 0, len = m.h.vals_len;  // sync pushes carry one key
   if (dist::CmdKind(req.cmd) == Kind::kCompressed) {
     if (st.merge.empty()) st.merge = NDArray({st.value.size()}, DType::kFloat32);
     if (first) st.merge.Fill(0);
@@ -105,8 +127,9 @@ void DistServer::Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_
                                st.value.size());
     return;
   }
-  const Optimizer* opt = OptimizerOf(st.wire_key);
-  const bool mp = opt && opt->config().multi_precision && IsLowPrecision(st.value.dtype());
+  const bool mp =
+      OptimizerOf(st.wire_key) && OptimizerOf(st.wire_key)->config().multi_precision &&
+      IsLowPrecision(st.value.dtype());
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
   const size_t es = DTypeSize(st.value.dtype());
@@ -135,12 +158,16 @@ void DistServer::ApplyRound(int64_t key, KeyState& st) {
 }
 
 void DistServer::Handle(KVRequest&& req, KVServer* srv) {
+  if (int d = node_->options().test_reply_delay_ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(d));
+  std::lock_guard<std::mutex> lk(mu_);
   const Message& m = req.msg;
   const int me = node_->rank(), S = node_->num_servers();
   const uint64_t base = KVWorker::ServerRange(me, S).first;
   const Kind kind = dist::CmdKind(req.cmd);
   const int dt = dist::CmdDType(req.cmd);
   auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
+  if (kind == Kind::kStates) return HandleStates(std::move(req), srv);
   if (!IsValidDType(dt) ||
       (kind != Kind::kDense && kind != Kind::kInit && kind != Kind::kCompressed))
     return fail(ErrorKind::kInvalid,
@@ -148,7 +175,14 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   const DType dtype = static_cast<DType>(dt);
   const std::string me_name = node_->Tag();
 
-  std::vector<std::pair<int64_t, KeyState*>> answer;
+  // Pass 1: validate every key; nothing is changed until the whole request is valid.
+  struct Item {
+    int64_t key;  // a wire key: store id and key
+    uint64_t off, len;
+    KeyState* st;  // null for an init
+  };
+  std::vector<Item> items;
+  items.reserve(m.num_keys());
   uint64_t off = 0;
   for (uint32_t i = 0; i < m.num_keys(); ++i) {
     const uint64_t ps_key = m.key_ptr()[i], len = m.len_ptr()[i];
@@ -166,11 +200,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
         return fail(ErrorKind::kKey, "duplicate init of key " + std::to_string(key));
       if (len % DTypeSize(dtype))
         return fail(ErrorKind::kShape, "init value size is not a whole number of elements");
-      KeyState st;
-      st.wire_key = key;
-      st.value = NDArray({static_cast<int64_t>(len / DTypeSize(dtype))}, dtype);
-      m.CopyVals(key_off, len, static_cast<char*>(st.value.raw()));
-      store_.emplace(key, std::move(st));
+      items.push_back({key, key_off, len, nullptr});
       continue;
     }
     if (it == store_.end())
@@ -182,14 +212,13 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                                          DTypeName(st.value.dtype()) + " but the request carries " +
                                          DTypeName(dtype));
     if (req.push) {
-      const uint64_t want =
-          kind == Kind::kCompressed
-              ? static_cast<uint64_t>(compressor_ ? compressor_->CompressedBytes(st.value.size())
-                                                  : 0)
-              : st.value.nbytes();
       if (kind == Kind::kCompressed && !compressor_)
         return fail(ErrorKind::kUsage,
                     "a compressed push arrived but compression is not configured");
+      const uint64_t want =
+          kind == Kind::kCompressed
+              ? static_cast<uint64_t>(compressor_->CompressedBytes(st.value.size()))
+              : st.value.nbytes();
       if (len != want)
         return fail(ErrorKind::kShape, "The value size cannot be changed: key " +
                                            std::to_string(key) + " takes " + std::to_string(want) +
@@ -208,56 +237,187 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                             std::to_string(st.rounds + 1) +
                             "; in sync mode every worker must push every key equally often (give "
                             "every worker the same number of batches)");
-        Merge(st, req, key_off, len);
-        st.pushed.insert(req.sender);
-        st.waiting.push_back(std::move(req));
-        if (static_cast<int>(st.pushed.size()) == node_->num_workers()) {
-          try {
-            ApplyRound(key, st);
-          } catch (const std::exception& e) {
-            FailRound(st, std::string("update failed: ") + e.what());
-            return;
-          }
-          std::vector<KVRequest> waiting = std::move(st.waiting);
-          st.waiting.clear();
-          st.pushed.clear();
-          for (auto& r : waiting) Reply(srv, r, {{key, &st}});
-        }
-        return;  // answered when the round completes
-      }
-      // async: apply at once
-      Optimizer* opt = OptimizerOf(key);
-      if (!opt)
+      } else if (!OptimizerOf(key)) {
         return fail(ErrorKind::kUsage,
                     "Updater needs to be set for async mode: call SetOptimizer "
                     "on the dist_async store before pushing");
+      }
+    }
+    items.push_back({key, key_off, len, &st});
+  }
+
+  // Pass 2: apply.
+  if (kind == Kind::kInit) {
+    for (auto& it : items) {
+      KeyState st;
+      st.wire_key = it.key;
+      st.value = NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype);
+      m.CopyVals(it.off, it.len, static_cast<char*>(st.value.raw()));
+      store_.emplace(it.key, std::move(st));
+    }
+    return Reply(srv, req, {});
+  }
+  std::vector<std::pair<int64_t, KeyState*>> answer;
+  if (req.push && sync_) {
+    const int64_t key = items[0].key;
+    KeyState& st = *items[0].st;
+    if (st.pushed.empty()) {
+      st.opened = Clock::now();
+      st.next_report = node_->options().stall_warning;
+    }
+    st.pushed.insert(req.sender);
+    // A push from a worker means it left any barrier it was in.
+    in_barrier_.erase(req.sender);
+    st.waiting.push_back(std::move(req));
+    std::vector<KVRequest> waiting;
+    try {
+      if (node_->options().sum_in_arrival_order) {
+        Merge(st, st.waiting.back(), st.pushed.size() == 1);
+      } else {
+        // Rank order, as early as possible: add every push whose lower ranks are all
+        // in (so pushes arriving in rank order are added on arrival, as before).
+        for (bool found = true; found && st.merged < node_->num_workers();) {
+          found = false;
+          for (auto& r : st.waiting)
+            if (RankOfId(r.sender) == st.merged) {
+              Merge(st, r, st.merged == 0);
+              ++st.merged;
+              found = true;
+              break;
+            }
+        }
+      }
+      if (static_cast<int>(st.pushed.size()) < node_->num_workers())
+        return;  // answered when the round completes
+      waiting = std::move(st.waiting);
+      st.waiting.clear();
+      st.pushed.clear();
+      st.merged = 0;
+      ApplyRound(key, st);
+    } catch (const std::exception& e) {
+      if (!waiting.empty()) st.waiting = std::move(waiting);
+      FailRound(st, KindOf(e), std::string("update failed: ") + e.what());
+      return;
+    }
+    for (auto& r : waiting) Reply(srv, r, {{key, &st}});
+    return;
+  }
+  for (auto& it : items) {
+    KeyState& st = *it.st;
+    if (req.push) {  // async: apply at once
       Detach(st);
       NDArray grad;
       std::string scratch;
-      const char* data = m.Contiguous(key_off, len, &scratch);
+      const char* data = m.Contiguous(it.off, it.len, &scratch);
       if (kind == Kind::kCompressed) {
         grad = NDArray({st.value.size()}, DType::kFloat32);
         compressor_->Dequantize(reinterpret_cast<const uint8_t*>(data), grad.data<float>(),
                                 st.value.size());
       } else {
-        grad = View(data, len, dtype);
+        grad = View(data, it.len, dtype);
       }
       try {
-        opt->Update(dist::KeyOf(key), grad, &st.value);
+        OptimizerOf(it.key)->Update(dist::KeyOf(it.key), grad, &st.value);
       } catch (const std::exception& e) {
+        // Sizes were validated above; an optimizer failure here is a broken state
+        // (e.g. states loaded for another model) and is reported as such.
         return fail(KindOf(e), std::string("update failed: ") + e.what());
       }
       ++st.rounds;
     }
-    answer.emplace_back(key, &st);
+    answer.emplace_back(it.key, &st);
   }
   Reply(srv, req, answer);
 }
 
+// Optimizer states as data: a pull returns the snapshot taken by kStatesSize (and
+// drops it), a push loads states after checking them against the stored weights.
+void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
+  const Message& m = req.msg;
+  auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
+  // The request's key is the store's key 0 (WireKey(store, 0)): it names the store.
+  const uint64_t base = KVWorker::ServerRange(node_->rank(), node_->num_servers()).first;
+  if (m.num_keys() != 1 || m.key_ptr()[0] < base ||
+      ((m.key_ptr()[0] - base) & 0xffffffff) != 0 ||
+      ((m.key_ptr()[0] - base) >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
+    return fail(ErrorKind::kInvalid, "malformed optimizer-states request");
+  const uint64_t ps_key = m.key_ptr()[0];
+  const int store = dist::StoreOf(static_cast<int64_t>(ps_key - base));
+  Optimizer* optimizer = OptimizerOf(dist::WireKey(store, 0));
+  if (!optimizer)
+    return fail(ErrorKind::kUsage, "no optimizer is set on the servers (call SetOptimizer first)");
+  if (req.pull) {
+    if (states_store_ != store)
+      return fail(ErrorKind::kUsage, "optimizer states requested for another store's snapshot");
+    auto snap = std::move(states_snapshot_);
+    states_snapshot_.reset();
+    if (!snap) return fail(ErrorKind::kUsage, "optimizer states requested without a snapshot");
+    Frame f;
+    f.data = snap->data();
+    f.size = snap->size();
+    f.owner = snap;
+    return srv->Respond(req, {ps_key}, std::move(f), {snap->size()});
+  }
+  std::string blob(m.h.vals_len, '\0');
+  m.CopyVals(0, m.h.vals_len, blob.data());
+  try {
+    optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
+      auto it = key >= 0 && key <= INT32_MAX ? store_.find(dist::WireKey(store, static_cast<int>(key)))
+                                             : store_.end();
+      if (it == store_.end()) return {-1, false};
+      return {it->second.value.size(), IsLowPrecision(it->second.value.dtype())};
+    });
+  } catch (const std::exception& e) {
+    return fail(KindOf(e), node_->Tag() + ": cannot load the optimizer states: " + e.what());
+  }
+  srv->Respond(req);
+}
+
+std::string DistServer::ReportInit(int sender, const std::string& body) {
+  std::istringstream is(body);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    size_t pos = 0;
+    for (;;) {
+      auto tab = line.find('\t', pos);
+      f.push_back(line.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
+      if (tab == std::string::npos) break;
+      pos = tab + 1;
+    }
+    if (line[0] == '!') {  // rank 0 could not initialise this key
+      if (f.size() != 2) throw InvalidArgument("bad init report");
+      const int64_t id = std::stoll(f[0].substr(1));
+      init_conflicts_.emplace(id, f[1]);
+      continue;
+    }
+    if (f.size() != 4) throw InvalidArgument("bad init report");
+    const int64_t id = std::stoll(f[0]);
+    InitRecord rec{f[1], f[2], f[3], sender};
+    auto [it, fresh] = init_reports_.emplace(id, rec);
+    if (fresh || init_conflicts_.count(id)) continue;
+    const InitRecord& a = it->second;
+    if (a.name != rec.name) {
+      init_conflicts_[id] =
+          "string keys were initialised in a different order: " + WorkerName(sender) + " gave id " +
+          std::to_string(id) + " to " + rec.name + " but " + WorkerName(a.worker) + " gave it to " +
+          a.name + "; every worker must init string keys in the same order";
+    } else if (a.dtype != rec.dtype || a.shape != rec.shape) {
+      init_conflicts_[id] = "key " + a.name + " was initialised with shape " + rec.shape + " " +
+                            rec.dtype + " by " + WorkerName(sender) + " but with shape " + a.shape +
+                            " " + a.dtype + " by " + WorkerName(a.worker) +
+                            "; every worker must init a key with the same shape and dtype";
+    }
+  }
+  return {};
+}
+
 std::string DistServer::Command(int sender, int head, const std::string& body) {
+  std::lock_guard<std::mutex> lk(mu_);
   const int store = head >> 8;  // the worker-side store a command concerns
   head &= 0xff;
-  // That store's optimizer (named as the former member, which keeps this diff small).
+  // That store's optimizer (named as the former member, which keeps this code small).
   std::unique_ptr<Optimizer>& optimizer_ = optimizers_[store];
   switch (head) {
     case dist::kSetMode:
@@ -283,60 +443,111 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
     }
     case dist::kWorkerDone:
       done_workers_.insert(sender);
+      in_barrier_.erase(sender);
       for (auto& [key, st] : store_)
         if (!st.waiting.empty() && !st.pushed.count(sender))
-          FailRound(st,
+          FailRound(st, ErrorKind::kUsage,
                     "key " + std::to_string(key) + ": " + WorkerName(sender) +
                         " finished the job without pushing round " + std::to_string(st.rounds + 1) +
                         " while other workers did; in sync mode every worker must push every key "
                         "equally often (give every worker the same number of batches)");
       return {};
-    case dist::kSaveStates:
+    case dist::kStatesSize:
       if (!optimizer_)
         throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
-      return optimizer_->SaveStates();
-    case dist::kLoadStates: {
-      if (!optimizer_)
-        throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
-      ByteReader r(body.data(), body.size(), "optimizer states");
-      uint32_t n = r.Get<uint32_t>();
-      if (static_cast<int>(n) != node_->num_servers())
-        throw UsageError("the optimizer states were saved from " + std::to_string(n) +
-                         " servers but this job has " + std::to_string(node_->num_servers()) +
-                         "; restore with the same number of servers");
-      std::string mine;
-      for (uint32_t i = 0; i < n; ++i) {
-        std::string s = r.GetString(UINT32_MAX);
-        if (static_cast<int>(i) == node_->rank()) mine = std::move(s);
+      states_snapshot_ = std::make_shared<const std::string>(optimizer_->SaveStates());
+      states_store_ = store;
+      return std::to_string(states_snapshot_->size());
+    case dist::kReportInit:
+      return ReportInit(sender, body);
+    case dist::kCheckInit: {
+      std::istringstream is(body);
+      std::string id;
+      while (std::getline(is, id, ',')) {
+        if (id.empty()) continue;
+        auto it = init_conflicts_.find(std::stoll(id));
+        if (it == init_conflicts_.end()) continue;
+        if (it->second.find("different order") != std::string::npos) throw KeyError(it->second);
+        if (it->second.find("with shape") != std::string::npos) throw ShapeError(it->second);
+        throw KeyError(it->second);
       }
-      optimizer_->LoadStates(mine);
       return {};
     }
-    case dist::kCheckStringKeys: {
-      std::istringstream is(body);
-      std::string line;
-      while (std::getline(is, line)) {
-        auto tab = line.find('\t');
-        if (tab == std::string::npos) throw InvalidArgument("bad string-key report");
-        int64_t id = std::stoll(line.substr(0, tab));  // a wire id
-        std::string name = line.substr(tab + 1);
-        auto it = string_keys_.find(id);
-        if (it == string_keys_.end()) {
-          string_keys_[id] = name;
-          string_key_source_[id] = sender;
-        } else if (it->second != name) {
-          throw KeyError("string keys were initialised in a different order: " +
-                         WorkerName(sender) + " gave id " + std::to_string(id) + " to '" + name +
-                         "' but " + WorkerName(string_key_source_[id]) + " gave it to '" +
-                         it->second + "'; every worker must init string keys in the same order");
-        }
-      }
+    case dist::kBarrierState:
+      if (body == "enter")
+        in_barrier_[sender] = Clock::now();
+      else
+        in_barrier_.erase(sender);
       return {};
+    case dist::kRoundStatus: {
+      // Lines describing open rounds; for a round the asking worker has pushed (it
+      // waits for it) and that waits for a worker in Barrier(), a line
+      // "deadlock\t<key>\t<message>".
+      std::string out;
+      int n = 0;
+      const auto now = Clock::now();
+      for (auto& [key, st] : store_) {
+        if (st.waiting.empty()) continue;
+        const std::string round =
+            "key " + std::to_string(key) + " round " + std::to_string(st.rounds + 1);
+        if (st.pushed.count(sender))
+          for (auto& [w, since] : in_barrier_)
+            if (!st.pushed.count(w))
+              out += "deadlock\t" + std::to_string(key) + "\t" + round + " (on " + node_->Tag() +
+                     "): " + WorkerName(sender) +
+                     " waits for this sync round, which needs a push from " + WorkerName(w) +
+                     "; but " + WorkerName(w) + " has been in Barrier() for " +
+                     std::to_string(
+                         std::chrono::duration_cast<std::chrono::seconds>(now - since).count()) +
+                     " s, and that barrier waits for " + WorkerName(sender) +
+                     ". Push every key on every worker before a Barrier (or WaitAll on every "
+                     "worker before it)\n";
+        if (++n > 16) continue;  // a report, not a dump
+        out += round + " on " + node_->Tag() + ": waiting for " + MissingWorkers(st) + " for " +
+               std::to_string(
+                   std::chrono::duration_cast<std::chrono::seconds>(now - st.opened).count()) +
+               " s\n";
+      }
+      return out;
     }
     case dist::kHasOptimizer:
       return optimizer_ ? "1" : "0";
     default:
       throw InvalidArgument("unknown command " + std::to_string(head));
+  }
+}
+
+void DistServer::InspectLoop() {
+  using namespace std::chrono;
+  const auto tick = std::clamp<milliseconds>(node_->options().stall_warning / 4, 50ms, 1000ms);
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!inspect_cv_.wait_for(lk, tick, [&] { return stop_; })) {
+    try {
+      Inspect(Clock::now());
+    } catch (const std::exception& e) {
+      PSKV_WARN(node_->Tag() << ": stall inspector: " << e.what());
+    }
+  }
+}
+
+// Under mu_. Logs stalled rounds, with back-off, naming the workers they wait for (and
+// whether those are in Barrier(); the waiting workers detect that deadlock themselves,
+// see kRoundStatus, since only they know that they are blocked).
+void DistServer::Inspect(Clock::time_point now) {
+  using namespace std::chrono;
+  for (auto& [key, st] : store_) {
+    if (st.waiting.empty()) continue;
+    const auto open = duration_cast<milliseconds>(now - st.opened);
+    if (open < st.next_report) continue;
+    std::string barrier;
+    for (auto& [w, since] : in_barrier_)
+      if (!st.pushed.count(w))
+        barrier += "; " + WorkerName(w) + " is in Barrier() for " +
+                   std::to_string(duration_cast<seconds>(now - since).count()) + " s";
+    PSKV_WARN(node_->Tag() << ": key " << key << " round " << st.rounds + 1 << ": waiting for "
+                           << MissingWorkers(st) << " for " << duration_cast<seconds>(open).count()
+                           << " s" << barrier);
+    st.next_report = st.next_report * 2;  // back-off
   }
 }
 

@@ -13,11 +13,33 @@
 // because a worker already declared itself done (kWorkerDone): its waiting pushes
 // fail with a message naming that worker, instead of hanging (MXNet hung).
 // Async mode: every push is applied at once (an optimizer is required).
+//
+// A request is validated whole (every key: ownership, existence, dtype, size, sync
+// rules) before any key of it is applied, so a bad multi-key request changes nothing.
+//
+// Summation order (PSKV_SUM_ORDER): by default a sync round's pushes are summed in
+// worker-rank order, so a job's weights are bit-identical from run to run for any
+// number of workers: a push is added as soon as the pushes of all lower ranks are in,
+// the others wait (their receive buffers are held until the round is answered
+// anyway, so this costs no memory). "arrival" adds each push on arrival.
+//
+// Stall inspector: a timer thread (under mu_, like the handlers) logs every sync round
+// open longer than PSKV_STALL_WARNING with the workers it waits for, again at 2x, 4x,
+// .... Workers announce Barrier() entry and exit (kBarrierState); a worker stalled in
+// a wait asks for the round status (kRoundStatus) and learns when a round it waits
+// for needs a worker that is in Barrier() — a deadlock, which it reports.
+//
+// Threads: handlers run on the node's receive thread, the inspector on its own; both
+// take mu_, which guards everything below (uncontended in steady state).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
@@ -31,8 +53,10 @@ class DistServer {
  public:
   /// Installs itself as `node`'s request handler; call before node->Start().
   explicit DistServer(Node* node);
+  ~DistServer();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct KeyState {
     NDArray value;
     NDArray merge;  // float32 when compressed or multi-precision, else value's dtype
@@ -40,23 +64,36 @@ class DistServer {
     std::vector<KVRequest> waiting;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t rounds = 0;
+    int merged = 0;            // rank order: pushes of ranks [0, merged) are in `merge`
+    Clock::time_point opened;  // first push of the open round
+    std::chrono::milliseconds next_report{0};
     int64_t wire_key = 0;  // (store id << 32) | key
   };
+  struct InitRecord {
+    std::string name, dtype, shape;
+    int worker = 0;
+  };
   void Handle(KVRequest&& req, KVServer* srv);
+  void HandleStates(KVRequest&& req, KVServer* srv);
   std::string Command(int sender, int head, const std::string& body);
-  void HandleKey(const KVRequest& req, KVServer* srv, size_t i, uint64_t offset, bool* answered);
-  void Merge(KeyState& st, const KVRequest& req, uint64_t off, uint64_t len);
+  std::string ReportInit(int sender, const std::string& body);
+  void Merge(KeyState& st, const KVRequest& req, bool first);
   void ApplyRound(int64_t key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
              const std::vector<std::pair<int64_t, KeyState*>>& keys);
   /// The optimizer of the store that `wire_key` belongs to, or null.
   Optimizer* OptimizerOf(int64_t wire_key) const;
-  void FailRound(KeyState& st, const std::string& why);
+  void FailRound(KeyState& st, ErrorKind kind, const std::string& why);
+  /// Workers the open round of `st` waits for, by name.
+  std::string MissingWorkers(const KeyState& st) const;
+  void InspectLoop();
+  void Inspect(Clock::time_point now);
   /// Before modifying a value: if a reply still references its memory, move to a copy.
   void Detach(KeyState& st);
   std::string WorkerName(int id) const;
 
   Node* node_;
+  std::mutex mu_;  // guards everything below; see the header comment
   KVServer server_;
   Reducer reducer_;
   bool sync_ = false;
@@ -66,8 +103,15 @@ class DistServer {
   std::unique_ptr<GradientCompressor> compressor_;
   std::map<int64_t, KeyState> store_;
   std::set<int> done_workers_;
-  std::map<int64_t, std::string> string_keys_;  // wire id -> name, as first reported
-  std::map<int64_t, int> string_key_source_;    // wire id -> worker that reported it first
+  std::map<int64_t, InitRecord> init_reports_;     // wire key -> first report (bounded by #keys)
+  std::map<int64_t, std::string> init_conflicts_;  // wire key -> first disagreement
+  std::map<int, Clock::time_point> in_barrier_;    // worker id -> since when
+  std::shared_ptr<const std::string> states_snapshot_;  // taken by kStatesSize
+  int states_store_ = 0;                                // the store of states_snapshot_
+
+  std::condition_variable inspect_cv_;
+  bool stop_ = false;
+  std::thread inspector_;
 };
 
 /// Runs this process's role (options.role must be server or scheduler) until the

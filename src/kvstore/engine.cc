@@ -148,6 +148,11 @@ void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeou
   if (first) std::rethrow_exception(first);
 }
 
+bool Engine::WaitIdle(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); });
+}
+
 size_t Engine::Pending() const {
   std::lock_guard<std::mutex> lk(mu_);
   return ops_.size();

@@ -45,6 +45,9 @@ class Engine {
   /// rethrows (and clears) the first recorded failure of those keys.
   /// TimeoutError after `timeout`.
   void Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout);
+  /// Waits up to `timeout` until no operation on `keys` (all if null) is pending;
+  /// false on timeout. Neither throws nor clears recorded failures (Wait does).
+  bool WaitIdle(const std::vector<int>* keys, std::chrono::milliseconds timeout);
   /// Number of operations scheduled and not yet completed.
   size_t Pending() const;
   /// Fails every later Push with `error` (used when the store is broken beyond

@@ -4,9 +4,21 @@
 // build), then sent to the servers holding the key's slices; pulls land in the
 // first output and are copied to the others. Every key's operations run in order
 // on the engine; different keys overlap, higher priority first.
+//
+// Blocking: every wait for the servers goes through KVWorker::Await (shared
+// completion state, timeout, stall reports, cancellation of the request on timeout),
+// or through the engine for scheduled operations (WaitImpl adds the stall reports).
+// After a timeout or a dead peer the store is broken: closing it aborts at once
+// instead of waiting for the final barrier.
+//
+// Strict rounds (PSKV_STRICT_ROUNDS=1, dist_sync): each key's calls on this worker
+// must form rounds "push (or push-pull), then pulls"; checked at the call, under mu_.
 #include "kvstore/kvstore_dist.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -30,10 +42,10 @@ namespace {
 using dist::Kind;
 
 // One node per worker process, shared by every dist store the process creates
-// (trainer branch: MXNet allowed several stores per process, e.g. one per Trainer
-// of a GAN). The stores get ids 0, 1, ... in creation order — every worker must
-// create them in the same order — and their keys travel in separate namespaces
-// (dist::WireKey). The last store to close ends the node.
+// (MXNet allowed several stores per process, e.g. one per Trainer of a GAN). The
+// stores get ids 0, 1, ... in creation order — every worker must create them in
+// the same order — and their keys travel in separate namespaces (dist::WireKey).
+// The last store to close ends the node.
 struct SharedNode {
   Options options;
   std::mutex mu;              // engines
@@ -43,9 +55,10 @@ struct SharedNode {
   std::unique_ptr<Node> node;  // destroyed before the members above
   std::unique_ptr<KVWorker> worker;
   bool started = false;  // Start() succeeded: the node must say goodbye
+  bool aborted = false;  // a store aborted the node (after a failure): no goodbye
 
   ~SharedNode() {
-    if (!started) return;
+    if (!started || aborted) return;
     if (node->failure()) {
       node->Abort("the job had failed");
       return;
@@ -53,7 +66,7 @@ struct SharedNode {
     try {
       // Tell the servers no more pushes come from here (so a sync round that waits
       // for this worker fails with a message instead of hanging), then the final
-      // barrier over all nodes.
+      // barrier over all nodes ("this worker is done": it waits for the others).
       worker->Command(dist::kWorkerDone, "", options.op_timeout);
       node->Finalize(options.op_timeout);
     } catch (const std::exception& e) {
@@ -110,31 +123,48 @@ class KVStoreDist final : public KVStore {
   }
 
   ~KVStoreDist() override {
-    try {
-      engine_.Wait(nullptr, options_.op_timeout);
-    } catch (const std::exception& e) {
-      PSKV_WARN("operations failed before the store was closed: " << e.what());
+    if (!broken_) {
+      try {
+        engine_.Wait(nullptr, options_.op_timeout);
+      } catch (const std::exception& e) {
+        PSKV_WARN("operations failed before the store was closed: " << e.what());
+        MarkBrokenIf(std::current_exception());
+      }
     }
-    engine_.Shutdown(std::chrono::seconds(1));
+    if (node_->failure() || broken_) {
+      // After a failure nothing can complete: return at once, and tell the scheduler
+      // why so the other nodes fail now (with this reason) instead of at their timeouts.
+      // The node is shared by the process's stores: all of them are broken now.
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lk(broken_mu_);
+        reason = broken_reason_.empty() ? "the job had failed" : broken_reason_;
+      }
+      node_->Abort(reason);
+      engine_.Shutdown(std::chrono::milliseconds(0));
+      std::lock_guard<std::mutex> g(g_shared_mu);
+      shared_->aborted = true;
+    } else {
+      engine_.Shutdown(std::chrono::seconds(1));
+    }
     {
       std::lock_guard<std::mutex> lk(shared_->mu);
       shared_->engines.erase(&engine_);
     }
     std::lock_guard<std::mutex> lk(g_shared_mu);
-    shared_.reset();  // the last store of the process ends the node
+    shared_.reset();  // the last store of the process says goodbye and ends the node
   }
 
   int Rank() const override { return node_->rank(); }
   int NumWorkers() const override { return node_->num_workers(); }
-  void Barrier() override { node_->Barrier(kWorkerGroup, options_.op_timeout); }
+  void Barrier() override { WorkerBarrier(); }
 
   void SetOptimizer(const OptimizerConfig& config) override {
     config.Validate();
     if (node_->rank() == 0)
-      worker_->Command(dist::StoreCommand(dist::kSetOptimizer, store_id_), config.Serialize(),
-                       options_.op_timeout);
+      Command(dist::StoreCommand(dist::kSetOptimizer, store_id_), config.Serialize());
     has_server_optimizer_ = true;
-    node_->Barrier(kWorkerGroup, options_.op_timeout);
+    WorkerBarrier();
   }
 
   void SetGradientCompression(const CompressionConfig& config) override {
@@ -147,48 +177,126 @@ class KVStoreDist final : public KVStore {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%s,%.9g", config.type.c_str(),
                   static_cast<double>(config.threshold));
-    if (node_->rank() == 0) worker_->Command(dist::kSetCompression, buf, options_.op_timeout);
+    if (node_->rank() == 0) Command(dist::kSetCompression, buf);
     compressor_ = config.active() ? std::make_unique<GradientCompressor>(config) : nullptr;
-    node_->Barrier(kWorkerGroup, options_.op_timeout);
+    WorkerBarrier();
   }
 
+  // Optimizer states move as chunked data (any size), only to and from rank 0,
+  // which writes and reads the file; on other ranks both calls only WaitAll. Neither
+  // is collective: in sync mode no round can complete while rank 0 is inside the
+  // call, so the states saved or loaded are those between two rounds.
+  // File: "PSKVDST2", u32 servers, u64 size per server, then each server's states.
+  // dump_optimizer: each server's blob is marked so that loading adopts the saved
+  // optimizer configuration too (MXNet's save_optimizer_states(dump_optimizer=True)).
+  // Store s's states travel under its key 0 (WireKey(s, 0)) and commands carry s.
   void SaveOptimizerStates(const std::string& fname, bool dump_optimizer) override {
     WaitAll();
-    auto blobs =
-        worker_->Command(dist::StoreCommand(dist::kSaveStates, store_id_), "", options_.op_timeout);
+    if (!has_server_optimizer_)
+      throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
     if (node_->rank() != 0) return;  // rank 0 writes the file
-    // dump_optimizer (trainer branch): each server then adopts the saved config on load.
-    if (dump_optimizer)
-      for (auto& b : blobs) MarkStatesDumped(&b);
-    ByteWriter w;
-    w.PutBytes("PSKVDST1", 8);
-    w.Put<uint32_t>(static_cast<uint32_t>(blobs.size()));
-    for (auto& b : blobs) w.PutString(b);
-    std::string data = w.Take();
-    FILE* f = std::fopen(fname.c_str(), "wb");
-    if (!f || std::fwrite(data.data(), 1, data.size(), f) != data.size()) {
-      if (f) std::fclose(f);
-      throw IOError("cannot write optimizer states to '" + fname + "'");
+    const int S = node_->num_servers();
+    auto sizes = Command(dist::StoreCommand(dist::kStatesSize, store_id_), "");
+    std::vector<uint64_t> keys, lens;
+    uint64_t total = 0;
+    for (int r = 0; r < S; ++r) {
+      keys.push_back(dist::PsKey(dist::WireKey(store_id_, 0), r, S));
+      lens.push_back(std::stoull(sizes[static_cast<size_t>(r)]));
+      total += lens.back();
     }
-    std::fclose(f);
+    auto buf = std::shared_ptr<char[]>(new char[total ? total : 1]);
+    auto done = std::make_shared<Completion>();
+    // The callback holds the buffer: a reply arriving after a timeout writes into live
+    // memory (and a cancelled request receives nothing at all).
+    auto ts = worker_->Pull(keys, buf.get(), lens, dist::MakeCmd(Kind::kStates, DType::kUInt8),
+                            [done, buf](std::exception_ptr e) { done->Set(e); });
+    Await(ts, done, "saving optimizer states");
+    if (dump_optimizer) {
+      uint64_t off = 0;
+      for (auto l : lens) {  // the mark is in the blob's first 8 bytes
+        std::string head(buf.get() + off, std::min<uint64_t>(l, 8));
+        MarkStatesDumped(&head);
+        std::memcpy(buf.get() + off, head.data(), head.size());
+        off += l;
+      }
+    }
+    std::ofstream f(fname, std::ios::binary | std::ios::trunc);
+    f.write("PSKVDST2", 8);
+    const uint32_t n = static_cast<uint32_t>(S);
+    f.write(reinterpret_cast<const char*>(&n), 4);
+    for (auto l : lens) f.write(reinterpret_cast<const char*>(&l), 8);
+    f.write(buf.get(), static_cast<std::streamsize>(total));
+    f.close();
+    if (!f) throw IOError("cannot write optimizer states to '" + fname + "'");
   }
 
   void LoadOptimizerStates(const std::string& fname) override {
     WaitAll();
-    if (node_->rank() == 0) {
-      FILE* f = std::fopen(fname.c_str(), "rb");
-      if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
-      std::string data;
-      char buf[1 << 16];
-      size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-      std::fclose(f);
-      if (data.size() < 8 || data.compare(0, 8, "PSKVDST1") != 0)
-        throw IOError("'" + fname + "' is not a pskv dist optimizer-states file");
-      worker_->Command(dist::StoreCommand(dist::kLoadStates, store_id_), data.substr(8),
-                       options_.op_timeout);
+    if (node_->rank() != 0) return;  // rank 0 alone loads (see SaveOptimizerStates)
+    if (!has_server_optimizer_)
+      throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
+    std::ifstream f(fname, std::ios::binary | std::ios::ate);
+    if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
+    const auto file_size = static_cast<uint64_t>(f.tellg());
+    f.seekg(0);
+    auto data = std::make_shared<std::string>(file_size, '\0');
+    if (!f.read(data->data(), static_cast<std::streamsize>(file_size)))
+      throw IOError("cannot read optimizer states file '" + fname + "'");
+    const int S = node_->num_servers();
+    std::vector<uint64_t> lens;
+    uint64_t at = 0;
+    auto bad = [&](const std::string& why) {
+      return IOError("'" + fname + "' is not a pskv dist optimizer-states file: " + why);
+    };
+    if (file_size < 12) throw bad("too short");
+    if (data->compare(0, 8, "PSKVDST2") == 0) {
+      uint32_t n;
+      std::memcpy(&n, data->data() + 8, 4);
+      at = 12;
+      if (static_cast<int>(n) != S)
+        throw UsageError("the optimizer states were saved from " + std::to_string(n) +
+                         " servers but this job has " + std::to_string(S) +
+                         "; restore with the same number of servers");
+      if (file_size < at + 8ull * n) throw bad("truncated");
+      uint64_t sum = 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        uint64_t l;
+        std::memcpy(&l, data->data() + at + 8ull * i, 8);
+        if (l > file_size) throw bad("bad size");
+        lens.push_back(l);
+        sum += l;
+      }
+      at += 8ull * n;
+      if (sum != file_size - at) throw bad("sizes do not add up");
+    } else if (data->compare(0, 8, "PSKVDST1") == 0) {
+      // Format 1 (u32 count, then u32-length strings): repacked without the lengths.
+      ByteReader r(data->data() + 8, file_size - 8, "optimizer states");
+      uint32_t n = r.Get<uint32_t>();
+      if (static_cast<int>(n) != S)
+        throw UsageError("the optimizer states were saved from " + std::to_string(n) +
+                         " servers but this job has " + std::to_string(S) +
+                         "; restore with the same number of servers");
+      auto packed = std::make_shared<std::string>();
+      for (uint32_t i = 0; i < n; ++i) {
+        std::string b = r.GetString(UINT32_MAX);
+        lens.push_back(b.size());
+        packed->append(b);
+      }
+      data = packed;
+      at = 0;
+    } else {
+      throw bad("bad magic");
     }
-    node_->Barrier(kWorkerGroup, options_.op_timeout);
+    std::vector<uint64_t> keys;
+    for (int r = 0; r < S; ++r) keys.push_back(dist::PsKey(dist::WireKey(store_id_, 0), r, S));
+    Frame vals;
+    vals.data = data->data() + at;
+    vals.size = data->size() - at;
+    vals.owner = data;
+    auto done = std::make_shared<Completion>();
+    auto ts = worker_->Push(keys, vals, lens, dist::MakeCmd(Kind::kStates, DType::kUInt8),
+                            Completion::Callback(done));
+    Await(ts, done, "loading optimizer states");
   }
 
  protected:
@@ -200,6 +308,10 @@ class KVStoreDist final : public KVStore {
     NDArray merge;     // local reduction buffer (allocated lazily)
     NDArray residual;  // compression residual (float32)
     std::vector<uint64_t> ps_keys, lens, comp_lens;
+    // Strict rounds (under mu_): pushes issued by this worker, and whether this
+    // worker pulled since its last push.
+    int64_t pushes = 0;
+    bool pulled = true;
   };
 
   KeyMeta& Meta(int key, const char* op) {
@@ -237,38 +349,59 @@ class KVStoreDist final : public KVStore {
         keys_.emplace(keys[i], std::move(m));
       }
     }
+    // Every worker reports its keys' names, dtypes and shapes to server 0, rank 0
+    // initialises the servers, all meet at the barrier, then all ask server 0 whether
+    // the reports agreed: a mismatch (shape, or string-key order) is then the same
+    // error on every worker instead of an error on one and a hang on the others.
+    std::string report, ids;
+    auto field = [](std::string f) {  // the report is tab- and line-separated: escape
+      std::string out;
+      for (char c : f)
+        out += c == '\\' ? "\\\\" : c == '\t' ? "\\t" : c == '\n' ? "\\n" : std::string(1, c);
+      return out;
+    };
+    for (size_t i = 0; i < keys.size(); ++i) {
+      // Ids are wire keys: the stores of a process report in separate namespaces.
+      const std::string wid = std::to_string(dist::WireKey(store_id_, keys[i]));
+      report += wid + "\t" + field(KeyName(keys[i])) + "\t" + DTypeName(values[i].dtype()) +
+                "\t" + ShapeToString(values[i].shape()) + "\n";
+      ids += wid + ",";
+    }
+    Command(dist::kReportInit, report, {ServerId(0)});
     std::exception_ptr err;
     if (node_->rank() == 0) {
       // Rank 0's values initialise the servers; the others' are only checked.
+      std::string failures;
       for (size_t i = 0; i < keys.size(); ++i) {
         KeyMeta& m = *created[i].second;
         NDArray v = values[i].Clone();
         auto frame = FrameOf(v, 0, v.nbytes());
         try {
-          Sync([&](KVWorker::Callback cb) {
-            worker_->Push(m.ps_keys, frame, m.lens, dist::MakeCmd(Kind::kInit, m.dtype), cb);
-          });
-        } catch (...) {
+          auto done = std::make_shared<Completion>();
+          auto ts = worker_->Push(m.ps_keys, frame, m.lens, dist::MakeCmd(Kind::kInit, m.dtype),
+                                  Completion::Callback(done));
+          Await(ts, done, "init of key " + KeyName(keys[i]));
+        } catch (const std::exception& e) {
           if (!err) err = std::current_exception();
+          std::string msg = e.what();
+          for (auto& c : msg)
+            if (c == '\n' || c == '\t') c = ' ';
+          failures += "!" + std::to_string(dist::WireKey(store_id_, keys[i])) + "\t" + msg + "\n";
         }
       }
+      if (!failures.empty() && !broken_) Command(dist::kReportInit, failures, {ServerId(0)});
     }
-    if (!err) node_->Barrier(kWorkerGroup, options_.op_timeout);
+    if (broken_ && err) std::rethrow_exception(err);
+    WorkerBarrier();
+    Command(dist::kCheckInit, ids, {ServerId(0)});
     if (err) std::rethrow_exception(err);
-  }
-
-  void OnStringKeyCreated(const std::string& name, int id) override {
-    // Every worker reports its id assignment; the servers compare (spec 2.2 MUST).
-    worker_->Command(dist::kCheckStringKeys,
-                     std::to_string(dist::WireKey(store_id_, id)) + "\t" + name,
-                     options_.op_timeout);
   }
 
   void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
                 int priority) override {
     CheckAsyncHasOptimizer();
     auto groups = GroupByKey(keys, values);
-    auto metas = Check(groups, "Push", "pushed value");
+    auto metas = Check(groups, "Push", "pushed value", Round::kPush);
     for (auto& [k, vals] : groups) {
       KeyMeta* m = metas.at(k);
       engine_.Push({k}, priority, [this, m, vals = vals, priority](Engine::Done done) {
@@ -281,7 +414,7 @@ class KVStoreDist final : public KVStore {
   void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs,
                 int priority) override {
     auto groups = GroupByKey(keys, outs);
-    auto metas = Check(groups, "Pull", "pull output");
+    auto metas = Check(groups, "Pull", "pull output", Round::kPull);
     for (auto& [k, dst] : groups) {
       KeyMeta* m = metas.at(k);
       engine_.Push({k}, priority, [this, m, dst = dst, priority](Engine::Done done) {
@@ -307,8 +440,8 @@ class KVStoreDist final : public KVStore {
         throw InvalidArgument("PushPull: key " + KeyName(k) +
                               " is pulled but not pushed; the push and pull keys must be the same");
     CheckAsyncHasOptimizer();
-    auto metas = Check(pushes, "PushPull", "pushed value");
     Check(pulls, "PushPull", "pull output");
+    auto metas = Check(pushes, "PushPull", "pushed value", Round::kPushPull);
     for (auto& [k, vals] : pushes) {
       KeyMeta* m = metas.at(k);
       engine_.Push({k}, priority,
@@ -327,8 +460,34 @@ class KVStoreDist final : public KVStore {
     }
   }
 
+  // Waits in slices of the stall interval; each stall logs what is pending and what
+  // the servers' open rounds wait for; the TimeoutError names the same.
   void WaitImpl(const std::vector<int>* keys, std::chrono::milliseconds timeout) override {
-    engine_.Wait(keys, timeout);
+    using namespace std::chrono;
+    const auto start = steady_clock::now(), deadline = start + timeout;
+    milliseconds interval = options_.stall_warning;
+    for (;;) {
+      const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+      const bool last = interval.count() <= 0 || left <= interval;
+      if (engine_.WaitIdle(keys, last ? std::max(left, milliseconds(0)) : interval)) break;
+      if (last) {
+        const std::string what =
+            "KVStore wait timed out after " +
+            std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
+            " s (raise PSKV_TIMEOUT if this is expected); " +
+            Stalled(true, duration_cast<seconds>(steady_clock::now() - start), keys);
+        MarkBroken(what);
+        throw TimeoutError(what);
+      }
+      Stalled(false, duration_cast<seconds>(steady_clock::now() - start), keys);
+      interval *= 2;  // back-off
+    }
+    try {
+      engine_.Wait(keys, milliseconds(0));  // rethrows a recorded failure
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
+    }
   }
 
   void SetUpdaterImpl(Updater) override {
@@ -345,14 +504,49 @@ class KVStoreDist final : public KVStore {
           "pushing (in async mode every push is applied at once)");
   }
 
+  enum class Round { kNone, kPush, kPull, kPushPull };
+
+  // Looks up and checks the keys of a call; with strict rounds (dist_sync) also checks
+  // and records the round structure. All checks pass before anything is recorded.
   template <typename Groups>
-  std::map<int, KeyMeta*> Check(const Groups& groups, const char* op, const char* what) {
+  std::map<int, KeyMeta*> Check(const Groups& groups, const char* op, const char* what,
+                                Round round = Round::kNone) {
     std::lock_guard<std::mutex> lk(mu_);
     std::map<int, KeyMeta*> out;
     for (auto& [k, arrays] : groups) {
       KeyMeta& m = Meta(k, op);
       for (auto& a : arrays) CheckMatches(a, m.shape, m.dtype, what, KeyName(k));
       out[k] = &m;
+    }
+    if (!options_.strict_rounds || async_ || round == Round::kNone) return out;
+    for (auto& [k, m] : out) {
+      const std::string rule =
+          " (PSKV_STRICT_ROUNDS=1: in dist_sync each round of a key is one push or push-pull "
+          "by every worker, then pulls of that round's value; pulls before the key's first "
+          "push are free)";
+      if (round == Round::kPull && m->pushes > 0 && m->pulled)
+        throw UsageError("Pull of key " + KeyName(k) + " in round " +
+                         std::to_string(m->pushes + 1) + ": this worker has not pushed key " +
+                         KeyName(k) + " in round " + std::to_string(m->pushes + 1) +
+                         " (it already pulled round " + std::to_string(m->pushes) +
+                         "); the other workers' pushes of this round would be mixed with the "
+                         "next round's" +
+                         rule);
+      if (round != Round::kPull && m->pushes > 0 && !m->pulled)
+        throw UsageError(std::string(op) + " of key " + KeyName(k) + " in round " +
+                         std::to_string(m->pushes) +
+                         ": second push in one round (this worker "
+                         "pushed key " +
+                         KeyName(k) + " in round " + std::to_string(m->pushes) +
+                         " and has not pulled it since)" + rule);
+    }
+    for (auto& [k, m] : out) {
+      if (round == Round::kPull) {
+        m->pulled = true;
+      } else {
+        ++m->pushes;
+        m->pulled = round == Round::kPushPull;
+      }
     }
     return out;
   }
@@ -413,25 +607,106 @@ class KVStoreDist final : public KVStore {
     };
   }
 
-  void Sync(const std::function<void(KVWorker::Callback)>& op) {
-    std::mutex m;
-    std::condition_variable cv;
-    bool fin = false;
-    std::exception_ptr err;
-    op([&](std::exception_ptr e) {
-      std::lock_guard<std::mutex> lk(m);
-      err = e;
-      fin = true;
-      cv.notify_all();
-    });
-    std::unique_lock<std::mutex> lk(m);
-    if (!cv.wait_for(lk, options_.op_timeout, [&] { return fin; }))
-      throw TimeoutError("dist KVStore: no answer from the servers within " +
-                         std::to_string(options_.op_timeout.count() / 1000) + " s (PSKV_TIMEOUT)");
-    if (err) std::rethrow_exception(err);
+  // A command to the servers (all, or `to`); a timeout or dead peer breaks the store.
+  std::vector<std::string> Command(int head, const std::string& body,
+                                   const std::vector<int>& to = {}) {
+    try {
+      return worker_->Command(head, body, options_.op_timeout, to);
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
+    }
+  }
+
+  // The KV layer's wait for one request (see KVWorker::Await); marks the store
+  // broken on a timeout.
+  void Await(uint64_t ts, const std::shared_ptr<Completion>& done, const std::string& what) {
+    try {
+      worker_->Await(ts, done, options_.op_timeout, options_.stall_warning, what);
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
+    }
+  }
+
+  // A barrier of the workers, announced to the servers so a sync round that waits
+  // for this worker's push while it is here is reported as a deadlock (not a hang).
+  void WorkerBarrier() {
+    Command(dist::kBarrierState, "enter");
+    try {
+      node_->Barrier(kWorkerGroup, options_.op_timeout);
+    } catch (...) {
+      MarkBrokenIf(std::current_exception());
+      throw;
+    }
+    Command(dist::kBarrierState, "leave");
+  }
+
+  // Logs (or, `final`, returns) what this worker waits for: its pending requests and
+  // the servers' open sync rounds. Returns "" when logging. Throws TimeoutError when a
+  // server reports a round of a key this wait covers (`keys`, null = all) as waiting
+  // for a worker that is in Barrier(): this worker is blocked on it, so that barrier
+  // can never complete.
+  std::string Stalled(bool final, std::chrono::seconds waited, const std::vector<int>* keys) {
+    std::string text, deadlock;
+    for (auto& l : worker_->DescribePending(std::chrono::milliseconds(0))) text += l + "; ";
+    try {
+      auto status = worker_->Command(
+          dist::kRoundStatus, "",
+          std::min<std::chrono::milliseconds>(options_.op_timeout, std::chrono::seconds(10)));
+      for (auto& s : status)
+        for (size_t a = 0, b; a < s.size(); a = b + 1) {
+          b = s.find('\n', a);
+          if (b == std::string::npos) b = s.size();
+          if (b == a) continue;
+          const std::string line = s.substr(a, b - a);
+          if (line.rfind("deadlock\t", 0) == 0) {
+            // Only rounds of the keys this wait covers (this worker is blocked on them).
+            const size_t tab = line.find('\t', 9);
+            if (tab == std::string::npos) continue;
+            const int key = std::atoi(line.c_str() + 9);
+            const bool covered = !keys || std::find(keys->begin(), keys->end(), key) != keys->end();
+            if (covered && deadlock.empty()) deadlock = line.substr(tab + 1);
+          } else {
+            text += line + "; ";
+          }
+        }
+    } catch (const std::exception& e) {
+      text += std::string("(no round status from the servers: ") + e.what() + ")";
+    }
+    if (!deadlock.empty()) {
+      const std::string what = node_->Tag() + " waited " + std::to_string(waited.count()) +
+                               " s in Wait: deadlock: " + deadlock;
+      PSKV_ERROR(what);
+      MarkBroken(what);
+      throw TimeoutError(what);
+    }
+    if (final) return text.empty() ? "nothing pending on the servers" : "pending: " + text;
+    PSKV_WARN("waited " << waited.count() << " s: " << (text.empty() ? "(nothing pending)" : text));
+    return {};
+  }
+
+  void MarkBroken(const std::string& why) {
+    std::lock_guard<std::mutex> lk(broken_mu_);
+    if (!broken_) broken_reason_ = why;
+    broken_ = true;
+  }
+  // Timeouts and dead peers break the store; usage errors do not.
+  void MarkBrokenIf(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const TimeoutError& t) {
+      MarkBroken(t.what());
+    } catch (const NodeFailure& f) {
+      MarkBroken(f.what());
+    } catch (...) {
+    }
   }
 
   const bool async_;
+  std::mutex broken_mu_;  // guards broken_reason_ (calls may come from several threads)
+  std::atomic<bool> broken_{false};
+  std::string broken_reason_;
   bool has_server_optimizer_ = false;
   Reducer reducer_;
   std::unique_ptr<GradientCompressor> compressor_;

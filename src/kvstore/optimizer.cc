@@ -401,6 +401,11 @@ Optimizer::State& Optimizer::GetState(int64_t key, const NDArray& weight) {
       throw ShapeError("optimizer state of key " + std::to_string(key) + " has " +
                        std::to_string(s.size()) + " elements but the weight has " +
                        std::to_string(weight.size()) + " (states loaded for another model?)");
+  // The float32 master copy (multi-precision) is written with the weight's size.
+  if (!st->master.empty() && st->master.size() != weight.size())
+    throw ShapeError("optimizer master copy of key " + std::to_string(key) + " has " +
+                     std::to_string(st->master.size()) + " elements but the weight has " +
+                     std::to_string(weight.size()) + " (states loaded for another model?)");
   return *st;
 }
 
@@ -485,7 +490,7 @@ std::string Optimizer::SaveStates(bool dump_optimizer) const {
   return w.Take();
 }
 
-void Optimizer::LoadStates(const std::string& blob) {
+void Optimizer::LoadStates(const std::string& blob, const WeightInfo& weights) {
   ByteReader r(blob.data(), blob.size(), "optimizer states");
   char magic[8];
   r.GetBytes(magic, 8);
@@ -510,6 +515,23 @@ void Optimizer::LoadStates(const std::string& blob) {
                     " state buffers, expected " + std::to_string(NumSlots(kind)));
     for (uint32_t s = 0; s < ns; ++s) st->slots.push_back(GetArray(r));
     st->master = GetArray(r);
+    if (weights) {
+      auto [n, low] = weights(key);
+      if (n < 0)
+        throw KeyError("optimizer states: key " + std::to_string(key) +
+                       " is not held here (states saved from another model or job layout?)");
+      for (auto& s : st->slots)
+        if (s.size() != n)
+          throw ShapeError("optimizer states: key " + std::to_string(key) + " has a state of " +
+                           std::to_string(s.size()) + " elements but the weight has " +
+                           std::to_string(n) + " (states saved from another model?)");
+      if (!st->master.empty() && (st->master.size() != n || !low))
+        throw ShapeError("optimizer states: key " + std::to_string(key) +
+                         " has a float32 master copy of " + std::to_string(st->master.size()) +
+                         " elements but the weight has " + std::to_string(n) +
+                         (low ? "" : " and is not low precision") +
+                         " (states saved from another model?)");
+    }
     states[key] = std::move(st);
   }
   if (r.remaining() != 0) throw IOError("optimizer states: trailing bytes");

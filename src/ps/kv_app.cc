@@ -18,6 +18,10 @@ std::exception_ptr MakeError(ErrorKind kind, const std::string& msg) {
       return std::make_exception_ptr(UsageError(msg));
     case ErrorKind::kInvalid:
       return std::make_exception_ptr(InvalidArgument(msg));
+    case ErrorKind::kTimeout:
+      return std::make_exception_ptr(TimeoutError(msg));
+    case ErrorKind::kIO:
+      return std::make_exception_ptr(IOError(msg));
     default:
       return std::make_exception_ptr(Error(msg));
   }
@@ -28,6 +32,8 @@ ErrorKind KindOf(const std::exception& e) {
   if (dynamic_cast<const ShapeError*>(&e)) return ErrorKind::kShape;
   if (dynamic_cast<const UsageError*>(&e)) return ErrorKind::kUsage;
   if (dynamic_cast<const InvalidArgument*>(&e)) return ErrorKind::kInvalid;
+  if (dynamic_cast<const TimeoutError*>(&e)) return ErrorKind::kTimeout;
+  if (dynamic_cast<const IOError*>(&e)) return ErrorKind::kIO;
   return ErrorKind::kGeneric;
 }
 
@@ -43,6 +49,30 @@ std::pair<uint64_t, uint64_t> KVWorker::ServerRange(int rank, int num_servers) {
   return {begin, end};
 }
 
+// ------------------------------------------------------------------ completion
+
+std::function<void(std::exception_ptr)> Completion::Callback(const std::shared_ptr<Completion>& c) {
+  return [c](std::exception_ptr e) { c->Set(e); };
+}
+
+void Completion::Set(std::exception_ptr e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (done_) return;
+  error_ = e;
+  done_ = true;
+  cv_.notify_all();
+}
+
+bool Completion::WaitFor(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, d, [&] { return done_; });
+}
+
+std::exception_ptr Completion::error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return error_;
+}
+
 // ------------------------------------------------------------------ worker
 
 KVWorker::KVWorker(Node* node) : node_(node) {
@@ -55,27 +85,29 @@ size_t KVWorker::Pending() const {
   return pending_.size();
 }
 
-void KVWorker::Push(const std::vector<uint64_t>& keys, Frame vals,
-                    const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
-  Issue(keys, std::move(vals), lens, nullptr, {}, cmd, kPush, std::move(cb), priority);
+uint64_t KVWorker::Push(const std::vector<uint64_t>& keys, Frame vals,
+                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
+  return Issue(keys, std::move(vals), lens, nullptr, {}, cmd, kPush, std::move(cb), priority);
 }
 
-void KVWorker::Pull(const std::vector<uint64_t>& keys, char* out, const std::vector<uint64_t>& lens,
-                    int cmd, Callback cb, int priority) {
+uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, char* out,
+                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
   std::vector<uint64_t> zero(keys.size(), 0);
-  Issue(keys, Frame{}, zero, out, lens, cmd, kPull, std::move(cb), priority);
+  return Issue(keys, Frame{}, zero, out, lens, cmd, kPull, std::move(cb), priority);
 }
 
-void KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
-                        const std::vector<uint64_t>& lens, char* out,
-                        const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority) {
-  Issue(keys, std::move(vals), lens, out, out_lens, cmd, kPush | kPull, std::move(cb), priority);
+uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
+                            const std::vector<uint64_t>& lens, char* out,
+                            const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
+                            int priority) {
+  return Issue(keys, std::move(vals), lens, out, out_lens, cmd, kPush | kPull, std::move(cb),
+               priority);
 }
 
-void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
-                     const std::vector<uint64_t>& lens, char* out,
-                     const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
-                     int priority) {
+uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
+                         const std::vector<uint64_t>& lens, char* out,
+                         const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
+                         int priority) {
   if (keys.size() != lens.size() || (out && out_lens.size() != keys.size()))
     throw InternalError("KVWorker: keys and lens differ in length");
   uint64_t total = 0;
@@ -90,6 +122,8 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   for (size_t i = 0; i < keys.size(); ++i) offsets[i + 1] = offsets[i] + lens[i];
 
   Request req;
+  req.cmd = cmd;
+  req.flags = flags;
   req.cb = std::move(cb);
   req.out = out;
   req.keys = keys;
@@ -118,10 +152,10 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     m.vals.size = offsets[j] - offsets[i];
     m.vals.owner = vals.owner;
     req.slices[ServerId(r)] = Slice{i, j - i};
+    req.waiting.insert(ServerId(r));
     msgs.emplace_back(ServerId(r), std::move(m));
     i = j;
   }
-  req.expected = static_cast<int>(msgs.size());
   Callback done_now;
   uint64_t ts;
   {
@@ -135,7 +169,7 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   }
   if (done_now) {
     done_now(nullptr);
-    return;
+    return ts;
   }
   for (auto& [to, m] : msgs) {
     m.h.timestamp = ts;
@@ -143,33 +177,32 @@ void KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
       node_->Send(to, std::move(m));
     } catch (...) {
       Fail(ts, std::current_exception());
-      return;
+      return ts;
     }
   }
+  return ts;
 }
 
 std::vector<std::string> KVWorker::Command(int head, const std::string& body,
-                                           std::chrono::milliseconds timeout) {
-  auto prom = std::make_shared<std::promise<void>>();
-  auto fut = prom->get_future();
+                                           std::chrono::milliseconds timeout,
+                                           const std::vector<int>& to) {
+  auto done = std::make_shared<Completion>();
   Request req;
-  req.expected = node_->num_servers();
+  const std::vector<int> ids = to.empty() ? node_->ServerIds() : to;
+  for (int id : ids) req.waiting.insert(id);
+  req.cmd = head;
+  req.flags = kCommand;
   auto bodies =
       std::make_shared<std::vector<std::string>>(static_cast<size_t>(node_->num_servers()));
   req.bodies = bodies;
-  req.cb = [prom](std::exception_ptr e) {
-    if (e)
-      prom->set_exception(e);
-    else
-      prom->set_value();
-  };
+  req.cb = Completion::Callback(done);
   uint64_t ts;
   {
     std::lock_guard<std::mutex> lk(mu_);
     ts = next_ts_++;
     pending_.emplace(ts, std::move(req));
   }
-  for (int id : node_->ServerIds()) {
+  for (int id : ids) {
     Message m;
     m.h.flags = kRequest | kCommand;
     m.h.head = head;
@@ -182,14 +215,91 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
       break;
     }
   }
-  if (fut.wait_for(timeout) != std::future_status::ready) {
-    std::lock_guard<std::mutex> lk(mu_);
-    pending_.erase(ts);
-    throw TimeoutError("command " + std::to_string(head) + " to the servers got no reply within " +
-                       std::to_string(timeout.count() / 1000) + " s");
-  }
-  fut.get();
+  Await(ts, done, timeout, node_->options().stall_warning, "command " + std::to_string(head));
   return std::move(*bodies);
+}
+
+void KVWorker::Await(uint64_t ts, const std::shared_ptr<Completion>& c,
+                     std::chrono::milliseconds timeout, std::chrono::milliseconds stall,
+                     const std::string& what) {
+  using namespace std::chrono;
+  const auto start = steady_clock::now();
+  const auto deadline = start + timeout;
+  auto next_report = stall.count() > 0 ? start + stall : steady_clock::time_point::max();
+  milliseconds interval = stall;
+  for (;;) {
+    const auto now = steady_clock::now();
+    if (now >= deadline) break;
+    const auto until = std::min(deadline, next_report);
+    if (c->WaitFor(duration_cast<milliseconds>(until - now) + milliseconds(1))) {
+      if (auto e = c->error()) std::rethrow_exception(e);
+      return;
+    }
+    if (steady_clock::now() >= next_report) {
+      const auto waited = duration_cast<seconds>(steady_clock::now() - start).count();
+      std::string missing = Missing(ts);
+      PSKV_WARN(node_->Tag() << ": " << what << ": waiting for "
+                             << (missing.empty() ? std::string("its completion") : missing)
+                             << " for " << waited << " s");
+      interval *= 2;  // back-off: 1x, 2x, 4x, ... the stall interval
+      next_report = steady_clock::now() + interval;
+    }
+  }
+  // Timed out: cancel first (under mu_, so no reply handler can still write into
+  // the request's buffers afterwards), then report.
+  std::string missing = Missing(ts);
+  if (!Cancel(ts)) {
+    // Completed in the meantime: its callback runs right after the entry is removed
+    // (outside the lock); wait for it, briefly.
+    if (c->WaitFor(milliseconds(1000))) {
+      if (auto e = c->error()) std::rethrow_exception(e);
+      return;
+    }
+  }
+  throw TimeoutError(what + ": no answer from " +
+                     (missing.empty() ? std::string("the servers") : missing) + " within " +
+                     std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
+                     " s (raise PSKV_TIMEOUT if this is expected)");
+}
+
+bool KVWorker::Cancel(uint64_t ts) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return pending_.erase(ts) > 0;
+}
+
+std::string KVWorker::MissingLocked(const Request& r) const {
+  std::string out;
+  for (int id : r.waiting) {
+    if (!out.empty()) out += ", ";
+    out += node_->NodeName(id);
+  }
+  return out;
+}
+
+std::string KVWorker::Missing(uint64_t ts) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = pending_.find(ts);
+  return it == pending_.end() ? std::string() : MissingLocked(it->second);
+}
+
+std::vector<std::string> KVWorker::DescribePending(std::chrono::milliseconds min_age) const {
+  using namespace std::chrono;
+  std::vector<std::string> out;
+  const auto now = steady_clock::now();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [ts, r] : pending_) {
+    if (now - r.issued < min_age) continue;
+    std::string s = (r.flags & kCommand)                     ? "command " + std::to_string(r.cmd)
+                    : (r.flags & kPush) && (r.flags & kPull) ? "push-pull"
+                    : (r.flags & kPush)                      ? "push"
+                                                             : "pull";
+    if (!r.keys.empty()) s += " of ps key " + std::to_string(r.keys.front());
+    s += ": waiting for " + MissingLocked(r) + " for " +
+         std::to_string(duration_cast<seconds>(now - r.issued).count()) + " s";
+    out.push_back(std::move(s));
+    if (out.size() >= 16) break;  // a report, not a dump
+  }
+  return out;
 }
 
 void KVWorker::Fail(uint64_t ts, std::exception_ptr e) {
@@ -218,6 +328,14 @@ void KVWorker::OnMessage(Message&& m) {
   auto it = pending_.find(m.h.timestamp);
   if (it == pending_.end()) return;  // timed out or failed already
   Request& req = it->second;
+  if (!req.waiting.count(m.h.sender)) {
+    // A duplicate, or an answer from a server that was not asked: never counted.
+    if (node_->options().verbose >= 1)
+      PSKV_WARN(node_->Tag() << ": ignored a duplicate or unexpected reply from "
+                             << node_->NodeName(m.h.sender) << " to request " << m.h.timestamp);
+    return;
+  }
+  req.waiting.erase(m.h.sender);
   const std::string who = node_->NodeName(m.h.sender);
   if (m.h.flags & kError) {
     if (!req.error) req.error = MakeError(static_cast<ErrorKind>(m.h.head), who + ": " + m.body);
@@ -248,7 +366,7 @@ void KVWorker::OnMessage(Message&& m) {
     if (!problem.empty() && !req.error)
       req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));
   }
-  if (++req.received >= req.expected) Finish(m.h.timestamp, lk);
+  if (req.waiting.empty()) Finish(m.h.timestamp, lk);
 }
 
 void KVWorker::OnFailure(std::exception_ptr e) {
@@ -314,6 +432,7 @@ void KVServer::Respond(const KVRequest& req, const std::vector<uint64_t>& keys, 
     r.h.vals_len = vals.size;
     r.vals = std::move(vals);
   }
+  if (node_->options().test_duplicate_replies) node_->Send(req.sender, r);  // test only
   node_->Send(req.sender, std::move(r));
 }
 

@@ -12,7 +12,19 @@
 // once — on success, on an error reply, or when the job fails — on the node's
 // customer thread (or the calling thread if nothing needed sending).
 //
-// Bookkeeping is bounded: a request's entry is removed when it completes.
+// Replies are matched to servers, not counted: a request completes when every
+// server it was sent to has answered exactly once; a duplicated reply, or one from
+// a server that was not asked, is ignored (so a duplicate can never complete a
+// sliced pull early with part of the output stale).
+//
+// Waiting: the KV layer blocks in exactly one way, KVWorker::Await — a request's
+// completion state is shared (Completion, held by the callback and the waiter), the
+// wait has a timeout, logs what it still waits for every stall interval (with
+// back-off), and on timeout cancels the request: its entry is removed under the
+// lock that reply handling takes, so a late reply finds nothing and writes nowhere.
+//
+// Bookkeeping is bounded: a request's entry is removed when it completes or is
+// cancelled.
 #pragma once
 
 #include <chrono>
@@ -23,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,9 +44,35 @@
 namespace pskv {
 
 /// Error-kind codes carried in error replies, so the worker rethrows the same type.
-enum class ErrorKind : int { kGeneric = 0, kKey = 1, kShape = 2, kUsage = 3, kInvalid = 4 };
+enum class ErrorKind : int {
+  kGeneric = 0,
+  kKey = 1,
+  kShape = 2,
+  kUsage = 3,
+  kInvalid = 4,
+  kTimeout = 5,
+  kIO = 6,
+};
 std::exception_ptr MakeError(ErrorKind kind, const std::string& msg);
 ErrorKind KindOf(const std::exception& e);
+
+/// Completion state of one request, shared by its callback and its waiter (so a
+/// callback that runs after the waiter gave up touches only this heap object).
+class Completion {
+ public:
+  /// A callback that records the outcome; keeps this object alive.
+  static std::function<void(std::exception_ptr)> Callback(const std::shared_ptr<Completion>& c);
+  void Set(std::exception_ptr e);
+  /// Waits up to `d`; true if completed.
+  bool WaitFor(std::chrono::milliseconds d);
+  std::exception_ptr error() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
 
 class KVWorker {
  public:
@@ -41,20 +80,40 @@ class KVWorker {
   explicit KVWorker(Node* node);
 
   /// Pushes vals (sum(lens) bytes) for keys; `cmd` is passed to the servers.
-  void Push(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
-            int cmd, Callback cb, int priority = 0);
+  /// Returns the request's id (for Await / Cancel).
+  uint64_t Push(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
+                int cmd, Callback cb, int priority = 0);
   /// Pulls into `out` (sum(lens) bytes).
-  void Pull(const std::vector<uint64_t>& keys, char* out, const std::vector<uint64_t>& lens,
-            int cmd, Callback cb, int priority = 0);
+  uint64_t Pull(const std::vector<uint64_t>& keys, char* out, const std::vector<uint64_t>& lens,
+                int cmd, Callback cb, int priority = 0);
   /// Push then pull in one round trip; the answer (out_lens per key) goes to out.
-  void PushPull(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
-                char* out, const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
-                int priority = 0);
-  /// Sends (head, body) to every server and waits for all replies; returns the
-  /// reply bodies by server rank. Throws the first error reply, NodeFailure or
-  /// TimeoutError.
+  uint64_t PushPull(const std::vector<uint64_t>& keys, Frame vals,
+                    const std::vector<uint64_t>& lens, char* out,
+                    const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority = 0);
+  /// Sends (head, body) to the servers `to` (all servers if empty) and waits for all
+  /// replies; returns the reply bodies by server rank (empty for servers not asked).
+  /// Throws the first error reply, NodeFailure or TimeoutError (naming the servers
+  /// that did not answer).
   std::vector<std::string> Command(int head, const std::string& body,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout,
+                                   const std::vector<int>& to = {});
+
+  /// The KV layer's one blocking wait: waits for request `ts` whose callback was
+  /// made by Completion::Callback(c). Every `stall` (doubling; 0 = never) logs which
+  /// servers have not answered. On timeout cancels the request (a late reply is then
+  /// dropped) and throws TimeoutError naming `what` and the silent servers. Rethrows
+  /// the request's error.
+  void Await(uint64_t ts, const std::shared_ptr<Completion>& c, std::chrono::milliseconds timeout,
+             std::chrono::milliseconds stall, const std::string& what);
+  /// Forgets request `ts` without running its callback (a late reply is dropped).
+  /// Returns false if it had completed already.
+  bool Cancel(uint64_t ts);
+  /// Names of the servers request `ts` still waits for ("server[0] at h:p, ...");
+  /// empty if it is not pending.
+  std::string Missing(uint64_t ts) const;
+  /// One line per pending request older than `min_age`: its keys and the servers
+  /// that have not answered (for stall reports).
+  std::vector<std::string> DescribePending(std::chrono::milliseconds min_age) const;
   /// Number of requests in flight.
   size_t Pending() const;
 
@@ -66,7 +125,10 @@ class KVWorker {
     size_t first = 0, count = 0;  // key indices of this server's part
   };
   struct Request {
-    int expected = 0, received = 0;
+    std::set<int> waiting;  // servers that have not answered yet
+    std::chrono::steady_clock::time_point issued = std::chrono::steady_clock::now();
+    int cmd = 0;
+    uint8_t flags = 0;
     std::exception_ptr error;
     Callback cb;
     char* out = nullptr;
@@ -74,12 +136,13 @@ class KVWorker {
     std::map<int, Slice> slices;                       // by server id
     std::shared_ptr<std::vector<std::string>> bodies;  // command replies by server rank
   };
-  void Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
-             char* out, const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
-             int priority);
+  uint64_t Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
+                 char* out, const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags,
+                 Callback cb, int priority);
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);
+  std::string MissingLocked(const Request& r) const;
   /// Completes request `ts` (if still pending) with error `e`.
   void Fail(uint64_t ts, std::exception_ptr e);
 

@@ -87,7 +87,16 @@ bool DumpedConfig(const std::string& fname, OptimizerConfig* cfg) {
   std::ifstream f(fname, std::ios::binary);
   if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  size_t at = data.compare(0, 8, "PSKVDST1") == 0 ? 16 : 0;
+  // Dist files wrap the servers' blobs: v1 "PSKVDST1", u32 count, u32 size, blob...;
+  // v2 "PSKVDST2", u32 count n, n u64 sizes, blobs. The first blob holds the config.
+  size_t at = 0;
+  if (data.compare(0, 8, "PSKVDST1") == 0) {
+    at = 16;
+  } else if (data.size() >= 12 && data.compare(0, 8, "PSKVDST2") == 0) {
+    uint32_t n;
+    std::memcpy(&n, data.data() + 8, 4);
+    at = 12 + 8 * static_cast<size_t>(n);
+  }
   if (data.size() < at + 12 || data.compare(at, 8, "PSKVOPT2") != 0) return false;
   uint32_t len;
   std::memcpy(&len, data.data() + at + 8, 4);
@@ -452,6 +461,8 @@ void Trainer::SetLearningRate(double lr) {
       m.kv->SaveOptimizerStates(path);
       m.kv->SetOptimizer(next);
       m.kv->LoadOptimizerStates(path);
+      // The store's load is rank 0's alone: no worker may push before it is done.
+      m.kv->Barrier();
     } catch (...) {
       std::remove(path);
       throw;
@@ -465,6 +476,8 @@ void Trainer::SaveStates(const std::string& fname) {
   Impl& m = *impl_;
   if (m.opt.update_on_kvstore) {
     m.kv->SaveOptimizerStates(fname, /*dump_optimizer=*/true);
+    // Rank 0 writes the file: when this returns on any worker, the file is complete.
+    m.kv->Barrier();
   } else {
     WriteFileAtomically(fname, m.local_opt->SaveStates(/*dump_optimizer=*/true));
   }
@@ -476,6 +489,8 @@ void Trainer::LoadStates(const std::string& fname) {
   const bool dumped = DumpedConfig(fname, &saved);
   if (m.opt.update_on_kvstore) {
     m.kv->LoadOptimizerStates(fname);
+    // Rank 0 loads for the store: no worker may push before the states are in.
+    m.kv->Barrier();
   } else {
     std::ifstream f(fname, std::ios::binary);
     std::stringstream ss;
