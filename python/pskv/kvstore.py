@@ -1,5 +1,6 @@
 """KVStore with MXNet's Python API (``mx.kv``) over the C++ core."""
 import atexit
+import threading
 import sys
 import weakref
 
@@ -192,10 +193,30 @@ class KVStore(object):
         self.close()
 
     def __del__(self):
-        self.close()
+        if threading.current_thread() is threading.main_thread():
+            self.close()
+            return
+        # Garbage collection can run on one of pskv's own C++ threads (an updater
+        # runs on its store's engine thread): closing there would make that thread
+        # join itself. Such stores are closed later, on the main thread.
+        kv = getattr(self, '_kv', None)
+        if kv is not None:
+            self._kv = None
+            _deferred_close.append(kv)
 
 
 _open_stores = weakref.WeakSet()
+_deferred_close = []  # native stores dropped on a non-main thread (see KVStore.__del__)
+
+
+def _close_deferred():
+    while _deferred_close:
+        kv = _deferred_close.pop()
+        try:
+            kv.wait_all()
+        except Exception as e:  # noqa: BLE001 - still release the store
+            sys.stderr.write('pskv: pending operations failed at close: %s\n' % e)
+        kv.close()
 
 
 @atexit.register
@@ -203,6 +224,7 @@ def _close_all():
     # Close before the interpreter finalises: the C++ threads may still need the GIL.
     for kv in list(_open_stores):
         kv.close()
+    _close_deferred()
 
 
 def create(name='local'):
@@ -214,6 +236,7 @@ def create(name='local'):
         sys.stdout.flush()
         sys.stderr.flush()
         sys.exit(_pskv.run_role())
+    _close_deferred()
     kv = KVStore(_pskv.KVStore.create(name))
     _open_stores.add(kv)
     return kv
