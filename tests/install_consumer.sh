@@ -43,4 +43,23 @@ g++ -std=c++20 "$src/tests/consumer/main.cc" -o "$tmp/consumer_pc" \
 env -u LD_LIBRARY_PATH DMLC_PS_ROOT_URI=127.0.0.1 "$prefix/bin/pskv-launch" -n 2 -s 1 --timeout 60 \
   --no-timestamps -- "$tmp/consumer/consumer" dist_sync > "$tmp/job.log" 2>&1 || { cat "$tmp/job.log"; exit 1; }
 grep -q "consumer dist_sync rank 1: ok" "$tmp/job.log" || { cat "$tmp/job.log"; exit 1; }
+# add_subdirectory(pskv): the libraries and tools, none of pskv's tests or benchmarks.
+mkdir -p "$tmp/parent"
+cat > "$tmp/parent/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.22)
+project(parent LANGUAGES CXX)
+add_subdirectory($src pskv)
+add_executable(consumer $src/tests/consumer/main.cc)
+target_link_libraries(consumer PRIVATE pskv::pskv)
+CMAKE
+cmake -S "$tmp/parent" -B "$tmp/parent/build" "${gen[@]}" -DPSKV_BUILD_TORCH=OFF > "$tmp/parent.log" 2>&1 ||
+  { cat "$tmp/parent.log"; exit 1; }
+# Every target of the configured tree has a CMakeFiles/<target>.dir.
+targets=$(sed 's|.*/CMakeFiles/||; s|\.dir$||' "$tmp/parent/build/CMakeFiles/TargetDirectories.txt")
+for t in consumer pskv pskv-launch pskv-server; do
+  grep -qx -- "$t" <<<"$targets" || { echo "FAIL: target $t missing under add_subdirectory"; exit 1; }
+done
+for t in pskv_unit_tests pskv-bench kvstore_demo _pskv dist_worker; do
+  if grep -qx -- "$t" <<<"$targets"; then echo "FAIL: add_subdirectory builds $t"; exit 1; fi
+done
 echo "install_consumer: ok"
