@@ -18,6 +18,7 @@
 
 #include "common/net.h"
 #include "launcher/hosts.h"
+#include "launcher/kubernetes.h"
 #include "transport/auth.h"
 #include "pskv/error.h"
 
@@ -459,6 +460,7 @@ int Launch(const LaunchConfig& config) {
   std::random_device rd;
   char id[32];
   std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+  if (cfg.launcher == "kubernetes") return LaunchKubernetes(cfg, id);
   Plan plan = MakePlan(cfg, id);
   if (cfg.dry_run) {
     for (auto& [path, content] : plan.files) {

@@ -128,6 +128,10 @@ pid_t Spawn(Child& c) {
     ::close(in[0]);
     c.in_fd = in[1];
     if (!c.spec.stdin_data.empty()) WriteAll(c.in_fd, c.spec.stdin_data);
+    if (c.spec.close_stdin) {
+      ::close(c.in_fd);
+      c.in_fd = -1;
+    }
   }
   return pid;
 }

@@ -24,6 +24,7 @@ struct ChildSpec {
   /// Written to the stdin pipe right after start (ssh: the remote environment,
   /// which must not appear on any command line). Small: at most a pipe buffer.
   std::string stdin_data;
+  bool close_stdin = false;  ///< close the pipe after stdin_data (the child reads to EOF)
 };
 
 struct ChildResult {
