@@ -141,6 +141,9 @@ Options Options::FromEnv() {
   ReadSeconds("PSKV_STALL_WARNING", &o.stall_warning);
   ReadInt("PS_DROP_MSG", &o.drop_percent, 0, 100);
   ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
+  if (const char* v = Get("PSKV_TIMELINE")) o.timeline_path = v;
+  ReadInt("PSKV_METRICS_PORT", &o.metrics_port, 0, 65535);
+  if (const char* v = Get("PSKV_METRICS_FILE")) o.metrics_file = v;
   return o;
 }
 

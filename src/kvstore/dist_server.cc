@@ -5,6 +5,7 @@
 
 #include "common/byte_io.h"
 #include "common/logging.h"
+#include "common/observe.h"  // [observe]
 #include "pskv/error.h"
 
 namespace pskv {
@@ -56,6 +57,12 @@ Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
 
 void DistServer::Reply(KVServer* srv, const KVRequest& req,
                        const std::vector<std::pair<int64_t, KeyState*>>& keys) {
+  // [observe] the reply step (timeline, counters; bytes sent to the worker)
+  uint64_t obs_bytes = 0;
+  if (obs::Enabled() && req.pull)
+    for (auto& k : keys) obs_bytes += k.second->value.nbytes();
+  obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes,
+                          obs::Enabled() ? WorkerName(req.sender) : std::string(), "out");
   if (!req.pull || keys.empty()) {
     srv->Respond(req);
     return;
@@ -208,11 +215,16 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                             std::to_string(st.rounds + 1) +
                             "; in sync mode every worker must push every key equally often (give "
                             "every worker the same number of batches)");
-        Merge(st, req, key_off, len);
+        {
+          obs::StepScope obs_step("merge", dist::KeyOf(key), len,  // [observe]
+                                  obs::Enabled() ? WorkerName(req.sender) : std::string(), "in");
+          Merge(st, req, key_off, len);
+        }
         st.pushed.insert(req.sender);
         st.waiting.push_back(std::move(req));
         if (static_cast<int>(st.pushed.size()) == node_->num_workers()) {
           try {
+            obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
             ApplyRound(key, st);
           } catch (const std::exception& e) {
             FailRound(st, std::string("update failed: ") + e.what());
@@ -243,6 +255,8 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
         grad = View(data, len, dtype);
       }
       try {
+        obs::StepScope obs_step("update", dist::KeyOf(key), len,  // [observe]
+                                obs::Enabled() ? WorkerName(req.sender) : std::string(), "in");
         opt->Update(dist::KeyOf(key), grad, &st.value);
       } catch (const std::exception& e) {
         return fail(KindOf(e), std::string("update failed: ") + e.what());
@@ -344,6 +358,7 @@ int RunServerOrScheduler(const Options& options) {
   const char* role = options.role == Role::kServer ? "server" : "scheduler";
   SetLogName(role);
   try {
+    if (options.role == Role::kServer) obs::Configure(options, role);  // [observe]
     Node node(options);
     std::unique_ptr<DistServer> server;
     if (options.role == Role::kServer) server = std::make_unique<DistServer>(&node);

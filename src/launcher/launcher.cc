@@ -228,7 +228,8 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   }
   for (const char* k :
        {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
-        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT",
+        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT", "PSKV_TIMELINE",
+        "PSKV_METRICS_PORT", "PSKV_METRICS_FILE",
         "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE",
         "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
