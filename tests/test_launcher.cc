@@ -364,3 +364,21 @@ TEST(LauncherCli, FailureShowsEachLineOnceAndNamesTheProcessInTheSummary) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(worker 1 +\d+  exited 3  <-- failed)"))) << r.out;
   std::filesystem::remove_all(dir);
 }
+
+// One logging facility with levels per module (PSKV_LOG_LEVEL), for the nodes and
+// the launcher alike; a malformed value is an error naming the variable.
+TEST(LauncherCli, LogLevelsPerModule) {
+  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"}, 120s,
+                       {{"PS_VERBOSE", "1"}, {"PSKV_LOG_LEVEL", "warn,ps=info"}});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("registered; id"), std::string::npos) << r.out;  // ps: info
+  EXPECT_EQ(r.out.find(": optimizer "), std::string::npos) << r.out;   // kvstore: warn
+  EXPECT_EQ(r.out.find("job succeeded"), std::string::npos) << r.out;  // launcher: warn
+  r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"}, 120s,
+             {{"PS_VERBOSE", "1"}, {"PSKV_LOG_LEVEL", "info,launcher=error"}});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(": optimizer "), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "--", "prog"}, 30s, {{"PSKV_LOG_LEVEL", "loud"}});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("PSKV_LOG_LEVEL='loud': unknown level 'loud'"), std::string::npos) << r.out;
+}

@@ -80,6 +80,9 @@ struct Options {
   /// PSKV_METRICS_PORT: serve per-key and per-peer counters as Prometheus text on
   /// this port (or the next free one; each process logs its URL). 0: off.
   int metrics_port = 0;
+  /// PSKV_LOG_LEVEL: log levels, "warn" or per module "warn,ps=info,kvstore=debug"
+  /// (modules: ps, kvstore, transport, common, launcher). Empty: info everywhere.
+  std::string log_levels;
   /// PSKV_METRICS_FILE: write the same counters to this file at exit (".<role>.<pid>"
   /// inserted as for the timeline).
   std::string metrics_file;

@@ -1,6 +1,8 @@
 // The one place where pskv reads environment variables.
 #include "pskv/options.h"
 
+#include "common/logging.h"
+
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -144,6 +146,10 @@ Options Options::FromEnv() {
   if (const char* v = Get("PSKV_TIMELINE")) o.timeline_path = v;
   ReadInt("PSKV_METRICS_PORT", &o.metrics_port, 0, 65535);
   if (const char* v = Get("PSKV_METRICS_FILE")) o.metrics_file = v;
+  if (const char* v = Get("PSKV_LOG_LEVEL")) {
+    o.log_levels = v;
+    CheckLogLevels(v);  // ConfigError naming the variable; applied where the node starts
+  }
   return o;
 }
 

@@ -358,6 +358,7 @@ int RunServerOrScheduler(const Options& options) {
   const char* role = options.role == Role::kServer ? "server" : "scheduler";
   SetLogName(role);
   try {
+    if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
     if (options.role == Role::kServer) obs::Configure(options, role);  // [observe]
     Node node(options);
     std::unique_ptr<DistServer> server;

@@ -476,6 +476,7 @@ std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Option
                      "pskv-server (pskv-launch does), or begin main with `if (auto rc = "
                      "pskv::RunServerRoleIfAsked()) return *rc;`");
   options.ValidateForDistributed();
+  if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
   obs::Configure(options, "worker");  // [observe] PSKV_TIMELINE, PSKV_METRICS_PORT
   return std::make_unique<KVStoreDist>(type, options);
 }

@@ -209,6 +209,7 @@ LaunchConfig ParseArgs(int argc, char** argv) {
     throw InvalidArgument("--apply is for --launcher kubernetes");
 
   // The launcher's own environment (its one place that reads it).
+  if (const char* v = std::getenv("PSKV_LOG_LEVEL")) SetLogLevels(v);
   const bool local = c.launcher == "local";
   if (const char* v = std::getenv("DMLC_PS_ROOT_URI"))
     c.root_uri = v;
@@ -229,7 +230,7 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   for (const char* k :
        {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
         "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT", "PSKV_TIMELINE",
-        "PSKV_METRICS_PORT", "PSKV_METRICS_FILE",
+        "PSKV_METRICS_PORT", "PSKV_METRICS_FILE", "PSKV_LOG_LEVEL",
         "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE",
         "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
@@ -485,7 +486,7 @@ int Launch(const LaunchConfig& config) {
     if (path == "#prelude") {
       int rc = std::system(content.c_str());
       if (rc != 0) {
-        Say("syncing the working directory failed:\n" + content);
+        Say("syncing the working directory failed:\n" + content, cfg.timestamps, LogLevel::kError);
         return 1;
       }
       continue;

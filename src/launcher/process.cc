@@ -212,7 +212,8 @@ std::string Blamed(const std::deque<std::string>& lines) {
 
 }  // namespace
 
-void Say(const std::string& msg, bool timestamp) {
+void Say(const std::string& msg, bool timestamp, LogLevel level) {
+  if (!LogEnabled(__FILE__, level)) return;
   std::string text;
   std::istringstream lines(msg);
   for (std::string l; std::getline(lines, l);)
@@ -290,7 +291,7 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
       }
       if (!who->result.log_file.empty()) msg += "; full log: " + who->result.log_file;
     }
-    Say(msg, opts.timestamps);
+    Say(msg, opts.timestamps, LogLevel::kError);
     stop_all(SIGTERM);
     kill_at = Clock::now() + opts.grace;
   };
@@ -302,7 +303,8 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
     g_launcher_log = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (g_launcher_log < 0) {
       Say("cannot write " + path + ": " + std::strerror(errno) +
-          " (--log-dir must name a writable directory)");
+              " (--log-dir must name a writable directory)",
+          opts.timestamps, LogLevel::kError);
       return 2;
     }
   }
@@ -436,7 +438,7 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
       text += row;
     }
     if (!opts.log_dir.empty()) text += "\nlogs: " + opts.log_dir + "/";
-    Say(text, opts.timestamps);
+    Say(text, opts.timestamps, status == 0 ? LogLevel::kInfo : LogLevel::kError);
   }
   for (auto& k : kids)
     if (k.log_fd >= 0) ::close(k.log_fd);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
+
 namespace pskv::launcher {
 
 struct ChildSpec {
@@ -52,8 +54,10 @@ struct SuperviseOptions {
 };
 
 /// The launcher's messages: "HH:MM:SS.mmm pskv-launch: <msg>" on stderr (and in
-/// launcher.log when Supervise runs with a log_dir). One write per message.
-void Say(const std::string& msg, bool timestamp = true);
+/// launcher.log when Supervise runs with a log_dir). One write per message. Through
+/// the common log levels as module "launcher" (PSKV_LOG_LEVEL=launcher=warn hides
+/// the summary of a successful job; failures are errors).
+void Say(const std::string& msg, bool timestamp = true, LogLevel level = LogLevel::kInfo);
 
 /// Runs all children to completion. Returns the launcher's exit status: 0 if
 /// every child exited 0, else the first failure's status (124 on timeout,
