@@ -20,6 +20,14 @@ import sys as _sys
 from ._version import __version__  # noqa: F401
 
 try:
+    import numpy as _np  # noqa: F401
+except ImportError as _e:
+    raise ImportError(
+        'pskv %s needs numpy, which this interpreter (%s) does not have. Use the interpreter pskv was '
+        'installed for: a venv made with `/usr/bin/python3 -m venv --system-site-packages` sees Debian\'s '
+        'python3-numpy and python3-torch (see python/README.md)' % (__version__, _sys.executable)) from _e
+
+try:
     from ._pskv import (Error, InvalidArgument, KeyError, ShapeError, UsageError, ConfigError,  # noqa: F401
                         TimeoutError, ProtocolError, NodeFailure, IOError)
 except ImportError as _e:  # the extension was built for another interpreter, or not at all

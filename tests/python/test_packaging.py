@@ -135,3 +135,14 @@ def test_pip_install_into_a_venv_offline(tmp_path):
     out = r.stdout.decode()
     assert r.returncode == 0, out
     assert 'rank 0 ok' in out and 'rank 1 ok' in out, out
+
+
+def test_an_interpreter_without_numpy_is_told_what_to_do():
+    """The pyenv python3 first on PATH here has no numpy: importing pskv says which
+    interpreter to use instead of a bare ModuleNotFoundError (simulated by hiding numpy)."""
+    code = 'import sys; sys.modules["numpy"] = None; import pskv'
+    r = subprocess.run(['/usr/bin/python3', '-c', code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       env=dict(os.environ), timeout=60)
+    out = r.stdout.decode()
+    assert r.returncode != 0
+    assert 'needs numpy' in out and 'venv --system-site-packages' in out, out
