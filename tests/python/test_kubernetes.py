@@ -141,3 +141,27 @@ def test_usage_errors():
     assert rc == 2 and 'not a Kubernetes name' in err
     rc, out, err = launch(['-n', '1', '--apply', '--', 'prog'])
     assert rc == 2 and '--apply is for --launcher kubernetes' in err
+
+
+def test_kubectl_client_dry_run_when_an_api_server_is_reachable(tmp_path):
+    """kubectl's client-side dry run still asks an API server for its resource types;
+    on this machine none runs, so this test skips (saying why) unless kubectl has a
+    reachable cluster configured."""
+    import shutil
+    if not shutil.which('kubectl'):
+        pytest.skip('kubectl not installed (Debian: kubernetes-client)')
+    rc, out, err = launch(['-n', '2', '-s', '1', '--launcher', 'kubernetes', '--image', 'img', '--job-name', 'dry',
+                           '--', 'prog'])
+    assert rc == 0, err
+    manifest = tmp_path / 'job.yaml'
+    manifest.write_text(out)
+    p = subprocess.run(['kubectl', 'apply', '--dry-run=client', '-f', str(manifest)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    text = p.stdout.decode()
+    if p.returncode != 0 and ('connection refused' in text or 'couldn\'t get current server' in text or
+                              'failed to download openapi' in text or 'no configuration' in text):
+        pytest.skip('kubectl --dry-run=client needs an API server; none is reachable here')
+    assert p.returncode == 0, text
+    for obj in ('secret/dry-secret', 'service/dry-scheduler', 'job.batch/dry-scheduler', 'job.batch/dry-server',
+                'job.batch/dry-worker'):
+        assert obj in text, text
