@@ -46,10 +46,13 @@ tsan: deps
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target pskv_unit_tests pskv_ps_tests pskv_message_tests pskv_transport_tests fuzz_replay
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest --output-on-failure -j $(JOBS) -L unit --timeout 600
 
+# Figures as JSON lines in bench/results/ and as PNG plots in docs/img/ (README shows them).
 bench: build
-	$(BUILD)/pskv-bench reduce
-	$(BUILD)/pskv-bench pushpull
-	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/train/run.py
+	mkdir -p bench/results
+	$(BUILD)/pskv-bench reduce --json > bench/results/reduce.json
+	$(BUILD)/pskv-bench pushpull --json > bench/results/pushpull.json
+	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/train/run.py --json > bench/results/train.json
+	/usr/bin/python3 bench/plot.py --out docs/img bench/results/*.json
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pskv needs, skipping what is present.
 # Idempotent and fast when everything is installed (one dpkg query).
-# Usage: scripts/install-deps.sh [--with-torch] [--with-data]
+# Usage: scripts/install-deps.sh [--with-torch] [--with-data] [--with-launchers] [--with-clang]
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ make pkg-config libzmq3-dev cppzmq-dev libsodium-dev libgtest-dev libgmock-dev
       libbenchmark-dev zlib1g-dev pybind11-dev python3-dev python3-numpy python3-pytest
-      clang-format)
+      clang-format libcli11-dev
+      python3-setuptools python3-wheel python3-pip python3-venv python3-yaml python3-matplotlib)
 for arg in "$@"; do
   case "$arg" in
     # OpenBLAS replaces the reference BLAS Debian's torch links (1.35x samples/s for
@@ -14,7 +15,11 @@ for arg in "$@"; do
     # the cores do not oversubscribe them.
     --with-torch) pkgs+=(libtorch-dev python3-torch libopenblas0-pthread) ;;
     --with-data) pkgs+=(dataset-fashion-mnist) ;;
-    --with-launchers) pkgs+=(openssh-server openssh-client rsync openmpi-bin slurm-wlm munge) ;;
+    --with-launchers)
+      pkgs+=(openssh-server openssh-client rsync openmpi-bin slurm-wlm munge)
+      # kubectl (client-side checks of the generated manifests): Debian's
+      # kubernetes-client, unless a kubectl from another package is already there.
+      command -v kubectl >/dev/null || pkgs+=(kubernetes-client) ;;
     --with-clang) pkgs+=(clang libclang-rt-14-dev) ;;
     *) echo "install-deps.sh: unknown option '$arg'" >&2; exit 2 ;;
   esac

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "support/proc.h"
@@ -248,4 +249,136 @@ TEST(LauncherDryRun, SlurmAndMpi) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("mpirun -n 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("-x DMLC_ROLE=worker"), std::string::npos) << r.out;
+}
+
+// ------------------------------------------------------------------ the CLI (CLI11)
+
+TEST(LauncherCli, VersionAndOptEqualsValue) {
+  RunResult r = Launch({"--version"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("pskv-launch 0."), std::string::npos) << r.out;
+  r = Launch({"--num-workers=1", "--num-servers=1", "--dry-run", "--env=A=1", "--launcher=local",
+              "--", "prog"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("[worker 0] "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("A=1"), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "--bogus", "--", "prog"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("unknown option '--bogus'"), std::string::npos) << r.out;
+  r = Launch({"-n", "x", "--", "prog"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("num-workers"), std::string::npos) << r.out;
+}
+
+// The ssh host of each process, from a --dry-run of the ssh launcher.
+static std::map<std::string, std::string> SshHosts(const std::string& out) {
+  std::map<std::string, std::string> host;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("[", 0) != 0 || line.find("] ssh ") == std::string::npos) continue;
+    std::string name = line.substr(1, line.find(']') - 1);
+    std::istringstream words(line.substr(line.find("] ssh ") + 6));
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    // ssh -o .. -o .. -p PORT HOST 'bash -c ...'
+    for (size_t i = 0; i + 2 < w.size(); ++i)
+      if (w[i] == "-p") host[name] = w[i + 2] + ":" + w[i + 1];
+  }
+  return host;
+}
+
+TEST(LauncherCli, HostListWithSlotsPlacesWorkersLikeHorovodrun) {
+  RunResult r = Launch({"-n", "5", "-s", "2", "-H", "hostA:2,hostB:3", "--dry-run", "--", "prog"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto h = SshHosts(r.out);
+  EXPECT_EQ(h["worker 0"], "hostA:22");
+  EXPECT_EQ(h["worker 1"], "hostA:22");
+  EXPECT_EQ(h["worker 2"], "hostB:22");
+  EXPECT_EQ(h["worker 4"], "hostB:22");
+  EXPECT_EQ(h["server 0"], "hostA:22");  // servers round-robin, no slots
+  EXPECT_EQ(h["server 1"], "hostB:22");
+  r = Launch({"-n", "6", "-H", "hostA:2,hostB:3", "--dry-run", "--", "prog"});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("6 workers but the hosts have 5 slots (hostA:2,hostB:3)"), std::string::npos)
+      << r.out;
+}
+
+TEST(LauncherCli, HostFileSlotsAndSshPorts) {
+  std::string dir = TmpDir("slots");
+  std::ofstream(dir + "/hosts") << "# comment\nnodeA:2222 slots=1\nnodeB slots=2  # two\n";
+  RunResult r = Launch({"-n", "3", "-s", "1", "-H", dir + "/hosts", "--ssh-port", "2200",
+                        "--dry-run", "--", "prog"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto h = SshHosts(r.out);
+  EXPECT_EQ(h["worker 0"], "nodeA:2222");
+  EXPECT_EQ(h["worker 1"], "nodeB:2200");
+  EXPECT_EQ(h["worker 2"], "nodeB:2200");
+  std::ofstream(dir + "/bad") << "nodeA slot=2\n";
+  r = Launch({"-n", "1", "-H", dir + "/bad", "--dry-run", "--", "prog"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("line 1: unknown attribute 'slot=2'"), std::string::npos) << r.out;
+  // mpi: a list becomes Open MPI's --host with the same slots
+  r = Launch({"-n", "2", "-s", "1", "--launcher", "mpi", "-H", "a:1,b:1", "--dry-run", "--", "prog"});
+  EXPECT_NE(r.out.find("--host a:1,b:1"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LauncherCli, LogDirSummaryAndTimestamps) {
+  std::string dir = TmpDir("logs");
+  RunResult r = Launch({"-n", "2", "-s", "1", "--timeout", "100", "--log-dir", dir + "/logs", "--",
+                        DIST_WORKER, "sync", "2"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (auto f : {"scheduler.log", "server-0.log", "worker-0.log", "worker-1.log", "launcher.log"})
+    EXPECT_TRUE(std::filesystem::exists(dir + "/logs/" + f)) << f;
+  std::string w1 = ReadFile(dir + "/logs/worker-1.log");
+  EXPECT_NE(w1.find("worker 1: all checks passed"), std::string::npos) << w1;
+  EXPECT_EQ(w1.find("worker 0: all"), std::string::npos) << "one process per file";
+  // Log lines carry a full UTC timestamp; console lines the time of day.
+  EXPECT_TRUE(std::regex_search(w1, std::regex(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z )")))
+      << w1;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\d\d:\d\d:\d\d\.\d{3} \[worker 1\] )")))
+      << r.out;
+  // The summary: every process, success headline.
+  EXPECT_NE(r.out.find("job succeeded in"), std::string::npos) << r.out;
+  for (auto p : {"scheduler", "server 0", "worker 0", "worker 1"})
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string(p) + R"( +\d+  exited 0 )")))
+        << p << "\n" << r.out;
+  EXPECT_NE(ReadFile(dir + "/logs/launcher.log").find("job succeeded"), std::string::npos);
+  // The library's own tag is not repeated after the launcher's prefix.
+  EXPECT_EQ(r.out.find("[scheduler] [scheduler]"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LauncherCli, FailureShowsEachLineOnceAndNamesTheProcessInTheSummary) {
+  std::string dir = TmpDir("once");
+  RunResult r = Launch({"-n", "2", "-s", "1", "--timeout", "100", "--log-dir", dir, "--",
+                        DIST_WORKER, "exit3"});
+  EXPECT_EQ(r.status, 3) << r.out;
+  size_t n = 0;
+  for (size_t at = 0; (at = r.out.find("worker 1 exits with status 3 now", at)) != std::string::npos;
+       ++at)
+    ++n;
+  EXPECT_EQ(n, 1u) << r.out;
+  EXPECT_NE(r.out.find("full log: " + dir + "/worker-1.log"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("job FAILED (exit status 3)"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(worker 1 +\d+  exited 3  <-- failed)"))) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// One logging facility with levels per module (PSKV_LOG_LEVEL), for the nodes and
+// the launcher alike; a malformed value is an error naming the variable.
+TEST(LauncherCli, LogLevelsPerModule) {
+  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"}, 120s,
+                       {{"PS_VERBOSE", "1"}, {"PSKV_LOG_LEVEL", "warn,ps=info"}});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("registered; id"), std::string::npos) << r.out;  // ps: info
+  EXPECT_EQ(r.out.find(": optimizer "), std::string::npos) << r.out;   // kvstore: warn
+  EXPECT_EQ(r.out.find("job succeeded"), std::string::npos) << r.out;  // launcher: warn
+  r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"}, 120s,
+             {{"PS_VERBOSE", "1"}, {"PSKV_LOG_LEVEL", "info,launcher=error"}});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(": optimizer "), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "--", "prog"}, 30s, {{"PSKV_LOG_LEVEL", "loud"}});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("PSKV_LOG_LEVEL='loud': unknown level 'loud'"), std::string::npos) << r.out;
 }

@@ -47,6 +47,7 @@ def main():
     ap.add_argument('--network', default='lenet')
     ap.add_argument('--max-batches', type=int, default=150, help='steps per run (per worker)')
     ap.add_argument('--batch-size', type=int, default=64)
+    ap.add_argument('--plot', metavar='DIR', help='also write DIR/train.png (bench/plot.py, python3-matplotlib)')
     a = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'))
     common = ['--network', a.network, '--epochs', '1', '--max-batches', str(a.max_batches),
@@ -74,6 +75,7 @@ def main():
             results.append((name, last_metrics(path)))
         results.append(('torch DDP gloo 2 workers', ddp))
     ceiling = ddp['samples_per_sec']
+    records = []
     if not a.json:
         print('bench/train: %s on Fashion-MNIST, batch %d per worker, %d steps; ceiling = PyTorch DDP (gloo)'
               % (a.network, a.batch_size, a.max_batches))
@@ -82,10 +84,21 @@ def main():
         rec = {'bench': 'train', 'run': name, 'samples_per_sec': round(r['samples_per_sec'], 1),
                'test_accuracy': round(r['test_accuracy'], 4), 'ceiling_samples_per_sec': round(ceiling, 1),
                'ratio': round(r['samples_per_sec'] / ceiling, 3)}
+        records.append(rec)
         if a.json:
             print(json.dumps(rec))
         else:
             print('%-28s %12.1f %10.4f %10.3f' % (name, rec['samples_per_sec'], rec['test_accuracy'], rec['ratio']))
+
+    if a.plot:
+        sys.path.insert(0, os.path.join(HERE, '..'))
+        import plot
+        with tempfile.NamedTemporaryFile('w', suffix='.json', delete=False) as f:
+            f.write(''.join(json.dumps(r) + '\n' for r in records))
+        try:
+            plot.main(['--out', a.plot, f.name])
+        finally:
+            os.unlink(f.name)
 
 
 if __name__ == '__main__':

@@ -71,6 +71,18 @@ struct Options {
   std::chrono::milliseconds handshake_timeout{10000};
   /// PSKV_DROP_MSG / PS_DROP_MSG: test only, percentage of received data messages to drop.
   int drop_percent = 0;
+  /// PSKV_TIMELINE: write a Chrome trace of every push/pull/pushpull per key to this
+  /// path (".<role>.<pid>" is inserted before the extension: one file per process).
+  std::string timeline_path;
+  /// PSKV_METRICS_PORT: serve per-key and per-peer counters as Prometheus text on
+  /// this port (or the next free one; each process logs its URL). 0: off.
+  int metrics_port = 0;
+  /// PSKV_LOG_LEVEL: log levels, "warn" or per module "warn,ps=info,kvstore=debug"
+  /// (modules: ps, kvstore, transport, common, launcher). Empty: info everywhere.
+  std::string log_levels;
+  /// PSKV_METRICS_FILE: write the same counters to this file at exit (".<role>.<pid>"
+  /// inserted as for the timeline).
+  std::string metrics_file;
 
   // ---- round integrity and stall inspection (dist stores) ----
   /// PSKV_STRICT_ROUNDS (0/1): in dist_sync, a worker's per-key calls must form

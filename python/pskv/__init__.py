@@ -1,20 +1,47 @@
 """pskv: a parameter server for data-parallel training, with MXNet's ``mx.kv`` API.
 
-    import pskv
-    kv = pskv.create('dist_sync')          # 'local', 'device', 'dist_async', ...
-    kv.init(3, numpy.ones((2, 3)))
-    kv.push(3, [grad_dev0, grad_dev1])     # summed
-    kv.pull(3, out=weights)                # written in place
+Examples
+--------
+>>> import numpy as np, pskv
+>>> kv = pskv.create('local')              # 'device', 'dist_sync', 'dist_async', ...
+>>> kv.init(3, np.ones((2, 3), np.float32))
+>>> kv.push(3, [np.ones((2, 3), np.float32)] * 2)   # the values of one key are summed
+>>> out = np.zeros((2, 3), np.float32)
+>>> kv.pull(3, out=out)                    # written in place
+>>> float(out[0, 0])
+2.0
 
-Values are numpy arrays or PyTorch CPU tensors (shared, never copied).
+Values are numpy arrays or PyTorch CPU tensors (shared, never copied). Submodules:
+:mod:`pskv.optimizer`, :mod:`pskv.lr_scheduler`, :mod:`pskv.data` and
+:mod:`pskv.torch` (imported on demand: it needs PyTorch).
 """
-from ._pskv import (Error, InvalidArgument, KeyError, ShapeError, UsageError, ConfigError,  # noqa: F401
-                    TimeoutError, ProtocolError, NodeFailure, IOError)
+import sys as _sys
+
+from ._version import __version__  # noqa: F401
+
+try:
+    import numpy as _np  # noqa: F401
+except ImportError as _e:
+    raise ImportError(
+        'pskv %s needs numpy, which this interpreter (%s) does not have. Use the interpreter pskv was '
+        'installed for: a venv made with `/usr/bin/python3 -m venv --system-site-packages` sees Debian\'s '
+        'python3-numpy and python3-torch (see python/README.md)' % (__version__, _sys.executable)) from _e
+
+try:
+    from ._pskv import (Error, InvalidArgument, KeyError, ShapeError, UsageError, ConfigError,  # noqa: F401
+                        TimeoutError, ProtocolError, NodeFailure, IOError)
+except ImportError as _e:  # the extension was built for another interpreter, or not at all
+    raise ImportError(
+        'pskv %s: cannot load its C++ extension (%s). It must be built for this interpreter (%s, Python %d.%d): '
+        'install with `%s -m pip install --no-build-isolation .` from the pskv source tree (in a venv made with '
+        '`/usr/bin/python3 -m venv --system-site-packages`, where Debian\'s numpy and torch are visible), or '
+        'build with CMake and use the interpreter CMake built for (/usr/bin/python3 by default)'
+        % (__version__, _e, _sys.executable, _sys.version_info[0], _sys.version_info[1], _sys.executable)) from _e
 from .kvstore import KVStore, create  # noqa: F401
 from . import optimizer  # noqa: F401
 from . import lr_scheduler  # noqa: F401
 from . import data  # noqa: F401
 
-__all__ = ["create", "KVStore", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument", "KeyError",
-           "ShapeError", "UsageError", "ConfigError", "TimeoutError", "ProtocolError", "NodeFailure",
+__all__ = ["__version__", "create", "KVStore", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
+           "KeyError", "ShapeError", "UsageError", "ConfigError", "TimeoutError", "ProtocolError", "NodeFailure",
            "IOError"]

@@ -14,40 +14,133 @@ _d = _pskv.data
 
 
 def partition_range(count, num_parts=1, part_index=0):
-    """Records [begin, end) of part `part_index` of `num_parts`:
-    floor(count*p/num_parts) .. floor(count*(p+1)/num_parts) (MXNet's MNISTIter)."""
+    """Records [begin, end) of part `part_index` of `num_parts` (MXNet's MNISTIter).
+
+    Parameters
+    ----------
+    count : int
+        Number of records.
+    num_parts : int, optional
+        Number of parts (workers).
+    part_index : int, optional
+        This part, 0 .. num_parts - 1.
+
+    Returns
+    -------
+    tuple of int
+        ``(floor(count*p/num_parts), floor(count*(p+1)/num_parts))``.
+    """
     return tuple(_d.partition_range(int(count), int(num_parts), int(part_index)))
 
 
 def epoch_size(num_examples, num_workers, batch_size):
-    """Batches per epoch every worker runs in sync mode:
-    ceil(floor(num_examples / num_workers) / batch_size)."""
+    """Batches per epoch every worker runs in sync mode.
+
+    Parameters
+    ----------
+    num_examples : int
+        Records in the whole dataset.
+    num_workers : int
+        Workers of the job.
+    batch_size : int
+        Per-worker batch size.
+
+    Returns
+    -------
+    int
+        ``ceil(floor(num_examples / num_workers) / batch_size)``.
+    """
     return _d.epoch_size(int(num_examples), int(num_workers), int(batch_size))
 
 
 def epoch_order(count, num_parts, part_index, batch_size, epoch_size, seed=0, epoch=0, shuffle=True):
-    """This worker's sample indices for one epoch: its partition, shuffled with
-    (seed, epoch), exactly epoch_size*batch_size indices (wrapping around like
-    MXNet's ResizeIter, or cut short)."""
+    """This worker's sample indices for one epoch.
+
+    Its partition, shuffled with (seed, epoch), exactly ``epoch_size*batch_size``
+    indices (wrapping around like MXNet's ResizeIter, or cut short).
+
+    Parameters
+    ----------
+    count : int
+        Records in the dataset.
+    num_parts, part_index : int
+        The partition (workers and this worker's rank).
+    batch_size, epoch_size : int
+        Per-worker batch size and batches per epoch.
+    seed, epoch : int, optional
+        The shuffle's seed and epoch number.
+    shuffle : bool, optional
+        Shuffle (True) or keep the partition's order.
+
+    Returns
+    -------
+    list of int
+    """
     return _d.epoch_order(int(count), int(num_parts), int(part_index), int(batch_size), int(epoch_size),
                           int(seed), int(epoch), bool(shuffle))
 
 
 def split_batch(size, num_slice, even_split=True):
-    """[(begin, end)] slices of a batch of `size` over `num_slice` devices: the first
-    size % num_slice get one more; even_split requires size % num_slice == 0."""
+    """Slices of a batch of `size` over `num_slice` devices.
+
+    Parameters
+    ----------
+    size : int
+        The batch size.
+    num_slice : int
+        The number of slices.
+    even_split : bool, optional
+        Require ``size % num_slice == 0``; otherwise the first ``size % num_slice``
+        slices get one more.
+
+    Returns
+    -------
+    list of tuple of int
+        ``[(begin, end)]``.
+    """
     return [tuple(s) for s in _d.split_batch(int(size), int(num_slice), bool(even_split))]
 
 
 def split_by_workload(batch, work_load_list):
-    """[(begin, end)] slices by per-device workloads (Module's work_load_list):
-    b_i = round(w_i*batch/sum(w)) (half to even), the deficit added to the last."""
+    """Slices of a batch by per-device workloads (Module's work_load_list).
+
+    Parameters
+    ----------
+    batch : int
+        The batch size.
+    work_load_list : list of float
+        The relative workloads: ``b_i = round(w_i*batch/sum(w))`` (half to even), the
+        deficit added to the last.
+
+    Returns
+    -------
+    list of tuple of int
+        ``[(begin, end)]``.
+    """
     return [tuple(s) for s in _d.split_by_workload(int(batch), [float(w) for w in work_load_list])]
 
 
 def split_data(data, num_slice, batch_axis=0, even_split=True, work_load_list=None):
-    """Gluon's split_data on a numpy array or torch tensor (views, no copy): a list
-    of `num_slice` slices along `batch_axis`."""
+    """Gluon's split_data on a numpy array or torch tensor (views, no copy).
+
+    Parameters
+    ----------
+    data : numpy.ndarray or torch.Tensor
+        The batch.
+    num_slice : int
+        The number of slices.
+    batch_axis : int, optional
+        The axis to split.
+    even_split : bool, optional
+        See :func:`split_batch`.
+    work_load_list : list of float, optional
+        Split by workloads instead (see :func:`split_by_workload`).
+
+    Returns
+    -------
+    list
+        `num_slice` views of `data` along `batch_axis`.
+    """
     size = data.shape[batch_axis]
     if work_load_list is not None:
         if len(work_load_list) != num_slice:

@@ -52,7 +52,24 @@ def _flatten(key, value):
 
 
 class KVStore(object):
-    """A key-value store; create it with :func:`pskv.create`."""
+    """A key-value store of arrays, with MXNet's ``mx.kv.KVStore`` API.
+
+    Create it with :func:`pskv.create`, not directly. Operations on one key run in
+    the order they were issued; ``pull``/``pushpull`` return when their outputs are
+    written, ``push`` returns at once (see :meth:`push`).
+
+    Parameters
+    ----------
+    handle : _pskv.KVStore
+        The C++ store (internal).
+
+    Examples
+    --------
+    >>> import numpy as np, pskv
+    >>> kv = pskv.create('local')
+    >>> kv.init('w', np.zeros(3, np.float32))
+    >>> kv.pushpull('w', np.ones(3, np.float32))
+    """
 
     def __init__(self, handle):
         self._kv = handle
@@ -69,18 +86,50 @@ class KVStore(object):
     # --- properties
     @property
     def type(self):
+        """The store type given to :func:`create` (``'local'``, ``'dist_sync'``, ...).
+
+        Returns
+        -------
+        str
+        """
         return self._kv.type
 
     @property
     def rank(self):
+        """This worker's rank, 0 .. ``num_workers - 1`` (0 for non-dist stores).
+
+        Returns
+        -------
+        int
+        """
         return self._kv.rank
 
     @property
     def num_workers(self):
+        """The number of workers of the job (1 for non-dist stores).
+
+        Returns
+        -------
+        int
+        """
         return self._kv.num_workers
 
     # --- data
     def init(self, key, value):
+        """Initialises keys with values (MXNet's ``init``); in dist mode rank 0's value wins.
+
+        Parameters
+        ----------
+        key : int, str, or list of int or str
+            The key(s); all of one type. String keys get ids in first-init order.
+        value : numpy.ndarray or torch.Tensor, or list of them
+            One array per key (a list for a list of keys).
+
+        Raises
+        ------
+        pskv.KeyError
+            A key was initialised before.
+        """
         keys, vals = _flatten(key, value)
         self._kv.init(keys, vals)
         self._remember(keys)
@@ -94,18 +143,64 @@ class KVStore(object):
                     known.add(k)
 
     def push(self, key, value, priority=0):
-        """Schedules the push and returns; do not modify `value` until a later
-        pull/pushpull/wait of the key returned."""
+        """Pushes values; the values of one key are summed (over devices, and over
+        workers in dist mode) and applied by the updater or optimizer, if any.
+
+        Schedules the push and returns; do not modify `value` until a later
+        pull/pushpull/wait of the key returned.
+
+        Parameters
+        ----------
+        key : int, str, or list of int or str
+            The key(s); each must have been initialised.
+        value : array, list of arrays, or list of lists of arrays
+            One array per key, or a list of arrays per key (several devices, summed).
+        priority : int, optional
+            Higher priorities are sent first (MXNet's hint).
+
+        Raises
+        ------
+        pskv.KeyError
+            A key was never initialised.
+        pskv.ShapeError
+            A value's shape or dtype differs from the key's.
+        """
         keys, vals = _flatten(key, value)
         self._kv.push(keys, vals, priority)
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        """Pulls the current values of keys into `out`, in place, and waits for them.
+
+        Parameters
+        ----------
+        key : int, str, or list of int or str
+            The key(s).
+        out : array, list of arrays, or list of lists of arrays
+            Where to write (every array of a key's list receives the value). Required.
+        priority : int, optional
+            Higher priorities are served first.
+        ignore_sparse : bool, optional
+            Accepted for MXNet compatibility; pskv has no sparse arrays.
+        """
         assert out is not None, 'pull needs out'
         keys, outs = _flatten(key, out)
         self._kv.pull(keys, outs, priority)
         self._kv.wait(list(dict.fromkeys(keys)))
 
     def pushpull(self, key, value, out=None, priority=0):
+        """Pushes `value` and pulls the result into `out` in one round trip per key, then waits.
+
+        Parameters
+        ----------
+        key : int, str, or list of int or str
+            The key(s).
+        value : array, list of arrays, or list of lists of arrays
+            The values pushed (summed as in :meth:`push`).
+        out : array or list, optional
+            Where the result is written; ``None`` writes it back into `value`.
+        priority : int, optional
+            Higher priorities are served first.
+        """
         keys, vals = _flatten(key, value)
         if out is None:
             okeys, outs = keys, vals
@@ -115,6 +210,19 @@ class KVStore(object):
         self._kv.wait(list(dict.fromkeys(okeys)))
 
     def broadcast(self, key, value, out, priority=0):
+        """Initialises keys with `value` (rank 0's in dist mode) and pulls them into `out`.
+
+        Parameters
+        ----------
+        key : int, str, or list of int or str
+            The key(s), not initialised before.
+        value : array or list of arrays
+            The initial values.
+        out : array or list
+            Where every worker receives the initial values.
+        priority : int, optional
+            Higher priorities are served first.
+        """
         keys, vals = _flatten(key, value)
         try:
             self._kv.init(keys, vals)
@@ -125,7 +233,18 @@ class KVStore(object):
         self.pull(key, out=out, priority=priority)
 
     def wait(self, key=None):
-        """Blocks until the scheduled operations on `key` (all keys if None) are done."""
+        """Blocks until the scheduled operations on `key` (all keys if None) are done.
+
+        Parameters
+        ----------
+        key : int, str, list, or None, optional
+            The key(s) to wait for; ``None`` waits for every key.
+
+        Raises
+        ------
+        pskv.Error
+            The first error of an operation on the keys (an updater's exception too).
+        """
         if key is None:
             self._kv.wait_all()
         else:
@@ -133,6 +252,13 @@ class KVStore(object):
 
     # --- updates
     def set_optimizer(self, optimizer):
+        """Runs `optimizer` on every push (on the servers in dist mode).
+
+        Parameters
+        ----------
+        optimizer : pskv.optimizer.Optimizer or str
+            An optimizer, or its name with default parameters (``'sgd'``, ``'adam'``, ...).
+        """
         if isinstance(optimizer, str):
             from . import optimizer as opt_mod
             optimizer = opt_mod.create(optimizer)
@@ -141,9 +267,16 @@ class KVStore(object):
         self._kv.set_optimizer(optimizer.name, optimizer.params())
 
     def set_updater(self, updater):
-        """updater(key, recv, stored): key as given to init (int or str), recv and
-        stored as numpy views; update `stored` in place. An exception it raises is
-        raised by the pull/pushpull/wait that covers the key."""
+        """Runs a Python function on every push (non-dist stores), instead of an optimizer.
+
+        An exception it raises is raised by the pull/pushpull/wait that covers the key.
+
+        Parameters
+        ----------
+        updater : callable
+            ``updater(key, recv, stored)``: key as given to init (int or str), recv and
+            stored as numpy views; update `stored` in place.
+        """
         names = self._str_names
 
         def call(key_id, recv, stored):
@@ -155,27 +288,61 @@ class KVStore(object):
     _set_updater = set_updater
 
     def set_gradient_compression(self, compression_params):
+        """Compresses pushed gradients (device and dist types), as MXNet's.
+
+        Parameters
+        ----------
+        compression_params : dict
+            ``{'type': '2bit' or '1bit', 'threshold': 0.5}``; unknown names are an error.
+        """
         params = {str(k): str(v) for k, v in compression_params.items()}
         self._kv.set_gradient_compression(params)
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
-        """dump_optimizer: the file also carries the optimizer; loading it restores
-        the saved configuration (learning rate, ...) too. In dist mode every worker
-        calls it and rank 0 writes the file."""
+        """Saves the optimizer states to a file.
+
+        In dist mode every worker calls it and rank 0 writes the file (the states are
+        gathered from every server).
+
+        Parameters
+        ----------
+        fname : str
+            The file to write.
+        dump_optimizer : bool, optional
+            The file also carries the optimizer; loading it restores the saved
+            configuration (learning rate, ...) too.
+        """
         self._kv.save_optimizer_states(fname, bool(dump_optimizer))
 
     def load_optimizer_states(self, fname):
+        """Loads optimizer states written by :meth:`save_optimizer_states` (every worker calls it).
+
+        Parameters
+        ----------
+        fname : str
+            The file to read.
+        """
         self._kv.load_optimizer_states(fname)
 
     # --- synchronisation
     def barrier(self):
+        """Blocks until every worker of the job reached this barrier (dist stores).
+
+        Raises
+        ------
+        pskv.TimeoutError
+            ``PSKV_TIMEOUT`` passed.
+        pskv.NodeFailure
+            A node of the job died.
+        """
         self._kv.barrier()
 
     _barrier = barrier
 
     def close(self):
         """Waits for pending operations and releases the store; a dist worker passes
-        the job's final barrier here. Called at interpreter exit for open stores."""
+        the job's final barrier here. Called at interpreter exit for open stores.
+        """
         kv = getattr(self, '_kv', None)
         if kv is None:
             return
@@ -228,8 +395,26 @@ def _close_all():
 
 
 def create(name='local'):
-    """Creates a store. In a process started with DMLC_ROLE=server or scheduler, a
-    dist type runs that role until the job ends and then exits (as `import mxnet` did)."""
+    """Creates a store (MXNet's ``mx.kv.create``).
+
+    In a process started with DMLC_ROLE=server or scheduler, a dist type runs that
+    role until the job ends and then exits (as ``import mxnet`` did).
+
+    Parameters
+    ----------
+    name : str, optional
+        ``'local'``, ``'device'``, ``'dist_sync'``, ``'dist_async'``, ``'dist_sync_device'``,
+        ``'dist_async_device'`` (``'dist'`` means ``'dist_sync'``).
+
+    Returns
+    -------
+    KVStore
+
+    Raises
+    ------
+    pskv.InvalidArgument
+        An unknown type (the message lists the valid ones).
+    """
     if not isinstance(name, str):
         raise TypeError('name must be a string')
     if 'dist' in name.lower() and _pskv.role() in ('server', 'scheduler'):

@@ -4,7 +4,27 @@ from . import _pskv
 
 
 class Optimizer(object):
-    """Base class: a name plus keyword parameters (MXNet's names)."""
+    """Base class of the optimizers: a name plus keyword parameters (MXNet's names).
+
+    The C++ core runs the update rule (on the servers in dist mode).
+
+    Parameters
+    ----------
+    learning_rate : float, optional
+        The base learning rate.
+    wd : float, optional
+        Weight decay.
+    rescale_grad : float, optional
+        Gradients are multiplied by this first.
+    clip_gradient : float, optional
+        Clip gradients to [-c, c] (after rescaling).
+    multi_precision : bool, optional
+        Keep float32 master weights for float16 parameters.
+    lr_scheduler : pskv.lr_scheduler.LRScheduler, optional
+        A learning-rate schedule.
+    **kwargs
+        Parameters of the specific optimizer (momentum, ...).
+    """
     name = None
 
     def __init__(self, learning_rate=0.01, wd=0.0, rescale_grad=1.0, clip_gradient=None,
@@ -18,7 +38,12 @@ class Optimizer(object):
         self.lr_scheduler = lr_scheduler
 
     def params(self):
-        """The string parameters the C++ core receives."""
+        """The parameters the C++ core receives.
+
+        Returns
+        -------
+        dict of str to str
+        """
         p = {'learning_rate': self.learning_rate, 'wd': self.wd, 'rescale_grad': self.rescale_grad,
              'multi_precision': int(bool(self.multi_precision))}
         if self.clip_gradient is not None:
@@ -29,7 +54,13 @@ class Optimizer(object):
         return {k: _fmt(v) for k, v in p.items()}
 
     def create_updater(self):
-        """A local updater(key, grad, weight) running this optimizer on numpy arrays."""
+        """A local updater running this optimizer on numpy arrays.
+
+        Returns
+        -------
+        callable
+            ``update(key, grad, weight)``, updating `weight` in place.
+        """
         opt = _pskv.Optimizer(self.name, self.params())
 
         def update(key, grad, weight):
@@ -49,6 +80,15 @@ def _fmt(v):
 
 
 class SGD(Optimizer):
+    """Stochastic gradient descent with momentum.
+
+    Parameters
+    ----------
+    momentum : float, optional
+        Momentum (0: none).
+    **kwargs
+        See :class:`Optimizer`.
+    """
     name = 'sgd'
 
     def __init__(self, momentum=0.0, **kwargs):
@@ -56,6 +96,15 @@ class SGD(Optimizer):
 
 
 class NAG(Optimizer):
+    """Nesterov accelerated gradient.
+
+    Parameters
+    ----------
+    momentum : float, optional
+        Momentum.
+    **kwargs
+        See :class:`Optimizer`.
+    """
     name = 'nag'
 
     def __init__(self, momentum=0.0, **kwargs):
@@ -63,6 +112,19 @@ class NAG(Optimizer):
 
 
 class Adam(Optimizer):
+    """Adam.
+
+    Parameters
+    ----------
+    learning_rate : float, optional
+        The base learning rate.
+    beta1, beta2 : float, optional
+        Decay rates of the first and second moments.
+    epsilon : float, optional
+        Added to the denominator.
+    **kwargs
+        See :class:`Optimizer`.
+    """
     name = 'adam'
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, **kwargs):
@@ -70,10 +132,34 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
+    """Adam with decoupled weight decay (same parameters as :class:`Adam`).
+
+    Parameters
+    ----------
+    **kwargs
+        See :class:`Adam`.
+    """
     name = 'adamw'
 
 
 class RMSProp(Optimizer):
+    """RMSProp (Tieleman and Hinton; Graves' centered variant).
+
+    Parameters
+    ----------
+    learning_rate : float, optional
+        The base learning rate.
+    rho : float, optional
+        Decay rate of the squared-gradient average.
+    epsilon : float, optional
+        Added to the denominator.
+    centered : bool, optional
+        Graves' centered variant.
+    momentum : float, optional
+        Momentum.
+    **kwargs
+        See :class:`Optimizer`.
+    """
     name = 'rmsprop'
 
     def __init__(self, learning_rate=0.001, rho=0.9, epsilon=1e-8, centered=False, momentum=0.0, **kwargs):
@@ -82,6 +168,15 @@ class RMSProp(Optimizer):
 
 
 class AdaGrad(Optimizer):
+    """AdaGrad.
+
+    Parameters
+    ----------
+    epsilon : float, optional
+        Added to the denominator.
+    **kwargs
+        See :class:`Optimizer`.
+    """
     name = 'adagrad'
 
     def __init__(self, epsilon=1e-7, **kwargs):
@@ -92,7 +187,24 @@ _REGISTRY = {c.name: c for c in (SGD, NAG, Adam, AdamW, RMSProp, AdaGrad)}
 
 
 def create(name, **kwargs):
-    """Creates an optimizer by name: sgd, nag, adam, adamw, rmsprop, adagrad."""
+    """Creates an optimizer by name.
+
+    Parameters
+    ----------
+    name : str
+        sgd, nag, adam, adamw, rmsprop or adagrad (any case).
+    **kwargs
+        The optimizer's parameters.
+
+    Returns
+    -------
+    Optimizer
+
+    Raises
+    ------
+    pskv.InvalidArgument
+        An unknown name (the message lists the valid ones).
+    """
     try:
         cls = _REGISTRY[name.lower()]
     except KeyError:

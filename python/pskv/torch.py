@@ -56,12 +56,43 @@ def _fmt_mults(m):
 class Trainer(object):
     """Gluon's Trainer for torch parameters, over a pskv store.
 
-    params: an ``nn.Module`` (its parameters; its buffers are kept equal on every
-    worker when ``broadcast_buffers``), an iterable of tensors, or of dicts
-    ``{'params': [...], 'lr_mult': x, 'wd_mult': y}``. A parameter's ``lr_mult`` /
-    ``wd_mult`` attribute (Gluon's habit) is honoured too. Parameters with
-    ``requires_grad=False`` are kept equal at the start but never updated.
-    The store keys of this Trainer are consecutive ints, parameters first.
+    The store keys of this Trainer are consecutive ints, parameters first. Rank 0's
+    initial weights and buffers become every worker's at construction.
+
+    Parameters
+    ----------
+    params : torch.nn.Module, iterable of torch.Tensor, or iterable of dict
+        A module (its parameters; its buffers are kept equal on every worker when
+        `broadcast_buffers`), tensors, or dicts ``{'params': [...], 'lr_mult': x,
+        'wd_mult': y}``. A parameter's ``lr_mult``/``wd_mult`` attribute (Gluon's habit)
+        is honoured too. Parameters with ``requires_grad=False`` are kept equal at the
+        start but never updated.
+    optimizer : pskv.optimizer.Optimizer or str
+        The optimizer, or its name (then `optimizer_params` are its parameters).
+    optimizer_params : dict, optional
+        Parameters for an optimizer given by name.
+    kvstore : pskv.KVStore or str, optional
+        A store, or a type to create one (default ``'dist_sync'``).
+    global_batch_size : int, optional
+        With ``loss_reduction='sum'``: samples of one step over all workers; the
+        summed gradients are divided by it.
+    update_on_kvstore : bool or None, optional
+        Run the optimizer in the store (servers) or locally; None decides as MXNet.
+    compression_params : dict, optional
+        Gradient compression, see :meth:`pskv.KVStore.set_gradient_compression`.
+    loss_reduction : {'mean', 'sum'}, optional
+        How each worker's loss is reduced over its batch (see the module docstring).
+    push_in_backward : bool, optional
+        Push each gradient from a backward hook (overlaps communication with backward).
+    broadcast_buffers : bool, optional
+        Keep the module's buffers equal to rank 0's after every step (DDP's rule).
+    buffers : iterable of torch.Tensor, optional
+        Buffers to keep equal instead of the module's.
+
+    Examples
+    --------
+    >>> trainer = pskv.torch.Trainer(model, pskv.optimizer.SGD(learning_rate=0.1), kv,
+    ...                              loss_reduction='mean')   # doctest: +SKIP
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore=_UNSET, global_batch_size=None,
@@ -222,21 +253,43 @@ class Trainer(object):
 
     @property
     def update_on_kvstore(self):
+        """Whether the store runs the optimizer (True) or the workers do (False).
+
+        Returns
+        -------
+        bool
+        """
         return self._uok
 
     @property
     def learning_rate(self):
-        """The base learning rate (before lr_mult and schedules)."""
+        """The base learning rate (before lr_mult and schedules).
+
+        Returns
+        -------
+        float
+        """
         return float(self._cfg['learning_rate'])
 
     @property
     def optimizer_config(self):
-        """The optimizer parameters the store or the local updater runs (strings)."""
+        """The optimizer parameters the store or the local updater runs.
+
+        Returns
+        -------
+        dict of str to str
+        """
         return self._config()
 
     def set_learning_rate(self, lr):
         """Sets the base learning rate; the optimizer states (momentum, ...) are kept,
-        also on the servers of a dist store (call it on every worker)."""
+        also on the servers of a dist store (call it on every worker).
+
+        Parameters
+        ----------
+        lr : float
+            The new base learning rate.
+        """
         self._cfg['learning_rate'] = repr(float(lr))
         self._reconfigure()
 
@@ -278,8 +331,10 @@ class Trainer(object):
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Backward passes inside accumulate in .grad without communication (DDP's
-        no_sync); with push_in_backward the next backward outside pushes the sum."""
+        """Context manager: backward passes inside accumulate in .grad without
+        communication (DDP's no_sync); with push_in_backward the next backward outside
+        pushes the sum.
+        """
         old, self._no_sync = self._no_sync, True
         try:
             yield
@@ -343,7 +398,20 @@ class Trainer(object):
 
     def step(self, batch_size=None, ignore_stale_grad=False):
         """Exchanges the gradients in .grad, updates the parameters and clears .grad.
-        batch_size: Gluon's, see the module docstring."""
+
+        Parameters
+        ----------
+        batch_size : int, optional
+            Gluon's: the summed gradients are divided by it (pass the global batch to
+            average). Not allowed with ``loss_reduction='mean'``.
+        ignore_stale_grad : bool, optional
+            Accepted for Gluon compatibility (parameters without .grad push zeros).
+
+        Raises
+        ------
+        pskv.UsageError
+            The loss scale is unknown or ambiguous (the message says what to pass).
+        """
         ratio = self._ratio(batch_size)
         self._check_weights()
         if not self._uok:
@@ -365,7 +433,8 @@ class Trainer(object):
 
     def allreduce_grads(self):
         """Sums .grad over all workers, in place (update_on_kvstore=False only); then
-        e.g. clip, and call update()."""
+        e.g. clip, and call :meth:`update`.
+        """
         if self._uok:
             raise _pskv.UsageError('allreduce_grads() is for update_on_kvstore=False (the store runs the optimizer '
                                    'otherwise): construct the Trainer with update_on_kvstore=False, or call step()')
@@ -374,7 +443,15 @@ class Trainer(object):
         self._reduced = True
 
     def update(self, batch_size=None, ignore_stale_grad=False):
-        """Updates the parameters from the reduced .grad (after allreduce_grads())."""
+        """Updates the parameters from the reduced .grad (after :meth:`allreduce_grads`).
+
+        Parameters
+        ----------
+        batch_size : int, optional
+            As in :meth:`step`.
+        ignore_stale_grad : bool, optional
+            Accepted for Gluon compatibility.
+        """
         if self._uok:
             raise _pskv.UsageError('update() is for update_on_kvstore=False: call step() instead')
         if not getattr(self, '_reduced', False):
@@ -431,14 +508,22 @@ class Trainer(object):
         self._versions = [p._version for p in self._params]
 
     def zero_grad(self):
+        """Clears .grad of every parameter (sets it to None)."""
         for p in self._params:
             p.grad = None
 
     # ------------------------------------------------------------ states
     def save_states(self, fname):
-        """Saves the optimizer states with the optimizer (learning rate, ...). With
-        update_on_kvstore (dist too) the store gathers them: call on every worker;
-        rank 0 writes the file."""
+        """Saves the optimizer states with the optimizer (learning rate, ...).
+
+        With update_on_kvstore (dist too) the store gathers them: call on every worker;
+        rank 0 writes the file.
+
+        Parameters
+        ----------
+        fname : str
+            The file to write.
+        """
         if self._uok:
             self.kv.save_optimizer_states(fname, dump_optimizer=True)
             self.kv.barrier()  # rank 0 writes: the file is complete when this returns
@@ -449,8 +534,14 @@ class Trainer(object):
         os.replace(tmp, fname)  # workers writing the same path do not interleave
 
     def load_states(self, fname):
-        """Loads what save_states wrote: the states and the saved optimizer
-        configuration (call on every worker)."""
+        """Loads what :meth:`save_states` wrote: the states and the saved optimizer
+        configuration (call on every worker).
+
+        Parameters
+        ----------
+        fname : str
+            The file to read.
+        """
         cfg = _states_config(fname)
         if self._uok:
             self.kv.load_optimizer_states(fname)
@@ -484,8 +575,22 @@ DistributedOptimizer = Trainer
 
 
 def shard(dataset, rank, num_workers):
-    """The part of `dataset` for worker `rank` of `num_workers` (Gluon's shard:
-    the first len % num_workers parts get one sample more)."""
+    """The part of `dataset` for worker `rank` (Gluon's shard: the first
+    ``len % num_workers`` parts get one sample more).
+
+    Parameters
+    ----------
+    dataset : torch.utils.data.Dataset
+        A dataset with ``len()``.
+    rank : int
+        This worker's rank.
+    num_workers : int
+        The number of workers.
+
+    Returns
+    -------
+    torch.utils.data.Subset
+    """
     n = len(dataset)
     q, r = divmod(n, num_workers)
     start = q * rank + min(rank, r)
@@ -494,16 +599,36 @@ def shard(dataset, rank, num_workers):
 
 
 class Sampler(_torch.utils.data.Sampler):
-    """Indices of this worker's part of a dataset for torch.utils.data.DataLoader,
-    with MXNet's partitioning (records [floor(n*p/k), floor(n*(p+1)/k)), as
-    MNISTIter's num_parts/part_index) and exactly epoch_size(n, k, batch_size)
-    batches per epoch on every worker (wrapping around like ResizeIter), so sync
-    training never waits for a worker that ran out of data. Shuffled per epoch with
-    `seed` (call set_epoch(e) like DistributedSampler). Same order as the C++
-    pskv::data::EpochOrder.
+    """Indices of this worker's part of a dataset for torch.utils.data.DataLoader.
 
-        sampler = pskv.torch.Sampler(len(ds), batch_size=64, num_parts=kv.num_workers, part_index=kv.rank)
-        loader = DataLoader(ds, batch_size=64, sampler=sampler)
+    MXNet's partitioning (records [floor(n*p/k), floor(n*(p+1)/k)), as MNISTIter's
+    num_parts/part_index) and exactly epoch_size(n, k, batch_size) batches per epoch
+    on every worker (wrapping around like ResizeIter), so sync training never waits
+    for a worker that ran out of data. Shuffled per epoch with `seed` (call
+    set_epoch(e) like DistributedSampler). Same order as the C++ pskv::data::EpochOrder.
+
+    Parameters
+    ----------
+    length : int or sized
+        The dataset, or its length.
+    batch_size : int
+        Per-worker batch size.
+    num_parts : int, optional
+        Workers (``kv.num_workers``).
+    part_index : int, optional
+        This worker (``kv.rank``).
+    shuffle : bool, optional
+        Shuffle every epoch.
+    seed : int, optional
+        The shuffle's seed (the same on every worker).
+    epoch_size : int, optional
+        Batches per epoch; default :func:`pskv.data.epoch_size`.
+
+    Examples
+    --------
+    >>> sampler = pskv.torch.Sampler(len(ds), batch_size=64, num_parts=kv.num_workers,
+    ...                              part_index=kv.rank)   # doctest: +SKIP
+    >>> loader = DataLoader(ds, batch_size=64, sampler=sampler)   # doctest: +SKIP
     """
 
     def __init__(self, length, batch_size, num_parts=1, part_index=0, shuffle=True, seed=0,
@@ -518,6 +643,13 @@ class Sampler(_torch.utils.data.Sampler):
         self.epoch_size = epoch_size if epoch_size is not None else data.epoch_size(length, num_parts, batch_size)
 
     def set_epoch(self, epoch):
+        """Selects the epoch whose order the next iteration yields.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch number.
+        """
         self.epoch = int(epoch)
 
     def __iter__(self):
@@ -530,10 +662,23 @@ class Sampler(_torch.utils.data.Sampler):
 
 
 def save_checkpoint(prefix, model, trainer, **meta):
-    """The dist checkpoint recipe, save side: call on every worker (the optimizer
-    states are gathered collectively); rank 0 writes `prefix.pt` (model state_dict
-    and `meta`, e.g. epoch=...) and `prefix.states` (optimizer states and
-    optimizer). Returns after the files are complete on every worker."""
+    """The dist checkpoint recipe, save side: call on every worker.
+
+    The optimizer states are gathered collectively; rank 0 writes `prefix.pt` (model
+    state_dict and `meta`) and `prefix.states` (optimizer states and optimizer).
+    Returns after the files are complete on every worker.
+
+    Parameters
+    ----------
+    prefix : str
+        Path prefix of the two files.
+    model : torch.nn.Module
+        The model.
+    trainer : Trainer
+        Its Trainer.
+    **meta
+        Saved with the model, e.g. ``epoch=3``.
+    """
     trainer.save_states(prefix + '.states')
     if trainer.kv.rank == 0:
         tmp = '%s.pt.tmp%d' % (prefix, os.getpid())
@@ -543,10 +688,23 @@ def save_checkpoint(prefix, model, trainer, **meta):
 
 
 def load_checkpoint(prefix, model):
-    """The resume side, part 1: call on every worker BEFORE creating the Trainer
-    (the Trainer broadcasts these weights and the store starts from them). Returns
-    the saved `meta` dict, or None if there is no checkpoint. Part 2, after
-    creating the Trainer: ``trainer.load_states(prefix + '.states')``."""
+    """The resume side, part 1: call on every worker BEFORE creating the Trainer.
+
+    The Trainer broadcasts these weights and the store starts from them. Part 2,
+    after creating the Trainer: ``trainer.load_states(prefix + '.states')``.
+
+    Parameters
+    ----------
+    prefix : str
+        Path prefix given to :func:`save_checkpoint`.
+    model : torch.nn.Module
+        Receives the saved weights.
+
+    Returns
+    -------
+    dict or None
+        The saved `meta`, or None if there is no checkpoint.
+    """
     if not os.path.exists(prefix + '.pt'):
         return None
     saved = _torch.load(prefix + '.pt')

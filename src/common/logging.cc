@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <map>
 #include <mutex>
+#include <sstream>
+
+#include "pskv/error.h"
 
 namespace pskv {
 
@@ -25,6 +29,75 @@ void SetLogName(const std::string& name) {
 std::string LogName() {
   std::lock_guard<std::mutex> lk(NameMu());
   return Name();
+}
+
+namespace {
+struct Levels {
+  std::mutex mu;
+  LogLevel fallback = LogLevel::kInfo;
+  std::map<std::string, LogLevel> modules;
+};
+Levels& L() {
+  static Levels* l = new Levels;  // used from any thread until exit
+  return *l;
+}
+LogLevel ParseLevel(const std::string& spec, const std::string& v) {
+  if (v == "debug") return LogLevel::kDebug;
+  if (v == "info") return LogLevel::kInfo;
+  if (v == "warn" || v == "warning") return LogLevel::kWarn;
+  if (v == "error") return LogLevel::kError;
+  if (v == "off") return LogLevel::kOff;
+  throw ConfigError("PSKV_LOG_LEVEL='" + spec + "': unknown level '" + v +
+                    "'; use debug, info, warn, error or off, e.g. PSKV_LOG_LEVEL=warn,ps=info");
+}
+}  // namespace
+
+namespace {
+void Parse(const std::string& spec, LogLevel& fallback, std::map<std::string, LogLevel>& modules) {
+  std::stringstream ss(spec);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      fallback = ParseLevel(spec, item);
+    else if (eq == 0)
+      throw ConfigError("PSKV_LOG_LEVEL='" + spec + "': '" + item + "' names no module");
+    else
+      modules[item.substr(0, eq)] = ParseLevel(spec, item.substr(eq + 1));
+  }
+}
+}  // namespace
+
+void CheckLogLevels(const std::string& spec) {
+  LogLevel f;
+  std::map<std::string, LogLevel> m;
+  Parse(spec, f, m);
+}
+
+void SetLogLevels(const std::string& spec) {
+  LogLevel fallback = LogLevel::kInfo;
+  std::map<std::string, LogLevel> modules;
+  Parse(spec, fallback, modules);
+  Levels& l = L();
+  std::lock_guard<std::mutex> lk(l.mu);
+  l.fallback = fallback;
+  l.modules = std::move(modules);
+}
+
+std::string LogModule(const char* file) {
+  std::string f = file ? file : "";
+  auto at = f.rfind("src/");
+  if (at == std::string::npos) return "";
+  auto end = f.find('/', at + 4);
+  return end == std::string::npos ? "" : f.substr(at + 4, end - at - 4);
+}
+
+bool LogEnabled(const char* file, LogLevel level) {
+  Levels& l = L();
+  std::lock_guard<std::mutex> lk(l.mu);
+  if (l.modules.empty()) return level >= l.fallback;
+  auto it = l.modules.find(LogModule(file));
+  return level >= (it == l.modules.end() ? l.fallback : it->second);
 }
 
 void LogLine(const char* level, const std::string& msg) {

@@ -1,6 +1,8 @@
 // The one place where pskv reads environment variables.
 #include "pskv/options.h"
 
+#include "common/logging.h"
+
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -153,6 +155,13 @@ Options Options::FromEnv() {
   ReadInt("PSKV_TEST_REPLY_DELAY", &o.test_reply_delay_ms, 0, 3600000);
   if (const char* v = Get("PSKV_TEST_DUPLICATE_REPLIES"))
     o.test_duplicate_replies = ParseInt("PSKV_TEST_DUPLICATE_REPLIES", v, 0, 1) != 0;
+  if (const char* v = Get("PSKV_TIMELINE")) o.timeline_path = v;
+  ReadInt("PSKV_METRICS_PORT", &o.metrics_port, 0, 65535);
+  if (const char* v = Get("PSKV_METRICS_FILE")) o.metrics_file = v;
+  if (const char* v = Get("PSKV_LOG_LEVEL")) {
+    o.log_levels = v;
+    CheckLogLevels(v);  // ConfigError naming the variable; applied where the node starts
+  }
   return o;
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/byte_io.h"
 #include "common/logging.h"
+#include "common/observe.h"  // [observe]
 #include "pskv/error.h"
 
 namespace pskv {
@@ -69,6 +70,12 @@ Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
 
 void DistServer::Reply(KVServer* srv, const KVRequest& req,
                        const std::vector<std::pair<int64_t, KeyState*>>& keys) {
+  // [observe] the reply step (timeline, counters; bytes sent to the worker)
+  uint64_t obs_bytes = 0;
+  if (obs::Enabled() && req.pull)
+    for (auto& k : keys) obs_bytes += k.second->value.nbytes();
+  obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes,
+                          obs::Enabled() ? WorkerName(req.sender) : std::string(), "out");
   if (!req.pull || keys.empty()) {
     srv->Respond(req);
     return;
@@ -271,6 +278,9 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
     st.waiting.push_back(std::move(req));
     std::vector<KVRequest> waiting;
     try {
+      obs::StepScope obs_merge("merge", dist::KeyOf(key), items[0].len,  // [observe]
+                               obs::Enabled() ? WorkerName(st.waiting.back().sender) : std::string(),
+                               "in");
       if (node_->options().sum_in_arrival_order) {
         Merge(st, st.waiting.back(), st.pushed.size() == 1);
       } else {
@@ -293,6 +303,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       st.waiting.clear();
       st.pushed.clear();
       st.merged = 0;
+      obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
       ApplyRound(key, st);
     } catch (const std::exception& e) {
       if (!waiting.empty()) st.waiting = std::move(waiting);
@@ -317,6 +328,8 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
         grad = View(data, it.len, dtype);
       }
       try {
+        obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len,  // [observe]
+                                obs::Enabled() ? WorkerName(req.sender) : std::string(), "in");
         OptimizerOf(it.key)->Update(dist::KeyOf(it.key), grad, &st.value);
       } catch (const std::exception& e) {
         // Sizes were validated above; an optimizer failure here is a broken state
@@ -555,6 +568,8 @@ int RunServerOrScheduler(const Options& options) {
   const char* role = options.role == Role::kServer ? "server" : "scheduler";
   SetLogName(role);
   try {
+    if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
+    if (options.role == Role::kServer) obs::Configure(options, role);  // [observe]
     Node node(options);
     std::unique_ptr<DistServer> server;
     if (options.role == Role::kServer) server = std::make_unique<DistServer>(&node);

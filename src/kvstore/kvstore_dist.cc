@@ -26,6 +26,7 @@
 
 #include "common/byte_io.h"
 #include "common/logging.h"
+#include "common/observe.h"  // [observe]
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/dist_server.h"
@@ -404,8 +405,10 @@ class KVStoreDist final : public KVStore {
     auto metas = Check(groups, "Push", "pushed value", Round::kPush);
     for (auto& [k, vals] : groups) {
       KeyMeta* m = metas.at(k);
-      engine_.Push({k}, priority, [this, m, vals = vals, priority](Engine::Done done) {
+      const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+      engine_.Push({k}, priority, [this, k, obs_t, m, vals = vals, priority](Engine::Done done) {
         auto [frame, lens, cmd] = Prepare(*m, vals);
+        done = obs::Track("push", std::to_string(k), frame.size, obs_t, std::move(done));  // [observe]
         worker_->Push(m->ps_keys, frame, lens, cmd, done, priority);
       });
     }
@@ -417,8 +420,10 @@ class KVStoreDist final : public KVStore {
     auto metas = Check(groups, "Pull", "pull output", Round::kPull);
     for (auto& [k, dst] : groups) {
       KeyMeta* m = metas.at(k);
-      engine_.Push({k}, priority, [this, m, dst = dst, priority](Engine::Done done) {
+      const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+      engine_.Push({k}, priority, [this, k, obs_t, m, dst = dst, priority](Engine::Done done) {
         NDArray first = dst[0];
+        done = obs::Track("pull", std::to_string(k), first.nbytes(), obs_t, std::move(done));  // [observe]
         worker_->Pull(m->ps_keys, static_cast<char*>(first.raw()), m->lens,
                       dist::MakeCmd(Kind::kDense, m->dtype), Broadcast(dst, std::move(done)),
                       priority);
@@ -444,9 +449,12 @@ class KVStoreDist final : public KVStore {
     auto metas = Check(pushes, "PushPull", "pushed value", Round::kPushPull);
     for (auto& [k, vals] : pushes) {
       KeyMeta* m = metas.at(k);
+      const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push({k}, priority,
-                   [this, m, vals = vals, dst = pulls.at(k), priority](Engine::Done done) {
+                   [this, k, obs_t, m, vals = vals, dst = pulls.at(k), priority](Engine::Done done) {
                      auto [frame, lens, cmd] = Prepare(*m, vals);
+                     done = obs::Track("pushpull", std::to_string(k), frame.size, obs_t,  // [observe]
+                                       std::move(done));
                      // The first output may be one of the inputs: the values were already read
                      // (reduced or referenced by `frame`); if the frame aliases the output,
                      // send a copy so the answer cannot overwrite bytes still being sent.
@@ -743,6 +751,8 @@ std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Option
                      "pskv-server (pskv-launch does), or begin main with `if (auto rc = "
                      "pskv::RunServerRoleIfAsked()) return *rc;`");
   options.ValidateForDistributed();
+  if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
+  obs::Configure(options, "worker");  // [observe] PSKV_TIMELINE, PSKV_METRICS_PORT
   return std::make_unique<KVStoreDist>(type, options);
 }
 

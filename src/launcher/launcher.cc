@@ -11,56 +11,19 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "common/net.h"
+#include "launcher/hosts.h"
+#include "launcher/kubernetes.h"
 #include "transport/auth.h"
 #include "pskv/error.h"
 
 namespace pskv::launcher {
-
-std::string Usage() {
-  return R"(usage: pskv-launch -n N [-s S] [-H HOSTFILE] [--launcher local|ssh|mpi|slurm|sge|yarn]
-                   [--sync-dst-dir DIR] [--env K=V]... [--env-server K=V]... [--env-worker K=V]...
-                   [--server-command CMD] [--ssh-arg ARG]... [--dry-run] [--timeout SECONDS]
-                   -- COMMAND [ARGS...]
-
-Starts one scheduler, S servers and N workers of a pskv job. Workers run COMMAND (its
-arguments are passed exactly as given); the scheduler and servers run the built-in
-pskv-server. Every output line is prefixed with the process's role and rank.
-
-  -n, --num-workers N     number of workers (required)
-  -s, --num-servers S     number of servers (default: N, as in MXNet)
-  -H, --hostfile FILE     hosts, one `host[:ssh_port]` per line (ssh, mpi)
-  --launcher TYPE         local (default without -H), ssh (default with -H), mpi,
-                          slurm (srun), sge (qsub), yarn (distributed shell)
-  --sync-dst-dir DIR      ssh: rsync the current directory to DIR on every host, run there
-  --env K=V               environment for every process (K:V also accepted)
-  --env-server K=V        environment for the servers and the scheduler only
-  --env-worker K=V        environment for the workers only
-  --server-command CMD    shell command run instead of pskv-server (e.g. a Python script that
-                          creates a dist store, as with MXNet)
-  --ssh-arg ARG           extra argument for every ssh call (e.g. -i key)
-  --no-secret             run without a job secret (MXNet's open mode: anyone who can
-                          reach the job's ports can join it). By default every job gets
-                          a fresh random secret (or PSKV_JOB_SECRET[_FILE] if set), handed
-                          to each process in its environment or on ssh's stdin, never on
-                          a command line (docs/security.md)
-  --dry-run               print what would be run, run nothing
-  --timeout SECONDS       stop the job and exit 124 after this long (default: none)
-
-Lifecycle: the exit status is 0 when every process exits 0, else the first failure's
-status; when a process fails, the others are stopped within a few seconds and the
-failing process, its status and its last lines are printed. Ctrl-C or SIGTERM stop
-the whole job. No process of the job outlives the launcher.
-
-Examples:
-  pskv-launch -n 2 -s 1 -- ./train_fmnist --kv-store dist_sync
-  pskv-launch -n 4 -H hosts --sync-dst-dir /tmp/job -- python3 train.py
-  pskv-launch -n 2 --launcher slurm --dry-run -- ./train_fmnist
-)";
-}
 
 namespace {
 
@@ -70,38 +33,6 @@ std::pair<std::string, std::string> ParseKV(const std::string& opt, const std::s
   if (eq == std::string::npos || eq == 0)
     throw InvalidArgument(opt + " needs K=V, got '" + s + "'");
   return {s.substr(0, eq), s.substr(eq + 1)};
-}
-
-struct Host {
-  std::string name;
-  int port = 22;
-};
-
-std::vector<Host> ReadHosts(const std::string& file) {
-  std::ifstream f(file);
-  if (!f) throw InvalidArgument("cannot read host file '" + file + "'");
-  std::vector<Host> hosts;
-  std::string line;
-  while (std::getline(f, line)) {
-    auto hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    std::istringstream is(line);
-    std::string word;
-    if (!(is >> word)) continue;  // blank; a trailing "slots=..." is ignored
-    Host h;
-    auto colon = word.rfind(':');
-    if (colon != std::string::npos) {
-      h.name = word.substr(0, colon);
-      h.port = std::atoi(word.substr(colon + 1).c_str());
-      if (h.port <= 0 || h.port > 65535)
-        throw InvalidArgument("bad port in host file line '" + line + "'");
-    } else {
-      h.name = word;
-    }
-    hosts.push_back(h);
-  }
-  if (hosts.empty()) throw InvalidArgument("host file '" + file + "' lists no hosts");
-  return hosts;
 }
 
 std::string JoinQuoted(const std::vector<std::string>& argv) {
@@ -121,77 +52,165 @@ std::string ShellQuote(const std::string& s) {
   return q + "'";
 }
 
+namespace {
+
+const char* const kLaunchers[] = {"local", "ssh", "mpi", "slurm", "sge", "yarn", "kubernetes"};
+
+const char* const kDescription =
+    R"(Starts one scheduler, S servers and N workers of a pskv job. Workers run COMMAND (its
+arguments are passed exactly as given); the scheduler and servers run the built-in
+pskv-server. Every output line is prefixed with the time and the process's role and rank.)";
+
+const char* const kFooter = R"(Hosts (-H): a list `host1:4,host2:4` (horovodrun's syntax: 4 slots each) or a host
+file with lines `host[:ssh_port] [slots=N]`. Workers fill the slots host by host (rank
+0 first); servers are spread round-robin and take no slots. Without any slots, servers
+and workers go round-robin over the hosts.
+
+Lifecycle: the exit status is 0 when every process exits 0, else the first failure's
+status; when a process fails, the others are stopped within a few seconds and the
+headline names the failing process (or the one the others were waiting for, when a
+job hangs) and its status. Ctrl-C or SIGTERM stop the whole job. No process of the job
+outlives the launcher. At the end a summary lists every process, its exit status and
+wall time.
+
+Examples:
+  pskv-launch -n 2 -s 1 -- ./train_fmnist --kv-store dist_sync
+  pskv-launch -n 8 -s 2 -H node1:4,node2:4 --sync-dst-dir /tmp/job -- python3 train.py
+  pskv-launch -n 4 -H hosts --log-dir logs -- python3 train.py
+  pskv-launch -n 2 --launcher slurm --dry-run -- ./train_fmnist
+  pskv-launch -n 4 -s 2 --launcher kubernetes --image registry/me/train:1 -- python3 train.py
+)";
+
+// Builds the parser over `c`; `kv` receives the raw K=V strings of --env*.
+struct Parser {
+  CLI::App app{kDescription, "pskv-launch"};
+  std::vector<std::string> env, env_server, env_worker;
+  bool no_timestamps = false;
+
+  explicit Parser(LaunchConfig& c) {
+    app.set_version_flag("--version", Version());
+    app.prefix_command();  // everything from COMMAND on belongs to the workers
+    app.footer(kFooter);
+    app.get_formatter()->column_width(34);
+    app.add_option("-n,--num-workers", c.num_workers, "number of workers (required)")
+        ->type_name("N")->check(CLI::Range(1, 100000));
+    app.add_option("-s,--num-servers", c.num_servers, "number of servers (default: N, as in MXNet)")
+        ->type_name("S")->check(CLI::Range(0, 100000));
+    app.add_option("-H,--hosts,--hostfile", c.hosts,
+                   "hosts: host1:4,host2:4 or a host file (ssh, mpi; see below)")
+        ->type_name("HOSTS");
+    app.add_option("--ssh-port", c.ssh_port, "ssh port of hosts that name none (default 22)")
+        ->check(CLI::Range(1, 65535));
+    app.add_option("--launcher", c.launcher,
+                   "local (default without -H), ssh (default with -H), mpi, slurm (srun), "
+                   "sge (qsub), yarn (distributed shell), kubernetes (manifests; see --image)")
+        ->type_name("TYPE");
+    app.add_option("--sync-dst-dir", c.sync_dst_dir,
+                   "ssh: rsync the current directory to DIR on every host, run there")
+        ->type_name("DIR");
+    app.add_option("--env", env, "environment for every process (K:V also accepted)")
+        ->type_name("K=V")->allow_extra_args(false);
+    app.add_option("--env-server", env_server, "environment for the servers and the scheduler only")
+        ->type_name("K=V")->allow_extra_args(false);
+    app.add_option("--env-worker", env_worker, "environment for the workers only")
+        ->type_name("K=V")->allow_extra_args(false);
+    app.add_option("--server-command", c.server_command,
+                   "shell command run instead of pskv-server (e.g. a Python script that "
+                   "creates a dist store, as with MXNet)")
+        ->type_name("CMD");
+    app.add_option("--ssh-arg", c.ssh_args, "extra argument for every ssh call (e.g. -i key)")
+        ->type_name("ARG")->allow_extra_args(false);
+    app.add_flag("--no-secret", c.no_secret,
+                 "run without a job secret (MXNet's open mode: anyone who can reach the job's "
+                 "ports can join it). By default every job gets a fresh random secret (or "
+                 "PSKV_JOB_SECRET[_FILE] if set), handed to each process in its environment or "
+                 "on ssh's stdin, never on a command line (docs/security.md)");
+    app.add_flag("--dry-run", c.dry_run, "print what would be run, run nothing (secrets masked)");
+    app.add_option("--timeout", c.timeout_s,
+                   "stop the job and exit 124 after this long (default: none)")
+        ->type_name("SECONDS")->check(CLI::Range(0, 100000000));
+    app.add_option("--log-dir", c.log_dir,
+                   "also write each process's output to DIR/<process>.log (timestamped), and "
+                   "the launcher's messages to DIR/launcher.log")
+        ->type_name("DIR");
+    app.add_flag("--no-timestamps", no_timestamps, "do not prefix forwarded lines with the time");
+    auto* k8s = "Kubernetes (--launcher kubernetes)";
+    app.add_option("--image", c.k8s_image, "container image with pskv and the program")
+        ->group(k8s);
+    app.add_option("--namespace", c.k8s_namespace, "namespace of the job (default: default)")
+        ->group(k8s);
+    app.add_option("--job-name", c.k8s_job_name, "name of the job's objects (default: pskv-<id>)")
+        ->group(k8s);
+    app.add_option("--k8s-kind", c.k8s_kind,
+                   "job: Indexed Jobs and a headless Service; mxjob: a Kubeflow MXJob")
+        ->group(k8s)->check(CLI::IsMember({"job", "mxjob"}));
+    app.add_option("--cpu", c.k8s_cpu, "CPU request and limit per pod (e.g. 2)")->group(k8s);
+    app.add_option("--memory", c.k8s_memory, "memory request and limit per pod (e.g. 4Gi)")->group(k8s);
+    app.add_flag("--apply", c.k8s_apply, "submit with `kubectl apply -f -` (default: print)")
+        ->group(k8s);
+  }
+};
+
+}  // namespace
+
+std::string Version() { return std::string("pskv-launch ") + PSKV_VERSION; }
+
+std::string Usage() {
+  LaunchConfig c;
+  Parser p(c);
+  return "usage: pskv-launch -n N [-s S] [-H HOSTS] [--launcher TYPE] [OPTIONS] -- COMMAND "
+         "[ARGS...]\n\n" +
+         std::regex_replace(p.app.help(), std::regex("\nUsage: [^\n]*\n"), "\n");
+}
+
 LaunchConfig ParseArgs(int argc, char** argv) {
   LaunchConfig c;
-  int i = 1;
-  auto need = [&](const std::string& opt) -> std::string {
-    if (i + 1 >= argc) throw InvalidArgument(opt + " needs a value");
-    return argv[++i];
-  };
-  auto to_int = [](const std::string& opt, const std::string& v) {
-    char* end = nullptr;
-    long x = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || x < 0 || x > 100000)
-      throw InvalidArgument(opt + " needs a whole number, got '" + v + "'");
-    return static_cast<int>(x);
-  };
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      for (++i; i < argc; ++i) c.command.push_back(argv[i]);
-      break;
-    }
-    if (a == "-n" || a == "--num-workers")
-      c.num_workers = to_int(a, need(a));
-    else if (a == "-s" || a == "--num-servers")
-      c.num_servers = to_int(a, need(a));
-    else if (a == "-H" || a == "--hostfile")
-      c.hostfile = need(a);
-    else if (a == "--launcher")
-      c.launcher = need(a);
-    else if (a == "--sync-dst-dir")
-      c.sync_dst_dir = need(a);
-    else if (a == "--env")
-      c.env.push_back(ParseKV(a, need(a)));
-    else if (a == "--env-server")
-      c.env_server.push_back(ParseKV(a, need(a)));
-    else if (a == "--env-worker")
-      c.env_worker.push_back(ParseKV(a, need(a)));
-    else if (a == "--server-command")
-      c.server_command = need(a);
-    else if (a == "--ssh-arg")
-      c.ssh_args.push_back(need(a));
-    else if (a == "--dry-run")
-      c.dry_run = true;
-    else if (a == "--no-secret")
-      c.no_secret = true;
-    else if (a == "--timeout")
-      c.timeout_s = to_int(a, need(a));
-    else if (!a.empty() && a[0] == '-')
-      throw InvalidArgument("unknown option '" + a + "'");
-    else {  // the command starts here (without "--")
-      for (; i < argc; ++i) c.command.push_back(argv[i]);
-      break;
-    }
+  Parser p(c);
+  try {
+    p.app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    throw EarlyExit{0, Usage()};
+  } catch (const CLI::CallForAllHelp&) {
+    throw EarlyExit{0, Usage()};
+  } catch (const CLI::CallForVersion&) {
+    throw EarlyExit{0, Version() + "\n"};
+  } catch (const CLI::ParseError& e) {
+    throw InvalidArgument(e.what());
   }
+  std::vector<std::string> rest = p.app.remaining();
+  if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
+  else if (!rest.empty() && rest[0].size() > 1 && rest[0][0] == '-')
+    throw InvalidArgument("unknown option '" + rest[0] + "'");
+  c.command = rest;
+  for (auto& kv : p.env) c.env.push_back(ParseKV("--env", kv));
+  for (auto& kv : p.env_server) c.env_server.push_back(ParseKV("--env-server", kv));
+  for (auto& kv : p.env_worker) c.env_worker.push_back(ParseKV("--env-worker", kv));
+  c.timestamps = !p.no_timestamps;
+
   if (c.num_workers <= 0) throw InvalidArgument("-n N (number of workers, at least 1) is required");
   if (c.num_servers < 0) c.num_servers = c.num_workers;
   if (c.num_servers == 0) throw InvalidArgument("-s must be at least 1: a pskv job needs a server");
   if (c.command.empty())
     throw InvalidArgument("no command given for the workers (put it after --)");
-  if (c.launcher.empty()) c.launcher = c.hostfile.empty() ? "local" : "ssh";
-  const std::string valid[] = {"local", "ssh", "mpi", "slurm", "sge", "yarn"};
+  if (c.launcher.empty()) c.launcher = c.hosts.empty() ? "local" : "ssh";
   bool ok = false;
-  for (auto& v : valid) ok |= c.launcher == v;
+  for (auto& v : kLaunchers) ok |= c.launcher == v;
   if (!ok)
     throw InvalidArgument("unknown launcher '" + c.launcher +
-                          "'; valid: local, ssh, mpi, slurm, sge, yarn");
-  if (c.launcher == "ssh" && c.hostfile.empty())
-    throw InvalidArgument("--launcher ssh needs a host file (-H)");
+                          "'; valid: local, ssh, mpi, slurm, sge, yarn, kubernetes");
+  if (c.launcher == "ssh" && c.hosts.empty())
+    throw InvalidArgument("--launcher ssh needs hosts (-H host1:4,host2:4 or -H HOSTFILE)");
+  if (!c.hosts.empty()) ParseHosts(c.hosts, c.ssh_port);  // report a bad -H now
   if (!c.sync_dst_dir.empty() && c.launcher != "ssh")
     throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
+  if (c.launcher == "kubernetes" && c.k8s_image.empty())
+    throw InvalidArgument("--launcher kubernetes needs --image (a container image with pskv-server "
+                          "and the workers' program)");
+  if (c.launcher != "kubernetes" && c.k8s_apply)
+    throw InvalidArgument("--apply is for --launcher kubernetes");
 
   // The launcher's own environment (its one place that reads it).
+  if (const char* v = std::getenv("PSKV_LOG_LEVEL")) SetLogLevels(v);
   const bool local = c.launcher == "local";
   if (const char* v = std::getenv("DMLC_PS_ROOT_URI"))
     c.root_uri = v;
@@ -202,10 +221,17 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   else
     c.root_uri = local ? "127.0.0.1" : DefaultAddress();
   if (const char* v = std::getenv("DMLC_PS_ROOT_PORT"))
-    c.root_port = to_int("DMLC_PS_ROOT_PORT", v);
+  {
+    char* end = nullptr;
+    long x = std::strtol(v, &end, 10);
+    if (!*v || *end || x <= 0 || x > 65535)
+      throw InvalidArgument(std::string("DMLC_PS_ROOT_PORT='") + v + "' is not a port number");
+    c.root_port = static_cast<int>(x);
+  }
   for (const char* k :
        {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
-        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT",
+        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT", "PSKV_TIMELINE",
+        "PSKV_METRICS_PORT", "PSKV_METRICS_FILE", "PSKV_LOG_LEVEL",
         "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE",
         "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
@@ -290,7 +316,8 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
   }
 
   if (cfg.launcher == "ssh") {
-    auto hosts = ReadHosts(cfg.hostfile);
+    auto hosts = ParseHosts(cfg.hosts, cfg.ssh_port);
+    const Placement place = Place(hosts, S, n);
     char cwd[4096];
     std::string dir =
         cfg.sync_dst_dir.empty() ? (::getcwd(cwd, sizeof cwd) ? cwd : ".") : cfg.sync_dst_dir;
@@ -301,8 +328,9 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       return a;
     };
     for (int i = 0; i < S + n; ++i) {
-      const Host& h = hosts[static_cast<size_t>(i) % hosts.size()];
       const bool server = i < S;
+      const Host& h = hosts[server ? place.server_host[static_cast<size_t>(i)]
+                                   : place.worker_host[static_cast<size_t>(i - S)]];
       auto env = role_env(server ? "server" : "worker", server ? n + i : i - S);
       for (auto& [k, v] : cfg.forward_env) env.emplace(k, v);
       env["DMLC_NODE_HOST"] = h.name;
@@ -383,9 +411,15 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     if (cfg.launcher == "mpi") {
       argv = {"mpirun", "-n", std::to_string(count), "--oversubscribe"};
       if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-      if (!cfg.hostfile.empty()) {
+      if (!cfg.hosts.empty() && IsHostFile(cfg.hosts)) {
         argv.push_back("--hostfile");
-        argv.push_back(cfg.hostfile);
+        argv.push_back(cfg.hosts);
+      } else if (!cfg.hosts.empty()) {
+        std::string list;  // Open MPI's --host takes host:slots as horovodrun's -H
+        for (auto& h : ParseHosts(cfg.hosts))
+          list += (list.empty() ? "" : ",") + h.name + (h.slots ? ":" + std::to_string(h.slots) : "");
+        argv.push_back("--host");
+        argv.push_back(list);
       }
       for (auto& f : env_flags(env, "-x", false)) argv.push_back(f);
       for (auto& [k, v] : secret_env) {
@@ -446,6 +480,7 @@ int Launch(const LaunchConfig& config) {
   std::random_device rd;
   char id[32];
   std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+  if (cfg.launcher == "kubernetes") return LaunchKubernetes(cfg, id);
   Plan plan = MakePlan(cfg, id);
   if (cfg.dry_run) {
     for (auto& [path, content] : plan.files) {
@@ -469,8 +504,7 @@ int Launch(const LaunchConfig& config) {
     if (path == "#prelude") {
       int rc = std::system(content.c_str());
       if (rc != 0) {
-        std::fprintf(stderr, "pskv-launch: syncing the working directory failed:\n%s",
-                     content.c_str());
+        Say("syncing the working directory failed:\n" + content, cfg.timestamps, LogLevel::kError);
         return 1;
       }
       continue;
@@ -485,6 +519,8 @@ int Launch(const LaunchConfig& config) {
   }
   SuperviseOptions so;
   so.timeout = std::chrono::seconds(cfg.timeout_s);
+  so.log_dir = cfg.log_dir;
+  so.timestamps = cfg.timestamps;
   int rc = Supervise(plan.children, so);
   for (auto& path : plan.remove_at_exit) ::unlink(path.c_str());
   return rc;

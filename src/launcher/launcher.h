@@ -12,8 +12,10 @@ namespace pskv::launcher {
 struct LaunchConfig {
   int num_workers = 0;
   int num_servers = -1;  ///< -1: same as num_workers (MXNet's default)
-  std::string hostfile;
-  std::string launcher;  ///< local, ssh, mpi, slurm, sge, yarn ("" = local without hostfile)
+  /// -H: a host file (`host[:ssh_port] [slots=N]` lines) or a list host1:4,host2:4.
+  std::string hosts;
+  int ssh_port = 22;     ///< for hosts that name no port
+  std::string launcher;  ///< local, ssh, mpi, slurm, sge, yarn, kubernetes ("" = local without -H)
   std::string sync_dst_dir;
   std::vector<std::pair<std::string, std::string>> env, env_server, env_worker;
   std::string server_command;  ///< shell command for servers/scheduler; "" = pskv-server
@@ -26,7 +28,14 @@ struct LaunchConfig {
   /// of the launcher's environment, else generated).
   std::string job_secret;
   int timeout_s = 0;
+  std::string log_dir;     ///< --log-dir: one log file per process (and the launcher's)
+  bool timestamps = true;  ///< prefix forwarded lines with the time
   std::vector<std::string> command;
+
+  // --launcher kubernetes (see kubernetes.h)
+  std::string k8s_image, k8s_namespace = "default", k8s_job_name, k8s_kind = "job";
+  std::string k8s_cpu, k8s_memory;
+  bool k8s_apply = false;
 
   // Filled from the launcher's own environment by ParseArgs (the launcher's one
   // place that reads it): scheduler address and what to forward to remote hosts.
@@ -36,9 +45,17 @@ struct LaunchConfig {
   std::string self_dir;  ///< directory of the pskv-launch binary
 };
 
-/// Parses the command line; throws pskv::InvalidArgument with a usage hint.
+/// --help and --version: print `text` to stdout and exit with `status`.
+struct EarlyExit {
+  int status = 0;
+  std::string text;
+};
+
+/// Parses the command line (CLI11: `--opt value`, `--opt=value`, `-n4`, `--`);
+/// throws pskv::InvalidArgument with a usage hint, or EarlyExit.
 LaunchConfig ParseArgs(int argc, char** argv);
 std::string Usage();
+std::string Version();
 
 /// The processes to start (scheduler first) and, for batch systems, the files to
 /// write. Pure: used by --dry-run and by the tests of the generated commands.

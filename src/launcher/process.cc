@@ -7,17 +7,39 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+#include <sys/time.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
+#include <filesystem>
 #include <regex>
+#include <sstream>
 
 namespace pskv::launcher {
 
 namespace {
 
 int g_signal_pipe[2] = {-1, -1};
+int g_launcher_log = -1;  // launcher.log while Supervise runs with a log_dir
+
+// "HH:MM:SS.mmm" (local time, console) or "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC, log files).
+std::string Now(bool full) {
+  timeval tv{};
+  ::gettimeofday(&tv, nullptr);
+  std::tm tm{};
+  if (full)
+    ::gmtime_r(&tv.tv_sec, &tm);
+  else
+    ::localtime_r(&tv.tv_sec, &tm);
+  char buf[64];
+  size_t n = std::strftime(buf, sizeof buf, full ? "%Y-%m-%dT%H:%M:%S" : "%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, full ? ".%03dZ" : ".%03d", static_cast<int>(tv.tv_usec / 1000));
+  return buf;
+}
 
 void OnSignal(int sig) {
   unsigned char c = static_cast<unsigned char>(sig);
@@ -41,10 +63,27 @@ struct Child {
   pid_t pid = -1;
   int out_fd = -1;
   int in_fd = -1;
+  int log_fd = -1;  // log_dir/<name>.log
   bool exited = false;
-  std::chrono::steady_clock::time_point exit_time;
+  std::chrono::steady_clock::time_point start_time, exit_time;
   std::string partial;
 };
+
+// The library starts its lines with its own process tag ("[scheduler] INFO: ...",
+// "[server[0]] ...", "[pskv] ..."); after the launcher's "[server 0] " that is said
+// twice. It is dropped for a child that is one process of the same role (a group
+// such as mpi's "workers" keeps it: there it tells the ranks apart).
+std::string WithoutOwnTag(const std::string& child, const std::string& line) {
+  if (line.empty() || line[0] != '[') return line;
+  const auto close = line.find("] ");
+  if (close == std::string::npos || close > 32) return line;
+  const std::string tag = line.substr(1, close - 1);
+  const std::string role = child.substr(0, child.find(' '));
+  if (role != "scheduler" && role != "server" && role != "worker") return line;
+  const bool same = tag == "pskv" || tag == role ||
+                    (tag.rfind(role + "[", 0) == 0 && tag.back() == ']');
+  return same ? line.substr(close + 2) : line;
+}
 
 pid_t Spawn(Child& c) {
   int out[2], in[2] = {-1, -1};
@@ -89,14 +128,34 @@ pid_t Spawn(Child& c) {
     ::close(in[0]);
     c.in_fd = in[1];
     if (!c.spec.stdin_data.empty()) WriteAll(c.in_fd, c.spec.stdin_data);
+    if (c.spec.close_stdin) {
+      ::close(c.in_fd);
+      c.in_fd = -1;
+    }
   }
   return pid;
 }
 
-void EmitLine(Child& c, const std::string& line, const SuperviseOptions& o) {
+void EmitLine(Child& c, const std::string& raw, const SuperviseOptions& o) {
+  const std::string line = WithoutOwnTag(c.spec.name, raw);
   c.result.last_lines.push_back(line);
   while (c.result.last_lines.size() > o.keep_lines) c.result.last_lines.pop_front();
-  if (!o.quiet) WriteAll(1, "[" + c.spec.name + "] " + line + "\n");
+  if (!o.quiet)
+    WriteAll(1, (o.timestamps ? Now(false) + " [" : "[") + c.spec.name + "] " + line + "\n");
+  if (c.log_fd >= 0) WriteAll(c.log_fd, Now(true) + " " + line + "\n");
+}
+
+std::string LogFileName(const std::string& name) {
+  std::string f = name;
+  for (char& ch : f)
+    if (ch == ' ' || ch == '/') ch = '-';
+  return f + ".log";
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.2f s" : "%.1f s", s);
+  return buf;
 }
 
 // Reads what is available; returns false on EOF.
@@ -153,6 +212,21 @@ std::string Blamed(const std::deque<std::string>& lines) {
 
 }  // namespace
 
+void Say(const std::string& msg, bool timestamp, LogLevel level) {
+  if (!LogEnabled(__FILE__, level)) return;
+  std::string text;
+  std::istringstream lines(msg);
+  for (std::string l; std::getline(lines, l);)
+    text += (timestamp ? Now(false) + " " : std::string()) + "pskv-launch: " + l + "\n";
+  WriteAll(2, text);
+  if (g_launcher_log >= 0) {
+    std::string file;
+    std::istringstream again(msg);
+    for (std::string l; std::getline(again, l);) file += Now(true) + " " + l + "\n";
+    WriteAll(g_launcher_log, file);
+  }
+}
+
 int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
               std::vector<ChildResult>* results) {
   using Clock = std::chrono::steady_clock;
@@ -205,19 +279,44 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
     failing = true;
     status = st;
     const std::string h = hung(who);
-    std::string msg = "pskv-launch: " + (h.empty() ? why : h + "; " + why) + "; stopping the job\n";
+    std::string msg = (h.empty() ? why : h + "; " + why) + "; stopping the job";
+    // Its output was forwarded line by line already (a traceback is printed once):
+    // point at it instead of repeating it, unless nothing was shown.
     if (who && !who->result.last_lines.empty()) {
-      msg += "pskv-launch: last lines of " + who->spec.name + ":\n";
-      for (auto& l : who->result.last_lines) msg += "    " + l + "\n";
+      if (opts.quiet) {
+        msg += "\nlast lines of " + who->spec.name + ":";
+        for (auto& l : who->result.last_lines) msg += "\n    " + l;
+      } else {
+        msg += "\nits output is above, prefixed [" + who->spec.name + "]";
+      }
+      if (!who->result.log_file.empty()) msg += "; full log: " + who->result.log_file;
     }
-    WriteAll(2, msg);
+    Say(msg, opts.timestamps, LogLevel::kError);
     stop_all(SIGTERM);
     kill_at = Clock::now() + opts.grace;
   };
 
+  if (!opts.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opts.log_dir, ec);
+    const std::string path = opts.log_dir + "/launcher.log";
+    g_launcher_log = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (g_launcher_log < 0) {
+      Say("cannot write " + path + ": " + std::strerror(errno) +
+              " (--log-dir must name a writable directory)",
+          opts.timestamps, LogLevel::kError);
+      return 2;
+    }
+  }
   for (size_t i = 0; i < specs.size(); ++i) {
     kids[i].spec = specs[i];
     kids[i].result.name = specs[i].name;
+    if (!opts.log_dir.empty()) {
+      kids[i].result.log_file = opts.log_dir + "/" + LogFileName(specs[i].name);
+      kids[i].log_fd = ::open(kids[i].result.log_file.c_str(),
+                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
+    kids[i].start_time = Clock::now();
     kids[i].pid = Spawn(kids[i]);
     kids[i].result.pid = kids[i].pid;
     if (kids[i].pid < 0) {
@@ -237,6 +336,7 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
         if (k.pid != p) continue;
         k.exited = true;
         k.exit_time = Clock::now();
+        k.result.seconds = std::chrono::duration<double>(k.exit_time - k.start_time).count();
         k.result.signaled = WIFSIGNALED(st);
         k.result.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         if (k.in_fd >= 0) {
@@ -303,6 +403,49 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
+
+  // The end-of-job summary: every process, how it ended, its wall time.
+  if (opts.summary) {
+    const double total = std::chrono::duration<double>(Clock::now() - start).count();
+    size_t width = 7;
+    for (auto& k : kids) width = std::max(width, k.spec.name.size());
+    std::string text = status == 0 ? "job succeeded in " + Seconds(total) + ": all " +
+                                         std::to_string(kids.size()) + " processes exited 0"
+                                   : "job FAILED (exit status " + std::to_string(status) +
+                                         ") after " + Seconds(total);
+    char row[512];
+    std::snprintf(row, sizeof row, "\n  %-*s %8s  %-28s %9s", static_cast<int>(width), "process",
+                  "pid", "status", "wall");
+    text += row;
+    for (auto& k : kids) {
+      std::string how;
+      if (k.pid < 0)
+        how = "not started";
+      else if (!k.exited)
+        how = "left running (killed)";
+      else if (k.result.stopped_by_us)
+        how = k.result.status == 0 ? "exited 0 (stopped)"
+              : k.result.signaled
+                  ? std::string("stopped (") + sigabbrev_np(k.result.status - 128) + ")"
+                  : "exited " + std::to_string(k.result.status) + " (stopped)";
+      else if (k.result.signaled)
+        how = std::string("killed by SIG") + sigabbrev_np(k.result.status - 128);
+      else
+        how = k.result.status == 0 ? "exited 0" : "exited " + std::to_string(k.result.status) + "  <-- failed";
+      std::snprintf(row, sizeof row, "\n  %-*s %8d  %-28s %9s", static_cast<int>(width),
+                    k.spec.name.c_str(), static_cast<int>(k.pid), how.c_str(),
+                    Seconds(k.result.seconds).c_str());
+      text += row;
+    }
+    if (!opts.log_dir.empty()) text += "\nlogs: " + opts.log_dir + "/";
+    Say(text, opts.timestamps, status == 0 ? LogLevel::kInfo : LogLevel::kError);
+  }
+  for (auto& k : kids)
+    if (k.log_fd >= 0) ::close(k.log_fd);
+  if (g_launcher_log >= 0) {
+    ::close(g_launcher_log);
+    g_launcher_log = -1;
+  }
   if (results) {
     results->clear();
     for (auto& k : kids) results->push_back(k.result);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
+
 namespace pskv::launcher {
 
 struct ChildSpec {
@@ -24,6 +26,7 @@ struct ChildSpec {
   /// Written to the stdin pipe right after start (ssh: the remote environment,
   /// which must not appear on any command line). Small: at most a pipe buffer.
   std::string stdin_data;
+  bool close_stdin = false;  ///< close the pipe after stdin_data (the child reads to EOF)
 };
 
 struct ChildResult {
@@ -32,6 +35,8 @@ struct ChildResult {
   int status = 0;  ///< exit code, or 128 + signal
   bool signaled = false;
   bool stopped_by_us = false;
+  double seconds = 0;    ///< wall time from start to exit
+  std::string log_file;  ///< SuperviseOptions::log_dir/<name>.log, or ""
   std::deque<std::string> last_lines;
 };
 
@@ -40,7 +45,19 @@ struct SuperviseOptions {
   std::chrono::milliseconds grace{3000};  ///< SIGTERM -> SIGKILL delay
   size_t keep_lines = 20;                 ///< lines kept per child for failure reports
   bool quiet = false;                     ///< do not forward output (tests)
+  bool timestamps = true;                 ///< "HH:MM:SS.mmm [worker 0] line" on the console
+  /// Non-empty: every child's output also goes to log_dir/<name>.log ("worker 0" ->
+  /// worker-0.log), each line with a full UTC timestamp; the launcher's own messages
+  /// and the summary to log_dir/launcher.log. Created if missing.
+  std::string log_dir;
+  bool summary = true;  ///< print the end-of-job summary (every process, status, wall time)
 };
+
+/// The launcher's messages: "HH:MM:SS.mmm pskv-launch: <msg>" on stderr (and in
+/// launcher.log when Supervise runs with a log_dir). One write per message. Through
+/// the common log levels as module "launcher" (PSKV_LOG_LEVEL=launcher=warn hides
+/// the summary of a successful job; failures are errors).
+void Say(const std::string& msg, bool timestamp = true, LogLevel level = LogLevel::kInfo);
 
 /// Runs all children to completion. Returns the launcher's exit status: 0 if
 /// every child exited 0, else the first failure's status (124 on timeout,

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import time
+import sys
 import uuid
 
 import pytest
@@ -192,3 +193,21 @@ def test_slurm_job(slurm):
     out = p.stdout.decode()
     assert p.returncode == 0, out
     assert out.count('all checks passed') == 2
+
+
+def test_python_traceback_printed_once_and_summary(tmp_path):
+    """A worker's Python traceback appears once in the launcher's output (forwarded,
+    not repeated in the failure report); the headline and the summary name it."""
+    script = tmp_path / 'fail.py'
+    script.write_text('import os, sys\n'
+                      'if os.environ["DMLC_TASK_ID"] == "1":\n'
+                      '    raise RuntimeError("boom from worker one")\n')
+    p = subprocess.run([LAUNCH, '-n', '2', '-s', '1', '--timeout', '60', '--env', 'PSKV_REGISTER_TIMEOUT=5', '--',
+                        sys.executable, str(script)], env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=90)
+    out = p.stdout.decode()
+    assert p.returncode == 1, out
+    assert out.count('Traceback (most recent call last)') == 1, out
+    assert out.count('RuntimeError: boom from worker one') == 1, out
+    assert 'pskv-launch: worker 1 (pid' in out and 'exited with status 1' in out, out
+    assert 'job FAILED (exit status 1)' in out, out

@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""Plots of pskv's benchmark records (the JSON lines of `pskv-bench ... --json` and
+`bench/train/run.py --json`) as PNG files, with Debian's python3-matplotlib:
+
+  train.png     samples/s and test accuracy of every run of bench/train, DDP as the ceiling
+  pushpull.png  push+pull GB/s per message size against the raw-transport ceiling
+  reduce.png    reduction GB/s per array size against the memory-bandwidth ceiling
+
+    bench/plot.py --out docs/img build/bench/*.json
+
+Only the plots whose records are present are written. Prints the files written.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def load(paths):
+    recs = []
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith('{'):
+                    recs.append(json.loads(line))
+    return recs
+
+
+def human_bytes(n):
+    for unit in ('B', 'KiB', 'MiB', 'GiB'):
+        if n < 1024:
+            return '%d %s' % (n, unit)
+        n //= 1024
+    return '%d TiB' % n
+
+
+def plot_train(recs, out, plt):
+    short = {'pskv 1 process (local)': 'pskv local\n1 process', 'pskv 2 workers dist_sync': 'pskv sync\n2 workers',
+             'pskv 2 workers dist_async': 'pskv async\n2 workers', 'torch DDP gloo 2 workers': 'DDP gloo\n2 workers'}
+    names = [short.get(r['run'], r['run']) for r in recs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    bars = a.bar(names, [r['samples_per_sec'] for r in recs], color=['#4477aa'] * (len(recs) - 1) + ['#999999'])
+    a.axhline(recs[0]['ceiling_samples_per_sec'], color='#cc3311', ls='--', label='DDP (gloo)')
+    a.set_ylabel('samples/s (all workers)')
+    a.set_title('training throughput')
+    a.bar_label(bars, fmt='%.0f')
+    a.legend()
+    bars = b.bar(names, [r['test_accuracy'] for r in recs], color='#228833')
+    b.set_ylim(0, 1)
+    b.set_ylabel('test accuracy')
+    b.set_title('accuracy after the same steps')
+    b.bar_label(bars, fmt='%.3f')
+    for ax in (a, b):
+        ax.tick_params(axis='x', labelsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def plot_sizes(recs, key, out, plt, title, xlabel):
+    recs = sorted(recs, key=lambda r: r[key])
+    xs = [r[key] for r in recs]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(xs, [r['gbps'] for r in recs], 'o-', label='pskv', color='#4477aa')
+    ax.plot(xs, [r['ceiling_gbps'] for r in recs], 's--', label='ceiling', color='#cc3311')
+    ax.set_xscale('log', base=2)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([human_bytes(x) if key == 'bytes' else '%dKi' % (x // 1024) for x in xs], fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel('GB/s')
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--out', default='.', help='directory for the PNG files')
+    ap.add_argument('files', nargs='+', help='files of JSON lines')
+    a = ap.parse_args(argv)
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    recs = load(a.files)
+    os.makedirs(a.out, exist_ok=True)
+    written = []
+    train = [r for r in recs if r.get('bench') == 'train']
+    if train:
+        written.append(os.path.join(a.out, 'train.png'))
+        plot_train(train, written[-1], plt)
+    pp = [r for r in recs if r.get('bench') == 'pushpull']
+    if pp:
+        written.append(os.path.join(a.out, 'pushpull.png'))
+        plot_sizes(pp, 'bytes', written[-1], plt, 'push+pull throughput (1 worker, 1 server)', 'message size')
+    red = [r for r in recs if r.get('bench') == 'reduce']
+    if red:
+        written.append(os.path.join(a.out, 'reduce.png'))
+        plot_sizes(red, 'elements', written[-1], plt, 'reduction of float32 arrays', 'elements')
+    if not written:
+        sys.exit('bench/plot.py: no benchmark records in %s' % ' '.join(a.files))
+    for w in written:
+        print(w)
+
+
+if __name__ == '__main__':
+    main()

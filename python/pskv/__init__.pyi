@@ -1,0 +1,9 @@
+from . import data as data, lr_scheduler as lr_scheduler, optimizer as optimizer
+from ._pskv import (ConfigError as ConfigError, Error as Error, InvalidArgument as InvalidArgument,
+                    IOError as IOError, KeyError as KeyError, NodeFailure as NodeFailure,
+                    ProtocolError as ProtocolError, ShapeError as ShapeError, TimeoutError as TimeoutError,
+                    UsageError as UsageError)
+from .kvstore import KVStore as KVStore, create as create
+
+__version__: str
+__all__: list[str]

@@ -1,0 +1,16 @@
+from typing import Any, Sequence
+
+class LRScheduler:
+    warmup_steps: int
+    warmup_begin_lr: float
+    def __init__(self, warmup_steps: int = ..., warmup_begin_lr: float = ...) -> None: ...
+    def params(self, base_lr: float) -> dict[str, Any]: ...
+
+class FactorScheduler(LRScheduler):
+    def __init__(self, step: int, factor: float = ..., stop_factor_lr: float = ..., **kw: Any) -> None: ...
+
+class MultiFactorScheduler(LRScheduler):
+    def __init__(self, step: Sequence[int], factor: float = ..., **kw: Any) -> None: ...
+
+class CosineScheduler(LRScheduler):
+    def __init__(self, max_update: int, final_lr: float = ..., **kw: Any) -> None: ...

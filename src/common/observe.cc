@@ -1,0 +1,336 @@
+#include "common/observe.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "common/logging.h"
+#include "pskv/error.h"
+
+namespace pskv::obs {
+
+namespace {
+
+// Latency buckets (seconds), Prometheus' default set extended down to 10 us.
+constexpr std::array<double, 14> kBuckets = {1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+                                             1e-2, 2.5e-2, 5e-2, 0.1,   0.25,   1.0,  10.0};
+
+struct Histogram {
+  std::array<uint64_t, kBuckets.size()> counts{};
+  uint64_t count = 0;
+  double sum = 0;
+  void Add(double s) {
+    for (size_t i = 0; i < kBuckets.size(); ++i)
+      if (s <= kBuckets[i]) ++counts[i];
+    ++count;
+    sum += s;
+  }
+};
+
+struct OpStats {
+  uint64_t ops = 0, failed = 0, bytes = 0;
+  Histogram latency;
+};
+
+struct State {
+  std::mutex mu;
+  bool configured = false;
+  std::string role;
+  // timeline
+  FILE* trace = nullptr;
+  bool first_event = true;
+  std::string pending;  // formatted events not yet written
+  // metrics; keys are bounded by the job's keys and peers by its nodes
+  std::map<std::pair<std::string, std::string>, OpStats> ops;  // (op, key)
+  std::map<std::pair<std::string, std::string>, uint64_t> peers;  // (peer, direction)
+  std::string metrics_file;
+  int port = 0;
+  int listen_fd = -1;
+};
+
+State& S() {
+  static State* s = new State;  // never destroyed: used from atexit and other threads
+  return *s;
+}
+
+std::atomic<bool> g_enabled{false};
+std::atomic<bool> g_timeline{false};
+std::atomic<bool> g_metrics{false};
+
+std::string JsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      o += ' ';
+      continue;
+    }
+    o += c;
+  }
+  return o;
+}
+
+std::string LabelEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c == '\n' ? ' ' : c;
+  }
+  return o;
+}
+
+void WritePendingLocked(State& s) {
+  if (s.trace && !s.pending.empty()) {
+    std::fwrite(s.pending.data(), 1, s.pending.size(), s.trace);
+    std::fflush(s.trace);
+  }
+  s.pending.clear();
+}
+
+void AtExit() {
+  Flush();
+  State& s = S();
+  std::string file;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    file = s.metrics_file;
+  }
+  if (file.empty()) return;
+  const std::string text = PrometheusText();  // the same text the endpoint serves
+  if (FILE* f = std::fopen(file.c_str(), "w")) {
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+}
+
+void Serve() {
+  State& s = S();
+  for (;;) {
+    pollfd p{s.listen_fd, POLLIN, 0};
+    if (::poll(&p, 1, 1000) <= 0) continue;
+    int c = ::accept4(s.listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    // Read the request head (bounded: 8 KiB or 2 s), answer every path with /metrics.
+    char buf[8192];
+    size_t got = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (got < sizeof buf && std::chrono::steady_clock::now() < end) {
+      pollfd q{c, POLLIN, 0};
+      if (::poll(&q, 1, 200) <= 0) continue;
+      ssize_t n = ::recv(c, buf + got, sizeof buf - got, 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+      if (std::string(buf, got).find("\r\n\r\n") != std::string::npos) break;
+    }
+    const std::string body = PrometheusText();
+    const std::string resp = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                             "Content-Length: " + std::to_string(body.size()) +
+                             "\r\nConnection: close\r\n\r\n" + body;
+    size_t off = 0;
+    while (off < resp.size()) {
+      ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    ::close(c);
+  }
+}
+
+// Binds the first free port in [port, port + 64): the processes of a job on one
+// host share one PSKV_METRICS_PORT setting.
+int Listen(int port, int* bound) {
+  for (int p = port; p < port + 64 && p <= 65535; ++p) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(p));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 16) == 0) {
+      *bound = p;
+      return fd;
+    }
+    ::close(fd);
+  }
+  return -1;
+}
+
+// "dir/trace.json" -> "dir/trace.<role>.<pid>.json": one file per process.
+std::string PerProcess(std::string path, const std::string& role) {
+  const auto slash = path.rfind('/');
+  auto dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = path.size();
+  path.insert(dot, "." + role + "." + std::to_string(::getpid()));
+  return path;
+}
+
+}  // namespace
+
+uint64_t NowUs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+void Configure(const Options& options, const std::string& role) {
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.configured) return;
+  s.configured = true;
+  s.role = role;
+  if (!options.timeline_path.empty()) {
+    const std::string path = PerProcess(options.timeline_path, role);
+    s.trace = std::fopen(path.c_str(), "w");
+    if (!s.trace)
+      throw IOError("PSKV_TIMELINE: cannot write " + path + ": " + std::strerror(errno));
+    std::fprintf(s.trace,
+                 "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s %d\"}}",
+                 static_cast<int>(::getpid()), JsonEscape(role).c_str(), static_cast<int>(::getpid()));
+    s.first_event = false;
+    g_timeline = true;
+    PSKV_INFO("timeline: " << path);
+  }
+  if (options.metrics_port > 0 || !options.metrics_file.empty()) {
+    g_metrics = true;
+    if (!options.metrics_file.empty()) s.metrics_file = PerProcess(options.metrics_file, role);
+  }
+  if (options.metrics_port > 0) {
+    s.listen_fd = Listen(options.metrics_port, &s.port);
+    if (s.listen_fd < 0)
+      throw IOError("PSKV_METRICS_PORT: no free port in " + std::to_string(options.metrics_port) +
+                    ".." + std::to_string(options.metrics_port + 63));
+    std::thread(Serve).detach();  // lives as long as the process
+    PSKV_INFO("metrics: http://0.0.0.0:" << s.port << "/metrics");
+  }
+  if (g_timeline || g_metrics) {
+    g_enabled = true;
+    std::atexit(AtExit);
+  }
+}
+
+void Span(const char* name, const char* lane, const std::string& key, uint64_t bytes,
+          uint64_t t0_us, uint64_t t1_us) {
+  if (!g_timeline.load(std::memory_order_relaxed)) return;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%llu,\"dur\":%llu,\"pid\":%d,"
+                "\"tid\":\"%s\",\"args\":{\"key\":\"%s\",\"bytes\":%llu}}",
+                name, lane, static_cast<unsigned long long>(t0_us),
+                static_cast<unsigned long long>(t1_us > t0_us ? t1_us - t0_us : 0),
+                static_cast<int>(::getpid()), lane, JsonEscape(key).c_str(),
+                static_cast<unsigned long long>(bytes));
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (!s.trace) return;
+  s.pending += buf;
+  if (s.pending.size() > (1 << 20)) WritePendingLocked(s);
+}
+
+void CountOp(const char* op, const std::string& key, uint64_t bytes, uint64_t latency_us,
+             bool failed) {
+  if (!g_metrics.load(std::memory_order_relaxed)) return;
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  OpStats& st = s.ops[{op, key}];
+  ++st.ops;
+  st.failed += failed;
+  st.bytes += bytes;
+  st.latency.Add(static_cast<double>(latency_us) * 1e-6);
+}
+
+void CountPeer(const std::string& peer, const char* direction, uint64_t bytes) {
+  if (!g_metrics.load(std::memory_order_relaxed)) return;
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.peers[{peer.substr(0, peer.find(" at ")), direction}] += bytes;  // "worker[1] at host:port"
+}
+
+std::string PrometheusText() {
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  const std::string node = "node=\"" + LabelEscape(LogName()) + "\"";
+  std::string o;
+  auto label = [&](const std::string& op, const std::string& key) {
+    return "{" + node + ",op=\"" + LabelEscape(op) + "\",key=\"" + LabelEscape(key) + "\"";
+  };
+  o += "# HELP pskv_ops_total Operations completed on this node, by operation and key.\n"
+       "# TYPE pskv_ops_total counter\n";
+  for (auto& [k, st] : s.ops) o += "pskv_ops_total" + label(k.first, k.second) + "} " + std::to_string(st.ops) + "\n";
+  o += "# HELP pskv_op_errors_total Operations that failed, by operation and key.\n"
+       "# TYPE pskv_op_errors_total counter\n";
+  for (auto& [k, st] : s.ops)
+    o += "pskv_op_errors_total" + label(k.first, k.second) + "} " + std::to_string(st.failed) + "\n";
+  o += "# HELP pskv_bytes_total Bytes moved by operations, by operation and key.\n"
+       "# TYPE pskv_bytes_total counter\n";
+  for (auto& [k, st] : s.ops)
+    o += "pskv_bytes_total" + label(k.first, k.second) + "} " + std::to_string(st.bytes) + "\n";
+  o += "# HELP pskv_op_latency_seconds Latency of operations, by operation and key.\n"
+       "# TYPE pskv_op_latency_seconds histogram\n";
+  for (auto& [k, st] : s.ops) {
+    const std::string l = label(k.first, k.second);
+    char num[64];
+    for (size_t i = 0; i < kBuckets.size(); ++i) {
+      std::snprintf(num, sizeof num, "%g", kBuckets[i]);
+      o += "pskv_op_latency_seconds_bucket" + l + ",le=\"" + num + "\"} " +
+           std::to_string(st.latency.counts[i]) + "\n";
+    }
+    o += "pskv_op_latency_seconds_bucket" + l + ",le=\"+Inf\"} " + std::to_string(st.latency.count) + "\n";
+    std::snprintf(num, sizeof num, "%.9g", st.latency.sum);
+    o += "pskv_op_latency_seconds_sum" + l + "} " + num + "\n";
+    o += "pskv_op_latency_seconds_count" + l + "} " + std::to_string(st.latency.count) + "\n";
+  }
+  o += "# HELP pskv_peer_bytes_total Bytes exchanged with each peer node.\n"
+       "# TYPE pskv_peer_bytes_total counter\n";
+  for (auto& [k, v] : s.peers)
+    o += "pskv_peer_bytes_total{" + node + ",peer=\"" + LabelEscape(k.first) + "\",direction=\"" +
+         k.second + "\"} " + std::to_string(v) + "\n";
+  return o;
+}
+
+StepScope::StepScope(const char* step, int64_t key, uint64_t bytes, std::string peer,
+                     const char* direction)
+    : step_(step), key_(key), bytes_(bytes), peer_(std::move(peer)), direction_(direction) {
+  if (Enabled()) t0_ = NowUs();
+}
+
+StepScope::~StepScope() {
+  if (!t0_) return;
+  const uint64_t t1 = NowUs();
+  const std::string key = std::to_string(key_);
+  Span(step_, step_, key, bytes_, t0_, t1);
+  CountOp(step_, key, bytes_, t1 - t0_);
+  if (!peer_.empty()) CountPeer(peer_, direction_, bytes_);
+}
+
+int MetricsPort() {
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.port;
+}
+
+void Flush() {
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (!s.trace) return;
+  WritePendingLocked(s);
+  std::fputs("\n]\n", s.trace);
+  std::fclose(s.trace);
+  s.trace = nullptr;
+  g_timeline = false;
+}
+
+}  // namespace pskv::obs

@@ -1,0 +1,187 @@
+"""Every snippet of README.md, python/README.md and docs/*.md runs as pasted, and
+every relative link resolves.
+
+* ```python blocks run with /usr/bin/python3 (PYTHONPATH=build/python). Info-string
+  words after the language: `dist` runs the block under pskv-launch (2 workers, 1
+  server); `prelude=torch` defines the names a fragment assumes (a small model `net`/
+  `model`, `train_set`, `x`, `y`, `batch_size`, `opt`, `kv`, `sampler`, `epochs`).
+* ```cpp blocks are compiled against include/ and build/libpskv (lines starting with
+  #include go first, the rest into main) and run under pskv-launch with `dist`.
+  `norun` marks an excerpt of a file that a test runs (it says which).
+* Shell lines (fenced or indented blocks) that run pskv-launch are run with --dry-run;
+  `PYTHONPATH=build/python /usr/bin/python3 -c ...` lines are run. The install recipe
+  (`pip install`, venv) is run by test_packaging.py::test_pip_install_into_a_venv_offline.
+"""
+import glob
+import os
+import re
+import shlex
+import subprocess
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+BUILD = os.path.abspath(os.environ.get('PSKV_BUILD_DIR', os.path.join(ROOT, 'build')))
+LAUNCH = os.path.join(BUILD, 'pskv-launch')
+DOCS = [os.path.join(ROOT, 'README.md'), os.path.join(ROOT, 'python', 'README.md')] + \
+    sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
+
+PRELUDE_TORCH = '''
+import os, torch, numpy as np, pskv, pskv.torch
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 3)
+    def forward(self, x):
+        return self.fc(x)
+net = model = Net()
+train_set = torch.utils.data.TensorDataset(torch.randn(256, 8), torch.randint(0, 3, (256,)))
+x, y = train_set[:32]
+batch_size = 32
+epochs, start = 2, 0
+opt = pskv.optimizer.SGD(learning_rate=0.05, momentum=0.9)
+kv = pskv.create('dist_sync' if os.environ.get('DMLC_ROLE') else 'local')
+sampler = pskv.torch.Sampler(train_set, 64, num_parts=kv.num_workers, part_index=kv.rank)
+'''
+
+
+def blocks():
+    """(doc, line, lang, tags, code) of every fenced block."""
+    out = []
+    for doc in DOCS:
+        lines = open(doc).read().split('\n')
+        i = 0
+        while i < len(lines):
+            m = re.match(r'^```(\S*)\s*(.*)$', lines[i])
+            if m:
+                j = i + 1
+                while not lines[j].startswith('```'):
+                    j += 1
+                out.append((os.path.relpath(doc, ROOT), i + 1, m.group(1), m.group(2).split(),
+                            '\n'.join(lines[i + 1:j])))
+                i = j
+            i += 1
+    return out
+
+
+def shell_lines():
+    """(doc, line, text) of shell lines in unlabelled fenced or indented blocks."""
+    out = []
+    for doc in DOCS:
+        fenced, lang = False, ''
+        for n, line in enumerate(open(doc).read().split('\n'), 1):
+            if line.startswith('```'):
+                fenced, lang = (not fenced), line[3:].strip()
+                continue
+            text = line.strip() if (fenced and lang == '') else (line[4:] if line.startswith('    ') and not fenced
+                                                                  else None)
+            if text:
+                out.append((os.path.relpath(doc, ROOT), n, text.split('  #')[0].strip()))
+    return out
+
+
+def env():
+    e = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'), DMLC_PS_ROOT_URI='127.0.0.1')
+    e.pop('DMLC_ROLE', None)
+    return e
+
+
+def run_launched(cmd, tmp_path):
+    p = subprocess.run([LAUNCH, '-n', '2', '-s', '1', '--timeout', '120', '--'] + cmd, cwd=str(tmp_path), env=env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
+    return p.returncode, p.stdout.decode()
+
+
+PY = [b for b in blocks() if b[2] == 'python']
+CPP = [b for b in blocks() if b[2] == 'cpp']
+
+
+@pytest.mark.parametrize('doc,line,lang,tags,code', PY, ids=['%s:%d' % (b[0], b[1]) for b in PY])
+def test_python_snippet_runs(doc, line, lang, tags, code, tmp_path):
+    if 'norun' in tags:
+        pytest.skip('excerpt')
+    if 'prelude=torch' in tags:
+        pytest.importorskip('torch')
+        code = PRELUDE_TORCH + '\n' + code
+    script = tmp_path / 'snippet.py'
+    script.write_text(code + '\n')
+    if 'dist' in tags:
+        rc, out = run_launched(['/usr/bin/python3', str(script)], tmp_path)
+    else:
+        p = subprocess.run(['/usr/bin/python3', str(script)], cwd=str(tmp_path), env=env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120)
+        rc, out = p.returncode, p.stdout.decode()
+    assert rc == 0, '%s:%d does not run as pasted:\n%s' % (doc, line, out[-3000:])
+
+
+@pytest.mark.parametrize('doc,line,lang,tags,code', CPP, ids=['%s:%d' % (b[0], b[1]) for b in CPP])
+def test_cpp_snippet_compiles_and_runs(doc, line, lang, tags, code, tmp_path):
+    if 'norun' in tags:
+        assert re.search(r'tests/\w+\.cc', open(os.path.join(ROOT, doc)).read()), 'say which test runs it'
+        pytest.skip('excerpt of a tested file')
+    includes = [l for l in code.split('\n') if l.startswith('#include')]
+    body = [l for l in code.split('\n') if not l.startswith('#include')]
+    src = tmp_path / 'snippet.cc'
+    src.write_text('\n'.join(includes) + '\n#include <pskv/ndarray.h>\nint main() {\n'
+                   '  pskv::NDArray weights({4}), grad_dev0({4}), grad_dev1({4});\n' + '\n'.join(body) +
+                   '\n  return 0;\n}\n')
+    exe = str(tmp_path / 'snippet')
+    p = subprocess.run(['g++', '-std=c++20', '-I', os.path.join(ROOT, 'include'), str(src), '-o', exe,
+                        '-L', BUILD, '-lpskv', '-Wl,-rpath,' + BUILD], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=300)
+    assert p.returncode == 0, p.stdout.decode()[-3000:]
+    if 'dist' in tags:
+        rc, out = run_launched([exe], tmp_path)
+    else:
+        q = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        rc, out = q.returncode, q.stdout.decode()
+    assert rc == 0, out
+
+
+LAUNCH_LINES = [s for s in shell_lines() if re.match(r'^(build/)?pskv-launch\b', s[2])]
+PY_LINES = [s for s in shell_lines() if s[2].startswith('PYTHONPATH=build/python /usr/bin/python3 -c')]
+
+
+@pytest.mark.parametrize('doc,line,text', LAUNCH_LINES, ids=['%s:%d' % (s[0], s[1]) for s in LAUNCH_LINES])
+def test_launcher_command_line_parses(doc, line, text):
+    argv = shlex.split(text)
+    args = [a for a in argv[1:]]
+    if args == ['--help'] or args == ['--version']:
+        full = [LAUNCH] + args
+    else:
+        full = [LAUNCH, '--dry-run'] + args
+    p = subprocess.run(full, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    assert p.returncode == 0, '%s:%d: %s\n%s' % (doc, line, text, p.stdout.decode())
+
+
+@pytest.mark.parametrize('doc,line,text', PY_LINES, ids=['%s:%d' % (s[0], s[1]) for s in PY_LINES])
+def test_python_command_line_runs(doc, line, text):
+    e = dict(os.environ)
+    e.pop('PYTHONPATH', None)
+    cmd = text.replace('build/python', os.path.join(BUILD, 'python'), 1)
+    p = subprocess.run(cmd, shell=True, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    assert p.returncode == 0, '%s:%d: %s\n%s' % (doc, line, text, p.stdout.decode())
+
+
+def test_every_relative_link_resolves():
+    broken = []
+    for doc in DOCS:
+        text = open(doc).read()
+        for target in re.findall(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', text):
+            if re.match(r'^[a-z]+:', target):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(doc), target))
+            if not os.path.exists(path):
+                broken.append('%s -> %s' % (os.path.relpath(doc, ROOT), target))
+            elif not path.startswith(ROOT + os.sep):
+                broken.append('%s -> %s (outside the repository)' % (os.path.relpath(doc, ROOT), target))
+        for target in re.findall(r'`(\.\./[^`]+)`', text):
+            path = os.path.normpath(os.path.join(os.path.dirname(doc), target))
+            if not path.startswith(ROOT + os.sep):
+                broken.append('%s -> %s (outside the repository)' % (os.path.relpath(doc, ROOT), target))
+    assert not broken, broken
+
+
+def test_snippets_were_found():
+    assert len(PY) >= 5 and len(CPP) >= 2 and len(LAUNCH_LINES) >= 3

@@ -1,0 +1,148 @@
+"""The Python package as a user meets it: version, docstrings (numpy style) on every
+public function and class, type stubs that cover the public API, and `pip install .`
+into a fresh venv (offline, Debian's setuptools) giving a working `import pskv` and
+`pskv-launch`."""
+import ast
+import inspect
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import pskv
+import pskv.data
+import pskv.lr_scheduler
+import pskv.optimizer
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+PKG = os.path.join(ROOT, 'python', 'pskv')
+MODULES = ['pskv', 'pskv.kvstore', 'pskv.data', 'pskv.optimizer', 'pskv.lr_scheduler', 'pskv.torch']
+
+
+def _module(name):
+    if name == 'pskv.torch':
+        pytest.importorskip('torch')
+    __import__(name)
+    return sys.modules[name]
+
+
+def public_api(mod):
+    """(qualified name, object) of the module's public functions, classes and methods."""
+    out = []
+    for name, obj in vars(mod).items():
+        if name.startswith('_') or getattr(obj, '__module__', None) != mod.__name__:
+            continue
+        if inspect.isfunction(obj):
+            out.append((name, obj))
+        elif inspect.isclass(obj):
+            out.append((name, obj))
+            for mname, m in vars(obj).items():
+                if mname.startswith('_') and mname != '__init__':
+                    continue
+                if isinstance(m, property):
+                    out.append((name + '.' + mname, m))
+                elif inspect.isfunction(m) and mname != '__init__':
+                    out.append((name + '.' + mname, m))
+    return out
+
+
+def test_version_matches_cmake_project():
+    cmake = open(os.path.join(ROOT, 'CMakeLists.txt')).read()
+    version = re.search(r'project\(pskv VERSION ([0-9.]+)', cmake).group(1)
+    assert pskv.__version__ == version
+
+
+@pytest.mark.parametrize('modname', MODULES)
+def test_every_public_function_and_class_has_a_numpy_style_docstring(modname):
+    mod = _module(modname)
+    assert mod.__doc__, modname
+    missing, no_params = [], []
+    for name, obj in public_api(mod):
+        doc = inspect.getdoc(obj)
+        if not doc:
+            missing.append(name)
+            continue
+        fn = obj.__init__ if inspect.isclass(obj) else getattr(obj, 'fget', obj)
+        try:
+            params = [p for p in inspect.signature(fn).parameters if p not in ('self', 'cls')]
+        except (TypeError, ValueError):
+            params = []
+        if inspect.isclass(obj) and fn is object.__init__:
+            params = []
+        if params and 'Parameters\n----------' not in doc:
+            no_params.append(name)
+    assert not missing, '%s: no docstring: %s' % (modname, missing)
+    assert not no_params, '%s: no numpy-style Parameters section: %s' % (modname, no_params)
+
+
+@pytest.mark.parametrize('modname', MODULES)
+def test_stubs_cover_the_public_api(modname):
+    mod = _module(modname)
+    stub = os.path.join(PKG, ('__init__' if modname == 'pskv' else modname.split('.')[1]) + '.pyi')
+    tree = ast.parse(open(stub).read(), stub)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    wanted = {n.split('.')[-1] for n, _ in public_api(mod)}
+    if modname == 'pskv':
+        wanted |= set(pskv.__all__)
+    assert not wanted - names, '%s: not in %s: %s' % (modname, stub, sorted(wanted - names))
+
+
+@pytest.mark.skipif(os.environ.get('PSKV_SKIP_PIP_TEST') == '1', reason='PSKV_SKIP_PIP_TEST=1')
+def test_pip_install_into_a_venv_offline(tmp_path):
+    """The README's install recipe, as pasted: a venv over Debian's python3, then
+    `pip install --no-build-isolation .` (no network). The installed package imports
+    outside the source tree, knows its version, and its pskv-launch runs a job."""
+    venv = tmp_path / 'env'
+    subprocess.run(['/usr/bin/python3', '-m', 'venv', '--system-site-packages', str(venv)], check=True)
+    py = str(venv / 'bin' / 'python')
+    env = dict(os.environ, PIP_NO_INDEX='1', PSKV_BUILD_JOBS='2')
+    env.pop('PYTHONPATH', None)
+    r = subprocess.run([py, '-m', 'pip', 'install', '--no-build-isolation', '-q', ROOT], env=env,
+                       cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200)
+    assert r.returncode == 0, r.stdout.decode()[-4000:]
+    code = ('import pskv, numpy as np\n'
+            'kv = pskv.create("local"); kv.init(3, np.ones(4, np.float32))\n'
+            'kv.push(3, [np.ones(4, np.float32)] * 2); out = np.zeros(4, np.float32); kv.pull(3, out=out)\n'
+            'assert out[0] == 2, out\n'
+            'print(pskv.__version__, pskv.__file__)\n')
+    r = subprocess.run([py, '-c', code], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    out = r.stdout.decode()
+    assert r.returncode == 0, out
+    assert out.startswith(pskv.__version__) and str(venv) in out, out
+    launch = str(venv / 'bin' / 'pskv-launch')
+    r = subprocess.run([launch, '--version'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    assert r.returncode == 0 and pskv.__version__ in r.stdout.decode(), r.stdout.decode()
+    # A real job: scheduler and server are the packaged pskv-server, workers the venv's Python.
+    worker = tmp_path / 'w.py'
+    worker.write_text('import numpy as np, pskv\nkv = pskv.create("dist_sync")\n'
+                      'kv.init(0, np.zeros(3, np.float32)); kv.push(0, np.ones(3, np.float32))\n'
+                      'o = np.zeros(3, np.float32); kv.pull(0, out=o)\n'
+                      'assert o[0] == kv.num_workers, o\nprint("rank", kv.rank, "ok")\n')
+    r = subprocess.run([launch, '-n', '2', '-s', '1', '--timeout', '60', '--', py, str(worker)], env=env,
+                       cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=90)
+    out = r.stdout.decode()
+    assert r.returncode == 0, out
+    assert 'rank 0 ok' in out and 'rank 1 ok' in out, out
+
+
+def test_an_interpreter_without_numpy_is_told_what_to_do():
+    """The pyenv python3 first on PATH here has no numpy: importing pskv says which
+    interpreter to use instead of a bare ModuleNotFoundError (simulated by hiding numpy)."""
+    code = 'import sys; sys.modules["numpy"] = None; import pskv'
+    r = subprocess.run(['/usr/bin/python3', '-c', code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       env=dict(os.environ), timeout=60)
+    out = r.stdout.decode()
+    assert r.returncode != 0
+    assert 'needs numpy' in out and 'venv --system-site-packages' in out, out
