@@ -1,16 +1,24 @@
 // libFuzzer target for the message decoder. Input format: a sequence of frames,
 // each a little-endian uint16 length followed by that many bytes (so the fuzzer
 // can produce any framing). Decode must either succeed or throw ProtocolError;
-// on success, every accessor is exercised within the validated sizes.
+// on success, every accessor is exercised within the validated sizes. The whole
+// input is also decoded as a control payload (protocol/payload.h), whose first
+// byte (the payload kind) chooses the decoder; it too must succeed or throw
+// ProtocolError.
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "protocol/message.h"
+#include "protocol/payload.h"
 #include "pskv/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    pskv::payload::DecodeAny(std::string(reinterpret_cast<const char*>(data), size));
+  } catch (const pskv::ProtocolError&) {
+  }
   std::vector<pskv::Frame> frames;
   size_t pos = 0;
   while (pos + 2 <= size && frames.size() < 64) {

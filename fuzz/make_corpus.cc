@@ -4,8 +4,15 @@
 #include <vector>
 
 #include "protocol/message.h"
+#include "protocol/payload.h"
 
 using namespace pskv;
+
+static void WriteRaw(const std::string& dir, const std::string& name, const std::string& out) {
+  FILE* fp = std::fopen((dir + "/" + name).c_str(), "wb");
+  std::fwrite(out.data(), 1, out.size(), fp);
+  std::fclose(fp);
+}
 
 static void Write(const std::string& dir, const std::string& name, const Message& m) {
   std::string out;
@@ -14,9 +21,7 @@ static void Write(const std::string& dir, const std::string& name, const Message
     out.append(reinterpret_cast<const char*>(&len), 2);
     out.append(f.data, f.size);
   }
-  FILE* fp = std::fopen((dir + "/" + name).c_str(), "wb");
-  std::fwrite(out.data(), 1, out.size(), fp);
-  std::fclose(fp);
+  WriteRaw(dir, name, out);
 }
 
 int main(int argc, char** argv) {
@@ -33,7 +38,9 @@ int main(int argc, char** argv) {
   Message cmd;
   cmd.h.flags = kRequest | kCommand;
   cmd.h.head = 2;
-  cmd.body = "type=sgd\nlearning_rate=0.1\n";
+  OptimizerConfig opt;
+  opt.learning_rate = 0.1;
+  cmd.body = payload::EncodeOptimizer(opt);
   Write(dir, "command", cmd);
   Message reg;
   reg.h.control = static_cast<uint8_t>(Control::kRegister);
@@ -50,5 +57,32 @@ int main(int argc, char** argv) {
   err.h.flags = kError;
   err.body = "key 3 has not been inited";
   Write(dir, "error", err);
+
+  // Control payloads on their own (the fuzz target decodes the whole input as one).
+  WriteRaw(dir, "payload_nodes", payload::EncodeNodeList({d, d}));
+  opt.type = "adam";
+  opt.lr_schedule.type = "multifactor";
+  opt.lr_schedule.steps = {10, 20};
+  opt.lr_mult = {{3, 0.5}, {7, 2.0}};
+  opt.wd_mult = {{3, 0.0}};
+  opt.sum_keys = {8, 9};
+  WriteRaw(dir, "payload_optimizer", payload::EncodeOptimizer(opt));
+  CompressionConfig comp;
+  comp.type = "2bit";
+  comp.threshold = 0.25f;
+  WriteRaw(dir, "payload_compression", payload::EncodeCompression(comp));
+  payload::InitReport rep;
+  rep.entries = {{1, "weight", "float32", "(2,3)"}, {4294967298, "bias", "float16", "(3)"}};
+  rep.failures = {{5, "cannot init key 5"}};
+  WriteRaw(dir, "payload_init_report", payload::EncodeInitReport(rep));
+  WriteRaw(dir, "payload_check_init", payload::EncodeCheckInit({1, 2, 4294967298}));
+  payload::RoundStatus st;
+  st.deadlocks = {{3, "key 3 round 2: deadlock"}};
+  st.lines = {"key 3 round 2 on server 0: waiting for worker 1 for 5 s"};
+  WriteRaw(dir, "payload_round_status", payload::EncodeRoundStatus(st));
+  WriteRaw(dir, "payload_states_size", payload::EncodeStatesSize(123456));
+  WriteRaw(dir, "payload_mode", payload::EncodeMode(true));
+  WriteRaw(dir, "payload_has_optimizer", payload::EncodeHasOptimizer(false));
+  WriteRaw(dir, "payload_barrier_state", payload::EncodeBarrierState(true));
   return 0;
 }

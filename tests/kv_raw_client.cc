@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvstore/dist_protocol.h"
+#include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "pskv/error.h"
@@ -38,9 +39,10 @@ int main() {
     KVWorker w(&node);
     node.Start();
     const auto t = o.op_timeout;
-    w.Command(dist::kSetMode, "async", t);
-    w.Command(dist::kSetOptimizer,
-              OptimizerConfig::FromParams("sgd", {{"learning_rate", "-1"}}).Serialize(), t);
+    w.Command(dist::kSetMode, payload::EncodeMode(false), t);
+    w.Command(
+        dist::kSetOptimizer,
+        payload::EncodeOptimizer(OptimizerConfig::FromParams("sgd", {{"learning_rate", "-1"}})), t);
     const uint64_t base = KVWorker::ServerRange(0, 1).first;
     auto call = [&](auto issue) {
       auto c = std::make_shared<Completion>();

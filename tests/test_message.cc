@@ -84,7 +84,7 @@ TEST(Message, RejectsEveryInconsistency) {
 
 TEST(Message, VersionMismatchSaysSo) {
   auto f = Encode(Sample());
-  H(f).version = 2;
+  H(f).version = kProtocolVersion + 1;
   try {
     Decode(std::move(f));
     FAIL();
@@ -104,9 +104,9 @@ TEST(Message, NodeListsAreValidated) {
   EXPECT_EQ(back[1].token, 77u);
   EXPECT_THROW(DecodeNodes(body.substr(0, body.size() - 1)), ProtocolError);
   EXPECT_THROW(DecodeNodes(body + "x"), ProtocolError);
-  std::string huge = body;
-  huge[0] = '\xff';
-  huge[1] = '\xff';
-  huge[2] = '\xff';
+  std::string huge = body;  // the count follows the payload's kind and version bytes
+  huge[3] = '\xff';
+  huge[4] = '\xff';
+  huge[5] = '\xff';
   EXPECT_THROW(DecodeNodes(huge), ProtocolError);
 }

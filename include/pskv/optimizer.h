@@ -1,8 +1,9 @@
 // Optimizers run by a KVStore (locally, or on the servers of a dist store).
 //
-// An optimizer is configured by OptimizerConfig, which is plain data: it serialises
-// to a short text ("type=sgd\nlearning_rate=0.1\n...") that dist stores send to
-// every server. No code is ever shipped (MXNet pickled Python objects).
+// An optimizer is configured by OptimizerConfig, which is plain data: dist stores
+// send its fields to every server (a binary payload of the control schema); its text
+// form ("type=sgd\nlearning_rate=0.1\n...") is for users and saved states. No code is
+// ever shipped (MXNet pickled Python objects).
 //
 // Update rules (g = clip(rescale_grad * grad, clip_gradient); t = this key's
 // update count starting at 1; lr = the schedule's rate at the optimizer-wide update

@@ -27,22 +27,24 @@ inline int CmdDType(int cmd) {
 }
 
 /// Commands (worker -> every server).
+/// Bodies and replies are payloads of protocol/payload.h (named after each command).
 enum Command : int {
-  kSetMode = 1,         ///< body "sync" or "async"
-  kSetOptimizer = 2,    ///< body = OptimizerConfig::Serialize()
-  kSetCompression = 3,  ///< body = "type,threshold"
-  kWorkerDone = 4,      ///< a worker finished; no more pushes from it
-  kHasOptimizer = 8,    ///< reply "1" or "0"
-  /// (to server 0) body = "id\tname\tdtype\tshape\n"... for the keys of an Init call,
-  /// or "!id\tmessage" when rank 0 could not initialise a key. Never fails because
-  /// of a mismatch: the first conflict per key is recorded for kCheckInit.
+  kSetMode = 1,         ///< body = mode payload (sync or async)
+  kSetOptimizer = 2,    ///< body = optimizer config payload
+  kSetCompression = 3,  ///< body = compression setting payload
+  kWorkerDone = 4,      ///< a worker finished; no more pushes from it; empty body
+  kHasOptimizer = 8,    ///< reply = has-optimizer payload
+  /// (to server 0) body = init report payload: entries (wire id, name, dtype, shape)
+  /// for the keys of an Init call, or failures (wire id, message) when rank 0 could
+  /// not initialise a key. Never fails because of a mismatch: the first conflict per
+  /// key is recorded for kCheckInit.
   kReportInit = 9,
-  /// (to server 0, after Init's barrier) body = "id,id,...": error reply (the same
-  /// for every worker) if the workers' reports for these keys disagree.
+  /// (to server 0, after Init's barrier) body = check-init ids payload: error reply
+  /// (the same for every worker) if the workers' reports for these keys disagree.
   kCheckInit = 10,
-  kBarrierState = 11,  ///< body "enter" / "leave": the sender is in Barrier()
-  kRoundStatus = 12,   ///< reply = lines describing open sync rounds (stall reports)
-  kStatesSize = 13,    ///< snapshot this server's optimizer states; reply = size in bytes
+  kBarrierState = 11,  ///< body = barrier state payload: the sender enters/leaves Barrier()
+  kRoundStatus = 12,   ///< reply = round status payload (open sync rounds, deadlocks)
+  kStatesSize = 13,    ///< snapshot this server's optimizer states; reply = states size payload
 };
 
 /// One server's part of a key: `len` elements starting at element `offset`.

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "common/byte_io.h"
 #include "common/logging.h"
 #include "common/observe.h"  // [observe]
+#include "protocol/payload.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -387,27 +387,12 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
 }
 
 std::string DistServer::ReportInit(int sender, const std::string& body) {
-  std::istringstream is(body);
-  std::string line;
-  while (std::getline(is, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> f;
-    size_t pos = 0;
-    for (;;) {
-      auto tab = line.find('\t', pos);
-      f.push_back(line.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
-      if (tab == std::string::npos) break;
-      pos = tab + 1;
-    }
-    if (line[0] == '!') {  // rank 0 could not initialise this key
-      if (f.size() != 2) throw InvalidArgument("bad init report");
-      const int64_t id = std::stoll(f[0].substr(1));
-      init_conflicts_.emplace(id, f[1]);
-      continue;
-    }
-    if (f.size() != 4) throw InvalidArgument("bad init report");
-    const int64_t id = std::stoll(f[0]);
-    InitRecord rec{f[1], f[2], f[3], sender};
+  payload::InitReport report = payload::DecodeInitReport(body);
+  // Rank 0 could not initialise these keys.
+  for (auto& f : report.failures) init_conflicts_.emplace(f.id, std::move(f.message));
+  for (auto& e : report.entries) {
+    const int64_t id = e.id;
+    InitRecord rec{std::move(e.name), std::move(e.dtype), std::move(e.shape), sender};
     auto [it, fresh] = init_reports_.emplace(id, rec);
     if (fresh || init_conflicts_.count(id)) continue;
     const InitRecord& a = it->second;
@@ -434,21 +419,15 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
   std::unique_ptr<Optimizer>& optimizer_ = optimizers_[store];
   switch (head) {
     case dist::kSetMode:
-      if (body != "sync" && body != "async") throw InvalidArgument("bad mode '" + body + "'");
-      sync_ = body == "sync";
+      sync_ = payload::DecodeMode(body);
       return {};
     case dist::kSetOptimizer:
-      optimizer_ = std::make_unique<Optimizer>(OptimizerConfig::Deserialize(body));
+      optimizer_ = std::make_unique<Optimizer>(payload::DecodeOptimizer(body));
       if (node_->options().verbose >= 1)
         PSKV_INFO(node_->Tag() << ": optimizer " << optimizer_->config().type);
       return {};
     case dist::kSetCompression: {
-      auto comma = body.find(',');
-      if (comma == std::string::npos)
-        throw InvalidArgument("bad compression command '" + body + "'");
-      CompressionConfig c;
-      c.type = body.substr(0, comma);
-      c.threshold = std::stof(body.substr(comma + 1));
+      const CompressionConfig c = payload::DecodeCompression(body);
       if (!store_.empty())
         throw UsageError("SetGradientCompression must be called before the first Init");
       compressor_ = c.active() ? std::make_unique<GradientCompressor>(c) : nullptr;
@@ -470,15 +449,12 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
         throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
       states_snapshot_ = std::make_shared<const std::string>(optimizer_->SaveStates());
       states_store_ = store;
-      return std::to_string(states_snapshot_->size());
+      return payload::EncodeStatesSize(states_snapshot_->size());
     case dist::kReportInit:
       return ReportInit(sender, body);
     case dist::kCheckInit: {
-      std::istringstream is(body);
-      std::string id;
-      while (std::getline(is, id, ',')) {
-        if (id.empty()) continue;
-        auto it = init_conflicts_.find(std::stoll(id));
+      for (int64_t id : payload::DecodeCheckInit(body)) {
+        auto it = init_conflicts_.find(id);
         if (it == init_conflicts_.end()) continue;
         if (it->second.find("different order") != std::string::npos) throw KeyError(it->second);
         if (it->second.find("with shape") != std::string::npos) throw ShapeError(it->second);
@@ -487,7 +463,7 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       return {};
     }
     case dist::kBarrierState:
-      if (body == "enter")
+      if (payload::DecodeBarrierState(body))
         in_barrier_[sender] = Clock::now();
       else
         in_barrier_.erase(sender);
@@ -495,8 +471,8 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
     case dist::kRoundStatus: {
       // Lines describing open rounds; for a round the asking worker has pushed (it
       // waits for it) and that waits for a worker in Barrier(), a line
-      // "deadlock\t<key>\t<message>".
-      std::string out;
+      // deadlock entry (key, message).
+      payload::RoundStatus out;
       int n = 0;
       const auto now = Clock::now();
       for (auto& [key, st] : store_) {
@@ -506,25 +482,27 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
         if (st.pushed.count(sender))
           for (auto& [w, since] : in_barrier_)
             if (!st.pushed.count(w))
-              out += "deadlock\t" + std::to_string(key) + "\t" + round + " (on " + node_->Tag() +
-                     "): " + WorkerName(sender) +
-                     " waits for this sync round, which needs a push from " + WorkerName(w) +
-                     "; but " + WorkerName(w) + " has been in Barrier() for " +
-                     std::to_string(
-                         std::chrono::duration_cast<std::chrono::seconds>(now - since).count()) +
-                     " s, and that barrier waits for " + WorkerName(sender) +
-                     ". Push every key on every worker before a Barrier (or WaitAll on every "
-                     "worker before it)\n";
+              out.deadlocks.push_back(
+                  {key,
+                   round + " (on " + node_->Tag() + "): " + WorkerName(sender) +
+                       " waits for this sync round, which needs a push from " + WorkerName(w) +
+                       "; but " + WorkerName(w) + " has been in Barrier() for " +
+                       std::to_string(
+                           std::chrono::duration_cast<std::chrono::seconds>(now - since).count()) +
+                       " s, and that barrier waits for " + WorkerName(sender) +
+                       ". Push every key on every worker before a Barrier (or WaitAll on every "
+                       "worker before it)"});
         if (++n > 16) continue;  // a report, not a dump
-        out += round + " on " + node_->Tag() + ": waiting for " + MissingWorkers(st) + " for " +
-               std::to_string(
-                   std::chrono::duration_cast<std::chrono::seconds>(now - st.opened).count()) +
-               " s\n";
+        out.lines.push_back(
+            round + " on " + node_->Tag() + ": waiting for " + MissingWorkers(st) + " for " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::seconds>(now - st.opened).count()) +
+            " s");
       }
-      return out;
+      return payload::EncodeRoundStatus(out);
     }
     case dist::kHasOptimizer:
-      return optimizer_ ? "1" : "0";
+      return payload::EncodeHasOptimizer(optimizer_ != nullptr);
     default:
       throw InvalidArgument("unknown command " + std::to_string(head));
   }

@@ -33,6 +33,7 @@
 #include "kvstore/engine.h"
 #include "kvstore/kvstore_common.h"
 #include "kvstore/reduce.h"
+#include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "pskv/error.h"
 
@@ -115,7 +116,7 @@ class KVStoreDist final : public KVStore {
     node_ = shared_->node.get();
     worker_ = shared_->worker.get();
     if (node_->rank() == 0 && store_id_ == 0)
-      worker_->Command(dist::kSetMode, async_ ? "async" : "sync", options_.op_timeout);
+      worker_->Command(dist::kSetMode, payload::EncodeMode(!async_), options_.op_timeout);
     node_->Barrier(kWorkerGroup, options_.op_timeout);
     // Last, so a constructor that threw leaves no engine behind in shared_.
     std::lock_guard<std::mutex> lk(shared_->mu);
@@ -163,7 +164,7 @@ class KVStoreDist final : public KVStore {
   void SetOptimizer(const OptimizerConfig& config) override {
     config.Validate();
     if (node_->rank() == 0)
-      Command(dist::StoreCommand(dist::kSetOptimizer, store_id_), config.Serialize());
+      Command(dist::StoreCommand(dist::kSetOptimizer, store_id_), payload::EncodeOptimizer(config));
     has_server_optimizer_ = true;
     WorkerBarrier();
   }
@@ -175,10 +176,7 @@ class KVStoreDist final : public KVStore {
       if (!keys_.empty())
         throw UsageError("SetGradientCompression must be called before the first Init");
     }
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%s,%.9g", config.type.c_str(),
-                  static_cast<double>(config.threshold));
-    if (node_->rank() == 0) Command(dist::kSetCompression, buf);
+    if (node_->rank() == 0) Command(dist::kSetCompression, payload::EncodeCompression(config));
     compressor_ = config.active() ? std::make_unique<GradientCompressor>(config) : nullptr;
     WorkerBarrier();
   }
@@ -202,7 +200,7 @@ class KVStoreDist final : public KVStore {
     uint64_t total = 0;
     for (int r = 0; r < S; ++r) {
       keys.push_back(dist::PsKey(dist::WireKey(store_id_, 0), r, S));
-      lens.push_back(std::stoull(sizes[static_cast<size_t>(r)]));
+      lens.push_back(payload::DecodeStatesSize(sizes[static_cast<size_t>(r)]));
       total += lens.back();
     }
     auto buf = std::shared_ptr<char[]>(new char[total ? total : 1]);
@@ -354,25 +352,20 @@ class KVStoreDist final : public KVStore {
     // initialises the servers, all meet at the barrier, then all ask server 0 whether
     // the reports agreed: a mismatch (shape, or string-key order) is then the same
     // error on every worker instead of an error on one and a hang on the others.
-    std::string report, ids;
-    auto field = [](std::string f) {  // the report is tab- and line-separated: escape
-      std::string out;
-      for (char c : f)
-        out += c == '\\' ? "\\\\" : c == '\t' ? "\\t" : c == '\n' ? "\\n" : std::string(1, c);
-      return out;
-    };
+    payload::InitReport report;
+    std::vector<int64_t> ids;
     for (size_t i = 0; i < keys.size(); ++i) {
       // Ids are wire keys: the stores of a process report in separate namespaces.
-      const std::string wid = std::to_string(dist::WireKey(store_id_, keys[i]));
-      report += wid + "\t" + field(KeyName(keys[i])) + "\t" + DTypeName(values[i].dtype()) +
-                "\t" + ShapeToString(values[i].shape()) + "\n";
-      ids += wid + ",";
+      const int64_t wid = dist::WireKey(store_id_, keys[i]);
+      report.entries.push_back(
+          {wid, KeyName(keys[i]), DTypeName(values[i].dtype()), ShapeToString(values[i].shape())});
+      ids.push_back(wid);
     }
-    Command(dist::kReportInit, report, {ServerId(0)});
+    Command(dist::kReportInit, payload::EncodeInitReport(report), {ServerId(0)});
     std::exception_ptr err;
     if (node_->rank() == 0) {
       // Rank 0's values initialise the servers; the others' are only checked.
-      std::string failures;
+      payload::InitReport failures;
       for (size_t i = 0; i < keys.size(); ++i) {
         KeyMeta& m = *created[i].second;
         NDArray v = values[i].Clone();
@@ -384,17 +377,15 @@ class KVStoreDist final : public KVStore {
           Await(ts, done, "init of key " + KeyName(keys[i]));
         } catch (const std::exception& e) {
           if (!err) err = std::current_exception();
-          std::string msg = e.what();
-          for (auto& c : msg)
-            if (c == '\n' || c == '\t') c = ' ';
-          failures += "!" + std::to_string(dist::WireKey(store_id_, keys[i])) + "\t" + msg + "\n";
+          failures.failures.push_back({dist::WireKey(store_id_, keys[i]), e.what()});
         }
       }
-      if (!failures.empty() && !broken_) Command(dist::kReportInit, failures, {ServerId(0)});
+      if (!failures.failures.empty() && !broken_)
+        Command(dist::kReportInit, payload::EncodeInitReport(failures), {ServerId(0)});
     }
     if (broken_ && err) std::rethrow_exception(err);
     WorkerBarrier();
-    Command(dist::kCheckInit, ids, {ServerId(0)});
+    Command(dist::kCheckInit, payload::EncodeCheckInit(ids), {ServerId(0)});
     if (err) std::rethrow_exception(err);
   }
 
@@ -640,14 +631,14 @@ class KVStoreDist final : public KVStore {
   // A barrier of the workers, announced to the servers so a sync round that waits
   // for this worker's push while it is here is reported as a deadlock (not a hang).
   void WorkerBarrier() {
-    Command(dist::kBarrierState, "enter");
+    Command(dist::kBarrierState, payload::EncodeBarrierState(true));
     try {
       node_->Barrier(kWorkerGroup, options_.op_timeout);
     } catch (...) {
       MarkBrokenIf(std::current_exception());
       throw;
     }
-    Command(dist::kBarrierState, "leave");
+    Command(dist::kBarrierState, payload::EncodeBarrierState(false));
   }
 
   // Logs (or, `final`, returns) what this worker waits for: its pending requests and
@@ -662,23 +653,17 @@ class KVStoreDist final : public KVStore {
       auto status = worker_->Command(
           dist::kRoundStatus, "",
           std::min<std::chrono::milliseconds>(options_.op_timeout, std::chrono::seconds(10)));
-      for (auto& s : status)
-        for (size_t a = 0, b; a < s.size(); a = b + 1) {
-          b = s.find('\n', a);
-          if (b == std::string::npos) b = s.size();
-          if (b == a) continue;
-          const std::string line = s.substr(a, b - a);
-          if (line.rfind("deadlock\t", 0) == 0) {
-            // Only rounds of the keys this wait covers (this worker is blocked on them).
-            const size_t tab = line.find('\t', 9);
-            if (tab == std::string::npos) continue;
-            const int key = std::atoi(line.c_str() + 9);
-            const bool covered = !keys || std::find(keys->begin(), keys->end(), key) != keys->end();
-            if (covered && deadlock.empty()) deadlock = line.substr(tab + 1);
-          } else {
-            text += line + "; ";
-          }
+      for (auto& body : status) {
+        const payload::RoundStatus s = payload::DecodeRoundStatus(body);
+        for (auto& d : s.deadlocks) {
+          // Only rounds of the keys this wait covers (this worker is blocked on them).
+          const bool covered =
+              !keys || (dist::StoreOf(d.key) == store_id_ &&
+                        std::find(keys->begin(), keys->end(), dist::KeyOf(d.key)) != keys->end());
+          if (covered && deadlock.empty()) deadlock = d.message;
         }
+        for (auto& line : s.lines) text += line + "; ";
+      }
     } catch (const std::exception& e) {
       text += std::string("(no round status from the servers: ") + e.what() + ")";
     }

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "common/byte_io.h"
+#include "protocol/payload.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -149,40 +149,11 @@ uint64_t JobHash(const std::string& job_id) {
 }
 
 std::string EncodeNodes(const std::vector<NodeDesc>& nodes) {
-  ByteWriter w;
-  w.Put<uint32_t>(static_cast<uint32_t>(nodes.size()));
-  for (const auto& n : nodes) {
-    w.Put<int32_t>(n.id);
-    w.Put<int32_t>(n.role);
-    w.Put<int32_t>(n.rank);
-    w.PutString(n.host);
-    w.Put<int32_t>(n.port);
-    w.Put<uint64_t>(n.token);
-    w.Put<int64_t>(n.rank_hint);
-  }
-  return w.Take();
+  return payload::EncodeNodeList(nodes);
 }
 
 std::vector<NodeDesc> DecodeNodes(const std::string& body) {
-  ByteReader r(body.data(), body.size(), "node list");
-  uint32_t n = r.Get<uint32_t>();
-  if (n > 1u << 17) throw ProtocolError("node list: " + std::to_string(n) + " nodes is too many");
-  std::vector<NodeDesc> out;
-  for (uint32_t i = 0; i < n; ++i) {
-    NodeDesc d;
-    d.id = r.Get<int32_t>();
-    d.role = r.Get<int32_t>();
-    d.rank = r.Get<int32_t>();
-    d.host = r.GetString(1024);
-    d.port = r.Get<int32_t>();
-    d.token = r.Get<uint64_t>();
-    d.rank_hint = r.Get<int64_t>();
-    if (d.role < 0 || d.role > 2 || d.port < 0 || d.port > 65535 || d.id < 0)
-      throw ProtocolError("node list: invalid node entry");
-    out.push_back(std::move(d));
-  }
-  if (r.remaining()) throw ProtocolError("node list: trailing bytes");
-  return out;
+  return payload::DecodeNodeList(body);
 }
 
 }  // namespace pskv

@@ -27,8 +27,8 @@
 
 namespace pskv {
 
-constexpr uint32_t kMagic = 0x564b5350;  // "PSKV"
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint32_t kMagic = 0x564b5350;   // "PSKV"
+constexpr uint16_t kProtocolVersion = 2;  // 2: control payloads in the payload schema
 constexpr uint32_t kMaxKeys = 1u << 24;
 constexpr uint32_t kMaxBody = 64u << 20;
 constexpr uint64_t kMaxVals = uint64_t{1} << 40;
