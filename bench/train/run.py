@@ -50,6 +50,12 @@ def main():
     ap.add_argument('--plot', metavar='DIR', help='also write DIR/train.png (bench/plot.py, python3-matplotlib)')
     a = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'))
+    # Every run gets the same BLAS threading pskv-launch gives its workers: each of
+    # the 2 processes its share of the cores (an OpenBLAS thread per core in each
+    # process would oversubscribe them and slow DDP down unfairly); 1 process: all.
+    cores = os.cpu_count() or 1
+    env_pair = dict(env, OPENBLAS_NUM_THREADS=str(max(1, cores // 2)))
+    env_one = dict(env, OPENBLAS_NUM_THREADS=str(cores))
     common = ['--network', a.network, '--epochs', '1', '--max-batches', str(a.max_batches),
               '--batch-size', str(a.batch_size)]
     results = []
@@ -59,7 +65,7 @@ def main():
         procs = [subprocess.Popen(['/usr/bin/python3', os.path.join(HERE, 'ddp_fmnist.py'), '--world-size', '2',
                                    '--rank', str(r), '--port', str(port), '--metrics-out', m, '--network', a.network,
                                    '--max-batches', str(a.max_batches), '--batch-size', str(a.batch_size)],
-                                  env=env, stdout=subprocess.DEVNULL)
+                                  env=env_pair, stdout=subprocess.DEVNULL)
                  for r in range(2)]
         if any(p.wait(timeout=1800) != 0 for p in procs):
             raise SystemExit('DDP baseline failed')
@@ -71,7 +77,7 @@ def main():
                                                '/usr/bin/python3', EXAMPLE, '--kv-store', 'dist_async'] + common)]
         for name, cmd in runs:
             path = os.path.join(d, name.replace(' ', '_'))
-            run(cmd + ['--metrics-out', path], env)
+            run(cmd + ['--metrics-out', path], env_one if '1 process' in name else env_pair)
             results.append((name, last_metrics(path)))
         results.append(('torch DDP gloo 2 workers', ddp))
     ceiling = ddp['samples_per_sec']
