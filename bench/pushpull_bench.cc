@@ -331,8 +331,8 @@ int BenchSecurity(int argc, char** argv) {
     for (int r = -1; r < reps; ++r)  // r = -1: warm-up
       for (int j = 0; j < 3; ++j) {
         KVWorker& kv = jobs[static_cast<size_t>(j)]->kv;
-        double s = Seconds(
-            [&] { Wait([&](auto cb) { kv.PushPull(keys, f, lens, out, lens, 0, cb); }); });
+        double s =
+            Seconds([&] { Wait([&](auto cb) { kv.PushPull(keys, f, lens, out, lens, 0, cb); }); });
         if (r >= 0) t[j].push_back(s);
       }
     double g[3];
@@ -340,8 +340,8 @@ int BenchSecurity(int argc, char** argv) {
       std::sort(t[j].begin(), t[j].end());
       g[j] = 2.0 * static_cast<double>(bytes) / t[j][t[j].size() / 2] / 1e9;
     }
-    std::printf("%10lld %12.3f %12.3f %12.3f %10.3f %10.3f\n", static_cast<long long>(bytes),
-                g[0], g[1], g[2], g[1] / g[0], g[2] / g[0]);
+    std::printf("%10lld %12.3f %12.3f %12.3f %10.3f %10.3f\n", static_cast<long long>(bytes), g[0],
+                g[1], g[2], g[1] / g[0], g[2] / g[0]);
     std::fflush(stdout);
   }
   return 0;

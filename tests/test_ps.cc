@@ -388,7 +388,8 @@ TEST(Ps, WithoutResendDuplicatesWouldBeAppliedTwice) {
         Sync([&](auto cb) { w.Pull(keys, reinterpret_cast<char*>(&out), lens, 0, cb); });
         EXPECT_EQ(out, 2.0f);  // the duplicated push was applied twice
       },
-      nullptr, [&](const TransportConfig& tc) {
+      nullptr,
+      [&](const TransportConfig& tc) {
         return CreateFaultTransport(CreateTransport("zmq", tc), fc);
       });
   (void)res;
@@ -441,7 +442,9 @@ TEST(Liveness, ResendSurvivesAPartitionShorterThanTheHeartbeatTimeout) {
         o.resend_timeout = 100ms;
         o.heartbeat_timeout = 5s;
       },
-      [&](const TransportConfig& tc) { return CreateFaultTransport(CreateTransport("zmq", tc), fc); });
+      [&](const TransportConfig& tc) {
+        return CreateFaultTransport(CreateTransport("zmq", tc), fc);
+      });
   ExpectNoErrors(res);
 }
 
@@ -469,7 +472,9 @@ TEST(Liveness, LostConnectionToAServerIsNamedWithinTheBound) {
         }
       },
       [](Options& o) { o.op_timeout = 30s; },
-      [&](const TransportConfig& tc) { return CreateFaultTransport(CreateTransport("zmq", tc), fc); });
+      [&](const TransportConfig& tc) {
+        return CreateFaultTransport(CreateTransport("zmq", tc), fc);
+      });
   EXPECT_NE(seen.find("cannot reach server[0]"), std::string::npos) << seen;
 }
 

@@ -73,19 +73,18 @@ struct Job {
   pid_t sched = -1, server = -1, worker = -1;
 
   std::map<std::string, std::string> Env(const std::string& role) const {
-    std::map<std::string, std::string> e = {
-        {"DMLC_ROLE", role},
-        {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-        {"DMLC_PS_ROOT_PORT", std::to_string(sched_port)},
-        {"DMLC_NUM_WORKER", "1"},
-        {"DMLC_NUM_SERVER", "1"},
-        {"PS_HEARTBEAT_INTERVAL", "0.5"},
-        {"PS_HEARTBEAT_TIMEOUT", "20"},
-        {"PSKV_TIMEOUT", "60"},
-        {"PSKV_HANDSHAKE_TIMEOUT", "1"},
-        {"PSKV_MAX_CONNECTIONS", std::to_string(kMaxPending)},
-        {"PSKV_JOB_SECRET", secret},
-        {"PSKV_ENCRYPT", encrypt ? "1" : "0"}};
+    std::map<std::string, std::string> e = {{"DMLC_ROLE", role},
+                                            {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                            {"DMLC_PS_ROOT_PORT", std::to_string(sched_port)},
+                                            {"DMLC_NUM_WORKER", "1"},
+                                            {"DMLC_NUM_SERVER", "1"},
+                                            {"PS_HEARTBEAT_INTERVAL", "0.5"},
+                                            {"PS_HEARTBEAT_TIMEOUT", "20"},
+                                            {"PSKV_TIMEOUT", "60"},
+                                            {"PSKV_HANDSHAKE_TIMEOUT", "1"},
+                                            {"PSKV_MAX_CONNECTIONS", std::to_string(kMaxPending)},
+                                            {"PSKV_JOB_SECRET", secret},
+                                            {"PSKV_ENCRYPT", encrypt ? "1" : "0"}};
     if (role == "server") e["PORT"] = std::to_string(server_port);
     if (role == "worker" && worker_port) e["PORT"] = std::to_string(worker_port);
     return e;
@@ -103,10 +102,10 @@ struct Job {
     worker_port = FreePort();
     sched = test::Spawn({PSKV_SERVER}, Env("scheduler"), Log("scheduler"));
     server = test::Spawn({PSKV_SERVER}, Env("server"), Log("server"));
-    worker = test::Spawn({SECURITY_WORKER, dir + "/ready", dir + "/go"}, Env("worker"),
-                         Log("worker"));
-    ASSERT_TRUE(test::WaitFile(dir + "/ready", 30s)) << ReadAll(Log("worker"))
-                                                     << ReadAll(Log("scheduler"));
+    worker =
+        test::Spawn({SECURITY_WORKER, dir + "/ready", dir + "/go"}, Env("worker"), Log("worker"));
+    ASSERT_TRUE(test::WaitFile(dir + "/ready", 30s))
+        << ReadAll(Log("worker")) << ReadAll(Log("scheduler"));
   }
   // Lets the worker finish and checks that every process exited 0.
   void Finish() {
@@ -228,8 +227,8 @@ void Attack(const Job& job) {
   for (void* s : socks) SendFrames(s, ForgedPush(job));
   // 2. Forged control messages: kLeave (would fail the job), a node failure, a
   //    barrier release, a new node table.
-  for (auto [mech, secret] : {std::pair<std::string, std::string>{"NULL", ""},
-                              {"PLAIN", job.secret + "x"}}) {
+  for (auto [mech, secret] :
+       {std::pair<std::string, std::string>{"NULL", ""}, {"PLAIN", job.secret + "x"}}) {
     void* s = Dealer(z, job.sched_port, mech, secret, job.JobHash());
     SendFrames(s, ForgedControl(job, Control::kLeave, WorkerId(0), kSchedulerId, "bye"));
     socks.push_back(s);

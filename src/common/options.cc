@@ -6,10 +6,10 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <fstream>
-#include <sstream>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "pskv/error.h"
@@ -74,8 +74,8 @@ void ReadSeconds(const char* name, std::chrono::milliseconds* out) {
 std::string ReadSecretFile(const char* path) {
   struct stat st {};
   if (::stat(path, &st) != 0)
-    throw ConfigError(std::string("PSKV_JOB_SECRET_FILE='") + path + "' cannot be read: " +
-                      std::strerror(errno));
+    throw ConfigError(std::string("PSKV_JOB_SECRET_FILE='") + path +
+                      "' cannot be read: " + std::strerror(errno));
   if (st.st_mode & 077)
     throw ConfigError(std::string("PSKV_JOB_SECRET_FILE='") + path +
                       "' is readable or writable by other users; make it private with "

@@ -37,13 +37,13 @@ class RateLimiter {
 
 /// Logs `expr` at `level` unless a line with the same key was logged within the
 /// limiter's interval; appends "(N similar suppressed)".
-#define PSKV_LOG_LIMITED(limiter, key, level, expr)                                    \
-  do {                                                                                 \
-    uint64_t pskv_supp_ = 0;                                                           \
-    if ((limiter).Allow((key), &pskv_supp_)) {                                         \
-      std::ostringstream pskv_log_os_;                                                 \
-      pskv_log_os_ << expr;                                                            \
+#define PSKV_LOG_LIMITED(limiter, key, level, expr)                                       \
+  do {                                                                                    \
+    uint64_t pskv_supp_ = 0;                                                              \
+    if ((limiter).Allow((key), &pskv_supp_)) {                                            \
+      std::ostringstream pskv_log_os_;                                                    \
+      pskv_log_os_ << expr;                                                               \
       if (pskv_supp_) pskv_log_os_ << " (" << pskv_supp_ << " similar lines suppressed)"; \
-      ::pskv::LogLine(level, pskv_log_os_.str());                                      \
-    }                                                                                  \
+      ::pskv::LogLine(level, pskv_log_os_.str());                                         \
+    }                                                                                     \
   } while (0)

@@ -37,7 +37,8 @@ std::string Now(bool full) {
     ::localtime_r(&tv.tv_sec, &tm);
   char buf[64];
   size_t n = std::strftime(buf, sizeof buf, full ? "%Y-%m-%dT%H:%M:%S" : "%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, full ? ".%03dZ" : ".%03d", static_cast<int>(tv.tv_usec / 1000));
+  std::snprintf(buf + n, sizeof buf - n, full ? ".%03dZ" : ".%03d",
+                static_cast<int>(tv.tv_usec / 1000));
   return buf;
 }
 
@@ -80,8 +81,8 @@ std::string WithoutOwnTag(const std::string& child, const std::string& line) {
   const std::string tag = line.substr(1, close - 1);
   const std::string role = child.substr(0, child.find(' '));
   if (role != "scheduler" && role != "server" && role != "worker") return line;
-  const bool same = tag == "pskv" || tag == role ||
-                    (tag.rfind(role + "[", 0) == 0 && tag.back() == ']');
+  const bool same =
+      tag == "pskv" || tag == role || (tag.rfind(role + "[", 0) == 0 && tag.back() == ']');
   return same ? line.substr(close + 2) : line;
 }
 
@@ -313,8 +314,8 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
     kids[i].result.name = specs[i].name;
     if (!opts.log_dir.empty()) {
       kids[i].result.log_file = opts.log_dir + "/" + LogFileName(specs[i].name);
-      kids[i].log_fd = ::open(kids[i].result.log_file.c_str(),
-                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      kids[i].log_fd =
+          ::open(kids[i].result.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
     kids[i].start_time = Clock::now();
     kids[i].pid = Spawn(kids[i]);
@@ -431,7 +432,8 @@ int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
       else if (k.result.signaled)
         how = std::string("killed by SIG") + sigabbrev_np(k.result.status - 128);
       else
-        how = k.result.status == 0 ? "exited 0" : "exited " + std::to_string(k.result.status) + "  <-- failed";
+        how = k.result.status == 0 ? "exited 0"
+                                   : "exited " + std::to_string(k.result.status) + "  <-- failed";
       std::snprintf(row, sizeof row, "\n  %-*s %8d  %-28s %9s", static_cast<int>(width),
                     k.spec.name.c_str(), static_cast<int>(k.pid), how.c_str(),
                     Seconds(k.result.seconds).c_str());

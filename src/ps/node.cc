@@ -1,3 +1,6 @@
+// Node, part 1: lifecycle (start, finalize, abort), sending, receiving (identity
+// binding and entitlement of every message), failures and the timer thread.
+// Registration and groups are in membership.cc, barriers in barrier.cc.
 #include "ps/node.h"
 
 #include <algorithm>
@@ -7,22 +10,15 @@
 
 #include "common/logging.h"
 #include "common/net.h"
+#include "ps/node_internal.h"
 #include "pskv/error.h"
 
 namespace pskv {
 
 namespace {
 using namespace std::chrono_literals;
+using node_internal::SecsStr;
 constexpr auto kRegisterRetry = 500ms;
-
-double Secs(std::chrono::milliseconds d) {
-  return static_cast<double>(d.count()) / 1000.0;
-}
-std::string SecsStr(std::chrono::milliseconds d) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g s", Secs(d));
-  return b;
-}
 }  // namespace
 
 Node::Node(Options options)
@@ -53,58 +49,9 @@ void Node::AddFailureHandler(FailureHandler h) {
   failure_handlers_.push_back(std::move(h));
 }
 
-std::string Node::PickHost() const {
-  if (!options_.node_host.empty()) return options_.node_host;
-  if (!options_.interface.empty()) return InterfaceAddress(options_.interface);
-  if (IsLoopback(options_.root_uri)) return "127.0.0.1";
-  return DefaultAddress();
-}
-
 std::string Node::Tag() const {
   if (role() == Role::kScheduler) return "scheduler";
   return RoleName(role()) + "[" + (rank_ >= 0 ? std::to_string(rank_) : "?") + "]";
-}
-
-std::string Node::NameLocked(int id) const {
-  if (id == kSchedulerId)
-    return "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port);
-  auto it = nodes_.find(id);
-  std::string role = IsServerId(id) ? "server" : "worker";
-  std::string n = role + "[" + std::to_string(RankOfId(id)) + "]";
-  if (it != nodes_.end()) n += " at " + it->second.host + ":" + std::to_string(it->second.port);
-  return n;
-}
-
-std::string Node::NodeName(int id) const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return NameLocked(id);
-}
-
-std::vector<int> Node::ServerIds() const {
-  std::vector<int> v;
-  for (int r = 0; r < options_.num_servers; ++r) v.push_back(ServerId(r));
-  return v;
-}
-
-std::vector<int> Node::WorkerIds() const {
-  std::vector<int> v;
-  for (int r = 0; r < options_.num_workers; ++r) v.push_back(WorkerId(r));
-  return v;
-}
-
-int Node::GroupSize(int group) const {
-  return ((group & kSchedulerGroup) ? 1 : 0) + ((group & kServerGroup) ? options_.num_servers : 0) +
-         ((group & kWorkerGroup) ? options_.num_workers : 0);
-}
-
-std::vector<int> Node::GroupMembers(int group) const {
-  std::vector<int> v;
-  if (group & kSchedulerGroup) v.push_back(kSchedulerId);
-  if (group & kServerGroup)
-    for (int id : ServerIds()) v.push_back(id);
-  if (group & kWorkerGroup)
-    for (int id : WorkerIds()) v.push_back(id);
-  return v;
 }
 
 std::exception_ptr Node::failure() const {
@@ -399,11 +346,6 @@ void Node::ReceiveLoop() {
   }
 }
 
-int Node::IdOfToken(uint64_t token) const {
-  auto it = id_of_token_.find(token);
-  return it == id_of_token_.end() ? 0 : it->second;
-}
-
 void Node::Handle(Message&& m, uint64_t token) {
   const auto c = static_cast<Control>(m.h.control);
   std::unique_lock<std::mutex> lk(mu_);
@@ -498,7 +440,8 @@ void Node::Handle(Message&& m, uint64_t token) {
     case Control::kRegister:
       if (role() == Role::kScheduler) {
         auto ds = DecodeNodes(m.body);
-        if (ds.size() != 1 || ds[0].token != token) return drop("registration for another identity");
+        if (ds.size() != 1 || ds[0].token != token)
+          return drop("registration for another identity");
         HandleRegister(m);
       }
       return;
@@ -536,206 +479,6 @@ void Node::Handle(Message&& m, uint64_t token) {
       }
       return;
   }
-}
-
-void Node::HandleRegister(const Message& m) {
-  std::vector<NodeDesc> ds = DecodeNodes(m.body);
-  if (ds.size() != 1) throw ProtocolError("registration must describe exactly one node");
-  NodeDesc d = ds[0];
-  if (d.role == static_cast<int>(Role::kScheduler))
-    throw ProtocolError("a second scheduler tried to register");
-  auto reply_to = [&](int tid) {
-    if (!temp_ids_.count(d.token)) {
-      transport_->Connect(tid, d.host + ":" + std::to_string(d.port));
-      temp_ids_[d.token] = tid;
-    }
-  };
-  if (ready_) {
-    // Already complete: a retry of a registered node (its table was lost) gets the
-    // table again; anyone else is refused.
-    for (auto& [id, n] : nodes_) {
-      if (n.token == d.token) {
-        SendControl(id, Control::kNodeTable, 0, EncodeNodes([&] {
-                      std::vector<NodeDesc> v;
-                      for (auto& [i, x] : nodes_) v.push_back(x);
-                      return v;
-                    }()));
-        return;
-      }
-    }
-    int tid = next_temp_id_++;
-    reply_to(tid);
-    SendControl(tid, Control::kRefuse, 0,
-                "the job already has all its " + std::to_string(options_.num_workers) +
-                    " workers and " + std::to_string(options_.num_servers) +
-                    " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");
-    return;
-  }
-  if (!temp_ids_.count(d.token)) {
-    int same_role = 0;
-    for (auto& [t, x] : pending_) same_role += x.role == d.role;
-    const int limit =
-        d.role == static_cast<int>(Role::kServer) ? options_.num_servers : options_.num_workers;
-    int tid = next_temp_id_++;
-    reply_to(tid);
-    if (same_role >= limit) {
-      SendControl(tid, Control::kRefuse, 0,
-                  "too many " + RoleName(static_cast<Role>(d.role)) + "s: the job expects " +
-                      std::to_string(limit) + " (DMLC_NUM_" +
-                      (d.role == static_cast<int>(Role::kServer) ? "SERVER" : "WORKER") + ")");
-      return;
-    }
-    pending_[d.token] = d;
-    if (options_.verbose >= 1)
-      PSKV_INFO("scheduler: " << RoleName(static_cast<Role>(d.role)) << " at " << d.host << ":"
-                              << d.port << " registered (" << pending_.size() << " of "
-                              << options_.num_servers + options_.num_workers << ")");
-  }
-  SendControl(temp_ids_[d.token], Control::kHeartbeat);  // "registration received"
-  if (static_cast<int>(pending_.size()) == options_.num_servers + options_.num_workers)
-    SchedulerCompleteRegistration();
-}
-
-void Node::SchedulerCompleteRegistration() {
-  std::vector<NodeDesc> servers, workers;
-  for (auto& [t, d] : pending_)
-    (d.role == static_cast<int>(Role::kServer) ? servers : workers).push_back(d);
-  // Deterministic ranks: by the launcher's rank hint (DMLC_TASK_ID), then address.
-  auto order = [](const NodeDesc& a, const NodeDesc& b) {
-    auto ha = a.rank_hint < 0 ? INT64_MAX : a.rank_hint,
-         hb = b.rank_hint < 0 ? INT64_MAX : b.rank_hint;
-    return std::tie(ha, a.host, a.port, a.token) < std::tie(hb, b.host, b.port, b.token);
-  };
-  std::sort(servers.begin(), servers.end(), order);
-  std::sort(workers.begin(), workers.end(), order);
-  std::vector<NodeDesc> all;
-  for (size_t r = 0; r < servers.size(); ++r) {
-    servers[r].rank = static_cast<int>(r);
-    servers[r].id = ServerId(static_cast<int>(r));
-    all.push_back(servers[r]);
-  }
-  for (size_t r = 0; r < workers.size(); ++r) {
-    workers[r].rank = static_cast<int>(r);
-    workers[r].id = WorkerId(static_cast<int>(r));
-    all.push_back(workers[r]);
-  }
-  NodeDesc me;
-  me.id = kSchedulerId;
-  me.role = static_cast<int>(Role::kScheduler);
-  me.host = host_;
-  me.port = port_;
-  me.token = token_;
-  all.push_back(me);
-  for (auto& d : all) {
-    nodes_[d.id] = d;
-    id_of_token_[d.token] = d.id;
-    if (d.id == kSchedulerId) continue;
-    transport_->Disconnect(temp_ids_[d.token]);
-    transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));
-  }
-  temp_ids_.clear();
-  std::string table = EncodeNodes(all);
-  for (auto& d : all)
-    if (d.id != kSchedulerId) SendControl(d.id, Control::kNodeTable, 0, table);
-  ready_ = true;
-  if (options_.verbose >= 1) PSKV_INFO("scheduler: all " << all.size() - 1 << " nodes registered");
-  cv_.notify_all();
-}
-
-void Node::HandleNodeTable(const Message& m) {
-  if (ready_) return;  // a resent table
-  std::vector<NodeDesc> all = DecodeNodes(m.body);
-  const NodeDesc* self = nullptr;
-  for (auto& d : all)
-    if (d.token == token_) self = &d;
-  if (!self) throw ProtocolError("node table without this node");
-  for (auto& d : all)
-    if (d.id == kSchedulerId && d.token != scheduler_token_)
-      throw ProtocolError("node table not sent by the scheduler it names");
-  id_ = self->id;
-  rank_ = self->rank;
-  for (auto& d : all) {
-    nodes_[d.id] = d;
-    id_of_token_[d.token] = d.id;
-    if (d.id == kSchedulerId || d.id == id_) continue;
-    const bool talks = role() == Role::kWorker ? IsServerId(d.id) : IsWorkerId(d.id);
-    if (talks) transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));
-  }
-  ready_ = true;
-  cv_.notify_all();
-}
-
-void Node::HandleBarrier(int sender, int group) {
-  if (group <= 0 || group > kAllGroup)
-    throw ProtocolError("bad barrier group " + std::to_string(group));
-  // Count distinct nodes, not requests (a duplicated message must not count twice).
-  auto& arrived = barrier_arrived_[group];
-  arrived.insert(sender);
-  if (static_cast<int>(arrived.size()) < GroupSize(group)) {
-    // The barrier of all nodes is the final one: servers wait there from the
-    // start; it stalls only once a worker has finished.
-    if (group == kAllGroup && !IsWorkerId(sender)) return;
-    if (!barrier_stall_.count(group)) {
-      const auto now = Clock::now();
-      barrier_stall_[group] = Stall{now, now + options_.stall_warning};
-    }
-    return;
-  }
-  arrived.clear();
-  barrier_stall_.erase(group);
-  for (int id : GroupMembers(group)) {
-    if (id == kSchedulerId) {
-      barrier_gen_[group]++;
-      cv_.notify_all();
-    } else {
-      SendControl(id, Control::kBarrierDone, group);
-    }
-  }
-}
-
-void Node::Barrier(int group, std::chrono::milliseconds timeout) {
-  BarrierImpl(group, timeout, false);
-}
-
-void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final) {
-  std::unique_lock<std::mutex> lk(mu_);
-  if (failure_) std::rethrow_exception(failure_);
-  if (GroupSize(group) <= 1) return;
-  const uint64_t gen = barrier_gen_[group];
-  if (role() == Role::kScheduler) {
-    HandleBarrier(kSchedulerId, group);
-  } else {
-    SendControl(kSchedulerId, Control::kBarrier, group);
-  }
-  auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
-  // Bounded by `timeout` (0: none — then by failure detection); says what it is
-  // waiting for every PSKV_STALL_WARNING, backing off.
-  const auto start = Clock::now();
-  const auto deadline = timeout.count() > 0 ? start + timeout : Clock::time_point::max();
-  // The scheduler and servers wait at the final barrier for the whole job: that
-  // is no stall. A worker there has finished and waits for the others.
-  const bool quiet = role() == Role::kScheduler || (final && role() != Role::kWorker);
-  auto warn_at = options_.stall_warning.count() > 0 && !quiet ? start + options_.stall_warning
-                                                              : Clock::time_point::max();
-  while (!done()) {
-    const auto now = Clock::now();
-    if (now >= deadline)
-      throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
-                         " (some nodes did not reach it; the scheduler's log names them; raise "
-                         "PSKV_TIMEOUT if they are just slow)");
-    if (now >= warn_at) {
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
-      if (final)
-        PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
-                        << " (the scheduler's log names the workers still running)");
-      else
-        PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
-                        << " (the scheduler's log names the nodes it waits for)");
-      warn_at = now + waited;  // back off: 1x, 2x, 4x ...
-    }
-    cv_.wait_until(lk, std::min(deadline, warn_at));
-  }
-  if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
 }
 
 // ------------------------------------------------------------------ failures
@@ -822,28 +565,6 @@ void Node::TimerLoop() {
         }
       }
     }
-  }
-}
-
-void Node::WarnStalledBarriers(Clock::time_point now) {
-  if (options_.stall_warning.count() <= 0) return;
-  for (auto& [group, st] : barrier_stall_) {
-    if (now < st.next_warning) continue;
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - st.since);
-    st.next_warning = now + std::max(waited, options_.stall_warning);  // back off: x2
-    const auto& arrived = barrier_arrived_[group];
-    std::string missing;
-    int n = 0;
-    for (int id : GroupMembers(group)) {
-      if (arrived.count(id) || id == kSchedulerId) continue;
-      if (group == kAllGroup && !IsWorkerId(id)) continue;
-      if (n++ < 8) missing += (missing.empty() ? "" : ", ") + NameLocked(id);
-    }
-    if (n > 8) missing += " and " + std::to_string(n - 8) + " more";
-    PSKV_WARN("scheduler: " << (group == kAllGroup ? std::string("end of the job")
-                                                    : "barrier of group " + std::to_string(group))
-                                       << ": waiting for " << missing << " for "
-                                       << SecsStr(waited) << " (PSKV_STALL_WARNING)");
   }
 }
 

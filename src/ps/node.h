@@ -39,8 +39,8 @@
 #include <thread>
 #include <vector>
 
-#include "protocol/message.h"
 #include "common/rate_limit.h"
+#include "protocol/message.h"
 #include "ps/liveness.h"
 #include "ps/resender.h"
 #include "pskv/options.h"
@@ -148,7 +148,7 @@ class Node {
   mutable std::condition_variable cv_;
   std::vector<FailureHandler> failure_handlers_;
   std::exception_ptr failure_;
-  std::map<int, NodeDesc> nodes_;  // the node table, by id
+  std::map<int, NodeDesc> nodes_;        // the node table, by id
   std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)
   uint64_t scheduler_token_ = 0;         // the identity the node table came from
   bool ready_ = false;

@@ -82,7 +82,8 @@ bool JobKeys::Verify(const std::string& username, const std::string& password, u
   uint64_t job = 0, tok = 0;
   char tail = 0;
   if (username.size() != 39 ||
-      std::sscanf(username.c_str(), "pskv1 %16" SCNx64 " %16" SCNx64 "%c", &job, &tok, &tail) != 2 ||
+      std::sscanf(username.c_str(), "pskv1 %16" SCNx64 " %16" SCNx64 "%c", &job, &tok, &tail) !=
+          2 ||
       username != Format(job, tok) || tok == 0) {
     *why = "not a pskv node (malformed credentials)";
     return false;

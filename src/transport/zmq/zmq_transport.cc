@@ -486,11 +486,12 @@ class ZmqTransport final : public Transport {
       down_since_.emplace(mon.peer, std::chrono::steady_clock::now());
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       refused_[mon.peer] =
-          keys_.open() ? "it refused this node's credentials: it runs another job (compare "
-                         "PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, DMLC_NUM_WORKER, DMLC_NUM_SERVER), or "
-                         "it has a job secret and this node has none (PSKV_JOB_SECRET)"
-                       : "it refused this node's credentials: its job secret differs "
-                         "(PSKV_JOB_SECRET / PSKV_JOB_SECRET_FILE) or it runs another job";
+          keys_.open()
+              ? "it refused this node's credentials: it runs another job (compare "
+                "PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT, DMLC_NUM_WORKER, DMLC_NUM_SERVER), or "
+                "it has a job secret and this node has none (PSKV_JOB_SECRET)"
+              : "it refused this node's credentials: its job secret differs "
+                "(PSKV_JOB_SECRET / PSKV_JOB_SECRET_FILE) or it runs another job";
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       refused_[mon.peer] =
           "the handshake failed: PSKV_ENCRYPT or the job secret's presence differs between "

@@ -1,0 +1,112 @@
+// Node, part 3: barriers — the scheduler counts distinct arrivals per group and
+// releases them; a waiting node is bounded by its timeout or the failure detector,
+// and barriers that wait too long say so, naming the missing nodes.
+#include "ps/node.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "common/net.h"
+#include "ps/node_internal.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+using node_internal::SecsStr;
+
+void Node::HandleBarrier(int sender, int group) {
+  if (group <= 0 || group > kAllGroup)
+    throw ProtocolError("bad barrier group " + std::to_string(group));
+  // Count distinct nodes, not requests (a duplicated message must not count twice).
+  auto& arrived = barrier_arrived_[group];
+  arrived.insert(sender);
+  if (static_cast<int>(arrived.size()) < GroupSize(group)) {
+    // The barrier of all nodes is the final one: servers wait there from the
+    // start; it stalls only once a worker has finished.
+    if (group == kAllGroup && !IsWorkerId(sender)) return;
+    if (!barrier_stall_.count(group)) {
+      const auto now = Clock::now();
+      barrier_stall_[group] = Stall{now, now + options_.stall_warning};
+    }
+    return;
+  }
+  arrived.clear();
+  barrier_stall_.erase(group);
+  for (int id : GroupMembers(group)) {
+    if (id == kSchedulerId) {
+      barrier_gen_[group]++;
+      cv_.notify_all();
+    } else {
+      SendControl(id, Control::kBarrierDone, group);
+    }
+  }
+}
+
+void Node::Barrier(int group, std::chrono::milliseconds timeout) {
+  BarrierImpl(group, timeout, false);
+}
+
+void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (failure_) std::rethrow_exception(failure_);
+  if (GroupSize(group) <= 1) return;
+  const uint64_t gen = barrier_gen_[group];
+  if (role() == Role::kScheduler) {
+    HandleBarrier(kSchedulerId, group);
+  } else {
+    SendControl(kSchedulerId, Control::kBarrier, group);
+  }
+  auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
+  // Bounded by `timeout` (0: none — then by failure detection); says what it is
+  // waiting for every PSKV_STALL_WARNING, backing off.
+  const auto start = Clock::now();
+  const auto deadline = timeout.count() > 0 ? start + timeout : Clock::time_point::max();
+  // The scheduler and servers wait at the final barrier for the whole job: that
+  // is no stall. A worker there has finished and waits for the others.
+  const bool quiet = role() == Role::kScheduler || (final && role() != Role::kWorker);
+  auto warn_at = options_.stall_warning.count() > 0 && !quiet ? start + options_.stall_warning
+                                                              : Clock::time_point::max();
+  while (!done()) {
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
+                         " (some nodes did not reach it; the scheduler's log names them; raise "
+                         "PSKV_TIMEOUT if they are just slow)");
+    if (now >= warn_at) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
+      if (final)
+        PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
+                        << " (the scheduler's log names the workers still running)");
+      else
+        PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
+                        << " (the scheduler's log names the nodes it waits for)");
+      warn_at = now + waited;  // back off: 1x, 2x, 4x ...
+    }
+    cv_.wait_until(lk, std::min(deadline, warn_at));
+  }
+  if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
+}
+
+void Node::WarnStalledBarriers(Clock::time_point now) {
+  if (options_.stall_warning.count() <= 0) return;
+  for (auto& [group, st] : barrier_stall_) {
+    if (now < st.next_warning) continue;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - st.since);
+    st.next_warning = now + std::max(waited, options_.stall_warning);  // back off: x2
+    const auto& arrived = barrier_arrived_[group];
+    std::string missing;
+    int n = 0;
+    for (int id : GroupMembers(group)) {
+      if (arrived.count(id) || id == kSchedulerId) continue;
+      if (group == kAllGroup && !IsWorkerId(id)) continue;
+      if (n++ < 8) missing += (missing.empty() ? "" : ", ") + NameLocked(id);
+    }
+    if (n > 8) missing += " and " + std::to_string(n - 8) + " more";
+    PSKV_WARN("scheduler: " << (group == kAllGroup ? std::string("end of the job")
+                                                   : "barrier of group " + std::to_string(group))
+                            << ": waiting for " << missing << " for " << SecsStr(waited)
+                            << " (PSKV_STALL_WARNING)");
+  }
+}
+
+}  // namespace pskv
