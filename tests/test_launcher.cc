@@ -2,6 +2,7 @@
 // propagation, signals, and that no process of a job outlives the launcher
 // (checked by scanning every pid's environment for a per-test tag, not by name).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,20 @@ TEST(Launcher, LocalJobRunsAndPrefixesOutput) {
   EXPECT_NE(r.out.find("[worker 1] worker 1: all checks passed"), std::string::npos) << r.out;
   // Every launched job has a secret: no node announces an open job.
   EXPECT_EQ(r.out.find("OPEN to anyone"), std::string::npos) << r.out;
+}
+
+// A secret given to the launcher as a file reaches every node (as a value: the
+// nodes must not see PSKV_JOB_SECRET_FILE as well, which they would refuse).
+TEST(Launcher, SecretFileOfTheLauncherIsUsedByEveryNode) {
+  std::string dir = TmpDir("secretfile");
+  std::string path = dir + "/secret";
+  std::ofstream(path) << "a-secret-from-a-file\n";
+  ::chmod(path.c_str(), 0600);
+  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"},
+                       120s, {{"PSKV_JOB_SECRET_FILE", path}});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("OPEN to anyone"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Launcher, NoSecretRunsAnOpenJobAndSaysSoOncePerProcess) {

@@ -140,6 +140,10 @@ Options Options::FromEnv() {
   if (const char* v = Get("PSKV_ENCRYPT")) o.encrypt = ParseInt("PSKV_ENCRYPT", v, 0, 1) != 0;
   ReadInt("PSKV_MAX_CONNECTIONS", &o.max_pending_connections, 0, 1 << 20);
   ReadSeconds("PSKV_HANDSHAKE_TIMEOUT", &o.handshake_timeout);
+  if (o.handshake_timeout.count() <= 0)
+    throw ConfigError(
+        "PSKV_HANDSHAKE_TIMEOUT must be > 0: without it, connections that never "
+        "authenticate would be kept forever");
   ReadInt("PS_DROP_MSG", &o.drop_percent, 0, 100);
   ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
   if (const char* v = Get("PSKV_STRICT_ROUNDS"))

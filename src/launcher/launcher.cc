@@ -477,6 +477,11 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
 int Launch(const LaunchConfig& config) {
   LaunchConfig cfg = config;
   if (cfg.job_secret.empty() && !cfg.no_secret) cfg.job_secret = NewJobSecret();
+  // The children get the secret's value (PSKV_JOB_SECRET) and inherit this
+  // environment: a PSKV_JOB_SECRET_FILE given to the launcher must not reach them
+  // too (a node refuses both at once), nor an old secret in --no-secret mode.
+  ::unsetenv("PSKV_JOB_SECRET_FILE");
+  if (cfg.no_secret) ::unsetenv("PSKV_JOB_SECRET");
   std::random_device rd;
   char id[32];
   std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());

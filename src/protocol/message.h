@@ -29,8 +29,12 @@ namespace pskv {
 
 constexpr uint32_t kMagic = 0x564b5350;   // "PSKV"
 constexpr uint16_t kProtocolVersion = 2;  // 2: control payloads in the payload schema
-constexpr uint32_t kMaxKeys = 1u << 24;
-constexpr uint32_t kMaxBody = 64u << 20;
+// Limits of one message. They also bound the largest frame a node accepts at all
+// (ZMQ_MAXMSGSIZE, node.cc), which is what a stranger can make a node reserve
+// during a handshake: keep them near what the protocol really sends (a dist store
+// sends one key's slices per request; command bodies are small payloads).
+constexpr uint32_t kMaxKeys = 1u << 20;
+constexpr uint32_t kMaxBody = 16u << 20;
 constexpr uint64_t kMaxVals = uint64_t{1} << 40;
 constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
 

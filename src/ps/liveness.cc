@@ -31,25 +31,26 @@ void Liveness::BusyBegin() {
 }
 
 void Liveness::BusyEnd() {
+  // Under mu_, so that Check never sees "not busy" with times not yet shifted.
+  std::lock_guard<std::mutex> lk(mu_);
   const auto since = Clock::time_point(Clock::duration(busy_since_.exchange(0)));
   const auto now = Clock::now();
   if (now - since < interval_) return;
   // We were not listening: what peers sent meanwhile is still queued. Count their
   // silence from now on, as if the handler had taken no time.
-  std::lock_guard<std::mutex> lk(mu_);
   for (auto& [id, t] : last_heard_) t += now - since;
 }
 
 std::pair<int, std::string> Liveness::Check(Clock::time_point now, Transport& transport,
                                             const std::function<std::string(int)>& name) {
   if (!on_) return {0, {}};
-  if (busy_since_.load() != 0) return {0, {}};  // not listening: decide nothing now
   int silent = 0;
   Clock::duration quiet{};
   std::vector<int> connected;
   {
     // Never call out (name() takes the node's lock) while holding ours.
     std::lock_guard<std::mutex> lk(mu_);
+    if (busy_since_.load() != 0) return {0, {}};  // not listening: decide nothing now
     for (auto& [id, t] : last_heard_)
       if (now - t > timeout_) {
         silent = id;

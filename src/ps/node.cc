@@ -71,7 +71,9 @@ void Node::Start() {
   tc.token = token_;
   tc.handshake_timeout = options_.handshake_timeout;
   tc.keepalive_interval = options_.heartbeat_interval;
-  tc.keepalive_timeout = options_.heartbeat_timeout / 2;
+  // As long as the heartbeat timeout: a peer whose receive queue is full (slow
+  // handler, TCP back-pressure) must not look like a dead connection sooner.
+  tc.keepalive_timeout = options_.heartbeat_timeout;
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
   tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;
@@ -315,6 +317,7 @@ void Node::ReceiveLoop() {
       got = transport_->Recv(&in, 100ms);
     } catch (const std::exception& e) {
       PSKV_LOG_LIMITED(limiter_, "recv", "ERROR", Tag() << ": " << e.what());
+      std::this_thread::sleep_for(10ms);  // a persistent error must not spin a core
       continue;
     }
     if (!got) continue;

@@ -3,9 +3,11 @@
 #include <sys/socket.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -104,7 +106,8 @@ class ZmqTransport final : public Transport {
     SetInt(router_, ZMQ_RCVHWM, cfg_.max_queued_messages);
     SetInt(router_, ZMQ_LINGER, 0);
     SetInt(router_, ZMQ_ROUTER_HANDOVER, 1);  // a reconnecting peer takes its id back
-    SetInt(router_, ZMQ_HANDSHAKE_IVL, static_cast<int>(cfg_.handshake_timeout.count()));
+    SetInt(router_, ZMQ_HANDSHAKE_IVL,
+           static_cast<int>(std::clamp<int64_t>(cfg_.handshake_timeout.count(), 1, INT32_MAX)));
     int64_t maxmsg = static_cast<int64_t>(cfg_.max_frame);
     zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     SetStr(router_, ZMQ_ZAP_DOMAIN, "pskv");
