@@ -15,8 +15,8 @@
 #include "bench/pushpull_bench.h"
 #include "bench/syncround_bench.h"
 #include "kvstore/reduce.h"
-#include "pskv/tuning.h"
 #include "pskv/options.h"
+#include "pskv/tuning.h"
 
 namespace {
 

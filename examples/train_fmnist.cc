@@ -18,11 +18,11 @@
 #include <string>
 #include <thread>
 
-#include "pskv/tuning.h"
 #include "pskv/data.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/torch.h"
+#include "pskv/tuning.h"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <thread>
 
-#include "pskv/tuning.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
+#include "pskv/tuning.h"
 
 using namespace pskv;
 

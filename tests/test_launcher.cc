@@ -80,8 +80,8 @@ TEST(Launcher, SecretFileOfTheLauncherIsUsedByEveryNode) {
 }
 
 TEST(Launcher, NoSecretRunsAnOpenJobAndSaysSoOncePerProcess) {
-  RunResult r = Launch({"-n", "1", "-s", "1", "--no-secret", "--timeout", "100", "--", DIST_WORKER,
-                        "sync", "1"});
+  RunResult r = Launch(
+      {"-n", "1", "-s", "1", "--no-secret", "--timeout", "100", "--", DIST_WORKER, "sync", "1"});
   EXPECT_EQ(r.status, 0) << r.out;
   size_t n = 0;
   for (size_t at = 0; (at = r.out.find("OPEN to anyone", at)) != std::string::npos; ++at) ++n;
@@ -333,7 +333,8 @@ TEST(LauncherCli, HostFileSlotsAndSshPorts) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("line 1: unknown attribute 'slot=2'"), std::string::npos) << r.out;
   // mpi: a list becomes Open MPI's --host with the same slots
-  r = Launch({"-n", "2", "-s", "1", "--launcher", "mpi", "-H", "a:1,b:1", "--dry-run", "--", "prog"});
+  r = Launch(
+      {"-n", "2", "-s", "1", "--launcher", "mpi", "-H", "a:1,b:1", "--dry-run", "--", "prog"});
   EXPECT_NE(r.out.find("--host a:1,b:1"), std::string::npos) << r.out;
   std::filesystem::remove_all(dir);
 }
@@ -357,7 +358,8 @@ TEST(LauncherCli, LogDirSummaryAndTimestamps) {
   EXPECT_NE(r.out.find("job succeeded in"), std::string::npos) << r.out;
   for (auto p : {"scheduler", "server 0", "worker 0", "worker 1"})
     EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string(p) + R"( +\d+  exited 0 )")))
-        << p << "\n" << r.out;
+        << p << "\n"
+        << r.out;
   EXPECT_NE(ReadFile(dir + "/logs/launcher.log").find("job succeeded"), std::string::npos);
   // The library's own tag is not repeated after the launcher's prefix.
   EXPECT_EQ(r.out.find("[scheduler] [scheduler]"), std::string::npos) << r.out;
@@ -366,29 +368,30 @@ TEST(LauncherCli, LogDirSummaryAndTimestamps) {
 
 TEST(LauncherCli, FailureShowsEachLineOnceAndNamesTheProcessInTheSummary) {
   std::string dir = TmpDir("once");
-  RunResult r = Launch({"-n", "2", "-s", "1", "--timeout", "100", "--log-dir", dir, "--",
-                        DIST_WORKER, "exit3"});
+  RunResult r = Launch(
+      {"-n", "2", "-s", "1", "--timeout", "100", "--log-dir", dir, "--", DIST_WORKER, "exit3"});
   EXPECT_EQ(r.status, 3) << r.out;
   size_t n = 0;
-  for (size_t at = 0; (at = r.out.find("worker 1 exits with status 3 now", at)) != std::string::npos;
-       ++at)
+  for (size_t at = 0;
+       (at = r.out.find("worker 1 exits with status 3 now", at)) != std::string::npos; ++at)
     ++n;
   EXPECT_EQ(n, 1u) << r.out;
   EXPECT_NE(r.out.find("full log: " + dir + "/worker-1.log"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("job FAILED (exit status 3)"), std::string::npos) << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(worker 1 +\d+  exited 3  <-- failed)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(worker 1 +\d+  exited 3  <-- failed)")))
+      << r.out;
   std::filesystem::remove_all(dir);
 }
 
 // One logging facility with levels per module (PSKV_LOG_LEVEL), for the nodes and
 // the launcher alike; a malformed value is an error naming the variable.
 TEST(LauncherCli, LogLevelsPerModule) {
-  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"}, 120s,
-                       {{"PS_VERBOSE", "1"}, {"PSKV_LOG_LEVEL", "warn,ps=info"}});
+  RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"},
+                       120s, {{"PS_VERBOSE", "1"}, {"PSKV_LOG_LEVEL", "warn,ps=info"}});
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("registered; id"), std::string::npos) << r.out;  // ps: info
-  EXPECT_EQ(r.out.find(": optimizer "), std::string::npos) << r.out;   // kvstore: warn
-  EXPECT_EQ(r.out.find("job succeeded"), std::string::npos) << r.out;  // launcher: warn
+  EXPECT_EQ(r.out.find(": optimizer "), std::string::npos) << r.out;    // kvstore: warn
+  EXPECT_EQ(r.out.find("job succeeded"), std::string::npos) << r.out;   // launcher: warn
   r = Launch({"-n", "1", "-s", "1", "--timeout", "100", "--", DIST_WORKER, "sync", "1"}, 120s,
              {{"PS_VERBOSE", "1"}, {"PSKV_LOG_LEVEL", "info,launcher=error"}});
   ASSERT_EQ(r.status, 0) << r.out;

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "pskv/tuning.h"
 #include "pskv/error.h"
 #include "pskv/options.h"
+#include "pskv/tuning.h"
 
 namespace pskv {
 int RunServerOrScheduler(const Options& options);

@@ -13,8 +13,8 @@
 #include "pskv/data.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
-#include "pskv/tuning.h"
 #include "pskv/optimizer.h"
+#include "pskv/tuning.h"
 
 namespace py = pybind11;
 using namespace pskv;

@@ -32,13 +32,13 @@ std::string LogModule(const char* file);
 
 }  // namespace pskv
 
-#define PSKV_LOG_AT(lvl, name, expr)                          \
-  do {                                                        \
+#define PSKV_LOG_AT(lvl, name, expr)                           \
+  do {                                                         \
     if (::pskv::LogEnabled(__FILE__, ::pskv::LogLevel::lvl)) { \
-      std::ostringstream pskv_log_os_;                        \
-      pskv_log_os_ << expr;                                   \
-      ::pskv::LogLine(name, pskv_log_os_.str());              \
-    }                                                         \
+      std::ostringstream pskv_log_os_;                         \
+      pskv_log_os_ << expr;                                    \
+      ::pskv::LogLine(name, pskv_log_os_.str());               \
+    }                                                          \
   } while (0)
 #define PSKV_DEBUG(expr) PSKV_LOG_AT(kDebug, "DEBUG", expr)
 #define PSKV_INFO(expr) PSKV_LOG_AT(kInfo, "INFO", expr)

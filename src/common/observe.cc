@@ -24,8 +24,8 @@ namespace pskv::obs {
 namespace {
 
 // Latency buckets (seconds), Prometheus' default set extended down to 10 us.
-constexpr std::array<double, 14> kBuckets = {1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
-                                             1e-2, 2.5e-2, 5e-2, 0.1,   0.25,   1.0,  10.0};
+constexpr std::array<double, 14> kBuckets = {1e-5, 5e-5,   1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+                                             1e-2, 2.5e-2, 5e-2, 0.1,  0.25, 1.0,    10.0};
 
 struct Histogram {
   std::array<uint64_t, kBuckets.size()> counts{};
@@ -53,7 +53,7 @@ struct State {
   bool first_event = true;
   std::string pending;  // formatted events not yet written
   // metrics; keys are bounded by the job's keys and peers by its nodes
-  std::map<std::pair<std::string, std::string>, OpStats> ops;  // (op, key)
+  std::map<std::pair<std::string, std::string>, OpStats> ops;     // (op, key)
   std::map<std::pair<std::string, std::string>, uint64_t> peers;  // (peer, direction)
   std::string metrics_file;
   int port = 0;
@@ -135,9 +135,10 @@ void Serve() {
       if (std::string(buf, got).find("\r\n\r\n") != std::string::npos) break;
     }
     const std::string body = PrometheusText();
-    const std::string resp = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                             "Content-Length: " + std::to_string(body.size()) +
-                             "\r\nConnection: close\r\n\r\n" + body;
+    const std::string resp =
+        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     size_t off = 0;
     while (off < resp.size()) {
       ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
@@ -184,7 +185,9 @@ uint64_t NowUs() {
                                    .count());
 }
 
-bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
+bool Enabled() {
+  return g_enabled.load(std::memory_order_relaxed);
+}
 
 void Configure(const Options& options, const std::string& role) {
   State& s = S();
@@ -197,9 +200,10 @@ void Configure(const Options& options, const std::string& role) {
     s.trace = std::fopen(path.c_str(), "w");
     if (!s.trace)
       throw IOError("PSKV_TIMELINE: cannot write " + path + ": " + std::strerror(errno));
-    std::fprintf(s.trace,
-                 "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s %d\"}}",
-                 static_cast<int>(::getpid()), JsonEscape(role).c_str(), static_cast<int>(::getpid()));
+    std::fprintf(
+        s.trace,
+        "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s %d\"}}",
+        static_cast<int>(::getpid()), JsonEscape(role).c_str(), static_cast<int>(::getpid()));
     s.first_event = false;
     g_timeline = true;
     PSKV_INFO("timeline: " << path);
@@ -226,13 +230,14 @@ void Span(const char* name, const char* lane, const std::string& key, uint64_t b
           uint64_t t0_us, uint64_t t1_us) {
   if (!g_timeline.load(std::memory_order_relaxed)) return;
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%llu,\"dur\":%llu,\"pid\":%d,"
-                "\"tid\":\"%s\",\"args\":{\"key\":\"%s\",\"bytes\":%llu}}",
-                name, lane, static_cast<unsigned long long>(t0_us),
-                static_cast<unsigned long long>(t1_us > t0_us ? t1_us - t0_us : 0),
-                static_cast<int>(::getpid()), lane, JsonEscape(key).c_str(),
-                static_cast<unsigned long long>(bytes));
+  std::snprintf(
+      buf, sizeof buf,
+      ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%llu,\"dur\":%llu,\"pid\":%d,"
+      "\"tid\":\"%s\",\"args\":{\"key\":\"%s\",\"bytes\":%llu}}",
+      name, lane, static_cast<unsigned long long>(t0_us),
+      static_cast<unsigned long long>(t1_us > t0_us ? t1_us - t0_us : 0),
+      static_cast<int>(::getpid()), lane, JsonEscape(key).c_str(),
+      static_cast<unsigned long long>(bytes));
   State& s = S();
   std::lock_guard<std::mutex> lk(s.mu);
   if (!s.trace) return;
@@ -269,11 +274,13 @@ std::string PrometheusText() {
   };
   o += "# HELP pskv_ops_total Operations completed on this node, by operation and key.\n"
        "# TYPE pskv_ops_total counter\n";
-  for (auto& [k, st] : s.ops) o += "pskv_ops_total" + label(k.first, k.second) + "} " + std::to_string(st.ops) + "\n";
+  for (auto& [k, st] : s.ops)
+    o += "pskv_ops_total" + label(k.first, k.second) + "} " + std::to_string(st.ops) + "\n";
   o += "# HELP pskv_op_errors_total Operations that failed, by operation and key.\n"
        "# TYPE pskv_op_errors_total counter\n";
   for (auto& [k, st] : s.ops)
-    o += "pskv_op_errors_total" + label(k.first, k.second) + "} " + std::to_string(st.failed) + "\n";
+    o +=
+        "pskv_op_errors_total" + label(k.first, k.second) + "} " + std::to_string(st.failed) + "\n";
   o += "# HELP pskv_bytes_total Bytes moved by operations, by operation and key.\n"
        "# TYPE pskv_bytes_total counter\n";
   for (auto& [k, st] : s.ops)
@@ -288,7 +295,8 @@ std::string PrometheusText() {
       o += "pskv_op_latency_seconds_bucket" + l + ",le=\"" + num + "\"} " +
            std::to_string(st.latency.counts[i]) + "\n";
     }
-    o += "pskv_op_latency_seconds_bucket" + l + ",le=\"+Inf\"} " + std::to_string(st.latency.count) + "\n";
+    o += "pskv_op_latency_seconds_bucket" + l + ",le=\"+Inf\"} " +
+         std::to_string(st.latency.count) + "\n";
     std::snprintf(num, sizeof num, "%.9g", st.latency.sum);
     o += "pskv_op_latency_seconds_sum" + l + "} " + num + "\n";
     o += "pskv_op_latency_seconds_count" + l + "} " + std::to_string(st.latency.count) + "\n";

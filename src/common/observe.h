@@ -75,8 +75,9 @@ class StepScope {
 };
 
 /// Wraps the completion of a worker's operation started now: records the "issue"
-/// slice [issued_us, now) (from the call until the engine starts it; per-key order), and when `done` runs the "network"
-/// slice (request to reply) and the counters. Returns `done` unchanged when disabled.
+/// slice [issued_us, now) (from the call until the engine starts it; per-key order), and when
+/// `done` runs the "network" slice (request to reply) and the counters. Returns `done` unchanged
+/// when disabled.
 template <typename Done>
 Done Track(const char* op, const std::string& key, uint64_t bytes, uint64_t issued_us, Done done) {
   if (!Enabled()) return done;

@@ -134,9 +134,8 @@ void DistServer::Merge(KeyState& st, const KVRequest& req, bool first) {
                                st.value.size());
     return;
   }
-  const bool mp =
-      OptimizerOf(st.wire_key) && OptimizerOf(st.wire_key)->config().multi_precision &&
-      IsLowPrecision(st.value.dtype());
+  const bool mp = OptimizerOf(st.wire_key) && OptimizerOf(st.wire_key)->config().multi_precision &&
+                  IsLowPrecision(st.value.dtype());
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
   const size_t es = DTypeSize(st.value.dtype());
@@ -278,9 +277,9 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
     st.waiting.push_back(std::move(req));
     std::vector<KVRequest> waiting;
     try {
-      obs::StepScope obs_merge("merge", dist::KeyOf(key), items[0].len,  // [observe]
-                               obs::Enabled() ? WorkerName(st.waiting.back().sender) : std::string(),
-                               "in");
+      obs::StepScope obs_merge(
+          "merge", dist::KeyOf(key), items[0].len,  // [observe]
+          obs::Enabled() ? WorkerName(st.waiting.back().sender) : std::string(), "in");
       if (node_->options().sum_in_arrival_order) {
         Merge(st, st.waiting.back(), st.pushed.size() == 1);
       } else {
@@ -350,8 +349,7 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
   auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
   // The request's key is the store's key 0 (WireKey(store, 0)): it names the store.
   const uint64_t base = KVWorker::ServerRange(node_->rank(), node_->num_servers()).first;
-  if (m.num_keys() != 1 || m.key_ptr()[0] < base ||
-      ((m.key_ptr()[0] - base) & 0xffffffff) != 0 ||
+  if (m.num_keys() != 1 || m.key_ptr()[0] < base || ((m.key_ptr()[0] - base) & 0xffffffff) != 0 ||
       ((m.key_ptr()[0] - base) >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
     return fail(ErrorKind::kInvalid, "malformed optimizer-states request");
   const uint64_t ps_key = m.key_ptr()[0];
@@ -375,8 +373,9 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {
     optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
-      auto it = key >= 0 && key <= INT32_MAX ? store_.find(dist::WireKey(store, static_cast<int>(key)))
-                                             : store_.end();
+      auto it = key >= 0 && key <= INT32_MAX
+                    ? store_.find(dist::WireKey(store, static_cast<int>(key)))
+                    : store_.end();
       if (it == store_.end()) return {-1, false};
       return {it->second.value.size(), IsLowPrecision(it->second.value.dtype())};
     });
@@ -547,7 +546,7 @@ int RunServerOrScheduler(const Options& options) {
   SetLogName(role);
   try {
     if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
-    if (options.role == Role::kServer) obs::Configure(options, role);  // [observe]
+    if (options.role == Role::kServer) obs::Configure(options, role);   // [observe]
     Node node(options);
     std::unique_ptr<DistServer> server;
     if (options.role == Role::kServer) server = std::make_unique<DistServer>(&node);

@@ -399,7 +399,8 @@ class KVStoreDist final : public KVStore {
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push({k}, priority, [this, k, obs_t, m, vals = vals, priority](Engine::Done done) {
         auto [frame, lens, cmd] = Prepare(*m, vals);
-        done = obs::Track("push", std::to_string(k), frame.size, obs_t, std::move(done));  // [observe]
+        done =
+            obs::Track("push", std::to_string(k), frame.size, obs_t, std::move(done));  // [observe]
         worker_->Push(m->ps_keys, frame, lens, cmd, done, priority);
       });
     }
@@ -414,7 +415,8 @@ class KVStoreDist final : public KVStore {
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push({k}, priority, [this, k, obs_t, m, dst = dst, priority](Engine::Done done) {
         NDArray first = dst[0];
-        done = obs::Track("pull", std::to_string(k), first.nbytes(), obs_t, std::move(done));  // [observe]
+        done = obs::Track("pull", std::to_string(k), first.nbytes(), obs_t,
+                          std::move(done));  // [observe]
         worker_->Pull(m->ps_keys, static_cast<char*>(first.raw()), m->lens,
                       dist::MakeCmd(Kind::kDense, m->dtype), Broadcast(dst, std::move(done)),
                       priority);
@@ -441,21 +443,22 @@ class KVStoreDist final : public KVStore {
     for (auto& [k, vals] : pushes) {
       KeyMeta* m = metas.at(k);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
-      engine_.Push({k}, priority,
-                   [this, k, obs_t, m, vals = vals, dst = pulls.at(k), priority](Engine::Done done) {
-                     auto [frame, lens, cmd] = Prepare(*m, vals);
-                     done = obs::Track("pushpull", std::to_string(k), frame.size, obs_t,  // [observe]
-                                       std::move(done));
-                     // The first output may be one of the inputs: the values were already read
-                     // (reduced or referenced by `frame`); if the frame aliases the output,
-                     // send a copy so the answer cannot overwrite bytes still being sent.
-                     NDArray first = dst[0];
-                     if (frame.data >= static_cast<const char*>(first.raw()) &&
-                         frame.data < static_cast<const char*>(first.raw()) + first.nbytes())
-                       frame = Frame::Copy(frame.data, frame.size);
-                     worker_->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()),
-                                       m->lens, cmd, Broadcast(dst, std::move(done)), priority);
-                   });
+      engine_.Push(
+          {k}, priority,
+          [this, k, obs_t, m, vals = vals, dst = pulls.at(k), priority](Engine::Done done) {
+            auto [frame, lens, cmd] = Prepare(*m, vals);
+            done = obs::Track("pushpull", std::to_string(k), frame.size, obs_t,  // [observe]
+                              std::move(done));
+            // The first output may be one of the inputs: the values were already read
+            // (reduced or referenced by `frame`); if the frame aliases the output,
+            // send a copy so the answer cannot overwrite bytes still being sent.
+            NDArray first = dst[0];
+            if (frame.data >= static_cast<const char*>(first.raw()) &&
+                frame.data < static_cast<const char*>(first.raw()) + first.nbytes())
+              frame = Frame::Copy(frame.data, frame.size);
+            worker_->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()), m->lens,
+                              cmd, Broadcast(dst, std::move(done)), priority);
+          });
     }
   }
 
@@ -730,8 +733,8 @@ std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Option
                       "' needs DMLC_ROLE (scheduler, server or worker) and "
                       "the other DMLC_* variables; start the job with pskv-launch");
   if (options.role != Role::kWorker)
-    throw UsageError("KVStore::Create('" + type + "') in a process with DMLC_ROLE=" +
-                     RoleName(options.role) +
+    throw UsageError("KVStore::Create('" + type +
+                     "') in a process with DMLC_ROLE=" + RoleName(options.role) +
                      ": servers and the scheduler do not create stores. Start them with "
                      "pskv-server (pskv-launch does), or begin main with `if (auto rc = "
                      "pskv::RunServerRoleIfAsked()) return *rc;`");

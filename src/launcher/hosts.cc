@@ -23,7 +23,7 @@ int ToInt(const std::string& what, const std::string& v, int lo, int hi) {
 }  // namespace
 
 bool IsHostFile(const std::string& arg) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(arg.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -44,7 +44,8 @@ std::vector<Host> ParseHosts(const std::string& arg, int ssh_port) {
       h.port = ssh_port;
       auto colon = word.rfind(':');
       h.name = word.substr(0, colon);
-      if (colon != std::string::npos) h.port = ToInt(where + ": ssh port", word.substr(colon + 1), 1, 65535);
+      if (colon != std::string::npos)
+        h.port = ToInt(where + ": ssh port", word.substr(colon + 1), 1, 65535);
       for (std::string attr; is >> attr;) {
         if (attr.rfind("slots=", 0) == 0)
           h.slots = ToInt(where + ": slots", attr.substr(6), 1, 100000);

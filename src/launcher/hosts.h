@@ -9,8 +9,8 @@ namespace pskv::launcher {
 
 struct Host {
   std::string name;
-  int port = 22;   ///< ssh port
-  int slots = 0;   ///< workers this host takes; 0: not given
+  int port = 22;  ///< ssh port
+  int slots = 0;  ///< workers this host takes; 0: not given
 };
 
 /// `arg` names a readable file: a host file, one `host[:ssh_port] [slots=N]` per line

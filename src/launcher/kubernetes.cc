@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <tuple>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -82,7 +82,9 @@ std::string Quote(const std::string& s) {
   return q + "\"";
 }
 
-std::string ScalarText(const Y& y) { return y.kind == Y::kStr ? Quote(y.s) : y.s; }
+std::string ScalarText(const Y& y) {
+  return y.kind == Y::kStr ? Quote(y.s) : y.s;
+}
 
 void Emit(const Y& y, int indent, std::string& out) {
   const std::string pad(static_cast<size_t>(indent), ' ');
@@ -119,17 +121,23 @@ std::string Document(const Y& y) {
 
 // Kubernetes object names: lowercase alphanumerics and '-', at most 63 characters.
 std::string CheckName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 52 && std::isalnum(static_cast<unsigned char>(name[0])) &&
+  bool ok = !name.empty() && name.size() <= 52 &&
+            std::isalnum(static_cast<unsigned char>(name[0])) &&
             std::isalnum(static_cast<unsigned char>(name.back()));
-  for (char c : name) ok &= (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-');
+  for (char c : name)
+    ok &= (std::islower(static_cast<unsigned char>(c)) ||
+           std::isdigit(static_cast<unsigned char>(c)) || c == '-');
   if (!ok)
-    throw InvalidArgument("--job-name '" + name +
-                          "' is not a Kubernetes name: lowercase letters, digits and '-', at most 52 "
-                          "characters, starting and ending with a letter or digit");
+    throw InvalidArgument(
+        "--job-name '" + name +
+        "' is not a Kubernetes name: lowercase letters, digits and '-', at most 52 "
+        "characters, starting and ending with a letter or digit");
   return name;
 }
 
-Y EnvVar(const std::string& k, const std::string& v) { return Y()("name", k)("value", v); }
+Y EnvVar(const std::string& k, const std::string& v) {
+  return Y()("name", k)("value", v);
+}
 
 Y FieldEnv(const std::string& k, const std::string& path) {
   return Y()("name", k)("valueFrom", Y()("fieldRef", Y()("fieldPath", path)));
@@ -163,7 +171,8 @@ bool Forwarded(const std::string& k) {
 
 std::string KubernetesManifests(const LaunchConfig& cfg, const std::string& job_id,
                                 bool reveal_secret) {
-  const std::string name = CheckName(cfg.k8s_job_name.empty() ? "pskv-" + job_id : cfg.k8s_job_name);
+  const std::string name =
+      CheckName(cfg.k8s_job_name.empty() ? "pskv-" + job_id : cfg.k8s_job_name);
   const std::string ns = cfg.k8s_namespace;
   const std::string secret_name = name + "-secret";
   const std::string svc = name + "-scheduler";
@@ -188,8 +197,9 @@ std::string KubernetesManifests(const LaunchConfig& cfg, const std::string& job_
   // The secret: the only object with its value; pods reference it.
   if (!cfg.job_secret.empty()) {
     Y secret;
-    secret("apiVersion", "v1")("kind", "Secret")("metadata", meta(secret_name, ""))("type", "Opaque")(
-        "stringData", Y()("PSKV_JOB_SECRET", reveal_secret ? cfg.job_secret : "<secret>"));
+    secret("apiVersion", "v1")("kind", "Secret")("metadata", meta(secret_name, ""))(
+        "type", "Opaque")("stringData",
+                          Y()("PSKV_JOB_SECRET", reveal_secret ? cfg.job_secret : "<secret>"));
     out += Document(secret);
   }
 
@@ -225,16 +235,17 @@ std::string KubernetesManifests(const LaunchConfig& cfg, const std::string& job_
         "command", Command(role == "worker" ? cfg.command : server_argv))("env", env_for(role));
     if (role == "scheduler")
       c("ports", Y::List().Add(Y()("name", mxjob ? "mxjob-port" : "scheduler")(
-                                   "containerPort", Y::Num(port))("protocol", "TCP")));
+                     "containerPort", Y::Num(port))("protocol", "TCP")));
     if (!cfg.k8s_cpu.empty() || !cfg.k8s_memory.empty()) c("resources", Resources(cfg));
     return c;
   };
 
   if (mxjob) {
     Y specs;
-    for (auto [role, kind, count] : {std::tuple<std::string, std::string, int>{"scheduler", "Scheduler", 1},
-                                     {"server", "Server", S},
-                                     {"worker", "Worker", n}}) {
+    for (auto [role, kind, count] :
+         {std::tuple<std::string, std::string, int>{"scheduler", "Scheduler", 1},
+          {"server", "Server", S},
+          {"worker", "Worker", n}}) {
       specs(kind, Y()("replicas", Y::Num(count))("restartPolicy", "Never")(
                       "template",
                       Y()("metadata", Y()("labels", labels(role)))(
@@ -242,8 +253,8 @@ std::string KubernetesManifests(const LaunchConfig& cfg, const std::string& job_
     }
     Y job;
     job("apiVersion", "kubeflow.org/v1")("kind", "MXJob")("metadata", meta(name, ""))(
-        "spec", Y()("jobMode", "MXTrain")("runPolicy", Y()("backoffLimit", Y::Num(0))(
-                                                       "cleanPodPolicy", "Running"))(
+        "spec", Y()("jobMode", "MXTrain")(
+                    "runPolicy", Y()("backoffLimit", Y::Num(0))("cleanPodPolicy", "Running"))(
                     "mxReplicaSpecs", specs));
     out += Document(job);
     return out;
@@ -256,18 +267,18 @@ std::string KubernetesManifests(const LaunchConfig& cfg, const std::string& job_
                   "ports", Y::List().Add(Y()("name", "scheduler")("port", Y::Num(port))(
                                "targetPort", Y::Num(port))("protocol", "TCP"))));
   out += Document(service);
-  for (auto [role, count] : {std::pair<std::string, int>{"scheduler", 1}, {"server", S}, {"worker", n}}) {
+  for (auto [role, count] :
+       {std::pair<std::string, int>{"scheduler", 1}, {"server", S}, {"worker", n}}) {
     Y job;
     const std::string obj = name + "-" + role;
     // backoffLimit 0: a failed pod fails the job (the others report it and exit).
     job("apiVersion", "batch/v1")("kind", "Job")("metadata", meta(obj, role))(
         "spec",
-        Y()("completionMode", "Indexed")("completions", Y::Num(count))("parallelism", Y::Num(count))(
-            "backoffLimit", Y::Num(0))(
-            "template",
-            Y()("metadata", Y()("labels", labels(role)))(
-                "spec", Y()("restartPolicy", "Never")("subdomain", svc)(
-                            "containers", Y::List().Add(container(role, role))))));
+        Y()("completionMode", "Indexed")("completions", Y::Num(count))(
+            "parallelism", Y::Num(count))("backoffLimit", Y::Num(0))(
+            "template", Y()("metadata", Y()("labels", labels(role)))(
+                            "spec", Y()("restartPolicy", "Never")("subdomain", svc)(
+                                        "containers", Y::List().Add(container(role, role))))));
     out += Document(job);
   }
   return out;
@@ -281,7 +292,8 @@ int LaunchKubernetes(const LaunchConfig& cfg, const std::string& job_id) {
                 cfg.num_servers, cfg.k8s_kind == "mxjob" ? "Kubeflow MXJob" : "Indexed Jobs");
     if (!cfg.job_secret.empty())
       std::printf(
-          "# The Secret below is masked. Submit with `pskv-launch ... --apply`, or create it yourself:\n"
+          "# The Secret below is masked. Submit with `pskv-launch ... --apply`, or create it "
+          "yourself:\n"
           "#   kubectl -n %s create secret generic %s-secret --from-file=PSKV_JOB_SECRET=FILE\n"
           "# and apply the other objects.\n",
           cfg.k8s_namespace.c_str(), name.c_str());
@@ -302,8 +314,9 @@ int LaunchKubernetes(const LaunchConfig& cfg, const std::string& job_id) {
   so.summary = false;
   so.timeout = std::chrono::seconds(cfg.timeout_s ? cfg.timeout_s : 120);
   int rc = Supervise({spec}, so);
-  if (rc == 0) Say("submitted; follow it with: kubectl -n " + cfg.k8s_namespace + " get pods -l pskv/job=" +
-                   (cfg.k8s_job_name.empty() ? "pskv-" + job_id : cfg.k8s_job_name));
+  if (rc == 0)
+    Say("submitted; follow it with: kubectl -n " + cfg.k8s_namespace + " get pods -l pskv/job=" +
+        (cfg.k8s_job_name.empty() ? "pskv-" + job_id : cfg.k8s_job_name));
   return rc;
 }
 

@@ -1,8 +1,8 @@
 #include "launcher/launcher.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,8 +20,8 @@
 #include "common/net.h"
 #include "launcher/hosts.h"
 #include "launcher/kubernetes.h"
-#include "transport/auth.h"
 #include "pskv/error.h"
+#include "transport/auth.h"
 
 namespace pskv::launcher {
 
@@ -61,7 +61,8 @@ const char* const kDescription =
 arguments are passed exactly as given); the scheduler and servers run the built-in
 pskv-server. Every output line is prefixed with the time and the process's role and rank.)";
 
-const char* const kFooter = R"(Hosts (-H): a list `host1:4,host2:4` (horovodrun's syntax: 4 slots each) or a host
+const char* const kFooter =
+    R"(Hosts (-H): a list `host1:4,host2:4` (horovodrun's syntax: 4 slots each) or a host
 file with lines `host[:ssh_port] [slots=N]`. Workers fill the slots host by host (rank
 0 first); servers are spread round-robin and take no slots. Without any slots, servers
 and workers go round-robin over the hosts.
@@ -93,9 +94,11 @@ struct Parser {
     app.footer(kFooter);
     app.get_formatter()->column_width(34);
     app.add_option("-n,--num-workers", c.num_workers, "number of workers (required)")
-        ->type_name("N")->check(CLI::Range(1, 100000));
+        ->type_name("N")
+        ->check(CLI::Range(1, 100000));
     app.add_option("-s,--num-servers", c.num_servers, "number of servers (default: N, as in MXNet)")
-        ->type_name("S")->check(CLI::Range(0, 100000));
+        ->type_name("S")
+        ->check(CLI::Range(0, 100000));
     app.add_option("-H,--hosts,--hostfile", c.hosts,
                    "hosts: host1:4,host2:4 or a host file (ssh, mpi; see below)")
         ->type_name("HOSTS");
@@ -109,17 +112,21 @@ struct Parser {
                    "ssh: rsync the current directory to DIR on every host, run there")
         ->type_name("DIR");
     app.add_option("--env", env, "environment for every process (K:V also accepted)")
-        ->type_name("K=V")->allow_extra_args(false);
+        ->type_name("K=V")
+        ->allow_extra_args(false);
     app.add_option("--env-server", env_server, "environment for the servers and the scheduler only")
-        ->type_name("K=V")->allow_extra_args(false);
+        ->type_name("K=V")
+        ->allow_extra_args(false);
     app.add_option("--env-worker", env_worker, "environment for the workers only")
-        ->type_name("K=V")->allow_extra_args(false);
+        ->type_name("K=V")
+        ->allow_extra_args(false);
     app.add_option("--server-command", c.server_command,
                    "shell command run instead of pskv-server (e.g. a Python script that "
                    "creates a dist store, as with MXNet)")
         ->type_name("CMD");
     app.add_option("--ssh-arg", c.ssh_args, "extra argument for every ssh call (e.g. -i key)")
-        ->type_name("ARG")->allow_extra_args(false);
+        ->type_name("ARG")
+        ->allow_extra_args(false);
     app.add_flag("--no-secret", c.no_secret,
                  "run without a job secret (MXNet's open mode: anyone who can reach the job's "
                  "ports can join it). By default every job gets a fresh random secret (or "
@@ -128,24 +135,26 @@ struct Parser {
     app.add_flag("--dry-run", c.dry_run, "print what would be run, run nothing (secrets masked)");
     app.add_option("--timeout", c.timeout_s,
                    "stop the job and exit 124 after this long (default: none)")
-        ->type_name("SECONDS")->check(CLI::Range(0, 100000000));
+        ->type_name("SECONDS")
+        ->check(CLI::Range(0, 100000000));
     app.add_option("--log-dir", c.log_dir,
                    "also write each process's output to DIR/<process>.log (timestamped), and "
                    "the launcher's messages to DIR/launcher.log")
         ->type_name("DIR");
     app.add_flag("--no-timestamps", no_timestamps, "do not prefix forwarded lines with the time");
     auto* k8s = "Kubernetes (--launcher kubernetes)";
-    app.add_option("--image", c.k8s_image, "container image with pskv and the program")
-        ->group(k8s);
+    app.add_option("--image", c.k8s_image, "container image with pskv and the program")->group(k8s);
     app.add_option("--namespace", c.k8s_namespace, "namespace of the job (default: default)")
         ->group(k8s);
     app.add_option("--job-name", c.k8s_job_name, "name of the job's objects (default: pskv-<id>)")
         ->group(k8s);
     app.add_option("--k8s-kind", c.k8s_kind,
                    "job: Indexed Jobs and a headless Service; mxjob: a Kubeflow MXJob")
-        ->group(k8s)->check(CLI::IsMember({"job", "mxjob"}));
+        ->group(k8s)
+        ->check(CLI::IsMember({"job", "mxjob"}));
     app.add_option("--cpu", c.k8s_cpu, "CPU request and limit per pod (e.g. 2)")->group(k8s);
-    app.add_option("--memory", c.k8s_memory, "memory request and limit per pod (e.g. 4Gi)")->group(k8s);
+    app.add_option("--memory", c.k8s_memory, "memory request and limit per pod (e.g. 4Gi)")
+        ->group(k8s);
     app.add_flag("--apply", c.k8s_apply, "submit with `kubectl apply -f -` (default: print)")
         ->group(k8s);
   }
@@ -153,7 +162,9 @@ struct Parser {
 
 }  // namespace
 
-std::string Version() { return std::string("pskv-launch ") + PSKV_VERSION; }
+std::string Version() {
+  return std::string("pskv-launch ") + PSKV_VERSION;
+}
 
 std::string Usage() {
   LaunchConfig c;
@@ -178,7 +189,8 @@ LaunchConfig ParseArgs(int argc, char** argv) {
     throw InvalidArgument(e.what());
   }
   std::vector<std::string> rest = p.app.remaining();
-  if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
+  if (!rest.empty() && rest[0] == "--")
+    rest.erase(rest.begin());
   else if (!rest.empty() && rest[0].size() > 1 && rest[0][0] == '-')
     throw InvalidArgument("unknown option '" + rest[0] + "'");
   c.command = rest;
@@ -204,8 +216,9 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   if (!c.sync_dst_dir.empty() && c.launcher != "ssh")
     throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
   if (c.launcher == "kubernetes" && c.k8s_image.empty())
-    throw InvalidArgument("--launcher kubernetes needs --image (a container image with pskv-server "
-                          "and the workers' program)");
+    throw InvalidArgument(
+        "--launcher kubernetes needs --image (a container image with pskv-server "
+        "and the workers' program)");
   if (c.launcher != "kubernetes" && c.k8s_apply)
     throw InvalidArgument("--apply is for --launcher kubernetes");
 
@@ -220,8 +233,7 @@ LaunchConfig ParseArgs(int argc, char** argv) {
     c.root_uri = InterfaceAddress(itf);
   else
     c.root_uri = local ? "127.0.0.1" : DefaultAddress();
-  if (const char* v = std::getenv("DMLC_PS_ROOT_PORT"))
-  {
+  if (const char* v = std::getenv("DMLC_PS_ROOT_PORT")) {
     char* end = nullptr;
     long x = std::strtol(v, &end, 10);
     if (!*v || *end || x <= 0 || x > 65535)
@@ -231,9 +243,9 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   for (const char* k :
        {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
         "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT", "PSKV_TIMELINE",
-        "PSKV_METRICS_PORT", "PSKV_METRICS_FILE", "PSKV_LOG_LEVEL",
-        "MXNET_KVSTORE_BIGARRAY_BOUND", "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE",
-        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
+        "PSKV_METRICS_PORT", "PSKV_METRICS_FILE", "PSKV_LOG_LEVEL", "MXNET_KVSTORE_BIGARRAY_BOUND",
+        "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE", "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
   if (const char* v = std::getenv("PSKV_JOB_SECRET")) c.job_secret = v;
   if (const char* path = std::getenv("PSKV_JOB_SECRET_FILE")) {
@@ -344,8 +356,7 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
         env_lines += k + "=" + v + "\n";
       }
       env_lines += "\n";
-      const std::string exports =
-          "while IFS= read -r l && [ -n \"$l\" ]; do export \"$l\"; done; ";
+      const std::string exports = "while IFS= read -r l && [ -n \"$l\" ]; do export \"$l\"; done; ";
       const std::string cmd = !server                      ? JoinQuoted(cfg.command)
                               : cfg.server_command.empty() ? ShellQuote(server_bin)
                                                            : cfg.server_command;
@@ -417,7 +428,8 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       } else if (!cfg.hosts.empty()) {
         std::string list;  // Open MPI's --host takes host:slots as horovodrun's -H
         for (auto& h : ParseHosts(cfg.hosts))
-          list += (list.empty() ? "" : ",") + h.name + (h.slots ? ":" + std::to_string(h.slots) : "");
+          list +=
+              (list.empty() ? "" : ",") + h.name + (h.slots ? ":" + std::to_string(h.slots) : "");
         argv.push_back("--host");
         argv.push_back(list);
       }
@@ -516,7 +528,8 @@ int Launch(const LaunchConfig& config) {
     }
     // Private from the start: a secret file is never readable by others.
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    if (fd < 0 ||
+        ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
       if (fd >= 0) ::close(fd);
       throw IOError("cannot write " + path);
     }

@@ -128,8 +128,8 @@ const char* ControlName(Control c) {
 
 std::string Describe(const Header& h) {
   std::ostringstream os;
-  os << ControlName(static_cast<Control>(h.control)) << " " << h.sender << "->" << h.recver << " seq=" << h.seq
-     << " ts=" << h.timestamp << " head=" << h.head;
+  os << ControlName(static_cast<Control>(h.control)) << " " << h.sender << "->" << h.recver
+     << " seq=" << h.seq << " ts=" << h.timestamp << " head=" << h.head;
   if (h.flags & kRequest) os << " request";
   if (h.flags & kPush) os << " push";
   if (h.flags & kPull) os << " pull";
