@@ -9,7 +9,21 @@
 #include <string>
 #include <vector>
 
+#include "common/net.h"
+#include "pskv/options.h"
+
 namespace pskv::bench {
+
+/// `o` made into a job on 127.0.0.1 with one server, `num_workers` workers and a
+/// fresh scheduler port (the caller sets each node's role).
+inline Options LoopbackJob(Options o, int num_workers) {
+  o.root_uri = "127.0.0.1";
+  o.root_port = FreePort();
+  o.num_servers = 1;
+  o.num_workers = num_workers;
+  o.role_set = true;
+  return o;
+}
 
 /// Median seconds of `reps` calls of fn, after one warm-up call.
 inline double Median(int reps, const std::function<void()>& fn) {

@@ -197,12 +197,7 @@ int BenchPushPull(int argc, char** argv) {
   const int64_t lo = ArgInt(argc, argv, "--min-bytes", 4 << 10);
   const int64_t hi = ArgInt(argc, argv, "--max-bytes", 64 << 20);
 
-  Options o = Options::FromEnv();
-  o.root_uri = "127.0.0.1";
-  o.root_port = FreePort();
-  o.num_servers = 1;
-  o.num_workers = 1;
-  o.role_set = true;
+  const Options o = LoopbackJob(Options::FromEnv(), 1);
   auto with_role = [&](Role r) {
     Options x = o;
     x.role = r;
@@ -307,16 +302,10 @@ double Seconds(const std::function<void()>& fn) {
 int BenchSecurity(int argc, char** argv) {
   const int64_t lo = ArgInt(argc, argv, "--min-bytes", 4 << 10);
   const int64_t hi = ArgInt(argc, argv, "--max-bytes", 64 << 20);
-  Options o = Options::FromEnv();
-  o.root_uri = "127.0.0.1";
-  o.num_servers = 1;
-  o.num_workers = 1;
-  o.role_set = true;
+  const Options env = Options::FromEnv();
   std::vector<std::unique_ptr<MiniJob>> jobs;
-  for (int j = 0; j < 3; ++j) {
-    o.root_port = FreePort();
-    jobs.push_back(std::make_unique<MiniJob>(o, j ? "bench-secret" : "", j == 2));
-  }
+  for (int j = 0; j < 3; ++j)
+    jobs.push_back(std::make_unique<MiniJob>(LoopbackJob(env, 1), j ? "bench-secret" : "", j == 2));
   std::printf(
       "security: push+pull through 1 worker + 1 server on 127.0.0.1, three jobs measured "
       "alternately\n%10s %12s %12s %12s %10s %10s\n",

@@ -26,12 +26,7 @@ struct KvJob {
   std::vector<std::unique_ptr<KVStore>> kv;
 
   explicit KvJob(bool strict) {
-    Options o = Options::FromEnv();
-    o.root_uri = "127.0.0.1";
-    o.root_port = FreePort();
-    o.num_servers = 1;
-    o.num_workers = 2;
-    o.role_set = true;
+    Options o = LoopbackJob(Options::FromEnv(), 2);
     o.strict_rounds = strict;
     for (Role r : {Role::kScheduler, Role::kServer}) {
       Options x = o;

@@ -38,11 +38,7 @@ struct Job {
   std::vector<std::unique_ptr<KVWorker>> workers;
 
   Job(Options o, int num_workers, bool arrival) {
-    o.root_uri = "127.0.0.1";
-    o.root_port = FreePort();
-    o.num_servers = 1;
-    o.num_workers = num_workers;
-    o.role_set = true;
+    o = LoopbackJob(std::move(o), num_workers);
     o.sum_in_arrival_order = arrival;
     o.stall_warning = std::chrono::milliseconds(0);
     auto make = [&](Role r) {
