@@ -499,6 +499,45 @@ void RankOrderSum(KVStore& kv, int rounds) {
   }
 }
 
+// Many keys in one call (spread over the servers' threads) and a 12 MB key (sliced
+// over the servers, each slice several 1 MiB chunks: merged chunk-wise in parallel),
+// no optimizer: every output must be the rank-order sum, bit for bit.
+void ManyKeys(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  std::vector<int> keys;
+  std::vector<Shape> shapes;
+  for (int k = 0; k < 48; ++k) {
+    keys.push_back(k);
+    shapes.push_back(k % 3 == 0 ? kBig : kSmall);
+  }
+  keys.push_back(200);
+  shapes.push_back({3000, 1000});
+  std::vector<NDArray> init;
+  for (auto& s : shapes) init.push_back(Full(s, 0));
+  kv.Init(keys, init);
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<NDArray> vals;
+    for (auto& s : shapes) {
+      NDArray a(s);
+      for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = OrderValue(r + round, i);
+      vals.push_back(a);
+    }
+    kv.PushPull(keys, vals, keys, vals);
+    kv.WaitAll();
+    int64_t bad = 0;
+    for (auto& a : vals)
+      for (int64_t i = 0; i < a.size(); ++i) {
+        float want = OrderValue(round, i);
+        for (int w = 1; w < n; ++w) want += OrderValue(w + round, i);
+        if (std::memcmp(&want, a.data<float>() + i, 4) != 0) ++bad;
+      }
+    CHECK_TRUE(bad == 0, std::to_string(bad) +
+                             " elements differ from the rank-order sum in round " +
+                             std::to_string(round));
+  }
+  kv.Barrier();
+}
+
 // A sliced pull (key 99 over 2 servers) while one server duplicates its replies and
 // the other is slow: the pull must wait for both slices.
 void DuplicateReplies(KVStore& kv, int rounds) {
@@ -664,6 +703,7 @@ int main(int argc, char** argv) {
           {"barrier_deadlock", {"dist_sync", BarrierDeadlock}},
           {"stall", {"dist_sync", Stall}},
           {"rank_order_sum", {"dist_sync", RankOrderSum}},
+          {"many_keys", {"dist_sync", ManyKeys}},
           {"duplicate_replies", {"dist_sync", DuplicateReplies}},
           {"late_reply", {"dist_sync", LateReply}},
           {"states_mismatch", {"dist_sync", StatesMismatch}},

@@ -100,6 +100,7 @@ Options Options::FromEnv() {
   Options o;
   ReadInt("MXNET_KVSTORE_BIGARRAY_BOUND", &o.bigarray_bound, 1, INT64_MAX);
   ReadInt("MXNET_KVSTORE_REDUCTION_NTHREADS", &o.reduction_threads, 1, 1024);
+  ReadInt("PSKV_SERVER_THREADS", &o.server_threads, 0, 256);
 
   if (const char* v = Get("DMLC_ROLE")) {
     std::string r = v;
