@@ -97,6 +97,24 @@ TEST(DistKVStoreServerThreads, ManyKeysAndAChunkedKeySumInRankOrder) {
 TEST(DistKVStore, ManyKeysAndAChunkedKeySumInRankOrder) {
   EXPECT_EQ(Launch(4, 2, "many_keys", "", 3), 0);
 }
+// Fusion of small keys (one call): values with two inputs and two outputs per key,
+// sliced keys in the same call, rank 0 issuing one call per key while the others
+// fuse; async; and a fused push whose rounds cannot all complete fails (no hang).
+TEST(DistKVStore, FusedSmallKeys) {
+  EXPECT_EQ(Launch(3, 2, "fused", "", 3), 0);
+}
+TEST(DistKVStoreServerThreads, FusedSmallKeys) {
+  EXPECT_EQ(Launch(3, 2, "fused", kThreads, 3), 0);
+}
+TEST(DistKVStore, AsyncFusedSmallKeys) {
+  EXPECT_EQ(Launch(3, 2, "async_fused", kThreads, 5), 0);
+}
+TEST(DistKVStore, FusedPushWhoseRoundsCannotCompleteFails) {
+  EXPECT_EQ(Launch(2, 1, "fused_unequal"), 0);
+}
+TEST(DistKVStoreServerThreads, FusedPushWhoseRoundsCannotCompleteFails) {
+  EXPECT_EQ(Launch(3, 2, "fused_unequal", kThreads), 0);
+}
 TEST(DistKVStoreServerThreads, OptimizerStatesSaveAndLoad) {
   EXPECT_EQ(Launch(2, 2, "states", kThreads), 0);
 }

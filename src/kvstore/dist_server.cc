@@ -15,12 +15,6 @@ namespace pskv {
 using dist::Kind;
 
 namespace {
-// Keeps a value's memory (and the key's reply token) alive while a reply is sent.
-struct ReplyOwner {
-  NDArray value;
-  std::shared_ptr<int> token;
-};
-
 // `data` as an NDArray, copied only if it is not aligned for its dtype.
 NDArray View(const char* data, uint64_t bytes, DType t) {
   const int64_t n = static_cast<int64_t>(bytes / DTypeSize(t));
@@ -139,10 +133,17 @@ Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
 
 void DistServer::Reply(KVServer* srv, const KVRequest& req,
                        const std::vector<std::pair<int64_t, KeyState*>>& keys) {
+  std::vector<std::pair<int64_t, ReplyOwner>> values;
+  for (auto& [k, st] : keys) values.emplace_back(k, ReplyOwner{st->value, st->token});
+  ReplyValues(srv, req, values);
+}
+
+void DistServer::ReplyValues(KVServer* srv, const KVRequest& req,
+                             const std::vector<std::pair<int64_t, ReplyOwner>>& keys) {
   // [observe] the reply step (timeline, counters; bytes sent to the worker)
   uint64_t obs_bytes = 0;
   if (obs::Enabled() && req.pull)
-    for (auto& k : keys) obs_bytes += k.second->value.nbytes();
+    for (auto& k : keys) obs_bytes += k.second.value.nbytes();
   obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes,
                           obs::Enabled() ? WorkerName(req.sender) : std::string(), "out");
   if (!req.pull || keys.empty()) {
@@ -151,34 +152,55 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
   }
   std::vector<uint64_t> ks, lens;
   if (keys.size() == 1) {  // zero copy: the reply points at the value
-    KeyState* st = keys[0].second;
-    auto owner = std::make_shared<ReplyOwner>(ReplyOwner{st->value, st->token});
+    auto owner = std::make_shared<ReplyOwner>(keys[0].second);
     Frame f;
-    f.data = static_cast<const char*>(st->value.raw());
-    f.size = st->value.nbytes();
+    f.data = static_cast<const char*>(owner->value.raw());
+    f.size = owner->value.nbytes();
     f.owner = owner;
     srv->Respond(req, {dist::PsKey(keys[0].first, node_->rank(), node_->num_servers())},
-                 std::move(f), {st->value.nbytes()});
+                 std::move(f), {owner->value.nbytes()});
     return;
   }
   std::string out;
-  for (auto& [k, st] : keys) {
+  for (auto& [k, v] : keys) {
     ks.push_back(dist::PsKey(k, node_->rank(), node_->num_servers()));
-    lens.push_back(st->value.nbytes());
-    out.append(static_cast<const char*>(st->value.raw()), st->value.nbytes());
+    lens.push_back(v.value.nbytes());
+    out.append(static_cast<const char*>(v.value.raw()), v.value.nbytes());
   }
   srv->Respond(req, ks, Frame::FromString(std::move(out)), lens);
 }
 
-void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why) {
-  for (auto& r : st.waiting) {
-    try {
-      server_.RespondError(r, kind, why);
-    } catch (const std::exception& e) {
-      PSKV_WARN(node_->Tag() << ": " << e.what());
+// One key of a sync request is done: `st` holds its new value, or null when its
+// round failed. The last key answers the request (one reply for all its keys).
+void DistServer::Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std::string& why) {
+  RoundReq& r = *w.r;
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    if (st) {
+      r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
+    } else if (!r.failed) {
+      r.failed = true;
+      r.kind = kind;
+      r.why = why;
     }
+    if (--r.left > 0) return;
   }
+  try {
+    if (r.failed) {
+      server_.RespondError(r.req, r.kind, r.why);
+    } else {
+      ReplyValues(&server_, r.req, r.done);
+    }
+  } catch (const std::exception& e) {
+    PSKV_WARN(node_->Tag() << ": " << e.what());
+  }
+  r.done.clear();  // releases the values' tokens
+}
+
+void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why) {
+  std::vector<Waiter> waiting = std::move(st.waiting);
   st.waiting.clear();
+  for (auto& w : waiting) Finish(w, nullptr, kind, why);
   st.pushed.clear();
   st.merged = 0;
 }
@@ -190,10 +212,11 @@ std::string DistServer::MissingWorkers(const KeyState& st) const {
   return out;
 }
 
-// Adds one request's value bytes for `st` into st.merge (`first`: overwrite instead).
-void DistServer::Merge(KeyState& st, const KVRequest& req, bool first) {
+// Adds one push's value bytes for `st` into st.merge (`first`: overwrite instead).
+void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
+  const KVRequest& req = w.r->req;
   const Message& m = req.msg;
-  const uint64_t off = 0, len = m.h.vals_len;  // sync pushes carry one key
+  const uint64_t off = w.r->offs[w.index], len = w.r->lens[w.index];
   if (dist::CmdKind(req.cmd) == Kind::kCompressed) {
     if (st.merge.empty()) st.merge = NDArray({st.value.size()}, DType::kFloat32);
     if (first) st.merge.Fill(0);
@@ -288,6 +311,53 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   Exclusive([&] { Process(std::move(req), srv); });
 }
 
+// Adds push `w` to the open round of `key`; completes the round when every worker
+// pushed. On the key's shard (or exclusively).
+void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w) {
+  const int sender = w.r->req.sender;
+  if (st.pushed.empty()) {
+    st.opened = Clock::now();
+    st.next_report = node_->options().stall_warning;
+  }
+  st.pushed.insert(sender);
+  st.waiting.push_back(std::move(w));
+  std::vector<Waiter> waiting;
+  try {
+    obs::StepScope obs_merge("merge", dist::KeyOf(key),  // [observe]
+                             st.waiting.back().r->lens[st.waiting.back().index],
+                             obs::Enabled() ? WorkerName(sender) : std::string(), "in");
+    if (node_->options().sum_in_arrival_order) {
+      Merge(st, st.waiting.back(), st.pushed.size() == 1);
+    } else {
+      // Rank order, as early as possible: add every push whose lower ranks are all
+      // in (so pushes arriving in rank order are added on arrival, as before).
+      for (bool found = true; found && st.merged < node_->num_workers();) {
+        found = false;
+        for (auto& x : st.waiting)
+          if (RankOfId(x.r->req.sender) == st.merged) {
+            Merge(st, x, st.merged == 0);
+            ++st.merged;
+            found = true;
+            break;
+          }
+      }
+    }
+    if (static_cast<int>(st.pushed.size()) < node_->num_workers())
+      return;  // answered when the round completes
+    waiting = std::move(st.waiting);
+    st.waiting.clear();
+    st.pushed.clear();
+    st.merged = 0;
+    obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
+    ApplyRound(key, st);
+  } catch (const std::exception& e) {
+    if (!waiting.empty()) st.waiting = std::move(waiting);
+    FailRound(st, KindOf(e), std::string("update failed: ") + e.what());
+    return;
+  }
+  for (auto& x : waiting) Finish(x, &st, ErrorKind::kGeneric, {});
+}
+
 void DistServer::Process(KVRequest&& req, KVServer* srv) {
   if (int d = node_->options().test_reply_delay_ms)
     std::this_thread::sleep_for(std::chrono::milliseconds(d));
@@ -318,6 +388,8 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
     const uint64_t ps_key = m.key_ptr()[i], len = m.len_ptr()[i];
     const uint64_t key_off = off;
     off += len;
+    if (i > 0 && ps_key <= m.key_ptr()[i - 1])
+      return fail(ErrorKind::kInvalid, "the keys of a request must be strictly ascending");
     const uint64_t local = ps_key - base;  // a wire key: store id and key
     if (ps_key < base || (local & 0xffffffff) > static_cast<uint64_t>(INT32_MAX) ||
         (local >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
@@ -353,7 +425,6 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
                                            std::to_string(key) + " takes " + std::to_string(want) +
                                            " bytes on " + me_name + ", got " + std::to_string(len));
       if (sync_) {
-        if (m.num_keys() != 1) return fail(ErrorKind::kInvalid, "a sync push must carry one key");
         if (st.pushed.count(req.sender))
           return fail(ErrorKind::kUsage,
                       WorkerName(req.sender) + " pushed key " + std::to_string(key) +
@@ -388,53 +459,23 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
   }
   std::vector<std::pair<int64_t, KeyState*>> answer;
   if (req.push && sync_) {
-    const int64_t key = items[0].key;
-    KeyState& st = *items[0].st;
-    if (st.pushed.empty()) {
-      st.opened = Clock::now();
-      st.next_report = node_->options().stall_warning;
-    }
-    st.pushed.insert(req.sender);
+    // Each key joins its round; the request is answered once all of them completed
+    // (one key, or several: a fused message of independent pushes).
+    if (items.empty()) return fail(ErrorKind::kInvalid, "a sync push without keys");
     {  // a push from a worker means it left any barrier it was in
       std::lock_guard<std::mutex> blk(barrier_mu_);
       in_barrier_.erase(req.sender);
     }
-    st.waiting.push_back(std::move(req));
-    std::vector<KVRequest> waiting;
-    try {
-      obs::StepScope obs_merge(
-          "merge", dist::KeyOf(key), items[0].len,  // [observe]
-          obs::Enabled() ? WorkerName(st.waiting.back().sender) : std::string(), "in");
-      if (node_->options().sum_in_arrival_order) {
-        Merge(st, st.waiting.back(), st.pushed.size() == 1);
-      } else {
-        // Rank order, as early as possible: add every push whose lower ranks are all
-        // in (so pushes arriving in rank order are added on arrival, as before).
-        for (bool found = true; found && st.merged < node_->num_workers();) {
-          found = false;
-          for (auto& r : st.waiting)
-            if (RankOfId(r.sender) == st.merged) {
-              Merge(st, r, st.merged == 0);
-              ++st.merged;
-              found = true;
-              break;
-            }
-        }
-      }
-      if (static_cast<int>(st.pushed.size()) < node_->num_workers())
-        return;  // answered when the round completes
-      waiting = std::move(st.waiting);
-      st.waiting.clear();
-      st.pushed.clear();
-      st.merged = 0;
-      obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
-      ApplyRound(key, st);
-    } catch (const std::exception& e) {
-      if (!waiting.empty()) st.waiting = std::move(waiting);
-      FailRound(st, KindOf(e), std::string("update failed: ") + e.what());
-      return;
+    auto r = std::make_shared<RoundReq>();
+    r->req = std::move(req);
+    r->left = items.size();
+    r->done.resize(items.size());
+    for (auto& it : items) {
+      r->keys.push_back(it.key);
+      r->offs.push_back(it.off);
+      r->lens.push_back(it.len);
     }
-    for (auto& r : waiting) Reply(srv, r, {{key, &st}});
+    for (size_t i = 0; i < items.size(); ++i) JoinRound(items[i].key, *items[i].st, Waiter{r, i});
     return;
   }
   for (auto& it : items) {

@@ -6,11 +6,13 @@
 //
 // Sync mode: a round of key K completes when every worker pushed K exactly once;
 // then the optimizer runs on the sum (or, without an optimizer, the sum becomes
-// the value) and every request of the round is answered. A second push by the same
-// worker in one round is an error; so is a round that can no longer complete
-// because a worker already declared itself done (kWorkerDone): its waiting pushes
-// fail with a message naming that worker, instead of hanging (MXNet hung).
-// Async mode: every push is applied at once (an optimizer is required).
+// the value) and every request of the round is answered. A sync push of several
+// keys (a fused message of small keys, kvstore_dist.cc) joins each key's round and
+// is answered once, when the last of them completed (or with the first failure). A second push by
+// the same worker in one round is an error; so is a round that can no longer complete because a
+// worker already declared itself done (kWorkerDone): its waiting pushes fail with a message naming
+// that worker, instead of hanging (MXNet hung). Async mode: every push is applied at once (an
+// optimizer is required).
 //
 // A request is validated whole (every key: ownership, existence, dtype, size, sync
 // rules) before any key of it is applied, so a bad multi-key request changes nothing.
@@ -70,11 +72,34 @@ class DistServer {
 
  private:
   using Clock = std::chrono::steady_clock;
+  /// Keeps a value's memory (and its key's reply token) alive while a reply is sent.
+  struct ReplyOwner {
+    NDArray value;
+    std::shared_ptr<int> token;
+  };
+  /// A sync push (or push-pull) waiting for the rounds of its keys: one key, or
+  /// several (a fused message of independent pushes, possibly of different shards).
+  struct RoundReq {
+    KVRequest req;
+    std::vector<int64_t> keys;  // wire keys, in message order
+    std::vector<uint64_t> offs, lens;
+    std::mutex mu;  // guards the fields below (keys of several shards complete it)
+    size_t left = 0;
+    std::vector<std::pair<int64_t, ReplyOwner>> done;  // per key, once its round completed
+    bool failed = false;
+    ErrorKind kind = ErrorKind::kGeneric;
+    std::string why;
+  };
+  /// Key `index` of a RoundReq, waiting in its key's round.
+  struct Waiter {
+    std::shared_ptr<RoundReq> r;
+    size_t index = 0;
+  };
   struct KeyState {
     NDArray value;
     NDArray merge;  // float32 when compressed or multi-precision, else value's dtype
     std::set<int> pushed;
-    std::vector<KVRequest> waiting;
+    std::vector<Waiter> waiting;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t rounds = 0;
     int merged = 0;            // rank order: pushes of ranks [0, merged) are in `merge`
@@ -114,10 +139,14 @@ class DistServer {
   std::string Command(int sender, int head, const std::string& body);
   std::string CommandLocked(int sender, int head, const std::string& body);
   std::string ReportInit(int sender, const std::string& body);
-  void Merge(KeyState& st, const KVRequest& req, bool first);
+  void Merge(KeyState& st, const Waiter& w, bool first);
+  void JoinRound(int64_t key, KeyState& st, Waiter w);
+  void Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std::string& why);
   void ApplyRound(int64_t key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
              const std::vector<std::pair<int64_t, KeyState*>>& keys);
+  void ReplyValues(KVServer* srv, const KVRequest& req,
+                   const std::vector<std::pair<int64_t, ReplyOwner>>& keys);
   /// The optimizer of the store that `wire_key` belongs to, or null.
   Optimizer* OptimizerOf(int64_t wire_key) const;
   void FailRound(KeyState& st, ErrorKind kind, const std::string& why);
