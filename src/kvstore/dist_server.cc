@@ -62,6 +62,7 @@ void DistServer::StartShards() {
   int n = node_->options().server_threads;
   if (n <= 0) n = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>());
+  if (n == 1) return;  // one thread: the receive thread itself (see Handle)
   for (auto& sh : shards_) sh->thread = std::thread([this, p = sh.get()] { ShardLoop(p); });
 }
 
@@ -285,6 +286,11 @@ void DistServer::ApplyRound(int64_t key, KeyState& st) {
 }
 
 void DistServer::Handle(KVRequest&& req, KVServer* srv) {
+  if (shards_.size() == 1) {
+    // One thread: handle it here, like an exclusive section (no hand-off, no wake-up).
+    std::lock_guard<std::mutex> excl(excl_mu_);
+    return Process(std::move(req), srv);
+  }
   const Message& m = req.msg;
   if (dist::CmdKind(req.cmd) != Kind::kStates && m.num_keys() > 0) {
     // The shard of every key (an out-of-range key fails validation in Process).

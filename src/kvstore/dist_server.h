@@ -44,7 +44,9 @@
 // exclusive sections (sync_, optimizers_, compressor_, done_workers_, init reports,
 // snapshots) is read freely by the shards; in_barrier_ (erased by pushes) has its
 // own lock. Optimizer::Update is safe for different keys at once. Replies are sent
-// from the shard threads (Node::Send is thread-safe).
+// from the shard threads (Node::Send is thread-safe). With one thread
+// (PSKV_SERVER_THREADS=1) there is no shard thread: the receive thread handles every
+// request itself under excl_mu_, as the single-threaded server did.
 #pragma once
 
 #include <chrono>

@@ -651,6 +651,7 @@ class KVStoreDist final : public KVStore {
                   const std::map<int, std::vector<NDArray>>* pushes,
                   const std::map<int, std::vector<NDArray>>* pulls, int priority, const char* op) {
     struct Part {
+      int key;
       KeyMeta* m;
       std::vector<NDArray> vals, dst;
       uint64_t off;
@@ -658,62 +659,66 @@ class KVStoreDist final : public KVStore {
     auto parts = std::make_shared<std::vector<Part>>();
     uint64_t total = 0;
     for (int k : ks) {
-      Part p{metas.at(k), pushes ? pushes->at(k) : std::vector<NDArray>{},
+      Part p{k, metas.at(k), pushes ? pushes->at(k) : std::vector<NDArray>{},
              pulls ? pulls->at(k) : std::vector<NDArray>{}, total};
       total += p.m->lens[0];
       parts->push_back(std::move(p));
     }
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
     const bool push = pushes != nullptr, pull = pulls != nullptr;
-    engine_.Push(ks, priority,
-                 [this, parts, total, obs_t, op, push, pull, priority](Engine::Done done) {
-                   std::vector<uint64_t> ps_keys, lens;
-                   for (auto& p : *parts) {
-                     ps_keys.push_back(p.m->ps_keys[0]);
-                     lens.push_back(p.m->lens[0]);
-                   }
-                   const int cmd = dist::MakeCmd(Kind::kDense, parts->front().m->dtype);
-                   done = obs::Track(op, "fused:" + std::to_string(parts->size()),  // [observe]
-                                     total, obs_t, std::move(done));
-                   Frame vals;
-                   if (push) {
-                     auto buf = std::shared_ptr<char[]>(new char[total]);
-                     for (auto& p : *parts) {
-                       const Frame f = std::get<0>(Prepare(*p.m, p.vals));
-                       std::memcpy(buf.get() + p.off, f.data, f.size);
-                     }
-                     vals.data = buf.get();
-                     vals.size = total;
-                     vals.owner = std::shared_ptr<const void>(buf, buf.get());
-                   }
-                   if (!pull) {
-                     worker_->Push(ps_keys, vals, lens, cmd, done, priority);
-                     return;
-                   }
-                   // The answer lands in one buffer (kept alive by the callback), then
-                   // is copied to each key's outputs.
-                   auto out = std::shared_ptr<char[]>(new char[total]);
-                   auto cb = [parts, out, done = std::move(done)](std::exception_ptr e) {
-                     if (!e) {
-                       try {
-                         for (auto& p : *parts) {
-                           std::memcpy(p.dst[0].raw(), out.get() + p.off, p.m->lens[0]);
-                           for (size_t i = 1; i < p.dst.size(); ++i) {
-                             NDArray o = p.dst[i];
-                             o.CopyFrom(p.dst[0]);
-                           }
-                         }
-                       } catch (...) {
-                         e = std::current_exception();
-                       }
-                     }
-                     done(e);
-                   };
-                   if (push)
-                     worker_->PushPull(ps_keys, vals, lens, out.get(), lens, cmd, cb, priority);
-                   else
-                     worker_->Pull(ps_keys, out.get(), lens, cmd, cb, priority);
-                 });
+    engine_.Push(
+        ks, priority, [this, parts, total, obs_t, op, push, pull, priority](Engine::Done done) {
+          std::vector<uint64_t> ps_keys, lens;
+          for (auto& p : *parts) {
+            ps_keys.push_back(p.m->ps_keys[0]);
+            lens.push_back(p.m->lens[0]);
+          }
+          const int cmd = dist::MakeCmd(Kind::kDense, parts->front().m->dtype);
+          if (obs::Enabled()) {  // [observe] every key as usual, and the message
+            for (auto& p : *parts)
+              done = obs::Track(op, std::to_string(p.key), p.m->lens[0], obs_t, std::move(done));
+            done = obs::Track("fused", std::to_string(parts->size()) + " keys", total, obs_t,
+                              std::move(done));
+          }
+          Frame vals;
+          if (push) {
+            auto buf = std::shared_ptr<char[]>(new char[total]);
+            for (auto& p : *parts) {
+              const Frame f = std::get<0>(Prepare(*p.m, p.vals));
+              std::memcpy(buf.get() + p.off, f.data, f.size);
+            }
+            vals.data = buf.get();
+            vals.size = total;
+            vals.owner = std::shared_ptr<const void>(buf, buf.get());
+          }
+          if (!pull) {
+            worker_->Push(ps_keys, vals, lens, cmd, done, priority);
+            return;
+          }
+          // The answer lands in one buffer (kept alive by the callback), then
+          // is copied to each key's outputs.
+          auto out = std::shared_ptr<char[]>(new char[total]);
+          auto cb = [parts, out, done = std::move(done)](std::exception_ptr e) {
+            if (!e) {
+              try {
+                for (auto& p : *parts) {
+                  std::memcpy(p.dst[0].raw(), out.get() + p.off, p.m->lens[0]);
+                  for (size_t i = 1; i < p.dst.size(); ++i) {
+                    NDArray o = p.dst[i];
+                    o.CopyFrom(p.dst[0]);
+                  }
+                }
+              } catch (...) {
+                e = std::current_exception();
+              }
+            }
+            done(e);
+          };
+          if (push)
+            worker_->PushPull(ps_keys, vals, lens, out.get(), lens, cmd, cb, priority);
+          else
+            worker_->Pull(ps_keys, out.get(), lens, cmd, cb, priority);
+        });
   }
 
   // Completion that copies the first output into the others.
