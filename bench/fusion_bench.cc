@@ -1,14 +1,15 @@
 // pskv-bench fusion: many small keys pushed+pulled in one call, against one big key
-// of the same total size in the same job, with fusion on (the defaults) and off
-// (PSKV_FUSION_KEY_BYTES=0); and ResNet-50's 161 parameter tensors (25.6 M float32,
-// 102 MB) in one call, fused against unfused. Real processes: W workers and one
+// of the same total size, and ResNet-50's 161 parameter tensors (25.6 M float32,
+// 102 MB) in one call — each through two dist stores of the same job, one with fusion
+// (the defaults) and one without (fusion_key_bytes = 0), their calls interleaved so
+// that load from other processes hits both alike. Real processes: W workers and one
 // server started by pskv-launch, dist_sync, no optimizer (the server sums).
 //
-// Ceiling: the big key (one 4 MiB value) in the same job — the goal for 1,000 keys
-// of 4 KiB is a ratio >= 0.5. For ResNet-50 the unfused job is the reference (ratio
-// = unfused time / fused time; >= 1 means no regression).
+// Ceiling: the big key (one 4 MiB value), same job — the goal for 1,000 keys of 4 KiB
+// is a ratio >= 0.5. For ResNet-50 the unfused store is the reference (ratio =
+// unfused time / fused time; >= 1 means no regression).
 //
-//   pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N]
+//   pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]
 // The worker side (run by pskv-launch): pskv-bench fusion-worker [same options].
 #include "bench/fusion_bench.h"
 
@@ -26,6 +27,7 @@
 #include "bench/bench_util.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
+#include "pskv/options.h"
 
 namespace pskv::bench {
 
@@ -72,41 +74,43 @@ std::string SelfExe() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-// Seconds per call (median of `reps`) of one PushPull of keys [first, first+sizes).
-double TimeCall(KVStore& kv, int first, const std::vector<int64_t>& sizes, int reps) {
+// One PushPull call of keys [first, first + sizes) on `kv`, initialised.
+struct Call {
+  KVStore* kv;
   std::vector<int> keys;
   std::vector<NDArray> vals, outs;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    keys.push_back(first + static_cast<int>(i));
-    NDArray v({sizes[i]});
-    v.Fill(1);
-    vals.push_back(v);
-    outs.emplace_back(Shape{sizes[i]});
+  Call(KVStore& store, int first, const std::vector<int64_t>& sizes) : kv(&store) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      keys.push_back(first + static_cast<int>(i));
+      NDArray v({sizes[i]});
+      v.Fill(1);
+      vals.push_back(v);
+      outs.emplace_back(Shape{sizes[i]});
+    }
+    kv->Init(keys, vals);
   }
-  kv.Init(keys, vals);
-  kv.Barrier();
-  const double t = Median(reps, [&] {
-    kv.PushPull(keys, vals, keys, outs);
-    kv.WaitAll();
-  });
-  for (auto& o : outs)
-    if (o.At(o.size() - 1) != static_cast<float>(kv.NumWorkers()))
-      throw Error("pskv-bench fusion: wrong sum");
-  kv.Barrier();
-  return t;
-}
+  double Once() {
+    const auto t0 = std::chrono::steady_clock::now();
+    kv->PushPull(keys, vals, keys, outs);
+    kv->WaitAll();
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (auto& o : outs)
+      if (o.At(o.size() - 1) != static_cast<float>(kv->NumWorkers()))
+        throw Error("pskv-bench fusion: wrong sum");
+    return t;
+  }
+};
 
 struct Result {
   std::map<std::string, double> seconds, bytes;
 };
 
-Result RunJob(int workers, bool fusion, int64_t keys, int64_t key_bytes) {
+Result RunJob(int workers, int64_t keys, int64_t key_bytes, int reps) {
   const std::string exe = SelfExe();
   const std::string launch = exe.substr(0, exe.rfind('/') + 1) + "pskv-launch";
   std::ostringstream cmd;
-  cmd << launch << " -n " << workers << " -s 1 --timeout 600"
-      << (fusion ? "" : " --env PSKV_FUSION_KEY_BYTES=0") << " -- " << exe << " fusion-worker"
-      << " --keys " << keys << " --key-bytes " << key_bytes << " 2>&1";
+  cmd << launch << " -n " << workers << " -s 1 --timeout 600 -- " << exe << " fusion-worker"
+      << " --keys " << keys << " --key-bytes " << key_bytes << " --reps " << reps << " 2>&1";
   FILE* p = ::popen(cmd.str().c_str(), "r");
   if (!p) throw IOError("pskv-bench: cannot run " + launch);
   Result out;
@@ -131,26 +135,37 @@ Result RunJob(int workers, bool fusion, int64_t keys, int64_t key_bytes) {
 int BenchFusionWorker(int argc, char** argv) {
   const int64_t keys = ArgInt(argc, argv, "--keys", 1000);
   const int64_t key_bytes = ArgInt(argc, argv, "--key-bytes", 4096);
-  auto kv = KVStore::Create("dist_sync");
-  auto report = [&](const char* name, const std::vector<int64_t>& sizes, double sec) {
-    int64_t elems = 0;
-    for (auto s : sizes) elems += s;
-    std::printf("FUSION case=%s bytes=%lld seconds=%.6f\n", name, static_cast<long long>(elems * 4),
-                sec);
-    std::fflush(stdout);
-  };
+  const int reps = static_cast<int>(ArgInt(argc, argv, "--reps", 15));
+  Options with = Options::FromEnv(), without = with;
+  without.fusion_key_bytes = 0;
+  auto fused = KVStore::Create("dist_sync", with);
+  auto unfused = KVStore::Create("dist_sync", without);
   const std::vector<int64_t> small(static_cast<size_t>(keys), key_bytes / 4);
   const std::vector<int64_t> big = {keys * key_bytes / 4};
   const std::vector<int64_t> resnet = ResNet50Sizes();
-  // Alternating small and big, twice each, so drift on a busy machine hits both.
-  double t_small = 1e9, t_big = 1e9;
-  for (int rep = 0; rep < 2; ++rep) {
-    t_small = std::min(t_small, TimeCall(*kv, 100000 * (2 * rep + 1), small, 15));
-    t_big = std::min(t_big, TimeCall(*kv, 100000 * (2 * rep + 2), big, 15));
+  std::vector<std::pair<std::string, Call>> calls;
+  calls.emplace_back("small_fused", Call(*fused, 0, small));
+  calls.emplace_back("small_unfused", Call(*unfused, 0, small));
+  calls.emplace_back("big", Call(*fused, 100000, big));
+  calls.emplace_back("resnet50_fused", Call(*fused, 200000, resnet));
+  calls.emplace_back("resnet50_unfused", Call(*unfused, 200000, resnet));
+  fused->Barrier();
+  std::map<std::string, std::vector<double>> t;
+  for (int r = 0; r <= reps; ++r)  // round 0: warm-up
+    for (auto& [name, call] : calls) {
+      const double s = call.Once();
+      if (r) t[name].push_back(s);
+    }
+  for (auto& [name, call] : calls) {
+    auto& v = t[name];
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    int64_t elems = 0;
+    for (auto& a : call.vals) elems += a.size();
+    std::printf("FUSION case=%s bytes=%lld seconds=%.6f\n", name.c_str(),
+                static_cast<long long>(elems * 4), v[v.size() / 2]);
   }
-  report("small", small, t_small);
-  report("big", big, t_big);
-  report("resnet50", resnet, TimeCall(*kv, 500000, resnet, 7));
+  std::fflush(stdout);
+  fused->Barrier();
   return 0;
 }
 
@@ -159,40 +174,32 @@ int BenchFusion(int argc, char** argv) {
   const int workers = static_cast<int>(ArgInt(argc, argv, "--workers", 1));
   const int64_t keys = ArgInt(argc, argv, "--keys", 1000);
   const int64_t key_bytes = ArgInt(argc, argv, "--key-bytes", 4096);
-  const Result on = RunJob(workers, true, keys, key_bytes);
-  const Result off = RunJob(workers, false, keys, key_bytes);
-  auto gbps = [](const Result& r, const std::string& c) {
+  const int reps = static_cast<int>(ArgInt(argc, argv, "--reps", 15));
+  const Result r = RunJob(workers, keys, key_bytes, reps);
+  auto gbps = [&](const std::string& c) {
     return 2 * r.bytes.at(c) / r.seconds.at(c) / 1e9;  // pushed + pulled
   };
-  if (!json)
+  const double on = gbps("small_fused"), off = gbps("small_unfused"), big = gbps("big");
+  const double rn = r.seconds.at("resnet50_fused"), rf = r.seconds.at("resnet50_unfused");
+  if (json) {
     std::printf(
-        "fusion: %d worker(s) + 1 server (processes), dist_sync push+pull in one call;\n"
-        "%lld keys of %lld bytes vs one key of the same total (ceiling, same job), and "
-        "ResNet-50's 161 tensors;\nfusion on (defaults) vs off (PSKV_FUSION_KEY_BYTES=0)\n"
-        "%-8s %12s %12s %12s %12s %8s\n",
-        workers, static_cast<long long>(keys), static_cast<long long>(key_bytes), "fusion",
-        "small GB/s", "big GB/s", "small/big", "resnet ms", "");
-  for (auto* r : {&on, &off}) {
-    const char* name = r == &on ? "on" : "off";
-    const double s = gbps(*r, "small"), b = gbps(*r, "big");
-    if (json)
-      std::printf(
-          "{\"bench\":\"fusion\",\"fusion\":\"%s\",\"workers\":%d,\"keys\":%lld,\"key_bytes\":%lld,"
-          "\"small_gbps\":%.3f,\"ceiling_gbps\":%.3f,\"ratio\":%.3f,\"resnet50_ms\":%.2f}\n",
-          name, workers, static_cast<long long>(keys), static_cast<long long>(key_bytes), s, b,
-          s / b, r->seconds.at("resnet50") * 1e3);
-    else
-      std::printf("%-8s %12.3f %12.3f %12.3f %12.2f\n", name, s, b, s / b,
-                  r->seconds.at("resnet50") * 1e3);
+        "{\"bench\":\"fusion\",\"workers\":%d,\"keys\":%lld,\"key_bytes\":%lld,"
+        "\"fused_gbps\":%.3f,\"unfused_gbps\":%.3f,\"ceiling_gbps\":%.3f,\"ratio\":%.3f,"
+        "\"ratio_unfused\":%.3f,\"resnet50_fused_ms\":%.2f,\"resnet50_unfused_ms\":%.2f,"
+        "\"resnet50_ratio\":%.3f}\n",
+        workers, static_cast<long long>(keys), static_cast<long long>(key_bytes), on, off, big,
+        on / big, off / big, rn * 1e3, rf * 1e3, rf / rn);
+    return 0;
   }
-  const double resnet_ratio = off.seconds.at("resnet50") / on.seconds.at("resnet50");
-  if (json)
-    std::printf(
-        "{\"bench\":\"fusion_resnet50\",\"workers\":%d,\"ratio_unfused_over_fused\":%.3f}\n",
-        workers, resnet_ratio);
-  else
-    std::printf("ResNet-50: unfused time / fused time = %.3f (>= 1: no regression)\n",
-                resnet_ratio);
+  std::printf(
+      "fusion: %d worker(s) + 1 server (processes), dist_sync, push+pull in one call; a fused "
+      "and an\nunfused store of the same job, calls interleaved, median of %d\n"
+      "%lld keys of %lld bytes: fused %.3f GB/s, unfused %.3f GB/s; one key of the same total "
+      "(ceiling): %.3f GB/s\nratio to the ceiling: fused %.3f, unfused %.3f (goal >= 0.5)\n"
+      "ResNet-50 (161 tensors, 102 MB): fused %.2f ms, unfused %.2f ms, unfused/fused %.3f "
+      "(>= 1: no regression)\n",
+      workers, reps, static_cast<long long>(keys), static_cast<long long>(key_bytes), on, off, big,
+      on / big, off / big, rn * 1e3, rf * 1e3, rf / rn);
   return 0;
 }
 

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
         "       pskv-bench strictrounds [--json] [--blocks N] [--rounds N]\n"
         "       pskv-bench scaling [--json] [--min-bytes N] [--max-bytes N] [--threads N] "
         "[--keys N] [--topologies 1x1,2x1,2x2,4x2] [--repeats N]\n"
-        "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N]\n");
+        "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
