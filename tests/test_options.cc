@@ -46,6 +46,9 @@ TEST(Options, ReadsTheEnvironmentContract) {
   g.Set("PS_HEARTBEAT_TIMEOUT", "3");
   g.Set("MXNET_KVSTORE_BIGARRAY_BOUND", "1000");
   g.Set("MXNET_KVSTORE_REDUCTION_NTHREADS", "2");
+  g.Set("PSKV_SERVER_THREADS", "3");
+  g.Set("PSKV_FUSION_KEY_BYTES", "1024");
+  g.Set("PSKV_FUSION_BYTES", "8192");
   Options o = Options::FromEnv();
   EXPECT_EQ(o.role, Role::kServer);
   EXPECT_TRUE(o.role_set);
@@ -60,6 +63,9 @@ TEST(Options, ReadsTheEnvironmentContract) {
   EXPECT_EQ(o.heartbeat_timeout.count(), 3000);
   EXPECT_EQ(o.bigarray_bound, 1000);
   EXPECT_EQ(o.reduction_threads, 2);
+  EXPECT_EQ(o.server_threads, 3);
+  EXPECT_EQ(o.fusion_key_bytes, 1024);
+  EXPECT_EQ(o.fusion_bytes, 8192);
   EXPECT_NO_THROW(o.ValidateForDistributed());
 }
 

@@ -25,6 +25,17 @@ struct Options {
   int64_t bigarray_bound = 1000000;
   /// MXNET_KVSTORE_REDUCTION_NTHREADS: threads used to reduce big arrays.
   int reduction_threads = 4;
+  /// PSKV_SERVER_THREADS: threads a dist server merges, updates and replies with
+  /// (its keys are sharded over them; the node's receive thread only dispatches).
+  /// 0 (default): the cores of this machine, at most 8 (pskv-launch's local mode
+  /// sets each server's share of the cores: cores / processes it starts, at least 1).
+  int server_threads = 0;
+  /// PSKV_FUSION_KEY_BYTES: in one Push/Pull/PushPull call of a dist store, the keys
+  /// of at most this many bytes (held whole by one server, not compressed) that live
+  /// on the same server travel together in fused messages; 0 disables fusion.
+  int64_t fusion_key_bytes = 65536;
+  /// PSKV_FUSION_BYTES: the most value bytes one fused message carries.
+  int64_t fusion_bytes = 1 << 20;
 
   // ---- parameter-server contract (spec 4.1) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

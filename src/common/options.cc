@@ -100,6 +100,9 @@ Options Options::FromEnv() {
   Options o;
   ReadInt("MXNET_KVSTORE_BIGARRAY_BOUND", &o.bigarray_bound, 1, INT64_MAX);
   ReadInt("MXNET_KVSTORE_REDUCTION_NTHREADS", &o.reduction_threads, 1, 1024);
+  ReadInt("PSKV_SERVER_THREADS", &o.server_threads, 0, 256);
+  ReadInt("PSKV_FUSION_KEY_BYTES", &o.fusion_key_bytes, 0, int64_t{1} << 30);
+  ReadInt("PSKV_FUSION_BYTES", &o.fusion_bytes, 1, int64_t{1} << 30);
 
   if (const char* v = Get("DMLC_ROLE")) {
     std::string r = v;

@@ -324,6 +324,14 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     if (!user_set("OPENBLAS_NUM_THREADS"))
       for (auto& c : plan.children)
         c.env["OPENBLAS_NUM_THREADS"] = c.name.rfind("worker", 0) == 0 ? share : "1";
+    // A server's merge/update threads: its share of the cores among all the
+    // processes started here (more threads than cores only adds switching).
+    if (!user_set("PSKV_SERVER_THREADS")) {
+      const std::string server_share =
+          std::to_string(std::max(1u, cores / static_cast<unsigned>(n + S)));
+      for (auto& c : plan.children)
+        if (c.name.rfind("server", 0) == 0) c.env["PSKV_SERVER_THREADS"] = server_share;
+    }
     return plan;
   }
 
