@@ -460,6 +460,42 @@ TEST(Liveness, BusyServerIsNotAFailure) {
 
 // A worker that finishes long before the others (rank 0 evaluating) waits at
 // the final barrier however long PSKV_TIMEOUT is: it is done, not failed.
+// Many short handlers back to back (each shorter than the heartbeat interval,
+// together longer than the heartbeat timeout) are busy time too: the scheduler's
+// heartbeats queued behind them are not its silence.
+TEST(Liveness, ManyShortHandlersAreNotAFailure) {
+  std::atomic<int> pushes{0};
+  auto res = RunJob(
+      1, 1,
+      [&](Node&, KVWorker& w) {
+        std::vector<std::shared_ptr<std::promise<void>>> ps;
+        std::vector<std::future<void>> fs;
+        for (int i = 0; i < 25; ++i) {  // all queued at the server at once
+          auto p = std::make_shared<std::promise<void>>();
+          fs.push_back(p->get_future());
+          std::vector<uint64_t> keys{static_cast<uint64_t>(100 + i)}, lens{4};
+          float one = 1;
+          w.Push(keys, Frame::Copy(&one, 4), lens, 0, [p](std::exception_ptr e) {
+            if (e)
+              p->set_exception(e);
+            else
+              p->set_value();
+          });
+        }
+        for (auto& f : fs) {
+          ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
+          f.get();
+        }
+      },
+      nullptr, nullptr,
+      [&] {
+        ++pushes;
+        std::this_thread::sleep_for(150ms);  // < interval 200 ms; 25 x 150 ms > timeout 2 s
+      });
+  ExpectNoErrors(res);
+  EXPECT_EQ(pushes.load(), 25);
+}
+
 TEST(Liveness, EarlyFinisherWaitsForTheRestOfTheJob) {
   auto res = RunJob(
       1, 2,
