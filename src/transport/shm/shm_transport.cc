@@ -200,13 +200,15 @@ class ShmTransport final : public Transport {
   }
 
   void Disconnect(int peer) override {
+    std::unique_ptr<Out> gone;  // destroyed after its mutex is released
     {
       std::unique_lock<std::shared_mutex> lk(peers_mu_);
       auto it = outs_.find(peer);
       if (it != outs_.end()) {
-        std::lock_guard<std::mutex> g(it->second->mu);
-        Teardown(*it->second);
+        gone = std::move(it->second);
         outs_.erase(it);
+        std::lock_guard<std::mutex> g(gone->mu);
+        Teardown(*gone);
       }
     }
     inner_->Disconnect(peer);
