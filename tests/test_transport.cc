@@ -3,6 +3,7 @@
 // a small ring, so that messages wrap around and stream through it). Then what
 // is particular to shared memory: the switch, mixed peers, a hostile writer, a
 // dead reader.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,7 +12,6 @@
 #include <cstring>
 #include <thread>
 
-#include <dirent.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -71,7 +71,7 @@ TEST_P(TransportSuite, DeliversInOrderWithTheSendersProvenIdentity) {
   auto a = Make(GetParam(), Config(11)), b = Make(GetParam(), Config(22));
   const std::string ep = a->Bind("127.0.0.1", 0);
   b->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   for (int i = 0; i < 200; ++i)
     b->Send(1, {Frame::FromString("m" + std::to_string(i)), Frame::FromString("x")});
   for (int i = 0; i < 200; ++i) {
@@ -92,7 +92,7 @@ TEST_P(TransportSuite, DeliversInOrderWithTheSendersProvenIdentity) {
 TEST_P(TransportSuite, LargeFramesArriveIntact) {
   auto a = Make(GetParam(), Config(11)), b = Make(GetParam(), Config(22));
   const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   std::string big(8 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
   b->Send(1, {Frame::FromString("h"), Frame::FromString(big)});
@@ -105,7 +105,7 @@ TEST_P(TransportSuite, LargeFramesArriveIntact) {
 TEST_P(TransportSuite, AnotherSecretIsRefusedAndTheRefusalIsReported) {
   auto a = Make(GetParam(), Config(11, "right")), b = Make(GetParam(), Config(22, "wrong"));
   const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   b->Send(1, {Frame::FromString("forged")});
   Received in;
   EXPECT_FALSE(RecvWithin(*a, &in, 1500ms)) << "a message passed a failed handshake";
@@ -118,10 +118,54 @@ TEST_P(TransportSuite, OversizedFrameIsNeverDelivered) {
   ca.max_frame = 1 << 20;
   auto a = Make(GetParam(), ca), b = Make(GetParam(), Config(22));
   const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   b->Send(1, {Frame::FromString(std::string((1 << 20) + 1, 'x'))});
   Received in;
   EXPECT_FALSE(RecvWithin(*a, &in, 1000ms));
+}
+
+int OpenFds() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Reconnecting a peer to new endpoints and disconnecting it, again and again,
+// releases every socket of the old connections, their monitors included (each
+// ZeroMQ socket holds a file descriptor), and a replaced connection's late events
+// do not mark the new one down.
+TEST_P(TransportSuite, ReconnectsAndDisconnectsReleaseEverything) {
+  auto a = Make(GetParam(), Config(11)), c = Make(GetParam(), Config(33)),
+       b = Make(GetParam(), Config(22));
+  const std::string ea = a->Bind("127.0.0.1", 0), ec = c->Bind("127.0.0.1", 0);
+  b->Connect(1, ea, 11);
+  b->Send(1, {Frame::FromString("warm-up")});
+  Received in;
+  ASSERT_TRUE(RecvWithin(*a, &in, 5s));
+  std::this_thread::sleep_for(300ms);
+  const int before = OpenFds();
+  for (int i = 0; i < 100; ++i) {
+    b->Connect(1, i % 2 ? ea : ec, i % 2 ? 11 : 33);
+    if (i % 10 == 9) b->Disconnect(1);
+  }
+  b->Connect(1, ea, 11);
+  b->Send(1, {Frame::FromString("after")});
+  ASSERT_TRUE(RecvWithin(*a, &in, 5s));
+  EXPECT_EQ(Str(in.frames[0]), "after");
+  // Bounded wait for the guard thread to close retired monitors and for
+  // lingering sockets to go.
+  int now = OpenFds();
+  for (int i = 0; i < 60 && now > before + 8; ++i) {
+    std::this_thread::sleep_for(50ms);
+    now = OpenFds();
+  }
+  EXPECT_LE(now, before + 8) << "sockets of replaced connections were kept";
+  for (int i = 0; i < 100 && b->DownSince(1) != std::chrono::steady_clock::time_point{}; ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(b->DownSince(1), std::chrono::steady_clock::time_point{});
 }
 
 // A peer that stops answering (here: SIGSTOP, the kernel still holds its TCP
@@ -141,7 +185,7 @@ TEST_P(TransportSuite, KeepaliveReportsAPeerThatStoppedAnswering) {
   cb.keepalive_interval = 200ms;
   cb.keepalive_timeout = 600ms;
   auto b = Make(GetParam(), cb);
-  b->Connect(1, "127.0.0.1:" + std::to_string(port));
+  b->Connect(1, "127.0.0.1:" + std::to_string(port), 11);
   const auto up = [&] { return b->DownSince(1) == std::chrono::steady_clock::time_point{}; };
   auto wait_for = [&](bool want, std::chrono::milliseconds limit) {
     const auto end = std::chrono::steady_clock::now() + limit;
@@ -213,7 +257,7 @@ std::string Pattern(size_t n, int seed) {
 TEST(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
   auto a = Shm(11), b = Shm(22);
   const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   int expected = 0;
   int sent = UntilShm(*a, *b, &expected);
   ASSERT_TRUE(SendsThroughShm(*b, 1)) << "the ring was never taken into use";
@@ -248,7 +292,7 @@ TEST(Shm, MixedPeersUseTcp) {
     auto a = Shm(11, off_side == 0 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto);
     auto b = Shm(22, off_side == 1 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto);
     const std::string ep = a->Bind("127.0.0.1", 0);
-    b->Connect(1, ep);
+    b->Connect(1, ep, 11);
     for (int i = 0; i < 100; ++i) {
       b->Send(1, {Frame::FromString("m" + std::to_string(i))});
       Received in;
@@ -270,7 +314,7 @@ TEST(Shm, GarbageInTheRingIsRefusedAndTcpTakesOver) {
     SCOPED_TRACE("garbage kind " + std::to_string(kind));
     auto a = Shm(11, TransportConfig::Shm::kAuto, 1 << 20), b = Shm(22);
     const std::string ep = a->Bind("127.0.0.1", 0);
-    b->Connect(1, ep);
+    b->Connect(1, ep, 11);
     int expected = 0;
     int sent = UntilShm(*a, *b, &expected);
     ASSERT_TRUE(SendsThroughShm(*b, 1));
@@ -309,7 +353,7 @@ TEST(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
   pid_t writer = ::fork();
   if (writer == 0) {
     auto b = Shm(22);
-    b->Connect(1, "127.0.0.1:" + std::to_string(port));
+    b->Connect(1, "127.0.0.1:" + std::to_string(port), 11);
     for (int i = 0; i < 1000 && !SendsThroughShm(*b, 1); ++i) {
       b->Send(1, {Frame::FromString("p")});
       std::this_thread::sleep_for(10ms);
@@ -362,7 +406,7 @@ TEST(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
   cb.keepalive_interval = 200ms;
   cb.keepalive_timeout = 600ms;
   auto b = CreateTransport("shm", cb);
-  b->Connect(1, "127.0.0.1:" + std::to_string(dead_port));
+  b->Connect(1, "127.0.0.1:" + std::to_string(dead_port), 11);
   for (int i = 0; i < 1000 && !SendsThroughShm(*b, 1); ++i) {
     b->Send(1, {Frame::FromString("p")});
     std::this_thread::sleep_for(10ms);

@@ -129,6 +129,7 @@ struct Out {
   std::mutex mu;
   enum State { kPlain, kOffered, kActive, kDown, kOff } state = kPlain;
   std::string endpoint;
+  uint64_t token = 0;  // the identity the peer proves (Connect)
   std::unique_ptr<Ring> ring;
   int peer_pipe = -1;  // the reader's wake-up pipe
   uint64_t head = 0;   // private copy of the ring's head
@@ -182,17 +183,18 @@ class ShmTransport final : public Transport {
 
   std::string Bind(const std::string& host, int port) override { return inner_->Bind(host, port); }
 
-  void Connect(int peer, const std::string& endpoint) override {
-    inner_->Connect(peer, endpoint);
+  void Connect(int peer, const std::string& endpoint, uint64_t token) override {
+    inner_->Connect(peer, endpoint, token);
     std::unique_lock<std::shared_mutex> lk(peers_mu_);
     auto& o = outs_[peer];
-    if (o && o->endpoint == endpoint) return;
+    if (o && o->endpoint == endpoint && o->token == token) return;
     if (o) {
       std::lock_guard<std::mutex> g(o->mu);
       Teardown(*o);
     }
     o = std::make_unique<Out>();
     o->endpoint = endpoint;
+    o->token = token;
     if (WantShm(endpoint)) {
       std::lock_guard<std::mutex> g(o->mu);
       Offer(peer, *o, false);
