@@ -134,6 +134,7 @@ struct Out {
   int peer_pipe = -1;  // the reader's wake-up pipe
   uint64_t head = 0;   // private copy of the ring's head
   bool seen_up = false;
+  Clock::time_point retry_after{};  // kDown: no new offer before then
   std::deque<OutMsg> pending;
 };
 
@@ -376,7 +377,20 @@ class ShmTransport final : public Transport {
     o.head = 0;
     o.seen_up = up;
     o.state = Out::kOffered;
-    inner_->Send(peer, {Frame::Copy(&w, sizeof w)});
+    if (!SendControl(peer, o, w)) o.state = Out::kDown;  // offered again once it is up
+  }
+
+  // Sends an OFFER or SWITCH over ZeroMQ. A failure (the connection is being
+  // replaced or was refused) gives the ring up; false then. Under o.mu.
+  bool SendControl(int peer, Out& o, const CtlWire& w) {
+    try {
+      inner_->Send(peer, {Frame::Copy(&w, sizeof w)});
+      return true;
+    } catch (const Error&) {
+      Teardown(o);
+      o.retry_after = Clock::now() + 1s;
+      return false;
+    }
   }
 
   // Gives the ring up: the reader drains what was written, then drops it.
@@ -396,7 +410,7 @@ class ShmTransport final : public Transport {
     if (o.state == Out::kPlain || o.state == Out::kOff) return;
     const bool up = inner_->DownSince(peer) == Clock::time_point{};
     if (o.state == Out::kDown) {
-      if (up) Offer(peer, o, true);
+      if (up && Clock::now() >= o.retry_after) Offer(peer, o, true);
       return;
     }
     if (!up) {
@@ -423,7 +437,11 @@ class ShmTransport final : public Transport {
       std::memcpy(w.magic, kCtlMagic, sizeof w.magic);
       w.type = kSwitch;
       std::memcpy(w.nonce, o.ring->nonce().data(), sizeof w.nonce);
-      inner_->Send(peer, {Frame::Copy(&w, sizeof w)});
+      if (!SendControl(peer, o, w)) {
+        o.state = Out::kDown;
+        o.seen_up = false;
+        return;
+      }
       o.state = Out::kActive;
       PSKV_DEBUG("messages to node " << peer << " now go through shared memory");
       return;
