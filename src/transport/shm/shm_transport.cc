@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -454,10 +455,14 @@ class ShmTransport final : public Transport {
     }
   }
 
-  // Copies pending bytes into the ring as far as it has space. Under o.mu.
-  void WriteSome(Out& o) {
+  // Copies pending bytes into the ring as far as it has space, at most one ring's
+  // worth per call so that o.mu (and the Send callers and heartbeats waiting for
+  // it) is never held for long; the writer thread carries on. Returns the bytes
+  // written. Under o.mu.
+  uint64_t WriteSome(Out& o) {
     Shared* s = o.ring->shared();
     const uint64_t cap = o.ring->capacity();
+    uint64_t written = 0;
     for (;;) {
       const uint64_t tail = A(s->tail).load(std::memory_order_seq_cst);
       if (tail > o.head || o.head - tail > cap) {  // the reader is not a pskv node
@@ -465,17 +470,18 @@ class ShmTransport final : public Transport {
                          "a shared-memory reader wrote an invalid position; using TCP");
         Teardown(o);
         o.state = Out::kOff;
-        return;
+        return written;
       }
       uint64_t space = cap - (o.head - tail);
       const uint64_t start = o.head;
-      while (space && !o.pending.empty()) {
+      while (space && !o.pending.empty() && written < cap) {
         OutMsg& m = o.pending.front();
         auto [p, len] = m.Piece(m.piece);
-        const uint64_t n = std::min(len - m.offset, space);
+        const uint64_t n = std::min({len - m.offset, space, cap - written});
         if (n) o.ring->CopyIn(o.head, p + m.offset, n);
         o.head += n;
         space -= n;
+        written += n;
         m.offset += n;
         if (m.offset == len) {
           m.offset = 0;
@@ -486,23 +492,29 @@ class ShmTransport final : public Transport {
         A(s->head).store(o.head, std::memory_order_seq_cst);
         if (A(s->consumer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(o.peer_pipe);
       }
-      if (o.pending.empty()) return;
+      if (o.pending.empty()) return written;
+      if (written >= cap) {  // enough for one turn: the writer thread goes on
+        Signal(tx_wr_);
+        return written;
+      }
       // Full: ask the reader for a wake-up, then look once more (it may have
       // freed space before seeing the request).
       A(s->producer_waiting).store(1, std::memory_order_seq_cst);
-      if (A(s->tail).load(std::memory_order_seq_cst) == tail) return;
+      if (A(s->tail).load(std::memory_order_seq_cst) == tail) return written;
     }
   }
 
   void WriterLoop() {
     while (!stop_) {
+      bool progress = false;
       {
         std::shared_lock<std::shared_mutex> lk(peers_mu_);
         for (auto& [id, o] : outs_) {
           std::lock_guard<std::mutex> g(o->mu);
-          if (o->state == Out::kActive && !o->pending.empty()) WriteSome(*o);
+          if (o->state == Out::kActive && !o->pending.empty()) progress |= WriteSome(*o) > 0;
         }
       }
+      if (progress) continue;  // the locks were released in between; more may fit now
       pollfd p{tx_rd_, POLLIN, 0};
       ::poll(&p, 1, 100);  // bounded: also notices stop_
       Drain(tx_rd_);
