@@ -34,6 +34,37 @@ std::string LinkOf(int fd) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// Opens the file a peer named as /proc/<pid>/fd/<fd> in two steps, so that what
+// it names cannot act on us before it is checked: first O_PATH (no driver open —
+// a tty or a FUSE file held by some process of this user can neither block us
+// nor become our controlling terminal), then `ok` checks that handle, then the
+// same file is reopened for I/O through it and verified to be the same inode.
+// Returns the I/O descriptor, or -1 with *why set.
+template <typename Check>
+int OpenPeerFile(int pid, int fd, int flags, Check ok, std::string* why) {
+  const int pfd = ::open(ProcFd(pid, fd).c_str(), O_PATH | O_CLOEXEC);
+  if (pfd < 0) {
+    *why = "cannot open the peer's descriptor (" + Errno() +
+           "): another host, container or user, or /proc is not mounted";
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(pfd, &st) != 0 || !ok(pfd, st)) {
+    ::close(pfd);
+    return -1;
+  }
+  const int f =
+      ::open(ProcFd(static_cast<int>(::getpid()), pfd).c_str(), flags | O_NOCTTY | O_CLOEXEC);
+  ::close(pfd);
+  struct stat st2 {};
+  if (f < 0 || ::fstat(f, &st2) != 0 || st2.st_ino != st.st_ino || st2.st_dev != st.st_dev) {
+    if (f >= 0) ::close(f);
+    *why = "the peer's descriptor changed while it was checked";
+    return -1;
+  }
+  return f;
+}
+
 bool ValidCapacity(uint64_t c) {
   return c >= kMinCapacity && c <= kMaxCapacity && (c & (c - 1)) == 0;
 }
@@ -84,25 +115,25 @@ std::unique_ptr<Ring> Ring::Attach(int pid, int fd, uint64_t capacity, const Non
     return nullptr;
   }
   std::unique_ptr<Ring> r(new Ring);
-  r->fd_ = ::open(ProcFd(pid, fd).c_str(), O_RDWR | O_CLOEXEC);
-  if (r->fd_ < 0) {
-    *why = "cannot open the peer's segment (" + Errno() +
-           "): another host, container or user, or /proc is not mounted";
-    return nullptr;
-  }
-  // Only the memfd named by the offer's nonce: the peer cannot point us at any
-  // other file of its process.
-  if (LinkOf(r->fd_) != "/memfd:pskv-" + NonceHex(nonce) + " (deleted)") {
-    *why = "the offered file is not the announced segment";
-    return nullptr;
-  }
-  struct stat st {};
   const uint64_t size = kControlBytes + capacity;
-  if (::fstat(r->fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-      static_cast<uint64_t>(st.st_size) != size) {
-    *why = "the segment's size or owner is not as announced";
-    return nullptr;
-  }
+  r->fd_ = OpenPeerFile(
+      pid, fd, O_RDWR,
+      [&](int pfd, const struct stat& st) {
+        // Only the memfd named by the offer's nonce: the peer cannot point us at
+        // any other file of its process.
+        if (LinkOf(pfd) != "/memfd:pskv-" + NonceHex(nonce) + " (deleted)") {
+          *why = "the offered file is not the announced segment";
+          return false;
+        }
+        if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+            static_cast<uint64_t>(st.st_size) != size) {
+          *why = "the segment's size or owner is not as announced";
+          return false;
+        }
+        return true;
+      },
+      why);
+  if (r->fd_ < 0) return nullptr;
   const int seals = ::fcntl(r->fd_, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || (seals & F_SEAL_GROW) == 0) {
     *why = "the segment is not sealed (it could be truncated under us)";
@@ -149,18 +180,14 @@ int OpenPeerPipe(int pid, int fd, std::string* why) {
   }
   // Read-write: the pipe then always has a reader (us), so writing to it after
   // its owner died fills it (EAGAIN) instead of raising SIGPIPE.
-  const int f = ::open(ProcFd(pid, fd).c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  if (f < 0) {
-    *why = "cannot open the peer's wake-up pipe: " + Errno();
-    return -1;
-  }
-  struct stat st {};
-  if (::fstat(f, &st) != 0 || !S_ISFIFO(st.st_mode) || st.st_uid != ::geteuid()) {
-    ::close(f);
-    *why = "the peer's wake-up channel is not a pipe";
-    return -1;
-  }
-  return f;
+  return OpenPeerFile(
+      pid, fd, O_RDWR | O_NONBLOCK,
+      [&](int, const struct stat& st) {
+        if (S_ISFIFO(st.st_mode) && st.st_uid == ::geteuid()) return true;
+        *why = "the peer's wake-up channel is not a pipe of this user";
+        return false;
+      },
+      why);
 }
 
 }  // namespace pskv::shm

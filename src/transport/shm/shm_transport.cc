@@ -103,9 +103,12 @@ void Signal(int fd) {
   [[maybe_unused]] ssize_t n = ::write(fd, &b, 1);  // EAGAIN: a wake-up is pending anyway
 }
 
+// Empties a wake-up pipe — bounded: a peer that keeps writing into it cannot keep
+// the caller here (what is left makes the next poll return at once; the rings'
+// shared flags, not the bytes, say what is to be done).
 void Drain(int fd) {
-  char buf[256];
-  while (::read(fd, buf, sizeof buf) > 0) {
+  char buf[4096];
+  for (int i = 0; i < 16 && ::read(fd, buf, sizeof buf) == static_cast<ssize_t>(sizeof buf); ++i) {
   }
 }
 
