@@ -48,12 +48,23 @@ using dist::Kind;
 // stores get ids 0, 1, ... in creation order — every worker must create them in
 // the same order — and their keys travel in separate namespaces (dist::WireKey).
 // The last store to close ends the node.
+//
+// A process may also hold several worker *nodes* of one job (tests and benchmarks
+// run a whole job as threads): stores are grouped by (scheduler address, rank hint),
+// so stores created with different rank hints (DMLC_TASK_ID) are different workers.
+// Starting a node (registration) and ending it (the final barrier) wait for the other
+// nodes of the job, so neither runs under g_shared_mu: with two worker nodes in one
+// process, the second could otherwise never register, or never reach the final
+// barrier the first one waits in.
 struct SharedNode {
   Options options;
   std::mutex mu;              // engines
   std::set<Engine*> engines;  // poisoned when a peer fails
   bool async = false;
-  int next_store = 0;          // under g_shared_mu
+  int next_store = 0;   // under g_shared_mu
+  std::mutex start_mu;  // start_done, start_error, started
+  bool start_done = false;
+  std::exception_ptr start_error;
   std::unique_ptr<Node> node;  // destroyed before the members above
   std::unique_ptr<KVWorker> worker;
   bool started = false;  // Start() succeeded: the node must say goodbye
@@ -79,7 +90,13 @@ struct SharedNode {
 };
 
 std::mutex g_shared_mu;
-std::weak_ptr<SharedNode> g_shared;
+// (scheduler address, rank hint) -> the worker node of those stores; expired entries
+// are dropped at the next lookup (the map holds at most the nodes alive at once).
+std::map<std::string, std::weak_ptr<SharedNode>> g_shared;
+
+std::string SharedNodeKey(const Options& o) {
+  return o.root_uri + ":" + std::to_string(o.root_port) + "#" + std::to_string(o.rank_hint);
+}
 
 class KVStoreDist final : public KVStore {
  public:
@@ -89,7 +106,10 @@ class KVStoreDist final : public KVStore {
         reducer_(options_.bigarray_bound, options_.reduction_threads) {
     {
       std::lock_guard<std::mutex> lk(g_shared_mu);
-      shared_ = g_shared.lock();
+      for (auto it = g_shared.begin(); it != g_shared.end();)
+        it = it->second.expired() ? g_shared.erase(it) : std::next(it);
+      auto& slot = g_shared[SharedNodeKey(options_)];
+      shared_ = slot.lock();
       if (!shared_) {
         auto sn = std::make_shared<SharedNode>();
         sn->options = options_;
@@ -101,17 +121,29 @@ class KVStoreDist final : public KVStore {
           std::lock_guard<std::mutex> lk(raw->mu);
           for (Engine* en : raw->engines) en->Poison(e);
         });
-        sn->node->Start();
-        sn->started = true;
-        SetLogName(sn->node->Tag());
         shared_ = sn;
-        g_shared = sn;
+        slot = sn;
       } else if (shared_->async != async_) {
         throw UsageError("the dist stores of one process must all be sync or all async ('" + type_ +
                          "' after a " + (shared_->async ? "async" : "sync") + " store)");
       }
       store_id_ = shared_->next_store++;
       if (store_id_ >= dist::kMaxStores) throw UsageError("too many dist stores in one process");
+    }
+    {
+      // Registration waits for the whole job: outside g_shared_mu (see SharedNode).
+      std::lock_guard<std::mutex> lk(shared_->start_mu);
+      if (!shared_->start_done) {
+        shared_->start_done = true;
+        try {
+          shared_->node->Start();
+          shared_->started = true;
+          SetLogName(shared_->node->Tag());
+        } catch (...) {
+          shared_->start_error = std::current_exception();
+        }
+      }
+      if (shared_->start_error) std::rethrow_exception(shared_->start_error);
     }
     node_ = shared_->node.get();
     worker_ = shared_->worker.get();
@@ -153,8 +185,9 @@ class KVStoreDist final : public KVStore {
       std::lock_guard<std::mutex> lk(shared_->mu);
       shared_->engines.erase(&engine_);
     }
-    std::lock_guard<std::mutex> lk(g_shared_mu);
-    shared_.reset();  // the last store of the process says goodbye and ends the node
+    // The last store of the node says goodbye and ends it: the final barrier waits for
+    // the other nodes, so not under g_shared_mu (see SharedNode).
+    shared_.reset();
   }
 
   int Rank() const override { return node_->rank(); }
