@@ -68,3 +68,16 @@ TEST(DistKVStore, OptimizerStatesSaveAndLoad) {
 TEST(DistKVStore, InitShapeMismatchFailsEveryWorker) {
   EXPECT_EQ(Launch(2, 1, "shape_mismatch"), 0);
 }
+
+// row_sparse keys (issue 15): MXNet's dist_sync row_sparse checks with 4 workers and
+// 2 servers (the big table sliced by row range over both), sums without optimizer,
+// and dist_async.
+TEST(DistKVStore, RowSparseSync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sparse_sync", "", 3), 0);
+}
+TEST(DistKVStore, RowSparseNoOptimizerSums) {
+  EXPECT_EQ(Launch(4, 2, "sparse_no_optimizer", "", 3), 0);
+}
+TEST(DistKVStore, RowSparseAsync) {
+  EXPECT_EQ(Launch(4, 2, "sparse_async", "", 5), 0);
+}

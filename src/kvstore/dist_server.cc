@@ -174,6 +174,8 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   const int dt = dist::CmdDType(req.cmd);
   auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
   if (kind == Kind::kStates) return HandleStates(std::move(req), srv);
+  if (kind == Kind::kSparseInit || kind == Kind::kSparsePush || kind == Kind::kSparsePull)
+    return HandleSparse(std::move(req), srv);
   if (!IsValidDType(dt) ||
       (kind != Kind::kDense && kind != Kind::kInit && kind != Kind::kCompressed))
     return fail(ErrorKind::kInvalid,
@@ -200,6 +202,10 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       return fail(ErrorKind::kInvalid,
                   "key " + std::to_string(ps_key) + " does not belong to " + me_name);
     const int64_t key = static_cast<int64_t>(local);
+    if (sparse_.Holds(key))
+      return fail(ErrorKind::kUsage, "key " + std::to_string(dist::KeyOf(key)) +
+                                         " is row_sparse: it is pushed as row_sparse and read "
+                                         "with row_sparse_pull, never as a dense array");
     auto it = store_.find(key);
     if (kind == Kind::kInit) {
       if (it != store_.end())
@@ -342,6 +348,33 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
   Reply(srv, req, answer);
 }
 
+// A row_sparse request: one key (this server's rows of it), handled by sparse_.
+void DistServer::HandleSparse(KVRequest&& req, KVServer* srv) {
+  const Message& m = req.msg;
+  const uint64_t base = KVWorker::ServerRange(node_->rank(), node_->num_servers()).first;
+  const uint64_t local = m.num_keys() == 1 ? m.key_ptr()[0] - base : 0;
+  if (!IsValidDType(dist::CmdDType(req.cmd)) || m.num_keys() != 1 || m.key_ptr()[0] < base ||
+      (local & 0xffffffff) > static_cast<uint64_t>(INT32_MAX) ||
+      (local >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
+    return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
+  const int64_t key = static_cast<int64_t>(local);
+  if (store_.count(key))
+    return srv->RespondError(
+        req, ErrorKind::kUsage,
+        "key " + std::to_string(dist::KeyOf(key)) +
+            " is dense (storage type default): a row_sparse request for it mixes storage "
+            "types, which MXNet's rule forbids");
+  SparseServer::Context ctx;
+  ctx.sync = sync_;
+  ctx.optimizer = OptimizerOf(key);
+  ctx.num_workers = node_->num_workers();
+  ctx.done_workers = done_workers_;
+  ctx.worker_name = [this](int id) { return WorkerName(id); };
+  ctx.rank_of = [](int id) { return RankOfId(id); };
+  if (req.push && sync_) in_barrier_.erase(req.sender);  // it left any barrier it was in
+  sparse_.Handle(key, std::move(req), srv, ctx);
+}
+
 // Optimizer states as data: a pull returns the snapshot taken by kStatesSize (and
 // drops it), a push loads states after checking them against the stored weights.
 void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
@@ -435,6 +468,7 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
     case dist::kWorkerDone:
       done_workers_.insert(sender);
       in_barrier_.erase(sender);
+      sparse_.WorkerDone(sender, &server_, [this](int id) { return WorkerName(id); });
       for (auto& [key, st] : store_)
         if (!st.waiting.empty() && !st.pushed.count(sender))
           FailRound(st, ErrorKind::kUsage,

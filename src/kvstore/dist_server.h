@@ -44,6 +44,7 @@
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/reduce.h"
+#include "kvstore/sparse_server.h"
 #include "ps/kv_app.h"
 #include "pskv/optimizer.h"
 
@@ -75,6 +76,7 @@ class DistServer {
   };
   void Handle(KVRequest&& req, KVServer* srv);
   void HandleStates(KVRequest&& req, KVServer* srv);
+  void HandleSparse(KVRequest&& req, KVServer* srv);
   std::string Command(int sender, int head, const std::string& body);
   std::string ReportInit(int sender, const std::string& body);
   void Merge(KeyState& st, const KVRequest& req, bool first);
@@ -102,6 +104,7 @@ class DistServer {
   std::map<int, std::unique_ptr<Optimizer>> optimizers_;
   std::unique_ptr<GradientCompressor> compressor_;
   std::map<int64_t, KeyState> store_;
+  SparseServer sparse_;  // row_sparse keys (they are never in store_)
   std::set<int> done_workers_;
   std::map<int64_t, InitRecord> init_reports_;     // wire key -> first report (bounded by #keys)
   std::map<int64_t, std::string> init_conflicts_;  // wire key -> first disagreement

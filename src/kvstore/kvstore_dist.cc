@@ -36,6 +36,7 @@
 #include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "pskv/error.h"
+#include "sparse/sparse_ops.h"
 
 namespace pskv {
 
@@ -344,6 +345,11 @@ class KVStoreDist final : public KVStore {
     // worker pulled since its last push.
     int64_t pushes = 0;
     bool pulled = true;
+    // row_sparse key: rows of row_size elements, sliced by row range over `ranges`
+    // (ps_keys[i] is ranges[i]'s server).
+    bool sparse = false;
+    int64_t rows = 0, row_size = 0;
+    std::vector<dist::RowRange> ranges;
   };
 
   KeyMeta& Meta(int key, const char* op) {
@@ -525,6 +531,201 @@ class KVStoreDist final : public KVStore {
     }
   }
 
+  // ---- row_sparse keys: one request per call, one key per server (sparse_server.h
+  // ---- describes the values); every server holding rows gets each push, also an
+  // ---- empty one (its part of a sync round).
+  void InitRowSparseImpl(int key, const RowSparseNDArray& value) override {
+    KeyMeta* meta;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (keys_.count(key)) throw KeyError("duplicate init of key " + KeyName(key));
+      if (compressor_) throw SparseWithCompression(KeyName(key));
+      auto m = std::make_unique<KeyMeta>();
+      m->shape = value.shape();
+      m->dtype = value.dtype();
+      m->size = NumElements(value.shape());
+      m->sparse = true;
+      m->rows = value.num_rows();
+      m->row_size = value.RowSize();
+      if (m->rows == 0 || m->row_size == 0)
+        throw ShapeError("Init of row_sparse key " + KeyName(key) + " with an empty shape " +
+                         ShapeToString(value.shape()));
+      m->ranges =
+          dist::PlaceRows(key, m->rows, m->row_size, node_->num_servers(), options_.bigarray_bound);
+      for (auto& r : m->ranges)
+        m->ps_keys.push_back(
+            dist::PsKey(dist::WireKey(store_id_, key), r.server, node_->num_servers()));
+      meta = m.get();
+      keys_.emplace(key, std::move(m));
+    }
+    // As InitImpl: reports, rank 0 initialises, barrier, check.
+    const int64_t wid = dist::WireKey(store_id_, key);
+    payload::InitReport report;
+    report.entries.push_back({wid, KeyName(key), DTypeName(value.dtype()) + " row_sparse",
+                              ShapeToString(value.shape())});
+    Command(dist::kReportInit, payload::EncodeInitReport(report), {ServerId(0)});
+    std::exception_ptr err;
+    if (node_->rank() == 0) {
+      try {
+        const NDArray dense = value.ToDense();
+        const uint64_t es = DTypeSize(meta->dtype), rb = meta->row_size * es;
+        std::vector<uint64_t> lens;
+        uint64_t total = 0;
+        for (auto& r : meta->ranges) {
+          lens.push_back(16 + r.count * rb);
+          total += lens.back();
+        }
+        auto buf = std::make_shared<std::string>(total, '\0');
+        char* p = buf->data();
+        for (auto& r : meta->ranges) {
+          const uint64_t head[2] = {static_cast<uint64_t>(r.count),
+                                    static_cast<uint64_t>(meta->row_size)};
+          std::memcpy(p, head, 16);
+          std::memcpy(p + 16, static_cast<const char*>(dense.raw()) + r.begin * rb, r.count * rb);
+          p += 16 + r.count * rb;
+        }
+        Frame f;
+        f.data = buf->data();
+        f.size = buf->size();
+        f.owner = buf;
+        auto done = std::make_shared<Completion>();
+        auto ts =
+            worker_->Push(meta->ps_keys, f, lens, dist::MakeCmd(Kind::kSparseInit, meta->dtype),
+                          Completion::Callback(done));
+        Await(ts, done, "init of row_sparse key " + KeyName(key));
+      } catch (const std::exception& e) {
+        err = std::current_exception();
+        payload::InitReport failures;
+        failures.failures.push_back({wid, e.what()});
+        if (!broken_)
+          Command(dist::kReportInit, payload::EncodeInitReport(failures), {ServerId(0)});
+      }
+    }
+    if (broken_ && err) std::rethrow_exception(err);
+    WorkerBarrier();
+    Command(dist::kCheckInit, payload::EncodeCheckInit({wid}), {ServerId(0)});
+    if (err) std::rethrow_exception(err);
+  }
+
+  KeyMeta& SparseMeta(int key, const char* op) {
+    KeyMeta& m = Meta(key, op);
+    if (!m.sparse) throw SparseUseOfDenseKey(op, KeyName(key));
+    return m;
+  }
+
+  void PushRowSparseImpl(int key, const std::vector<RowSparseNDArray>& values,
+                         int priority) override {
+    CheckAsyncHasOptimizer();
+    KeyMeta* m;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      m = &SparseMeta(key, "Push of a row_sparse value");
+      for (auto& v : values)
+        CheckSparseMatches(v.shape(), v.dtype(), m->shape, m->dtype, "pushed row_sparse value",
+                           KeyName(key));
+    }
+    const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+    engine_.Push({key}, priority, [this, key, m, values, obs_t, priority](Engine::Done done) {
+      const RowSparseNDArray sum = sparse::Sum(values);
+      const int64_t* ids = sum.indices().data<int64_t>();
+      const int64_t nnz = sum.nnz();
+      const uint64_t es = DTypeSize(m->dtype), rb = m->row_size * es;
+      std::vector<uint64_t> lens;
+      uint64_t total = 0;
+      std::vector<std::pair<int64_t, int64_t>> parts;  // [first, last) of ids per range
+      for (auto& r : m->ranges) {
+        const int64_t a = std::lower_bound(ids, ids + nnz, r.begin) - ids;
+        const int64_t b = std::lower_bound(ids, ids + nnz, r.begin + r.count) - ids;
+        parts.emplace_back(a, b);
+        lens.push_back(16 + (b - a) * (8 + rb));
+        total += lens.back();
+      }
+      auto buf = std::make_shared<std::string>(total, '\0');
+      char* p = buf->data();
+      for (size_t i = 0; i < m->ranges.size(); ++i) {
+        const auto [a, b] = parts[i];
+        const uint64_t head[2] = {static_cast<uint64_t>(b - a), static_cast<uint64_t>(m->row_size)};
+        std::memcpy(p, head, 16);
+        p += 16;
+        for (int64_t j = a; j < b; ++j, p += 8) {
+          const int64_t local = ids[j] - m->ranges[i].begin;
+          std::memcpy(p, &local, 8);
+        }
+        std::memcpy(p, static_cast<const char*>(sum.data().raw()) + a * rb, (b - a) * rb);
+        p += (b - a) * rb;
+      }
+      Frame f;
+      f.data = buf->data();
+      f.size = buf->size();
+      f.owner = buf;
+      done = obs::Track("push", std::to_string(key), f.size, obs_t, std::move(done));  // [observe]
+      worker_->Push(m->ps_keys, f, lens, dist::MakeCmd(Kind::kSparsePush, m->dtype), done,
+                    priority);
+    });
+  }
+
+  void RowSparsePullImpl(int key, const std::vector<RowSparseNDArray>& outs,
+                         const std::vector<NDArray>& row_ids, int priority) override {
+    KeyMeta* m;
+    std::vector<NDArray> ids;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      m = &SparseMeta(key, "RowSparsePull");
+      for (size_t i = 0; i < outs.size(); ++i) {
+        CheckSparseMatches(outs[i].shape(), outs[i].dtype(), m->shape, m->dtype,
+                           "row_sparse_pull output", KeyName(key));
+        ids.push_back(CanonicalRowIds(row_ids[i], m->rows));
+      }
+    }
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+      engine_.Push(
+          {key}, priority,
+          [this, key, m, out = outs[i], want = ids[i], obs_t, priority](Engine::Done done) {
+            const int64_t* id = want.data<int64_t>();
+            const int64_t nnz = want.size();
+            const uint64_t rb = m->row_size * DTypeSize(m->dtype);
+            Shape rs = m->shape;
+            rs[0] = nnz;
+            NDArray rows(rs, m->dtype);
+            std::vector<uint64_t> keys, lens, out_lens;
+            std::string req;
+            for (size_t r = 0; r < m->ranges.size(); ++r) {
+              const auto& rg = m->ranges[r];
+              const int64_t a = std::lower_bound(id, id + nnz, rg.begin) - id;
+              const int64_t b = std::lower_bound(id, id + nnz, rg.begin + rg.count) - id;
+              if (a == b) continue;  // this server holds none of the rows
+              keys.push_back(m->ps_keys[r]);
+              const uint64_t n = static_cast<uint64_t>(b - a);
+              req.append(reinterpret_cast<const char*>(&n), 8);
+              for (int64_t j = a; j < b; ++j) {
+                const int64_t local = id[j] - rg.begin;
+                req.append(reinterpret_cast<const char*>(&local), 8);
+              }
+              lens.push_back(8 + n * 8);
+              out_lens.push_back(n * rb);
+            }
+            KVWorker::Callback finish = [out, want, rows, done](std::exception_ptr e) {
+              if (!e) {
+                try {
+                  RowSparseNDArray o = out;
+                  o.Assign(RowSparseNDArray::FromRows(o.shape(), want, rows));
+                } catch (...) {
+                  e = std::current_exception();
+                }
+              }
+              done(e);
+            };
+            if (keys.empty()) return finish(nullptr);                        // no rows asked for
+            auto track = obs::Track("row_sparse_pull", std::to_string(key),  // [observe]
+                                    rows.nbytes(), obs_t, std::move(finish));
+            worker_->PushPull(
+                keys, Frame::FromString(std::move(req)), lens, static_cast<char*>(rows.raw()),
+                out_lens, dist::MakeCmd(Kind::kSparsePull, m->dtype), std::move(track), priority);
+          });
+    }
+  }
+
   void SetUpdaterImpl(Updater) override {
     throw UsageError(
         "a custom updater cannot run on the servers of a dist store; use SetOptimizer "
@@ -550,6 +751,7 @@ class KVStoreDist final : public KVStore {
     std::map<int, KeyMeta*> out;
     for (auto& [k, arrays] : groups) {
       KeyMeta& m = Meta(k, op);
+      if (m.sparse) throw DenseUseOfSparseKey(op, KeyName(k));
       for (auto& a : arrays) CheckMatches(a, m.shape, m.dtype, what, KeyName(k));
       out[k] = &m;
     }

@@ -178,6 +178,7 @@ std::string EncodeOptimizer(const OptimizerConfig& c) {
   PutMap(w, c.wd_mult);
   w.Put<uint32_t>(static_cast<uint32_t>(c.sum_keys.size()));
   for (int64_t k : c.sum_keys) w.Put<int64_t>(k);
+  w.Put<uint8_t>(c.lazy_update ? 1 : 0);
   return w.Take();
 }
 
@@ -209,6 +210,7 @@ OptimizerConfig DecodeOptimizer(const std::string& body) {
     const auto k = r.Get<int64_t>();
     if (!c.sum_keys.insert(k).second) r.Fail("sum key " + std::to_string(k) + " twice");
   }
+  c.lazy_update = r.GetBool();
   r.End();
   return c;
 }
