@@ -74,8 +74,8 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
   uint64_t obs_bytes = 0;
   if (obs::Enabled() && req.pull)
     for (auto& k : keys) obs_bytes += k.second->value.nbytes();
-  obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes,
-                          obs::Enabled() ? WorkerName(req.sender) : std::string(), "out");
+  // (per-peer bytes are counted by the KV layer, for every request)
+  obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes);
   if (!req.pull || keys.empty()) {
     srv->Respond(req);
     return;
@@ -283,9 +283,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
     st.waiting.push_back(std::move(req));
     std::vector<KVRequest> waiting;
     try {
-      obs::StepScope obs_merge(
-          "merge", dist::KeyOf(key), items[0].len,  // [observe]
-          obs::Enabled() ? WorkerName(st.waiting.back().sender) : std::string(), "in");
+      obs::StepScope obs_merge("merge", dist::KeyOf(key), items[0].len);  // [observe]
       if (node_->options().sum_in_arrival_order) {
         Merge(st, st.waiting.back(), st.pushed.size() == 1);
       } else {
@@ -333,8 +331,7 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
         grad = View(data, it.len, dtype);
       }
       try {
-        obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len,  // [observe]
-                                obs::Enabled() ? WorkerName(req.sender) : std::string(), "in");
+        obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len);  // [observe]
         OptimizerOf(it.key)->Update(dist::KeyOf(it.key), grad, &st.value);
       } catch (const std::exception& e) {
         // Sizes were validated above; an optimizer failure here is a broken state
@@ -580,7 +577,7 @@ int RunServerOrScheduler(const Options& options) {
   SetLogName(role);
   try {
     if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
-    if (options.role == Role::kServer) obs::Configure(options, role);   // [observe]
+    obs::Configure(options, role);  // [observe] servers and the scheduler (its barriers)
     Node node(options);
     std::unique_ptr<DistServer> server;
     if (options.role == Role::kServer) server = std::make_unique<DistServer>(&node);
