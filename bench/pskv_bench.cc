@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "bench/fusion_bench.h"
 #include "bench/pushpull_bench.h"
+#include "bench/scaling_bench.h"
 #include "bench/syncround_bench.h"
 #include "kvstore/reduce.h"
 #include "pskv/options.h"
@@ -150,6 +152,9 @@ int main(int argc, char** argv) {
         "encrypted)\n"
         "       pskv-bench syncround [--json] [--workers N] [--min-bytes N] [--max-bytes N]\n"
         "       pskv-bench strictrounds [--json] [--blocks N] [--rounds N]\n"
+        "       pskv-bench scaling [--json] [--min-bytes N] [--max-bytes N] [--threads N] "
+        "[--keys N] [--topologies 1x1,2x1,2x2,4x2] [--repeats N]\n"
+        "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]\n"
         "every benchmark: --plot DIR writes DIR/<bench>.json and, with python3-matplotlib,\n"
         "DIR/<bench>.png (reduce, pushpull: GB/s per size against the ceiling)\n");
     return argc < 2 ? 2 : 0;
@@ -163,6 +168,10 @@ int main(int argc, char** argv) {
     if (cmd == "security") return pskv::bench::BenchSecurity(argc, argv);
     if (cmd == "syncround") return pskv::bench::BenchSyncRound(argc, argv);
     if (cmd == "strictrounds") return pskv::bench::BenchStrictRounds(argc, argv);
+    if (cmd == "scaling") return pskv::bench::BenchScaling(argc, argv);
+    if (cmd == "fusion") return pskv::bench::BenchFusion(argc, argv);
+    if (cmd == "fusion-worker") return pskv::bench::BenchFusionWorker(argc, argv);
+    if (cmd == "scaling-worker") return pskv::bench::BenchScalingWorker(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pskv-bench: %s\n", e.what());
     return 1;

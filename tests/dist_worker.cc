@@ -502,6 +502,175 @@ void RankOrderSum(KVStore& kv, int rounds) {
   }
 }
 
+// Many keys in one call (spread over the servers' threads) and a 12 MB key (sliced
+// over the servers, each slice several 1 MiB chunks: merged chunk-wise in parallel),
+// no optimizer: every output must be the rank-order sum, bit for bit.
+void ManyKeys(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  std::vector<int> keys;
+  std::vector<Shape> shapes;
+  for (int k = 0; k < 48; ++k) {
+    keys.push_back(k);
+    shapes.push_back(k % 3 == 0 ? kBig : kSmall);
+  }
+  keys.push_back(200);
+  shapes.push_back({3000, 1000});
+  std::vector<NDArray> init;
+  for (auto& s : shapes) init.push_back(Full(s, 0));
+  kv.Init(keys, init);
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<NDArray> vals;
+    for (auto& s : shapes) {
+      NDArray a(s);
+      for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = OrderValue(r + round, i);
+      vals.push_back(a);
+    }
+    kv.PushPull(keys, vals, keys, vals);
+    kv.WaitAll();
+    int64_t bad = 0;
+    for (auto& a : vals)
+      for (int64_t i = 0; i < a.size(); ++i) {
+        float want = OrderValue(round, i);
+        for (int w = 1; w < n; ++w) want += OrderValue(w + round, i);
+        if (std::memcmp(&want, a.data<float>() + i, 4) != 0) ++bad;
+      }
+    CHECK_TRUE(bad == 0, std::to_string(bad) +
+                             " elements differ from the rank-order sum in round " +
+                             std::to_string(round));
+  }
+  kv.Barrier();
+}
+
+// Fusion: 64 small keys and 2 sliced ones in one call (push with two values per key,
+// pull into two outputs, push-pull in place), with an optimizer; rank 0 issues one
+// call per key (never fused) while the others fuse, so the server sees both forms in
+// the same rounds.
+void Fused(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  const double tri = n * (n + 1) / 2.0;
+  kv.SetOptimizer(AddRate(kRate));
+  std::vector<int> keys;
+  std::vector<Shape> shapes;
+  for (int k = 0; k < 66; ++k) {
+    keys.push_back(10 + k);
+    shapes.push_back(k == 20 || k == 50 ? kBig : kSmall);
+  }
+  std::vector<NDArray> init;
+  for (auto& s : shapes) init.push_back(Full(s, 1));
+  kv.Init(keys, init);
+  auto each = [&](auto&& call) {  // rank 0: one call per key
+    if (r != 0) return call(keys, shapes);
+    for (size_t i = 0; i < keys.size(); ++i)
+      call(std::vector<int>{keys[i]}, std::vector<Shape>{shapes[i]});
+  };
+  double want = 1;
+  for (int i = 0; i < rounds; ++i) {
+    each([&](const std::vector<int>& ks, const std::vector<Shape>& ss) {
+      std::vector<int> pk;
+      std::vector<NDArray> pv;
+      for (size_t j = 0; j < ks.size(); ++j)
+        for (int d = 0; d < 2; ++d) {
+          pk.push_back(ks[j]);
+          pv.push_back(Full(ss[j], r + 1));
+        }
+      kv.Push(pk, pv);
+    });
+    want += kRate * tri * 2;
+    std::vector<NDArray> outs, outs2;
+    std::vector<int> pk;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      pk.push_back(keys[j]);
+      pk.push_back(keys[j]);
+      outs.emplace_back(shapes[j]);
+      outs2.emplace_back(shapes[j]);
+    }
+    std::vector<NDArray> both;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      both.push_back(outs[j]);
+      both.push_back(outs2[j]);
+    }
+    kv.Pull(pk, both);
+    kv.WaitAll();
+    int bad = 0;
+    for (size_t j = 0; j < keys.size(); ++j)
+      bad += !AllEqual(outs[j], want) || !AllEqual(outs2[j], want);
+    CHECK_TRUE(bad == 0,
+               std::to_string(bad) + " keys wrong after push+pull round " + std::to_string(i));
+    // push-pull in place
+    std::vector<NDArray> vals;
+    for (auto& s : shapes) vals.push_back(Full(s, r + 1));
+    each([&](const std::vector<int>& ks, const std::vector<Shape>&) {
+      std::vector<NDArray> mine;
+      for (int k : ks) mine.push_back(vals[static_cast<size_t>(k - 10)]);
+      kv.PushPull(ks, mine, ks, mine);
+    });
+    kv.WaitAll();
+    want += kRate * tri;
+    bad = 0;
+    for (auto& v : vals) bad += !AllEqual(v, want);
+    CHECK_TRUE(bad == 0,
+               std::to_string(bad) + " keys wrong after push-pull round " + std::to_string(i));
+  }
+  kv.Barrier();
+}
+
+// Fusion in async mode: every fused push is applied at once, key by key.
+void AsyncFused(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  kv.SetOptimizer(AddRate(1));
+  std::vector<int> keys;
+  std::vector<NDArray> init;
+  for (int k = 0; k < 20; ++k) {
+    keys.push_back(k);
+    init.push_back(Full(k == 7 ? kBig : kSmall, 1));
+  }
+  kv.Init(keys, init);
+  for (int i = 0; i < rounds; ++i) {
+    std::vector<NDArray> vals;
+    for (auto& a : init) vals.push_back(Full(a.shape(), r + 1));
+    kv.Push(keys, vals);
+  }
+  kv.WaitAll();
+  kv.Barrier();
+  std::vector<NDArray> outs;
+  for (auto& a : init) outs.emplace_back(a.shape());
+  kv.Pull(keys, outs);
+  kv.WaitAll();
+  int bad = 0;
+  for (auto& o : outs) bad += !AllEqual(o, 1 + rounds * n * (n + 1) / 2.0);
+  CHECK_TRUE(bad == 0, std::to_string(bad) + " keys wrong (async, fused)");
+  kv.Barrier();
+}
+
+// A fused push whose keys' rounds cannot all complete: worker 0 pushes keys 1..8 in
+// one call (one fused message), the others push only keys 1..4 and finish. Rounds
+// 1..4 complete; 5..8 fail when the others are done: worker 0's call fails with the
+// message naming the worker (and does not hang).
+void FusedUnequal(KVStore& kv, int) {
+  std::vector<int> keys;
+  std::vector<NDArray> vals;
+  for (int k = 1; k <= 8; ++k) {
+    keys.push_back(k);
+    vals.push_back(Full(kSmall, 0));
+  }
+  kv.Init(keys, vals);
+  for (auto& v : vals) v = Full(kSmall, 1);
+  if (kv.Rank() == 0) {
+    kv.Push(keys, vals);
+    CHECK_TRUE(Throws([&] { kv.WaitAll(); }, "finished the job without pushing"),
+               "a fused push whose rounds cannot complete");
+    // The keys whose rounds completed hold their sums.
+    NDArray out(kSmall);
+    kv.Pull(1, {out});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(out, kv.NumWorkers()), "key 1 completed its round");
+  } else {
+    kv.Push(std::vector<int>(keys.begin(), keys.begin() + 4),
+            std::vector<NDArray>(vals.begin(), vals.begin() + 4));
+    kv.WaitAll();
+  }
+}
+
 // A sliced pull (key 99 over 2 servers) while one server duplicates its replies and
 // the other is slow: the pull must wait for both slices.
 void DuplicateReplies(KVStore& kv, int rounds) {
@@ -837,6 +1006,10 @@ int main(int argc, char** argv) {
           {"barrier_deadlock", {"dist_sync", BarrierDeadlock}},
           {"stall", {"dist_sync", Stall}},
           {"rank_order_sum", {"dist_sync", RankOrderSum}},
+          {"many_keys", {"dist_sync", ManyKeys}},
+          {"fused", {"dist_sync", Fused}},
+          {"fused_unequal", {"dist_sync", FusedUnequal}},
+          {"async_fused", {"dist_async", AsyncFused}},
           {"duplicate_replies", {"dist_sync", DuplicateReplies}},
           {"late_reply", {"dist_sync", LateReply}},
           {"states_mismatch", {"dist_sync", StatesMismatch}},

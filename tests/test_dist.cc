@@ -81,3 +81,58 @@ TEST(DistKVStore, RowSparseNoOptimizerSums) {
 TEST(DistKVStore, RowSparseAsync) {
   EXPECT_EQ(Launch(4, 2, "sparse_async", "", 5), 0);
 }
+// Servers with several threads (keys sharded over them, big values merged chunk-wise
+// on the reducer's pool; pskv-launch gives a server 1 thread on a 2-core machine):
+// the same scenarios, their values checked the same way.
+const char* kThreads = "--env PSKV_SERVER_THREADS=3 --env MXNET_KVSTORE_REDUCTION_NTHREADS=3";
+TEST(DistKVStoreServerThreads, Sync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sync", kThreads), 0);
+}
+TEST(DistKVStoreServerThreads, Async4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "async", kThreads, 10), 0);
+}
+TEST(DistKVStoreServerThreads, TwoBitCompression) {
+  EXPECT_EQ(Launch(4, 2, "compression", kThreads), 0);
+}
+TEST(DistKVStoreServerThreads, UpdateOnKVStoreFalseSums) {
+  EXPECT_EQ(Launch(4, 2, "no_optimizer", kThreads), 0);
+}
+TEST(DistKVStoreServerThreads, MultiPrecision) {
+  EXPECT_EQ(Launch(2, 2, "multi_precision", kThreads), 0);
+}
+TEST(DistKVStoreServerThreads, UnequalPushCountsFailNamingTheWorker) {
+  EXPECT_EQ(Launch(3, 2, "unequal", kThreads, 3), 0);
+}
+TEST(DistKVStoreServerThreads, ManyKeysAndAChunkedKeySumInRankOrder) {
+  EXPECT_EQ(Launch(4, 2, "many_keys", kThreads, 3), 0);
+}
+TEST(DistKVStore, ManyKeysAndAChunkedKeySumInRankOrder) {
+  EXPECT_EQ(Launch(4, 2, "many_keys", "", 3), 0);
+}
+// Fusion of small keys (one call): values with two inputs and two outputs per key,
+// sliced keys in the same call, rank 0 issuing one call per key while the others
+// fuse; async; and a fused push whose rounds cannot all complete fails (no hang).
+TEST(DistKVStore, FusedSmallKeys) {
+  EXPECT_EQ(Launch(3, 2, "fused", "", 3), 0);
+}
+TEST(DistKVStoreServerThreads, FusedSmallKeys) {
+  EXPECT_EQ(Launch(3, 2, "fused", kThreads, 3), 0);
+}
+TEST(DistKVStore, AsyncFusedSmallKeys) {
+  EXPECT_EQ(Launch(3, 2, "async_fused", kThreads, 5), 0);
+}
+TEST(DistKVStore, FusedPushWhoseRoundsCannotCompleteFails) {
+  EXPECT_EQ(Launch(2, 1, "fused_unequal"), 0);
+}
+TEST(DistKVStoreServerThreads, FusedPushWhoseRoundsCannotCompleteFails) {
+  EXPECT_EQ(Launch(3, 2, "fused_unequal", kThreads), 0);
+}
+TEST(DistKVStoreServerThreads, OptimizerStatesSaveAndLoad) {
+  EXPECT_EQ(Launch(2, 2, "states", kThreads), 0);
+}
+TEST(DistKVStoreServerThreads, RowSparseSync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sparse_sync", kThreads, 3), 0);
+}
+TEST(DistKVStoreServerThreads, RowSparseAsync) {
+  EXPECT_EQ(Launch(4, 2, "sparse_async", kThreads, 5), 0);
+}

@@ -46,6 +46,9 @@ TEST(Options, ReadsTheEnvironmentContract) {
   g.Set("PS_HEARTBEAT_TIMEOUT", "3");
   g.Set("MXNET_KVSTORE_BIGARRAY_BOUND", "1000");
   g.Set("MXNET_KVSTORE_REDUCTION_NTHREADS", "2");
+  g.Set("PSKV_SERVER_THREADS", "3");
+  g.Set("PSKV_FUSION_KEY_BYTES", "1024");
+  g.Set("PSKV_FUSION_BYTES", "8192");
   Options o = Options::FromEnv();
   EXPECT_EQ(o.role, Role::kServer);
   EXPECT_TRUE(o.role_set);
@@ -60,6 +63,9 @@ TEST(Options, ReadsTheEnvironmentContract) {
   EXPECT_EQ(o.heartbeat_timeout.count(), 3000);
   EXPECT_EQ(o.bigarray_bound, 1000);
   EXPECT_EQ(o.reduction_threads, 2);
+  EXPECT_EQ(o.server_threads, 3);
+  EXPECT_EQ(o.fusion_key_bytes, 1024);
+  EXPECT_EQ(o.fusion_bytes, 8192);
   EXPECT_NO_THROW(o.ValidateForDistributed());
 }
 
@@ -114,22 +120,29 @@ TEST(Options, MissingDistributedVariableIsNamed) {
 TEST(Options, JobSecretFromTheEnvironmentOrAPrivateFile) {
   {
     EnvGuard g;
-    g.Set("PSKV_JOB_SECRET", "abc");
+    g.Set("PSKV_JOB_SECRET", "abcdefghijklmnop");
     g.Set("PSKV_ENCRYPT", "1");
     Options o = Options::FromEnv();
-    EXPECT_EQ(o.job_secret, "abc");
+    EXPECT_EQ(o.job_secret, "abcdefghijklmnop");
     EXPECT_TRUE(o.encrypt);
+    g.Set("PSKV_JOB_SECRET", "abc");  // too short to resist offline guessing
+    try {
+      Options::FromEnv();
+      ADD_FAILURE() << "a 3-character secret must be refused";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("at least 16"), std::string::npos) << e.what();
+    }
   }
   char path[] = "/tmp/pskv-secret-test-XXXXXX";
   int fd = ::mkstemp(path);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(::write(fd, "from-file\n", 10), 10);
+  ASSERT_EQ(::write(fd, "from-file-0123456789\n", 21), 21);
   ::close(fd);
   {
     EnvGuard g;
     g.Set("PSKV_JOB_SECRET_FILE", path);
     ::chmod(path, 0600);
-    EXPECT_EQ(Options::FromEnv().job_secret, "from-file");  // trailing newline dropped
+    EXPECT_EQ(Options::FromEnv().job_secret, "from-file-0123456789");  // trailing newline dropped
     ::chmod(path, 0644);  // readable by others: refused, naming the fix
     try {
       Options::FromEnv();
@@ -138,7 +151,7 @@ TEST(Options, JobSecretFromTheEnvironmentOrAPrivateFile) {
       EXPECT_NE(std::string(e.what()).find("chmod 600"), std::string::npos) << e.what();
     }
     ::chmod(path, 0600);
-    g.Set("PSKV_JOB_SECRET", "abc");  // both set: ambiguous
+    g.Set("PSKV_JOB_SECRET", "abcdefghijklmnop");  // both set: ambiguous
     EXPECT_THROW(Options::FromEnv(), ConfigError);
   }
   ::unlink(path);

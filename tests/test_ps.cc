@@ -373,6 +373,53 @@ TEST(Ps, ResendDeliversExactlyOnceThroughDropsDuplicatesAndDelays) {
   for (int p : res.server_pushes) EXPECT_EQ(p, (rounds + 1) * 2 * 2);  // no push applied twice
 }
 
+// A resent message must not overtake the ones sent after it: a push that was
+// dropped and resent, and the pull issued right behind it, must be applied in
+// that order (the receiver holds messages that arrive after a gap until it is
+// filled). Without that, the pull returned the value from before the push.
+TEST(Ps, ResendKeepsEachSendersOrder) {
+  FaultConfig fc;
+  fc.drop = 0.3;
+  std::atomic<uint64_t> seed{7};
+  auto res = RunJob(
+      1, 1,
+      [&](Node&, KVWorker& w) {
+        std::vector<uint64_t> keys{9}, lens{4};
+        for (int i = 1; i <= 40; ++i) {
+          float one = 1, out = -1;
+          auto pushed = std::make_shared<std::promise<void>>();
+          auto pulled = std::make_shared<std::promise<void>>();
+          auto done = [](std::shared_ptr<std::promise<void>> p) {
+            return [p](std::exception_ptr e) {
+              if (e)
+                p->set_exception(e);
+              else
+                p->set_value();
+            };
+          };
+          // Both in flight at once: the pull must see the push.
+          w.Push(keys, Frame::Copy(&one, 4), lens, 0, done(pushed));
+          w.Pull(keys, reinterpret_cast<char*>(&out), lens, 0, done(pulled));
+          auto f1 = pushed->get_future(), f2 = pulled->get_future();
+          ASSERT_EQ(f1.wait_for(30s), std::future_status::ready);
+          ASSERT_EQ(f2.wait_for(30s), std::future_status::ready);
+          f1.get();
+          f2.get();
+          ASSERT_EQ(out, static_cast<float>(i)) << "iteration " << i;
+        }
+      },
+      [](Options& o) {
+        o.resend = true;
+        o.resend_timeout = 30ms;
+      },
+      [&](const TransportConfig& tc) {
+        FaultConfig c = fc;
+        c.seed = seed++;
+        return CreateFaultTransport(CreateTransport("zmq", tc), c);
+      });
+  ExpectNoErrors(res);
+}
+
 TEST(Ps, WithoutResendDuplicatesWouldBeAppliedTwice) {
   // The control for the test above: the same fault mix without PS_RESEND breaks
   // the values (or the run), so the resend test is not passing by luck.

@@ -130,3 +130,28 @@ TEST(Rounds, MultiKeyRequestIsValidatedWhole) {
   Result r = RunJob(s);
   ExpectWorkersPassed(r);
 }
+
+// Fusion is used: one call of 66 keys (64 small) travels as fused messages (the
+// workers' metrics count them as operation "fused", besides every key's own); with
+// PSKV_FUSION_KEY_BYTES=0 nothing is fused. Values are checked by the scenario.
+TEST(Rounds, SmallKeysOfOneCallAreFused) {
+  for (bool on : {true, false}) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("pskv_fusion_metrics_" + std::to_string(::getpid()) + (on ? "_on" : "_off"));
+    std::filesystem::create_directories(dir);
+    Spec s;
+    s.scenario = "fused";
+    s.workers = 2;
+    s.rounds = 2;
+    s.env = {{"PSKV_METRICS_FILE", (dir / "m.prom").string()}};
+    if (!on) s.env["PSKV_FUSION_KEY_BYTES"] = "0";
+    Result r = RunJob(s);
+    ExpectWorkersPassed(r);
+    std::string metrics;
+    for (auto& f : std::filesystem::directory_iterator(dir)) metrics += ReadFile(f.path().string());
+    EXPECT_FALSE(metrics.empty()) << "no metrics file was written; log:\n" << r.log;
+    EXPECT_EQ(Has(metrics, "op=\"fused\""), on) << (on ? "fusion on" : "fusion off");
+    EXPECT_TRUE(Has(metrics, "op=\"pushpull\",key=\"10\"")) << "key 10 is counted as itself";
+    std::filesystem::remove_all(dir);
+  }
+}

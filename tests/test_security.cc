@@ -10,14 +10,17 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "kvstore/dist_protocol.h"
 #include "protocol/message.h"
@@ -67,6 +70,7 @@ std::string ReadAll(const std::string& path) {
 // A job of 1 scheduler + 1 server + 1 worker with fixed ports.
 struct Job {
   std::string secret;
+  std::string job_id;  // PSKV_JOB_ID, if set
   bool encrypt = false;
   int sched_port = 0, server_port = 0, worker_port = 0;
   std::string dir;
@@ -85,25 +89,32 @@ struct Job {
                                             {"PSKV_MAX_CONNECTIONS", std::to_string(kMaxPending)},
                                             {"PSKV_JOB_SECRET", secret},
                                             {"PSKV_ENCRYPT", encrypt ? "1" : "0"}};
+    if (!job_id.empty()) e["PSKV_JOB_ID"] = job_id;
     if (role == "server") e["PORT"] = std::to_string(server_port);
     if (role == "worker" && worker_port) e["PORT"] = std::to_string(worker_port);
     return e;
   }
   uint64_t JobHash() const {
-    return pskv::JobHash("127.0.0.1:" + std::to_string(sched_port) + "/1w1s");
+    return pskv::JobHash((job_id.empty() ? "127.0.0.1:" + std::to_string(sched_port) : job_id) +
+                         "/1w1s");
   }
   std::string Log(const std::string& who) const { return dir + "/" + who + ".log"; }
 
-  void Start() {
+  void PickPorts() {
+    if (sched_port) return;
     char tmpl[] = "/tmp/pskv-security-XXXXXX";
     dir = ::mkdtemp(tmpl);
     sched_port = FreePort();
     server_port = FreePort();
     worker_port = FreePort();
+  }
+  // `worker_env` replaces the worker's environment (default: Env("worker")).
+  void Start(std::map<std::string, std::string> worker_env = {}) {
+    PickPorts();
+    if (worker_env.empty()) worker_env = Env("worker");
     sched = test::Spawn({PSKV_SERVER}, Env("scheduler"), Log("scheduler"));
     server = test::Spawn({PSKV_SERVER}, Env("server"), Log("server"));
-    worker =
-        test::Spawn({SECURITY_WORKER, dir + "/ready", dir + "/go"}, Env("worker"), Log("worker"));
+    worker = test::Spawn({SECURITY_WORKER, dir + "/ready", dir + "/go"}, worker_env, Log("worker"));
     ASSERT_TRUE(test::WaitFile(dir + "/ready", 30s))
         << ReadAll(Log("worker")) << ReadAll(Log("scheduler"));
   }
@@ -132,15 +143,16 @@ void SetInt(void* s, int opt, int v) {
 }
 
 // A DEALER connected to 127.0.0.1:port. mechanism: "NULL", or "PLAIN" with the
-// credentials JobKeys(secret, job) issues for `token`.
+// credentials JobKeys(secret, job) issues to `token` for connecting to `to`.
 void* Dealer(Zmq& z, int port, const std::string& mechanism = "NULL",
-             const std::string& secret = "", uint64_t job = 0, uint64_t token = 42) {
+             const std::string& secret = "", uint64_t job = 0, uint64_t token = 42,
+             uint64_t to = JobKeys::kScheduler) {
   void* s = zmq_socket(z.ctx, ZMQ_DEALER);
   SetInt(s, ZMQ_LINGER, 0);
   SetInt(s, ZMQ_SNDHWM, 0);
   if (mechanism == "PLAIN") {
     JobKeys k(secret, job);
-    std::string user = k.Username(token), pass = k.Password(user);
+    std::string user = k.Username(token, to), pass = k.Password(user);
     zmq_setsockopt(s, ZMQ_PLAIN_USERNAME, user.data(), user.size());
     zmq_setsockopt(s, ZMQ_PLAIN_PASSWORD, pass.data(), pass.size());
   }
@@ -237,14 +249,16 @@ void Attack(const Job& job) {
     SendFrames(t, ForgedControl(job, Control::kBarrierDone, kSchedulerId, ServerId(0)));
     socks.push_back(t);
   }
-  // 3. 300 registrations of another job: nothing may be connected back.
-  for (int i = 0; i < 300; ++i) {
+  // 3. 300 registrations of another job: nothing may be connected back. In open
+  //    mode, also 300 of this job (anyone can make those): the scheduler refuses
+  //    them (the job is complete) and must not keep a socket for any.
+  for (int i = 0; i < (job.secret.empty() ? 600 : 300); ++i) {
     NodeDesc d;
     d.role = static_cast<int>(Role::kWorker);
     d.host = "127.0.0.1";
-    d.port = 1 + i;
+    d.port = 1 + i % 300;
     d.token = 1000 + static_cast<uint64_t>(i);
-    void* s = Dealer(z, job.sched_port, "PLAIN", job.secret, job.JobHash() + 1, d.token);
+    void* s = Dealer(z, job.sched_port, "PLAIN", job.secret, job.JobHash() + (i < 300), d.token);
     SendFrames(s, ForgedControl(job, Control::kRegister, 0, kSchedulerId, EncodeNodes({d})));
     socks.push_back(s);
   }
@@ -324,7 +338,7 @@ TEST(SecurityFuzz, RandomTrafficAtEveryPortLeavesTheJobExactAndBounded) {
                             ? static_cast<unsigned>(std::atoi(std::getenv("PSKV_NET_FUZZ_SEED")))
                             : 12345u;
   Job job;
-  job.secret = "fuzz-secret";
+  job.secret = "fuzz-secret-0123456789";
   job.Start();
   if (HasFatalFailure()) return;
   std::this_thread::sleep_for(300ms);
@@ -415,15 +429,15 @@ TEST(SecurityFuzz, RandomTrafficAtEveryPortLeavesTheJobExactAndBounded) {
 // A node with the wrong secret is told why at once, not after a timeout.
 TEST(SecurityErrors, WrongSecretOrEncryptionSettingFailsFastWithAClearMessage) {
   Job job;
-  job.secret = "right";
+  job.secret = "right-secret-0123456789";
   job.sched_port = FreePort();
   char tmpl[] = "/tmp/pskv-security-XXXXXX";
   job.dir = ::mkdtemp(tmpl);
   job.sched = test::Spawn({PSKV_SERVER}, job.Env("scheduler"), job.Log("scheduler"));
   for (auto [secret, encrypt, want] :
-       {std::tuple<std::string, std::string, std::string>{"wrong", "0", "secret"},
+       {std::tuple<std::string, std::string, std::string>{"wrong-secret-0123456789", "0", "secret"},
         {"", "0", "secret"},
-        {"right", "1", "PSKV_ENCRYPT"}}) {
+        {"right-secret-0123456789", "1", "PSKV_ENCRYPT"}}) {
     auto env = job.Env("server");
     env["PSKV_JOB_SECRET"] = secret;
     env["PSKV_ENCRYPT"] = encrypt;
@@ -441,6 +455,202 @@ TEST(SecurityErrors, WrongSecretOrEncryptionSettingFailsFastWithAClearMessage) {
   }
   ::kill(-job.sched, SIGKILL);
   test::WaitExit(job.sched, 5s);
+}
+
+std::vector<std::string> RecvParts(void* sock) {
+  std::vector<std::string> parts;
+  int more = 1;
+  while (more && parts.size() < 64) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&m);
+      break;
+    }
+    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+    more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+  }
+  return parts;
+}
+
+void SendParts(void* sock, const std::vector<std::string>& parts, size_t from = 0) {
+  for (size_t i = from; i < parts.size(); ++i)
+    zmq_send(sock, parts[i].data(), parts[i].size(),
+             (i + 1 < parts.size() ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT);
+}
+
+// A process squatting on the address a worker takes for the scheduler's collects
+// the worker's credentials and relays its traffic to the real scheduler (so the
+// worker joins the job), then presents the credentials at the job's server with a
+// forged push as worker[0]. Credentials are issued for one destination (auth.h):
+// the server refuses them and the weights stay exact. (With credentials that were
+// valid at every node of the job, the forged push was applied.)
+TEST(SecurityCredentials, CredentialsCapturedByAnImpostorOpenNoOtherDoor) {
+  Job job;
+  job.secret = "relay-test-secret-" + std::to_string(::getpid());
+  job.job_id = "relay-" + std::to_string(::getpid());
+  job.PickPorts();
+  const int squat_port = FreePort();
+
+  Zmq z;
+  // The impostor: a PLAIN "server" whose ZAP handler accepts everyone and keeps
+  // the credentials, and a relay to the real scheduler.
+  void* zap = zmq_socket(z.ctx, ZMQ_REP);
+  SetInt(zap, ZMQ_LINGER, 0);
+  ASSERT_EQ(zmq_bind(zap, "inproc://zeromq.zap.01"), 0);
+  void* squat = zmq_socket(z.ctx, ZMQ_ROUTER);
+  SetInt(squat, ZMQ_LINGER, 0);
+  SetInt(squat, ZMQ_PLAIN_SERVER, 1);
+  zmq_setsockopt(squat, ZMQ_ZAP_DOMAIN, "x", 1);
+  ASSERT_EQ(zmq_bind(squat, ("tcp://127.0.0.1:" + std::to_string(squat_port)).c_str()), 0);
+  std::mutex mu;
+  std::string user, pass, rid;
+  std::atomic<bool> stop{false};
+  std::atomic<int> relayed{0};
+  std::thread relay([&] {
+    void* fwd = nullptr;
+    const auto end = std::chrono::steady_clock::now() + 120s;
+    while (!stop && std::chrono::steady_clock::now() < end) {
+      zmq_pollitem_t items[] = {{zap, 0, ZMQ_POLLIN, 0}, {squat, 0, ZMQ_POLLIN, 0}};
+      if (zmq_poll(items, 2, 50) <= 0) continue;
+      if (items[0].revents & ZMQ_POLLIN) {
+        auto req = RecvParts(zap);
+        if (req.size() >= 8) {
+          std::lock_guard<std::mutex> lk(mu);
+          user = req[6];
+          pass = req[7];
+        }
+        SendParts(zap, {"1.0", req.size() > 1 ? req[1] : "", "200", "OK", "x", ""});
+      }
+      if (items[1].revents & ZMQ_POLLIN) {
+        auto msg = RecvParts(squat);
+        if (msg.size() < 2) continue;
+        if (!fwd) {
+          std::lock_guard<std::mutex> lk(mu);
+          rid = msg[0];
+          fwd = zmq_socket(z.ctx, ZMQ_DEALER);
+          SetInt(fwd, ZMQ_LINGER, 0);
+          zmq_setsockopt(fwd, ZMQ_ROUTING_ID, rid.data(), rid.size());
+          zmq_setsockopt(fwd, ZMQ_PLAIN_USERNAME, user.data(), user.size());
+          zmq_setsockopt(fwd, ZMQ_PLAIN_PASSWORD, pass.data(), pass.size());
+          zmq_connect(fwd, ("tcp://127.0.0.1:" + std::to_string(job.sched_port)).c_str());
+        }
+        SendParts(fwd, msg, 1);
+        ++relayed;
+      }
+    }
+    if (fwd) zmq_close(fwd);
+  });
+
+  auto worker_env = job.Env("worker");
+  worker_env["DMLC_PS_ROOT_PORT"] = std::to_string(squat_port);
+  job.Start(worker_env);
+  const bool started = !HasFatalFailure();
+  EXPECT_GT(relayed.load(), 0) << "the worker did not go through the impostor";
+  if (started) {
+    std::string u, p, r;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      u = user;
+      p = pass;
+      r = rid;
+    }
+    ASSERT_FALSE(u.empty());
+    // The captured credentials, at the server, with the worker's routing id.
+    void* s = zmq_socket(z.ctx, ZMQ_DEALER);
+    SetInt(s, ZMQ_LINGER, 0);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, r.data(), r.size());
+    zmq_setsockopt(s, ZMQ_PLAIN_USERNAME, u.data(), u.size());
+    zmq_setsockopt(s, ZMQ_PLAIN_PASSWORD, p.data(), p.size());
+    zmq_connect(s, ("tcp://127.0.0.1:" + std::to_string(job.server_port)).c_str());
+    SendFrames(s, ForgedPush(job));
+    std::this_thread::sleep_for(1500ms);
+    zmq_close(s);
+    job.Finish();  // the worker checks that key 0 is still 1
+    EXPECT_NE(ReadAll(job.Log("server")).find("issued for another node"), std::string::npos)
+        << ReadAll(job.Log("server"));
+  } else {
+    for (pid_t pid : {job.worker, job.server, job.sched})
+      if (pid > 0) ::kill(-pid, SIGKILL);
+  }
+  stop = true;
+  relay.join();
+  zmq_close(squat);
+  zmq_close(zap);
+}
+
+// A stranger holding hundreds of connections open at the scheduler's port (from
+// its own address, reopening each one that is closed) while the job starts: the
+// job's nodes still get in, because one source address may hold only part of the
+// pending-connection cap and the oldest of its connections are closed first.
+TEST(SecurityCredentials, AStrangerHoldingConnectionsCannotKeepTheJobOut) {
+  Job job;
+  job.secret = "held-test-secret-" + std::to_string(::getpid());
+  job.PickPorts();
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0};
+  std::thread holder([&] {
+    std::vector<int> fds;
+    auto open_one = [&] {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      sockaddr_in src{}, dst{};
+      src.sin_family = dst.sin_family = AF_INET;
+      src.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2: another host, to the scheduler
+      dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      dst.sin_port = htons(static_cast<uint16_t>(job.sched_port));
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+        ::close(fd);
+        return -1;
+      }
+      ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst);
+      ++opened;
+      return fd;
+    };
+    const auto end = std::chrono::steady_clock::now() + 90s;
+    while (!stop && std::chrono::steady_clock::now() < end) {
+      while (fds.size() < 300) {
+        int fd = open_one();
+        if (fd < 0) break;
+        fds.push_back(fd);
+      }
+      std::vector<pollfd> p;
+      for (int fd : fds) p.push_back({fd, POLLIN, 0});
+      ::poll(p.data(), p.size(), 20);
+      std::vector<int> keep;
+      for (size_t i = 0; i < p.size(); ++i) {
+        char buf[512];
+        bool closed = (p[i].revents & (POLLHUP | POLLERR)) != 0;
+        if (!closed && (p[i].revents & POLLIN)) {
+          ssize_t n = ::recv(p[i].fd, buf, sizeof buf, MSG_DONTWAIT);
+          closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+        }
+        if (closed)
+          ::close(p[i].fd);
+        else
+          keep.push_back(p[i].fd);
+      }
+      fds.swap(keep);
+    }
+    for (int fd : fds) ::close(fd);
+  });
+  // The scheduler is up first and the stranger's connections are in before the
+  // nodes start.
+  job.sched = test::Spawn({PSKV_SERVER}, job.Env("scheduler"), job.Log("scheduler"));
+  for (int i = 0; i < 100 && opened < 300; ++i) std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(500ms);
+  job.server = test::Spawn({PSKV_SERVER}, job.Env("server"), job.Log("server"));
+  job.worker = test::Spawn({SECURITY_WORKER, job.dir + "/ready", job.dir + "/go"},
+                           job.Env("worker"), job.Log("worker"));
+  const bool ready = test::WaitFile(job.dir + "/ready", 30s);
+  EXPECT_TRUE(ready) << "the job's nodes could not get in:\n"
+                     << ReadAll(job.Log("scheduler")) << ReadAll(job.Log("worker"));
+  if (ready) job.Finish();
+  for (pid_t pid : {job.worker, job.server, job.sched})
+    if (pid > 0) ::kill(-pid, SIGKILL);
+  stop = true;
+  holder.join();
+  EXPECT_GT(opened.load(), 300) << "the stranger's connections were never closed";
 }
 
 }  // namespace

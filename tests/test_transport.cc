@@ -1,6 +1,7 @@
 // The transport contract (transport/transport.h), one suite run against every
 // backend: zmq, and zmq wrapped by the fault transport with no faults. A new
 // backend (shared memory, ...) is done when this suite passes for it.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -53,7 +54,7 @@ TEST_P(TransportSuite, DeliversInOrderWithTheSendersProvenIdentity) {
   auto a = Make(GetParam(), Config(11)), b = Make(GetParam(), Config(22));
   const std::string ep = a->Bind("127.0.0.1", 0);
   b->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   for (int i = 0; i < 200; ++i)
     b->Send(1, {Frame::FromString("m" + std::to_string(i)), Frame::FromString("x")});
   for (int i = 0; i < 200; ++i) {
@@ -74,7 +75,7 @@ TEST_P(TransportSuite, DeliversInOrderWithTheSendersProvenIdentity) {
 TEST_P(TransportSuite, LargeFramesArriveIntact) {
   auto a = Make(GetParam(), Config(11)), b = Make(GetParam(), Config(22));
   const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   std::string big(8 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
   b->Send(1, {Frame::FromString("h"), Frame::FromString(big)});
@@ -87,7 +88,7 @@ TEST_P(TransportSuite, LargeFramesArriveIntact) {
 TEST_P(TransportSuite, AnotherSecretIsRefusedAndTheRefusalIsReported) {
   auto a = Make(GetParam(), Config(11, "right")), b = Make(GetParam(), Config(22, "wrong"));
   const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   b->Send(1, {Frame::FromString("forged")});
   Received in;
   EXPECT_FALSE(RecvWithin(*a, &in, 1500ms)) << "a message passed a failed handshake";
@@ -100,10 +101,54 @@ TEST_P(TransportSuite, OversizedFrameIsNeverDelivered) {
   ca.max_frame = 1 << 20;
   auto a = Make(GetParam(), ca), b = Make(GetParam(), Config(22));
   const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep);
+  b->Connect(1, ep, 11);
   b->Send(1, {Frame::FromString(std::string((1 << 20) + 1, 'x'))});
   Received in;
   EXPECT_FALSE(RecvWithin(*a, &in, 1000ms));
+}
+
+int OpenFds() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Reconnecting a peer to new endpoints and disconnecting it, again and again,
+// releases every socket of the old connections, their monitors included (each
+// ZeroMQ socket holds a file descriptor), and a replaced connection's late events
+// do not mark the new one down.
+TEST_P(TransportSuite, ReconnectsAndDisconnectsReleaseEverything) {
+  auto a = Make(GetParam(), Config(11)), c = Make(GetParam(), Config(33)),
+       b = Make(GetParam(), Config(22));
+  const std::string ea = a->Bind("127.0.0.1", 0), ec = c->Bind("127.0.0.1", 0);
+  b->Connect(1, ea, 11);
+  b->Send(1, {Frame::FromString("warm-up")});
+  Received in;
+  ASSERT_TRUE(RecvWithin(*a, &in, 5s));
+  std::this_thread::sleep_for(300ms);
+  const int before = OpenFds();
+  for (int i = 0; i < 100; ++i) {
+    b->Connect(1, i % 2 ? ea : ec, i % 2 ? 11 : 33);
+    if (i % 10 == 9) b->Disconnect(1);
+  }
+  b->Connect(1, ea, 11);
+  b->Send(1, {Frame::FromString("after")});
+  ASSERT_TRUE(RecvWithin(*a, &in, 5s));
+  EXPECT_EQ(Str(in.frames[0]), "after");
+  // Bounded wait for the guard thread to close retired monitors and for
+  // lingering sockets to go.
+  int now = OpenFds();
+  for (int i = 0; i < 60 && now > before + 8; ++i) {
+    std::this_thread::sleep_for(50ms);
+    now = OpenFds();
+  }
+  EXPECT_LE(now, before + 8) << "sockets of replaced connections were kept";
+  for (int i = 0; i < 100 && b->DownSince(1) != std::chrono::steady_clock::time_point{}; ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(b->DownSince(1), std::chrono::steady_clock::time_point{});
 }
 
 // A peer that stops answering (here: SIGSTOP, the kernel still holds its TCP
@@ -123,7 +168,7 @@ TEST_P(TransportSuite, KeepaliveReportsAPeerThatStoppedAnswering) {
   cb.keepalive_interval = 200ms;
   cb.keepalive_timeout = 600ms;
   auto b = Make(GetParam(), cb);
-  b->Connect(1, "127.0.0.1:" + std::to_string(port));
+  b->Connect(1, "127.0.0.1:" + std::to_string(port), 11);
   const auto up = [&] { return b->DownSince(1) == std::chrono::steady_clock::time_point{}; };
   auto wait_for = [&](bool want, std::chrono::milliseconds limit) {
     const auto end = std::chrono::steady_clock::now() + limit;

@@ -25,6 +25,17 @@ struct Options {
   int64_t bigarray_bound = 1000000;
   /// MXNET_KVSTORE_REDUCTION_NTHREADS: threads used to reduce big arrays.
   int reduction_threads = 4;
+  /// PSKV_SERVER_THREADS: threads a dist server merges, updates and replies with
+  /// (its keys are sharded over them; the node's receive thread only dispatches).
+  /// 0 (default): the cores of this machine, at most 8 (pskv-launch's local mode
+  /// sets each server's share of the cores: cores / processes it starts, at least 1).
+  int server_threads = 0;
+  /// PSKV_FUSION_KEY_BYTES: in one Push/Pull/PushPull call of a dist store, the keys
+  /// of at most this many bytes (held whole by one server, not compressed) that live
+  /// on the same server travel together in fused messages; 0 disables fusion.
+  int64_t fusion_key_bytes = 65536;
+  /// PSKV_FUSION_BYTES: the most value bytes one fused message carries.
+  int64_t fusion_bytes = 1 << 20;
 
   // ---- parameter-server contract (spec 4.1) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.
@@ -58,13 +69,16 @@ struct Options {
   /// (which must not be readable by group or others): the per-job secret every
   /// node proves it knows when it connects (docs/security.md). pskv-launch
   /// generates one per job. Empty: open mode (MXNet's behaviour: anyone who can
-  /// reach the ports can join), announced once with a warning.
+  /// reach the ports can join), announced once with a warning. At least
+  /// kMinSecretLength characters (a ConfigError otherwise).
   std::string job_secret;
+  static constexpr size_t kMinSecretLength = 16;
   /// PSKV_ENCRYPT=1: encrypt and authenticate every byte (ZeroMQ CURVE keyed from
   /// the job secret; needs a secret). For networks where others can see traffic.
   bool encrypt = false;
   /// PSKV_MAX_CONNECTIONS: connections a node accepts that have not finished
-  /// authenticating, at most; more are closed at once (0 = 4 * nodes + 64).
+  /// authenticating, at most; beyond that the oldest are closed, and one source
+  /// address may hold only a quarter of them (0 = 4 * nodes + 64).
   int max_pending_connections = 0;
   /// PSKV_HANDSHAKE_TIMEOUT (s): a connection that has not authenticated within
   /// this time is closed.
@@ -77,6 +91,10 @@ struct Options {
   /// PSKV_METRICS_PORT: serve per-key and per-peer counters as Prometheus text on
   /// this port (or the next free one; each process logs its URL). 0: off.
   int metrics_port = 0;
+  /// PSKV_METRICS_HOST: the address the metrics endpoint binds. It is not
+  /// authenticated, so by default only this host can read it; 0.0.0.0 serves
+  /// every interface (for a Prometheus elsewhere; the job's names and sizes show).
+  std::string metrics_host = "127.0.0.1";
   /// PSKV_LOG_LEVEL: log levels, "warn" or per module "warn,ps=info,kvstore=debug"
   /// (modules: ps, kvstore, transport, common, launcher). Empty: info everywhere.
   std::string log_levels;

@@ -1,5 +1,6 @@
 #include "common/observe.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -152,13 +153,18 @@ void Serve() {
 
 // Binds the first free port in [port, port + 64): the processes of a job on one
 // host share one PSKV_METRICS_PORT setting.
-int Listen(int port, int* bound) {
+int Listen(const std::string& host, int port, int* bound) {
+  in_addr addr{};
+  if (::inet_pton(AF_INET, host.c_str(), &addr) != 1)
+    throw ConfigError("PSKV_METRICS_HOST='" + host +
+                      "' is not an IPv4 address (127.0.0.1: this host only; 0.0.0.0: every "
+                      "interface)");
   for (int p = port; p < port + 64 && p <= 65535; ++p) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_addr = addr;
     a.sin_port = htons(static_cast<uint16_t>(p));
     if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 16) == 0) {
       *bound = p;
@@ -214,12 +220,12 @@ void Configure(const Options& options, const std::string& role) {
     if (!options.metrics_file.empty()) s.metrics_file = PerProcess(options.metrics_file, role);
   }
   if (options.metrics_port > 0) {
-    s.listen_fd = Listen(options.metrics_port, &s.port);
+    s.listen_fd = Listen(options.metrics_host, options.metrics_port, &s.port);
     if (s.listen_fd < 0)
       throw IOError("PSKV_METRICS_PORT: no free port in " + std::to_string(options.metrics_port) +
                     ".." + std::to_string(options.metrics_port + 63));
     std::thread(Serve).detach();  // lives as long as the process
-    PSKV_INFO("metrics: http://0.0.0.0:" << s.port << "/metrics");
+    PSKV_INFO("metrics: http://" << options.metrics_host << ":" << s.port << "/metrics");
   }
   if (g_timeline || g_metrics) {
     g_enabled = true;

@@ -100,6 +100,9 @@ Options Options::FromEnv() {
   Options o;
   ReadInt("MXNET_KVSTORE_BIGARRAY_BOUND", &o.bigarray_bound, 1, INT64_MAX);
   ReadInt("MXNET_KVSTORE_REDUCTION_NTHREADS", &o.reduction_threads, 1, 1024);
+  ReadInt("PSKV_SERVER_THREADS", &o.server_threads, 0, 256);
+  ReadInt("PSKV_FUSION_KEY_BYTES", &o.fusion_key_bytes, 0, int64_t{1} << 30);
+  ReadInt("PSKV_FUSION_BYTES", &o.fusion_bytes, 1, int64_t{1} << 30);
 
   if (const char* v = Get("DMLC_ROLE")) {
     std::string r = v;
@@ -137,6 +140,14 @@ Options Options::FromEnv() {
       throw ConfigError("both PSKV_JOB_SECRET and PSKV_JOB_SECRET_FILE are set: set only one");
     o.job_secret = ReadSecretFile(path);
   }
+  if (!o.job_secret.empty() && o.job_secret.size() < kMinSecretLength)
+    throw ConfigError(
+        "the job secret (PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE) has " +
+        std::to_string(o.job_secret.size()) + " characters; it needs at least " +
+        std::to_string(kMinSecretLength) +
+        " (credentials on the wire can be attacked offline with guesses of a short secret). "
+        "pskv-launch generates one for every job; to choose your own, use random bytes, e.g. "
+        "`python3 -c 'import secrets; print(secrets.token_hex(32))'`");
   if (const char* v = Get("PSKV_ENCRYPT")) o.encrypt = ParseInt("PSKV_ENCRYPT", v, 0, 1) != 0;
   ReadInt("PSKV_MAX_CONNECTIONS", &o.max_pending_connections, 0, 1 << 20);
   ReadSeconds("PSKV_HANDSHAKE_TIMEOUT", &o.handshake_timeout);
@@ -161,6 +172,7 @@ Options Options::FromEnv() {
     o.test_duplicate_replies = ParseInt("PSKV_TEST_DUPLICATE_REPLIES", v, 0, 1) != 0;
   if (const char* v = Get("PSKV_TIMELINE")) o.timeline_path = v;
   ReadInt("PSKV_METRICS_PORT", &o.metrics_port, 0, 65535);
+  if (const char* v = Get("PSKV_METRICS_HOST")) o.metrics_host = v;
   if (const char* v = Get("PSKV_METRICS_FILE")) o.metrics_file = v;
   if (const char* v = Get("PSKV_LOG_LEVEL")) {
     o.log_levels = v;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "common/byte_io.h"
 #include "common/logging.h"
@@ -14,12 +15,6 @@ namespace pskv {
 using dist::Kind;
 
 namespace {
-// Keeps a value's memory (and the key's reply token) alive while a reply is sent.
-struct ReplyOwner {
-  NDArray value;
-  std::shared_ptr<int> token;
-};
-
 // `data` as an NDArray, copied only if it is not aligned for its dtype.
 NDArray View(const char* data, uint64_t bytes, DType t) {
   const int64_t n = static_cast<int64_t>(bytes / DTypeSize(t));
@@ -38,18 +33,87 @@ DistServer::DistServer(Node* node)
           [this](int sender, int head, const std::string& body) {
             return Command(sender, head, body);
           }),
-      reducer_(node->options().bigarray_bound, node->options().reduction_threads) {
+      reducer_(node->options().bigarray_bound, node->options().reduction_threads),
+      serial_(INT64_MAX, 1) {
+  StartShards();
   if (node_->options().stall_warning.count() > 0)
     inspector_ = std::thread([this] { InspectLoop(); });
 }
 
 DistServer::~DistServer() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(inspect_mu_);
     stop_ = true;
   }
   inspect_cv_.notify_all();
   if (inspector_.joinable()) inspector_.join();
+  for (auto& sh : shards_) {
+    {
+      std::lock_guard<std::mutex> lk(sh->mu);
+      sh->stop = true;
+    }
+    sh->cv.notify_all();
+  }
+  for (auto& sh : shards_)
+    if (sh->thread.joinable()) sh->thread.join();
+}
+
+void DistServer::StartShards() {
+  int n = node_->options().server_threads;
+  if (n <= 0) n = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>());
+  if (n == 1) return;  // one thread: the receive thread itself (see Handle)
+  for (auto& sh : shards_) sh->thread = std::thread([this, p = sh.get()] { ShardLoop(p); });
+}
+
+void DistServer::ShardLoop(Shard* sh) {
+  std::unique_lock<std::mutex> lk(sh->mu);
+  for (;;) {
+    sh->cv.wait(lk, [&] { return sh->stop || !sh->tasks.empty(); });
+    if (sh->stop) return;  // requests still queued are dropped: the job is ending
+    KVRequest req = std::move(sh->tasks.front());
+    sh->tasks.pop_front();
+    sh->busy = true;
+    lk.unlock();
+    try {
+      Process(std::move(req), &server_);
+    } catch (const std::exception& e) {
+      PSKV_ERROR(node_->Tag() << ": request handler threw: " << e.what());
+    }
+    lk.lock();
+    sh->busy = false;
+    if (sh->tasks.empty()) sh->idle_cv.notify_all();
+  }
+}
+
+size_t DistServer::ShardOf(int64_t wire_key) const {
+  // Consecutive keys (and stores) on different shards.
+  const uint64_t k = static_cast<uint64_t>(wire_key);
+  return static_cast<size_t>(((k & 0xffffffff) + (k >> 32) * 7919) % shards_.size());
+}
+
+template <typename F>
+auto DistServer::Exclusive(F&& fn) {
+  std::lock_guard<std::mutex> excl(excl_mu_);
+  for (auto& sh : shards_) {
+    std::unique_lock<std::mutex> lk(sh->mu);
+    sh->idle_cv.wait(lk, [&] { return sh->stop || (sh->tasks.empty() && !sh->busy); });
+  }
+  return fn();
+}
+
+DistServer::KeyState* DistServer::FindKey(int64_t wire_key) {
+  auto& keys = shards_[ShardOf(wire_key)]->keys;
+  auto it = keys.find(wire_key);
+  return it == keys.end() ? nullptr : &it->second;
+}
+
+template <typename F>
+void DistServer::ForEachKey(F&& fn) {
+  std::map<int64_t, KeyState*> all;
+  for (auto& sh : shards_)
+    for (auto& [k, st] : sh->keys) all.emplace(k, &st);
+  for (auto& [k, st] : all) fn(k, *st);
 }
 
 std::string DistServer::WorkerName(int id) const {
@@ -70,10 +134,17 @@ Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
 
 void DistServer::Reply(KVServer* srv, const KVRequest& req,
                        const std::vector<std::pair<int64_t, KeyState*>>& keys) {
+  std::vector<std::pair<int64_t, ReplyOwner>> values;
+  for (auto& [k, st] : keys) values.emplace_back(k, ReplyOwner{st->value, st->token});
+  ReplyValues(srv, req, values);
+}
+
+void DistServer::ReplyValues(KVServer* srv, const KVRequest& req,
+                             const std::vector<std::pair<int64_t, ReplyOwner>>& keys) {
   // [observe] the reply step (timeline, counters; bytes sent to the worker)
   uint64_t obs_bytes = 0;
   if (obs::Enabled() && req.pull)
-    for (auto& k : keys) obs_bytes += k.second->value.nbytes();
+    for (auto& k : keys) obs_bytes += k.second.value.nbytes();
   // (per-peer bytes are counted by the KV layer, for every request)
   obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes);
   if (!req.pull || keys.empty()) {
@@ -82,34 +153,55 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
   }
   std::vector<uint64_t> ks, lens;
   if (keys.size() == 1) {  // zero copy: the reply points at the value
-    KeyState* st = keys[0].second;
-    auto owner = std::make_shared<ReplyOwner>(ReplyOwner{st->value, st->token});
+    auto owner = std::make_shared<ReplyOwner>(keys[0].second);
     Frame f;
-    f.data = static_cast<const char*>(st->value.raw());
-    f.size = st->value.nbytes();
+    f.data = static_cast<const char*>(owner->value.raw());
+    f.size = owner->value.nbytes();
     f.owner = owner;
     srv->Respond(req, {dist::PsKey(keys[0].first, node_->rank(), node_->num_servers())},
-                 std::move(f), {st->value.nbytes()});
+                 std::move(f), {owner->value.nbytes()});
     return;
   }
   std::string out;
-  for (auto& [k, st] : keys) {
+  for (auto& [k, v] : keys) {
     ks.push_back(dist::PsKey(k, node_->rank(), node_->num_servers()));
-    lens.push_back(st->value.nbytes());
-    out.append(static_cast<const char*>(st->value.raw()), st->value.nbytes());
+    lens.push_back(v.value.nbytes());
+    out.append(static_cast<const char*>(v.value.raw()), v.value.nbytes());
   }
   srv->Respond(req, ks, Frame::FromString(std::move(out)), lens);
 }
 
-void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why) {
-  for (auto& r : st.waiting) {
-    try {
-      server_.RespondError(r, kind, why);
-    } catch (const std::exception& e) {
-      PSKV_WARN(node_->Tag() << ": " << e.what());
+// One key of a sync request is done: `st` holds its new value, or null when its
+// round failed. The last key answers the request (one reply for all its keys).
+void DistServer::Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std::string& why) {
+  RoundReq& r = *w.r;
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    if (st) {
+      r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
+    } else if (!r.failed) {
+      r.failed = true;
+      r.kind = kind;
+      r.why = why;
     }
+    if (--r.left > 0) return;
   }
+  try {
+    if (r.failed) {
+      server_.RespondError(r.req, r.kind, r.why);
+    } else {
+      ReplyValues(&server_, r.req, r.done);
+    }
+  } catch (const std::exception& e) {
+    PSKV_WARN(node_->Tag() << ": " << e.what());
+  }
+  r.done.clear();  // releases the values' tokens
+}
+
+void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why) {
+  std::vector<Waiter> waiting = std::move(st.waiting);
   st.waiting.clear();
+  for (auto& w : waiting) Finish(w, nullptr, kind, why);
   st.pushed.clear();
   st.merged = 0;
 }
@@ -121,10 +213,11 @@ std::string DistServer::MissingWorkers(const KeyState& st) const {
   return out;
 }
 
-// Adds one request's value bytes for `st` into st.merge (`first`: overwrite instead).
-void DistServer::Merge(KeyState& st, const KVRequest& req, bool first) {
+// Adds one push's value bytes for `st` into st.merge (`first`: overwrite instead).
+void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
+  const KVRequest& req = w.r->req;
   const Message& m = req.msg;
-  const uint64_t off = 0, len = m.h.vals_len;  // sync pushes carry one key
+  const uint64_t off = w.r->offs[w.index], len = w.r->lens[w.index];
   if (dist::CmdKind(req.cmd) == Kind::kCompressed) {
     if (st.merge.empty()) st.merge = NDArray({st.value.size()}, DType::kFloat32);
     if (first) st.merge.Fill(0);
@@ -139,18 +232,43 @@ void DistServer::Merge(KeyState& st, const KVRequest& req, bool first) {
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
   const size_t es = DTypeSize(st.value.dtype());
-  // Chunk by chunk, straight from the receive buffers.
+  // Chunk by chunk, straight from the receive buffers; the chunks of a big value in
+  // parallel on the reducer's pool (each chunk is below the bound, so a chunk-wise
+  // merge alone would never use it), their additions by the pool-less serial_.
+  struct Piece {
+    const char* p;
+    uint64_t bytes, at;
+  };
+  std::vector<Piece> pieces;
   m.ForEachPiece(off, len, [&](const char* p, uint64_t bytes, uint64_t at) {
-    NDArray in = View(p, bytes, st.value.dtype());
-    NDArray part = st.merge.Slice1D(static_cast<int64_t>(at / es), in.size());
+    pieces.push_back({p, bytes, at});
+  });
+  auto merge = [&](const Piece& pc, Reducer& r) {
+    NDArray in = View(pc.p, pc.bytes, st.value.dtype());
+    NDArray part = st.merge.Slice1D(static_cast<int64_t>(pc.at / es), in.size());
     if (first) {
       part.CopyFrom(in);
     } else if (mdt == in.dtype()) {
-      reducer_.AddTo(in, &part);
+      r.AddTo(in, &part);
     } else {
-      reducer_.AddTo(in.AsType(mdt), &part);
+      r.AddTo(in.AsType(mdt), &part);
+    }
+  };
+  if (pieces.size() < 2 || st.value.size() < reducer_.bigarray_bound()) {
+    for (auto& pc : pieces) merge(pc, reducer_);
+    return;
+  }
+  std::mutex err_mu;
+  std::exception_ptr err;
+  reducer_.ParallelFor(static_cast<int64_t>(pieces.size()), [&](int64_t b, int64_t e) {
+    try {
+      for (int64_t i = b; i < e; ++i) merge(pieces[static_cast<size_t>(i)], serial_);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(err_mu);
+      if (!err) err = std::current_exception();
     }
   });
+  if (err) std::rethrow_exception(err);
 }
 
 void DistServer::ApplyRound(int64_t key, KeyState& st) {
@@ -158,24 +276,105 @@ void DistServer::ApplyRound(int64_t key, KeyState& st) {
   if (Optimizer* opt = OptimizerOf(key)) {
     opt->Update(dist::KeyOf(key), st.merge, &st.value);
   } else {
-    st.value.CopyFrom(st.merge);  // no optimizer: the sum becomes the value
+    // No optimizer: the sum becomes the value (in parallel when big).
+    if (st.merge.dtype() == st.value.dtype())
+      reducer_.Copy(st.merge, &st.value);
+    else
+      st.value.CopyFrom(st.merge);
   }
   ++st.rounds;
 }
 
 void DistServer::Handle(KVRequest&& req, KVServer* srv) {
+  if (shards_.size() == 1) {
+    // One thread: handle it here, like an exclusive section (no hand-off, no wake-up).
+    std::lock_guard<std::mutex> excl(excl_mu_);
+    return Process(std::move(req), srv);
+  }
+  const Message& m = req.msg;
+  if (dist::CmdKind(req.cmd) != Kind::kStates && m.num_keys() > 0) {
+    // The shard of every key (an out-of-range key fails validation in Process).
+    const uint64_t base = KVWorker::ServerRange(node_->rank(), node_->num_servers()).first;
+    size_t shard = SIZE_MAX;
+    bool one = true;
+    for (uint32_t i = 0; i < m.num_keys() && one; ++i) {
+      const uint64_t ps_key = m.key_ptr()[i];
+      const size_t s = ps_key < base ? 0 : ShardOf(static_cast<int64_t>(ps_key - base));
+      one = shard == SIZE_MAX || s == shard;
+      shard = s;
+    }
+    if (one) {
+      std::lock_guard<std::mutex> excl(excl_mu_);
+      Shard& sh = *shards_[shard];
+      {
+        std::lock_guard<std::mutex> lk(sh.mu);
+        sh.tasks.push_back(std::move(req));
+      }
+      sh.cv.notify_one();
+      return;
+    }
+  }
+  Exclusive([&] { Process(std::move(req), srv); });
+}
+
+// Adds push `w` to the open round of `key`; completes the round when every worker
+// pushed. On the key's shard (or exclusively).
+void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w) {
+  const int sender = w.r->req.sender;
+  if (st.pushed.empty()) {
+    st.opened = Clock::now();
+    st.next_report = node_->options().stall_warning;
+  }
+  st.pushed.insert(sender);
+  st.waiting.push_back(std::move(w));
+  std::vector<Waiter> waiting;
+  try {
+    obs::StepScope obs_merge("merge", dist::KeyOf(key),  // [observe]
+                             st.waiting.back().r->lens[st.waiting.back().index]);
+    if (node_->options().sum_in_arrival_order) {
+      Merge(st, st.waiting.back(), st.pushed.size() == 1);
+    } else {
+      // Rank order, as early as possible: add every push whose lower ranks are all
+      // in (so pushes arriving in rank order are added on arrival, as before).
+      for (bool found = true; found && st.merged < node_->num_workers();) {
+        found = false;
+        for (auto& x : st.waiting)
+          if (RankOfId(x.r->req.sender) == st.merged) {
+            Merge(st, x, st.merged == 0);
+            ++st.merged;
+            found = true;
+            break;
+          }
+      }
+    }
+    if (static_cast<int>(st.pushed.size()) < node_->num_workers())
+      return;  // answered when the round completes
+    waiting = std::move(st.waiting);
+    st.waiting.clear();
+    st.pushed.clear();
+    st.merged = 0;
+    obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
+    ApplyRound(key, st);
+  } catch (const std::exception& e) {
+    if (!waiting.empty()) st.waiting = std::move(waiting);
+    FailRound(st, KindOf(e), std::string("update failed: ") + e.what());
+    return;
+  }
+  for (auto& x : waiting) Finish(x, &st, ErrorKind::kGeneric, {});
+}
+
+void DistServer::Process(KVRequest&& req, KVServer* srv) {
   if (int d = node_->options().test_reply_delay_ms)
     std::this_thread::sleep_for(std::chrono::milliseconds(d));
-  std::lock_guard<std::mutex> lk(mu_);
   const Message& m = req.msg;
   const int me = node_->rank(), S = node_->num_servers();
   const uint64_t base = KVWorker::ServerRange(me, S).first;
   const Kind kind = dist::CmdKind(req.cmd);
   const int dt = dist::CmdDType(req.cmd);
   auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
-  if (kind == Kind::kStates) return HandleStates(std::move(req), srv);
+  if (kind == Kind::kStates) return HandleStates(std::move(req), srv);  // exclusive (Handle)
   if (kind == Kind::kSparseInit || kind == Kind::kSparsePush || kind == Kind::kSparsePull)
-    return HandleSparse(std::move(req), srv);
+    return HandleSparse(std::move(req), srv);  // one key: on its shard (Handle)
   if (!IsValidDType(dt) ||
       (kind != Kind::kDense && kind != Kind::kInit && kind != Kind::kCompressed))
     return fail(ErrorKind::kInvalid,
@@ -196,6 +395,8 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
     const uint64_t ps_key = m.key_ptr()[i], len = m.len_ptr()[i];
     const uint64_t key_off = off;
     off += len;
+    if (i > 0 && ps_key <= m.key_ptr()[i - 1])
+      return fail(ErrorKind::kInvalid, "the keys of a request must be strictly ascending");
     const uint64_t local = ps_key - base;  // a wire key: store id and key
     if (ps_key < base || (local & 0xffffffff) > static_cast<uint64_t>(INT32_MAX) ||
         (local >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
@@ -206,19 +407,18 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       return fail(ErrorKind::kUsage, "key " + std::to_string(dist::KeyOf(key)) +
                                          " is row_sparse: it is pushed as row_sparse and read "
                                          "with row_sparse_pull, never as a dense array");
-    auto it = store_.find(key);
+    KeyState* found = FindKey(key);
     if (kind == Kind::kInit) {
-      if (it != store_.end())
-        return fail(ErrorKind::kKey, "duplicate init of key " + std::to_string(key));
+      if (found) return fail(ErrorKind::kKey, "duplicate init of key " + std::to_string(key));
       if (len % DTypeSize(dtype))
         return fail(ErrorKind::kShape, "init value size is not a whole number of elements");
       items.push_back({key, key_off, len, nullptr});
       continue;
     }
-    if (it == store_.end())
+    if (!found)
       return fail(ErrorKind::kKey, "key " + std::to_string(key) + " has not been inited on " +
                                        me_name + " (call Init before push or pull)");
-    KeyState& st = it->second;
+    KeyState& st = *found;
     if (dtype != st.value.dtype())
       return fail(ErrorKind::kShape, "key " + std::to_string(key) + " holds " +
                                          DTypeName(st.value.dtype()) + " but the request carries " +
@@ -236,7 +436,6 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
                                            std::to_string(key) + " takes " + std::to_string(want) +
                                            " bytes on " + me_name + ", got " + std::to_string(len));
       if (sync_) {
-        if (m.num_keys() != 1) return fail(ErrorKind::kInvalid, "a sync push must carry one key");
         if (st.pushed.count(req.sender))
           return fail(ErrorKind::kUsage,
                       WorkerName(req.sender) + " pushed key " + std::to_string(key) +
@@ -265,55 +464,29 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       st.wire_key = it.key;
       st.value = NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype);
       m.CopyVals(it.off, it.len, static_cast<char*>(st.value.raw()));
-      store_.emplace(it.key, std::move(st));
+      shards_[ShardOf(it.key)]->keys.emplace(it.key, std::move(st));
     }
     return Reply(srv, req, {});
   }
   std::vector<std::pair<int64_t, KeyState*>> answer;
   if (req.push && sync_) {
-    const int64_t key = items[0].key;
-    KeyState& st = *items[0].st;
-    if (st.pushed.empty()) {
-      st.opened = Clock::now();
-      st.next_report = node_->options().stall_warning;
+    // Each key joins its round; the request is answered once all of them completed
+    // (one key, or several: a fused message of independent pushes).
+    if (items.empty()) return fail(ErrorKind::kInvalid, "a sync push without keys");
+    {  // a push from a worker means it left any barrier it was in
+      std::lock_guard<std::mutex> blk(barrier_mu_);
+      in_barrier_.erase(req.sender);
     }
-    st.pushed.insert(req.sender);
-    // A push from a worker means it left any barrier it was in.
-    in_barrier_.erase(req.sender);
-    st.waiting.push_back(std::move(req));
-    std::vector<KVRequest> waiting;
-    try {
-      obs::StepScope obs_merge("merge", dist::KeyOf(key), items[0].len);  // [observe]
-      if (node_->options().sum_in_arrival_order) {
-        Merge(st, st.waiting.back(), st.pushed.size() == 1);
-      } else {
-        // Rank order, as early as possible: add every push whose lower ranks are all
-        // in (so pushes arriving in rank order are added on arrival, as before).
-        for (bool found = true; found && st.merged < node_->num_workers();) {
-          found = false;
-          for (auto& r : st.waiting)
-            if (RankOfId(r.sender) == st.merged) {
-              Merge(st, r, st.merged == 0);
-              ++st.merged;
-              found = true;
-              break;
-            }
-        }
-      }
-      if (static_cast<int>(st.pushed.size()) < node_->num_workers())
-        return;  // answered when the round completes
-      waiting = std::move(st.waiting);
-      st.waiting.clear();
-      st.pushed.clear();
-      st.merged = 0;
-      obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
-      ApplyRound(key, st);
-    } catch (const std::exception& e) {
-      if (!waiting.empty()) st.waiting = std::move(waiting);
-      FailRound(st, KindOf(e), std::string("update failed: ") + e.what());
-      return;
+    auto r = std::make_shared<RoundReq>();
+    r->req = std::move(req);
+    r->left = items.size();
+    r->done.resize(items.size());
+    for (auto& it : items) {
+      r->keys.push_back(it.key);
+      r->offs.push_back(it.off);
+      r->lens.push_back(it.len);
     }
-    for (auto& r : waiting) Reply(srv, r, {{key, &st}});
+    for (size_t i = 0; i < items.size(); ++i) JoinRound(items[i].key, *items[i].st, Waiter{r, i});
     return;
   }
   for (auto& it : items) {
@@ -355,7 +528,7 @@ void DistServer::HandleSparse(KVRequest&& req, KVServer* srv) {
       (local >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
     return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
   const int64_t key = static_cast<int64_t>(local);
-  if (store_.count(key))
+  if (FindKey(key))  // on the key's shard (a one-key request) or exclusively
     return srv->RespondError(
         req, ErrorKind::kUsage,
         "key " + std::to_string(dist::KeyOf(key)) +
@@ -368,7 +541,10 @@ void DistServer::HandleSparse(KVRequest&& req, KVServer* srv) {
   ctx.done_workers = done_workers_;
   ctx.worker_name = [this](int id) { return WorkerName(id); };
   ctx.rank_of = [](int id) { return RankOfId(id); };
-  if (req.push && sync_) in_barrier_.erase(req.sender);  // it left any barrier it was in
+  if (req.push && sync_) {  // it left any barrier it was in
+    std::lock_guard<std::mutex> blk(barrier_mu_);
+    in_barrier_.erase(req.sender);
+  }
   sparse_.Handle(key, std::move(req), srv, ctx);
 }
 
@@ -403,11 +579,11 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {
     optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
-      auto it = key >= 0 && key <= INT32_MAX
-                    ? store_.find(dist::WireKey(store, static_cast<int>(key)))
-                    : store_.end();
-      if (it == store_.end()) return {-1, false};
-      return {it->second.value.size(), IsLowPrecision(it->second.value.dtype())};
+      const KeyState* st = key >= 0 && key <= INT32_MAX
+                               ? FindKey(dist::WireKey(store, static_cast<int>(key)))
+                               : nullptr;
+      if (!st) return {-1, false};
+      return {st->value.size(), IsLowPrecision(st->value.dtype())};
     });
   } catch (const std::exception& e) {
     return fail(KindOf(e), node_->Tag() + ": cannot load the optimizer states: " + e.what());
@@ -441,7 +617,11 @@ std::string DistServer::ReportInit(int sender, const std::string& body) {
 }
 
 std::string DistServer::Command(int sender, int head, const std::string& body) {
-  std::lock_guard<std::mutex> lk(mu_);
+  return Exclusive([&] { return CommandLocked(sender, head, body); });
+}
+
+// In an exclusive section.
+std::string DistServer::CommandLocked(int sender, int head, const std::string& body) {
   const int store = head >> 8;  // the worker-side store a command concerns
   head &= 0xff;
   // That store's optimizer (named as the former member, which keeps this code small).
@@ -457,22 +637,27 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       return {};
     case dist::kSetCompression: {
       const CompressionConfig c = payload::DecodeCompression(body);
-      if (!store_.empty())
-        throw UsageError("SetGradientCompression must be called before the first Init");
+      bool any = false;
+      ForEachKey([&](int64_t, KeyState&) { any = true; });
+      if (any) throw UsageError("SetGradientCompression must be called before the first Init");
       compressor_ = c.active() ? std::make_unique<GradientCompressor>(c) : nullptr;
       return {};
     }
     case dist::kWorkerDone:
       done_workers_.insert(sender);
-      in_barrier_.erase(sender);
+      {
+        std::lock_guard<std::mutex> blk(barrier_mu_);
+        in_barrier_.erase(sender);
+      }
       sparse_.WorkerDone(sender, &server_, [this](int id) { return WorkerName(id); });
-      for (auto& [key, st] : store_)
+      ForEachKey([&](int64_t key, KeyState& st) {
         if (!st.waiting.empty() && !st.pushed.count(sender))
           FailRound(st, ErrorKind::kUsage,
                     "key " + std::to_string(key) + ": " + WorkerName(sender) +
                         " finished the job without pushing round " + std::to_string(st.rounds + 1) +
                         " while other workers did; in sync mode every worker must push every key "
                         "equally often (give every worker the same number of batches)");
+      });
       return {};
     case dist::kStatesSize:
       if (!optimizer_)
@@ -492,12 +677,14 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       }
       return {};
     }
-    case dist::kBarrierState:
+    case dist::kBarrierState: {
+      std::lock_guard<std::mutex> blk(barrier_mu_);
       if (payload::DecodeBarrierState(body))
         in_barrier_[sender] = Clock::now();
       else
         in_barrier_.erase(sender);
       return {};
+    }
     case dist::kRoundStatus: {
       // Lines describing open rounds; for a round the asking worker has pushed (it
       // waits for it) and that waits for a worker in Barrier(), a line
@@ -505,8 +692,9 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
       payload::RoundStatus out;
       int n = 0;
       const auto now = Clock::now();
-      for (auto& [key, st] : store_) {
-        if (st.waiting.empty()) continue;
+      std::lock_guard<std::mutex> blk(barrier_mu_);
+      ForEachKey([&](int64_t key, KeyState& st) {
+        if (st.waiting.empty()) return;
         const std::string round =
             "key " + std::to_string(key) + " round " + std::to_string(st.rounds + 1);
         if (st.pushed.count(sender))
@@ -522,13 +710,13 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
                        " s, and that barrier waits for " + WorkerName(sender) +
                        ". Push every key on every worker before a Barrier (or WaitAll on every "
                        "worker before it)"});
-        if (++n > 16) continue;  // a report, not a dump
+        if (++n > 16) return;  // a report, not a dump
         out.lines.push_back(
             round + " on " + node_->Tag() + ": waiting for " + MissingWorkers(st) + " for " +
             std::to_string(
                 std::chrono::duration_cast<std::chrono::seconds>(now - st.opened).count()) +
             " s");
-      }
+      });
       return payload::EncodeRoundStatus(out);
     }
     case dist::kHasOptimizer:
@@ -541,25 +729,28 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
 void DistServer::InspectLoop() {
   using namespace std::chrono;
   const auto tick = std::clamp<milliseconds>(node_->options().stall_warning / 4, 50ms, 1000ms);
-  std::unique_lock<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(inspect_mu_);
   while (!inspect_cv_.wait_for(lk, tick, [&] { return stop_; })) {
+    lk.unlock();
     try {
-      Inspect(Clock::now());
+      Exclusive([&] { Inspect(Clock::now()); });
     } catch (const std::exception& e) {
       PSKV_WARN(node_->Tag() << ": stall inspector: " << e.what());
     }
+    lk.lock();
   }
 }
 
-// Under mu_. Logs stalled rounds, with back-off, naming the workers they wait for (and
-// whether those are in Barrier(); the waiting workers detect that deadlock themselves,
-// see kRoundStatus, since only they know that they are blocked).
+// In an exclusive section. Logs stalled rounds, with back-off, naming the workers they wait for
+// (and whether those are in Barrier(); the waiting workers detect that deadlock themselves, see
+// kRoundStatus, since only they know that they are blocked).
 void DistServer::Inspect(Clock::time_point now) {
   using namespace std::chrono;
-  for (auto& [key, st] : store_) {
-    if (st.waiting.empty()) continue;
+  std::lock_guard<std::mutex> blk(barrier_mu_);
+  ForEachKey([&](int64_t key, KeyState& st) {
+    if (st.waiting.empty()) return;
     const auto open = duration_cast<milliseconds>(now - st.opened);
-    if (open < st.next_report) continue;
+    if (open < st.next_report) return;
     std::string barrier;
     for (auto& [w, since] : in_barrier_)
       if (!st.pushed.count(w))
@@ -569,7 +760,7 @@ void DistServer::Inspect(Clock::time_point now) {
                            << MissingWorkers(st) << " for " << duration_cast<seconds>(open).count()
                            << " s" << barrier);
     st.next_report = st.next_report * 2;  // back-off
-  }
+  });
 }
 
 int RunServerOrScheduler(const Options& options) {

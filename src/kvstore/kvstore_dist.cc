@@ -13,6 +13,15 @@
 //
 // Strict rounds (PSKV_STRICT_ROUNDS=1, dist_sync): each key's calls on this worker
 // must form rounds "push (or push-pull), then pulls"; checked at the call, under mu_.
+//
+// Fusion (PSKV_FUSION_KEY_BYTES, PSKV_FUSION_BYTES): within one Push, Pull or
+// PushPull call, the small keys (held whole by one server, dense) of the same server
+// and dtype travel together: one engine operation over those keys (so each key's
+// order with its other operations is kept) copies their values into one buffer and
+// sends one message of up to PSKV_FUSION_BYTES; the server handles each key as if it
+// had come alone and answers the message once all its keys' rounds completed
+// (dist_server.h); the answer is copied out per key. Nothing waits for later calls:
+// fusion adds no delay (calls issued one key at a time are not fused).
 #include "kvstore/kvstore_dist.h"
 
 #include <algorithm>
@@ -433,7 +442,11 @@ class KVStoreDist final : public KVStore {
     CheckAsyncHasOptimizer();
     auto groups = GroupByKey(keys, values);
     auto metas = Check(groups, "Push", "pushed value", Round::kPush);
+    std::set<int> fused;
+    for (auto& g : FusionGroups(metas, &fused))
+      IssueFused(g, metas, &groups, nullptr, priority, "push");
     for (auto& [k, vals] : groups) {
+      if (fused.count(k)) continue;
       KeyMeta* m = metas.at(k);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push({k}, priority, [this, k, obs_t, m, vals = vals, priority](Engine::Done done) {
@@ -449,7 +462,11 @@ class KVStoreDist final : public KVStore {
                 int priority) override {
     auto groups = GroupByKey(keys, outs);
     auto metas = Check(groups, "Pull", "pull output", Round::kPull);
+    std::set<int> fused;
+    for (auto& g : FusionGroups(metas, &fused))
+      IssueFused(g, metas, nullptr, &groups, priority, "pull");
     for (auto& [k, dst] : groups) {
+      if (fused.count(k)) continue;
       KeyMeta* m = metas.at(k);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push({k}, priority, [this, k, obs_t, m, dst = dst, priority](Engine::Done done) {
@@ -479,7 +496,11 @@ class KVStoreDist final : public KVStore {
     CheckAsyncHasOptimizer();
     Check(pulls, "PushPull", "pull output");
     auto metas = Check(pushes, "PushPull", "pushed value", Round::kPushPull);
+    std::set<int> fused;
+    for (auto& g : FusionGroups(metas, &fused))
+      IssueFused(g, metas, &pushes, &pulls, priority, "pushpull");
     for (auto& [k, vals] : pushes) {
+      if (fused.count(k)) continue;
       KeyMeta* m = metas.at(k);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push(
@@ -825,6 +846,114 @@ class KVStoreDist final : public KVStore {
     f.size = total;
     f.owner = std::shared_ptr<const void>(buf, buf.get());
     return {f, m.comp_lens, dist::MakeCmd(Kind::kCompressed, m.dtype)};
+  }
+
+  // The fusion groups of a call's keys (see the header): 2+ keys each, ascending, of
+  // one server and dtype, at most fusion_bytes of values; their keys go into *fused.
+  std::vector<std::vector<int>> FusionGroups(const std::map<int, KeyMeta*>& metas,
+                                             std::set<int>* fused) const {
+    std::vector<std::vector<int>> out;
+    if (options_.fusion_key_bytes <= 0 || compressor_) return out;
+    std::map<std::pair<int, int>, std::vector<int>> by;  // (server, dtype) -> keys
+    for (auto& [k, m] : metas)
+      if (m->slices.size() == 1 && m->lens[0] <= static_cast<uint64_t>(options_.fusion_key_bytes))
+        by[{m->slices[0].server, static_cast<int>(m->dtype)}].push_back(k);
+    for (auto& [where, keys] : by) {
+      std::vector<int> cur;
+      uint64_t bytes = 0;
+      auto flush = [&] {
+        if (cur.size() >= 2) {
+          fused->insert(cur.begin(), cur.end());
+          out.push_back(cur);
+        }
+        cur.clear();
+        bytes = 0;
+      };
+      for (int k : keys) {
+        const uint64_t b = metas.at(k)->lens[0];
+        if (!cur.empty() && bytes + b > static_cast<uint64_t>(options_.fusion_bytes)) flush();
+        cur.push_back(k);
+        bytes += b;
+      }
+      flush();
+    }
+    return out;
+  }
+
+  // One engine operation over the keys `ks` of a fusion group: push (values from
+  // *pushes), pull (into *pulls) or both, in one message to their server.
+  void IssueFused(const std::vector<int>& ks, const std::map<int, KeyMeta*>& metas,
+                  const std::map<int, std::vector<NDArray>>* pushes,
+                  const std::map<int, std::vector<NDArray>>* pulls, int priority, const char* op) {
+    struct Part {
+      int key;
+      KeyMeta* m;
+      std::vector<NDArray> vals, dst;
+      uint64_t off;
+    };
+    auto parts = std::make_shared<std::vector<Part>>();
+    uint64_t total = 0;
+    for (int k : ks) {
+      Part p{k, metas.at(k), pushes ? pushes->at(k) : std::vector<NDArray>{},
+             pulls ? pulls->at(k) : std::vector<NDArray>{}, total};
+      total += p.m->lens[0];
+      parts->push_back(std::move(p));
+    }
+    const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+    const bool push = pushes != nullptr, pull = pulls != nullptr;
+    engine_.Push(
+        ks, priority, [this, parts, total, obs_t, op, push, pull, priority](Engine::Done done) {
+          std::vector<uint64_t> ps_keys, lens;
+          for (auto& p : *parts) {
+            ps_keys.push_back(p.m->ps_keys[0]);
+            lens.push_back(p.m->lens[0]);
+          }
+          const int cmd = dist::MakeCmd(Kind::kDense, parts->front().m->dtype);
+          if (obs::Enabled()) {  // [observe] every key as usual, and the message
+            for (auto& p : *parts)
+              done = obs::Track(op, std::to_string(p.key), p.m->lens[0], obs_t, std::move(done));
+            done = obs::Track("fused", std::to_string(parts->size()) + " keys", total, obs_t,
+                              std::move(done));
+          }
+          Frame vals;
+          if (push) {
+            auto buf = std::shared_ptr<char[]>(new char[total]);
+            for (auto& p : *parts) {
+              const Frame f = std::get<0>(Prepare(*p.m, p.vals));
+              std::memcpy(buf.get() + p.off, f.data, f.size);
+            }
+            vals.data = buf.get();
+            vals.size = total;
+            vals.owner = std::shared_ptr<const void>(buf, buf.get());
+          }
+          if (!pull) {
+            worker_->Push(ps_keys, vals, lens, cmd, done, priority);
+            return;
+          }
+          // The answer lands in one buffer (kept alive by the callback), then
+          // is copied to each key's outputs.
+          auto out = std::shared_ptr<char[]>(new char[total]);
+          auto cb = [parts, out, done = std::move(done)](std::exception_ptr e) {
+            if (!e) {
+              try {
+                for (auto& p : *parts) {
+                  std::memcpy(p.dst[0].raw(), out.get() + p.off, p.m->lens[0]);
+                  for (size_t i = 1; i < p.dst.size(); ++i) {
+                    NDArray o = p.dst[i];
+                    o.CopyFrom(p.dst[0]);
+                  }
+                }
+              } catch (...) {
+                e = std::current_exception();
+              }
+            }
+            done(e);
+          };
+          if (push)
+            worker_->PushPull(ps_keys, vals, lens, out.get(), lens, cmd, cb, priority);
+          else
+            worker_->Pull(ps_keys, out.get(), lens, cmd, cb, priority);
+        });
   }
 
   // Completion that copies the first output into the others.

@@ -171,6 +171,14 @@ void Reducer::Sum(const std::vector<NDArray>& srcs, NDArray* dst) {
   });
 }
 
+void Reducer::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool_ && n > 1) {
+    pool_->ParallelFor(n, 1, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
 void Reducer::AddTo(const NDArray& src, NDArray* dst) {
   Sum({*dst, src}, dst);
 }

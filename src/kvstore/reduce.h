@@ -6,6 +6,7 @@
 // Arrays with at least `bigarray_bound` elements are split over `threads` threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,6 +26,11 @@ class Reducer {
   void AddTo(const NDArray& src, NDArray* dst);
   /// dst = src, parallel for big arrays (the benchmark's ceiling uses it too).
   void Copy(const NDArray& src, NDArray* dst);
+
+  /// Splits [0, n) over the pool (one range when there is none) and runs fn on each
+  /// range in parallel; for work the caller cuts itself (a message's pieces). fn must
+  /// not use this Reducer's pool (it is busy): use a pool-less Reducer inside.
+  void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
   int64_t bigarray_bound() const { return bound_; }
   int threads() const { return pool_ ? pool_->size() : 1; }

@@ -243,7 +243,7 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   for (const char* k :
        {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
         "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT", "PSKV_TIMELINE",
-        "PSKV_METRICS_PORT", "PSKV_METRICS_FILE", "PSKV_LOG_LEVEL", "MXNET_KVSTORE_BIGARRAY_BOUND",
+        "PSKV_METRICS_PORT", "PSKV_METRICS_HOST", "PSKV_METRICS_FILE", "PSKV_LOG_LEVEL", "MXNET_KVSTORE_BIGARRAY_BOUND",
         "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE", "OMP_NUM_THREADS",
         "OPENBLAS_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
@@ -324,6 +324,14 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     if (!user_set("OPENBLAS_NUM_THREADS"))
       for (auto& c : plan.children)
         c.env["OPENBLAS_NUM_THREADS"] = c.name.rfind("worker", 0) == 0 ? share : "1";
+    // A server's merge/update threads: its share of the cores among all the
+    // processes started here (more threads than cores only adds switching).
+    if (!user_set("PSKV_SERVER_THREADS")) {
+      const std::string server_share =
+          std::to_string(std::max(1u, cores / static_cast<unsigned>(n + S)));
+      for (auto& c : plan.children)
+        if (c.name.rfind("server", 0) == 0) c.env["PSKV_SERVER_THREADS"] = server_share;
+    }
     return plan;
   }
 

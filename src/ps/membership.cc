@@ -7,11 +7,13 @@
 
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/rate_limit.h"
 #include "ps/node_internal.h"
 #include "pskv/error.h"
 
 namespace pskv {
 
+using namespace std::chrono_literals;
 using node_internal::SecsStr;
 
 std::string Node::PickHost() const {
@@ -76,9 +78,31 @@ void Node::HandleRegister(const Message& m) {
     throw ProtocolError("a second scheduler tried to register");
   auto reply_to = [&](int tid) {
     if (!temp_ids_.count(d.token)) {
-      transport_->Connect(tid, d.host + ":" + std::to_string(d.port));
+      transport_->Connect(tid, d.host + ":" + std::to_string(d.port), d.token);
       temp_ids_[d.token] = tid;
     }
+  };
+  // A refusal is sent on a temporary connection that is closed right after (it
+  // lingers a second for the message); at most kMaxRefusalsPerSecond of them, so
+  // that registrations cannot make the scheduler hold sockets (in open mode,
+  // anyone can register).
+  auto refuse = [&](const std::string& why) {
+    const auto now = Clock::now();
+    if (now - refusal_window_ > 1s) {
+      refusal_window_ = now;
+      refusals_ = 0;
+    }
+    if (++refusals_ > kMaxRefusalsPerSecond) {
+      PSKV_LOG_LIMITED(limiter_, "refusals", "WARN",
+                       "scheduler: refused a registration from " << d.host << ":" << d.port
+                                                                 << " without telling it: " << why);
+      return;
+    }
+    const int tid = next_temp_id_++;
+    reply_to(tid);
+    SendControl(tid, Control::kRefuse, 0, why);
+    transport_->Disconnect(tid);
+    temp_ids_.erase(d.token);
   };
   if (ready_) {
     // Already complete: a retry of a registered node (its table was lost) gets the
@@ -93,12 +117,9 @@ void Node::HandleRegister(const Message& m) {
         return;
       }
     }
-    int tid = next_temp_id_++;
-    reply_to(tid);
-    SendControl(tid, Control::kRefuse, 0,
-                "the job already has all its " + std::to_string(options_.num_workers) +
-                    " workers and " + std::to_string(options_.num_servers) +
-                    " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");
+    refuse("the job already has all its " + std::to_string(options_.num_workers) + " workers and " +
+           std::to_string(options_.num_servers) +
+           " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");
     return;
   }
   if (!temp_ids_.count(d.token)) {
@@ -106,15 +127,13 @@ void Node::HandleRegister(const Message& m) {
     for (auto& [t, x] : pending_) same_role += x.role == d.role;
     const int limit =
         d.role == static_cast<int>(Role::kServer) ? options_.num_servers : options_.num_workers;
-    int tid = next_temp_id_++;
-    reply_to(tid);
     if (same_role >= limit) {
-      SendControl(tid, Control::kRefuse, 0,
-                  "too many " + RoleName(static_cast<Role>(d.role)) + "s: the job expects " +
-                      std::to_string(limit) + " (DMLC_NUM_" +
-                      (d.role == static_cast<int>(Role::kServer) ? "SERVER" : "WORKER") + ")");
+      refuse("too many " + RoleName(static_cast<Role>(d.role)) + "s: the job expects " +
+             std::to_string(limit) + " (DMLC_NUM_" +
+             (d.role == static_cast<int>(Role::kServer) ? "SERVER" : "WORKER") + ")");
       return;
     }
+    reply_to(next_temp_id_++);
     pending_[d.token] = d;
     if (options_.verbose >= 1)
       PSKV_INFO("scheduler: " << RoleName(static_cast<Role>(d.role)) << " at " << d.host << ":"
@@ -161,7 +180,7 @@ void Node::SchedulerCompleteRegistration() {
     id_of_token_[d.token] = d.id;
     if (d.id == kSchedulerId) continue;
     transport_->Disconnect(temp_ids_[d.token]);
-    transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));
+    transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
   }
   temp_ids_.clear();
   std::string table = EncodeNodes(all);
@@ -189,7 +208,7 @@ void Node::HandleNodeTable(const Message& m) {
     id_of_token_[d.token] = d.id;
     if (d.id == kSchedulerId || d.id == id_) continue;
     const bool talks = role() == Role::kWorker ? IsServerId(d.id) : IsWorkerId(d.id);
-    if (talks) transport_->Connect(d.id, d.host + ":" + std::to_string(d.port));
+    if (talks) transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
   }
   ready_ = true;
   cv_.notify_all();

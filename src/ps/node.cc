@@ -69,6 +69,7 @@ void Node::Start() {
   tc.encrypt = options_.encrypt;
   tc.job = job_;
   tc.token = token_;
+  tc.scheduler = role() == Role::kScheduler;
   tc.handshake_timeout = options_.handshake_timeout;
   tc.keepalive_interval = options_.heartbeat_interval;
   // As long as the heartbeat timeout: a peer whose receive queue is full (slow
@@ -102,7 +103,8 @@ void Node::Start() {
     host_ = PickHost();
     std::string ep = transport_->Bind(host_, options_.port);
     port_ = std::stoi(ep.substr(ep.rfind(':') + 1));
-    transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port));
+    transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port),
+                        kSchedulerToken);
   }
   start_time_ = Clock::now();
   if (options_.verbose >= 1)
@@ -412,20 +414,52 @@ void Node::Handle(Message&& m, uint64_t token) {
     resender_.Ack(sender, m.h.timestamp);
     return;
   }
-  if (m.h.seq) {
-    // Acknowledge, then drop duplicates (a resent message whose ack was lost).
-    SendControl(sender, Control::kAck, 0, {}, m.h.seq);
-    if (resender_.Duplicate(sender, m.h.seq)) return;
+  if (c == Control::kRegister && sched) {
+    auto ds = DecodeNodes(m.body);
+    if (ds.size() != 1 || ds[0].token != token) return drop("registration for another identity");
   }
+  // A data message before the node table, or one PS_DROP_MSG drops, counts as
+  // never received: no ack, so the sender resends it.
+  if (c == Control::kData && (!ready_ || DropForTest())) return;
+  if (!m.h.seq) return Dispatch(std::move(m), sender, lk);
+  const uint64_t seq = m.h.seq;
+  const auto arrival = resender_.Accept(sender, seq);
+  if (arrival == Resender::Arrival::kFull) return;  // resent later
+  SendControl(sender, Control::kAck, 0, {}, seq);
+  if (arrival == Resender::Arrival::kDuplicate) return;
+  if (arrival == Resender::Arrival::kHold) {
+    held_[sender].emplace(seq, std::move(m));
+    return;
+  }
+  Dispatch(std::move(m), sender, lk);
+  // The messages held behind it, in order.
+  for (;;) {
+    if (!lk.owns_lock()) lk.lock();
+    const uint64_t next = resender_.TakeNext(sender);
+    if (!next) break;
+    auto& mine = held_[sender];
+    auto it = mine.find(next);
+    if (it == mine.end()) break;  // cannot happen: Accept and held_ agree
+    Message h = std::move(it->second);
+    mine.erase(it);
+    Dispatch(std::move(h), sender, lk);
+  }
+  if (!lk.owns_lock()) lk.lock();
+  if (auto it = held_.find(sender); it != held_.end() && it->second.empty()) held_.erase(it);
+}
+
+bool Node::DropForTest() {
+  if (options_.drop_percent <= 0) return false;
+  drop_state_ ^= drop_state_ << 13;
+  drop_state_ ^= drop_state_ >> 7;
+  drop_state_ ^= drop_state_ << 17;
+  return static_cast<int>(drop_state_ % 100) < options_.drop_percent;
+}
+
+void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
+  const auto c = static_cast<Control>(m.h.control);
   switch (c) {
     case Control::kData: {
-      if (!ready_) return;
-      if (options_.drop_percent > 0) {  // PS_DROP_MSG (tests only)
-        drop_state_ ^= drop_state_ << 13;
-        drop_state_ ^= drop_state_ >> 7;
-        drop_state_ ^= drop_state_ << 17;
-        if (static_cast<int>(drop_state_ % 100) < options_.drop_percent) return;
-      }
       lk.unlock();
       // Run the handler right here: one hop less per message than a separate
       // customer thread, and messages are still handled one at a time, in order.
@@ -441,12 +475,7 @@ void Node::Handle(Message&& m, uint64_t token) {
       return;
     }
     case Control::kRegister:
-      if (role() == Role::kScheduler) {
-        auto ds = DecodeNodes(m.body);
-        if (ds.size() != 1 || ds[0].token != token)
-          return drop("registration for another identity");
-        HandleRegister(m);
-      }
+      if (role() == Role::kScheduler) HandleRegister(m);
       return;
     case Control::kNodeTable:
       if (role() != Role::kScheduler) HandleNodeTable(m);
@@ -506,6 +535,10 @@ void Node::Fail(std::exception_ptr e) {
 
 void Node::FailNode(int dead_id, const std::string& reason) {
   resender_.Forget(dead_id);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    held_.erase(dead_id);
+  }
   if (role() == Role::kScheduler) {
     std::lock_guard<std::mutex> lk(mu_);
     // A departed node's barrier arrivals no longer count.

@@ -110,6 +110,11 @@ class Node {
   void ReceiveLoop();
   void TimerLoop();
   void Handle(Message&& m, uint64_t token);
+  /// Acts on a message from `sender` that passed every check, in order. Called
+  /// with `lk` (on mu_) held; may release it.
+  void Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk);
+  /// PS_DROP_MSG: whether to drop this data message (tests only). mu_ held.
+  bool DropForTest();
   /// The node id bound to connection identity `token`, or 0 (unknown). mu_ held.
   int IdOfToken(uint64_t token) const;
   void HandleRegister(const Message& m);
@@ -158,6 +163,9 @@ class Node {
   std::map<uint64_t, NodeDesc> pending_;  // by token
   std::map<uint64_t, int> temp_ids_;      // token -> temporary peer id for replies
   int next_temp_id_ = 1000000;
+  static constexpr int kMaxRefusalsPerSecond = 32;
+  Clock::time_point refusal_window_;  // refusals sent in the current second
+  int refusals_ = 0;
   Clock::time_point start_time_;
   bool registration_timed_out_ = false;
   // barriers
@@ -172,6 +180,9 @@ class Node {
   Resender resender_;
   bool finished_ = false;  // final barrier passed: no more failure detection
   uint64_t drop_state_ = 88172645463325252ull;
+  // Messages received after a gap in a sender's sequence, until it is filled
+  // (at most Resender::kMaxHeld per sender).
+  std::map<int, std::map<uint64_t, Message>> held_;
   RateLimiter limiter_;  // warnings about what peers sent
 
   std::atomic<bool> stop_{false};

@@ -43,16 +43,25 @@ void Resender::Ack(int from, uint64_t seq) {
   if (unacked_.empty()) cv_.notify_all();
 }
 
-bool Resender::Duplicate(int from, uint64_t seq) {
+Resender::Arrival Resender::Accept(int from, uint64_t seq) {
   std::lock_guard<std::mutex> lk(mu_);
   Seen& s = seen_[from];
-  if (seq <= s.low || s.above.count(seq)) return true;
-  s.above.insert(seq);
-  while (!s.above.empty() && *s.above.begin() == s.low + 1) {
-    s.above.erase(s.above.begin());
+  if (seq <= s.low || s.above.count(seq)) return Arrival::kDuplicate;
+  if (seq == s.low + 1) {
     ++s.low;
+    return Arrival::kNext;
   }
-  return false;
+  if (s.above.size() >= kMaxHeld) return Arrival::kFull;
+  s.above.insert(seq);
+  return Arrival::kHold;
+}
+
+uint64_t Resender::TakeNext(int from) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Seen& s = seen_[from];
+  if (s.above.empty() || *s.above.begin() != s.low + 1) return 0;
+  s.above.erase(s.above.begin());
+  return ++s.low;
 }
 
 std::vector<std::pair<int, std::vector<Frame>>> Resender::Due(Clock::time_point now) {

@@ -13,7 +13,11 @@
 //    what was kept for it. So a partition shorter than the heartbeat timeout is
 //    survived however long the backoff.
 //  * Received sequence numbers are remembered per sender as "all <= low" plus the
-//    set above it, bounded by the sender's in-flight window.
+//    set above it. Messages are delivered in sequence order: one that arrives
+//    after a gap (its predecessor was lost and will be resent) is held by the
+//    caller until the gap is filled, so a resend never reorders a push and the
+//    pull behind it. At most kMaxHeld are held per sender; beyond that a message
+//    is not acknowledged, and so is resent later.
 // Thread-safe (own mutex; never calls out while holding it).
 #pragma once
 
@@ -40,8 +44,18 @@ class Resender {
   void Track(int to, uint64_t seq, const std::vector<Frame>& frames);
   /// `from` acknowledged `seq`.
   void Ack(int from, uint64_t seq);
-  /// True if (from, seq) was received before (a duplicate to drop).
-  bool Duplicate(int from, uint64_t seq);
+  enum class Arrival {
+    kNext,       ///< the next in order: deliver it (then the held ones TakeNext gives)
+    kHold,       ///< after a gap: hold it until its predecessors arrive
+    kDuplicate,  ///< received before (a resend whose ack was lost): drop it
+    kFull,       ///< too many held: drop it unacknowledged (it will be resent)
+  };
+  static constexpr size_t kMaxHeld = 4096;
+  /// Classifies message (from, seq) and records it as received (unless kFull).
+  Arrival Accept(int from, uint64_t seq);
+  /// If the message after the last delivered one from `from` is held, marks it
+  /// delivered and returns its seq; else 0.
+  uint64_t TakeNext(int from);
   /// Messages due for retransmission at `now` (their next deadline is moved on).
   std::vector<std::pair<int, std::vector<Frame>>> Due(Clock::time_point now);
   /// Drops everything kept for `peer` (it was declared dead).
@@ -58,8 +72,8 @@ class Resender {
     int retries = 0;
   };
   struct Seen {
-    uint64_t low = 0;
-    std::set<uint64_t> above;
+    uint64_t low = 0;          // every seq <= low was delivered
+    std::set<uint64_t> above;  // held (received after a gap)
   };
   std::chrono::milliseconds base_, max_backoff_;
   mutable std::mutex mu_;

@@ -59,15 +59,17 @@ Key32 JobKeys::Subkey(const char* label) const {
 }
 
 namespace {
-std::string Format(uint64_t job, uint64_t token) {
-  char b[64];
-  std::snprintf(b, sizeof b, "pskv1 %016" PRIx64 " %016" PRIx64, job, token);
+constexpr size_t kUsernameSize = 56;  // "pskv2 " + 3 x 16 hex digits + 2 spaces
+
+std::string Format(uint64_t job, uint64_t from, uint64_t to) {
+  char b[80];
+  std::snprintf(b, sizeof b, "pskv2 %016" PRIx64 " %016" PRIx64 " %016" PRIx64, job, from, to);
   return b;
 }
 }  // namespace
 
-std::string JobKeys::Username(uint64_t token) const {
-  return Format(job_, token);
+std::string JobKeys::Username(uint64_t from, uint64_t to) const {
+  return Format(job_, from, to);
 }
 
 std::string JobKeys::Password(const std::string& username) const {
@@ -77,15 +79,17 @@ std::string JobKeys::Password(const std::string& username) const {
   return Hex(mac, sizeof mac);
 }
 
-bool JobKeys::Verify(const std::string& username, const std::string& password, uint64_t* token,
-                     std::string* why) const {
-  uint64_t job = 0, tok = 0;
+bool JobKeys::Verify(const std::string& username, const std::string& password, uint64_t me,
+                     bool scheduler, uint64_t* from, std::string* why) const {
+  uint64_t job = 0, tok = 0, to = 0;
   char tail = 0;
-  if (username.size() != 39 ||
-      std::sscanf(username.c_str(), "pskv1 %16" SCNx64 " %16" SCNx64 "%c", &job, &tok, &tail) !=
-          2 ||
-      username != Format(job, tok) || tok == 0) {
-    *why = "not a pskv node (malformed credentials)";
+  if (username.size() != kUsernameSize ||
+      std::sscanf(username.c_str(), "pskv2 %16" SCNx64 " %16" SCNx64 " %16" SCNx64 "%c", &job, &tok,
+                  &to, &tail) != 3 ||
+      username != Format(job, tok, to) || tok == 0) {
+    *why = username.rfind("pskv1 ", 0) == 0
+               ? "a node of an older pskv version (protocol 1): run the same pskv everywhere"
+               : "not a pskv node (malformed credentials)";
     return false;
   }
   uint8_t mac[crypto_auth_hmacsha256_BYTES];
@@ -105,7 +109,13 @@ bool JobKeys::Verify(const std::string& username, const std::string& password, u
     *why = "a node of another job (PSKV_JOB_ID, DMLC_PS_ROOT_URI:PORT or DMLC_NUM_* differ)";
     return false;
   }
-  *token = tok;
+  // Valid, but is it for this door? A credential issued for another process (or
+  // for a previous incarnation of this address) is a replay or a relay.
+  if (!(to == me || (scheduler && to == kScheduler))) {
+    *why = "credentials issued for another node (replayed or relayed)";
+    return false;
+  }
+  *from = tok;
   return true;
 }
 

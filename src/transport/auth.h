@@ -4,9 +4,14 @@
 // Every connection between two nodes is authenticated by ZeroMQ's handshake
 // before a single message is delivered:
 //  * authenticated mode (default with a secret): ZeroMQ's PLAIN mechanism carries
-//    username "pskv1 <job> <token>" and password HMAC-SHA256(key, username); the
-//    accepting node's ZAP handler verifies it in constant time and binds the
-//    connection to `token` (the connecting process's random 64-bit identity);
+//    username "pskv2 <job> <from> <to>" and password HMAC-SHA256(key, username);
+//    the accepting node's ZAP handler verifies it in constant time, checks that
+//    the credential is addressed to itself (`to` is its own random token, or 0 =
+//    "the scheduler" at the scheduler), and binds the connection to `from` (the
+//    connecting process's random 64-bit identity). A credential therefore opens
+//    one door only: the one it was issued for. Whoever receives it (a process
+//    squatting on an address a node connects to, say) cannot use it elsewhere;
+//    tokens are fresh per process, so it is worthless after that process exits;
 //  * encrypted mode (PSKV_ENCRYPT=1): ZeroMQ CURVE with keys derived from the
 //    secret — every byte is encrypted and authenticated;
 //  * open mode (no secret): the same handshake with a key derived from the empty
@@ -32,13 +37,19 @@ class JobKeys {
   bool open() const { return open_; }
   uint64_t job() const { return job_; }
 
-  /// PLAIN credentials of the process with identity `token`.
-  std::string Username(uint64_t token) const;
+  /// The `to` of a credential addressed to the job's scheduler, whose token is
+  /// not known before registration.
+  static constexpr uint64_t kScheduler = 0;
+
+  /// PLAIN credentials of the process with identity `from` for connecting to the
+  /// process with identity `to` (kScheduler: the scheduler).
+  std::string Username(uint64_t from, uint64_t to) const;
   std::string Password(const std::string& username) const;
-  /// Checks PLAIN credentials. On success returns true and sets *token; else
-  /// returns false and sets *why (short, for logs and for the ZAP status text).
-  bool Verify(const std::string& username, const std::string& password, uint64_t* token,
-              std::string* why) const;
+  /// Checks PLAIN credentials presented to the process with identity `me`
+  /// (`scheduler`: it is the job's scheduler). On success returns true and sets
+  /// *from; else returns false and sets *why (short, for logs and the ZAP status).
+  bool Verify(const std::string& username, const std::string& password, uint64_t me, bool scheduler,
+              uint64_t* from, std::string* why) const;
 
   /// CURVE keys (Z85 text as ZeroMQ's options take them).
   const std::string& curve_server_public() const { return server_pk_; }

@@ -5,8 +5,12 @@
 // CreateTransport(kind). Contract every backend meets (tests/test_transport.cc
 // runs the same suite against each):
 //  * Bind() once, before anything else; it returns the "host:port" bound.
-//  * Connect(peer, endpoint) may be called again for the same peer with a new
-//    endpoint; Send() to a peer not connected is an IOError.
+//  * Connect(peer, endpoint, token) may be called again for the same peer with a
+//    new endpoint; `token` is the identity the peer will have to prove (the
+//    credentials presented are valid for that process only; kSchedulerToken:
+//    the job's scheduler, whose token is not known before registration).
+//    Send() to a peer not connected is an IOError. Disconnect(peer) lets queued
+//    messages go out for at most a second, then releases everything of the peer.
 //  * Send() is thread-safe, never blocks on a slow or dead peer, and sends the
 //    frames' memory without copying it; each frame's owner is released once the
 //    backend no longer needs the memory.
@@ -43,8 +47,12 @@ struct TransportConfig {
   bool encrypt = false;  ///< CURVE-encrypt everything (needs a secret)
   uint64_t job = 0;      ///< job hash: nodes of other jobs are refused at the handshake
   uint64_t token = 0;    ///< this process's identity, proven at every connection
-  /// Connections accepted that have not sent an authenticated message yet, at
-  /// most; more are closed at once.
+  /// This node is the job's scheduler: it also accepts credentials addressed to
+  /// "the scheduler" (kSchedulerToken), which nodes use before they know its token.
+  bool scheduler = false;
+  /// Connections accepted that have not finished the handshake, at most; beyond
+  /// that the oldest are closed. One source address may hold a quarter of them
+  /// (at least 8), so a stranger cannot hold the door shut for the job's nodes.
   int max_pending_connections = 64;
   /// A connection that has not finished the handshake by then is closed.
   std::chrono::milliseconds handshake_timeout{10000};
@@ -67,12 +75,15 @@ struct Received {
   std::string peer_addr;  ///< the peer's IP address, for log lines
 };
 
+/// The `token` of Transport::Connect for the job's scheduler.
+constexpr uint64_t kSchedulerToken = 0;
+
 class Transport {
  public:
   virtual ~Transport() = default;
   /// Binds to host:port (port 0: any free port). Returns the bound "host:port".
   virtual std::string Bind(const std::string& host, int port) = 0;
-  virtual void Connect(int peer, const std::string& endpoint) = 0;
+  virtual void Connect(int peer, const std::string& endpoint, uint64_t token) = 0;
   virtual void Disconnect(int peer) = 0;
   virtual void Send(int peer, std::vector<Frame> frames) = 0;
   virtual bool Recv(Received* in, std::chrono::milliseconds timeout) = 0;

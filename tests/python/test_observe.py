@@ -124,7 +124,7 @@ def test_metrics_endpoint_during_a_job(tmp_path):
         urls = {}
         end = time.time() + 30
         while time.time() < end and (len(urls) < 3 or len(os.listdir(markers)) < 2):
-            for m in re.finditer(r'\[(worker \d|server 0)\] INFO: metrics: http://0\.0\.0\.0:(\d+)/metrics',
+            for m in re.finditer(r'\[(worker \d|server 0)\] INFO: metrics: http://127\.0\.0\.1:(\d+)/metrics',
                                  (tmp_path / 'out').read_text()):
                 urls[m.group(1)] = 'http://127.0.0.1:%s/metrics' % m.group(2)
             time.sleep(0.1)

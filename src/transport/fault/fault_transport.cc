@@ -21,7 +21,9 @@ class FaultTransport final : public Transport {
   ~FaultTransport() override { Close(std::chrono::milliseconds(0)); }
 
   std::string Bind(const std::string& host, int port) override { return inner_->Bind(host, port); }
-  void Connect(int peer, const std::string& ep) override { inner_->Connect(peer, ep); }
+  void Connect(int peer, const std::string& ep, uint64_t token) override {
+    inner_->Connect(peer, ep, token);
+  }
   void Disconnect(int peer) override { inner_->Disconnect(peer); }
   bool Recv(Received* in, std::chrono::milliseconds t) override { return inner_->Recv(in, t); }
   std::string RefusedBy(int peer) override { return inner_->RefusedBy(peer); }

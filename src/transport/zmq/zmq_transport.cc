@@ -1,6 +1,9 @@
 #include "transport/zmq/zmq_transport.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -27,8 +30,12 @@
 //  * the guard thread owns the ZAP handler socket and the monitor sockets: it
 //    authenticates every incoming connection during ZeroMQ's handshake (so a
 //    stranger's bytes never become messages), counts connections that have not
-//    authenticated and closes the excess, and notes which peers refused us.
-// Lock order: peers_mu_ before a Peer's mu; guard_mu_ is taken alone.
+//    finished the handshake (per source address) and closes the excess, and
+//    notes which peers refused us and which connections are down.
+// Each outgoing socket has its own monitor, tagged with a generation: when the
+// socket is replaced or dropped, its monitor is closed by the guard thread and
+// its late events are ignored.
+// Lock order: peers_mu_ before a Peer's mu before guard_mu_.
 
 namespace pskv {
 
@@ -119,8 +126,12 @@ class ZmqTransport final : public Transport {
     }
     // Count connections from their acceptance until they prove themselves.
     const std::string mon = "inproc://pskv-monitor-router";
-    zmq_socket_monitor(router_, mon.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
-    AddMonitor(-1, mon);
+    zmq_socket_monitor(router_, mon.c_str(),
+                       ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED |
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+    AddMonitor(-1, 0, mon);
     std::string addr = "tcp://" + host + ":" + (port > 0 ? std::to_string(port) : "*");
     if (zmq_bind(router_, addr.c_str()) != 0) {
       std::string err = ZmqErr();
@@ -137,53 +148,22 @@ class ZmqTransport final : public Transport {
     return host + ":" + ep.substr(colon + 1);
   }
 
-  void Connect(int peer, const std::string& endpoint) override {
+  void Connect(int peer, const std::string& endpoint, uint64_t token) override {
     std::unique_lock<std::shared_mutex> lk(peers_mu_);
     auto it = peers_.find(peer);
     if (it != peers_.end()) {
-      if (it->second->endpoint == endpoint) return;
+      if (it->second->endpoint == endpoint && it->second->token == token) return;
       CloseSocket(it->second->sock, 0);
       peers_.erase(it);
     }
-    void* s = zmq_socket(ctx_, ZMQ_DEALER);
-    SetInt(s, ZMQ_SNDHWM, 0);  // never block: a dead peer is detected by heartbeats
-    SetInt(s, ZMQ_LINGER, 0);
-    SetInt(s, ZMQ_RECONNECT_IVL, 100);
-    SetInt(s, ZMQ_RECONNECT_IVL_MAX, 2000);
-    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token));
-    if (cfg_.keepalive_interval.count() > 0) {  // ZMTP PING/PONG: half-open connections
-      SetInt(s, ZMQ_HEARTBEAT_IVL, static_cast<int>(cfg_.keepalive_interval.count()));
-      SetInt(s, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(cfg_.keepalive_timeout.count()));
-      SetInt(s, ZMQ_HEARTBEAT_TTL, static_cast<int>(cfg_.keepalive_timeout.count()));
-    }
-    if (cfg_.encrypt) {
-      SetStr(s, ZMQ_CURVE_SERVERKEY, keys_.curve_server_public());
-      SetStr(s, ZMQ_CURVE_PUBLICKEY, keys_.curve_client_public());
-      SetStr(s, ZMQ_CURVE_SECRETKEY, keys_.curve_client_secret());
-    } else {
-      const std::string user = keys_.Username(cfg_.token);
-      SetStr(s, ZMQ_PLAIN_USERNAME, user);
-      SetStr(s, ZMQ_PLAIN_PASSWORD, keys_.Password(user));
-    }
-    // Watch the handshake so that a refusal is reported instead of retried forever.
-    const std::string mon = "inproc://pskv-monitor-" + std::to_string(next_monitor_++);
-    zmq_socket_monitor(s, mon.c_str(),
-                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
-    AddMonitor(peer, mon);
+    auto p = std::make_unique<Peer>();
+    p->endpoint = endpoint;
+    p->token = token;
+    p->sock = NewDealer(peer, endpoint, token);
     {
       std::lock_guard<std::mutex> g(guard_mu_);
       down_since_[peer] = std::chrono::steady_clock::now();  // until the handshake succeeds
     }
-    std::string addr = "tcp://" + endpoint;
-    if (zmq_connect(s, addr.c_str()) != 0) {
-      std::string err = ZmqErr();
-      zmq_close(s);
-      throw IOError("cannot connect to " + addr + ": " + err);
-    }
-    auto p = std::make_unique<Peer>();
-    p->sock = s;
-    p->endpoint = endpoint;
     peers_.emplace(peer, std::move(p));
   }
 
@@ -191,10 +171,12 @@ class ZmqTransport final : public Transport {
     std::unique_lock<std::shared_mutex> lk(peers_mu_);
     auto it = peers_.find(peer);
     if (it == peers_.end()) return;
-    CloseSocket(it->second->sock, 0);
+    CloseSocket(it->second->sock, kDisconnectLinger);  // what is queued may still go out
     peers_.erase(it);
     std::lock_guard<std::mutex> g(guard_mu_);
     down_since_.erase(peer);
+    refused_.erase(peer);
+    monitor_gen_.erase(peer);  // its monitor is closed by the guard thread
   }
 
   void Send(int peer, std::vector<Frame> frames) override {
@@ -218,6 +200,12 @@ class ZmqTransport final : public Transport {
         if (zmq_errno() == EINTR) continue;
         std::string err = ZmqErr();
         zmq_msg_close(&msg);
+        if (i > 0) {
+          // Part of this message is queued: the next message would be glued to
+          // it. A fresh socket (same peer, same credentials) starts clean.
+          CloseSocket(p.sock, 0);
+          p.sock = NewDealer(peer, p.endpoint, p.token);
+        }
         throw IOError("send to node " + std::to_string(peer) + " at " + p.endpoint +
                       " failed: " + err);
       }
@@ -304,16 +292,75 @@ class ZmqTransport final : public Transport {
   std::string Name() const override { return cfg_.encrypt ? "zmq+curve" : "zmq"; }
 
  private:
+  static constexpr int kDisconnectLinger = 1000;  // ms
+
   struct Peer {
     void* sock = nullptr;
     std::string endpoint;
+    uint64_t token = 0;  // the identity the peer must prove
     std::mutex mu;
   };
   struct Monitor {
-    int peer;  // -1: the ROUTER
+    int peer;      // -1: the ROUTER
+    uint64_t gen;  // of the socket it watches (monitor_gen_)
     void* sock;
   };
+  // A connection accepted by the ROUTER that has not finished the handshake.
+  struct Pending {
+    std::string ip;
+    ino_t ino = 0;  // the socket's inode: tells it from a later file with its fd number
+    std::chrono::steady_clock::time_point since;
+  };
+
+  // A DEALER to `endpoint` presenting this node's credentials for `to`, with a
+  // monitor of its own. Caller holds peers_mu_ (shared suffices) or the peer's mu.
+  void* NewDealer(int peer, const std::string& endpoint, uint64_t to) {
+    void* s = zmq_socket(ctx_, ZMQ_DEALER);
+    if (!s) throw IOError("cannot create a socket: " + ZmqErr());
+    SetInt(s, ZMQ_SNDHWM, 0);  // never block: a dead peer is detected by heartbeats
+    SetInt(s, ZMQ_LINGER, 0);
+    SetInt(s, ZMQ_RECONNECT_IVL, 100);
+    SetInt(s, ZMQ_RECONNECT_IVL_MAX, 2000);
+    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token));
+    if (cfg_.keepalive_interval.count() > 0) {  // ZMTP PING/PONG: half-open connections
+      SetInt(s, ZMQ_HEARTBEAT_IVL, static_cast<int>(cfg_.keepalive_interval.count()));
+      SetInt(s, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(cfg_.keepalive_timeout.count()));
+      SetInt(s, ZMQ_HEARTBEAT_TTL, static_cast<int>(cfg_.keepalive_timeout.count()));
+    }
+    if (cfg_.encrypt) {
+      SetStr(s, ZMQ_CURVE_SERVERKEY, keys_.curve_server_public());
+      SetStr(s, ZMQ_CURVE_PUBLICKEY, keys_.curve_client_public());
+      SetStr(s, ZMQ_CURVE_SECRETKEY, keys_.curve_client_secret());
+    } else {
+      const std::string user = keys_.Username(cfg_.token, to);
+      SetStr(s, ZMQ_PLAIN_USERNAME, user);
+      SetStr(s, ZMQ_PLAIN_PASSWORD, keys_.Password(user));
+    }
+    // Watch the handshake so that a refusal is reported instead of retried forever.
+    const uint64_t gen = ++next_gen_;
+    const std::string mon = "inproc://pskv-monitor-" + std::to_string(gen);
+    zmq_socket_monitor(s, mon.c_str(),
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
+    {
+      std::lock_guard<std::mutex> g(guard_mu_);
+      monitor_gen_[peer] = gen;
+      refused_.erase(peer);
+    }
+    AddMonitor(peer, gen, mon);
+    std::string addr = "tcp://" + endpoint;
+    if (zmq_connect(s, addr.c_str()) != 0) {
+      std::string err = ZmqErr();
+      zmq_close(s);
+      throw IOError("cannot connect to " + addr + ": " + err);
+    }
+    return s;
+  }
+  // Stops the socket's monitor first: ZeroMQ's I/O thread sends monitor events
+  // with a blocking send, so events of a closing (lingering) socket whose monitor
+  // reader is gone would block that thread — and with it every connection.
   static void CloseSocket(void* s, int linger) {
+    zmq_socket_monitor(s, nullptr, 0);
     SetInt(s, ZMQ_LINGER, linger);
     zmq_close(s);
   }
@@ -342,16 +389,10 @@ class ZmqTransport final : public Transport {
       return false;
     }
     in->peer = token;
-    const int fd = zmq_msg_get(first, ZMQ_SRCFD);
-    if (fd >= 0 && fd != last_fd_) {
-      last_fd_ = fd;
-      std::lock_guard<std::mutex> lk(guard_mu_);
-      pending_fds_.erase(fd);  // this connection has proven itself
-    }
     return true;
   }
 
-  void AddMonitor(int peer, const std::string& endpoint) {
+  void AddMonitor(int peer, uint64_t gen, const std::string& endpoint) {
     void* pair = zmq_socket(ctx_, ZMQ_PAIR);
     SetInt(pair, ZMQ_LINGER, 0);
     if (zmq_connect(pair, endpoint.c_str()) != 0) {
@@ -359,7 +400,14 @@ class ZmqTransport final : public Transport {
       return;  // monitoring is a diagnostic aid; the transport works without it
     }
     std::lock_guard<std::mutex> lk(guard_mu_);
-    new_monitors_.push_back({peer, pair});
+    new_monitors_.push_back({peer, gen, pair});
+  }
+
+  // guard_mu_ held. A monitor of a socket that was replaced or dropped.
+  bool Retired(const Monitor& m) const {
+    if (m.peer < 0) return false;
+    auto it = monitor_gen_.find(m.peer);
+    return it == monitor_gen_.end() || it->second != m.gen;
   }
 
   // The guard thread: ZAP requests and monitor events (see the top of the file).
@@ -370,6 +418,11 @@ class ZmqTransport final : public Transport {
         std::lock_guard<std::mutex> lk(guard_mu_);
         for (auto& m : new_monitors_) monitors.push_back(m);
         new_monitors_.clear();
+        std::erase_if(monitors, [&](const Monitor& m) {
+          if (!Retired(m)) return false;
+          zmq_close(m.sock);
+          return true;
+        });
       }
       std::vector<zmq_pollitem_t> items;
       items.push_back({zap_, 0, ZMQ_POLLIN, 0});
@@ -377,7 +430,7 @@ class ZmqTransport final : public Transport {
       if (zmq_poll(items.data(), static_cast<int>(items.size()), 100) <= 0) continue;
       if (items[0].revents & ZMQ_POLLIN) HandleZap();
       for (size_t i = 1; i < items.size(); ++i)
-        if (items[i].revents & ZMQ_POLLIN) HandleEvent(monitors[i - 1]);
+        if (items[i].revents & ZMQ_POLLIN) HandleEvents(monitors[i - 1]);
     }
     for (auto& m : monitors) zmq_close(m.sock);
     {
@@ -412,7 +465,7 @@ class ZmqTransport final : public Transport {
       if (mech == "PLAIN" && !cfg_.encrypt && req.size() >= 8) {
         uint64_t token = 0;
         std::string why;
-        if (keys_.Verify(req[6], req[7], &token, &why)) {
+        if (keys_.Verify(req[6], req[7], cfg_.token, cfg_.scheduler, &token, &why)) {
           char hex[17];
           std::snprintf(hex, sizeof hex, "%016" PRIx64, token);
           status = "200";
@@ -446,12 +499,80 @@ class ZmqTransport final : public Transport {
     zmq_send(zap_, "", 0, 0);  // metadata: none
   }
 
-  void HandleEvent(const Monitor& mon) {
+  // guard_mu_ held. A connection was accepted: count it against its source
+  // address and the node's cap. Over the cap, the oldest pending connection of
+  // the address that holds the most is closed — so a stranger holding many
+  // connections loses its own, and the job's nodes still get in.
+  void Admit(int fd) {
+    Pending p;
+    p.since = std::chrono::steady_clock::now();
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) p.ino = st.st_ino;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    char buf[INET6_ADDRSTRLEN] = "?";
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      if (ss.ss_family == AF_INET)
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+      else if (ss.ss_family == AF_INET6)
+        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof buf);
+    }
+    p.ip = buf;
+    pending_[fd] = p;
+    const int cap = std::max(1, cfg_.max_pending_connections);
+    const int per_source = std::max(8, cap / 4);
+    std::map<std::string, int> count;
+    for (auto& [f, q] : pending_) count[q.ip]++;
+    if (count[p.ip] > per_source) {
+      Evict(OldestOf(p.ip), "from " + p.ip + " alone");
+    } else if (static_cast<int>(pending_.size()) > cap) {
+      auto top = std::max_element(count.begin(), count.end(),
+                                  [](auto& a, auto& b) { return a.second < b.second; });
+      Evict(OldestOf(top->first), "in all");
+    }
+  }
+
+  int OldestOf(const std::string& ip) const {
+    int fd = -1;
+    auto t = std::chrono::steady_clock::time_point::max();
+    for (auto& [f, q] : pending_)
+      if (q.ip == ip && q.since < t) {
+        t = q.since;
+        fd = f;
+      }
+    return fd;
+  }
+
+  // Closes a pending connection — only if its fd still is that socket (ZeroMQ
+  // may have closed it, and the number been reused, since the event was queued).
+  void Evict(int fd, const std::string& scope) {
+    auto it = pending_.find(fd);
+    if (it == pending_.end()) return;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == it->second.ino)
+      ::shutdown(fd, SHUT_RDWR);
+    PSKV_LOG_LIMITED(limiter_, "connection-cap/" + it->second.ip, "WARN",
+                     "closed a connection from "
+                         << it->second.ip << " that had not authenticated: too many such "
+                         << "connections " << scope
+                         << " (PSKV_MAX_CONNECTIONS=" << cfg_.max_pending_connections << ")");
+    pending_.erase(it);
+  }
+
+  // Handles the events queued on a monitor (at most 256 per call, so that the
+  // ZAP handler is never starved; ZeroMQ blocks its I/O thread while a
+  // monitor's queue is full, so these must be drained promptly).
+  void HandleEvents(const Monitor& mon) {
+    for (int i = 0; i < 256 && HandleEvent(mon); ++i) {
+    }
+  }
+
+  bool HandleEvent(const Monitor& mon) {
     zmq_msg_t m;
     zmq_msg_init(&m);
     if (zmq_msg_recv(&m, mon.sock, ZMQ_DONTWAIT) < 0) {
       zmq_msg_close(&m);
-      return;
+      return false;
     }
     uint16_t event = 0;
     uint32_t value = 0;
@@ -465,23 +586,13 @@ class ZmqTransport final : public Transport {
     const int fd = static_cast<int>(value);
     std::lock_guard<std::mutex> lk(guard_mu_);
     if (mon.peer < 0) {
-      if (event == ZMQ_EVENT_ACCEPTED) {
-        pending_fds_.insert(fd);
-        if (static_cast<int>(pending_fds_.size()) > cfg_.max_pending_connections) {
-          // Too many connections that have not proven themselves: close this one.
-          // Established, authenticated connections are never touched.
-          ::shutdown(fd, SHUT_RDWR);
-          pending_fds_.erase(fd);
-          PSKV_LOG_LIMITED(limiter_, "connection-cap", "WARN",
-                           "closed a new connection: " << cfg_.max_pending_connections
-                                                       << " connections are already waiting to "
-                                                          "authenticate (PSKV_MAX_CONNECTIONS)");
-        }
-      } else if (event == ZMQ_EVENT_DISCONNECTED) {
-        pending_fds_.erase(fd);
-      }
-      return;
+      if (event == ZMQ_EVENT_ACCEPTED)
+        Admit(fd);
+      else  // handshake done (either way), disconnected or closed: no longer pending
+        pending_.erase(fd);
+      return true;
     }
+    if (Retired(mon)) return true;  // an event of a socket that was replaced
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       refused_.erase(mon.peer);
       down_since_.erase(mon.peer);
@@ -500,6 +611,7 @@ class ZmqTransport final : public Transport {
           "the handshake failed: PSKV_ENCRYPT or the job secret's presence differs between "
           "the nodes, or it is not a pskv node";
     }
+    return true;
   }
 
   TransportConfig cfg_;
@@ -509,15 +621,15 @@ class ZmqTransport final : public Transport {
   void* zap_ = nullptr;
   std::shared_mutex peers_mu_;
   std::map<int, std::unique_ptr<Peer>> peers_;
-  int next_monitor_ = 0;  // under peers_mu_
-  int last_fd_ = -1;      // Recv thread only
+  std::atomic<uint64_t> next_gen_{0};
   RateLimiter limiter_;
 
   std::thread guard_;
   std::atomic<bool> stop_guard_{false};
   std::mutex guard_mu_;
   std::vector<Monitor> new_monitors_;
-  std::set<int> pending_fds_;  // accepted, not yet authenticated
+  std::map<int, Pending> pending_;       // by fd: accepted, handshake not finished
+  std::map<int, uint64_t> monitor_gen_;  // peer -> generation of its current socket
   std::map<int, std::string> refused_;
   std::map<int, std::chrono::steady_clock::time_point> down_since_;  // by peer
 };
