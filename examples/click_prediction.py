@@ -116,7 +116,7 @@ def main():
     bayes = float(((test_p > 0.5).astype(np.float32) == test_y).mean())
     samples = args.steps * args.batch_size * kv.num_workers
     res = {'workers': kv.num_workers, 'rows': args.rows, 'dense': args.dense, 'accuracy': acc,
-           'bayes_accuracy': bayes, 'samples_per_s': samples / elapsed, 'seconds': elapsed}
+           'bayes_accuracy': bayes, 'samples_per_s': samples / max(elapsed, 1e-9), 'seconds': elapsed}
     if kv.rank == 0:
         if args.json:
             print(json.dumps(res), flush=True)
