@@ -925,7 +925,14 @@ void SparseSync(KVStore& kv, int rounds) {
                  },
                  "storage type"),
              "row_sparse push to a dense key");
+  // The optimizer states of row_sparse keys save and load like those of dense keys.
+  const char* port = std::getenv("DMLC_PS_ROOT_PORT");
+  const std::string states = "/tmp/pskv_sparse_states_" + std::string(port ? port : "0") + ".bin";
+  kv.SaveOptimizerStates(states);
   kv.Barrier();
+  kv.LoadOptimizerStates(states);
+  kv.Barrier();
+  if (r == 0) std::remove(states.c_str());
 }
 
 // No optimizer (update_on_kvstore=False): each round the stored value becomes the sum

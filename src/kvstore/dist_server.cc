@@ -579,10 +579,10 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {
     optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
-      const KeyState* st = key >= 0 && key <= INT32_MAX
-                               ? FindKey(dist::WireKey(store, static_cast<int>(key)))
-                               : nullptr;
-      if (!st) return {-1, false};
+      if (key < 0 || key > INT32_MAX) return {-1, false};
+      const int64_t wk = dist::WireKey(store, static_cast<int>(key));
+      const KeyState* st = FindKey(wk);
+      if (!st) return sparse_.WeightInfo(wk);  // a row_sparse key, or none
       return {st->value.size(), IsLowPrecision(st->value.dtype())};
     });
   } catch (const std::exception& e) {

@@ -62,6 +62,18 @@ bool SparseServer::Holds(int64_t wire_key) const {
   return keys_.count(wire_key) > 0;
 }
 
+std::pair<int64_t, bool> SparseServer::WeightInfo(int64_t wire_key) const {
+  Key* k;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = keys_.find(wire_key);
+    if (it == keys_.end()) return {-1, false};
+    k = it->second.get();
+  }
+  std::lock_guard<std::mutex> lk(k->mu);
+  return {k->table.size(), IsLowPrecision(k->table.dtype())};
+}
+
 void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype) {
   const Message& m = req.msg;
   const uint64_t len = m.h.vals_len;

@@ -48,6 +48,9 @@ class SparseServer {
 
   /// True if `wire_key` is a row_sparse key here.
   bool Holds(int64_t wire_key) const;
+  /// (element count, low precision) of `wire_key`'s slice here, or (-1, false): what
+  /// Optimizer::LoadStates checks optimizer states against.
+  std::pair<int64_t, bool> WeightInfo(int64_t wire_key) const;
   /// Handles one row_sparse request for `wire_key` (kind and dtype from its cmd);
   /// answers it now or, for a sync push, when the round completes.
   void Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, const Context& ctx);

@@ -163,6 +163,7 @@ std::string EncodeOptimizer(const OptimizerConfig& c) {
     w.Put<double>(d);
   w.Put<uint8_t>(c.centered ? 1 : 0);
   w.Put<uint8_t>(c.multi_precision ? 1 : 0);
+  w.Put<uint8_t>(c.lazy_update ? 1 : 0);
   const LRSchedule& s = c.lr_schedule;
   w.PutString(s.type);
   w.Put<int64_t>(s.step);
@@ -178,7 +179,6 @@ std::string EncodeOptimizer(const OptimizerConfig& c) {
   PutMap(w, c.wd_mult);
   w.Put<uint32_t>(static_cast<uint32_t>(c.sum_keys.size()));
   for (int64_t k : c.sum_keys) w.Put<int64_t>(k);
-  w.Put<uint8_t>(c.lazy_update ? 1 : 0);
   return w.Take();
 }
 
@@ -191,6 +191,7 @@ OptimizerConfig DecodeOptimizer(const std::string& body) {
     *d = r.Get<double>();
   c.centered = r.GetBool();
   c.multi_precision = r.GetBool();
+  c.lazy_update = r.GetBool();
   LRSchedule& s = c.lr_schedule;
   s.type = r.GetString(kMaxName);
   s.step = r.Get<int64_t>();
@@ -210,7 +211,6 @@ OptimizerConfig DecodeOptimizer(const std::string& body) {
     const auto k = r.Get<int64_t>();
     if (!c.sum_keys.insert(k).second) r.Fail("sum key " + std::to_string(k) + " twice");
   }
-  c.lazy_update = r.GetBool();
   r.End();
   return c;
 }
