@@ -1,22 +1,32 @@
-// pskv-bench pushpull: one worker and one server (plus the scheduler) as threads
-// of this process, talking over TCP on 127.0.0.1 through the full pskv stack
-// (ZeroMQ transport, protocol, KV worker/server). The server adds every push into
-// its stored value, as a sync server does. Ceiling, measured in the same run: a
-// plain TCP socket pair on loopback moving the same bytes in the same directions
-// (N out, N back) with reused, pre-faulted buffers.
+// pskv-bench pushpull: one worker (this process) and one server (plus the
+// scheduler, in a child process) through the full pskv stack (transport,
+// protocol, KV worker/server), twice: a job over TCP only and a job with shared
+// memory, measured alternately. The server adds every push into its stored
+// value, as a sync server does. Ceilings, measured in the same run: one thread's
+// memcpy of the same bytes, and two loopback TCP streams moving the same bytes
+// both ways at once (iperf3-like); the single-threaded TCP echo that was the
+// ceiling before is reported too ("echo").
 #include "bench/pushpull_bench.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <memory>
+#include <semaphore>
 #include <thread>
 #include <vector>
 
@@ -191,70 +201,235 @@ struct Payload {
 
 }  // namespace
 
+namespace {
+
+// ---------------------------------------------------------------- ceilings
+
+// Single-thread memcpy of `n` bytes between two pre-faulted buffers: the
+// bandwidth one core has for moving bytes at this size (the cache level the
+// buffers fit in included).
+class Memcpy {
+ public:
+  explicit Memcpy(size_t max_bytes) : src_(max_bytes, 1), dst_(max_bytes, 2) {}
+  void Copy(size_t n) {
+    std::memcpy(dst_.data(), src_.data(), n);
+    sink_ = sink_ + static_cast<unsigned char>(dst_[n - 1]);  // keeps the copy
+  }
+
+ private:
+  std::vector<char> src_, dst_;
+  volatile unsigned sink_ = 0;
+};
+
+// iperf3-like: two loopback TCP connections streaming `n` bytes each way at
+// the same time, with large non-blocking writes and reads, one thread per end
+// (each end polls its outgoing and its incoming socket).
+class TcpBidir {
+ public:
+  explicit TcpBidir(size_t max_bytes)
+      : abuf_(max_bytes, 1), arecv_(max_bytes), bbuf_(max_bytes, 2), brecv_(max_bytes) {
+    Connected(&a_out_, &b_in_);
+    Connected(&b_out_, &a_in_);
+    peer_ = std::thread([this] {
+      for (;;) {
+        go_.acquire();
+        if (stop_) return;
+        Pump(b_out_, b_in_, bbuf_.data(), brecv_.data(), n_);
+        done_.release();
+      }
+    });
+  }
+  ~TcpBidir() {
+    stop_ = true;
+    go_.release();
+    peer_.join();
+    for (int fd : {a_out_, a_in_, b_out_, b_in_}) ::close(fd);
+  }
+  void Run(size_t n) {
+    n_ = n;
+    go_.release();
+    Pump(a_out_, a_in_, abuf_.data(), arecv_.data(), n);
+    done_.acquire();
+  }
+
+ private:
+  static void Connected(int* client, int* server) {
+    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+    ::listen(ls, 1);
+    *client = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(*client, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      throw IOError("tcp connect");
+    *server = ::accept(ls, nullptr, nullptr);
+    ::close(ls);
+    for (int fd : {*client, *server}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  static void Pump(int out, int in, const char* sbuf, char* rbuf, size_t n) {
+    size_t sent = 0, got = 0;
+    while (sent < n || got < n) {
+      pollfd p[2] = {{out, static_cast<short>(sent < n ? POLLOUT : 0), 0},
+                     {in, static_cast<short>(got < n ? POLLIN : 0), 0}};
+      if (::poll(p, 2, 10000) <= 0) throw IOError("tcp ceiling: stalled");
+      if (sent < n && (p[0].revents & POLLOUT)) {
+        ssize_t k = ::send(out, sbuf + sent, n - sent, MSG_NOSIGNAL);
+        if (k < 0 && errno != EAGAIN) throw IOError("tcp ceiling: send failed");
+        if (k > 0) sent += static_cast<size_t>(k);
+      }
+      if (got < n && (p[1].revents & POLLIN)) {
+        ssize_t k = ::recv(in, rbuf + got, n - got, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN)) throw IOError("tcp ceiling: recv failed");
+        if (k > 0) got += static_cast<size_t>(k);
+      }
+    }
+  }
+  std::vector<char> abuf_, arecv_, bbuf_, brecv_;
+  int a_out_ = -1, a_in_ = -1, b_out_ = -1, b_in_ = -1;
+  size_t n_ = 0;
+  std::atomic<bool> stop_{false};
+  std::binary_semaphore go_{0}, done_{0};
+  std::thread peer_;
+};
+
+// The scheduler and the server of one job, in a child process forked before
+// any thread exists; exits once the worker has finalized.
+[[noreturn]] void ServerSide(Options o) {
+  int rc = 0;
+  try {
+    Options so = o, vo = o;
+    so.role = Role::kScheduler;
+    vo.role = Role::kServer;
+    Node sched(so), server(vo);
+    AddServer add(&server);
+    std::thread ts([&] { sched.Start(); });
+    server.Start();
+    ts.join();
+    std::thread tf([&] { sched.Finalize(1800s); });
+    server.Finalize(1800s);
+    tf.join();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pskv-bench pushpull: server side: %s\n", e.what());
+    rc = 1;
+  }
+  std::fflush(stderr);
+  _exit(rc);
+}
+
+}  // namespace
+
 int BenchPushPull(int argc, char** argv) {
-  bool json = false;
-  for (int i = 0; i < argc; ++i) json |= std::strcmp(argv[i], "--json") == 0;
+  const bool json = HasFlag(argc, argv, "--json");
   const int64_t lo = ArgInt(argc, argv, "--min-bytes", 4 << 10);
   const int64_t hi = ArgInt(argc, argv, "--max-bytes", 64 << 20);
 
-  const Options o = LoopbackJob(Options::FromEnv(), 1);
-  auto with_role = [&](Role r) {
-    Options x = o;
-    x.role = r;
-    return x;
-  };
-  Node sched(with_role(Role::kScheduler)), server(with_role(Role::kServer)),
-      worker(with_role(Role::kWorker));
-  AddServer add(&server);
-  KVWorker kv(&worker);
-  std::thread ts([&] { sched.Start(); }), tv([&] { server.Start(); });
-  worker.Start();
-  ts.join();
-  tv.join();
+  // Two jobs, worker here and scheduler + server in a child process each: one
+  // over TCP only, one with shared memory (co-located processes).
+  Options jobs[2];
+  pid_t kids[2] = {-1, -1};
+  for (int j = 0; j < 2; ++j) {
+    jobs[j] = LoopbackJob(Options::FromEnv(), 1);
+    jobs[j].shm = j == 0 ? "0" : "auto";
+    kids[j] = ::fork();
+    if (kids[j] < 0) throw IOError("fork failed");
+    if (kids[j] == 0) ServerSide(jobs[j]);
+  }
+  struct Reap {
+    pid_t* kids;
+    bool ok = false;
+    ~Reap() {
+      for (int j = 0; j < 2; ++j) {
+        if (kids[j] <= 0) continue;
+        if (!ok) ::kill(kids[j], SIGKILL);
+        ::waitpid(kids[j], nullptr, 0);
+      }
+    }
+  } reap{kids};
+  std::unique_ptr<Node> workers[2];
+  std::unique_ptr<KVWorker> kv[2];
+  for (int j = 0; j < 2; ++j) {
+    jobs[j].role = Role::kWorker;
+    workers[j] = std::make_unique<Node>(jobs[j]);
+    kv[j] = std::make_unique<KVWorker>(workers[j].get());
+    workers[j]->Start();
+  }
 
-  TcpPair tcp(static_cast<size_t>(hi));
+  Memcpy mem(static_cast<size_t>(hi));
+  TcpBidir bidir(static_cast<size_t>(hi));
+  TcpPair echo(static_cast<size_t>(hi));
+  // Memory bandwidth of one core: memcpy of buffers twice the size of a large
+  // last-level cache, so that every byte comes from and goes to DRAM.
+  double bw_g = 0;
+  {
+    constexpr size_t kBig = size_t{64} << 20;
+    Memcpy big(kBig);
+    bw_g = static_cast<double>(kBig) / Median(5, [&] { big.Copy(kBig); }) / 1e9;
+  }
   if (!json)
     std::printf(
-        "pushpull: 1 worker, 1 server, 127.0.0.1; the server adds every push into its value\n"
-        "ceiling: plain TCP socket pair moving the same bytes (N out, N back)\n"
-        "%10s %10s %10s %12s %12s %12s %8s %10s\n",
-        "bytes", "push GB/s", "pull GB/s", "pushpull GB/s", "ceiling GB/s", "ratio", "",
-        "pp lat us");
-  int rc = 0;
+        "pushpull: 1 worker + 1 server in separate processes on this host, the server adds "
+        "every push into its value; GB/s = 2 x bytes / push+pull time (median)\n"
+        "jobs measured alternately: tcp (PSKV_SHM=0) and shm (shared memory)\n"
+        "ceilings, same run: mem = one thread's memcpy of the same bytes (cache-resident "
+        "when they fit); bw = one thread's memcpy bandwidth from DRAM (64 MiB buffers): "
+        "%.3f GB/s; bidir = two TCP streams on 127.0.0.1, one each way at once "
+        "(iperf3-like); echo = the old ceiling, a TCP echo\n"
+        "%10s %7s %7s %7s %7s %7s | %7s %7s %7s %7s %7s %7s %7s | %8s %8s\n",
+        bw_g, "bytes", "tcp", "shm", "mem", "bidir", "echo", "tcp/mem", "shm/mem", "tcp/bw",
+        "shm/bw", "tcp/bid", "shm/bid", "shm/tcp", "tcp us", "shm us");
   for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
     const int reps = Reps(bytes);
+    const auto n = static_cast<size_t>(bytes);
     Payload pay(bytes);
-    const auto &keys = pay.keys, &lens = pay.lens;
-    const Frame& f = pay.frame;
-    char* out = pay.out;
-    const double t_push =
-        Median(reps, [&] { Wait([&](auto cb) { kv.Push(keys, f, lens, 0, cb); }); });
-    const double t_pull =
-        Median(reps, [&] { Wait([&](auto cb) { kv.Pull(keys, out, lens, 0, cb); }); });
-    const double t_pp =
-        Median(reps, [&] { Wait([&](auto cb) { kv.PushPull(keys, f, lens, out, lens, 0, cb); }); });
-    const double t_tcp = Median(reps, [&] { tcp.RoundTrip(static_cast<size_t>(bytes)); });
+    std::vector<double> t[2];
+    for (int r = -1; r < reps; ++r)  // r = -1: warm-up; alternate so drift hits both
+      for (int j = 0; j < 2; ++j) {
+        const auto t0 = Clock::now();
+        Wait([&](auto cb) {
+          kv[j]->PushPull(pay.keys, pay.frame, pay.lens, pay.out, pay.lens, 0, cb);
+        });
+        if (r >= 0) t[j].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+    double tj[2];
+    for (int j = 0; j < 2; ++j) {
+      std::sort(t[j].begin(), t[j].end());
+      tj[j] = t[j][t[j].size() / 2];
+    }
+    const double t_mem = Median(std::max(reps, 20), [&] { mem.Copy(n); });
+    const double t_bid = Median(reps, [&] { bidir.Run(n); });
+    const double t_echo = Median(reps, [&] { echo.RoundTrip(n); });
     const double b = static_cast<double>(bytes);
-    const double push_g = b / t_push / 1e9, pull_g = b / t_pull / 1e9, pp_g = 2 * b / t_pp / 1e9,
-                 ceil_g = 2 * b / t_tcp / 1e9;
+    const double tcp_g = 2 * b / tj[0] / 1e9, shm_g = 2 * b / tj[1] / 1e9, mem_g = b / t_mem / 1e9,
+                 bid_g = 2 * b / t_bid / 1e9, echo_g = 2 * b / t_echo / 1e9;
     if (json)
       std::printf(
-          "{\"bench\":\"pushpull\",\"bytes\":%lld,\"gbps\":%.4f,\"ceiling_gbps\":%.4f,\"ratio\":%."
-          "3f,"
-          "\"push_gbps\":%.4f,\"pull_gbps\":%.4f,\"push_us\":%.1f,\"pull_us\":%.1f,"
-          "\"pushpull_us\":%.1f,\"ceiling_us\":%.1f}\n",
-          static_cast<long long>(bytes), pp_g, ceil_g, pp_g / ceil_g, push_g, pull_g, t_push * 1e6,
-          t_pull * 1e6, t_pp * 1e6, t_tcp * 1e6);
+          "{\"bench\":\"pushpull\",\"bytes\":%lld,\"gbps\":%.4f,\"ceiling_gbps\":%.4f,"
+          "\"ratio\":%.3f,\"tcp_gbps\":%.4f,\"shm_gbps\":%.4f,\"memcpy_gbps\":%.4f,"
+          "\"memcpy_bw_gbps\":%.4f,\"bidir_gbps\":%.4f,\"echo_gbps\":%.4f,\"tcp_us\":%.1f,"
+          "\"shm_us\":%.1f}\n",
+          static_cast<long long>(bytes), shm_g, mem_g, shm_g / mem_g, tcp_g, shm_g, mem_g, bw_g,
+          bid_g, echo_g, tj[0] * 1e6, tj[1] * 1e6);
     else
-      std::printf("%10lld %10.3f %10.3f %12.3f %12.3f %12.3f %8s %10.1f\n",
-                  static_cast<long long>(bytes), push_g, pull_g, pp_g, ceil_g, pp_g / ceil_g, "",
-                  t_pp * 1e6);
+      std::printf(
+          "%10lld %7.3f %7.3f %7.2f %7.3f %7.3f | %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f | "
+          "%8.1f %8.1f\n",
+          static_cast<long long>(bytes), tcp_g, shm_g, mem_g, bid_g, echo_g, tcp_g / mem_g,
+          shm_g / mem_g, tcp_g / bw_g, shm_g / bw_g, tcp_g / bid_g, shm_g / bid_g, shm_g / tcp_g,
+          tj[0] * 1e6, tj[1] * 1e6);
     std::fflush(stdout);
   }
-  std::thread tf1([&] { sched.Finalize(30s); }), tf2([&] { server.Finalize(30s); });
-  worker.Finalize(30s);
-  tf1.join();
-  tf2.join();
+  for (int j = 0; j < 2; ++j) workers[j]->Finalize(60s);
+  int rc = 0;
+  for (int j = 0; j < 2; ++j) {
+    int status = 0;
+    ::waitpid(kids[j], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+    kids[j] = -1;
+  }
+  reap.ok = true;
   return rc;
 }
 
@@ -288,6 +463,7 @@ struct MiniJob {
     o.role = r;
     o.job_secret = secret;
     o.encrypt = encrypt;
+    o.shm = "0";  // the network path is what is measured
     return o;
   }
 };

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "support/proc.h"
 
@@ -214,6 +216,31 @@ TEST(Launcher, EnvForServersAndWorkersOnly) {
     EXPECT_EQ(line.find("ONLY_W=2") != std::string::npos, worker) << line;
     EXPECT_EQ(line.find("ONLY_S=1") != std::string::npos, !worker) << line;
   }
+}
+
+// A local server gets its share of the cores as PSKV_SERVER_THREADS (cores / processes,
+// at least 1) unless the user chose: --env, or the variable exported to the launcher
+// (which the children inherit, so the launcher must not override it).
+TEST(Launcher, ServerThreadsAreTheServersShareOfTheCoresUnlessChosen) {
+  auto server_line = [](const std::string& out) {
+    std::istringstream is(out);
+    std::string line;
+    while (std::getline(is, line))
+      if (line.rfind("[server 0]", 0) == 0) return line;
+    return std::string();
+  };
+  RunResult r = Launch({"-n", "1", "-s", "1", "--dry-run", "--", "prog"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  const unsigned share = std::max(1u, std::thread::hardware_concurrency() / 2);
+  EXPECT_NE(server_line(r.out).find("PSKV_SERVER_THREADS=" + std::to_string(share)),
+            std::string::npos)
+      << r.out;
+  r = Launch({"-n", "1", "-s", "1", "--dry-run", "--env", "PSKV_SERVER_THREADS=3", "--", "prog"});
+  EXPECT_NE(server_line(r.out).find("PSKV_SERVER_THREADS=3"), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "-s", "1", "--dry-run", "--", "prog"}, 120s,
+             {{"PSKV_SERVER_THREADS", "5"}});
+  EXPECT_EQ(server_line(r.out).find("PSKV_SERVER_THREADS="), std::string::npos)
+      << "the exported value must reach the server unchanged: " << r.out;
 }
 
 TEST(Launcher, UsageErrors) {

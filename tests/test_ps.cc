@@ -67,17 +67,40 @@ class AddServer {
   KVServer srv_;
 };
 
-void Sync(std::function<void(KVWorker::Callback)> op) {
-  auto p = std::make_shared<std::promise<void>>();
-  auto f = p->get_future();
-  op([p](std::exception_ptr e) {
+// A callback that fulfils `p`.
+KVWorker::Callback Done(std::shared_ptr<std::promise<void>> p) {
+  return [p](std::exception_ptr e) {
     if (e)
       p->set_exception(e);
     else
       p->set_value();
-  });
+  };
+}
+
+void Sync(std::function<void(KVWorker::Callback)> op) {
+  auto p = std::make_shared<std::promise<void>>();
+  auto f = p->get_future();
+  op(Done(p));
   if (f.wait_for(30s) != std::future_status::ready) throw TimeoutError("test op timed out");
   f.get();
+}
+
+// PS_RESEND with the given timeout.
+std::function<void(Options&)> WithResend(std::chrono::milliseconds timeout) {
+  return [timeout](Options& o) {
+    o.resend = true;
+    o.resend_timeout = timeout;
+  };
+}
+
+// Every node's transport wrapped in faults `fc`, each node with its own seed.
+Node::TransportFactory Faulty(FaultConfig fc, uint64_t first_seed) {
+  auto seed = std::make_shared<std::atomic<uint64_t>>(first_seed);
+  return [fc, seed](const TransportConfig& tc) {
+    FaultConfig c = fc;
+    c.seed = (*seed)++;
+    return CreateFaultTransport(CreateTransport("zmq", tc), c);
+  };
 }
 
 // Two keys per server so that every request is sliced over all servers.
@@ -356,19 +379,10 @@ TEST(Ps, ResendDeliversExactlyOnceThroughDropsDuplicatesAndDelays) {
   fc.duplicate = 0.15;
   fc.delay = 0.15;
   fc.delay_time = 30ms;
-  std::atomic<uint64_t> seed{1};
   const int rounds = 4;
   auto res = RunJob(
-      2, 2, [&](Node& node, KVWorker& w) { PushPullRounds(node, w, rounds); },
-      [](Options& o) {
-        o.resend = true;
-        o.resend_timeout = 40ms;
-      },
-      [&](const TransportConfig& tc) {
-        FaultConfig c = fc;
-        c.seed = seed++;
-        return CreateFaultTransport(CreateTransport("zmq", tc), c);
-      });
+      2, 2, [&](Node& node, KVWorker& w) { PushPullRounds(node, w, rounds); }, WithResend(40ms),
+      Faulty(fc, 1));
   ExpectNoErrors(res);
   for (int p : res.server_pushes) EXPECT_EQ(p, (rounds + 1) * 2 * 2);  // no push applied twice
 }
@@ -380,7 +394,6 @@ TEST(Ps, ResendDeliversExactlyOnceThroughDropsDuplicatesAndDelays) {
 TEST(Ps, ResendKeepsEachSendersOrder) {
   FaultConfig fc;
   fc.drop = 0.3;
-  std::atomic<uint64_t> seed{7};
   auto res = RunJob(
       1, 1,
       [&](Node&, KVWorker& w) {
@@ -389,17 +402,9 @@ TEST(Ps, ResendKeepsEachSendersOrder) {
           float one = 1, out = -1;
           auto pushed = std::make_shared<std::promise<void>>();
           auto pulled = std::make_shared<std::promise<void>>();
-          auto done = [](std::shared_ptr<std::promise<void>> p) {
-            return [p](std::exception_ptr e) {
-              if (e)
-                p->set_exception(e);
-              else
-                p->set_value();
-            };
-          };
           // Both in flight at once: the pull must see the push.
-          w.Push(keys, Frame::Copy(&one, 4), lens, 0, done(pushed));
-          w.Pull(keys, reinterpret_cast<char*>(&out), lens, 0, done(pulled));
+          w.Push(keys, Frame::Copy(&one, 4), lens, 0, Done(pushed));
+          w.Pull(keys, reinterpret_cast<char*>(&out), lens, 0, Done(pulled));
           auto f1 = pushed->get_future(), f2 = pulled->get_future();
           ASSERT_EQ(f1.wait_for(30s), std::future_status::ready);
           ASSERT_EQ(f2.wait_for(30s), std::future_status::ready);
@@ -408,15 +413,7 @@ TEST(Ps, ResendKeepsEachSendersOrder) {
           ASSERT_EQ(out, static_cast<float>(i)) << "iteration " << i;
         }
       },
-      [](Options& o) {
-        o.resend = true;
-        o.resend_timeout = 30ms;
-      },
-      [&](const TransportConfig& tc) {
-        FaultConfig c = fc;
-        c.seed = seed++;
-        return CreateFaultTransport(CreateTransport("zmq", tc), c);
-      });
+      WithResend(30ms), Faulty(fc, 7));
   ExpectNoErrors(res);
 }
 
@@ -460,6 +457,37 @@ TEST(Liveness, BusyServerIsNotAFailure) {
 
 // A worker that finishes long before the others (rank 0 evaluating) waits at
 // the final barrier however long PSKV_TIMEOUT is: it is done, not failed.
+// Many short handlers back to back (each shorter than the heartbeat interval,
+// together longer than the heartbeat timeout) are busy time too: the scheduler's
+// heartbeats queued behind them are not its silence.
+TEST(Liveness, ManyShortHandlersAreNotAFailure) {
+  std::atomic<int> pushes{0};
+  auto res = RunJob(
+      1, 1,
+      [&](Node&, KVWorker& w) {
+        std::vector<std::shared_ptr<std::promise<void>>> ps;
+        std::vector<std::future<void>> fs;
+        for (int i = 0; i < 25; ++i) {  // all queued at the server at once
+          auto p = std::make_shared<std::promise<void>>();
+          fs.push_back(p->get_future());
+          std::vector<uint64_t> keys{static_cast<uint64_t>(100 + i)}, lens{4};
+          float one = 1;
+          w.Push(keys, Frame::Copy(&one, 4), lens, 0, Done(p));
+        }
+        for (auto& f : fs) {
+          ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
+          f.get();
+        }
+      },
+      nullptr, nullptr,
+      [&] {
+        ++pushes;
+        std::this_thread::sleep_for(150ms);  // < interval 200 ms; 25 x 150 ms > timeout 2 s
+      });
+  ExpectNoErrors(res);
+  EXPECT_EQ(pushes.load(), 25);
+}
+
 TEST(Liveness, EarlyFinisherWaitsForTheRestOfTheJob) {
   auto res = RunJob(
       1, 2,

@@ -1,6 +1,8 @@
 // The transport contract (transport/transport.h), one suite run against every
-// backend: zmq, and zmq wrapped by the fault transport with no faults. A new
-// backend (shared memory, ...) is done when this suite passes for it.
+// backend: zmq, zmq wrapped by the fault transport with no faults, and shm (with
+// a small ring, so that messages wrap around and stream through it). Then what
+// is particular to shared memory: the switch, mixed peers, a hostile writer, a
+// dead reader.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,8 +12,16 @@
 #include <cstring>
 #include <thread>
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
 #include "common/net.h"
 #include "transport/fault/fault_transport.h"
+#include "transport/shm/shm_ring.h"
+#include "transport/shm/shm_transport.h"
 #include "transport/transport.h"
 
 using namespace pskv;
@@ -29,6 +39,12 @@ TransportConfig Config(uint64_t token, const std::string& secret = "s") {
 
 std::unique_ptr<Transport> Make(const std::string& kind, const TransportConfig& c) {
   if (kind == "fault(zmq)") return CreateFaultTransport(CreateTransport("zmq", c), FaultConfig{});
+  if (kind == "shm") {
+    TransportConfig s = c;
+    s.shm = TransportConfig::Shm::kAuto;
+    s.shm_ring_bytes = 64 << 10;
+    return CreateTransport("shm", s);
+  }
   return CreateTransport(kind, c);
 }
 
@@ -45,9 +61,10 @@ std::string Str(const Frame& f) {
 }
 
 class TransportSuite : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Backends, TransportSuite, ::testing::Values("zmq", "fault(zmq)"),
+INSTANTIATE_TEST_SUITE_P(Backends, TransportSuite, ::testing::Values("zmq", "fault(zmq)", "shm"),
                          [](const auto& info) {
-                           return info.param == "zmq" ? std::string("zmq") : "fault_zmq";
+                           return info.param == "fault(zmq)" ? std::string("fault_zmq")
+                                                             : info.param;
                          });
 
 TEST_P(TransportSuite, DeliversInOrderWithTheSendersProvenIdentity) {
@@ -185,6 +202,227 @@ TEST_P(TransportSuite, KeepaliveReportsAPeerThatStoppedAnswering) {
   EXPECT_TRUE(wait_for(true, 10s)) << "the connection did not come back";
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+}
+
+// ------------------------------------------------------------ shared memory
+
+std::unique_ptr<Transport> Shm(uint64_t token,
+                               TransportConfig::Shm mode = TransportConfig::Shm::kAuto,
+                               uint64_t max_frame = uint64_t{128} << 20) {
+  TransportConfig c = Config(token);
+  c.shm = mode;
+  c.shm_ring_bytes = 64 << 10;
+  c.max_frame = max_frame;
+  return CreateTransport("shm", c);
+}
+
+// The fds of this process that are pskv rings.
+std::vector<int> RingFds() {
+  std::vector<int> out;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char link[256];
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+    if (n > 0 && std::string(link, static_cast<size_t>(n)).rfind("/memfd:pskv-", 0) == 0)
+      out.push_back(std::atoi(e->d_name));
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Sends numbered messages from b to a until b writes into shared memory
+// (bounded); checks the order of what a receives meanwhile. Returns the next
+// sequence number.
+int UntilShm(Transport& a, Transport& b, int* next_expected) {
+  int sent = 0;
+  for (int i = 0; i < 500 && !SendsThroughShm(b, 1); ++i) {
+    b.Send(1, {Frame::FromString("m" + std::to_string(sent++))});
+    Received in;
+    while (a.Recv(&in, 10ms)) {
+      EXPECT_EQ(Str(in.frames.at(0)), "m" + std::to_string(*next_expected));
+      ++*next_expected;
+    }
+  }
+  return sent;
+}
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(i * 31 + static_cast<size_t>(seed));
+  return s;
+}
+
+TEST(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
+  auto a = Shm(11), b = Shm(22);
+  const std::string ep = a->Bind("127.0.0.1", 0);
+  b->Connect(1, ep, 11);
+  int expected = 0;
+  int sent = UntilShm(*a, *b, &expected);
+  ASSERT_TRUE(SendsThroughShm(*b, 1)) << "the ring was never taken into use";
+  const std::vector<size_t> sizes = {0,       1,      7, 4096, (64 << 10) - 1, (64 << 10) + 13,
+                                     1 << 20, 3 << 20};
+  for (size_t k = 0; k < sizes.size(); ++k)
+    b->Send(1, {Frame::FromString("m" + std::to_string(sent++)),
+                Frame::FromString(Pattern(sizes[k], static_cast<int>(k))), Frame::FromString("")});
+  for (int i = 0; i < 300; ++i) b->Send(1, {Frame::FromString("m" + std::to_string(sent++))});
+  for (; expected < sent; ++expected) {
+    Received in;
+    ASSERT_TRUE(RecvWithin(*a, &in, 10s)) << "message " << expected;
+    EXPECT_EQ(in.peer, 22u);
+    ASSERT_EQ(Str(in.frames.at(0)), "m" + std::to_string(expected));
+    if (in.frames.size() == 3) {
+      const size_t k = static_cast<size_t>(
+          std::find(sizes.begin(), sizes.end(), in.frames[1].size) - sizes.begin());
+      ASSERT_LT(k, sizes.size());
+      EXPECT_TRUE(Str(in.frames[1]) == Pattern(sizes[k], static_cast<int>(k)));
+      EXPECT_EQ(in.frames[2].size, 0u);
+    }
+  }
+  a->Close(0ms);
+  b->Close(0ms);
+  EXPECT_TRUE(RingFds().empty()) << "a ring outlived its transports";
+}
+
+// A node with shared memory off (or on another host) declines the offer: TCP
+// carries everything and no control message reaches the caller.
+TEST(Shm, MixedPeersUseTcp) {
+  for (int off_side = 0; off_side < 2; ++off_side) {
+    auto a = Shm(11, off_side == 0 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto);
+    auto b = Shm(22, off_side == 1 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto);
+    const std::string ep = a->Bind("127.0.0.1", 0);
+    b->Connect(1, ep, 11);
+    for (int i = 0; i < 100; ++i) {
+      b->Send(1, {Frame::FromString("m" + std::to_string(i))});
+      Received in;
+      ASSERT_TRUE(RecvWithin(*a, &in, 5s)) << "message " << i;
+      ASSERT_EQ(in.frames.size(), 1u);
+      EXPECT_EQ(Str(in.frames[0]), "m" + std::to_string(i));
+    }
+    EXPECT_FALSE(SendsThroughShm(*b, 1));
+    a->Close(0ms);
+    b->Close(0ms);
+  }
+}
+
+// A hostile writer (here: this test, writing into the mapped ring as a peer
+// could) makes the reader drop the ring, never crash or hang; the writer then
+// goes back to TCP and messages flow again.
+TEST(Shm, GarbageInTheRingIsRefusedAndTcpTakesOver) {
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE("garbage kind " + std::to_string(kind));
+    auto a = Shm(11, TransportConfig::Shm::kAuto, 1 << 20), b = Shm(22);
+    const std::string ep = a->Bind("127.0.0.1", 0);
+    b->Connect(1, ep, 11);
+    int expected = 0;
+    int sent = UntilShm(*a, *b, &expected);
+    ASSERT_TRUE(SendsThroughShm(*b, 1));
+    for (Received in; expected < sent; ++expected) ASSERT_TRUE(RecvWithin(*a, &in, 5s));
+    const std::vector<int> fds = RingFds();
+    ASSERT_FALSE(fds.empty());
+    const size_t bytes = shm::kControlBytes + (64 << 10);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    ASSERT_NE(p, MAP_FAILED);
+    auto* s = static_cast<shm::Shared*>(p);
+    char* data = static_cast<char*>(p) + shm::kControlBytes;
+    const uint64_t head = std::atomic_ref<uint64_t>(s->head).load();
+    uint64_t words[2] = {0xdeadbeefdeadbeefull, 0};
+    if (kind == 2) words[0] = 0x4d4b5350ull | (uint64_t{1} << 32), words[1] = 2 << 20;  // too big
+    for (int w = 0; w < 2; ++w)
+      std::memcpy(data + ((head + 8 * static_cast<uint64_t>(w)) & 0xffff), &words[w], 8);
+    std::atomic_ref<uint64_t>(s->head).store(kind == 0 ? head + (uint64_t{1} << 40) : head + 16);
+    ::munmap(p, bytes);
+    Received in;
+    EXPECT_FALSE(RecvWithin(*a, &in, 500ms)) << "garbage became a message";
+    // The writer learns that its reader stopped, and uses TCP.
+    b->Send(1, {Frame::FromString("after")});
+    ASSERT_TRUE(RecvWithin(*a, &in, 5s));
+    EXPECT_EQ(Str(in.frames.at(0)), "after");
+    EXPECT_FALSE(SendsThroughShm(*b, 1));
+    a->Close(0ms);
+    b->Close(0ms);
+  }
+}
+
+// Processes: the writer in a child process, the reader here; then a reader
+// that dies is reported down, and Close returns although its ring is full.
+// Both children are forked before this process starts any thread.
+TEST(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
+  const int port = FreePort(), dead_port = FreePort();
+  pid_t writer = ::fork();
+  if (writer == 0) {
+    auto b = Shm(22);
+    b->Connect(1, "127.0.0.1:" + std::to_string(port), 11);
+    for (int i = 0; i < 1000 && !SendsThroughShm(*b, 1); ++i) {
+      b->Send(1, {Frame::FromString("p")});
+      std::this_thread::sleep_for(10ms);
+    }
+    const bool shm = SendsThroughShm(*b, 1);
+    for (int i = 0; i < 500; ++i)
+      b->Send(1, {Frame::FromString("m" + std::to_string(i)),
+                  Frame::FromString(Pattern(static_cast<size_t>(i) * 997, i))});
+    b->Send(1, {Frame::FromString("end")});
+    b->Close(10000ms);  // lets the reader drain the ring
+    _exit(shm ? 0 : 3);
+  }
+  pid_t reader = ::fork();
+  if (reader == 0) {
+    auto r = Shm(11);
+    r->Bind("127.0.0.1", dead_port);
+    Received in;
+    for (int i = 0; i < 600; ++i) r->Recv(&in, 100ms);  // bounded: 60 s
+    _exit(0);
+  }
+
+  auto a = Shm(11);
+  a->Bind("127.0.0.1", port);
+  int expected = 0;
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  while (expected <= 500 && std::chrono::steady_clock::now() < end) {
+    Received in;
+    if (!a->Recv(&in, 100ms)) continue;
+    const std::string tag = Str(in.frames.at(0));
+    if (tag == "p") continue;
+    if (expected == 500) {
+      EXPECT_EQ(tag, "end");
+      ++expected;
+      break;
+    }
+    ASSERT_EQ(tag, "m" + std::to_string(expected));
+    EXPECT_TRUE(Str(in.frames.at(1)) == Pattern(static_cast<size_t>(expected) * 997, expected));
+    ++expected;
+  }
+  EXPECT_EQ(expected, 501);
+  int status = 0;
+  ::waitpid(writer, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  a->Close(0ms);
+
+  // The reader process dies while this one writes to it.
+  TransportConfig cb = Config(22);
+  cb.shm = TransportConfig::Shm::kAuto;
+  cb.shm_ring_bytes = 64 << 10;
+  cb.keepalive_interval = 200ms;
+  cb.keepalive_timeout = 600ms;
+  auto b = CreateTransport("shm", cb);
+  b->Connect(1, "127.0.0.1:" + std::to_string(dead_port), 11);
+  for (int i = 0; i < 1000 && !SendsThroughShm(*b, 1); ++i) {
+    b->Send(1, {Frame::FromString("p")});
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(SendsThroughShm(*b, 1));
+  ::kill(reader, SIGKILL);
+  ::waitpid(reader, nullptr, 0);
+  b->Send(1, {Frame::FromString(std::string(4 << 20, 'x'))});  // more than the ring holds
+  bool down = false;
+  for (int i = 0; i < 100 && !down; ++i) {
+    down = b->DownSince(1) != std::chrono::steady_clock::time_point{};
+    if (!down) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(down) << "a dead reader was not noticed";
+  EXPECT_NO_THROW(b->Send(1, {Frame::FromString("to the dead")}));
+  b->Close(100ms);  // must return: the pending bytes are dropped
 }
 
 }  // namespace

@@ -76,6 +76,13 @@ struct Options {
   /// PSKV_ENCRYPT=1: encrypt and authenticate every byte (ZeroMQ CURVE keyed from
   /// the job secret; needs a secret). For networks where others can see traffic.
   bool encrypt = false;
+  /// PSKV_SHM: shared memory between the nodes of one host (docs/transport.md).
+  /// "auto" (default): with peers whose address is one of this host's; "1": offered
+  /// to every peer (those on other hosts decline it); "0": TCP only.
+  std::string shm = "auto";
+  /// PSKV_SHM_RING_BYTES: size of each shared-memory ring (one per direction and
+  /// pair of co-located nodes), a power of two between 4 KiB and 1 GiB.
+  int64_t shm_ring_bytes = int64_t{8} << 20;
   /// PSKV_MAX_CONNECTIONS: connections a node accepts that have not finished
   /// authenticating, at most; beyond that the oldest are closed, and one source
   /// address may hold only a quarter of them (0 = 4 * nodes + 64).

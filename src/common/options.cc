@@ -149,6 +149,16 @@ Options Options::FromEnv() {
         "pskv-launch generates one for every job; to choose your own, use random bytes, e.g. "
         "`python3 -c 'import secrets; print(secrets.token_hex(32))'`");
   if (const char* v = Get("PSKV_ENCRYPT")) o.encrypt = ParseInt("PSKV_ENCRYPT", v, 0, 1) != 0;
+  if (const char* v = Get("PSKV_SHM")) {
+    o.shm = v;
+    if (o.shm != "0" && o.shm != "1" && o.shm != "auto")
+      throw ConfigError("environment variable PSKV_SHM='" + o.shm +
+                        "' is not one of: 0 (TCP only), 1 (always offer), auto");
+  }
+  ReadInt("PSKV_SHM_RING_BYTES", &o.shm_ring_bytes, 4096, int64_t{1} << 30);
+  if (o.shm_ring_bytes & (o.shm_ring_bytes - 1))
+    throw ConfigError("PSKV_SHM_RING_BYTES=" + std::to_string(o.shm_ring_bytes) +
+                      " must be a power of two");
   ReadInt("PSKV_MAX_CONNECTIONS", &o.max_pending_connections, 0, 1 << 20);
   ReadSeconds("PSKV_HANDSHAKE_TIMEOUT", &o.handshake_timeout);
   if (o.handshake_timeout.count() <= 0)

@@ -15,6 +15,10 @@ namespace pskv {
 using dist::Kind;
 
 namespace {
+// A shard's queue bound (see dist_server.h).
+constexpr size_t kMaxQueued = 256;
+constexpr uint64_t kMaxQueuedBytes = uint64_t{256} << 20;
+
 // `data` as an NDArray, copied only if it is not aligned for its dtype.
 NDArray View(const char* data, uint64_t bytes, DType t) {
   const int64_t n = static_cast<int64_t>(bytes / DTypeSize(t));
@@ -53,6 +57,7 @@ DistServer::~DistServer() {
       sh->stop = true;
     }
     sh->cv.notify_all();
+    sh->space_cv.notify_all();
   }
   for (auto& sh : shards_)
     if (sh->thread.joinable()) sh->thread.join();
@@ -73,6 +78,8 @@ void DistServer::ShardLoop(Shard* sh) {
     if (sh->stop) return;  // requests still queued are dropped: the job is ending
     KVRequest req = std::move(sh->tasks.front());
     sh->tasks.pop_front();
+    sh->queued_bytes -= req.msg.h.vals_len;
+    sh->space_cv.notify_one();
     sh->busy = true;
     lk.unlock();
     try {
@@ -307,7 +314,13 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
       std::lock_guard<std::mutex> excl(excl_mu_);
       Shard& sh = *shards_[shard];
       {
-        std::lock_guard<std::mutex> lk(sh.mu);
+        // Back-pressure: wait for room (shards always progress: no handler waits).
+        std::unique_lock<std::mutex> lk(sh.mu);
+        sh.space_cv.wait(lk, [&] {
+          return sh.stop || sh.tasks.empty() ||
+                 (sh.tasks.size() < kMaxQueued && sh.queued_bytes < kMaxQueuedBytes);
+        });
+        sh.queued_bytes += req.msg.h.vals_len;
         sh.tasks.push_back(std::move(req));
       }
       sh.cv.notify_one();

@@ -44,7 +44,10 @@
 // exclusive sections (sync_, optimizers_, compressor_, done_workers_, init reports,
 // snapshots) is read freely by the shards; in_barrier_ (erased by pushes) has its
 // own lock. Optimizer::Update is safe for different keys at once. Replies are sent
-// from the shard threads (Node::Send is thread-safe). With one thread
+// from the shard threads (Node::Send is thread-safe). A shard's queue is bounded
+// (kMaxQueued requests, kMaxQueuedBytes of values): when full, the receive thread waits
+// for room, so a fast sender meets back-pressure (as with a single thread) instead of
+// growing the server's memory. With one thread
 // (PSKV_SERVER_THREADS=1) there is no shard thread: the receive thread handles every
 // request itself under excl_mu_, as the single-threaded server did.
 //
@@ -120,9 +123,10 @@ class DistServer {
   };
   /// A FIFO of requests and the states of the keys it owns (see the header comment).
   struct Shard {
-    std::mutex mu;  // guards tasks, busy, stop
-    std::condition_variable cv, idle_cv;
+    std::mutex mu;  // guards tasks, queued_bytes, busy, stop
+    std::condition_variable cv, idle_cv, space_cv;
     std::deque<KVRequest> tasks;
+    uint64_t queued_bytes = 0;  // value bytes of `tasks`
     bool busy = false, stop = false;
     std::map<int64_t, KeyState> keys;  // its thread's, or an exclusive section's
     std::thread thread;

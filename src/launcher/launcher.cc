@@ -240,12 +240,29 @@ LaunchConfig ParseArgs(int argc, char** argv) {
       throw InvalidArgument(std::string("DMLC_PS_ROOT_PORT='") + v + "' is not a port number");
     c.root_port = static_cast<int>(x);
   }
-  for (const char* k :
-       {"PS_VERBOSE", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_HEARTBEAT_INTERVAL",
-        "PS_HEARTBEAT_TIMEOUT", "PSKV_TIMEOUT", "PSKV_REGISTER_TIMEOUT", "PSKV_TIMELINE",
-        "PSKV_METRICS_PORT", "PSKV_METRICS_HOST", "PSKV_METRICS_FILE", "PSKV_LOG_LEVEL", "MXNET_KVSTORE_BIGARRAY_BOUND",
-        "MXNET_KVSTORE_REDUCTION_NTHREADS", "DMLC_INTERFACE", "OMP_NUM_THREADS",
-        "OPENBLAS_NUM_THREADS", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH"})
+  for (const char* k : {"PS_VERBOSE",
+                        "PS_RESEND",
+                        "PS_RESEND_TIMEOUT",
+                        "PS_HEARTBEAT_INTERVAL",
+                        "PS_HEARTBEAT_TIMEOUT",
+                        "PSKV_TIMEOUT",
+                        "PSKV_REGISTER_TIMEOUT",
+                        "PSKV_TIMELINE",
+                        "PSKV_METRICS_PORT",
+                        "PSKV_METRICS_HOST",
+                        "PSKV_METRICS_FILE",
+                        "PSKV_LOG_LEVEL",
+                        "MXNET_KVSTORE_BIGARRAY_BOUND",
+                        "MXNET_KVSTORE_REDUCTION_NTHREADS",
+                        "PSKV_SERVER_THREADS",
+                        "PSKV_FUSION_KEY_BYTES",
+                        "PSKV_FUSION_BYTES",
+                        "DMLC_INTERFACE",
+                        "OMP_NUM_THREADS",
+                        "OPENBLAS_NUM_THREADS",
+                        "LD_LIBRARY_PATH",
+                        "PYTHONPATH",
+                        "PATH"})
     if (const char* v = std::getenv(k)) c.forward_env[k] = v;
   if (const char* v = std::getenv("PSKV_JOB_SECRET")) c.job_secret = v;
   if (const char* path = std::getenv("PSKV_JOB_SECRET_FILE")) {

@@ -35,9 +35,9 @@ void Liveness::BusyEnd() {
   std::lock_guard<std::mutex> lk(mu_);
   const auto since = Clock::time_point(Clock::duration(busy_since_.exchange(0)));
   const auto now = Clock::now();
-  if (now - since < interval_) return;
   // We were not listening: what peers sent meanwhile is still queued. Count their
-  // silence from now on, as if the handler had taken no time.
+  // silence as if the handler had taken no time — also for short handlers, which
+  // back to back can keep the thread from listening as long as one long one.
   for (auto& [id, t] : last_heard_) t += now - since;
 }
 

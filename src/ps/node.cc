@@ -75,6 +75,10 @@ void Node::Start() {
   // As long as the heartbeat timeout: a peer whose receive queue is full (slow
   // handler, TCP back-pressure) must not look like a dead connection sooner.
   tc.keepalive_timeout = options_.heartbeat_timeout;
+  tc.shm = options_.shm == "0"   ? TransportConfig::Shm::kOff
+           : options_.shm == "1" ? TransportConfig::Shm::kOn
+                                 : TransportConfig::Shm::kAuto;
+  tc.shm_ring_bytes = static_cast<uint64_t>(options_.shm_ring_bytes);
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
   tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;
@@ -90,7 +94,7 @@ void Node::Start() {
           "a secret), or set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE on every node "
           "(docs/security.md)");
   }
-  transport_ = transport_factory_ ? transport_factory_(tc) : CreateTransport("zmq", tc);
+  transport_ = transport_factory_ ? transport_factory_(tc) : CreateTransport("shm", tc);
   const bool sched = role() == Role::kScheduler;
   if (sched) {
     std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "pskv/error.h"
+#include "transport/shm/shm_transport.h"
 #include "transport/zmq/zmq_transport.h"
 
 namespace pskv {
@@ -28,7 +29,8 @@ Frame Frame::FromString(std::string s) {
 
 std::unique_ptr<Transport> CreateTransport(const std::string& kind, const TransportConfig& cfg) {
   if (kind == "zmq" || kind.empty()) return CreateZmqTransport(cfg);
-  throw ConfigError("unknown transport '" + kind + "' (DMLC_PS_VAN_TYPE); valid: zmq");
+  if (kind == "shm") return CreateShmTransport(cfg);
+  throw ConfigError("unknown transport '" + kind + "' (DMLC_PS_VAN_TYPE); valid: zmq, shm");
 }
 
 }  // namespace pskv

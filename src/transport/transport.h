@@ -66,6 +66,14 @@ struct TransportConfig {
   /// does not answer within `keepalive_timeout` is closed and reported down, so
   /// half-open connections are noticed.
   std::chrono::milliseconds keepalive_interval{0}, keepalive_timeout{0};
+  /// For the "shm" backend: shared memory with peers on this host. kOff (offer
+  /// none, decline every offer), kAuto (offer to peers whose endpoint is an
+  /// address of this host), kOn (offer to every peer; one on another host
+  /// declines and TCP is used).
+  enum class Shm { kOff, kAuto, kOn } shm = Shm::kOff;
+  /// Bytes of each shared-memory ring (one per direction and co-located pair);
+  /// a power of two. Messages larger than the ring stream through it.
+  uint64_t shm_ring_bytes = uint64_t{8} << 20;
 };
 
 /// A received message and who sent it.
@@ -98,7 +106,9 @@ class Transport {
   virtual std::string Name() const = 0;
 };
 
-/// Creates a backend: "zmq" (TCP through ZeroMQ).
+/// Creates a backend: "zmq" (TCP through ZeroMQ), "shm" (ZeroMQ plus shared memory
+/// for peers on this host as cfg.shm says; what nodes use). All nodes of a job use
+/// the same backend: "zmq" does not understand "shm"'s offers.
 std::unique_ptr<Transport> CreateTransport(const std::string& kind, const TransportConfig& cfg);
 
 }  // namespace pskv

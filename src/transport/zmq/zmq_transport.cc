@@ -90,7 +90,8 @@ void Drain(void* sock) {
 
 class ZmqTransport final : public Transport {
  public:
-  explicit ZmqTransport(const TransportConfig& cfg) : cfg_(cfg), keys_(cfg.secret, cfg.job) {
+  ZmqTransport(const TransportConfig& cfg, int wake_fd)
+      : cfg_(cfg), keys_(cfg.secret, cfg.job), wake_fd_(wake_fd) {
     if (cfg_.encrypt && keys_.open())
       throw ConfigError("encryption (PSKV_ENCRYPT=1) needs a job secret (PSKV_JOB_SECRET)");
     if (cfg_.token == 0) throw UsageError("transport needs a non-zero identity token");
@@ -216,9 +217,9 @@ class ZmqTransport final : public Transport {
     in->frames.clear();
     in->peer = 0;
     in->peer_addr.clear();
-    zmq_pollitem_t item{router_, 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&item, 1, static_cast<long>(timeout.count()));
-    if (rc <= 0) return false;
+    zmq_pollitem_t items[2] = {{router_, 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+    int rc = zmq_poll(items, wake_fd_ >= 0 ? 2 : 1, static_cast<long>(timeout.count()));
+    if (rc <= 0 || !(items[0].revents & ZMQ_POLLIN)) return false;
     // The ROUTER's first part is the routing id: the connecting node's token,
     // fixed for the connection at its handshake.
     zmq_msg_t rid;
@@ -616,6 +617,7 @@ class ZmqTransport final : public Transport {
 
   TransportConfig cfg_;
   JobKeys keys_;
+  int wake_fd_ = -1;  // not owned
   void* ctx_ = nullptr;
   void* router_ = nullptr;
   void* zap_ = nullptr;
@@ -636,8 +638,8 @@ class ZmqTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg) {
-  return std::make_unique<ZmqTransport>(cfg);
+std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg, int wake_fd) {
+  return std::make_unique<ZmqTransport>(cfg, wake_fd);
 }
 
 }  // namespace pskv

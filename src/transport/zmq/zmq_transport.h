@@ -8,5 +8,7 @@
 #include "transport/transport.h"
 
 namespace pskv {
-std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg);
-}
+/// `wake_fd` (optional): a file descriptor Recv also waits on; when it becomes
+/// readable Recv returns false early (the shared-memory backend's wake-up pipe).
+std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg, int wake_fd = -1);
+}  // namespace pskv
