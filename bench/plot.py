@@ -5,6 +5,7 @@
   train.png     samples/s and test accuracy of every run of bench/train, DDP as the ceiling
   pushpull.png  push+pull GB/s per message size against the raw-transport ceiling
   reduce.png    reduction GB/s per array size against the memory-bandwidth ceiling
+  sparse.png    samples/s and bytes per step: row_sparse vs dense pushes vs DDP (bench/sparse_bench.py)
 
     bench/plot.py --out docs/img build/bench/*.json
 
@@ -77,6 +78,23 @@ def plot_sizes(recs, key, out, plt, title, xlabel):
     plt.close(fig)
 
 
+def plot_sparse(recs, out, plt):
+    names = [r['mode'].replace(' (gloo)', '\n(gloo)').replace('pskv ', 'pskv\n') for r in recs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    bars = a.bar(names, [r['samples_per_s'] for r in recs], color='#4477aa')
+    a.set_ylabel('samples/s (all workers)')
+    a.set_title('%d x 64 embedding + MLP, %d workers' % (recs[0]['rows'], recs[0]['workers']))
+    a.bar_label(bars, fmt='%.0f')
+    bars = b.bar(names, [r['bytes_per_step_per_worker'] / 1e6 for r in recs], color='#cc6677')
+    b.set_yscale('log')
+    b.set_ylabel('MB on the wire per step and worker')
+    b.set_title('communication (DDP: computed)')
+    b.bar_label(bars, fmt='%.2f')
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--out', default='.', help='directory for the PNG files')
@@ -100,6 +118,10 @@ def main(argv=None):
     if red:
         written.append(os.path.join(a.out, 'reduce.png'))
         plot_sizes(red, 'elements', written[-1], plt, 'reduction of float32 arrays', 'elements')
+    sp = [r for r in recs if r.get('bench') == 'sparse']
+    if sp:
+        written.append(os.path.join(a.out, 'sparse.png'))
+        plot_sparse(sp, written[-1], plt)
     if not written:
         sys.exit('bench/plot.py: no benchmark records in %s' % ' '.join(a.files))
     for w in written:

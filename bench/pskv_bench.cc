@@ -3,13 +3,18 @@
 //
 //   pskv-bench reduce   [--json] [--min-elements N] [--max-elements N]
 //   pskv-bench pushpull [--json] [--min-bytes N] [--max-bytes N]
+//   pskv-bench <bench> ... --plot DIR   (records and PNG plots, through bench/plot.py)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench/bench_util.h"
 #include "bench/fusion_bench.h"
@@ -86,6 +91,57 @@ int BenchReduce(int argc, char** argv) {
 
 }  // namespace
 
+// --plot DIR: runs this benchmark again as a child with --json, keeps its records in
+// DIR/<bench>.json (and prints them), then draws DIR/<bench>.png with bench/plot.py
+// (Debian's python3-matplotlib). Plotting is optional: without python3, matplotlib
+// or a plot for this benchmark it says so and the run still succeeds.
+static int RunAndPlot(int argc, char** argv, const std::string& dir) {
+  std::string cmd = "'/proc/self/exe'";
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) cmd = "'" + std::string(self, static_cast<size_t>(n)) + "'";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--plot") {
+      ++i;
+      continue;
+    }
+    if (a == "--json" || a.find('\'') != std::string::npos) continue;
+    cmd += " '" + a + "'";
+  }
+  cmd += " --json";
+  std::filesystem::create_directories(dir);
+  const std::string records = dir + "/" + argv[1] + ".json";
+  FILE* in = ::popen(cmd.c_str(), "r");
+  if (!in) {
+    std::fprintf(stderr, "pskv-bench: cannot run %s\n", cmd.c_str());
+    return 1;
+  }
+  FILE* out = std::fopen(records.c_str(), "w");
+  char line[4096];
+  while (std::fgets(line, sizeof line, in)) {
+    std::fputs(line, stdout);
+    if (out) std::fputs(line, out);
+  }
+  if (out) std::fclose(out);
+  const int st = ::pclose(in);
+  if (st != 0) return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+  if (!std::filesystem::exists(PSKV_PLOT_SCRIPT) ||
+      ::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") != 0) {
+    std::fprintf(stderr,
+                 "pskv-bench: no plot (needs /usr/bin/python3 with matplotlib: apt-get install "
+                 "python3-matplotlib); the records are in %s\n",
+                 records.c_str());
+    return 0;
+  }
+  const std::string plot = std::string("/usr/bin/python3 '") + PSKV_PLOT_SCRIPT + "' --out '" +
+                           dir + "' '" + records + "'";
+  if (::system(plot.c_str()) != 0)
+    std::fprintf(stderr, "pskv-bench: bench/plot.py drew nothing for '%s' (records in %s)\n",
+                 argv[1], records.c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   pskv::TuneAllocatorForLargeMessages();
   if (argc < 2 || HasFlag(argc, argv, "--help")) {
@@ -98,10 +154,14 @@ int main(int argc, char** argv) {
         "       pskv-bench strictrounds [--json] [--blocks N] [--rounds N]\n"
         "       pskv-bench scaling [--json] [--min-bytes N] [--max-bytes N] [--threads N] "
         "[--keys N] [--topologies 1x1,2x1,2x2,4x2] [--repeats N]\n"
-        "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]\n");
+        "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]\n"
+        "every benchmark: --plot DIR writes DIR/<bench>.json and, with python3-matplotlib,\n"
+        "DIR/<bench>.png (reduce, pushpull: GB/s per size against the ceiling)\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
+  for (int i = 2; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--plot") == 0) return RunAndPlot(argc, argv, argv[i + 1]);
   try {
     if (cmd == "reduce") return BenchReduce(argc, argv);
     if (cmd == "pushpull") return pskv::bench::BenchPushPull(argc, argv);

@@ -22,6 +22,7 @@
 #include "common/net.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/dist_server.h"
+#include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "pskv/error.h"
@@ -33,9 +34,11 @@ namespace {
 using namespace std::chrono_literals;
 
 struct Job {
-  std::vector<std::unique_ptr<Node>> nodes;  // scheduler, server, workers
+  // Declared before `nodes`, so destroyed after them: a node that stops (or aborts,
+  // when the constructor throws) calls the failure handlers these registered.
   std::unique_ptr<DistServer> server;
   std::vector<std::unique_ptr<KVWorker>> workers;
+  std::vector<std::unique_ptr<Node>> nodes;  // scheduler, server, workers
 
   Job(Options o, int num_workers, bool arrival) {
     o = LoopbackJob(std::move(o), num_workers);
@@ -55,7 +58,7 @@ struct Job {
     std::vector<std::thread> ts;
     for (auto& n : nodes) ts.emplace_back([&n] { n->Start(); });
     for (auto& t : ts) t.join();
-    workers[0]->Command(dist::kSetMode, "sync", 60s);
+    workers[0]->Command(dist::kSetMode, payload::EncodeMode(true), 60s);
   }
   ~Job() {
     std::vector<std::thread> ts;

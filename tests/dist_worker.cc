@@ -12,11 +12,14 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
+#include "pskv/row_sparse.h"
 #include "pskv/tuning.h"
 
 using namespace pskv;
@@ -803,6 +806,183 @@ void ExitThree(KVStore& kv, int) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- row_sparse (issue 15)
+// MXNet's dist_sync_kvstore.py row_sparse checks (check_row_sparse_keys,
+// check_row_sparse_keys_with_zeros, check_big_row_sparse_keys) with w <- w + rate*g.
+
+NDArray IdArray(const std::vector<int64_t>& v, Shape s = {}) {
+  NDArray a(s.empty() ? Shape{static_cast<int64_t>(v.size())} : s, DType::kInt64);
+  for (size_t i = 0; i < v.size(); ++i) a.data<int64_t>()[i] = v[i];
+  return a;
+}
+
+// `out` holds exactly rows `ids` (deduplicated) with want(row) in every element.
+bool RowsAre(const RowSparseNDArray& out, const std::vector<int64_t>& ids,
+             const std::function<double(int64_t)>& want) {
+  std::set<int64_t> set(ids.begin(), ids.end());
+  const std::vector<int64_t> got(out.indices().data<int64_t>(),
+                                 out.indices().data<int64_t>() + out.nnz());
+  if (got != std::vector<int64_t>(set.begin(), set.end())) {
+    std::fprintf(stderr, "%s: row_sparse_pull returned %lld rows, expected %zu\n", g_tag.c_str(),
+                 static_cast<long long>(out.nnz()), set.size());
+    return false;
+  }
+  NDArray dense = out.ToDense();
+  const int64_t u = out.RowSize();
+  for (int64_t r = 0; r < out.num_rows(); ++r)
+    for (int64_t j = 0; j < u; ++j) {
+      const double w = set.count(r) ? want(r) : 0;
+      if (std::abs(dense.At(r * u + j) - w) > 1e-3 * std::max(1.0, std::abs(w))) {
+        std::fprintf(stderr, "%s: row %lld element %lld is %.9g, expected %.9g\n", g_tag.c_str(),
+                     static_cast<long long>(r), static_cast<long long>(j), dense.At(r * u + j), w);
+        return false;
+      }
+    }
+  return true;
+}
+
+void SparseSync(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  kv.SetOptimizer(AddRate(kRate));
+  const Shape shape = {2, 3}, big = {100, 30};  // big: 3000 elements, sliced by rows
+  for (DType t : {DType::kFloat32, DType::kFloat64}) {
+    const int key = t == DType::kFloat32 ? 9 : 19, big_key = key + 91, zero_key = key + 2;
+    kv.Init(key, RowSparseNDArray::FromDense(Full(shape, 1, t)));
+    kv.Init(big_key, RowSparseNDArray::FromDense(Full(big, 1, t)));
+    kv.Init(zero_key, RowSparseNDArray::FromDense(Full(shape, 1, t)));
+    // check_row_sparse_keys: worker r pushes row r % 2 = r + 1, `rounds` times.
+    NDArray v = Full(shape, 0, t);
+    for (int64_t j = 0; j < 3; ++j) {
+      NDArray row = v.Slice1D((r % 2) * 3 + j, 1);
+      row.Fill(r + 1);
+    }
+    for (int i = 0; i < rounds; ++i) kv.Push(key, {RowSparseNDArray::FromDense(v)});
+    std::mt19937 rng(static_cast<unsigned>(r));
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 2; ++i) ids.push_back(static_cast<int64_t>(rng() % 2));
+    RowSparseNDArray out(shape, t);
+    kv.RowSparsePull(key, {out}, {IdArray(ids, {1, 2})});
+    kv.WaitAll();
+    CHECK_TRUE(RowsAre(out, ids,
+                       [&](int64_t row) {
+                         double w = 1;
+                         for (int k = 0; k < n; ++k)
+                           if (k % 2 == row) w += (k + 1) * kRate * rounds;
+                         return w;
+                       }),
+               "check_row_sparse_keys " + DTypeName(t));
+    // check_row_sparse_keys_with_zeros: empty pushes leave the values at 1.
+    for (int i = 0; i < rounds; ++i) {
+      kv.Push(zero_key, {RowSparseNDArray(shape, t)});
+      RowSparseNDArray z(shape, t);
+      kv.RowSparsePull(zero_key, {z}, {IdArray({0, 1})});
+      kv.WaitAll();
+      CHECK_TRUE(RowsAre(z, {0, 1}, [](int64_t) { return 1.0; }), "empty pushes");
+    }
+    // check_big_row_sparse_keys: rows with density 0.3 (same on every worker); worker
+    // k updates every (k+1)*2-th of them; random (repeating, unsorted) pulls.
+    std::mt19937 common(123);
+    std::vector<int64_t> dense_rows;
+    for (int64_t row = 0; row < big[0]; ++row)
+      if (common() % 10 < 3) dense_rows.push_back(row);
+    std::vector<std::vector<int64_t>> update(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k)
+      for (size_t i = 0; i < dense_rows.size(); i += static_cast<size_t>((k + 1) * 2))
+        update[static_cast<size_t>(k)].push_back(dense_rows[i]);
+    const auto& mine = update[static_cast<size_t>(r)];
+    Shape rs = big;
+    rs[0] = static_cast<int64_t>(mine.size());
+    auto grad = RowSparseNDArray::FromRows(big, IdArray(mine), Full(rs, r + 1, t));
+    for (int i = 0; i < rounds; ++i) kv.Push(big_key, {grad});
+    std::vector<int64_t> pull_ids;
+    for (int64_t i = 0; i < big[0]; ++i) pull_ids.push_back(static_cast<int64_t>(rng() % 100));
+    RowSparseNDArray big_out(big, t);
+    kv.RowSparsePull(big_key, {big_out}, {IdArray(pull_ids, {50, 2})});
+    kv.WaitAll();
+    CHECK_TRUE(RowsAre(big_out, pull_ids,
+                       [&](int64_t row) {
+                         double w = 1;
+                         for (int k = 0; k < n; ++k)
+                           for (int64_t x : update[static_cast<size_t>(k)])
+                             if (x == row) w += (k + 1) * kRate * rounds;
+                         return w;
+                       }),
+               "check_big_row_sparse_keys " + DTypeName(t));
+  }
+  // The storage-type rules are errors at the call, the same on every worker.
+  RowSparseNDArray out({2, 3});
+  NDArray dense = Full({2, 3}, 0);
+  CHECK_TRUE(Throws([&] { kv.Pull(9, {dense}); }, "row_sparse_pull"), "dense pull of sparse key");
+  CHECK_TRUE(Throws([&] { kv.Push(9, {dense}); }, "row_sparse"), "dense push to sparse key");
+  CHECK_TRUE(Throws([&] { kv.RowSparsePull(9, {out}, {IdArray({2})}); }, "out of range"),
+             "row id out of range");
+  kv.Init(50, Full({2, 3}, 1));
+  CHECK_TRUE(Throws([&] { kv.RowSparsePull(50, {out}, {IdArray({0})}); }, "storage type"),
+             "row_sparse_pull of a dense key");
+  CHECK_TRUE(Throws(
+                 [&] {
+                   kv.Push(50, {RowSparseNDArray({2, 3})});
+                 },
+                 "storage type"),
+             "row_sparse push to a dense key");
+  // The optimizer states of row_sparse keys save and load like those of dense keys.
+  const char* port = std::getenv("DMLC_PS_ROOT_PORT");
+  const std::string states = "/tmp/pskv_sparse_states_" + std::string(port ? port : "0") + ".bin";
+  kv.SaveOptimizerStates(states);
+  kv.Barrier();
+  kv.LoadOptimizerStates(states);
+  kv.Barrier();
+  if (r == 0) std::remove(states.c_str());
+}
+
+// No optimizer (update_on_kvstore=False): each round the stored value becomes the sum
+// of the workers' pushes; rows nobody pushed become zero.
+void SparseNoOptimizer(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  const Shape big = {100, 30};
+  kv.Init(7, RowSparseNDArray::FromDense(Full(big, 5)));
+  for (int i = 0; i < rounds; ++i) {
+    // worker r pushes rows {r, 50 + r, 99} with value r + 1 + i
+    std::vector<int64_t> ids = {r, 50 + r, 99};
+    auto g = RowSparseNDArray::FromRows(big, IdArray(ids), Full({3, 30}, r + 1 + i));
+    kv.Push(7, {g});
+    RowSparseNDArray out(big);
+    std::vector<int64_t> all(100);
+    for (int64_t k = 0; k < 100; ++k) all[static_cast<size_t>(k)] = k;
+    kv.RowSparsePull(7, {out}, {IdArray(all)});
+    kv.WaitAll();
+    CHECK_TRUE(RowsAre(out, all,
+                       [&](int64_t row) {
+                         if (row == 99) return n * (n + 1) / 2.0 + n * i;
+                         const int64_t k = row >= 50 ? row - 50 : row;
+                         return k < n ? k + 1.0 + i : 0.0;
+                       }),
+               "sum of sparse pushes, round " + std::to_string(i));
+    kv.Barrier();  // everyone pulled this round before the next one changes it
+  }
+}
+
+// dist_async: every push is applied at once; after all workers pushed, the value
+// holds every contribution.
+void SparseAsync(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  kv.SetOptimizer(AddRate(1));
+  const Shape big = {100, 30};
+  kv.Init(3, RowSparseNDArray::FromDense(Full(big, 1)));
+  std::vector<int64_t> ids = {r, 99, r};  // repeated id: summed
+  auto g = RowSparseNDArray::FromRows(big, IdArray(ids), Full({3, 30}, 1));
+  for (int i = 0; i < rounds; ++i) kv.Push(3, {g});
+  kv.WaitAll();
+  kv.Barrier();
+  RowSparseNDArray out(big);
+  kv.RowSparsePull(3, {out}, {IdArray({0, 99})});
+  kv.WaitAll();
+  CHECK_TRUE(RowsAre(out, {0, 99},
+                     [&](int64_t row) { return row == 99 ? 1.0 + n * rounds : 1.0 + 2 * rounds; }),
+             "async sparse pushes");
+  kv.Barrier();
+}
+
 int main(int argc, char** argv) {
   pskv::TuneAllocatorForLargeMessages();
   if (argc < 2) {
@@ -841,6 +1021,9 @@ int main(int argc, char** argv) {
           {"late_reply", {"dist_sync", LateReply}},
           {"states_mismatch", {"dist_sync", StatesMismatch}},
           {"big_states", {"dist_sync", BigStates}},
+          {"sparse_sync", {"dist_sync", SparseSync}},
+          {"sparse_no_optimizer", {"dist_sync", SparseNoOptimizer}},
+          {"sparse_async", {"dist_async", SparseAsync}},
       };
   auto it = kScenarios.find(scenario);
   if (it == kScenarios.end()) {

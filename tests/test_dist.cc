@@ -69,6 +69,18 @@ TEST(DistKVStore, InitShapeMismatchFailsEveryWorker) {
   EXPECT_EQ(Launch(2, 1, "shape_mismatch"), 0);
 }
 
+// row_sparse keys (issue 15): MXNet's dist_sync row_sparse checks with 4 workers and
+// 2 servers (the big table sliced by row range over both), sums without optimizer,
+// and dist_async.
+TEST(DistKVStore, RowSparseSync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sparse_sync", "", 3), 0);
+}
+TEST(DistKVStore, RowSparseNoOptimizerSums) {
+  EXPECT_EQ(Launch(4, 2, "sparse_no_optimizer", "", 3), 0);
+}
+TEST(DistKVStore, RowSparseAsync) {
+  EXPECT_EQ(Launch(4, 2, "sparse_async", "", 5), 0);
+}
 // Servers with several threads (keys sharded over them, big values merged chunk-wise
 // on the reducer's pool; pskv-launch gives a server 1 thread on a 2-core machine):
 // the same scenarios, their values checked the same way.
@@ -117,4 +129,10 @@ TEST(DistKVStoreServerThreads, FusedPushWhoseRoundsCannotCompleteFails) {
 }
 TEST(DistKVStoreServerThreads, OptimizerStatesSaveAndLoad) {
   EXPECT_EQ(Launch(2, 2, "states", kThreads), 0);
+}
+TEST(DistKVStoreServerThreads, RowSparseSync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sparse_sync", kThreads, 3), 0);
+}
+TEST(DistKVStoreServerThreads, RowSparseAsync) {
+  EXPECT_EQ(Launch(4, 2, "sparse_async", kThreads, 5), 0);
 }

@@ -339,3 +339,53 @@ TEST_P(TrainerDist, CheckpointResumeMatchesUninterruptedRun) {
 INSTANTIATE_TEST_SUITE_P(UpdateOnKVStore, TrainerDist, ::testing::Values(1, 0));
 
 }  // namespace
+
+// Sparse parameters (issue 15): an Embedding(sparse=true) found by the Module
+// constructor is a row_sparse key; Step() pushes the rows of its sparse gradient,
+// lazy SGD updates only those rows, and the rows asked for are pulled back.
+namespace {
+struct EmbNet : torch::nn::Module {
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear fc{nullptr};
+  EmbNet() {
+    emb = register_module("emb",
+                          torch::nn::Embedding(torch::nn::EmbeddingOptions(10, 2).sparse(true)));
+    fc = register_module("fc", torch::nn::Linear(2, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& ids) { return fc(emb(ids)).sum(); }
+};
+}  // namespace
+
+TEST(TrainerSparse, EmbeddingRowsArePushedAndPulledAsRowSparse) {
+  auto kv = pskv::KVStore::Create("local");
+  auto net = std::make_shared<EmbNet>();
+  const torch::Tensor w0 = net->emb->weight.detach().clone();
+  const torch::Tensor fcw = net->fc->weight.detach().clone();
+  TrainerOptions o = Opts(true, 0.5);
+  Trainer t(*net, kv.get(), o);
+  auto ids = torch::tensor({3, 1, 3}, torch::kLong);
+  net->forward(ids).backward();
+  ASSERT_TRUE(net->emb->weight.grad().is_sparse());
+  // Pull rows 3 and 7 for the "next batch": row 7 unchanged, row 3 updated twice.
+  t.Step(0, {{0, torch::tensor({7, 3}, torch::kLong)}});
+  auto w = net->emb->weight.detach();
+  for (int64_t j = 0; j < 2; ++j) {
+    EXPECT_FLOAT_EQ(w[7][j].item<float>(), w0[7][j].item<float>());
+    EXPECT_FLOAT_EQ(w[3][j].item<float>(),
+                    w0[3][j].item<float>() - 0.5f * 2 * fcw[0][j].item<float>());
+    // Row 1 was updated on the store but not pulled: the local copy is stale.
+    EXPECT_FLOAT_EQ(w[1][j].item<float>(), w0[1][j].item<float>());
+  }
+  t.RowSparsePull(0, torch::tensor({1}, torch::kLong));
+  EXPECT_FLOAT_EQ(net->emb->weight[1][0].item<float>(),
+                  w0[1][0].item<float>() - 0.5f * fcw[0][0].item<float>());
+  // The row_sparse key refuses a dense pull, naming the rule.
+  pskv::NDArray dense({10, 2});
+  EXPECT_THROW(kv->Pull(0, {dense}), pskv::UsageError);
+}
+
+TEST(TrainerSparse, SparseParametersNeedUpdateOnKVStore) {
+  auto kv = pskv::KVStore::Create("local");
+  auto net = std::make_shared<EmbNet>();
+  EXPECT_THROW(Trainer(*net, kv.get(), Opts(false)), pskv::UsageError);
+}

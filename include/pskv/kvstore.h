@@ -45,6 +45,7 @@
 #include "pskv/ndarray.h"
 #include "pskv/optimizer.h"
 #include "pskv/options.h"
+#include "pskv/row_sparse.h"
 
 namespace pskv {
 
@@ -124,6 +125,42 @@ class KVStore {
   void Broadcast(const std::string& key, const NDArray& value, const std::vector<NDArray>& outs,
                  int priority = 0);
 
+  // ---- row_sparse keys (MXNet's stype 'row_sparse', spec 2.9): an embedding table
+  // ---- whose gradients touch few rows. A key initialised with a RowSparseNDArray is
+  // ---- row_sparse for its whole life; pushes carry only the rows that have
+  // ---- gradients, and RowSparsePull fetches only the rows asked for.
+  //
+  // Rules, each checked at the call (a typed error naming the rule, as MXNet's):
+  //  * the values of one key share one storage type: pushing a RowSparseNDArray to a
+  //    dense key, a dense NDArray to a row_sparse key, or Init of a row_sparse key
+  //    twice is a UsageError / KeyError;
+  //  * a row_sparse key is read with RowSparsePull only: Pull and PushPull of it are a
+  //    UsageError (MXNet's dist stores refuse a dense pull of a row_sparse value);
+  //  * row ids must lie in [0, rows): KeyError naming the id;
+  //  * gradient compression does not apply to row_sparse keys (UsageError at Init).
+  // Push: the values are summed (union of rows; unsorted or repeated row ids are
+  // sorted and summed first); with an optimizer only the pushed rows are updated
+  // (lazy update, optimizer.h); with a custom updater, the updater receives the sum
+  // as a dense array (zeros in the other rows); without either the stored value
+  // becomes the sum (rows not pushed become zero, MXNet's assignment). An empty push
+  // (no rows) counts as a push of zeros (in dist_sync it completes the worker's part
+  // of the round).
+  // Dist stores: rows of a table of at least MXNET_KVSTORE_BIGARRAY_BOUND elements are
+  // sliced over all servers by row range (spec 4.5.3); smaller tables live on one.
+  void Init(int key, const RowSparseNDArray& value);
+  void Init(const std::string& key, const RowSparseNDArray& value);
+  void Push(int key, const std::vector<RowSparseNDArray>& values, int priority = 0);
+  void Push(const std::string& key, const std::vector<RowSparseNDArray>& values, int priority = 0);
+  /// Pulls rows `row_ids[i]` of row_sparse key `key` into `outs[i]` (whose shape and
+  /// dtype are the key's): afterwards outs[i] holds exactly the requested rows (ids of
+  /// any integer dtype and shape, flattened, de-duplicated and sorted), every other row
+  /// zero. One `row_ids` array for several outs gives every out those rows. Empty ids:
+  /// an empty result. Asynchronous like Pull: read outs after Wait/WaitAll.
+  void RowSparsePull(int key, const std::vector<RowSparseNDArray>& outs,
+                     const std::vector<NDArray>& row_ids, int priority = 0);
+  void RowSparsePull(const std::string& key, const std::vector<RowSparseNDArray>& outs,
+                     const std::vector<NDArray>& row_ids, int priority = 0);
+
   /// Blocks until every scheduled operation on `keys` (resp. all keys) completed;
   /// rethrows the first failure. TimeoutError after `timeout` (default: the
   /// store's Options::op_timeout).
@@ -171,6 +208,14 @@ class KVStore {
   virtual void WaitImpl(const std::vector<int>* keys, std::chrono::milliseconds timeout) = 0;
   /// Installs an int-keyed updater (string updaters are wrapped by the base class).
   virtual void SetUpdaterImpl(Updater updater) = 0;
+  /// row_sparse keys; the defaults throw UsageError (a store type without them).
+  /// RowSparsePullImpl receives as many row_ids as outs (the base class repeats a
+  /// single one), not yet canonical.
+  virtual void InitRowSparseImpl(int key, const RowSparseNDArray& value);
+  virtual void PushRowSparseImpl(int key, const std::vector<RowSparseNDArray>& values,
+                                 int priority);
+  virtual void RowSparsePullImpl(int key, const std::vector<RowSparseNDArray>& outs,
+                                 const std::vector<NDArray>& row_ids, int priority);
   /// Human-readable form of key id `k` for messages ("3" or "'fc1_weight'").
   std::string KeyName(int k) const;
   /// Called when the first string key is created; dist stores verify the order.

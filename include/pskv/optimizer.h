@@ -19,6 +19,11 @@
 //   rmsprop  g' = g + wd*w;  n = rho*n + (1-rho)*g'^2;  w -= lr*g'/(sqrt(n)+eps)
 //            centered: a = rho*a + (1-rho)*g';  d = momentum*d - lr*g'/sqrt(n - a^2 + eps); w += d
 //   adagrad  h += g^2;  w -= lr*(g/sqrt(h+eps) + wd*w)
+// Row-sparse gradients (UpdateRows; MXNet's lazy_update): sgd and adam with
+// `lazy_update=true` (the default, as in MXNet) and adagrad (always, as MXNet's
+// sparse AdaGrad) apply the rule above to the pushed rows only — weight decay,
+// momentum and moments of the other rows stay as they are. Every other case runs
+// the dense rule on the whole table with a gradient that is zero in the other rows.
 // Multi-precision (`multi_precision=true`): float16/bfloat16 weights get a float32
 // master copy in the state; the update runs on the master and is cast back.
 #pragma once
@@ -66,6 +71,7 @@ struct OptimizerConfig {
   double rho = 0.9;             ///< rmsprop decay (MXNet's gamma1)
   bool centered = false;        ///< rmsprop
   bool multi_precision = false;
+  bool lazy_update = true;  ///< sgd, adam: row-sparse gradients update their rows only
   LRSchedule lr_schedule;
   /// Per-key multipliers of the learning rate and of wd (Gluon's Parameter.lr_mult /
   /// wd_mult). They travel with the config, so they apply on dist servers too
@@ -100,6 +106,12 @@ class Optimizer {
   /// Applies one update for `key`: `weight` is updated in place from `grad`
   /// (same element count; grad is converted to float32 if needed).
   void Update(int64_t key, const NDArray& grad, NDArray* weight);
+  /// Applies one update for `key` from a row-sparse gradient: `grad_rows` holds
+  /// n rows of `row_size` elements for the ascending, unique row ids `ids` of
+  /// `weight` (a table of rows of `row_size` elements). See the header comment for
+  /// which rows change. Counts as one update of the key (Adam's bias correction).
+  void UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDArray& grad_rows,
+                  int64_t row_size, NDArray* weight);
 
   /// Serialises all per-key states (and the config) to bytes / restores them.
   /// LoadStates keeps this optimizer's configuration, unless the blob was saved

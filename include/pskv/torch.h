@@ -33,6 +33,12 @@
 // NoSync(), and do not modify .grad before Step(); a second backward without Step()
 // throws UsageError. Parameters with requires_grad=false are skipped. Only CPU
 // tensors are supported on this build.
+// Sparse parameters (issue 15): the weight of an Embedding(sparse=true) (found by the
+// Module constructor, or listed in TrainerOptions::sparse_params) is a row_sparse
+// key: Step() pushes the rows of its sparse gradient, the store's optimizer updates
+// only those rows (lazy update), and the rows of the next batch (Step's `row_ids`,
+// default the rows just pushed) are pulled into the local weight. They need
+// update_on_kvstore and a single replica.
 // Thread safety: one thread drives a Trainer (backward hooks run on autograd's
 // thread while that thread waits in backward()).
 #pragma once
@@ -41,6 +47,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +83,9 @@ struct TrainerOptions {
   /// First store key of this Trainer. Trainers sharing one store (with
   /// update_on_kvstore=false: a store runs one optimizer) need disjoint ranges.
   int key_offset = 0;
+  /// Indices of the parameters whose gradients are sparse (row_sparse keys). The
+  /// Module constructor adds the weights of its Embedding(sparse=true) submodules.
+  std::set<size_t> sparse_params;
 };
 
 class Trainer {
@@ -94,6 +104,12 @@ class Trainer {
   /// replica's parameters; clears the gradients. `batch_size` > 0: Gluon's
   /// step(batch_size) (UsageError with kMean).
   void Step(int64_t batch_size = 0);
+  /// Step() for sparse parameters: afterwards the rows `row_ids` (by parameter index:
+  /// the next batch's ids, any integer dtype, repeats allowed) are pulled into each
+  /// sparse parameter; parameters not listed pull the rows they pushed.
+  void Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& row_ids);
+  /// Pulls rows `row_ids` of sparse parameter `index` from the store into it.
+  void RowSparsePull(size_t index, const torch::Tensor& row_ids);
   /// update_on_kvstore=false only: sums .grad over replicas and workers into every
   /// replica's .grad (then e.g. clip), and Update() applies the optimizer.
   void AllreduceGrads();

@@ -41,7 +41,9 @@ from .kvstore import KVStore, create  # noqa: F401
 from . import optimizer  # noqa: F401
 from . import lr_scheduler  # noqa: F401
 from . import data  # noqa: F401
+from . import sparse  # noqa: F401
+from .sparse import RowSparseArray, row_sparse_array  # noqa: F401
 
-__all__ = ["__version__", "create", "KVStore", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
+__all__ = ["__version__", "create", "KVStore", "RowSparseArray", "row_sparse_array", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
            "KeyError", "ShapeError", "UsageError", "ConfigError", "TimeoutError", "ProtocolError", "NodeFailure",
            "IOError"]

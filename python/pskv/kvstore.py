@@ -7,6 +7,7 @@ import weakref
 import numpy as np
 
 from . import _pskv
+from . import sparse as _sparse
 from .optimizer import Optimizer
 
 
@@ -75,6 +76,7 @@ class KVStore(object):
         self._kv = handle
         self._str_names = []  # string keys in first-init order = their int ids (as in C++)
         self._next_key = 0  # int keys handed out to Trainers sharing this store
+        self._sparse = {}  # row_sparse key -> (shape, dtype), from init
 
     def _reserve_keys(self, n):
         """A range of n int keys for one Trainer (several may share a store; they
@@ -130,9 +132,22 @@ class KVStore(object):
         pskv.KeyError
             A key was initialised before.
         """
+        if not _is_list(key) and _sparse.is_sparse(value):
+            return self._init_row_sparse(key, value)
         keys, vals = _flatten(key, value)
         self._kv.init(keys, vals)
         self._remember(keys)
+
+    def _init_row_sparse(self, key, value):
+        rsp = _sparse.row_sparse_array(value)
+        self._kv.init_row_sparse([key], list(rsp.shape), rsp.indices, rsp.data)
+        self._remember([key])
+        self._sparse[key] = (rsp.shape, rsp.data.dtype)
+
+    def _rsp_of(self, key, v):
+        if isinstance(v, tuple) and len(v) == 2 and key in self._sparse:
+            return _sparse.row_sparse_array(v, shape=self._sparse[key][0])
+        return _sparse.row_sparse_array(v)
 
     def _remember(self, keys):
         if keys and isinstance(keys[0], str):
@@ -165,8 +180,69 @@ class KVStore(object):
         pskv.ShapeError
             A value's shape or dtype differs from the key's.
         """
+        def sparse_like(v):
+            return _sparse.is_sparse(v) or (isinstance(v, tuple) and key in self._sparse)
+        if not _is_list(key) and (sparse_like(value) or
+                                  (isinstance(value, list) and value and sparse_like(value[0]))):
+            vals = value if isinstance(value, list) else [value]
+            rsps = [self._rsp_of(key, v) for v in vals]
+            shape = list(self._sparse[key][0]) if key in self._sparse else list(rsps[0].shape)
+            self._kv.push_row_sparse([key], shape, [(r.indices, r.data) for r in rsps], priority)
+            return
         keys, vals = _flatten(key, value)
         self._kv.push(keys, vals, priority)
+
+    def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
+        """Pulls rows `row_ids` of a row_sparse key (MXNet's ``row_sparse_pull``) and
+        waits for them.
+
+        Parameters
+        ----------
+        key : int or str
+            A key initialised with a row_sparse value.
+        out : RowSparseArray or list of them, optional
+            Filled in place (its ``indices`` and ``data`` replaced); with None a new
+            RowSparseArray is returned.
+        priority : int, optional
+            Higher priorities are served first.
+        row_ids : array or list of arrays
+            Row ids (any integer dtype and shape; flattened, de-duplicated and sorted).
+            One array for several outputs gives each the same rows.
+
+        Returns
+        -------
+        RowSparseArray or list of RowSparseArray
+            `out` (or the new arrays): exactly the requested rows, other rows zero.
+
+        Raises
+        ------
+        pskv.UsageError
+            The key is dense (MXNet's rule: row_sparse_pull needs a row_sparse key).
+        pskv.KeyError
+            A row id is out of range.
+        """
+        assert row_ids is not None, 'row_sparse_pull needs row_ids'
+        if key not in self._sparse:
+            raise _pskv.UsageError(
+                'RowSparsePull of key %r: the key is not row_sparse in this store (init it with '
+                'a row_sparse value: pskv.row_sparse_array, a torch sparse tensor)' % (key,))
+        shape, dtype = self._sparse[key]
+        ids = row_ids if _is_list(row_ids) else [row_ids]
+        ids = [np.ascontiguousarray(_sparse._numpy(i)) for i in ids]
+        outs = out if _is_list(out) else ([out] if out is not None else [None] * len(ids))
+        if len(ids) == 1 and len(outs) > 1:
+            ids = ids * len(outs)
+        if len(ids) != len(outs):
+            raise AssertionError("the number of row_ids doesn't match the number of values")
+        got = self._kv.row_sparse_pull([key], list(shape), np.dtype(dtype).name, ids, priority)
+        result = []
+        for o, (idx, data) in zip(outs, got):
+            if o is None:
+                o = _sparse.RowSparseArray(data, idx, shape)
+            else:
+                o.indices, o.data = idx, data.reshape((len(idx),) + tuple(shape[1:]))
+            result.append(o)
+        return result if _is_list(out) or (out is None and _is_list(row_ids)) else result[0]
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
         """Pulls the current values of keys into `out`, in place, and waits for them.

@@ -86,13 +86,16 @@ class SGD(Optimizer):
     ----------
     momentum : float, optional
         Momentum (0: none).
+    lazy_update : bool, optional
+        Row-sparse gradients update only their rows (weight decay and momentum of the
+        other rows untouched), as MXNet's ``lazy_update=True`` (the default).
     **kwargs
         See :class:`Optimizer`.
     """
     name = 'sgd'
 
-    def __init__(self, momentum=0.0, **kwargs):
-        super().__init__(momentum=momentum, **kwargs)
+    def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
+        super().__init__(momentum=momentum, lazy_update=lazy_update, **kwargs)
 
 
 class NAG(Optimizer):

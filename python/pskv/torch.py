@@ -27,6 +27,13 @@ Communication: by default ``step()`` pushes the gradients as the user left them 
 pushed by a hook as backward produces it; then run all micro-batches but the last
 inside ``with trainer.no_sync():``, and do not modify ``.grad`` between backward and
 ``step()``. A second backward without ``step()`` is an error in that mode.
+
+Sparse parameters (issue 15): the weight of ``nn.Embedding(..., sparse=True)`` (found
+in a module given as `params`, or listed in `sparse_params`) is a row_sparse key: its
+sparse gradient is pushed as the rows it has, the store's optimizer updates only those
+rows (lazy update), and ``step(row_ids=...)`` pulls the rows the next batch needs
+(default: the rows just pushed). Dense parameters are exchanged as before. Sparse
+parameters need ``update_on_kvstore=True`` (the store holds the table, as in MXNet).
 """
 import contextlib
 import os
@@ -39,6 +46,7 @@ import torch as _torch
 from . import _pskv
 from .kvstore import KVStore, create
 from . import optimizer as _opt
+from . import sparse as _sparse_mod
 from .data import epoch_size, partition_range  # noqa: F401  (re-exported for convenience)
 
 _REDUCTIONS = ('mean', 'sum')
@@ -88,6 +96,9 @@ class Trainer(object):
         Keep the module's buffers equal to rank 0's after every step (DDP's rule).
     buffers : iterable of torch.Tensor, optional
         Buffers to keep equal instead of the module's.
+    sparse_params : iterable of torch.Tensor, optional
+        Parameters whose gradients are sparse (row_sparse keys). Default: the weights
+        of the ``nn.Embedding``/``nn.EmbeddingBag(sparse=True)`` of a module `params`.
 
     Examples
     --------
@@ -97,7 +108,7 @@ class Trainer(object):
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore=_UNSET, global_batch_size=None,
                  update_on_kvstore=None, compression_params=None, loss_reduction=None,
-                 push_in_backward=False, broadcast_buffers=True, buffers=None):
+                 push_in_backward=False, broadcast_buffers=True, buffers=None, sparse_params=None):
         # Gluon's order is (params, optimizer, optimizer_params, kvstore, ...); earlier
         # pskv releases took (params, optimizer, kvstore, global_batch_size): both work.
         if isinstance(optimizer_params, (str, KVStore)):
@@ -109,8 +120,13 @@ class Trainer(object):
         if kvstore is _UNSET:
             kvstore = 'dist_sync'
         module_buffers = []
+        sparse_ids = set(id(p) for p in (sparse_params or []))
         if isinstance(params, _torch.nn.Module):
             module_buffers = [b for b in params.buffers()]
+            if sparse_params is None:
+                for m in params.modules():
+                    if isinstance(m, (_torch.nn.Embedding, _torch.nn.EmbeddingBag)) and m.sparse:
+                        sparse_ids.add(id(m.weight))
             params = params.parameters()
         self._params, lr_mult, wd_mult = [], {}, {}
         seen = set()
@@ -167,6 +183,21 @@ class Trainer(object):
         self._rescale = float(optimizer.rescale_grad)  # the optimizer's own factor, kept
         self._shipped = self._scale if self._scale is not None else 1.0
 
+        # --- sparse parameters: row_sparse keys, updated on the store
+        self._sparse = [i for i, p in enumerate(self._params) if id(p) in sparse_ids]
+        for i in self._sparse:
+            if self._params[i].dim() < 1:
+                raise _pskv.InvalidArgument('a sparse parameter needs rows (at least one dimension)')
+        if self._sparse:
+            if update_on_kvstore is False:
+                raise _pskv.UsageError('sparse parameters need update_on_kvstore=True: the store holds the table '
+                                       'and updates only the pushed rows (MXNet does the same)')
+            if compression_params:
+                raise _pskv.UsageError('gradient compression for row_sparse storage type is not supported '
+                                       '(MXNet\'s rule); drop compression_params or the sparse parameters')
+            update_on_kvstore = True
+        self._sparse_set = set(self._sparse)
+
         # --- update_on_kvstore, chosen as MXNet's Gluon Trainer does (spec 8.2, 8.3)
         largest = max(p.numel() for p in self._params)
         if update_on_kvstore is None:
@@ -220,7 +251,12 @@ class Trainer(object):
 
         # Rank 0's initial weights and buffers become everyone's.
         with _torch.no_grad():
-            for k, p in zip(self._keys, self._params):
+            for i, (k, p) in enumerate(zip(self._keys, self._params)):
+                if i in self._sparse_set:  # every row: rank 0's table becomes everyone's
+                    rows = np.arange(p.shape[0], dtype=np.int64)
+                    self.kv.init(k, _sparse_mod.RowSparseArray(_np(p), rows, tuple(p.shape)))
+                    self._pull_rows(i, rows)
+                    continue
                 self.kv.broadcast(k, p.data, out=p.data)
             for k, b in zip(self._buf_keys, self._buffers):
                 self.kv.broadcast(k, b.data, out=b.data)
@@ -238,7 +274,9 @@ class Trainer(object):
                 raise _pskv.UsageError('push_in_backward=True needs the loss scale at construction: give '
                                        "loss_reduction='mean' or global_batch_size")
             for i, p in enumerate(self._params):
-                if p.requires_grad:  # frozen parameters have no gradient (and torch refuses hooks)
+                # frozen parameters have no gradient (and torch refuses hooks); sparse
+                # ones are pushed in step()
+                if p.requires_grad and i not in self._sparse_set:
                     p.register_hook(self._make_hook(i))
 
     # ------------------------------------------------------------ configuration
@@ -396,7 +434,48 @@ class Trainer(object):
             g = g * ratio
         return g.detach().contiguous()
 
-    def step(self, batch_size=None, ignore_stale_grad=False):
+    def _pull_rows(self, i, row_ids):
+        """Rows `row_ids` of sparse parameter i from the store into the local weight."""
+        out = self.kv.row_sparse_pull(self._keys[i], row_ids=row_ids)
+        if len(out.indices):
+            with _torch.no_grad():
+                idx = _torch.from_numpy(out.indices)
+                self._params[i].data.index_copy_(0, idx, _torch.from_numpy(out.data).to(self._params[i].dtype))
+        if hasattr(self, '_versions'):  # the Trainer's own write, not a change from outside
+            self._versions[i] = self._params[i]._version
+
+    def row_sparse_pull(self, param, row_ids):
+        """Refreshes rows `row_ids` of a sparse parameter from the store (e.g. the
+        rows of the next batch, MXNet's ``param.row_sparse_data(row_id)``).
+
+        Parameters
+        ----------
+        param : torch.Tensor
+            A sparse parameter of this Trainer.
+        row_ids : array-like of int
+            Row ids (any order, repeats allowed).
+        """
+        for i in self._sparse:
+            if self._params[i] is param:
+                return self._pull_rows(i, np.asarray(row_ids, dtype=np.int64).reshape(-1))
+        raise _pskv.InvalidArgument('row_sparse_pull: not a sparse parameter of this Trainer')
+
+    def _push_sparse(self, i, ratio):
+        """Pushes the rows of sparse parameter i's gradient; returns their ids."""
+        p = self._params[i]
+        g = p.grad
+        if g is None:
+            g = _torch.sparse_coo_tensor(_torch.zeros((1, 0), dtype=_torch.int64),
+                                         _torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype), tuple(p.shape))
+        elif not g.is_sparse:
+            g = g.to_sparse(1)  # a dense gradient (e.g. accumulated densely): its nonzero rows
+        if ratio != 1.0:
+            g = g * ratio
+        g = g.coalesce()
+        self.kv.push(self._keys[i], g, priority=i)  # an empty push takes part in the round
+        return g.indices()[0].numpy()
+
+    def step(self, batch_size=None, ignore_stale_grad=False, row_ids=None):
         """Exchanges the gradients in .grad, updates the parameters and clears .grad.
 
         Parameters
@@ -406,6 +485,10 @@ class Trainer(object):
             average). Not allowed with ``loss_reduction='mean'``.
         ignore_stale_grad : bool, optional
             Accepted for Gluon compatibility (parameters without .grad push zeros).
+        row_ids : array-like or dict, optional
+            Sparse parameters: the rows to pull after the update (the next batch's
+            ids), one array (a single sparse parameter) or ``{param: ids}``. Default:
+            the rows this worker pushed.
 
         Raises
         ------
@@ -421,13 +504,26 @@ class Trainer(object):
             if ratio != 1.0 and any(self._pushed):
                 raise _pskv.UsageError('step(batch_size) differs from the scale the gradients were pushed with in '
                                        'backward; with push_in_backward=True keep the batch size constant')
+            pushed_rows = {}
             for i in reversed(self._active()):
-                if not self._pushed[i]:
+                if i in self._sparse_set:
+                    pushed_rows[i] = self._push_sparse(i, ratio)
+                elif not self._pushed[i]:
                     self._push(i, self._grad(i, ratio))
-            self.kv.wait(self._keys)
+            dense = [self._keys[i] for i in range(len(self._params)) if i not in self._sparse_set]
+            if dense:
+                self.kv.wait(dense)
             with _torch.no_grad():
                 for i in self._active():
-                    self._params[i].data.copy_(_torch.from_numpy(self._out[i]))
+                    if i not in self._sparse_set:
+                        self._params[i].data.copy_(_torch.from_numpy(self._out[i]))
+            for i, rows in pushed_rows.items():
+                want = rows
+                if isinstance(row_ids, dict):
+                    want = row_ids.get(self._params[i], rows)
+                elif row_ids is not None:
+                    want = row_ids
+                self._pull_rows(i, np.asarray(want, dtype=np.int64).reshape(-1))
         self._sync_buffers()
         self._finish()
 

@@ -14,6 +14,7 @@
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/optimizer.h"
+#include "pskv/row_sparse.h"
 #include "pskv/tuning.h"
 
 namespace py = pybind11;
@@ -265,6 +266,63 @@ PYBIND11_MODULE(_pskv, m) {
              } else {
                kv.PushPull(ks.ints, v, oks.ints, o, prio);
              }
+           })
+      // row_sparse keys: `key` is a one-element list (int or str); values are
+      // (row ids, rows) pairs of numpy arrays with the full `shape` given.
+      .def("init_row_sparse",
+           [](Handle& h, const py::list& key, const Shape& shape, py::array ids, py::array rows) {
+             KVStore& kv = h.kv();
+             auto v = RowSparseNDArray::FromRows(shape, Wrap(ids), Wrap(rows));
+             Keys ks = ToKeys(key);
+             py::gil_scoped_release nogil;
+             if (ks.str) {
+               kv.Init(ks.strs.at(0), v);
+             } else {
+               kv.Init(ks.ints.at(0), v);
+             }
+           })
+      .def("push_row_sparse",
+           [](Handle& h, const py::list& key, const Shape& shape,
+              const std::vector<std::pair<py::array, py::array>>& values, int prio) {
+             KVStore& kv = h.kv();
+             std::vector<RowSparseNDArray> v;
+             // FromRows copies (sorted, repeated ids summed): the arrays may change at once.
+             for (auto& [ids, rows] : values)
+               v.push_back(RowSparseNDArray::FromRows(shape, Wrap(ids), Wrap(rows)));
+             Keys ks = ToKeys(key);
+             py::gil_scoped_release nogil;
+             if (ks.str) {
+               kv.Push(ks.strs.at(0), v, prio);
+             } else {
+               kv.Push(ks.ints.at(0), v, prio);
+             }
+           })
+      .def("row_sparse_pull",
+           [](Handle& h, const py::list& key, const Shape& shape, const std::string& dtype,
+              const std::vector<py::array>& row_ids, int prio) {
+             KVStore& kv = h.kv();
+             std::vector<NDArray> ids;
+             for (auto& a : row_ids) ids.push_back(Wrap(a).Clone());
+             std::vector<RowSparseNDArray> outs;
+             for (size_t i = 0; i < ids.size(); ++i) outs.emplace_back(shape, ParseDType(dtype));
+             Keys ks = ToKeys(key);
+             {
+               py::gil_scoped_release nogil;
+               if (ks.str) {
+                 kv.RowSparsePull(ks.strs.at(0), outs, ids, prio);
+                 kv.Wait(std::vector<std::string>{ks.strs.at(0)});
+               } else {
+                 kv.RowSparsePull(ks.ints.at(0), outs, ids, prio);
+                 kv.Wait(std::vector<int>{ks.ints.at(0)});
+               }
+             }
+             py::list result;
+             for (auto& o : outs) {
+               // Copies owned by numpy (the NDArrays' memory is freed with them).
+               py::array i = View(o.indices()), d = View(o.data());
+               result.append(py::make_tuple(i.attr("copy")(), d.attr("copy")()));
+             }
+             return result;
            })
       .def("wait",
            [](Handle& h, const py::list& keys) {

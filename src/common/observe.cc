@@ -56,6 +56,7 @@ struct State {
   // metrics; keys are bounded by the job's keys and peers by its nodes
   std::map<std::pair<std::string, std::string>, OpStats> ops;     // (op, key)
   std::map<std::pair<std::string, std::string>, uint64_t> peers;  // (peer, direction)
+  std::map<std::string, OpStats> peer_ops;                        // by peer
   std::string metrics_file;
   int port = 0;
   int listen_fd = -1;
@@ -263,11 +264,27 @@ void CountOp(const char* op, const std::string& key, uint64_t bytes, uint64_t la
   st.latency.Add(static_cast<double>(latency_us) * 1e-6);
 }
 
+namespace {
+std::string PeerName(const std::string& peer) {
+  return peer.substr(0, peer.find(" at "));  // "worker[1] at host:port"
+}
+}  // namespace
+
 void CountPeer(const std::string& peer, const char* direction, uint64_t bytes) {
   if (!g_metrics.load(std::memory_order_relaxed)) return;
   State& s = S();
   std::lock_guard<std::mutex> lk(s.mu);
-  s.peers[{peer.substr(0, peer.find(" at ")), direction}] += bytes;  // "worker[1] at host:port"
+  s.peers[{PeerName(peer), direction}] += bytes;
+}
+
+void CountPeerOp(const std::string& peer, uint64_t latency_us, bool failed) {
+  if (!g_metrics.load(std::memory_order_relaxed)) return;
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  OpStats& st = s.peer_ops[PeerName(peer)];
+  ++st.ops;
+  st.failed += failed;
+  st.latency.Add(static_cast<double>(latency_us) * 1e-6);
 }
 
 std::string PrometheusText() {
@@ -291,27 +308,44 @@ std::string PrometheusText() {
        "# TYPE pskv_bytes_total counter\n";
   for (auto& [k, st] : s.ops)
     o += "pskv_bytes_total" + label(k.first, k.second) + "} " + std::to_string(st.bytes) + "\n";
-  o += "# HELP pskv_op_latency_seconds Latency of operations, by operation and key.\n"
-       "# TYPE pskv_op_latency_seconds histogram\n";
-  for (auto& [k, st] : s.ops) {
-    const std::string l = label(k.first, k.second);
+  // One histogram per (metric, label set): per operation and key, and per peer.
+  auto histogram = [&](const std::string& name, const std::string& l, const Histogram& h) {
     char num[64];
     for (size_t i = 0; i < kBuckets.size(); ++i) {
       std::snprintf(num, sizeof num, "%g", kBuckets[i]);
-      o += "pskv_op_latency_seconds_bucket" + l + ",le=\"" + num + "\"} " +
-           std::to_string(st.latency.counts[i]) + "\n";
+      o += name + "_bucket" + l + ",le=\"" + num + "\"} " + std::to_string(h.counts[i]) + "\n";
     }
-    o += "pskv_op_latency_seconds_bucket" + l + ",le=\"+Inf\"} " +
-         std::to_string(st.latency.count) + "\n";
-    std::snprintf(num, sizeof num, "%.9g", st.latency.sum);
-    o += "pskv_op_latency_seconds_sum" + l + "} " + num + "\n";
-    o += "pskv_op_latency_seconds_count" + l + "} " + std::to_string(st.latency.count) + "\n";
+    o += name + "_bucket" + l + ",le=\"+Inf\"} " + std::to_string(h.count) + "\n";
+    std::snprintf(num, sizeof num, "%.9g", h.sum);
+    o += name + "_sum" + l + "} " + num + "\n";
+    o += name + "_count" + l + "} " + std::to_string(h.count) + "\n";
+  };
+  o += "# HELP pskv_op_latency_seconds Latency of operations, by operation and key.\n"
+       "# TYPE pskv_op_latency_seconds histogram\n";
+  for (auto& [k, st] : s.ops) {
+    histogram("pskv_op_latency_seconds", label(k.first, k.second), st.latency);
   }
   o += "# HELP pskv_peer_bytes_total Bytes exchanged with each peer node.\n"
        "# TYPE pskv_peer_bytes_total counter\n";
   for (auto& [k, v] : s.peers)
     o += "pskv_peer_bytes_total{" + node + ",peer=\"" + LabelEscape(k.first) + "\",direction=\"" +
          k.second + "\"} " + std::to_string(v) + "\n";
+  auto peer_label = [&](const std::string& peer) {
+    return "{" + node + ",peer=\"" + LabelEscape(peer) + "\"";
+  };
+  o += "# HELP pskv_peer_ops_total Requests exchanged with each peer node.\n"
+       "# TYPE pskv_peer_ops_total counter\n";
+  for (auto& [p, st] : s.peer_ops)
+    o += "pskv_peer_ops_total" + peer_label(p) + "} " + std::to_string(st.ops) + "\n";
+  o += "# HELP pskv_peer_errors_total Requests with each peer node that failed.\n"
+       "# TYPE pskv_peer_errors_total counter\n";
+  for (auto& [p, st] : s.peer_ops)
+    o += "pskv_peer_errors_total" + peer_label(p) + "} " + std::to_string(st.failed) + "\n";
+  o += "# HELP pskv_peer_latency_seconds Latency of requests, by peer node (worker: request to "
+       "answer; server: receipt to answer).\n"
+       "# TYPE pskv_peer_latency_seconds histogram\n";
+  for (auto& [p, st] : s.peer_ops)
+    histogram("pskv_peer_latency_seconds", peer_label(p), st.latency);
   return o;
 }
 

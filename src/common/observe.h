@@ -34,7 +34,8 @@ bool Enabled();
 uint64_t NowUs();
 
 /// A timeline slice [t0, t1) on this process: `name` (e.g. "push"), lane `lane`
-/// ("issue", "network", "merge", "update", "reply"), the key and its bytes.
+/// ("issue", "network", "merge", "update", "reply"; on the scheduler "barrier", from
+/// the first node's arrival to the release, key = the group), the key and its bytes.
 void Span(const char* name, const char* lane, const std::string& key, uint64_t bytes,
           uint64_t t0_us, uint64_t t1_us);
 
@@ -44,6 +45,11 @@ void CountOp(const char* op, const std::string& key, uint64_t bytes, uint64_t la
 
 /// Counts bytes exchanged with a peer node ("worker[1]"); direction "in" or "out".
 void CountPeer(const std::string& peer, const char* direction, uint64_t bytes);
+
+/// Counts one request exchanged with a peer node and its latency: on a worker, from
+/// sending the request to that server's answer; on a server, from receiving a request
+/// to answering it (a sync push waits there for its round).
+void CountPeerOp(const std::string& peer, uint64_t latency_us, bool failed = false);
 
 /// The counters in Prometheus' text exposition format (version 0.0.4).
 std::string PrometheusText();

@@ -15,7 +15,17 @@ namespace pskv::dist {
 /// kStates moves one server's optimizer states as chunked data (any size; command
 /// replies are capped at kMaxBody): a pull of the server's first ps key returns the
 /// snapshot taken by kStatesSize, a push to it loads states.
-enum class Kind : int { kDense = 0, kInit = 1, kCompressed = 2, kStates = 3 };
+/// kSparseInit / kSparsePush / kSparsePull carry one row_sparse key per server
+/// (sparse_server.h describes their values).
+enum class Kind : int {
+  kDense = 0,
+  kInit = 1,
+  kCompressed = 2,
+  kStates = 3,
+  kSparseInit = 4,
+  kSparsePush = 5,
+  kSparsePull = 6,
+};
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);
 }
@@ -69,6 +79,31 @@ inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t 
     };
     out.push_back({i, at(i), at(i + 1) - at(i)});
   }
+  return out;
+}
+
+/// One server's rows of a row_sparse key: rows [begin, begin + count).
+struct RowRange {
+  int server;
+  int64_t begin, count;
+};
+
+/// Row placement of a row_sparse key of `rows` rows of `row_size` elements (spec
+/// 4.5.3): a table of at least `bound` elements is sliced by row range over all
+/// servers (server i owns llround(R(i+1)/S) - llround(R i/S) rows); a smaller one
+/// lives on server (key * 9973) mod S. Servers with no rows are left out.
+inline std::vector<RowRange> PlaceRows(int key, int64_t rows, int64_t row_size, int num_servers,
+                                       int64_t bound) {
+  std::vector<RowRange> out;
+  if (rows * row_size < bound || num_servers == 1) {
+    out.push_back({static_cast<int>((static_cast<int64_t>(key) * 9973) % num_servers), 0, rows});
+    return out;
+  }
+  auto at = [&](int j) {
+    return static_cast<int64_t>(std::llround(static_cast<double>(rows) * j / num_servers));
+  };
+  for (int i = 0; i < num_servers; ++i)
+    if (at(i + 1) > at(i)) out.push_back({i, at(i), at(i + 1) - at(i)});
   return out;
 }
 

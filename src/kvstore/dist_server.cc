@@ -152,8 +152,8 @@ void DistServer::ReplyValues(KVServer* srv, const KVRequest& req,
   uint64_t obs_bytes = 0;
   if (obs::Enabled() && req.pull)
     for (auto& k : keys) obs_bytes += k.second.value.nbytes();
-  obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes,
-                          obs::Enabled() ? WorkerName(req.sender) : std::string(), "out");
+  // (per-peer bytes are counted by the KV layer, for every request)
+  obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes);
   if (!req.pull || keys.empty()) {
     srv->Respond(req);
     return;
@@ -343,8 +343,7 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w) {
   std::vector<Waiter> waiting;
   try {
     obs::StepScope obs_merge("merge", dist::KeyOf(key),  // [observe]
-                             st.waiting.back().r->lens[st.waiting.back().index],
-                             obs::Enabled() ? WorkerName(sender) : std::string(), "in");
+                             st.waiting.back().r->lens[st.waiting.back().index]);
     if (node_->options().sum_in_arrival_order) {
       Merge(st, st.waiting.back(), st.pushed.size() == 1);
     } else {
@@ -387,6 +386,8 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
   const int dt = dist::CmdDType(req.cmd);
   auto fail = [&](ErrorKind k, const std::string& msg) { srv->RespondError(req, k, msg); };
   if (kind == Kind::kStates) return HandleStates(std::move(req), srv);  // exclusive (Handle)
+  if (kind == Kind::kSparseInit || kind == Kind::kSparsePush || kind == Kind::kSparsePull)
+    return HandleSparse(std::move(req), srv);  // one key: on its shard (Handle)
   if (!IsValidDType(dt) ||
       (kind != Kind::kDense && kind != Kind::kInit && kind != Kind::kCompressed))
     return fail(ErrorKind::kInvalid,
@@ -415,6 +416,10 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       return fail(ErrorKind::kInvalid,
                   "key " + std::to_string(ps_key) + " does not belong to " + me_name);
     const int64_t key = static_cast<int64_t>(local);
+    if (sparse_.Holds(key))
+      return fail(ErrorKind::kUsage, "key " + std::to_string(dist::KeyOf(key)) +
+                                         " is row_sparse: it is pushed as row_sparse and read "
+                                         "with row_sparse_pull, never as a dense array");
     KeyState* found = FindKey(key);
     if (kind == Kind::kInit) {
       if (found) return fail(ErrorKind::kKey, "duplicate init of key " + std::to_string(key));
@@ -512,8 +517,7 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
         grad = View(data, it.len, dtype);
       }
       try {
-        obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len,  // [observe]
-                                obs::Enabled() ? WorkerName(req.sender) : std::string(), "in");
+        obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len);  // [observe]
         OptimizerOf(it.key)->Update(dist::KeyOf(it.key), grad, &st.value);
       } catch (const std::exception& e) {
         // Sizes were validated above; an optimizer failure here is a broken state
@@ -525,6 +529,36 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
     answer.emplace_back(it.key, &st);
   }
   Reply(srv, req, answer);
+}
+
+// A row_sparse request: one key (this server's rows of it), handled by sparse_.
+void DistServer::HandleSparse(KVRequest&& req, KVServer* srv) {
+  const Message& m = req.msg;
+  const uint64_t base = KVWorker::ServerRange(node_->rank(), node_->num_servers()).first;
+  const uint64_t local = m.num_keys() == 1 ? m.key_ptr()[0] - base : 0;
+  if (!IsValidDType(dist::CmdDType(req.cmd)) || m.num_keys() != 1 || m.key_ptr()[0] < base ||
+      (local & 0xffffffff) > static_cast<uint64_t>(INT32_MAX) ||
+      (local >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
+    return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
+  const int64_t key = static_cast<int64_t>(local);
+  if (FindKey(key))  // on the key's shard (a one-key request) or exclusively
+    return srv->RespondError(
+        req, ErrorKind::kUsage,
+        "key " + std::to_string(dist::KeyOf(key)) +
+            " is dense (storage type default): a row_sparse request for it mixes storage "
+            "types, which MXNet's rule forbids");
+  SparseServer::Context ctx;
+  ctx.sync = sync_;
+  ctx.optimizer = OptimizerOf(key);
+  ctx.num_workers = node_->num_workers();
+  ctx.done_workers = done_workers_;
+  ctx.worker_name = [this](int id) { return WorkerName(id); };
+  ctx.rank_of = [](int id) { return RankOfId(id); };
+  if (req.push && sync_) {  // it left any barrier it was in
+    std::lock_guard<std::mutex> blk(barrier_mu_);
+    in_barrier_.erase(req.sender);
+  }
+  sparse_.Handle(key, std::move(req), srv, ctx);
 }
 
 // Optimizer states as data: a pull returns the snapshot taken by kStatesSize (and
@@ -558,10 +592,10 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {
     optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
-      const KeyState* st = key >= 0 && key <= INT32_MAX
-                               ? FindKey(dist::WireKey(store, static_cast<int>(key)))
-                               : nullptr;
-      if (!st) return {-1, false};
+      if (key < 0 || key > INT32_MAX) return {-1, false};
+      const int64_t wk = dist::WireKey(store, static_cast<int>(key));
+      const KeyState* st = FindKey(wk);
+      if (!st) return sparse_.WeightInfo(wk);  // a row_sparse key, or none
       return {st->value.size(), IsLowPrecision(st->value.dtype())};
     });
   } catch (const std::exception& e) {
@@ -628,6 +662,7 @@ std::string DistServer::CommandLocked(int sender, int head, const std::string& b
         std::lock_guard<std::mutex> blk(barrier_mu_);
         in_barrier_.erase(sender);
       }
+      sparse_.WorkerDone(sender, &server_, [this](int id) { return WorkerName(id); });
       ForEachKey([&](int64_t key, KeyState& st) {
         if (!st.waiting.empty() && !st.pushed.count(sender))
           FailRound(st, ErrorKind::kUsage,
@@ -746,7 +781,7 @@ int RunServerOrScheduler(const Options& options) {
   SetLogName(role);
   try {
     if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
-    if (options.role == Role::kServer) obs::Configure(options, role);   // [observe]
+    obs::Configure(options, role);  // [observe] servers and the scheduler (its barriers)
     Node node(options);
     std::unique_ptr<DistServer> server;
     if (options.role == Role::kServer) server = std::make_unique<DistServer>(&node);

@@ -50,6 +50,10 @@
 // growing the server's memory. With one thread
 // (PSKV_SERVER_THREADS=1) there is no shard thread: the receive thread handles every
 // request itself under excl_mu_, as the single-threaded server did.
+//
+// row_sparse keys (issue 15) live in sparse_ (sparse_server.h), never in the shards'
+// key maps: their requests carry one key, so they run on that key's shard like any
+// one-shard request; SparseServer guards each key with its own mutex as well.
 #pragma once
 
 #include <chrono>
@@ -64,6 +68,7 @@
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/reduce.h"
+#include "kvstore/sparse_server.h"
 #include "ps/kv_app.h"
 #include "pskv/optimizer.h"
 
@@ -131,6 +136,7 @@ class DistServer {
   /// Validates and applies one data request (on its shard's thread, or exclusively).
   void Process(KVRequest&& req, KVServer* srv);
   void HandleStates(KVRequest&& req, KVServer* srv);
+  void HandleSparse(KVRequest&& req, KVServer* srv);
   void StartShards();
   void ShardLoop(Shard* sh);
   size_t ShardOf(int64_t wire_key) const;
@@ -173,6 +179,7 @@ class DistServer {
   // per store of the worker processes (store 0 for single-store jobs).
   std::map<int, std::unique_ptr<Optimizer>> optimizers_;
   std::unique_ptr<GradientCompressor> compressor_;
+  SparseServer sparse_;  // row_sparse keys (never in the shards' keys; own locks)
   std::vector<std::unique_ptr<Shard>> shards_;
   std::set<int> done_workers_;
   std::map<int64_t, InitRecord> init_reports_;     // wire key -> first report (bounded by #keys)

@@ -233,6 +233,82 @@ void KVStore::Broadcast(const std::string& key, const NDArray& value,
   Pull(key, outs, priority);
 }
 
+// ------------------------------------------------------------ row_sparse keys
+
+void KVStore::Init(int key, const RowSparseNDArray& value) {
+  if (value.empty())
+    throw InvalidArgument("Init of key " + std::to_string(key) +
+                          " with an empty RowSparseNDArray handle");
+  InitRowSparseImpl(CheckIntKeys({key})[0], value);
+}
+void KVStore::Init(const std::string& key, const RowSparseNDArray& value) {
+  if (value.empty())
+    throw InvalidArgument("Init of key '" + key + "' with an empty RowSparseNDArray handle");
+  InitRowSparseImpl(MapKeys({key}, /*create=*/true)[0], value);
+}
+void KVStore::Push(int key, const std::vector<RowSparseNDArray>& values, int priority) {
+  if (values.empty())
+    throw InvalidArgument("Push of key " + std::to_string(key) + " without values");
+  for (auto& v : values)
+    if (v.empty())
+      throw InvalidArgument("Push of key " + std::to_string(key) +
+                            " with an empty RowSparseNDArray handle");
+  PushRowSparseImpl(CheckIntKeys({key})[0], values, priority);
+}
+void KVStore::Push(const std::string& key, const std::vector<RowSparseNDArray>& values,
+                   int priority) {
+  if (values.empty()) throw InvalidArgument("Push of key '" + key + "' without values");
+  for (auto& v : values)
+    if (v.empty())
+      throw InvalidArgument("Push of key '" + key + "' with an empty RowSparseNDArray handle");
+  PushRowSparseImpl(MapKeys({key}, false)[0], values, priority);
+}
+
+namespace {
+std::vector<NDArray> MatchRowIds(const std::string& key, size_t outs,
+                                 const std::vector<NDArray>& row_ids) {
+  if (outs == 0)
+    throw InvalidArgument("RowSparsePull of key " + key + " needs at least one output");
+  if (row_ids.size() == 1) return std::vector<NDArray>(outs, row_ids[0]);
+  if (row_ids.size() != outs)
+    throw InvalidArgument("RowSparsePull of key " + key + ": the number of row_ids (" +
+                          std::to_string(row_ids.size()) +
+                          ") doesn't match the number of values (" + std::to_string(outs) +
+                          "); give one row_ids array per output, or one for all");
+  return row_ids;
+}
+}  // namespace
+
+void KVStore::RowSparsePull(int key, const std::vector<RowSparseNDArray>& outs,
+                            const std::vector<NDArray>& row_ids, int priority) {
+  auto ids = MatchRowIds(std::to_string(key), outs.size(), row_ids);
+  for (auto& o : outs)
+    if (o.empty())
+      throw InvalidArgument("RowSparsePull of key " + std::to_string(key) +
+                            " into an empty RowSparseNDArray handle");
+  RowSparsePullImpl(CheckIntKeys({key})[0], outs, ids, priority);
+}
+void KVStore::RowSparsePull(const std::string& key, const std::vector<RowSparseNDArray>& outs,
+                            const std::vector<NDArray>& row_ids, int priority) {
+  auto ids = MatchRowIds("'" + key + "'", outs.size(), row_ids);
+  for (auto& o : outs)
+    if (o.empty())
+      throw InvalidArgument("RowSparsePull of key '" + key +
+                            "' into an empty RowSparseNDArray handle");
+  RowSparsePullImpl(MapKeys({key}, false)[0], outs, ids, priority);
+}
+
+void KVStore::InitRowSparseImpl(int, const RowSparseNDArray&) {
+  throw UsageError("kvstore type '" + type_ + "' does not support row_sparse keys");
+}
+void KVStore::PushRowSparseImpl(int, const std::vector<RowSparseNDArray>&, int) {
+  throw UsageError("kvstore type '" + type_ + "' does not support row_sparse keys");
+}
+void KVStore::RowSparsePullImpl(int, const std::vector<RowSparseNDArray>&,
+                                const std::vector<NDArray>&, int) {
+  throw UsageError("kvstore type '" + type_ + "' does not support row_sparse keys");
+}
+
 void KVStore::Wait(const std::vector<int>& keys, std::chrono::milliseconds timeout) {
   std::vector<int> k = CheckIntKeys(keys);
   WaitImpl(&k, timeout.count() > 0 ? timeout : options_.op_timeout);

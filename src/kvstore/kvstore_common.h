@@ -56,4 +56,34 @@ void CheckNewKeys(const std::vector<int>& keys, const std::vector<NDArray>& valu
   }
 }
 
+/// The storage-type rules of row_sparse keys (MXNet's, stated in the message).
+inline UsageError DenseUseOfSparseKey(const std::string& op, const std::string& key_name) {
+  return UsageError(op + " of key " + key_name +
+                    ": the key is row_sparse; MXNet's rule: a row_sparse value is read with "
+                    "row_sparse_pull (RowSparsePull(key, outs, row_ids)) and pushed as a "
+                    "RowSparseNDArray, never as a dense array");
+}
+inline UsageError SparseUseOfDenseKey(const std::string& op, const std::string& key_name) {
+  return UsageError(op + " of key " + key_name +
+                    ": the key is dense (storage type default); MXNet's rule: all values of a "
+                    "key share one storage type, and row_sparse_pull needs a row_sparse key "
+                    "(init it with a RowSparseNDArray)");
+}
+inline UsageError SparseWithCompression(const std::string& key_name) {
+  return UsageError("Init of row_sparse key " + key_name +
+                    ": gradient compression for row_sparse storage type is not supported "
+                    "(MXNet's rule: compression applies to dense float32 keys only)");
+}
+/// Checks that a row_sparse value or output matches the key's shape and dtype.
+inline void CheckSparseMatches(const Shape& shape, DType dtype, const Shape& want_shape,
+                               DType want_dtype, const char* what, const std::string& key_name) {
+  if (dtype != want_dtype)
+    throw ShapeError(std::string(what) + " for key " + key_name + " has dtype " + DTypeName(dtype) +
+                     " but the key was initialised with " + DTypeName(want_dtype));
+  if (shape != want_shape)
+    throw ShapeError(std::string(what) + " for key " + key_name + " has shape " +
+                     ShapeToString(shape) + " but the key was initialised with shape " +
+                     ShapeToString(want_shape));
+}
+
 }  // namespace pskv

@@ -45,6 +45,7 @@
 #include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "pskv/error.h"
+#include "sparse/sparse_ops.h"
 
 namespace pskv {
 
@@ -57,12 +58,23 @@ using dist::Kind;
 // stores get ids 0, 1, ... in creation order — every worker must create them in
 // the same order — and their keys travel in separate namespaces (dist::WireKey).
 // The last store to close ends the node.
+//
+// A process may also hold several worker *nodes* of one job (tests and benchmarks
+// run a whole job as threads): stores are grouped by (scheduler address, rank hint),
+// so stores created with different rank hints (DMLC_TASK_ID) are different workers.
+// Starting a node (registration) and ending it (the final barrier) wait for the other
+// nodes of the job, so neither runs under g_shared_mu: with two worker nodes in one
+// process, the second could otherwise never register, or never reach the final
+// barrier the first one waits in.
 struct SharedNode {
   Options options;
   std::mutex mu;              // engines
   std::set<Engine*> engines;  // poisoned when a peer fails
   bool async = false;
-  int next_store = 0;          // under g_shared_mu
+  int next_store = 0;   // under g_shared_mu
+  std::mutex start_mu;  // start_done, start_error, started
+  bool start_done = false;
+  std::exception_ptr start_error;
   std::unique_ptr<Node> node;  // destroyed before the members above
   std::unique_ptr<KVWorker> worker;
   bool started = false;  // Start() succeeded: the node must say goodbye
@@ -88,7 +100,13 @@ struct SharedNode {
 };
 
 std::mutex g_shared_mu;
-std::weak_ptr<SharedNode> g_shared;
+// (scheduler address, rank hint) -> the worker node of those stores; expired entries
+// are dropped at the next lookup (the map holds at most the nodes alive at once).
+std::map<std::string, std::weak_ptr<SharedNode>> g_shared;
+
+std::string SharedNodeKey(const Options& o) {
+  return o.root_uri + ":" + std::to_string(o.root_port) + "#" + std::to_string(o.rank_hint);
+}
 
 class KVStoreDist final : public KVStore {
  public:
@@ -98,7 +116,10 @@ class KVStoreDist final : public KVStore {
         reducer_(options_.bigarray_bound, options_.reduction_threads) {
     {
       std::lock_guard<std::mutex> lk(g_shared_mu);
-      shared_ = g_shared.lock();
+      for (auto it = g_shared.begin(); it != g_shared.end();)
+        it = it->second.expired() ? g_shared.erase(it) : std::next(it);
+      auto& slot = g_shared[SharedNodeKey(options_)];
+      shared_ = slot.lock();
       if (!shared_) {
         auto sn = std::make_shared<SharedNode>();
         sn->options = options_;
@@ -110,17 +131,29 @@ class KVStoreDist final : public KVStore {
           std::lock_guard<std::mutex> lk(raw->mu);
           for (Engine* en : raw->engines) en->Poison(e);
         });
-        sn->node->Start();
-        sn->started = true;
-        SetLogName(sn->node->Tag());
         shared_ = sn;
-        g_shared = sn;
+        slot = sn;
       } else if (shared_->async != async_) {
         throw UsageError("the dist stores of one process must all be sync or all async ('" + type_ +
                          "' after a " + (shared_->async ? "async" : "sync") + " store)");
       }
       store_id_ = shared_->next_store++;
       if (store_id_ >= dist::kMaxStores) throw UsageError("too many dist stores in one process");
+    }
+    {
+      // Registration waits for the whole job: outside g_shared_mu (see SharedNode).
+      std::lock_guard<std::mutex> lk(shared_->start_mu);
+      if (!shared_->start_done) {
+        shared_->start_done = true;
+        try {
+          shared_->node->Start();
+          shared_->started = true;
+          SetLogName(shared_->node->Tag());
+        } catch (...) {
+          shared_->start_error = std::current_exception();
+        }
+      }
+      if (shared_->start_error) std::rethrow_exception(shared_->start_error);
     }
     node_ = shared_->node.get();
     worker_ = shared_->worker.get();
@@ -162,8 +195,9 @@ class KVStoreDist final : public KVStore {
       std::lock_guard<std::mutex> lk(shared_->mu);
       shared_->engines.erase(&engine_);
     }
-    std::lock_guard<std::mutex> lk(g_shared_mu);
-    shared_.reset();  // the last store of the process says goodbye and ends the node
+    // The last store of the node says goodbye and ends it: the final barrier waits for
+    // the other nodes, so not under g_shared_mu (see SharedNode).
+    shared_.reset();
   }
 
   int Rank() const override { return node_->rank(); }
@@ -320,6 +354,11 @@ class KVStoreDist final : public KVStore {
     // worker pulled since its last push.
     int64_t pushes = 0;
     bool pulled = true;
+    // row_sparse key: rows of row_size elements, sliced by row range over `ranges`
+    // (ps_keys[i] is ranges[i]'s server).
+    bool sparse = false;
+    int64_t rows = 0, row_size = 0;
+    std::vector<dist::RowRange> ranges;
   };
 
   KeyMeta& Meta(int key, const char* op) {
@@ -513,6 +552,201 @@ class KVStoreDist final : public KVStore {
     }
   }
 
+  // ---- row_sparse keys: one request per call, one key per server (sparse_server.h
+  // ---- describes the values); every server holding rows gets each push, also an
+  // ---- empty one (its part of a sync round).
+  void InitRowSparseImpl(int key, const RowSparseNDArray& value) override {
+    KeyMeta* meta;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (keys_.count(key)) throw KeyError("duplicate init of key " + KeyName(key));
+      if (compressor_) throw SparseWithCompression(KeyName(key));
+      auto m = std::make_unique<KeyMeta>();
+      m->shape = value.shape();
+      m->dtype = value.dtype();
+      m->size = NumElements(value.shape());
+      m->sparse = true;
+      m->rows = value.num_rows();
+      m->row_size = value.RowSize();
+      if (m->rows == 0 || m->row_size == 0)
+        throw ShapeError("Init of row_sparse key " + KeyName(key) + " with an empty shape " +
+                         ShapeToString(value.shape()));
+      m->ranges =
+          dist::PlaceRows(key, m->rows, m->row_size, node_->num_servers(), options_.bigarray_bound);
+      for (auto& r : m->ranges)
+        m->ps_keys.push_back(
+            dist::PsKey(dist::WireKey(store_id_, key), r.server, node_->num_servers()));
+      meta = m.get();
+      keys_.emplace(key, std::move(m));
+    }
+    // As InitImpl: reports, rank 0 initialises, barrier, check.
+    const int64_t wid = dist::WireKey(store_id_, key);
+    payload::InitReport report;
+    report.entries.push_back({wid, KeyName(key), DTypeName(value.dtype()) + " row_sparse",
+                              ShapeToString(value.shape())});
+    Command(dist::kReportInit, payload::EncodeInitReport(report), {ServerId(0)});
+    std::exception_ptr err;
+    if (node_->rank() == 0) {
+      try {
+        const NDArray dense = value.ToDense();
+        const uint64_t es = DTypeSize(meta->dtype), rb = meta->row_size * es;
+        std::vector<uint64_t> lens;
+        uint64_t total = 0;
+        for (auto& r : meta->ranges) {
+          lens.push_back(16 + r.count * rb);
+          total += lens.back();
+        }
+        auto buf = std::make_shared<std::string>(total, '\0');
+        char* p = buf->data();
+        for (auto& r : meta->ranges) {
+          const uint64_t head[2] = {static_cast<uint64_t>(r.count),
+                                    static_cast<uint64_t>(meta->row_size)};
+          std::memcpy(p, head, 16);
+          std::memcpy(p + 16, static_cast<const char*>(dense.raw()) + r.begin * rb, r.count * rb);
+          p += 16 + r.count * rb;
+        }
+        Frame f;
+        f.data = buf->data();
+        f.size = buf->size();
+        f.owner = buf;
+        auto done = std::make_shared<Completion>();
+        auto ts =
+            worker_->Push(meta->ps_keys, f, lens, dist::MakeCmd(Kind::kSparseInit, meta->dtype),
+                          Completion::Callback(done));
+        Await(ts, done, "init of row_sparse key " + KeyName(key));
+      } catch (const std::exception& e) {
+        err = std::current_exception();
+        payload::InitReport failures;
+        failures.failures.push_back({wid, e.what()});
+        if (!broken_)
+          Command(dist::kReportInit, payload::EncodeInitReport(failures), {ServerId(0)});
+      }
+    }
+    if (broken_ && err) std::rethrow_exception(err);
+    WorkerBarrier();
+    Command(dist::kCheckInit, payload::EncodeCheckInit({wid}), {ServerId(0)});
+    if (err) std::rethrow_exception(err);
+  }
+
+  KeyMeta& SparseMeta(int key, const char* op) {
+    KeyMeta& m = Meta(key, op);
+    if (!m.sparse) throw SparseUseOfDenseKey(op, KeyName(key));
+    return m;
+  }
+
+  void PushRowSparseImpl(int key, const std::vector<RowSparseNDArray>& values,
+                         int priority) override {
+    CheckAsyncHasOptimizer();
+    KeyMeta* m;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      m = &SparseMeta(key, "Push of a row_sparse value");
+      for (auto& v : values)
+        CheckSparseMatches(v.shape(), v.dtype(), m->shape, m->dtype, "pushed row_sparse value",
+                           KeyName(key));
+    }
+    const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+    engine_.Push({key}, priority, [this, key, m, values, obs_t, priority](Engine::Done done) {
+      const RowSparseNDArray sum = sparse::Sum(values);
+      const int64_t* ids = sum.indices().data<int64_t>();
+      const int64_t nnz = sum.nnz();
+      const uint64_t es = DTypeSize(m->dtype), rb = m->row_size * es;
+      std::vector<uint64_t> lens;
+      uint64_t total = 0;
+      std::vector<std::pair<int64_t, int64_t>> parts;  // [first, last) of ids per range
+      for (auto& r : m->ranges) {
+        const int64_t a = std::lower_bound(ids, ids + nnz, r.begin) - ids;
+        const int64_t b = std::lower_bound(ids, ids + nnz, r.begin + r.count) - ids;
+        parts.emplace_back(a, b);
+        lens.push_back(16 + (b - a) * (8 + rb));
+        total += lens.back();
+      }
+      auto buf = std::make_shared<std::string>(total, '\0');
+      char* p = buf->data();
+      for (size_t i = 0; i < m->ranges.size(); ++i) {
+        const auto [a, b] = parts[i];
+        const uint64_t head[2] = {static_cast<uint64_t>(b - a), static_cast<uint64_t>(m->row_size)};
+        std::memcpy(p, head, 16);
+        p += 16;
+        for (int64_t j = a; j < b; ++j, p += 8) {
+          const int64_t local = ids[j] - m->ranges[i].begin;
+          std::memcpy(p, &local, 8);
+        }
+        std::memcpy(p, static_cast<const char*>(sum.data().raw()) + a * rb, (b - a) * rb);
+        p += (b - a) * rb;
+      }
+      Frame f;
+      f.data = buf->data();
+      f.size = buf->size();
+      f.owner = buf;
+      done = obs::Track("push", std::to_string(key), f.size, obs_t, std::move(done));  // [observe]
+      worker_->Push(m->ps_keys, f, lens, dist::MakeCmd(Kind::kSparsePush, m->dtype), done,
+                    priority);
+    });
+  }
+
+  void RowSparsePullImpl(int key, const std::vector<RowSparseNDArray>& outs,
+                         const std::vector<NDArray>& row_ids, int priority) override {
+    KeyMeta* m;
+    std::vector<NDArray> ids;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      m = &SparseMeta(key, "RowSparsePull");
+      for (size_t i = 0; i < outs.size(); ++i) {
+        CheckSparseMatches(outs[i].shape(), outs[i].dtype(), m->shape, m->dtype,
+                           "row_sparse_pull output", KeyName(key));
+        ids.push_back(CanonicalRowIds(row_ids[i], m->rows));
+      }
+    }
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+      engine_.Push(
+          {key}, priority,
+          [this, key, m, out = outs[i], want = ids[i], obs_t, priority](Engine::Done done) {
+            const int64_t* id = want.data<int64_t>();
+            const int64_t nnz = want.size();
+            const uint64_t rb = m->row_size * DTypeSize(m->dtype);
+            Shape rs = m->shape;
+            rs[0] = nnz;
+            NDArray rows(rs, m->dtype);
+            std::vector<uint64_t> keys, lens, out_lens;
+            std::string req;
+            for (size_t r = 0; r < m->ranges.size(); ++r) {
+              const auto& rg = m->ranges[r];
+              const int64_t a = std::lower_bound(id, id + nnz, rg.begin) - id;
+              const int64_t b = std::lower_bound(id, id + nnz, rg.begin + rg.count) - id;
+              if (a == b) continue;  // this server holds none of the rows
+              keys.push_back(m->ps_keys[r]);
+              const uint64_t n = static_cast<uint64_t>(b - a);
+              req.append(reinterpret_cast<const char*>(&n), 8);
+              for (int64_t j = a; j < b; ++j) {
+                const int64_t local = id[j] - rg.begin;
+                req.append(reinterpret_cast<const char*>(&local), 8);
+              }
+              lens.push_back(8 + n * 8);
+              out_lens.push_back(n * rb);
+            }
+            KVWorker::Callback finish = [out, want, rows, done](std::exception_ptr e) {
+              if (!e) {
+                try {
+                  RowSparseNDArray o = out;
+                  o.Assign(RowSparseNDArray::FromRows(o.shape(), want, rows));
+                } catch (...) {
+                  e = std::current_exception();
+                }
+              }
+              done(e);
+            };
+            if (keys.empty()) return finish(nullptr);                        // no rows asked for
+            auto track = obs::Track("row_sparse_pull", std::to_string(key),  // [observe]
+                                    rows.nbytes(), obs_t, std::move(finish));
+            worker_->PushPull(
+                keys, Frame::FromString(std::move(req)), lens, static_cast<char*>(rows.raw()),
+                out_lens, dist::MakeCmd(Kind::kSparsePull, m->dtype), std::move(track), priority);
+          });
+    }
+  }
+
   void SetUpdaterImpl(Updater) override {
     throw UsageError(
         "a custom updater cannot run on the servers of a dist store; use SetOptimizer "
@@ -538,6 +772,7 @@ class KVStoreDist final : public KVStore {
     std::map<int, KeyMeta*> out;
     for (auto& [k, arrays] : groups) {
       KeyMeta& m = Meta(k, op);
+      if (m.sparse) throw DenseUseOfSparseKey(op, KeyName(k));
       for (auto& a : arrays) CheckMatches(a, m.shape, m.dtype, what, KeyName(k));
       out[k] = &m;
     }

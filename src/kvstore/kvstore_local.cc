@@ -2,6 +2,7 @@
 
 #include "kvstore/kvstore_common.h"
 #include "pskv/error.h"
+#include "sparse/sparse_ops.h"
 
 namespace pskv {
 
@@ -46,6 +47,7 @@ void KVStoreLocal::InitImpl(const std::vector<int>& keys, const std::vector<NDAr
 void KVStoreLocal::CheckPush(const std::map<int, std::vector<NDArray>>& groups) {
   for (auto& [k, vals] : groups) {
     Entry& e = Lookup(k, "Push");
+    if (e.sparse) throw DenseUseOfSparseKey("Push of a dense value", KeyName(k));
     for (auto& v : vals)
       CheckMatches(v, e.value.shape(), e.value.dtype(), "pushed value", KeyName(k));
   }
@@ -54,6 +56,7 @@ void KVStoreLocal::CheckPush(const std::map<int, std::vector<NDArray>>& groups) 
 void KVStoreLocal::CheckPull(const std::map<int, std::vector<NDArray>>& groups) {
   for (auto& [k, outs] : groups) {
     Entry& e = Lookup(k, "Pull");
+    if (e.sparse) throw DenseUseOfSparseKey("Pull", KeyName(k));
     for (auto& o : outs)
       CheckMatches(o, e.value.shape(), e.value.dtype(), "pull output", KeyName(k));
   }
@@ -158,6 +161,80 @@ void KVStoreLocal::SetUpdaterImpl(Updater updater) {
   auto up = std::make_shared<Updater>(std::move(updater));
   std::lock_guard<std::mutex> lk(meta_mu_);
   updater_ = up;
+  sparse_optimizer_ = nullptr;
+}
+
+void KVStoreLocal::SetOptimizer(const OptimizerConfig& config) {
+  KVStore::SetOptimizer(config);  // installs the optimizer's updater
+  std::lock_guard<std::mutex> lk(meta_mu_);
+  sparse_optimizer_ = optimizer_;
+}
+
+// ------------------------------------------------------------------ row_sparse
+
+void KVStoreLocal::InitRowSparseImpl(int key, const RowSparseNDArray& value) {
+  std::lock_guard<std::mutex> lk(meta_mu_);
+  if (store_.count(key)) throw KeyError("duplicate init of key " + KeyName(key));
+  if (compressor_) throw SparseWithCompression(KeyName(key));
+  auto e = std::make_unique<Entry>();
+  e->value = value.ToDense();  // a copy taken now
+  e->sparse = true;
+  e->row_size = value.RowSize();
+  store_.emplace(key, std::move(e));
+}
+
+void KVStoreLocal::PushRowSparseImpl(int key, const std::vector<RowSparseNDArray>& values,
+                                     int priority) {
+  Entry* e;
+  {
+    std::lock_guard<std::mutex> lk(meta_mu_);
+    e = &Lookup(key, "Push");
+    if (!e->sparse) throw SparseUseOfDenseKey("Push of a row_sparse value", KeyName(key));
+    for (auto& v : values)
+      CheckSparseMatches(v.shape(), v.dtype(), e->value.shape(), e->value.dtype(),
+                         "pushed row_sparse value", KeyName(key));
+  }
+  engine_.PushSync({key}, priority, [this, key, e, values] {
+    RowSparseNDArray merged = sparse::Sum(values);
+    std::shared_ptr<Updater> up;
+    std::shared_ptr<Optimizer> opt;
+    {
+      std::lock_guard<std::mutex> lk(meta_mu_);
+      up = updater_;
+      opt = sparse_optimizer_;
+    }
+    const int64_t* ids = merged.indices().data<int64_t>();
+    if (opt) {
+      opt->UpdateRows(key, ids, merged.nnz(), merged.data(), e->row_size, &e->value);
+    } else if (up) {
+      (*up)(key, merged.ToDense(), &e->value);
+    } else {  // ASSIGN: the stored value becomes the sum
+      e->value.Fill(0);
+      sparse::Scatter(merged.data(), ids, merged.nnz(), e->row_size, &e->value, false);
+    }
+  });
+}
+
+void KVStoreLocal::RowSparsePullImpl(int key, const std::vector<RowSparseNDArray>& outs,
+                                     const std::vector<NDArray>& row_ids, int priority) {
+  Entry* e;
+  std::vector<NDArray> ids;
+  {
+    std::lock_guard<std::mutex> lk(meta_mu_);
+    e = &Lookup(key, "RowSparsePull");
+    if (!e->sparse) throw SparseUseOfDenseKey("RowSparsePull", KeyName(key));
+    for (size_t i = 0; i < outs.size(); ++i) {
+      CheckSparseMatches(outs[i].shape(), outs[i].dtype(), e->value.shape(), e->value.dtype(),
+                         "row_sparse_pull output", KeyName(key));
+      ids.push_back(CanonicalRowIds(row_ids[i], e->value.shape()[0]));
+    }
+  }
+  engine_.PushSync({key}, priority, [e, outs, ids] {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      NDArray rows = sparse::Gather(e->value, ids[i].data<int64_t>(), ids[i].size(), e->row_size);
+      outs[i].Assign(RowSparseNDArray::FromRows(outs[i].shape(), ids[i], rows));
+    }
+  });
 }
 
 }  // namespace pskv

@@ -27,6 +27,7 @@ class KVStoreLocal : public KVStore {
   ~KVStoreLocal() override;
 
   void SetGradientCompression(const CompressionConfig& config) override;
+  void SetOptimizer(const OptimizerConfig& config) override;
 
  protected:
   void InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) override;
@@ -39,6 +40,11 @@ class KVStoreLocal : public KVStore {
                     int priority) override;
   void WaitImpl(const std::vector<int>* keys, std::chrono::milliseconds timeout) override;
   void SetUpdaterImpl(Updater updater) override;
+  void InitRowSparseImpl(int key, const RowSparseNDArray& value) override;
+  void PushRowSparseImpl(int key, const std::vector<RowSparseNDArray>& values,
+                         int priority) override;
+  void RowSparsePullImpl(int key, const std::vector<RowSparseNDArray>& outs,
+                         const std::vector<NDArray>& row_ids, int priority) override;
 
  private:
   struct Entry {
@@ -46,6 +52,10 @@ class KVStoreLocal : public KVStore {
     NDArray merge;                   // merge buffer, allocated at the first multi-value push
     std::vector<NDArray> residuals;  // compression residual per source position
     std::vector<uint8_t> packed;     // compression scratch
+    // row_sparse key: `value` is the dense table (absent rows are zero rows, which is
+    // what a row_sparse value means), of rows of `row_size` elements.
+    bool sparse = false;
+    int64_t row_size = 0;
   };
   Entry& Lookup(int key, const char* op);
   void CheckPush(const std::map<int, std::vector<NDArray>>& groups);
@@ -60,6 +70,9 @@ class KVStoreLocal : public KVStore {
   std::mutex meta_mu_;
   std::map<int, std::unique_ptr<Entry>> store_;
   std::shared_ptr<Updater> updater_;  // swapped atomically under meta_mu_
+  // The optimizer when the updater is SetOptimizer's (row_sparse pushes then update
+  // only their rows); null for a custom updater. Under meta_mu_.
+  std::shared_ptr<Optimizer> sparse_optimizer_;
   Engine engine_;
 };
 

@@ -102,6 +102,8 @@ bool Apply(OptimizerConfig& c, const std::string& k, const std::string& v) {
     c.centered = ToBool(k, v);
   else if (k == "multi_precision")
     c.multi_precision = ToBool(k, v);
+  else if (k == "lazy_update")
+    c.lazy_update = ToBool(k, v);
   else if (k == "lr_scheduler")
     s.type = v;
   else if (k == "lr_step")
@@ -150,7 +152,8 @@ bool Apply(OptimizerConfig& c, const std::string& k, const std::string& v) {
 
 const char* kKnownParams =
     "learning_rate, wd, rescale_grad, clip_gradient, momentum, beta1, beta2, epsilon, rho, "
-    "centered, multi_precision, lr_scheduler, lr_step, lr_steps, lr_factor, stop_factor_lr, "
+    "centered, multi_precision, lazy_update, lr_scheduler, lr_step, lr_steps, lr_factor, "
+    "stop_factor_lr, "
     "max_update, final_lr, warmup_steps, warmup_begin_lr, lr_mult, wd_mult, sum_keys";
 
 }  // namespace
@@ -169,6 +172,7 @@ std::string OptimizerConfig::Serialize() const {
      << "rho=" << Fmt(rho) << "\n"
      << "centered=" << (centered ? 1 : 0) << "\n"
      << "multi_precision=" << (multi_precision ? 1 : 0) << "\n"
+     << "lazy_update=" << (lazy_update ? 1 : 0) << "\n"
      << "lr_scheduler=" << lr_schedule.type << "\n"
      << "lr_step=" << lr_schedule.step << "\n"
      << "lr_steps=";
@@ -297,8 +301,9 @@ int NumSlots(const OptimizerConfig& c) {
 }
 
 // Runs the update rule on float32 buffers.
+// `slots[s]` points at the first element of state s for these n elements.
 void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const float* grad,
-               float* w, std::vector<NDArray>& slots, int64_t n) {
+               float* w, float* const* slots, int64_t n) {
   const float rescale = static_cast<float>(c.rescale_grad);
   const float clip = static_cast<float>(c.clip_gradient);
   const float wd = static_cast<float>(wd_);
@@ -311,7 +316,7 @@ void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const
   const std::string& ty = c.type;
   if (ty == "sgd") {
     if (c.momentum > 0) {
-      float* m = slots[0].data<float>();
+      float* m = slots[0];
       const float mom = static_cast<float>(c.momentum);
       for (int64_t i = 0; i < n; ++i) {
         m[i] = mom * m[i] - flr * (G(i) + wd * w[i]);
@@ -321,7 +326,7 @@ void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const
       for (int64_t i = 0; i < n; ++i) w[i] -= flr * (G(i) + wd * w[i]);
     }
   } else if (ty == "nag") {
-    float* m = slots[0].data<float>();
+    float* m = slots[0];
     const float mom = static_cast<float>(c.momentum);
     for (int64_t i = 0; i < n; ++i) {
       float g = G(i) + wd * w[i];
@@ -329,8 +334,8 @@ void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const
       w[i] -= flr * (g + mom * m[i]);
     }
   } else if (ty == "adam" || ty == "adamw") {
-    float* m = slots[0].data<float>();
-    float* v = slots[1].data<float>();
+    float* m = slots[0];
+    float* v = slots[1];
     const double b1 = c.beta1, b2 = c.beta2;
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
     const float eps = static_cast<float>(c.epsilon);
@@ -354,7 +359,7 @@ void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const
       }
     }
   } else if (ty == "rmsprop") {
-    float* s = slots[0].data<float>();
+    float* s = slots[0];
     const float rho = static_cast<float>(c.rho), eps = static_cast<float>(c.epsilon);
     if (!c.centered) {
       for (int64_t i = 0; i < n; ++i) {
@@ -363,8 +368,8 @@ void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const
         w[i] -= flr * g / (std::sqrt(s[i]) + eps);
       }
     } else {
-      float* a = slots[1].data<float>();
-      float* d = slots[2].data<float>();
+      float* a = slots[1];
+      float* d = slots[2];
       const float mom = static_cast<float>(c.momentum);
       for (int64_t i = 0; i < n; ++i) {
         float g = G(i) + wd * w[i];
@@ -375,7 +380,7 @@ void UpdateF32(const OptimizerConfig& c, double lr, double wd_, int64_t t, const
       }
     }
   } else {  // adagrad
-    float* h = slots[0].data<float>();
+    float* h = slots[0];
     const float eps = static_cast<float>(c.epsilon);
     for (int64_t i = 0; i < n; ++i) {
       float g = G(i);
@@ -433,15 +438,79 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
   if (auto it = cfg_.wd_mult.find(key); it != cfg_.wd_mult.end()) wd *= it->second;
   NDArray g32 = grad.dtype() == DType::kFloat32 ? grad : grad.AsType(DType::kFloat32);
   const int64_t n = weight->size();
+  std::vector<float*> slots;
+  for (auto& sl : st->slots) slots.push_back(sl.data<float>());
   if (!st->master.empty()) {
-    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), st->master.data<float>(), st->slots, n);
+    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), st->master.data<float>(), slots.data(), n);
     weight->CopyFrom(st->master, /*allow_reshape=*/true);
   } else if (weight->dtype() == DType::kFloat32) {
-    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), weight->data<float>(), st->slots, n);
+    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), weight->data<float>(), slots.data(), n);
   } else {
     NDArray w32 = weight->AsType(DType::kFloat32);
-    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), w32.data<float>(), st->slots, n);
+    UpdateF32(cfg_, lr, wd, t, g32.data<float>(), w32.data<float>(), slots.data(), n);
     weight->CopyFrom(w32);
+  }
+}
+
+void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDArray& grad_rows,
+                           int64_t row_size, NDArray* weight) {
+  if (row_size <= 0 || weight->size() % row_size != 0 || grad_rows.size() != n * row_size)
+    throw ShapeError("sparse optimizer update of key " + std::to_string(key) + ": " +
+                     std::to_string(n) + " rows of " + std::to_string(row_size) +
+                     " elements do not fit a gradient of " + std::to_string(grad_rows.size()) +
+                     " elements and a weight of " + std::to_string(weight->size()));
+  const int64_t R = weight->size() / row_size;
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= R || (i && ids[i] <= ids[i - 1]))
+      throw KeyError("sparse optimizer update of key " + std::to_string(key) +
+                     ": row ids must be ascending, unique and below " + std::to_string(R));
+  const bool lazy =
+      cfg_.type == "adagrad" || (cfg_.lazy_update && (cfg_.type == "sgd" || cfg_.type == "adam"));
+  if (!lazy || cfg_.sum_keys.count(key)) {
+    // The dense rule (or the sum-key assignment) with zeros in the other rows.
+    NDArray dense(Shape{weight->size()}, grad_rows.dtype());
+    NDArray rows = grad_rows.Reshape({grad_rows.size()});
+    const size_t rb = static_cast<size_t>(row_size) * DTypeSize(grad_rows.dtype());
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(static_cast<char*>(dense.raw()) + static_cast<size_t>(ids[i]) * rb,
+                  static_cast<const char*>(rows.raw()) + static_cast<size_t>(i) * rb, rb);
+    return Update(key, dense, weight);
+  }
+  State* st;
+  double lr, wd = cfg_.wd;
+  int64_t t;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    st = &GetState(key, *weight);
+    t = ++st->t;
+    num_update_ = std::max(num_update_, t);
+    lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
+  }
+  if (auto it = cfg_.lr_mult.find(key); it != cfg_.lr_mult.end()) lr *= it->second;
+  if (auto it = cfg_.wd_mult.find(key); it != cfg_.wd_mult.end()) wd *= it->second;
+  NDArray g32 =
+      grad_rows.dtype() == DType::kFloat32 ? grad_rows : grad_rows.AsType(DType::kFloat32);
+  const float* g = g32.data<float>();
+  std::vector<float*> slots(st->slots.size());
+  NDArray w32;  // one row in float32, for low-precision weights without a master copy
+  if (st->master.empty() && weight->dtype() != DType::kFloat32)
+    w32 = NDArray(Shape{row_size}, DType::kFloat32);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t off = ids[i] * row_size;
+    for (size_t s = 0; s < slots.size(); ++s) slots[s] = st->slots[s].data<float>() + off;
+    const float* gi = g + i * row_size;
+    NDArray wrow = weight->Reshape({weight->size()}).Slice1D(off, row_size);
+    if (!st->master.empty()) {
+      float* m = st->master.data<float>() + off;
+      UpdateF32(cfg_, lr, wd, t, gi, m, slots.data(), row_size);
+      wrow.CopyFrom(NDArray::Wrap(m, {row_size}, DType::kFloat32));
+    } else if (weight->dtype() == DType::kFloat32) {
+      UpdateF32(cfg_, lr, wd, t, gi, wrow.data<float>(), slots.data(), row_size);
+    } else {
+      w32.CopyFrom(wrow);
+      UpdateF32(cfg_, lr, wd, t, gi, w32.data<float>(), slots.data(), row_size);
+      wrow.CopyFrom(w32);
+    }
   }
 }
 

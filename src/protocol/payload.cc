@@ -163,6 +163,7 @@ std::string EncodeOptimizer(const OptimizerConfig& c) {
     w.Put<double>(d);
   w.Put<uint8_t>(c.centered ? 1 : 0);
   w.Put<uint8_t>(c.multi_precision ? 1 : 0);
+  w.Put<uint8_t>(c.lazy_update ? 1 : 0);
   const LRSchedule& s = c.lr_schedule;
   w.PutString(s.type);
   w.Put<int64_t>(s.step);
@@ -190,6 +191,7 @@ OptimizerConfig DecodeOptimizer(const std::string& body) {
     *d = r.Get<double>();
   c.centered = r.GetBool();
   c.multi_precision = r.GetBool();
+  c.lazy_update = r.GetBool();
   LRSchedule& s = c.lr_schedule;
   s.type = r.GetString(kMaxName);
   s.step = r.Get<int64_t>();

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/observe.h"  // [observe]
 #include "ps/node_internal.h"
 #include "pskv/error.h"
 
@@ -31,6 +32,22 @@ void Node::HandleBarrier(int sender, int group) {
     return;
   }
   arrived.clear();
+  if (obs::Enabled()) {  // [observe] the scheduler's view: first arrival until release
+    const uint64_t now = obs::NowUs();
+    auto it = barrier_stall_.find(group);
+    const uint64_t waited =
+        it == barrier_stall_.end()
+            ? 0
+            : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        Clock::now() - it->second.since)
+                                        .count());
+    obs::Span("barrier", "barrier",
+              group == kAllGroup      ? "all nodes"
+              : group == kWorkerGroup ? "workers"
+              : group == kServerGroup ? "servers"
+                                      : "group " + std::to_string(group),
+              0, now - waited, now);
+  }
   barrier_stall_.erase(group);
   for (int id : GroupMembers(group)) {
     if (id == kSchedulerId) {

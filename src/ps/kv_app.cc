@@ -1,5 +1,7 @@
 #include "ps/kv_app.h"
 
+#include "common/observe.h"  // [observe]
+
 #include <cstring>
 #include <future>
 
@@ -173,6 +175,7 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   }
   for (auto& [to, m] : msgs) {
     m.h.timestamp = ts;
+    if (obs::Enabled()) obs::CountPeer(node_->NodeName(to), "out", m.h.vals_len);  // [observe]
     try {
       node_->Send(to, std::move(m));
     } catch (...) {
@@ -337,6 +340,14 @@ void KVWorker::OnMessage(Message&& m) {
   }
   req.waiting.erase(m.h.sender);
   const std::string who = node_->NodeName(m.h.sender);
+  if (obs::Enabled()) {  // [observe] per-peer bytes, requests and latency
+    obs::CountPeer(who, "in", m.h.vals_len);
+    obs::CountPeerOp(who,
+                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - req.issued)
+                                               .count()),
+                     (m.h.flags & kError) != 0);
+  }
   if (m.h.flags & kError) {
     if (!req.error) req.error = MakeError(static_cast<ErrorKind>(m.h.head), who + ": " + m.body);
   } else if (m.h.flags & kCommand) {
@@ -393,6 +404,10 @@ void KVServer::OnMessage(Message&& m) {
   req.cmd = m.h.head;
   req.push = m.h.flags & kPush;
   req.pull = m.h.flags & kPull;
+  if (obs::Enabled()) {  // [observe] per-peer bytes and requests (server side)
+    req.received_us = obs::NowUs();
+    obs::CountPeer(node_->NodeName(m.h.sender), "in", m.h.vals_len);
+  }
   if (m.h.flags & kCommand) {
     Message r;
     r.h.flags = kCommand;
@@ -433,6 +448,10 @@ void KVServer::Respond(const KVRequest& req, const std::vector<uint64_t>& keys, 
     r.vals = std::move(vals);
   }
   if (node_->options().test_duplicate_replies) node_->Send(req.sender, r);  // test only
+  if (req.received_us) {                                                    // [observe]
+    obs::CountPeer(node_->NodeName(req.sender), "out", r.h.vals_len);
+    obs::CountPeerOp(node_->NodeName(req.sender), obs::NowUs() - req.received_us);
+  }
   node_->Send(req.sender, std::move(r));
 }
 
@@ -442,6 +461,8 @@ void KVServer::RespondError(const KVRequest& req, ErrorKind kind, const std::str
   r.h.head = static_cast<int>(kind);
   r.h.timestamp = req.timestamp;
   r.body = msg.empty() ? "error" : msg;
+  if (req.received_us)  // [observe]
+    obs::CountPeerOp(node_->NodeName(req.sender), obs::NowUs() - req.received_us, true);
   node_->Send(req.sender, std::move(r));
 }
 

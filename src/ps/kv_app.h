@@ -158,7 +158,8 @@ struct KVRequest {
   uint64_t timestamp = 0;
   int cmd = 0;
   bool push = false, pull = false;
-  Message msg;  // keys, vals, lens
+  Message msg;               // keys, vals, lens
+  uint64_t received_us = 0;  // when it arrived (obs::NowUs), if metrics are on
 };
 
 class KVServer {

@@ -74,6 +74,7 @@ struct Trainer::Impl {
   int Key(size_t i) const { return opt.key_offset + static_cast<int>(i); }
   int BufferKey(size_t j) const { return opt.key_offset + static_cast<int>(P() + j); }
   bool Active(size_t i) const { return replicas[0][i].requires_grad(); }
+  bool Sparse(size_t i) const { return opt.sparse_params.count(i) > 0; }
   void RecordVersions() {
     versions.clear();
     for (auto& p : replicas[0]) versions.push_back(p._version());
@@ -123,8 +124,24 @@ Trainer::Trainer(std::vector<torch::Tensor> params, KVStore* kv, TrainerOptions 
 namespace {
 TrainerOptions WithBuffers(torch::nn::Module& module, TrainerOptions o) {
   if (o.buffers.empty()) o.buffers = module.buffers();
+  // The weights of Embedding(sparse=true) submodules are sparse parameters.
+  const auto params = module.parameters();
+  for (const auto& sub : module.modules()) {
+    auto* emb = dynamic_cast<torch::nn::EmbeddingImpl*>(sub.get());
+    if (!emb || !emb->options.sparse()) continue;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].is_same(emb->weight)) o.sparse_params.insert(i);
+  }
   return o;
 }
+
+// A torch tensor of row ids as an int64 NDArray (copied).
+NDArray RowIds(const torch::Tensor& ids) {
+  return TensorView(ids.detach().to(torch::kLong).reshape({-1}).contiguous()).Clone();
+}
+
+// Rows `ids` of sparse parameter i, pulled from the store into the tensor.
+void PullRows(Trainer::Impl& m, size_t i, const NDArray& ids);
 }  // namespace
 
 Trainer::Trainer(torch::nn::Module& module, KVStore* kv, TrainerOptions options)
@@ -186,8 +203,31 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
   } else {
     m.local_opt = std::make_unique<Optimizer>(m.cfg);
   }
+  for (size_t i : m.opt.sparse_params) {
+    if (i >= P)
+      throw InvalidArgument("sparse parameter index " + std::to_string(i) + ", but there are " +
+                            std::to_string(P) + " parameters");
+    if (!m.opt.update_on_kvstore)
+      throw UsageError(
+          "sparse parameters need update_on_kvstore=true: the store holds the table and updates "
+          "only the pushed rows (MXNet does the same)");
+    if (R != 1) throw InvalidArgument("sparse parameters work with a single replica");
+    if (m.replicas[0][i].dim() < 1)
+      throw InvalidArgument("a sparse parameter needs rows (at least one dimension)");
+  }
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < P; ++i) {
+    if (m.Sparse(i)) {  // every row: rank 0's table becomes everyone's
+      NDArray w = TensorView(m.replicas[0][i].detach());
+      const int64_t rows = w.shape()[0];
+      NDArray ids(Shape{rows}, DType::kInt64);
+      for (int64_t r = 0; r < rows; ++r) ids.data<int64_t>()[r] = r;
+      kv->Init(m.Key(i), RowSparseNDArray::FromRows(w.shape(), ids, w));
+      m.weights0.push_back(w);
+      m.out.emplace_back();  // not used: rows are pulled into the weight
+      PullRows(m, i, ids);
+      continue;
+    }
     std::vector<NDArray> outs;
     for (auto& r : m.replicas) {
       if (r[i].sizes() != m.replicas[0][i].sizes())
@@ -215,7 +255,9 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
           "push_in_backward needs the loss scale at construction: set loss_reduction=kMean or "
           "global_batch_size");
     for (size_t i = 0; i < P; ++i)
-      if (m.Active(i))  // frozen parameters get no gradient (and torch refuses hooks)
+      // frozen parameters get no gradient (and torch refuses hooks); sparse ones are
+      // pushed in Step()
+      if (m.Active(i) && !m.Sparse(i))
         m.replicas[0][i].register_hook([this, i](torch::Tensor grad) { OnGrad(i, grad); });
   }
 }
@@ -291,6 +333,10 @@ static void CheckWeights(Trainer::Impl& m) {
           "Cannot reset distributed KVStore: parameters were changed outside the Trainer after a "
           "step while the store holds the weights (update_on_kvstore). Load weights before "
           "creating the Trainer, then LoadStates (docs/coming-from-gluon.md)");
+    if (!m.opt.sparse_params.empty())
+      throw UsageError(
+          "Cannot reset a KVStore holding sparse parameters: parameters were changed outside the "
+          "Trainer after a step. Load weights before creating the Trainer");
     // The store's values become the current weights; its optimizer starts afresh.
     OptimizerConfig assign = m.cfg;
     for (size_t i = 0; i < m.P(); ++i) assign.sum_keys.insert(m.Key(i));
@@ -370,8 +416,60 @@ static void Finish(Trainer::Impl& m) {
   m.RecordVersions();
 }
 
-void Trainer::Step(int64_t batch_size) {
+namespace {
+void PullRows(Trainer::Impl& m, size_t i, const NDArray& ids) {
+  const torch::Tensor& w = m.replicas[0][i];
+  RowSparseNDArray out(m.weights0[i].shape(), m.weights0[i].dtype());
+  m.kv->RowSparsePull(m.Key(i), {out}, {ids});
+  m.kv->Wait(std::vector<int>{m.Key(i)});
+  if (out.nnz() == 0) return;
+  torch::NoGradGuard no_grad;
+  auto idx = torch::from_blob(out.indices().raw(), {out.nnz()}, torch::kLong);
+  std::vector<int64_t> rs(w.sizes().begin(), w.sizes().end());
+  rs[0] = out.nnz();
+  auto rows = torch::from_blob(out.data().raw(), rs, w.options().requires_grad(false));
+  w.detach().index_copy_(0, idx, rows);
+}
+
+// Pushes the rows of sparse parameter i's gradient (also none: its part of a sync
+// round); returns their ids.
+NDArray PushRows(Trainer::Impl& m, size_t i, double ratio) {
+  const torch::Tensor& p = m.replicas[0][i];
+  const Shape shape(p.sizes().begin(), p.sizes().end());
+  torch::Tensor g = p.grad();
+  RowSparseNDArray rsp(shape, m.weights0[i].dtype());
+  if (g.defined()) {
+    g = g.detach();
+    if (!g.is_sparse()) g = g.to_sparse(1);  // a dense gradient: its nonzero rows
+    if (ratio != 1.0) g = g * ratio;
+    g = g.coalesce();
+    rsp = RowSparseNDArray::FromRows(shape, RowIds(g.indices()[0]),
+                                     TensorView(g.values().contiguous()));
+  }
+  m.kv->Push(m.Key(i), std::vector<RowSparseNDArray>{rsp}, static_cast<int>(i));
+  return rsp.indices();
+}
+}  // namespace
+
+void Trainer::RowSparsePull(size_t index, const torch::Tensor& row_ids) {
   Impl& m = *impl_;
+  if (!m.Sparse(index))
+    throw InvalidArgument("RowSparsePull: parameter " + std::to_string(index) +
+                          " is not a sparse parameter of this Trainer");
+  PullRows(m, index, RowIds(row_ids));
+  m.RecordVersions();  // our own write, not a change from outside
+}
+
+void Trainer::Step(int64_t batch_size) {
+  Step(batch_size, {});
+}
+
+void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& row_ids) {
+  Impl& m = *impl_;
+  for (auto& [i, ids] : row_ids)
+    if (!m.Sparse(i))
+      throw InvalidArgument("Step: row_ids for parameter " + std::to_string(i) +
+                            ", which is not a sparse parameter of this Trainer");
   const double ratio = Ratio(m, batch_size);
   CheckWeights(m);
   const size_t P = m.P();
@@ -386,8 +484,13 @@ void Trainer::Step(int64_t batch_size) {
           "Step(batch_size) differs from the scale the gradients were pushed with in backward; "
           "with push_in_backward keep the batch size constant");
     // The sum of every replica's gradient per key, highest index (last layer) first.
+    std::map<size_t, NDArray> pushed_rows;
     for (size_t i = P; i-- > 0;) {
       if (!m.Active(i) || m.pushed[i]) continue;
+      if (m.Sparse(i)) {
+        pushed_rows[i] = PushRows(m, i, ratio);
+        continue;
+      }
       std::vector<NDArray> grads;
       for (auto& r : m.replicas) {
         const torch::Tensor& g = r[i].grad();
@@ -401,9 +504,13 @@ void Trainer::Step(int64_t batch_size) {
     m.kv->WaitAll();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < P; ++i) {
-      if (!m.Active(i)) continue;
+      if (!m.Active(i) || m.Sparse(i)) continue;
       m.weights0[i].CopyFrom(m.out[i]);
       for (size_t d = 1; d < m.replicas.size(); ++d) m.replicas[d][i].copy_(m.replicas[0][i]);
+    }
+    for (auto& [i, rows] : pushed_rows) {
+      auto it = row_ids.find(i);
+      PullRows(m, i, it != row_ids.end() ? RowIds(it->second) : rows);
     }
   }
   SyncBuffers(m);

@@ -40,3 +40,14 @@ def test_cpp_example(extra, tmp_path):
                    '--min-accuracy', '0.4'] + extra)
     assert rc == 0, out
     assert 'epoch 1: train loss' in out
+
+
+def test_click_prediction_reaches_the_bayes_rate():
+    """examples/click_prediction.py (issue 15): a 1M x 64 row_sparse embedding table plus
+    an MLP, 2 workers x 2 servers (the table sliced by rows); the accuracy must come
+    close to the generating model's Bayes rate (0.8 x after 300 steps; majority vote gets ~0.5)."""
+    rc, out = run([os.path.join(BUILD, 'pskv-launch'), '-n', '2', '-s', '2', '--timeout', '280', '--',
+                   '/usr/bin/python3', os.path.join(ROOT, 'examples', 'click_prediction.py'), '--kv-store',
+                   'dist_sync', '--steps', '300', '--min-ratio', '0.8'])
+    assert rc == 0, out
+    assert 'Bayes rate' in out

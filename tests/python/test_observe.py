@@ -53,6 +53,13 @@ def test_timeline_is_a_chrome_trace_of_every_operation(tmp_path):
     workers = sorted(glob.glob(str(tmp_path / 'trace.worker.*.json')))
     servers = glob.glob(str(tmp_path / 'trace.server.*.json'))
     assert len(workers) == 2 and len(servers) == 1, os.listdir(tmp_path)
+    # the scheduler's timeline: its barriers (after start-up, after init, the final one)
+    sched = glob.glob(str(tmp_path / 'trace.scheduler.*.json'))
+    assert len(sched) == 1, os.listdir(tmp_path)
+    barriers = [e for e in json.load(open(sched[0])) if e['ph'] == 'X' and e['cat'] == 'barrier']
+    groups = {e['args']['key'] for e in barriers}
+    assert {'workers', 'all nodes'} <= groups, groups
+    assert all(e['dur'] >= 0 for e in barriers)
     worker_keys = set()
     for path in workers + servers:
         events = json.load(open(path))  # complete JSON: closed at exit
@@ -87,6 +94,19 @@ def test_timeline_is_a_chrome_trace_of_every_operation(tmp_path):
     samples = parse_prometheus(open(dumps[0]).read())
     pushes = [v for n, l, v in samples if n == 'pskv_ops_total' and l['op'] == 'push']
     assert pushes and sum(pushes) > 0
+
+
+def check_peer_histogram(metrics, peer):
+    """pskv_peer_ops_total > 0 and a consistent pskv_peer_latency_seconds histogram."""
+    ops = [v for n, l, v in metrics if n == 'pskv_peer_ops_total' and l['peer'] == peer]
+    assert ops and ops[0] > 0, metrics
+    b = [(l['le'], v) for n, l, v in metrics if n == 'pskv_peer_latency_seconds_bucket' and l['peer'] == peer]
+    vals = [v for _, v in b]
+    assert vals == sorted(vals) and b[-1][0] == '+Inf', b
+    count = [v for n, l, v in metrics if n == 'pskv_peer_latency_seconds_count' and l['peer'] == peer]
+    assert count == [vals[-1]] == ops, (count, ops)  # every request is in the histogram
+    total = [v for n, l, v in metrics if n == 'pskv_peer_latency_seconds_sum' and l['peer'] == peer]
+    assert total and total[0] >= 0
 
 
 def test_metrics_endpoint_during_a_job(tmp_path):
@@ -129,9 +149,15 @@ def test_metrics_endpoint_during_a_job(tmp_path):
             count = [v for n, l, v in got[w] if n == 'pskv_op_latency_seconds_count' and l['op'] == 'push'
                      and l['key'] == '3']
             assert count == [vals[-1]]
+            # per-peer counters on the workers: bytes both ways, requests, latency histogram
+            peers = {(l['peer'], l['direction']): v for n, l, v in got[w] if n == 'pskv_peer_bytes_total'}
+            assert peers.get(('server[0]', 'out'), 0) > 0 and peers.get(('server[0]', 'in'), 0) > 0, peers
+            check_peer_histogram(got[w], 'server[0]')
         server = got['server 0']
         peers = {(l['peer'], l['direction']): v for n, l, v in server if n == 'pskv_peer_bytes_total'}
         assert peers.get(('worker[0]', 'in'), 0) > 0 and peers.get(('worker[1]', 'out'), 0) > 0, peers
+        for w in ('worker[0]', 'worker[1]'):
+            check_peer_histogram(server, w)
         merges = [v for n, l, v in server if n == 'pskv_ops_total' and l['op'] == 'merge']
         assert merges and sum(merges) > 0
     finally:

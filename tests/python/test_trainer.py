@@ -280,3 +280,43 @@ def test_argument_errors():
         pskv.torch.Trainer([scalar()], 'sgd', pskv.create('local'), loss_reduction='avg')
     with pytest.raises(pskv.InvalidArgument, match='global_batch_size is for'):
         pskv.torch.Trainer([scalar()], 'sgd', pskv.create('local'), loss_reduction='mean', global_batch_size=4)
+
+
+class EmbNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 2, sparse=True)
+        self.fc = torch.nn.Linear(2, 1)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids)).sum()
+
+
+def test_sparse_embedding_is_pushed_and_pulled_as_row_sparse():
+    """Issue 15: nn.Embedding(sparse=True) is a row_sparse key; step() pushes the rows of
+    its sparse gradient (lazy SGD updates those rows only) and pulls the rows asked for."""
+    net = EmbNet()
+    w0, fcw = net.emb.weight.detach().clone(), net.fc.weight.detach().clone()
+    kv = pskv.create('local')
+    tr = pskv.torch.Trainer(net, pskv.optimizer.SGD(learning_rate=0.5), kv, global_batch_size=1)
+    assert tr.update_on_kvstore  # forced for sparse parameters
+    net(torch.tensor([3, 1, 3])).backward()
+    assert net.emb.weight.grad.is_sparse
+    tr.step(row_ids=np.array([7, 3]))
+    w = net.emb.weight.detach()
+    assert torch.allclose(w[7], w0[7])
+    assert torch.allclose(w[3], w0[3] - 0.5 * 2 * fcw[0])
+    assert torch.allclose(w[1], w0[1])  # updated in the store, not pulled yet
+    tr.row_sparse_pull(net.emb.weight, [1])
+    assert torch.allclose(net.emb.weight.detach()[1], w0[1] - 0.5 * fcw[0])
+    # a step without this parameter's gradient is an empty push; default pull = pushed rows
+    net.fc(torch.ones(1, 2)).sum().backward()
+    tr.step()
+    with pytest.raises(pskv.UsageError, match='row_sparse_pull'):
+        kv.pull(0, out=np.zeros((10, 2), np.float32))
+
+
+def test_sparse_parameters_need_update_on_kvstore():
+    with pytest.raises(pskv.UsageError, match='update_on_kvstore=True'):
+        pskv.torch.Trainer(EmbNet(), pskv.optimizer.SGD(learning_rate=0.5), pskv.create('local'),
+                           global_batch_size=1, update_on_kvstore=False)

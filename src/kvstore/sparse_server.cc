@@ -1,0 +1,259 @@
+#include "kvstore/sparse_server.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kvstore/dist_protocol.h"
+#include "pskv/error.h"
+#include "pskv/row_sparse.h"
+#include "sparse/sparse_ops.h"
+
+namespace pskv {
+
+namespace {
+
+using dist::Kind;
+
+uint64_t U64At(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// A parsed sparse push: local row ids and rows (an aligned copy).
+struct Rows {
+  std::vector<int64_t> ids;
+  NDArray data;  // (ids.size() * row_size) elements
+};
+
+// Parses and validates a kSparsePush value against the key; throws InvalidArgument /
+// ShapeError / KeyError with the reason.
+Rows ParsePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype) {
+  const uint64_t len = m.h.vals_len;
+  if (len < 16) throw InvalidArgument("row_sparse push shorter than its header");
+  char head[16];
+  m.CopyVals(0, 16, head);
+  const uint64_t n = U64At(head), u = U64At(head + 8);
+  if (u != static_cast<uint64_t>(row_size))
+    throw ShapeError("row_sparse push has rows of " + std::to_string(u) +
+                     " elements but the key's rows have " + std::to_string(row_size));
+  const uint64_t es = DTypeSize(dtype);
+  // Sizes checked before anything is reserved: n is bounded by the key's rows.
+  if (n > static_cast<uint64_t>(key_rows) || len != 16 + n * 8 + n * u * es)
+    throw ShapeError("row_sparse push of " + std::to_string(n) + " rows has " +
+                     std::to_string(len) + " bytes, which does not match rows of " +
+                     std::to_string(u) + " " + DTypeName(dtype) + " elements");
+  Rows r;
+  r.ids.resize(n);
+  if (n) m.CopyVals(16, n * 8, reinterpret_cast<char*>(r.ids.data()));
+  for (uint64_t i = 0; i < n; ++i)
+    if (r.ids[i] < 0 || r.ids[i] >= key_rows || (i && r.ids[i] <= r.ids[i - 1]))
+      throw KeyError("row_sparse push: row ids must be ascending, unique and within the " +
+                     std::to_string(key_rows) + " rows held here");
+  r.data = NDArray(Shape{static_cast<int64_t>(n * u)}, dtype);
+  if (n) m.CopyVals(16 + n * 8, n * u * es, static_cast<char*>(r.data.raw()));
+  return r;
+}
+
+}  // namespace
+
+bool SparseServer::Holds(int64_t wire_key) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return keys_.count(wire_key) > 0;
+}
+
+std::pair<int64_t, bool> SparseServer::WeightInfo(int64_t wire_key) const {
+  Key* k;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = keys_.find(wire_key);
+    if (it == keys_.end()) return {-1, false};
+    k = it->second.get();
+  }
+  std::lock_guard<std::mutex> lk(k->mu);
+  return {k->table.size(), IsLowPrecision(k->table.dtype())};
+}
+
+void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype) {
+  const Message& m = req.msg;
+  const uint64_t len = m.h.vals_len;
+  if (!req.push || len < 16)
+    return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse init");
+  char head[16];
+  m.CopyVals(0, 16, head);
+  const uint64_t rows = U64At(head), u = U64At(head + 8);
+  const uint64_t es = DTypeSize(dtype);
+  if (rows == 0 || u == 0 || rows > (len - 16) / es / u || 16 + rows * u * es != len)
+    return srv->RespondError(req, ErrorKind::kShape,
+                             "row_sparse init of " + std::to_string(rows) + " rows of " +
+                                 std::to_string(u) + " elements does not match its " +
+                                 std::to_string(len) + " bytes");
+  auto k = std::make_unique<Key>();
+  k->rows = static_cast<int64_t>(rows);
+  k->row_size = static_cast<int64_t>(u);
+  k->table = NDArray(Shape{k->rows, k->row_size}, dtype);
+  m.CopyVals(16, rows * u * es, static_cast<char*>(k->table.raw()));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!keys_.emplace(wire_key, std::move(k)).second)
+      return srv->RespondError(req, ErrorKind::kKey,
+                               "duplicate init of key " + std::to_string(dist::KeyOf(wire_key)));
+  }
+  srv->Respond(req);
+}
+
+void SparseServer::Apply(int64_t wire_key, Key& k, const std::vector<const KVRequest*>& pushes,
+                         Optimizer* optimizer) {
+  const Shape shape{k.rows, k.row_size};
+  std::vector<RowSparseNDArray> parts;
+  for (const KVRequest* r : pushes) {
+    Rows rows = ParsePush(r->msg, k.rows, k.row_size, k.table.dtype());
+    NDArray ids(Shape{static_cast<int64_t>(rows.ids.size())}, DType::kInt64);
+    std::copy(rows.ids.begin(), rows.ids.end(), ids.data<int64_t>());
+    parts.push_back(RowSparseNDArray::FromRows(shape, ids, rows.data));
+  }
+  RowSparseNDArray sum = sparse::Sum(parts);
+  const int64_t* ids = sum.indices().data<int64_t>();
+  if (optimizer) {
+    optimizer->UpdateRows(dist::KeyOf(wire_key), ids, sum.nnz(), sum.data(), k.row_size, &k.table);
+  } else {  // no optimizer: the slice becomes the sum (MXNet's assignment)
+    k.table.Fill(0);
+    sparse::Scatter(sum.data(), ids, sum.nnz(), k.row_size, &k.table, false);
+  }
+  ++k.rounds;
+}
+
+void SparseServer::FailRound(Key& k, KVServer* srv, ErrorKind kind, const std::string& why) {
+  for (auto& r : k.waiting) {
+    try {
+      srv->RespondError(r, kind, why);
+    } catch (...) {
+    }
+  }
+  k.waiting.clear();
+  k.pushed.clear();
+}
+
+void SparseServer::Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, const Context& ctx) {
+  const Kind kind = dist::CmdKind(req.cmd);
+  const DType dtype = static_cast<DType>(dist::CmdDType(req.cmd));
+  const std::string key_name = std::to_string(dist::KeyOf(wire_key));
+  if (kind == Kind::kSparseInit) return Init(wire_key, std::move(req), srv, dtype);
+  Key* kp;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = keys_.find(wire_key);
+    kp = it == keys_.end() ? nullptr : it->second.get();
+  }
+  if (!kp)
+    return srv->RespondError(req, ErrorKind::kKey,
+                             "row_sparse key " + key_name + " has not been inited here");
+  Key& k = *kp;
+  std::unique_lock<std::mutex> lk(k.mu);
+  if (dtype != k.table.dtype())
+    return srv->RespondError(req, ErrorKind::kShape,
+                             "key " + key_name + " holds " + DTypeName(k.table.dtype()) +
+                                 " but the request carries " + DTypeName(dtype));
+  if (kind == Kind::kSparsePull) {
+    const Message& m = req.msg;
+    const uint64_t len = m.h.vals_len;
+    uint64_t n = 0;
+    if (len >= 8) {
+      char head[8];
+      m.CopyVals(0, 8, head);
+      n = U64At(head);
+    }
+    if (!req.pull || len < 8 || n > static_cast<uint64_t>(k.rows) || len != 8 + n * 8)
+      return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse pull");
+    std::vector<int64_t> ids(n);
+    if (n) m.CopyVals(8, n * 8, reinterpret_cast<char*>(ids.data()));
+    for (uint64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= k.rows || (i && ids[i] <= ids[i - 1]))
+        return srv->RespondError(req, ErrorKind::kKey,
+                                 "row_sparse pull of key " + key_name +
+                                     ": row ids must be ascending, unique and within the " +
+                                     std::to_string(k.rows) + " rows held here");
+    auto rows = std::make_shared<NDArray>(
+        sparse::Gather(k.table, ids.data(), static_cast<int64_t>(n), k.row_size));
+    lk.unlock();
+    Frame f;
+    f.data = static_cast<const char*>(rows->raw());
+    f.size = rows->nbytes();
+    f.owner = rows;
+    const uint64_t bytes = rows->nbytes();
+    return srv->Respond(req, {req.msg.key_ptr()[0]}, std::move(f), {bytes});
+  }
+  if (kind != Kind::kSparsePush || !req.push)
+    return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
+  // Validate now (the round applies it later): a bad push fails alone.
+  try {
+    ParsePush(req.msg, k.rows, k.row_size, k.table.dtype());
+  } catch (const std::exception& e) {
+    return srv->RespondError(req, KindOf(e), "key " + key_name + ": " + e.what());
+  }
+  if (!ctx.sync) {
+    if (!ctx.optimizer)
+      return srv->RespondError(req, ErrorKind::kUsage,
+                               "Updater needs to be set for async mode: call SetOptimizer on "
+                               "the dist_async store before pushing row_sparse key " +
+                                   key_name);
+    try {
+      Apply(wire_key, k, {&req}, ctx.optimizer);
+    } catch (const std::exception& e) {
+      return srv->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+    }
+    return srv->Respond(req);
+  }
+  if (k.pushed.count(req.sender))
+    return srv->RespondError(req, ErrorKind::kUsage,
+                             ctx.worker_name(req.sender) + " pushed row_sparse key " + key_name +
+                                 " twice in one sync round (round " + std::to_string(k.rounds + 1) +
+                                 ")");
+  for (int d : ctx.done_workers)
+    if (!k.pushed.count(d))
+      return srv->RespondError(req, ErrorKind::kUsage,
+                               "key " + key_name + ": " + ctx.worker_name(d) +
+                                   " finished the job without pushing round " +
+                                   std::to_string(k.rounds + 1) +
+                                   "; in sync mode every worker must push every key equally often");
+  k.pushed.insert(req.sender);
+  k.waiting.push_back(std::move(req));
+  if (static_cast<int>(k.pushed.size()) < ctx.num_workers) return;
+  std::vector<KVRequest> round = std::move(k.waiting);
+  k.waiting.clear();
+  k.pushed.clear();
+  std::vector<const KVRequest*> order;
+  for (auto& r : round) order.push_back(&r);
+  std::sort(order.begin(), order.end(), [&](const KVRequest* a, const KVRequest* b) {
+    return ctx.rank_of(a->sender) < ctx.rank_of(b->sender);
+  });
+  try {
+    Apply(wire_key, k, order, ctx.optimizer);
+  } catch (const std::exception& e) {
+    k.waiting = std::move(round);
+    FailRound(k, srv, KindOf(e), std::string("update failed: ") + e.what());
+    return;
+  }
+  lk.unlock();
+  for (auto& r : round) srv->Respond(r);
+}
+
+void SparseServer::WorkerDone(int id, KVServer* srv,
+                              const std::function<std::string(int)>& worker_name) {
+  std::vector<Key*> keys;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [wk, k] : keys_) keys.push_back(k.get());
+  }
+  for (Key* k : keys) {
+    std::lock_guard<std::mutex> lk(k->mu);
+    if (!k->pushed.empty() && !k->pushed.count(id))
+      FailRound(*k, srv, ErrorKind::kUsage,
+                worker_name(id) + " finished the job without pushing round " +
+                    std::to_string(k->rounds + 1) +
+                    " of a row_sparse key; in sync mode every worker must push every key "
+                    "equally often");
+  }
+}
+
+}  // namespace pskv

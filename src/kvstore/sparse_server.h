@@ -1,0 +1,78 @@
+// SparseServer: a dist server's row_sparse keys (issue 15, spec 4.6 "Row-sparse").
+//
+// Every row_sparse request carries exactly one key: the part of a table this server
+// holds (its row range, dist::PlaceRows). Values (little-endian u64 fields; row ids
+// are local to the server's range):
+//   kSparseInit  push      [rows][row_size] then rows*row_size elements (the slice)
+//   kSparsePush  push      [n][row_size][n ids, ascending][n*row_size elements]
+//   kSparsePull  push+pull [n][n ids, ascending]; the reply is n*row_size elements
+// Everything is validated (sizes before any allocation, ids ascending and in range,
+// row size and dtype equal to the key's) before the key changes.
+//
+// The slice is stored dense (absent rows are zero rows). Sync mode: a round completes
+// when every worker pushed (an empty push counts, as zeros); the pushes are summed in
+// worker-rank order (union of rows, reproducible), then the optimizer updates only
+// those rows (Optimizer::UpdateRows) or, without one, the slice becomes the sum.
+// Async mode: each push is applied at once (an optimizer is required).
+//
+// Threads: a key's state is touched only under its own mutex (so one key is never
+// updated concurrently, whatever thread runs the handler; different keys may run in
+// parallel); the key table is under mu_ (lookups and inserts only).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ps/kv_app.h"
+#include "pskv/ndarray.h"
+#include "pskv/optimizer.h"
+
+namespace pskv {
+
+class SparseServer {
+ public:
+  /// What the server tells the handler about the job at the time of a request.
+  struct Context {
+    bool sync = false;
+    Optimizer* optimizer = nullptr;  // of the key's store, or null
+    int num_workers = 0;
+    std::set<int> done_workers;                   // node ids of finished workers
+    std::function<std::string(int)> worker_name;  // node id -> "worker[1]"
+    std::function<int(int)> rank_of;              // node id -> worker rank
+  };
+
+  /// True if `wire_key` is a row_sparse key here.
+  bool Holds(int64_t wire_key) const;
+  /// (element count, low precision) of `wire_key`'s slice here, or (-1, false): what
+  /// Optimizer::LoadStates checks optimizer states against.
+  std::pair<int64_t, bool> WeightInfo(int64_t wire_key) const;
+  /// Handles one row_sparse request for `wire_key` (kind and dtype from its cmd);
+  /// answers it now or, for a sync push, when the round completes.
+  void Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, const Context& ctx);
+  /// A worker finished: open rounds that still need its push fail with a message.
+  void WorkerDone(int id, KVServer* srv, const std::function<std::string(int)>& worker_name);
+
+ private:
+  struct Key {
+    std::mutex mu;
+    NDArray table;  // rows x row_size, the key's dtype
+    int64_t rows = 0, row_size = 0;
+    std::set<int> pushed;            // sync round: senders so far
+    std::vector<KVRequest> waiting;  // sync round: their requests
+    int64_t rounds = 0;
+  };
+  void Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype);
+  void Apply(int64_t wire_key, Key& k, const std::vector<const KVRequest*>& pushes,
+             Optimizer* optimizer);
+  static void FailRound(Key& k, KVServer* srv, ErrorKind kind, const std::string& why);
+
+  mutable std::mutex mu_;  // keys_
+  std::map<int64_t, std::unique_ptr<Key>> keys_;
+};
+
+}  // namespace pskv
