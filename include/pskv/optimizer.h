@@ -142,6 +142,13 @@ class Optimizer {
     NDArray master;              // float32 master weight (multi-precision), or empty
   };
   State& GetState(int64_t key, const NDArray& weight);
+  /// One update's state, step count and rates (lr/wd with their per-key multipliers).
+  struct Step {
+    State* state = nullptr;
+    double lr = 0, wd = 0;
+    int64_t t = 0;
+  };
+  Step BeginStep(int64_t key, const NDArray& weight);
 
   OptimizerConfig cfg_;
   mutable std::mutex mu_;

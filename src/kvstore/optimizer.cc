@@ -414,6 +414,21 @@ Optimizer::State& Optimizer::GetState(int64_t key, const NDArray& weight) {
   return *st;
 }
 
+Optimizer::Step Optimizer::BeginStep(int64_t key, const NDArray& weight) {
+  Step s;
+  s.wd = cfg_.wd;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    s.state = &GetState(key, weight);
+    s.t = ++s.state->t;
+    num_update_ = std::max(num_update_, s.t);
+    s.lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
+  }
+  if (auto it = cfg_.lr_mult.find(key); it != cfg_.lr_mult.end()) s.lr *= it->second;
+  if (auto it = cfg_.wd_mult.find(key); it != cfg_.wd_mult.end()) s.wd *= it->second;
+  return s;
+}
+
 void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
   if (grad.size() != weight->size())
     throw ShapeError("optimizer update of key " + std::to_string(key) + ": gradient has " +
@@ -424,18 +439,7 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
                      /*allow_reshape=*/true);
     return;
   }
-  State* st;
-  double lr, wd = cfg_.wd;
-  int64_t t;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    st = &GetState(key, *weight);
-    t = ++st->t;
-    num_update_ = std::max(num_update_, t);
-    lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
-  }
-  if (auto it = cfg_.lr_mult.find(key); it != cfg_.lr_mult.end()) lr *= it->second;
-  if (auto it = cfg_.wd_mult.find(key); it != cfg_.wd_mult.end()) wd *= it->second;
+  auto [st, lr, wd, t] = BeginStep(key, *weight);
   NDArray g32 = grad.dtype() == DType::kFloat32 ? grad : grad.AsType(DType::kFloat32);
   const int64_t n = weight->size();
   std::vector<float*> slots;
@@ -476,18 +480,7 @@ void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDA
                   static_cast<const char*>(rows.raw()) + static_cast<size_t>(i) * rb, rb);
     return Update(key, dense, weight);
   }
-  State* st;
-  double lr, wd = cfg_.wd;
-  int64_t t;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    st = &GetState(key, *weight);
-    t = ++st->t;
-    num_update_ = std::max(num_update_, t);
-    lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
-  }
-  if (auto it = cfg_.lr_mult.find(key); it != cfg_.lr_mult.end()) lr *= it->second;
-  if (auto it = cfg_.wd_mult.find(key); it != cfg_.wd_mult.end()) wd *= it->second;
+  auto [st, lr, wd, t] = BeginStep(key, *weight);
   NDArray g32 =
       grad_rows.dtype() == DType::kFloat32 ? grad_rows : grad_rows.AsType(DType::kFloat32);
   const float* g = g32.data<float>();
