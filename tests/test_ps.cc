@@ -529,7 +529,9 @@ TEST(Liveness, ResendSurvivesAPartitionShorterThanTheHeartbeatTimeout) {
 TEST(Liveness, LostConnectionToAServerIsNamedWithinTheBound) {
   FaultConfig fc;
   fc.partition_peers = {ServerId(0)};
-  fc.partition_from = std::chrono::steady_clock::now() + 1500ms;
+  // Late enough for the job to have started even under TSan on a loaded machine
+  // (the partition must begin while the worker pushes, not during registration).
+  fc.partition_from = std::chrono::steady_clock::now() + 4000ms;
   fc.partition_for = 60s;
   fc.partition_reports_down = true;
   std::string seen;
