@@ -19,12 +19,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "common/net.h"
 #include "kvstore/dist_protocol.h"
-#include "kvstore/dist_server.h"
-#include "protocol/payload.h"
-#include "ps/kv_app.h"
-#include "ps/node.h"
+#include "kvstore/inprocess_job.h"
 #include "pskv/error.h"
 
 namespace pskv::bench {
@@ -33,38 +29,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Job {
-  // Declared before `nodes`, so destroyed after them: a node that stops (or aborts,
-  // when the constructor throws) calls the failure handlers these registered.
-  std::unique_ptr<DistServer> server;
-  std::vector<std::unique_ptr<KVWorker>> workers;
-  std::vector<std::unique_ptr<Node>> nodes;  // scheduler, server, workers
+// The job of one summing order.
+Options SumOrder(Options o, bool arrival) {
+  o.sum_in_arrival_order = arrival;
+  o.stall_warning = std::chrono::milliseconds(0);
+  return o;
+}
 
-  Job(Options o, int num_workers, bool arrival) {
-    o = LoopbackJob(std::move(o), num_workers);
-    o.sum_in_arrival_order = arrival;
-    o.stall_warning = std::chrono::milliseconds(0);
-    auto make = [&](Role r) {
-      Options x = o;
-      x.role = r;
-      x.rank_hint = static_cast<int64_t>(nodes.size());
-      nodes.push_back(std::make_unique<Node>(x));
-      return nodes.back().get();
-    };
-    make(Role::kScheduler);
-    server = std::make_unique<DistServer>(make(Role::kServer));
-    for (int w = 0; w < num_workers; ++w)
-      workers.push_back(std::make_unique<KVWorker>(make(Role::kWorker)));
-    std::vector<std::thread> ts;
-    for (auto& n : nodes) ts.emplace_back([&n] { n->Start(); });
-    for (auto& t : ts) t.join();
-    workers[0]->Command(dist::kSetMode, payload::EncodeMode(true), 60s);
-  }
-  ~Job() {
-    std::vector<std::thread> ts;
-    for (auto& n : nodes) ts.emplace_back([&n] { n->Finalize(60s); });
-    for (auto& t : ts) t.join();
-  }
+struct Job : InProcessDistJob {
+  Job(Options o, int num_workers, bool arrival)
+      : InProcessDistJob(SumOrder(std::move(o), arrival), num_workers) {}
   // Every worker push-pulls `key` once (issued in reverse rank order); returns when all
   // have their answer.
   void Round(uint64_t key, int64_t bytes, const std::vector<Frame>& in,

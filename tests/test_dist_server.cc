@@ -12,12 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/net.h"
-#include "kvstore/dist_protocol.h"
-#include "kvstore/dist_server.h"
-#include "protocol/payload.h"
-#include "ps/kv_app.h"
-#include "ps/node.h"
+#include "kvstore/inprocess_job.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -25,45 +20,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Job {
-  std::vector<std::unique_ptr<Node>> nodes;  // scheduler, server, workers
-  std::unique_ptr<DistServer> server;
-  std::vector<std::unique_ptr<KVWorker>> workers;
-
-  Job(int num_workers, int server_threads) {
-    Options o;
-    o.root_uri = "127.0.0.1";
-    o.root_port = FreePort();
-    o.num_servers = 1;
-    o.num_workers = num_workers;
-    o.role_set = true;
-    o.server_threads = server_threads;
-    o.reduction_threads = 2;
-    o.bigarray_bound = 1000;
-    o.stall_warning = 0ms;
-    auto make = [&](Role r) {
-      Options x = o;
-      x.role = r;
-      x.rank_hint = static_cast<int64_t>(nodes.size());
-      nodes.push_back(std::make_unique<Node>(x));
-      return nodes.back().get();
-    };
-    make(Role::kScheduler);
-    server = std::make_unique<DistServer>(make(Role::kServer));
-    for (int w = 0; w < num_workers; ++w)
-      workers.push_back(std::make_unique<KVWorker>(make(Role::kWorker)));
-    std::vector<std::thread> ts;
-    for (auto& n : nodes) ts.emplace_back([&n] { n->Start(); });
-    for (auto& t : ts) t.join();
-    workers[0]->Command(dist::kSetMode, payload::EncodeMode(true), 60s);
-  }
-  ~Job() {
-    std::vector<std::thread> ts;
-    for (auto& n : nodes) ts.emplace_back([&n] { n->Finalize(60s); });
-    for (auto& t : ts) t.join();
-    server.reset();
-  }
-};
+// Shard threads, and chunked merges on the reducer's pool (bound 1000 elements).
+Options ShardedServer(int server_threads) {
+  Options o;
+  o.server_threads = server_threads;
+  o.reduction_threads = 2;
+  o.bigarray_bound = 1000;
+  o.stall_warning = 0ms;
+  return o;
+}
 
 Frame Floats(int64_t n, float v) {
   auto a = std::make_shared<std::vector<float>>(static_cast<size_t>(n), v);
@@ -97,7 +62,7 @@ struct Countdown {
 
 TEST(DistServerThreads, ShardedKeysMultiShardRequestsAndChunkedValuesSumExactly) {
   const int W = 3;
-  Job job(W, 3);
+  InProcessDistJob job(ShardedServer(3), W);
   const uint64_t base = KVWorker::ServerRange(0, 1).first;
   const int cmd = dist::MakeCmd(dist::Kind::kDense, DType::kFloat32);
   const int init = dist::MakeCmd(dist::Kind::kInit, DType::kFloat32);
