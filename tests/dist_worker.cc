@@ -791,6 +791,26 @@ void PushUntilFailure(KVStore& kv) {
   ++g_failures;
 }
 
+// Push+pull rounds for `seconds` s (checking every pulled sum), then exit 0.
+// Creates $PSKV_TEST_MARKER_DIR/worker<rank> once initialised (the test freezes a
+// worker meanwhile).
+void Steady(KVStore& kv, int seconds) {
+  kv.Init(3, Full(kSmall, 0));
+  if (const char* dir = std::getenv("PSKV_TEST_MARKER_DIR")) {
+    std::string p = std::string(dir) + "/worker" + std::to_string(kv.Rank());
+    if (FILE* f = std::fopen(p.c_str(), "w")) std::fclose(f);
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < end; ++i) {
+    kv.Push(3, {Full(kSmall, 1)});
+    NDArray out(kSmall);
+    kv.Pull(3, {out});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(out, kv.NumWorkers()), "steady round " + std::to_string(i));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // Rank 1 exits with status 3 after one round; the others keep going.
 void ExitThree(KVStore& kv, int) {
   kv.Init(3, Full(kSmall, 0));
@@ -1008,6 +1028,7 @@ int main(int argc, char** argv) {
           {"states", {"dist_sync", States}},
           {"loop_until_failure", {"dist_sync", LoopUntilFailure}},
           {"exit3", {"dist_sync", ExitThree}},
+          {"steady", {"dist_sync", Steady}},
           {"strict_rounds", {"dist_sync", StrictRounds}},
           {"shape_mismatch", {"dist_sync", ShapeMismatch}},
           {"barrier_deadlock", {"dist_sync", BarrierDeadlock}},

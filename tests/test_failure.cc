@@ -100,3 +100,45 @@ TEST(NodeFailure, KillServer) {
   EXPECT_NE(log.find("is dead"), std::string::npos) << log;
   Cleanup(j);
 }
+
+// A worker frozen (SIGSTOP: an overloaded host, a paused VM) for twice its heartbeat
+// timeout does not, once resumed, declare the healthy scheduler dead: the time it was
+// not running is not the scheduler's silence. (The scheduler and the server watch
+// with a long timeout here; to them a frozen node is indistinguishable from a hung
+// one.) Before: the worker failed with "scheduler is dead: nothing heard for 4 s".
+TEST(NodeFailure, AFrozenWorkerDoesNotBlameTheScheduler) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("pskv_frozen_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/log";
+  const int port = FreePort();
+  auto env = [&](const std::string& role, const char* timeout) {
+    auto e = Env(port, role, dir);
+    e["DMLC_NUM_SERVER"] = "1";
+    e["DMLC_NUM_WORKER"] = "1";
+    e["PS_HEARTBEAT_TIMEOUT"] = timeout;
+    return e;
+  };
+  const pid_t sched = Spawn({PSKV_SERVER}, env("scheduler", "60"), log);
+  const pid_t server = Spawn({PSKV_SERVER}, env("server", "60"), log);
+  const pid_t worker = Spawn({DIST_WORKER, "steady", "10"}, env("worker", "2"), log);
+  const bool started = WaitFile(dir + "/worker0", 60s);
+  if (started) {
+    std::this_thread::sleep_for(1s);
+    ::kill(worker, SIGSTOP);
+    std::this_thread::sleep_for(4s);  // 2x the worker's PS_HEARTBEAT_TIMEOUT
+    ::kill(worker, SIGCONT);
+  }
+  for (pid_t p : {worker, server, sched}) {
+    auto st = WaitExit(p, 60s);
+    EXPECT_EQ(st.value_or(-1), 0) << "pid " << p << "; log:\n" << ReadFile(log);
+  }
+  EXPECT_TRUE(started) << ReadFile(log);
+  for (pid_t p : {sched, server, worker}) {
+    ::kill(-p, SIGKILL);
+    ::waitpid(p, nullptr, WNOHANG);
+  }
+  std::filesystem::remove_all(dir);
+}

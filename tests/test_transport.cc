@@ -168,6 +168,31 @@ TEST_P(TransportSuite, ReconnectsAndDisconnectsReleaseEverything) {
   EXPECT_EQ(b->DownSince(1), std::chrono::steady_clock::time_point{});
 }
 
+// Every new connection is reported up once its handshake succeeded, however the
+// connecting thread is scheduled. Before: Connect marked the peer down *after*
+// starting the socket, so a handshake finishing first (under a millisecond on
+// 127.0.0.1, i.e. whenever the connecting thread was preempted) left the peer
+// "down" forever, and a long job then failed with "cannot reach server[0]" while
+// the server was fine.
+TEST_P(TransportSuite, EveryNewConnectionIsReportedUp) {
+  TransportConfig cb = Config(22);
+  cb.test_connect_pause = 200ms;  // the handshake (< 1 ms here) finishes meanwhile
+  auto a = Make(GetParam(), Config(11)), c = Make(GetParam(), Config(33)), b = Make(GetParam(), cb);
+  const std::string ea = a->Bind("127.0.0.1", 0), ec = c->Bind("127.0.0.1", 0);
+  // Each Connect names another endpoint, so it replaces the socket: a new
+  // connection and handshake every time.
+  using Clock = std::chrono::steady_clock;
+  int stuck = -1;
+  for (int i = 0; i < 10 && stuck < 0; ++i) {
+    b->Connect(1, i % 2 ? ea : ec, i % 2 ? 11 : 33);
+    const auto end = Clock::now() + 10s;
+    while (b->DownSince(1) != Clock::time_point{} && Clock::now() < end)
+      std::this_thread::sleep_for(5ms);
+    if (b->DownSince(1) != Clock::time_point{}) stuck = i;
+  }
+  EXPECT_EQ(stuck, -1) << "connection " << stuck << " is still reported down after 10 s";
+}
+
 // A peer that stops answering (here: SIGSTOP, the kernel still holds its TCP
 // connection open — as with a hung host) is reported down by the keep-alive,
 // and up again when it answers again.

@@ -1,5 +1,6 @@
 #include "ps/liveness.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace pskv {
@@ -12,10 +13,15 @@ std::string Secs(std::chrono::nanoseconds d) {
 }
 }  // namespace
 
+Liveness::Clock::duration Liveness::ListenClock(Clock::time_point now) const {
+  const Clock::time_point upto = deaf_since_ != Clock::time_point{} ? deaf_since_ : now;
+  return upto.time_since_epoch() - deaf_total_;
+}
+
 void Liveness::Start(const std::vector<int>& silent_watch, const std::vector<int>& connected) {
   std::lock_guard<std::mutex> lk(mu_);
-  const auto now = Clock::now();
-  for (int id : silent_watch) last_heard_[id] = now;
+  const auto at = ListenClock(Clock::now());
+  for (int id : silent_watch) last_heard_[id] = at;
   connected_ = connected;
   on_ = timeout_.count() > 0;
 }
@@ -23,22 +29,33 @@ void Liveness::Start(const std::vector<int>& silent_watch, const std::vector<int
 void Liveness::Heard(int id) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = last_heard_.find(id);
-  if (it != last_heard_.end()) it->second = Clock::now();
+  if (it != last_heard_.end()) it->second = ListenClock(Clock::now());
 }
 
-void Liveness::BusyBegin() {
-  busy_since_ = Clock::now().time_since_epoch().count();
-}
-
-void Liveness::BusyEnd() {
-  // Under mu_, so that Check never sees "not busy" with times not yet shifted.
+void Liveness::Deaf(Clock::time_point now) {
   std::lock_guard<std::mutex> lk(mu_);
-  const auto since = Clock::time_point(Clock::duration(busy_since_.exchange(0)));
-  const auto now = Clock::now();
-  // We were not listening: what peers sent meanwhile is still queued. Count their
-  // silence as if the handler had taken no time — also for short handlers, which
-  // back to back can keep the thread from listening as long as one long one.
-  for (auto& [id, t] : last_heard_) t += now - since;
+  if (deaf_since_ == Clock::time_point{}) deaf_since_ = now;
+}
+
+void Liveness::Listening(Clock::time_point now) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (deaf_since_ == Clock::time_point{}) return;
+  // What peers sent meanwhile is still queued: count their silence as if handling
+  // had taken no time — also for short handlers, which back to back keep the
+  // thread from listening as long as one long one.
+  if (now > deaf_since_) deaf_total_ += now - deaf_since_;
+  deaf_since_ = {};
+}
+
+void Liveness::Starved(Clock::time_point now, Clock::duration lag) {
+  if (lag <= Clock::duration::zero()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  // The part of the overrun during which the receive thread was deaf anyway is
+  // counted when it listens again.
+  Clock::duration overlap{};
+  if (deaf_since_ != Clock::time_point{} && now > deaf_since_)
+    overlap = std::min<Clock::duration>(lag, now - deaf_since_);
+  deaf_total_ += lag - overlap;
 }
 
 std::pair<int, std::string> Liveness::Check(Clock::time_point now, Transport& transport,
@@ -50,11 +67,11 @@ std::pair<int, std::string> Liveness::Check(Clock::time_point now, Transport& tr
   {
     // Never call out (name() takes the node's lock) while holding ours.
     std::lock_guard<std::mutex> lk(mu_);
-    if (busy_since_.load() != 0) return {0, {}};  // not listening: decide nothing now
+    const auto at = ListenClock(now);
     for (auto& [id, t] : last_heard_)
-      if (now - t > timeout_) {
+      if (at - t > timeout_) {
         silent = id;
-        quiet = now - t;
+        quiet = at - t;
         break;
       }
     connected = connected_;

@@ -19,6 +19,8 @@ namespace {
 using namespace std::chrono_literals;
 using node_internal::SecsStr;
 constexpr auto kRegisterRetry = 500ms;
+// A timer sleep overrun beyond this means the process was not scheduled (Liveness).
+constexpr auto kStarvedAfter = 200ms;
 }  // namespace
 
 Node::Node(Options options)
@@ -319,6 +321,7 @@ void Node::ReceiveLoop() {
   Received in;
   while (!stop_) {
     bool got;
+    liveness_.Listening();  // what arrived while we were handling is not silence
     try {
       got = transport_->Recv(&in, 100ms);
     } catch (const std::exception& e) {
@@ -327,6 +330,7 @@ void Node::ReceiveLoop() {
       continue;
     }
     if (!got) continue;
+    liveness_.Deaf();
     Message m;
     try {
       m = Decode(std::move(in.frames));
@@ -468,13 +472,12 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       // Run the handler right here: one hop less per message than a separate
       // customer thread, and messages are still handled one at a time, in order.
       if (data_handler_) {
-        liveness_.BusyBegin();  // time spent here is not the peers' silence
+        // (The receive thread counts as deaf while it is here: Liveness.)
         try {
           data_handler_(std::move(m));
         } catch (const std::exception& e) {
           PSKV_ERROR(Tag() << ": data handler failed: " << e.what());
         }
-        liveness_.BusyEnd();
       }
       return;
     }
@@ -563,8 +566,12 @@ void Node::TimerLoop() {
   auto next_reg = Clock::now();
   auto nap = std::min<std::chrono::milliseconds>(50ms, options_.resend_timeout);
   while (!stop_) {
+    const auto slept_from = Clock::now();
     std::this_thread::sleep_for(nap);
     const auto now = Clock::now();
+    // An overrun far beyond scheduling jitter: this process was not running (an
+    // overloaded host, SIGSTOP, a paused VM) — not its peers' silence.
+    if (now - slept_from > nap + kStarvedAfter) liveness_.Starved(now, now - slept_from - nap);
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stop_) break;

@@ -66,6 +66,9 @@ struct TransportConfig {
   /// does not answer within `keepalive_timeout` is closed and reported down, so
   /// half-open connections are noticed.
   std::chrono::milliseconds keepalive_interval{0}, keepalive_timeout{0};
+  /// Tests only: Connect pauses this long after its socket started connecting (a
+  /// connecting thread preempted at the worst moment).
+  std::chrono::milliseconds test_connect_pause{0};
   /// For the "shm" backend: shared memory with peers on this host. kOff (offer
   /// none, decline every offer), kAuto (offer to peers whose endpoint is an
   /// address of this host), kOn (offer to every peer; one on another host

@@ -161,10 +161,7 @@ class ZmqTransport final : public Transport {
     p->endpoint = endpoint;
     p->token = token;
     p->sock = NewDealer(peer, endpoint, token);
-    {
-      std::lock_guard<std::mutex> g(guard_mu_);
-      down_since_[peer] = std::chrono::steady_clock::now();  // until the handshake succeeds
-    }
+    if (cfg_.test_connect_pause.count() > 0) std::this_thread::sleep_for(cfg_.test_connect_pause);
     peers_.emplace(peer, std::move(p));
   }
 
@@ -347,6 +344,10 @@ class ZmqTransport final : public Transport {
       std::lock_guard<std::mutex> g(guard_mu_);
       monitor_gen_[peer] = gen;
       refused_.erase(peer);
+      // Down until this socket's handshake succeeds — set before it can start: set
+      // after, it could overwrite the guard thread's "up" (the handshake on
+      // 127.0.0.1 takes under a millisecond) and stay down forever.
+      down_since_[peer] = std::chrono::steady_clock::now();
     }
     AddMonitor(peer, gen, mon);
     std::string addr = "tcp://" + endpoint;
