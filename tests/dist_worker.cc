@@ -120,6 +120,16 @@ void Sync(KVStore& kv, int rounds) {
     kv.WaitAll();
     CHECK_TRUE(AllEqual(d0, 1 + kRate * (i + 1) * tri * 2) && AllEqual(d1, d0.At(0)), "pushpull");
   }
+  // push-pull in place of one value (sent without a copy, the answer written over
+  // it), a key big enough to be sliced over the servers and streamed in pieces
+  const Shape huge = {1024, 1024};
+  kv.Init(12, Full(huge, 1));
+  for (int i = 0; i < rounds; ++i) {
+    NDArray d = Full(huge, r + 1);
+    kv.PushPull(12, {d}, {});
+    kv.WaitAll();
+    CHECK_TRUE(AllEqual(d, 1 + kRate * (i + 1) * tri), "pushpull in place, one value");
+  }
   kv.Barrier();
 }
 

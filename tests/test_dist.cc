@@ -69,6 +69,25 @@ TEST(DistKVStore, InitShapeMismatchFailsEveryWorker) {
   EXPECT_EQ(Launch(2, 1, "shape_mismatch"), 0);
 }
 
+// Co-located nodes talk through shared memory by default (PSKV_SHM=auto), so the
+// tests above run over shm; the MXNet formula scenarios again over TCP only.
+const char* kTcp = "--env PSKV_SHM=0";
+TEST(DistKVStoreTcp, Sync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sync", kTcp), 0);
+}
+TEST(DistKVStoreTcp, Async4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "async", kTcp, 10), 0);
+}
+TEST(DistKVStoreTcp, TwoBitCompression) {
+  EXPECT_EQ(Launch(4, 2, "compression", kTcp), 0);
+}
+TEST(DistKVStoreTcp, UpdateOnKVStoreFalseSums) {
+  EXPECT_EQ(Launch(4, 2, "no_optimizer", kTcp), 0);
+}
+TEST(DistKVStoreTcp, ManyKeys) {
+  EXPECT_EQ(Launch(2, 2, "many_keys", kTcp, 2), 0);
+}
+
 // row_sparse keys (issue 15): MXNet's dist_sync row_sparse checks with 4 workers and
 // 2 servers (the big table sliced by row range over both), sums without optimizer,
 // and dist_async.

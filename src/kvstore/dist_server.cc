@@ -279,8 +279,24 @@ void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
 }
 
 void DistServer::ApplyRound(int64_t key, KeyState& st) {
+  Optimizer* opt = OptimizerOf(key);
+  if (!opt && st.merge.dtype() == st.value.dtype()) {
+    // No optimizer: the sum becomes the value by taking its buffer (no copy); the
+    // old value's buffer becomes the next round's merge buffer, unless replies still
+    // being sent hold it (then they keep it and a new one is made when needed).
+    NDArray old = st.value;
+    st.value = st.merge.Reshape(old.shape());
+    if (st.token.use_count() > 1) {
+      st.token = std::make_shared<int>(0);
+      st.merge = NDArray();
+    } else {
+      st.merge = old.Reshape({old.size()});
+    }
+    ++st.rounds;
+    return;
+  }
   Detach(st);
-  if (Optimizer* opt = OptimizerOf(key)) {
+  if (opt) {
     opt->Update(dist::KeyOf(key), st.merge, &st.value);
   } else {
     // No optimizer: the sum becomes the value (in parallel when big).

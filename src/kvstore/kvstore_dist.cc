@@ -509,13 +509,16 @@ class KVStoreDist final : public KVStore {
             auto [frame, lens, cmd] = Prepare(*m, vals);
             done = obs::Track("pushpull", std::to_string(k), frame.size, obs_t,  // [observe]
                               std::move(done));
-            // The first output may be one of the inputs: the values were already read
-            // (reduced or referenced by `frame`); if the frame aliases the output,
-            // send a copy so the answer cannot overwrite bytes still being sent.
+            // The first output may be the input itself (in-place all-reduce): then
+            // `frame` points into the output and is sent without a copy. That is
+            // safe because each server's part of the answer lands exactly where that
+            // server's part of the request was read from (same keys, same lengths),
+            // and a server answers only after it received its whole part, i.e. after
+            // the transport finished reading it (TCP: copied into the kernel; shm:
+            // copied into the ring). A retransmission (PS_RESEND) that reads the
+            // overwritten bytes can only follow a delivered original, which the
+            // server's de-duplication drops. (docs/design.md, "Copies".)
             NDArray first = dst[0];
-            if (frame.data >= static_cast<const char*>(first.raw()) &&
-                frame.data < static_cast<const char*>(first.raw()) + first.nbytes())
-              frame = Frame::Copy(frame.data, frame.size);
             worker_->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()), m->lens,
                               cmd, Broadcast(dst, std::move(done)), priority);
           });

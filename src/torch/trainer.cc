@@ -52,8 +52,8 @@ struct Trainer::Impl {
   KVStore* kv;
   TrainerOptions opt;
   std::vector<std::vector<torch::Tensor>> replicas;
-  std::vector<torch::Tensor> buffers;    // kept equal to rank 0's (broadcast_buffers)
-  std::vector<NDArray> out;              // pulled weights (update_on_kvstore) or summed grads
+  std::vector<torch::Tensor> buffers;  // kept equal to rank 0's (broadcast_buffers)
+  std::vector<NDArray> out;  // push_in_backward only: pulled weights (update_on_kvstore) or sums
   std::vector<NDArray> buffer_out;       // the buffers' exchange
   std::vector<NDArray> weights0;         // views of replica 0's parameters
   OptimizerConfig cfg;                   // what the store or local_opt runs
@@ -237,7 +237,9 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
     m.weights0.push_back(outs[0]);
     // Rank 0's weights become everyone's (spec 8.4 step 2).
     kv->Broadcast(m.Key(i), outs[0], outs, -static_cast<int>(i));
-    m.out.emplace_back(outs[0].shape(), outs[0].dtype());
+    // Only gradients pushed in backward are answered into a buffer (Step pulls
+    // straight into the parameters).
+    m.out.push_back(m.opt.push_in_backward ? NDArray(outs[0].shape(), outs[0].dtype()) : NDArray());
   }
   for (size_t j = 0; j < m.buffers.size(); ++j) {
     NDArray b = TensorView(m.buffers[j].detach());
@@ -498,13 +500,19 @@ void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& ro
         if (ratio != 1.0) t = t * ratio;
         grads.push_back(TensorView(t.contiguous()));
       }
-      m.kv->PushPull(std::vector<int>(grads.size(), m.Key(i)), grads, {m.Key(i)}, {m.out[i]},
-                     static_cast<int>(i));
+      // The new weights are pulled straight into every replica's parameter (no
+      // staging buffer, no copy afterwards); the gradients are other tensors.
+      std::vector<NDArray> weights;
+      for (auto& r : m.replicas) weights.push_back(TensorView(r[i].detach()));
+      m.kv->PushPull(std::vector<int>(grads.size(), m.Key(i)), grads,
+                     std::vector<int>(weights.size(), m.Key(i)), weights, static_cast<int>(i));
     }
     m.kv->WaitAll();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < P; ++i) {
-      if (!m.Active(i) || m.Sparse(i)) continue;
+      // Pushed in backward: the new weights are in out[i] (the parameters could not
+      // be written while autograd might still read them).
+      if (!m.Active(i) || m.Sparse(i) || !m.pushed[i]) continue;
       m.weights0[i].CopyFrom(m.out[i]);
       for (size_t d = 1; d < m.replicas.size(); ++d) m.replicas[d][i].copy_(m.replicas[0][i]);
     }
