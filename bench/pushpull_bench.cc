@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/tcp_loopback.h"
 #include "common/net.h"
 #include "kvstore/reduce.h"
 #include "ps/kv_app.h"
@@ -49,73 +50,6 @@ int Reps(int64_t bytes) {
 }
 
 // ---------------------------------------------------------------- TCP ceiling
-
-void WriteAll(int fd, const char* p, size_t n) {
-  while (n) {
-    ssize_t k = ::send(fd, p, n, 0);
-    if (k <= 0) throw IOError("tcp ceiling: send failed");
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-void ReadAll(int fd, char* p, size_t n) {
-  while (n) {
-    ssize_t k = ::recv(fd, p, n, 0);
-    if (k <= 0) throw IOError("tcp ceiling: recv failed");
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-
-class TcpPair {
- public:
-  explicit TcpPair(size_t max_bytes) : cbuf_(max_bytes, 1), sbuf_(max_bytes, 2) {
-    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
-    ::listen(ls, 1);
-    client_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-      throw IOError("tcp connect");
-    server_ = ::accept(ls, nullptr, nullptr);
-    ::close(ls);
-    for (int fd : {client_, server_}) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    echo_ = std::thread([this] {
-      for (;;) {
-        uint64_t n;
-        ReadAll(server_, reinterpret_cast<char*>(&n), 8);
-        if (n == 0) return;
-        ReadAll(server_, sbuf_.data(), n);
-        WriteAll(server_, sbuf_.data(), n);
-      }
-    });
-  }
-  ~TcpPair() {
-    uint64_t zero = 0;
-    WriteAll(client_, reinterpret_cast<char*>(&zero), 8);
-    echo_.join();
-    ::close(client_);
-    ::close(server_);
-  }
-  // N bytes out, N bytes back.
-  void RoundTrip(size_t n) {
-    uint64_t len = n;
-    WriteAll(client_, reinterpret_cast<char*>(&len), 8);
-    WriteAll(client_, cbuf_.data(), n);
-    ReadAll(client_, cbuf_.data(), n);
-  }
-
- private:
-  std::vector<char> cbuf_, sbuf_;
-  int client_ = -1, server_ = -1;
-  std::thread echo_;
-};
 
 // ---------------------------------------------------------------- pskv
 
@@ -142,8 +76,14 @@ class AddServer {
         token_ = std::make_shared<int>(0);
       }
       m.ForEachPiece(0, len, [&](const char* p, uint64_t bytes, uint64_t at) {
-        NDArray in =
-            NDArray::Wrap(const_cast<char*>(p), {static_cast<int64_t>(bytes / 4)}, DType::kFloat32);
+        const int64_t n = static_cast<int64_t>(bytes / 4);
+        NDArray in;
+        if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
+          in = NDArray::Wrap(const_cast<char*>(p), {n}, DType::kFloat32);
+        } else {  // a receive buffer need not be aligned for float
+          in = NDArray({n});
+          std::memcpy(in.raw(), p, bytes);
+        }
         NDArray part = v.Slice1D(static_cast<int64_t>(at / 4), static_cast<int64_t>(bytes / 4));
         reducer_.AddTo(in, &part);
       });
@@ -228,8 +168,8 @@ class TcpBidir {
  public:
   explicit TcpBidir(size_t max_bytes)
       : abuf_(max_bytes, 1), arecv_(max_bytes), bbuf_(max_bytes, 2), brecv_(max_bytes) {
-    Connected(&a_out_, &b_in_);
-    Connected(&b_out_, &a_in_);
+    LoopbackPair(&a_out_, &b_in_, true);
+    LoopbackPair(&b_out_, &a_in_, true);
     peer_ = std::thread([this] {
       for (;;) {
         go_.acquire();
@@ -253,22 +193,6 @@ class TcpBidir {
   }
 
  private:
-  static void Connected(int* client, int* server) {
-    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
-    ::listen(ls, 1);
-    *client = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(*client, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-      throw IOError("tcp connect");
-    *server = ::accept(ls, nullptr, nullptr);
-    ::close(ls);
-    for (int fd : {*client, *server}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  }
   static void Pump(int out, int in, const char* sbuf, char* rbuf, size_t n) {
     size_t sent = 0, got = 0;
     while (sent < n || got < n) {

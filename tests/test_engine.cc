@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
+#include <thread>
 
 #include "kvstore/engine.h"
 #include "pskv/error.h"
@@ -102,4 +104,55 @@ TEST(Engine, PoisonFailsLaterPushes) {
   e.Poison(std::make_exception_ptr(NodeFailure("server[0] died")));
   EXPECT_THROW(e.PushSync({1}, 0, [] {}), NodeFailure);
   EXPECT_THROW(e.Wait(nullptr, 1s), NodeFailure);
+}
+
+// may_start_here: a ready operation with nothing else waiting starts on the pushing
+// thread (no hand-off); one that must wait for an earlier operation on its key
+// starts when that completes, in order, on another thread.
+TEST(Engine, StartsOnTheCallingThreadOnlyWhenReadyAndNothingWaits) {
+  Engine e;
+  const auto me = std::this_thread::get_id();
+  std::thread::id first_ran, second_ran;
+  Engine::Done held;
+  std::mutex mu;
+  e.Push(
+      {1}, 0,
+      [&](Engine::Done done) {
+        first_ran = std::this_thread::get_id();
+        std::lock_guard<std::mutex> lk(mu);
+        held = std::move(done);  // completes later
+      },
+      true);
+  EXPECT_EQ(first_ran, me);
+  std::atomic<bool> second{false};
+  e.Push(
+      {1}, 0,
+      [&](Engine::Done done) {
+        second_ran = std::this_thread::get_id();
+        second = true;
+        done(nullptr);
+      },
+      true);
+  EXPECT_FALSE(second.load()) << "started before the earlier operation on its key completed";
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    held(nullptr);
+  }
+  e.Wait(nullptr, 10s);
+  EXPECT_TRUE(second.load());
+  EXPECT_NE(second_ran, me);
+  // Without may_start_here: always the dispatcher.
+  std::thread::id third_ran;
+  e.PushSync({2}, 0, [&] { third_ran = std::this_thread::get_id(); });
+  e.Wait(nullptr, 10s);
+  EXPECT_NE(third_ran, me);
+}
+
+// An operation that throws while started on the calling thread is recorded for
+// Wait like any other failure; Push itself does not throw it.
+TEST(Engine, AFailureStartedHereIsReportedByWait) {
+  Engine e;
+  EXPECT_NO_THROW(e.Push(
+      {3}, 0, [](Engine::Done) { throw UsageError("boom"); }, true));
+  EXPECT_THROW(e.Wait(nullptr, 10s), UsageError);
 }

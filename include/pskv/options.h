@@ -36,6 +36,11 @@ struct Options {
   int64_t fusion_key_bytes = 65536;
   /// PSKV_FUSION_BYTES: the most value bytes one fused message carries.
   int64_t fusion_bytes = 1 << 20;
+  /// PSKV_INLINE_START_BYTES: a dist store's Push/Pull/PushPull of one key with at
+  /// most this many value bytes (one value, not compressed; any Pull) starts on the
+  /// calling thread when no other operation is waiting to start, instead of waking
+  /// the engine's thread (one thread hand-off less per small operation); 0: never.
+  int64_t inline_start_bytes = 65536;
 
   // ---- parameter-server contract (spec 4.1) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

@@ -103,6 +103,7 @@ Options Options::FromEnv() {
   ReadInt("PSKV_SERVER_THREADS", &o.server_threads, 0, 256);
   ReadInt("PSKV_FUSION_KEY_BYTES", &o.fusion_key_bytes, 0, int64_t{1} << 30);
   ReadInt("PSKV_FUSION_BYTES", &o.fusion_bytes, 1, int64_t{1} << 30);
+  ReadInt("PSKV_INLINE_START_BYTES", &o.inline_start_bytes, 0, int64_t{1} << 30);
 
   if (const char* v = Get("DMLC_ROLE")) {
     std::string r = v;

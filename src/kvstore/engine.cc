@@ -30,20 +30,44 @@ void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
   key_queues_.clear();
 }
 
-void Engine::Push(std::vector<int> keys, int priority, AsyncFn fn) {
+void Engine::Push(std::vector<int> keys, int priority, AsyncFn fn, bool may_start_here) {
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   if (keys.empty()) throw InternalError("Engine::Push without keys");
-  std::lock_guard<std::mutex> lk(mu_);
-  if (poison_) std::rethrow_exception(poison_);
-  if (stop_) throw UsageError("the KVStore is shutting down; no new operations are accepted");
-  auto op = std::make_unique<Op>(Op{next_id_++, priority, std::move(keys), std::move(fn)});
-  for (int k : op->keys) key_queues_[k].push_back(op->id);
-  Op* raw = op.get();
-  ops_.emplace(raw->id, std::move(op));
-  if (IsReadyLocked(*raw)) {
-    ready_.push(raw);
-    cv_ready_.notify_one();
+  uint64_t here = 0;
+  AsyncFn here_fn;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (poison_) std::rethrow_exception(poison_);
+    if (stop_) throw UsageError("the KVStore is shutting down; no new operations are accepted");
+    auto op = std::make_unique<Op>(Op{next_id_++, priority, std::move(keys), std::move(fn)});
+    for (int k : op->keys) key_queues_[k].push_back(op->id);
+    Op* raw = op.get();
+    ops_.emplace(raw->id, std::move(op));
+    if (IsReadyLocked(*raw)) {
+      if (may_start_here && ready_.empty()) {
+        here = raw->id;
+        here_fn = std::move(raw->fn);
+      } else {
+        ready_.push(raw);
+        cv_ready_.notify_one();
+      }
+    }
+  }
+  if (here) Start(here, std::move(here_fn));
+}
+
+void Engine::Start(uint64_t id, AsyncFn fn) {
+  bool called = false;
+  auto done = [this, id, called](std::exception_ptr err) mutable {
+    if (called) return;  // exactly once, even if an op misbehaves
+    called = true;
+    Complete(id, err);
+  };
+  try {
+    fn(done);
+  } catch (...) {
+    Complete(id, std::current_exception());
   }
 }
 
@@ -77,17 +101,7 @@ void Engine::DispatchLoop() {
     const uint64_t id = op->id;
     AsyncFn fn = std::move(op->fn);
     lk.unlock();
-    bool called = false;
-    auto done = [this, id, called](std::exception_ptr err) mutable {
-      if (called) return;  // exactly once, even if an op misbehaves
-      called = true;
-      Complete(id, err);
-    };
-    try {
-      fn(done);
-    } catch (...) {
-      Complete(id, std::current_exception());
-    }
+    Start(id, std::move(fn));
     lk.lock();
   }
 }

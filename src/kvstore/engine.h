@@ -3,7 +3,8 @@
 //
 // An operation names the keys it touches. It becomes ready when every earlier
 // operation on any of those keys has completed. Ready operations are started by
-// the engine's dispatcher thread in (priority desc, issue order asc) order. An
+// the engine's dispatcher thread in (priority desc, issue order asc) order (or,
+// when asked and nothing else is waiting, by the thread that pushed it). An
 // operation is a function that receives a `Done` callback and must call it exactly
 // once — synchronously, or later from another thread (a network receive thread)
 // — with nullptr on success or the failure's exception_ptr.
@@ -37,8 +38,11 @@ class Engine {
   /// operations in flight, then stops the dispatcher.
   ~Engine();
 
-  /// Schedules `fn` on `keys` (must not be empty).
-  void Push(std::vector<int> keys, int priority, AsyncFn fn);
+  /// Schedules `fn` on `keys` (must not be empty). `may_start_here`: if the
+  /// operation is ready at once and no other is waiting to start, it is started on
+  /// the calling thread (for operations that only issue messages: no thread
+  /// hand-off); priority order is kept, since nothing else is ready.
+  void Push(std::vector<int> keys, int priority, AsyncFn fn, bool may_start_here = false);
   /// Schedules a synchronous function; an exception it throws is the op's failure.
   void PushSync(std::vector<int> keys, int priority, std::function<void()> fn);
   /// Blocks until no operation on `keys` (all keys if null) is pending, then
@@ -68,6 +72,8 @@ class Engine {
     }
   };
   void DispatchLoop();
+  /// Runs `fn` with its Done callback (not under mu_).
+  void Start(uint64_t id, AsyncFn fn);
   void Complete(uint64_t id, std::exception_ptr err);
   bool IsReadyLocked(const Op& op) const;
   bool KeysIdleLocked(const std::vector<int>* keys) const;

@@ -449,12 +449,15 @@ class KVStoreDist final : public KVStore {
       if (fused.count(k)) continue;
       KeyMeta* m = metas.at(k);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
-      engine_.Push({k}, priority, [this, k, obs_t, m, vals = vals, priority](Engine::Done done) {
-        auto [frame, lens, cmd] = Prepare(*m, vals);
-        done =
-            obs::Track("push", std::to_string(k), frame.size, obs_t, std::move(done));  // [observe]
-        worker_->Push(m->ps_keys, frame, lens, cmd, done, priority);
-      });
+      engine_.Push(
+          {k}, priority,
+          [this, k, obs_t, m, vals = vals, priority](Engine::Done done) {
+            auto [frame, lens, cmd] = Prepare(*m, vals);
+            done = obs::Track("push", std::to_string(k), frame.size, obs_t,
+                              std::move(done));  // [observe]
+            worker_->Push(m->ps_keys, frame, lens, cmd, done, priority);
+          },
+          StartsHere(*m, vals.size()));
     }
   }
 
@@ -469,14 +472,17 @@ class KVStoreDist final : public KVStore {
       if (fused.count(k)) continue;
       KeyMeta* m = metas.at(k);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
-      engine_.Push({k}, priority, [this, k, obs_t, m, dst = dst, priority](Engine::Done done) {
-        NDArray first = dst[0];
-        done = obs::Track("pull", std::to_string(k), first.nbytes(), obs_t,
-                          std::move(done));  // [observe]
-        worker_->Pull(m->ps_keys, static_cast<char*>(first.raw()), m->lens,
-                      dist::MakeCmd(Kind::kDense, m->dtype), Broadcast(dst, std::move(done)),
-                      priority);
-      });
+      engine_.Push(
+          {k}, priority,
+          [this, k, obs_t, m, dst = dst, priority](Engine::Done done) {
+            NDArray first = dst[0];
+            done = obs::Track("pull", std::to_string(k), first.nbytes(), obs_t,
+                              std::move(done));  // [observe]
+            worker_->Pull(m->ps_keys, static_cast<char*>(first.raw()), m->lens,
+                          dist::MakeCmd(Kind::kDense, m->dtype), Broadcast(dst, std::move(done)),
+                          priority);
+          },
+          options_.inline_start_bytes > 0);
     }
   }
 
@@ -521,7 +527,8 @@ class KVStoreDist final : public KVStore {
             NDArray first = dst[0];
             worker_->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()), m->lens,
                               cmd, Broadcast(dst, std::move(done)), priority);
-          });
+          },
+          StartsHere(*m, vals.size()));
     }
   }
 
@@ -821,6 +828,14 @@ class KVStoreDist final : public KVStore {
   }
 
   // Engine thread: local reduction (and compression) of one key's values.
+  // Whether a push of `nvals` values of `m` may start on the calling thread (Engine):
+  // only when preparing it is no work (one value, sent as it is) and small enough
+  // that the transport's copy (shared memory) is cheap too.
+  bool StartsHere(const KeyMeta& m, size_t nvals) const {
+    return nvals == 1 && !compressor_ &&
+           m.size * static_cast<int64_t>(DTypeSize(m.dtype)) <= options_.inline_start_bytes;
+  }
+
   std::tuple<Frame, std::vector<uint64_t>, int> Prepare(KeyMeta& m,
                                                         const std::vector<NDArray>& vals) {
     NDArray merged;
