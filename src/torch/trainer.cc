@@ -462,6 +462,31 @@ void Trainer::RowSparsePull(size_t index, const torch::Tensor& row_ids) {
   m.RecordVersions();  // our own write, not a change from outside
 }
 
+namespace {
+// The small parameters of one Step, pushed+pulled by one call.
+struct SmallBatch {
+  std::vector<int> keys, out_keys;
+  std::vector<NDArray> grads, weights;
+  int priority = 0;
+  bool any = false;
+  void Add(int key, const std::vector<NDArray>& g, const std::vector<NDArray>& w, int prio) {
+    for (auto& x : g) {
+      keys.push_back(key);
+      grads.push_back(x);
+    }
+    for (auto& x : w) {
+      out_keys.push_back(key);
+      weights.push_back(x);
+    }
+    priority = any ? std::max(priority, prio) : prio;
+    any = true;
+  }
+  void Issue(KVStore& kv) {
+    if (any) kv.PushPull(keys, grads, out_keys, weights, priority);
+  }
+};
+}  // namespace
+
 void Trainer::Step(int64_t batch_size) {
   Step(batch_size, {});
 }
@@ -486,6 +511,12 @@ void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& ro
           "Step(batch_size) differs from the scale the gradients were pushed with in backward; "
           "with push_in_backward keep the batch size constant");
     // The sum of every replica's gradient per key, highest index (last layer) first.
+    // Small parameters (biases, norms: within the store's fusion limit) go in one
+    // call, so that a dist store fuses them into few messages; the others one call
+    // each, with their own priority.
+    const auto small_limit =
+        static_cast<uint64_t>(std::max<int64_t>(0, m.kv->options().fusion_key_bytes));
+    SmallBatch small;
     std::map<size_t, NDArray> pushed_rows;
     for (size_t i = P; i-- > 0;) {
       if (!m.Active(i) || m.pushed[i]) continue;
@@ -504,9 +535,14 @@ void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& ro
       // staging buffer, no copy afterwards); the gradients are other tensors.
       std::vector<NDArray> weights;
       for (auto& r : m.replicas) weights.push_back(TensorView(r[i].detach()));
-      m.kv->PushPull(std::vector<int>(grads.size(), m.Key(i)), grads,
-                     std::vector<int>(weights.size(), m.Key(i)), weights, static_cast<int>(i));
+      if (grads[0].nbytes() <= small_limit) {
+        small.Add(m.Key(i), grads, weights, static_cast<int>(i));
+      } else {
+        m.kv->PushPull(std::vector<int>(grads.size(), m.Key(i)), grads,
+                       std::vector<int>(weights.size(), m.Key(i)), weights, static_cast<int>(i));
+      }
     }
+    small.Issue(*m.kv);
     m.kv->WaitAll();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < P; ++i) {
