@@ -1,15 +1,19 @@
 // Helpers shared by the benchmarks.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "common/net.h"
+#include "pskv/error.h"
 #include "pskv/options.h"
 
 namespace pskv::bench {
@@ -50,6 +54,35 @@ inline bool HasFlag(int argc, char** argv, const char* name) {
   for (int i = 0; i < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return true;
   return false;
+}
+
+/// This program's path (/proc/self/exe).
+inline std::string SelfExe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw IOError("pskv-bench: cannot find its own executable");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+/// Runs a job of real processes: `pskv-launch <launch_args> -- <this program>
+/// <worker_args>` (the pskv-launch next to this program), passing each line of its
+/// output to `on_line`. Throws Error with the job's output if it fails (`what` names
+/// the benchmark).
+inline void RunLaunchedJob(const std::string& what, const std::string& launch_args,
+                           const std::string& worker_args,
+                           const std::function<void(const char*)>& on_line) {
+  const std::string exe = SelfExe();
+  const std::string launch = exe.substr(0, exe.rfind('/') + 1) + "pskv-launch";
+  const std::string cmd = launch + " " + launch_args + " -- " + exe + " " + worker_args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) throw IOError("pskv-bench: cannot run " + launch);
+  std::string log;
+  char line[4096];
+  while (std::fgets(line, sizeof line, p)) {
+    log += line;
+    on_line(line);
+  }
+  if (::pclose(p) != 0) throw Error("pskv-bench " + what + ": the job failed; its output:\n" + log);
 }
 
 }  // namespace pskv::bench

@@ -67,13 +67,6 @@ std::vector<int64_t> ResNet50Sizes() {
   return out;
 }
 
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw IOError("pskv-bench: cannot find its own executable");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 // One PushPull call of keys [first, first + sizes) on `kv`, initialised.
 struct Call {
   KVStore* kv;
@@ -106,27 +99,20 @@ struct Result {
 };
 
 Result RunJob(int workers, int64_t keys, int64_t key_bytes, int reps) {
-  const std::string exe = SelfExe();
-  const std::string launch = exe.substr(0, exe.rfind('/') + 1) + "pskv-launch";
-  std::ostringstream cmd;
-  cmd << launch << " -n " << workers << " -s 1 --timeout 600 -- " << exe << " fusion-worker"
-      << " --keys " << keys << " --key-bytes " << key_bytes << " --reps " << reps << " 2>&1";
-  FILE* p = ::popen(cmd.str().c_str(), "r");
-  if (!p) throw IOError("pskv-bench: cannot run " + launch);
   Result out;
-  std::string log;
-  char line[4096];
-  while (std::fgets(line, sizeof line, p)) {
-    log += line;
-    const char* at = std::strstr(line, "FUSION ");
-    char name[64];
-    double sec = 0, bytes = 0;
-    if (at && std::sscanf(at, "FUSION case=%63s bytes=%lf seconds=%lf", name, &bytes, &sec) == 3) {
-      out.seconds[name] = std::max(out.seconds[name], sec);  // the slowest worker
-      out.bytes[name] = bytes;
-    }
-  }
-  if (::pclose(p) != 0) throw Error("pskv-bench fusion: the job failed; its output:\n" + log);
+  RunLaunchedJob("fusion", "-n " + std::to_string(workers) + " -s 1 --timeout 600",
+                 "fusion-worker --keys " + std::to_string(keys) + " --key-bytes " +
+                     std::to_string(key_bytes) + " --reps " + std::to_string(reps),
+                 [&](const char* line) {
+                   const char* at = std::strstr(line, "FUSION ");
+                   char name[64];
+                   double sec = 0, bytes = 0;
+                   if (at && std::sscanf(at, "FUSION case=%63s bytes=%lf seconds=%lf", name, &bytes,
+                                         &sec) == 3) {
+                     out.seconds[name] = std::max(out.seconds[name], sec);  // the slowest worker
+                     out.bytes[name] = bytes;
+                   }
+                 });
   return out;
 }
 

@@ -42,13 +42,6 @@ double Percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw IOError("pskv-bench: cannot find its own executable");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 // Raw TCP round trips of `bytes`, microseconds each.
 std::vector<double> RawRoundTrips(int64_t bytes, int reps) {
   TcpPair echo(static_cast<size_t>(bytes));
@@ -66,28 +59,20 @@ struct Job {
 };
 
 Job RunJob(const std::string& env, int64_t bytes, int reps) {
-  const std::string exe = SelfExe();
-  const std::string launch = exe.substr(0, exe.rfind('/') + 1) + "pskv-launch";
-  std::ostringstream cmd;
-  cmd << launch << " -n 1 -s 1 --timeout 600 " << env << " -- " << exe << " latency-worker"
-      << " --bytes " << bytes << " --reps " << reps << " 2>&1";
-  FILE* p = ::popen(cmd.str().c_str(), "r");
-  if (!p) throw IOError("pskv-bench: cannot run " + launch);
   Job out;
-  std::string log;
-  char line[4096];
-  while (std::fgets(line, sizeof line, p)) {
-    log += line;
-    const char* at = std::strstr(line, "LATENCY ");
-    char name[64];
-    double p50 = 0, p90 = 0;
-    if (at && std::sscanf(at, "LATENCY store=%63s p50=%lf p90=%lf", name, &p50, &p90) == 3) {
-      out.p50[name] = p50;
-      out.p90[name] = p90;
-    }
-  }
-  if (::pclose(p) != 0 || out.p50.size() != 2)
-    throw Error("pskv-bench latency: the job failed; its output:\n" + log);
+  RunLaunchedJob(
+      "latency", "-n 1 -s 1 --timeout 600 " + env,
+      "latency-worker --bytes " + std::to_string(bytes) + " --reps " + std::to_string(reps),
+      [&](const char* line) {
+        const char* at = std::strstr(line, "LATENCY ");
+        char name[64];
+        double p50 = 0, p90 = 0;
+        if (at && std::sscanf(at, "LATENCY store=%63s p50=%lf p90=%lf", name, &p50, &p90) == 3) {
+          out.p50[name] = p50;
+          out.p90[name] = p90;
+        }
+      });
+  if (out.p50.size() != 2) throw Error("pskv-bench latency: the job reported no result");
   return out;
 }
 

@@ -48,13 +48,6 @@ int StepsFor(int64_t bytes, int keys) {
   return static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / per_step, 4, 300));
 }
 
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw IOError("pskv-bench: cannot find its own executable");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 std::string ArgStr(int argc, char** argv, const char* name, const std::string& def) {
   for (int i = 0; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
@@ -76,31 +69,24 @@ struct Point {
 // Runs one job; returns per size the total bytes moved and the slowest worker's time.
 std::map<int64_t, Point> RunJob(int workers, int servers, int threads, int64_t lo, int64_t hi,
                                 int keys) {
-  const std::string exe = SelfExe();
-  const std::string launch = exe.substr(0, exe.rfind('/') + 1) + "pskv-launch";
-  std::ostringstream cmd;
-  cmd << launch << " -n " << workers << " -s " << servers << " --timeout 600"
-      << " --env PSKV_SERVER_THREADS=" << threads
-      << " --env MXNET_KVSTORE_REDUCTION_NTHREADS=" << threads << " -- " << exe << " scaling-worker"
-      << " --min-bytes " << lo << " --max-bytes " << hi << " --keys " << keys << " 2>&1";
-  FILE* p = ::popen(cmd.str().c_str(), "r");
-  if (!p) throw IOError("pskv-bench: cannot run " + launch);
   std::map<int64_t, Point> out;
-  std::string log;
-  char line[4096];
-  while (std::fgets(line, sizeof line, p)) {
-    log += line;
-    const char* at = std::strstr(line, "SCALING ");
-    long long b = 0;
-    double moved = 0, sec = 0;
-    if (at && std::sscanf(at, "SCALING bytes=%lld moved=%lf seconds=%lf", &b, &moved, &sec) == 3) {
-      Point& pt = out[b];
-      pt.moved += moved;
-      pt.seconds = std::max(pt.seconds, sec);
-    }
-  }
-  const int rc = ::pclose(p);
-  if (rc != 0) throw Error("pskv-bench scaling: the job failed; its output:\n" + log);
+  RunLaunchedJob("scaling",
+                 "-n " + std::to_string(workers) + " -s " + std::to_string(servers) +
+                     " --timeout 600 --env PSKV_SERVER_THREADS=" + std::to_string(threads) +
+                     " --env MXNET_KVSTORE_REDUCTION_NTHREADS=" + std::to_string(threads),
+                 "scaling-worker --min-bytes " + std::to_string(lo) + " --max-bytes " +
+                     std::to_string(hi) + " --keys " + std::to_string(keys),
+                 [&](const char* line) {
+                   const char* at = std::strstr(line, "SCALING ");
+                   long long b = 0;
+                   double moved = 0, sec = 0;
+                   if (at && std::sscanf(at, "SCALING bytes=%lld moved=%lf seconds=%lf", &b, &moved,
+                                         &sec) == 3) {
+                     Point& pt = out[b];
+                     pt.moved += moved;
+                     pt.seconds = std::max(pt.seconds, sec);
+                   }
+                 });
   return out;
 }
 

@@ -69,25 +69,6 @@ TEST(DistKVStore, InitShapeMismatchFailsEveryWorker) {
   EXPECT_EQ(Launch(2, 1, "shape_mismatch"), 0);
 }
 
-// Co-located nodes talk through shared memory by default (PSKV_SHM=auto), so the
-// tests above run over shm; the MXNet formula scenarios again over TCP only.
-const char* kTcp = "--env PSKV_SHM=0";
-TEST(DistKVStoreTcp, Sync4Workers2Servers) {
-  EXPECT_EQ(Launch(4, 2, "sync", kTcp), 0);
-}
-TEST(DistKVStoreTcp, Async4Workers2Servers) {
-  EXPECT_EQ(Launch(4, 2, "async", kTcp, 10), 0);
-}
-TEST(DistKVStoreTcp, TwoBitCompression) {
-  EXPECT_EQ(Launch(4, 2, "compression", kTcp), 0);
-}
-TEST(DistKVStoreTcp, UpdateOnKVStoreFalseSums) {
-  EXPECT_EQ(Launch(4, 2, "no_optimizer", kTcp), 0);
-}
-TEST(DistKVStoreTcp, ManyKeys) {
-  EXPECT_EQ(Launch(2, 2, "many_keys", kTcp, 2), 0);
-}
-
 // row_sparse keys (issue 15): MXNet's dist_sync row_sparse checks with 4 workers and
 // 2 servers (the big table sliced by row range over both), sums without optimizer,
 // and dist_async.
@@ -104,26 +85,34 @@ TEST(DistKVStore, RowSparseAsync) {
 // on the reducer's pool; pskv-launch gives a server 1 thread on a 2-core machine):
 // the same scenarios, their values checked the same way.
 const char* kThreads = "--env PSKV_SERVER_THREADS=3 --env MXNET_KVSTORE_REDUCTION_NTHREADS=3";
-TEST(DistKVStoreServerThreads, Sync4Workers2Servers) {
-  EXPECT_EQ(Launch(4, 2, "sync", kThreads), 0);
+// The MXNet formula scenarios again, in other settings: servers with several threads,
+// and TCP only (co-located nodes talk through shared memory by default, PSKV_SHM=auto,
+// so the tests above run over shm).
+class DistKVStoreIn : public ::testing::TestWithParam<const char*> {};
+TEST_P(DistKVStoreIn, Sync4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "sync", GetParam()), 0);
 }
-TEST(DistKVStoreServerThreads, Async4Workers2Servers) {
-  EXPECT_EQ(Launch(4, 2, "async", kThreads, 10), 0);
+TEST_P(DistKVStoreIn, Async4Workers2Servers) {
+  EXPECT_EQ(Launch(4, 2, "async", GetParam(), 10), 0);
 }
-TEST(DistKVStoreServerThreads, TwoBitCompression) {
-  EXPECT_EQ(Launch(4, 2, "compression", kThreads), 0);
+TEST_P(DistKVStoreIn, TwoBitCompression) {
+  EXPECT_EQ(Launch(4, 2, "compression", GetParam()), 0);
 }
-TEST(DistKVStoreServerThreads, UpdateOnKVStoreFalseSums) {
-  EXPECT_EQ(Launch(4, 2, "no_optimizer", kThreads), 0);
+TEST_P(DistKVStoreIn, UpdateOnKVStoreFalseSums) {
+  EXPECT_EQ(Launch(4, 2, "no_optimizer", GetParam()), 0);
 }
+TEST_P(DistKVStoreIn, ManyKeysAndAChunkedKeySumInRankOrder) {
+  EXPECT_EQ(Launch(4, 2, "many_keys", GetParam(), 3), 0);
+}
+INSTANTIATE_TEST_SUITE_P(Settings, DistKVStoreIn, ::testing::Values(kThreads, "--env PSKV_SHM=0"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.index == 0 ? "ServerThreads" : "Tcp");
+                         });
 TEST(DistKVStoreServerThreads, MultiPrecision) {
   EXPECT_EQ(Launch(2, 2, "multi_precision", kThreads), 0);
 }
 TEST(DistKVStoreServerThreads, UnequalPushCountsFailNamingTheWorker) {
   EXPECT_EQ(Launch(3, 2, "unequal", kThreads, 3), 0);
-}
-TEST(DistKVStoreServerThreads, ManyKeysAndAChunkedKeySumInRankOrder) {
-  EXPECT_EQ(Launch(4, 2, "many_keys", kThreads, 3), 0);
 }
 TEST(DistKVStore, ManyKeysAndAChunkedKeySumInRankOrder) {
   EXPECT_EQ(Launch(4, 2, "many_keys", "", 3), 0);
