@@ -331,6 +331,33 @@ TEST(Shm, MixedPeersUseTcp) {
   }
 }
 
+// The offering side does not keep a ring the peer declined: past the attach
+// deadline (here 300 ms) its memory is given back and TCP goes on. Before: the
+// ring (8 MiB by default) stayed until the connection went.
+TEST(Shm, ADeclinedOfferIsGivenUp) {
+  auto a = Shm(11, TransportConfig::Shm::kOff);
+  TransportConfig cb = Config(22);
+  cb.shm = TransportConfig::Shm::kAuto;
+  cb.shm_ring_bytes = 64 << 10;
+  cb.shm_attach_deadline = std::chrono::milliseconds(300);
+  auto b = CreateTransport("shm", cb);
+  const std::string ep = a->Bind("127.0.0.1", 0);
+  b->Connect(1, ep, 11);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {  // bounded: 100 x (send + 50 ms)
+    b->Send(1, {Frame::FromString("m" + std::to_string(i))});
+    Received in;
+    ASSERT_TRUE(RecvWithin(*a, &in, 5s)) << "message " << i;
+    EXPECT_EQ(Str(in.frames[0]), "m" + std::to_string(i));
+    gone = RingFds().empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << "the declined ring is still held";
+  EXPECT_FALSE(SendsThroughShm(*b, 1));
+  a->Close(0ms);
+  b->Close(0ms);
+}
+
 // A hostile writer (here: this test, writing into the mapped ring as a peer
 // could) makes the reader drop the ring, never crash or hang; the writer then
 // goes back to TCP and messages flow again.

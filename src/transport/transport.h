@@ -66,6 +66,9 @@ struct TransportConfig {
   /// does not answer within `keepalive_timeout` is closed and reported down, so
   /// half-open connections are noticed.
   std::chrono::milliseconds keepalive_interval{0}, keepalive_timeout{0};
+  /// For the "shm" backend: an offered ring the peer has not attached this long
+  /// after the connection is up (it declined: another host, PSKV_SHM=0) is given up.
+  std::chrono::milliseconds shm_attach_deadline{10000};
   /// Tests only: Connect pauses this long after its socket started connecting (a
   /// connecting thread preempted at the worst moment).
   std::chrono::milliseconds test_connect_pause{0};

@@ -138,7 +138,8 @@ struct Out {
   int peer_pipe = -1;  // the reader's wake-up pipe
   uint64_t head = 0;   // private copy of the ring's head
   bool seen_up = false;
-  Clock::time_point retry_after{};  // kDown: no new offer before then
+  Clock::time_point retry_after{};    // kDown: no new offer before then
+  Clock::time_point offered_up_at{};  // kOffered: when the connection was first seen up
   std::deque<OutMsg> pending;
 };
 
@@ -380,6 +381,7 @@ class ShmTransport final : public Transport {
     std::memcpy(w.boot_id, boot_id_.data(), boot_id_.size());
     o.head = 0;
     o.seen_up = up;
+    o.offered_up_at = up ? Clock::now() : Clock::time_point{};
     o.state = Out::kOffered;
     if (!SendControl(peer, o, w)) o.state = Out::kDown;  // offered again once it is up
   }
@@ -426,8 +428,18 @@ class ShmTransport final : public Transport {
     }
     Shared* s = o.ring->shared();
     if (o.state == Out::kOffered) {
+      const auto now = Clock::now();
+      if (o.offered_up_at == Clock::time_point{}) o.offered_up_at = now;
       o.seen_up = true;
-      if (!A(s->attached).load(std::memory_order_acquire)) return;
+      if (!A(s->attached).load(std::memory_order_acquire)) {
+        // A peer that declines (another host, PSKV_SHM=0) says nothing: past the
+        // deadline, give the ring's memory back and stay on TCP with this peer.
+        if (now - o.offered_up_at > cfg_.shm_attach_deadline) {
+          Teardown(o);
+          o.state = Out::kOff;
+        }
+        return;
+      }
       std::string why;
       o.peer_pipe = shm::OpenPeerPipe(s->consumer_pid, s->consumer_pipe, &why);
       if (o.peer_pipe < 0) {
