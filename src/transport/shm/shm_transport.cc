@@ -598,7 +598,13 @@ class ShmTransport final : public Transport {
       if (it == in_.end()) it = in_.begin();
       auto cur = it++;
       In& r = *cur->second;
-      if (!r.active) continue;
+      if (!r.active) {
+        // Attached, never switched to, and given up by its writer (it went back to
+        // TCP, or its offer passed the attach deadline): nothing will come.
+        if (A(r.ring->shared()->producer_closed).load(std::memory_order_seq_cst))
+          DropIn(cur, nullptr);
+        continue;
+      }
       const char* bad = nullptr;
       const bool got = Pump(r, out, &bad);
       if (bad) {
