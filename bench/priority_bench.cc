@@ -3,8 +3,8 @@
 // server sums). The worker measures
 //   idle:   the latency of a push+pull of a small key (4 KiB, priority +10), median;
 //   loaded: the same small push+pull issued again and again while a big push+pull
-//           (64 MiB, priority -10) is in flight (the big one runs on another thread;
-//           every small operation completed before the big one is a sample), median;
+//           (64 MiB, priority -10) is in flight (issued by another thread; every
+//           small operation started before the big one completed is a sample), median;
 //   big:    the big push+pull alone (median seconds -> GB/s moved both ways).
 // Each is measured in a job with the defaults ("on": wire chunks + send window) and
 // in a job with PSKV_WIRE_CHUNK_BYTES=0 PSKV_WIRE_WINDOW_BYTES=0 ("off": one
@@ -119,17 +119,17 @@ int BenchPriorityWorker(int argc, char** argv) {
   for (int i = 0; i < 200; ++i) idle.push_back(small_op());
   for (int r = 0; r < rounds; ++r) big.push_back(big_op());
   for (int r = 0; r < rounds; ++r) {
-    std::atomic<bool> done{false};
+    std::atomic<bool> issued{false}, done{false};
     std::thread t([&] {
-      big_op();
+      kv->PushPull(kBig, {big_v}, {big_o}, kLow);
+      issued = true;
+      kv->Wait(std::vector<int>{kBig});
       done = true;
     });
-    // Samples: small operations that both started and ended while the big one ran
-    // (bounded: at most 100000 per round).
-    for (int i = 0; i < 100000 && !done; ++i) {
-      const double s = small_op();
-      if (!done) loaded.push_back(s);
-    }
+    for (int i = 0; i < 100000 && !issued; ++i) std::this_thread::yield();  // bounded
+    // Samples: every small operation started while the big one was in flight (also
+    // one that ends after it). Bounded: at most 100000 per round.
+    for (int i = 0; i < 100000 && !done; ++i) loaded.push_back(small_op());
     t.join();
   }
   if (small_o.At(0) != 1.0f || big_o.At(big_o.size() - 1) != 1.0f)

@@ -376,6 +376,9 @@ void PriorityOrder(KVStore& kv, int) {
   std::atomic<int> order{0};
   int big_pos = -1, small_pos = -1;
   kv.PushPull(1, {big}, {big_out}, -10);
+  // Let the engine start the big operation first (it needs >= 64 server delays, so
+  // it is still in flight): the order then depends on the wire, not on the engine.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   kv.PushPull(2, {small}, {small_out}, 10);
   std::thread waiter([&] {
     kv.Wait(std::vector<int>{1});

@@ -142,14 +142,14 @@ const char* kTinyWindow = "--env PSKV_WIRE_CHUNK_BYTES=65536 --env PSKV_WIRE_WIN
 TEST(DistKVStoreWire, HighPriorityKeyOvertakesABigLowPriorityOne) {
   EXPECT_EQ(Launch(1, 1, "priority_order",
                    std::string(kTinyWindow) +
-                       " --env PSKV_TEST_REPLY_DELAY=3 --env PSKV_SERVER_THREADS=1"),
+                       " --env PSKV_TEST_REPLY_DELAY=5 --env PSKV_SERVER_THREADS=1"),
             0);
 }
 TEST(DistKVStoreWire, HighPriorityKeyOvertakesABigLowPriorityOneOverTcp) {
   EXPECT_EQ(
       Launch(1, 1, "priority_order",
              std::string(kTinyWindow) +
-                 " --env PSKV_TEST_REPLY_DELAY=3 --env PSKV_SERVER_THREADS=1 --env PSKV_SHM=0"),
+                 " --env PSKV_TEST_REPLY_DELAY=5 --env PSKV_SERVER_THREADS=1 --env PSKV_SHM=0"),
       0);
 }
 TEST(DistKVStoreWire, TinyWindowOppositeOrdersDoNotDeadlock) {

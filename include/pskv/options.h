@@ -41,12 +41,12 @@ struct Options {
   /// that a more urgent key's messages can overtake it between chunks (the servers
   /// merge and update each chunk on its own). 0: off (one message per server).
   /// Workers and servers of a job must agree (keys are named by their chunks).
-  int64_t wire_chunk_bytes = int64_t{1} << 20;
+  int64_t wire_chunk_bytes = int64_t{256} << 10;
   /// PSKV_WIRE_WINDOW_BYTES: per destination, the value bytes of big messages
   /// (at least 64 KiB each) a node has sent that the receiver has not yet
   /// acknowledged receiving; more wait in a queue ordered by priority (higher
   /// first, then in order). Smaller messages go at once. 0: off (FIFO as sent).
-  int64_t wire_window_bytes = int64_t{2} << 20;
+  int64_t wire_window_bytes = int64_t{512} << 10;
 
   // ---- parameter-server contract (spec 4.1) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

@@ -20,7 +20,9 @@
 //
 // Priorities: every message of a request carries its priority; the Node sends big
 // messages in priority order (node.h, "Send scheduling") and the server's replies
-// carry the request's priority too.
+// carry the request's priority too. So two requests to one server are not ordered
+// against each other: issue the second from the first's callback when order matters
+// (the dist store's engine runs one operation per key at a time).
 //
 // Waiting: the KV layer blocks in exactly one way, KVWorker::Await — a request's
 // completion state is shared (Completion, held by the callback and the waiter), the
