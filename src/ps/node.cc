@@ -321,9 +321,10 @@ void Node::Send(int to, Message m) {
     PSKV_LOG_LIMITED(limiter_, "sendqueue", "WARN",
                      Tag() << ": more than " << kMaxQueuedPerPeer << " big messages wait for "
                            << NameLocked(to) << "; sending without priority order");
+    const uint64_t bytes = m.h.vals_len;
     SendFrames(to, m);
-    lane.in_flight += m.h.vals_len;
-    lane.unacked.push_back(m.h.vals_len);
+    lane.in_flight += bytes;
+    lane.unacked.push_back(bytes);
     ++lane.sent;
     return;
   }
@@ -340,10 +341,10 @@ void Node::PumpLocked(int to, Lane& lane) {
     if (lane.in_flight > 0 && lane.in_flight + bytes > window) return;
     Message m = std::move(it->second);
     lane.queue.erase(it);
+    SendFrames(to, m);  // counted once sent: a failed send never holds window credit
     lane.in_flight += bytes;
     lane.unacked.push_back(bytes);
     ++lane.sent;
-    SendFrames(to, m);
   }
 }
 
