@@ -4,6 +4,8 @@
 //
 //   dist_worker SCENARIO [ROUNDS]
 #include <unistd.h>
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@
 
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
+#include "pskv/options.h"
 #include "pskv/row_sparse.h"
 #include "pskv/tuning.h"
 
@@ -364,6 +367,162 @@ void States(KVStore& kv, int rounds) {
     std::remove(f1.c_str());
     std::remove(f2.c_str());
   }
+  kv.Barrier();
+}
+
+// ---------------------------------------------------------------- priorities on the wire
+
+// Run with PSKV_WIRE_CHUNK_BYTES=65536, PSKV_WIRE_WINDOW_BYTES=1 (one big message
+// in flight at a time) and a server that sleeps a few ms per request: a big
+// low-priority push-pull (64 chunks) is issued, then a small high-priority one. The
+// small one must complete first: its message overtakes the big one's queued chunks,
+// and the server answers it between two chunks. (Without send scheduling the big
+// value is ahead of it in the connection and completes first.)
+void PriorityOrder(KVStore& kv, int) {
+  const int64_t n = int64_t{1} << 20;  // 4 MiB of float32
+  kv.Init(1, Full({n}, 0));
+  kv.Init(2, Full({1024}, 0));
+  NDArray big = Full({n}, 2), big_out({n}), small = Full({1024}, 3), small_out({1024});
+  std::atomic<int> order{0};
+  int big_pos = -1, small_pos = -1;
+  kv.PushPull(1, {big}, {big_out}, -10);
+  // Let the engine start the big operation first (it needs >= 64 server delays, so
+  // it is still in flight): the order then depends on the wire, not on the engine.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kv.PushPull(2, {small}, {small_out}, 10);
+  std::thread waiter([&] {
+    kv.Wait(std::vector<int>{1});
+    big_pos = order++;
+  });
+  kv.Wait(std::vector<int>{2});
+  small_pos = order++;
+  waiter.join();
+  CHECK_TRUE(small_pos == 0 && big_pos == 1,
+             "the high-priority key completed at position " + std::to_string(small_pos) +
+                 ", the big low-priority one at " + std::to_string(big_pos));
+  const double w = kv.NumWorkers();
+  CHECK_TRUE(AllEqual(big_out, 2 * w) && AllEqual(small_out, 3 * w), "values");
+  kv.Barrier();
+}
+
+// Run with a tiny window (PSKV_WIRE_WINDOW_BYTES=1) and small chunks: the workers
+// push chunked keys in opposite orders. If window credit were released by the
+// server's reply (which in sync mode waits for every worker's push), each worker's
+// window would hold a chunk whose round needs a chunk queued behind the other
+// worker's window: a deadlock. Credit is released on receipt, so it completes.
+void WireOpposite(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  const double tri = n * (n + 1) / 2.0;
+  kv.SetOptimizer(AddRate(kRate));
+  const std::vector<int> keys = {10, 11, 12};
+  const Shape shape = {128, 1024};  // 512 KiB: 8 chunks of 64 KiB (per server slice: fewer)
+  for (int k : keys) kv.Init(k, Full(shape, 1));
+  for (int i = 0; i < rounds; ++i) {
+    std::vector<int> order = keys;
+    if (r % 2) std::reverse(order.begin(), order.end());
+    for (int k : order) kv.Push(k, {Full(shape, r + 1)});
+    std::vector<NDArray> outs;
+    for (size_t j = 0; j < keys.size(); ++j) outs.emplace_back(shape);
+    kv.Pull(keys, outs);
+    kv.WaitAll();
+    for (auto& o : outs)
+      CHECK_TRUE(AllEqual(o, 1 + kRate * (i + 1) * tri), "round " + std::to_string(i));
+  }
+  kv.Barrier();
+}
+
+// Chunked keys give bit-identical values: one store of the job with wire chunks
+// (the environment's PSKV_WIRE_CHUNK_BYTES), one without, the same pushes (Adam
+// with per-key multipliers and weight decay, keys sliced over the servers, a
+// float16 key with multi-precision), compared byte for byte.
+void ChunkEqual(KVStore& kv, int rounds) {
+  Options plain_opts = Options::FromEnv();
+  plain_opts.wire_chunk_bytes = 0;
+  auto plain = KVStore::Create("dist_sync", plain_opts);
+  CHECK_TRUE(Options::FromEnv().wire_chunk_bytes > 0, "run with PSKV_WIRE_CHUNK_BYTES > 0");
+  const int r = kv.Rank();
+  auto opt = OptimizerConfig::FromParams(
+      "adam", {{"learning_rate", "0.01"}, {"wd", "0.001"}, {"multi_precision", "1"}});
+  opt.lr_mult[1] = 0.5;
+  opt.wd_mult[2] = 3;
+  const std::vector<int> keys = {0, 1, 2, 3};
+  const std::vector<Shape> shapes = {{7}, {300, 100}, {64, 333}, {40, 50}};
+  const std::vector<DType> types = {DType::kFloat32, DType::kFloat32, DType::kFloat32,
+                                    DType::kFloat16};
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<NDArray> init;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    NDArray a(shapes[j]);
+    for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
+    init.push_back(a.AsType(types[j]));
+  }
+  for (KVStore* s : {&kv, plain.get()}) {
+    s->SetOptimizer(opt);
+    s->Init(keys, init);
+  }
+  std::mt19937 grng(99 + static_cast<unsigned>(r));
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<NDArray> grads;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      NDArray g(shapes[j]);
+      for (int64_t i = 0; i < g.size(); ++i) g.data<float>()[i] = u(grng);
+      grads.push_back(g.AsType(types[j]));
+    }
+    for (KVStore* s : {&kv, plain.get()}) {
+      std::vector<NDArray> outs;
+      for (size_t j = 0; j < keys.size(); ++j) outs.emplace_back(shapes[j], types[j]);
+      if (round % 2)
+        s->PushPull(keys, grads, keys, outs);
+      else
+        s->Push(keys, grads);
+    }
+    kv.WaitAll();
+    plain->WaitAll();
+  }
+  for (size_t j = 0; j < keys.size(); ++j) {
+    NDArray a(shapes[j], types[j]), b(shapes[j], types[j]);
+    kv.Pull(keys[j], {a});
+    plain->Pull(keys[j], {b});
+    kv.WaitAll();
+    plain->WaitAll();
+    CHECK_TRUE(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0,
+               "key " + std::to_string(keys[j]) + " differs between chunked and unchunked");
+    CHECK_TRUE(std::memcmp(a.raw(), init[j].raw(), a.nbytes()) != 0,
+               "key " + std::to_string(keys[j]) + " was updated");
+  }
+  kv.Barrier();
+}
+
+// Optimizer states saved by a store without wire chunks do not fit a store with
+// them (the chunks' states are smaller): loading is an error saying why, and the
+// chunked store's states are untouched.
+void StatesOtherChunks(KVStore& kv, int) {
+  Options plain_opts = Options::FromEnv();
+  plain_opts.wire_chunk_bytes = 0;
+  auto plain = KVStore::Create("dist_sync", plain_opts);
+  const Shape shape = {300, 100};  // sliced over the servers, chunked in kv
+  for (KVStore* s : {&kv, plain.get()}) {
+    s->SetOptimizer(OptimizerConfig::FromParams("adam", {{"learning_rate", "0.01"}}));
+    s->Init(0, Full(shape, 1));
+    s->Push(0, {Full(shape, 0.5)});
+    s->WaitAll();
+  }
+  const std::string f = "/tmp/pskv_states_chunks_" + std::to_string(::getpid());
+  plain->SaveOptimizerStates(f);
+  if (kv.Rank() == 0) {
+    CHECK_TRUE(Throws([&] { kv.LoadOptimizerStates(f); }, "PSKV_WIRE_CHUNK_BYTES"),
+               "loading unchunked states into a chunked store");
+    std::remove(f.c_str());
+  }
+  kv.Push(0, {Full(shape, 0.5)});
+  plain->Push(0, {Full(shape, 0.5)});
+  NDArray a(shape), b(shape);
+  kv.Pull(0, {a});
+  plain->Pull(0, {b});
+  kv.WaitAll();
+  plain->WaitAll();
+  CHECK_TRUE(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0, "states unchanged by the failed load");
   kv.Barrier();
 }
 
@@ -1055,6 +1214,10 @@ int main(int argc, char** argv) {
           {"sparse_sync", {"dist_sync", SparseSync}},
           {"sparse_no_optimizer", {"dist_sync", SparseNoOptimizer}},
           {"sparse_async", {"dist_async", SparseAsync}},
+          {"priority_order", {"dist_sync", PriorityOrder}},
+          {"wire_opposite", {"dist_sync", WireOpposite}},
+          {"chunk_equal", {"dist_sync", ChunkEqual}},
+          {"states_other_chunks", {"dist_sync", StatesOtherChunks}},
       };
   auto it = kScenarios.find(scenario);
   if (it == kScenarios.end()) {

@@ -144,3 +144,61 @@ TEST(DistKVStoreServerThreads, RowSparseSync4Workers2Servers) {
 TEST(DistKVStoreServerThreads, RowSparseAsync) {
   EXPECT_EQ(Launch(4, 2, "sparse_async", kThreads, 5), 0);
 }
+
+// Priorities on the wire (issue 13, item 4): wire chunks and send scheduling.
+const char* kTinyWindow = "--env PSKV_WIRE_CHUNK_BYTES=65536 --env PSKV_WIRE_WINDOW_BYTES=1";
+TEST(DistKVStoreWire, HighPriorityKeyOvertakesABigLowPriorityOne) {
+  EXPECT_EQ(Launch(1, 1, "priority_order",
+                   std::string(kTinyWindow) +
+                       " --env PSKV_TEST_REPLY_DELAY=5 --env PSKV_SERVER_THREADS=1"),
+            0);
+}
+TEST(DistKVStoreWire, HighPriorityKeyOvertakesABigLowPriorityOneOverTcp) {
+  EXPECT_EQ(
+      Launch(1, 1, "priority_order",
+             std::string(kTinyWindow) +
+                 " --env PSKV_TEST_REPLY_DELAY=5 --env PSKV_SERVER_THREADS=1 --env PSKV_SHM=0"),
+      0);
+}
+TEST(DistKVStoreWire, TinyWindowOppositeOrdersDoNotDeadlock) {
+  EXPECT_EQ(Launch(3, 2, "wire_opposite", kTinyWindow, 3), 0);
+}
+// Credits travel like data under PS_RESEND; bogus credits (for messages never
+// sent) from every node are dropped.
+TEST(DistKVStoreWire, TinyWindowWithResendAndBogusCredits) {
+  EXPECT_EQ(
+      Launch(2, 1, "wire_opposite",
+             std::string(kTinyWindow) + " --env PS_RESEND=1 --env PSKV_TEST_BOGUS_CREDITS=1", 3),
+      0);
+}
+TEST(DistKVStoreWire, ChunkedValuesAreBitIdentical) {
+  EXPECT_EQ(Launch(2, 2, "chunk_equal", "--env PSKV_WIRE_CHUNK_BYTES=4096", 4), 0);
+}
+TEST(DistKVStoreWire, ChunkedValuesAreBitIdenticalServerThreads) {
+  EXPECT_EQ(
+      Launch(2, 2, "chunk_equal", std::string("--env PSKV_WIRE_CHUNK_BYTES=4096 ") + kThreads, 4),
+      0);
+}
+TEST(DistKVStoreWire, StatesSavedWithOtherChunksAreRefused) {
+  EXPECT_EQ(Launch(2, 2, "states_other_chunks", "--env PSKV_WIRE_CHUNK_BYTES=4096"), 0);
+}
+// The scenarios above with every sliced key in chunks of 1 KiB (several per slice).
+const char* kSmallChunks = "--env PSKV_WIRE_CHUNK_BYTES=1024 --env PSKV_WIRE_WINDOW_BYTES=1";
+TEST(DistKVStoreWire, SyncSmallChunks) {
+  EXPECT_EQ(Launch(4, 2, "sync", kSmallChunks), 0);
+}
+TEST(DistKVStoreWire, TwoBitCompressionSmallChunks) {
+  EXPECT_EQ(Launch(4, 2, "compression", kSmallChunks), 0);
+}
+TEST(DistKVStoreWire, OptimizerStatesSaveAndLoadSmallChunks) {
+  EXPECT_EQ(Launch(2, 2, "states", kSmallChunks), 0);
+}
+TEST(DistKVStoreWire, FusedSmallKeysSmallChunks) {
+  EXPECT_EQ(Launch(3, 2, "fused", kSmallChunks, 3), 0);
+}
+TEST(DistKVStoreWire, MultiPrecisionSmallChunks) {
+  EXPECT_EQ(Launch(2, 2, "multi_precision", kSmallChunks), 0);
+}
+TEST(DistKVStoreWire, AsyncSmallChunks) {
+  EXPECT_EQ(Launch(4, 2, "async", kSmallChunks, 10), 0);
+}

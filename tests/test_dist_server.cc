@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -119,6 +120,88 @@ TEST(DistServerThreads, ShardedKeysMultiShardRequestsAndChunkedValuesSumExactly)
         for (float x : o) bad += x != want;
     EXPECT_EQ(bad, 0) << "round " << round;
   }
+}
+
+// Priorities on the wire: with a one-message send window (PSKV_WIRE_WINDOW_BYTES=1)
+// and 64 KiB messages, two workers push-pull two chunked keys in opposite orders in
+// sync mode. Window credit released by the replies would deadlock (each window holds
+// a chunk whose round needs a chunk queued behind the other's); credit released on
+// receipt completes. Chunk keys outside the server's chunk range are refused.
+TEST(DistServerWire, OneMessageWindowOppositeOrdersComplete) {
+  const int W = 2;
+  Options o = ShardedServer(2);
+  o.wire_window_bytes = 1;
+  o.wire_chunk_bytes = 65536;
+  InProcessDistJob job(o, W);
+  const int cmd = dist::MakeCmd(dist::Kind::kDense, DType::kFloat32);
+  const int init = dist::MakeCmd(dist::Kind::kInit, DType::kFloat32);
+  const int64_t per = 16384, chunks = 8;  // 8 chunks of 64 KiB per key
+  auto keys_of = [&](int key) {
+    std::vector<uint64_t> ks;
+    for (int64_t c = 0; c < chunks; ++c)
+      ks.push_back(dist::PsKey(dist::ChunkKey(key, static_cast<uint64_t>(c)), 0, 1));
+    return ks;
+  };
+  const std::vector<uint64_t> lens(static_cast<size_t>(chunks), per * 4);
+  {
+    Countdown c(2);
+    for (int key : {5, 6})
+      job.workers[0]->Push(keys_of(key), Floats(per * chunks, 0), lens, init, c.Callback());
+    c.Wait();
+  }
+  for (int round = 1; round <= 3; ++round) {
+    std::vector<std::vector<float>> out(2 * W, std::vector<float>(per * chunks));
+    Countdown c(2 * W);
+    for (int w = 0; w < W; ++w) {
+      const std::vector<int> order = w == 0 ? std::vector<int>{5, 6} : std::vector<int>{6, 5};
+      for (size_t i = 0; i < order.size(); ++i)
+        job.workers[static_cast<size_t>(w)]->PushPull(
+            keys_of(order[i]), Floats(per * chunks, static_cast<float>(w + 1)), lens,
+            reinterpret_cast<char*>(out[static_cast<size_t>(2 * w) + i].data()), lens, cmd,
+            c.Callback());
+    }
+    c.Wait();
+    int bad = 0;
+    for (auto& v : out)
+      for (float x : v) bad += x != 3.0f;  // no optimizer: the round's sum 1 + 2
+    EXPECT_EQ(bad, 0) << "round " << round;
+  }
+  // A chunk index beyond the server's range is not one of its keys.
+  const uint64_t hostile = dist::PsKey(dist::ChunkKey(5, dist::MaxChunks(1)), 0, 1);
+  Countdown c(1);
+  job.workers[0]->Push({hostile}, Floats(4, 1), {16}, init, c.Callback());
+  EXPECT_THROW(c.Wait(), InvalidArgument);
+}
+
+// Chunking: each server's slice is covered exactly, in balanced chunks, within the
+// chunk range of the servers' key ranges; ps keys are unique and on their server.
+TEST(DistProtocol, ChunkSlicesCoverEachSliceWithinTheKeyRange) {
+  for (int S : {1, 2, 3, 7}) {
+    const int64_t n = 1000003;
+    auto slices = dist::PlaceKey(42, n, S, 1000);
+    auto chunks = dist::ChunkSlices(slices, 4, 65536, S);
+    std::set<uint64_t> keys;
+    int64_t covered = 0;
+    for (auto& c : chunks) {
+      EXPECT_LE(c.len * 4, 65536);
+      EXPECT_LT(c.index, dist::MaxChunks(S));
+      const uint64_t k = dist::PsKey(dist::ChunkKey(dist::WireKey(3, 42), c.index), c.server, S);
+      auto [b, e] = KVWorker::ServerRange(c.server, S);
+      EXPECT_TRUE(k >= b && k < e);
+      keys.insert(k);
+      covered += c.len;
+    }
+    EXPECT_EQ(covered, n);
+    EXPECT_EQ(keys.size(), chunks.size());
+    EXPECT_EQ(dist::ChunkSlices(slices, 4, 0, S).size(), static_cast<size_t>(S));
+  }
+  // More chunks than the range holds: fewer, bigger chunks.
+  auto few = dist::ChunkSlices({{0, 0, int64_t{1} << 30}}, 4, 4096, 1 << 10);
+  EXPECT_EQ(few.size(), dist::MaxChunks(1 << 10));
+  EXPECT_EQ(dist::StoreOf(dist::ChunkKey(dist::WireKey(3, 42), 9)), 3);
+  EXPECT_EQ(dist::KeyOf(dist::ChunkKey(dist::WireKey(3, 42), 9)), 42);
+  EXPECT_EQ(dist::OptimizerKey(dist::ChunkKey(dist::WireKey(3, 42), 0)), 42);
+  EXPECT_EQ(dist::OptimizerKey(dist::ChunkKey(dist::WireKey(3, 42), 9)), (int64_t{9} << 32) | 42);
 }
 
 }  // namespace

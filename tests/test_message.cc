@@ -110,3 +110,23 @@ TEST(Message, NodeListsAreValidated) {
   huge[5] = '\xff';
   EXPECT_THROW(DecodeNodes(huge), ProtocolError);
 }
+
+// Send scheduling (protocol version 3): the kScheduled flag and kCredit control are
+// understood; the next flag bit and control code are not.
+TEST(Message, SchedulingFlagAndCreditControl) {
+  auto f = Encode(Sample());
+  H(f).flags = kRequest | kPush | kScheduled;
+  EXPECT_EQ(Decode(std::move(f)).h.flags & kScheduled, kScheduled);
+  Message c;
+  c.h.control = static_cast<uint8_t>(Control::kCredit);
+  c.h.timestamp = 7;
+  auto cf = Encode(c);
+  EXPECT_EQ(Decode(std::move(cf)).h.timestamp, 7u);
+  EXPECT_STREQ(ControlName(Control::kCredit), "credit");
+  auto g = Encode(Sample());
+  H(g).flags = kRequest | 64;
+  EXPECT_THROW(Decode(std::move(g)), ProtocolError);
+  auto h = Encode(c);
+  H(h).control = static_cast<uint8_t>(Control::kCredit) + 1;
+  EXPECT_THROW(Decode(std::move(h)), ProtocolError);
+}

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "pskv/error.h"
 #include "pskv/optimizer.h"
@@ -294,4 +295,41 @@ TEST(Optimizer, LoadStatesChecksEverySizeMasterCopyIncluded) {
   w.Fill(1);
   g.Fill(1);
   EXPECT_THROW(c.Update(0, g, &w), ShapeError);
+}
+
+// A dist server's wire chunk c >= 1 of key k updates under (c << 32) | k: its own
+// state and step count, k's multipliers (so chunks match the unchunked update).
+TEST(Optimizer, ChunkStateKeysUseTheirKeysMultipliers) {
+  auto cfg = OptimizerConfig::FromParams("adam", {{"learning_rate", "0.1"}, {"wd", "0.01"}});
+  cfg.lr_mult[5] = 0.25;
+  cfg.wd_mult[5] = 4;
+  Optimizer whole(cfg), chunked(cfg);
+  NDArray w({8}), a({4}), b({4}), g({8});
+  for (int64_t i = 0; i < 8; ++i) {
+    w.data<float>()[i] = 0.5f + static_cast<float>(i);
+    g.data<float>()[i] = 0.1f * static_cast<float>(i) - 0.3f;
+  }
+  std::memcpy(a.raw(), w.raw(), 16);
+  std::memcpy(b.raw(), w.data<float>() + 4, 16);
+  NDArray ga({4}), gb({4});
+  std::memcpy(ga.raw(), g.raw(), 16);
+  std::memcpy(gb.raw(), g.data<float>() + 4, 16);
+  const int64_t chunk1 = (int64_t{1} << 32) | 5;
+  for (int step = 0; step < 3; ++step) {
+    whole.Update(5, g, &w);
+    chunked.Update(5, ga, &a);
+    chunked.Update(chunk1, gb, &b);
+  }
+  EXPECT_EQ(std::memcmp(a.raw(), w.raw(), 16), 0);
+  EXPECT_EQ(std::memcmp(b.raw(), w.data<float>() + 4, 16), 0);
+  EXPECT_EQ(chunked.UpdateCount(5), 3);
+  EXPECT_EQ(chunked.UpdateCount(chunk1), 3);
+  // A negative key is its own parameter, not a chunk.
+  cfg.lr_mult[-3] = 0;
+  Optimizer neg(cfg);
+  NDArray v({2}), gv({2});
+  v.Fill(1);
+  gv.Fill(1);
+  neg.Update(-3, gv, &v);
+  EXPECT_EQ(v.At(0), 1.0);
 }

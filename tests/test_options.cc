@@ -49,6 +49,8 @@ TEST(Options, ReadsTheEnvironmentContract) {
   g.Set("PSKV_SERVER_THREADS", "3");
   g.Set("PSKV_FUSION_KEY_BYTES", "1024");
   g.Set("PSKV_FUSION_BYTES", "8192");
+  g.Set("PSKV_WIRE_CHUNK_BYTES", "65536");
+  g.Set("PSKV_WIRE_WINDOW_BYTES", "0");
   Options o = Options::FromEnv();
   EXPECT_EQ(o.role, Role::kServer);
   EXPECT_TRUE(o.role_set);
@@ -66,6 +68,8 @@ TEST(Options, ReadsTheEnvironmentContract) {
   EXPECT_EQ(o.server_threads, 3);
   EXPECT_EQ(o.fusion_key_bytes, 1024);
   EXPECT_EQ(o.fusion_bytes, 8192);
+  EXPECT_EQ(o.wire_chunk_bytes, 65536);
+  EXPECT_EQ(o.wire_window_bytes, 0);
   EXPECT_NO_THROW(o.ValidateForDistributed());
 }
 
@@ -94,6 +98,11 @@ TEST(Options, BadRoleAndRanges) {
   {
     EnvGuard g;
     g.Set("MXNET_KVSTORE_REDUCTION_NTHREADS", "0");
+    EXPECT_THROW(Options::FromEnv(), ConfigError);
+  }
+  {
+    EnvGuard g;
+    g.Set("PSKV_WIRE_WINDOW_BYTES", "-1");
     EXPECT_THROW(Options::FromEnv(), ConfigError);
   }
 }

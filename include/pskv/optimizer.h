@@ -104,7 +104,9 @@ class Optimizer {
   const OptimizerConfig& config() const { return cfg_; }
 
   /// Applies one update for `key`: `weight` is updated in place from `grad`
-  /// (same element count; grad is converted to float32 if needed).
+  /// (same element count; grad is converted to float32 if needed). A key
+  /// (c << 32) | k with c >= 1 (a dist server's chunk c of key k) has its own state
+  /// and k's lr_mult, wd_mult and sum_keys entry.
   void Update(int64_t key, const NDArray& grad, NDArray* weight);
   /// Applies one update for `key` from a row-sparse gradient: `grad_rows` holds
   /// n rows of `row_size` elements for the ascending, unique row ids `ids` of

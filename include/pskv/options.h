@@ -41,6 +41,17 @@ struct Options {
   /// calling thread when no other operation is waiting to start, instead of waking
   /// the engine's thread (one thread hand-off less per small operation); 0: never.
   int64_t inline_start_bytes = 65536;
+  /// PSKV_WIRE_CHUNK_BYTES: a dense key's slice on a server bigger than this is
+  /// cut into chunks of about this many bytes, each its own ps key and message, so
+  /// that a more urgent key's messages can overtake it between chunks (the servers
+  /// merge and update each chunk on its own). 0: off (one message per server).
+  /// Workers and servers of a job must agree (keys are named by their chunks).
+  int64_t wire_chunk_bytes = int64_t{256} << 10;
+  /// PSKV_WIRE_WINDOW_BYTES: per destination, the value bytes of big messages
+  /// (at least 64 KiB each) a node has sent that the receiver has not yet
+  /// acknowledged receiving; more wait in a queue ordered by priority (higher
+  /// first, then in order). Smaller messages go at once. 0: off (FIFO as sent).
+  int64_t wire_window_bytes = int64_t{512} << 10;
 
   // ---- parameter-server contract (spec 4.1) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.
@@ -137,6 +148,9 @@ struct Options {
   int test_reply_delay_ms = 0;
   /// PSKV_TEST_DUPLICATE_REPLIES (0/1): test only, a server sends every data reply twice.
   bool test_duplicate_replies = false;
+  /// PSKV_TEST_BOGUS_CREDITS (0/1): test only, with every send-window credit a node
+  /// also sends one for far more messages than it received (which must be dropped).
+  bool test_bogus_credits = false;
 
   /// Reads every variable above from the environment on top of the defaults.
   /// Throws ConfigError naming the variable when a value is malformed.

@@ -104,6 +104,8 @@ Options Options::FromEnv() {
   ReadInt("PSKV_FUSION_KEY_BYTES", &o.fusion_key_bytes, 0, int64_t{1} << 30);
   ReadInt("PSKV_FUSION_BYTES", &o.fusion_bytes, 1, int64_t{1} << 30);
   ReadInt("PSKV_INLINE_START_BYTES", &o.inline_start_bytes, 0, int64_t{1} << 30);
+  ReadInt("PSKV_WIRE_CHUNK_BYTES", &o.wire_chunk_bytes, 0, int64_t{1} << 40);
+  ReadInt("PSKV_WIRE_WINDOW_BYTES", &o.wire_window_bytes, 0, int64_t{1} << 40);
 
   if (const char* v = Get("DMLC_ROLE")) {
     std::string r = v;
@@ -181,6 +183,8 @@ Options Options::FromEnv() {
   ReadInt("PSKV_TEST_REPLY_DELAY", &o.test_reply_delay_ms, 0, 3600000);
   if (const char* v = Get("PSKV_TEST_DUPLICATE_REPLIES"))
     o.test_duplicate_replies = ParseInt("PSKV_TEST_DUPLICATE_REPLIES", v, 0, 1) != 0;
+  if (const char* v = Get("PSKV_TEST_BOGUS_CREDITS"))
+    o.test_bogus_credits = ParseInt("PSKV_TEST_BOGUS_CREDITS", v, 0, 1) != 0;
   if (const char* v = Get("PSKV_TIMELINE")) o.timeline_path = v;
   ReadInt("PSKV_METRICS_PORT", &o.metrics_port, 0, 65535);
   if (const char* v = Get("PSKV_METRICS_HOST")) o.metrics_host = v;

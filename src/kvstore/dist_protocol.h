@@ -2,6 +2,7 @@
 // KV messaging layer: data-request encoding, commands, and key placement.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -121,13 +122,64 @@ inline int64_t WireKey(int store, int key) {
   return (static_cast<int64_t>(store) << 32) | static_cast<int64_t>(key);
 }
 inline int StoreOf(int64_t wire_key) {
-  return static_cast<int>(wire_key >> 32);
+  return static_cast<int>((wire_key >> 32) & 0xffff);
 }
 inline int KeyOf(int64_t wire_key) {
   return static_cast<int>(wire_key & 0xffffffff);
 }
 inline int StoreCommand(int cmd, int store) {
   return cmd | (store << 8);
+}
+
+// Wire chunks (PSKV_WIRE_CHUNK_BYTES): a dense key's slice on a server bigger than
+// the chunk size is cut into chunks of contiguous elements, chunk c travelling as
+// the wire key (c << 48) | WireKey (chunk 0 is the unchunked encoding) — its own ps
+// key, merged, updated and answered by the server on its own. Chunk c's ps key
+// must stay inside the server's key range, which bounds the chunks per slice.
+constexpr int kChunkShift = 48;
+inline int64_t ChunkKey(int64_t wire_key, uint64_t chunk) {
+  return wire_key | static_cast<int64_t>(chunk << kChunkShift);
+}
+inline uint64_t ChunkOf(int64_t wire_key) {
+  return static_cast<uint64_t>(wire_key) >> kChunkShift;
+}
+/// Chunks a slice may have with `num_servers` servers (at least 1).
+inline uint64_t MaxChunks(int num_servers) {
+  const auto r = KVWorker::ServerRange(0, num_servers);
+  return std::max<uint64_t>(1, std::min<uint64_t>((r.second - r.first) >> kChunkShift, 1u << 16));
+}
+/// The optimizer's state key of a wire key: the key for chunk 0, else
+/// (chunk << 32) | key (Optimizer::Update gives it the key's multipliers).
+inline int64_t OptimizerKey(int64_t wire_key) {
+  const uint64_t c = ChunkOf(wire_key);
+  return c == 0 ? KeyOf(wire_key)
+                : static_cast<int64_t>((c << 32) | static_cast<uint32_t>(KeyOf(wire_key)));
+}
+
+/// One chunk of a key: `len` elements from element `offset`, on `server`.
+struct Chunk {
+  int server;
+  int64_t offset, len;
+  uint64_t index;  // chunk number within its server's slice
+};
+/// Cuts each slice into chunks of about `chunk_bytes` (0: one chunk per slice),
+/// balanced, at most MaxChunks(num_servers) per slice. Empty slices are left out.
+inline std::vector<Chunk> ChunkSlices(const std::vector<Slice>& slices, int64_t elem_bytes,
+                                      int64_t chunk_bytes, int num_servers) {
+  std::vector<Chunk> out;
+  for (const Slice& s : slices) {
+    if (s.len == 0) continue;
+    int64_t n = 1;
+    if (chunk_bytes > 0) {
+      const int64_t per = std::max<int64_t>(1, chunk_bytes / std::max<int64_t>(1, elem_bytes));
+      n = std::min<int64_t>((s.len + per - 1) / per, static_cast<int64_t>(MaxChunks(num_servers)));
+    }
+    const int64_t each = (s.len + n - 1) / n;
+    for (int64_t c = 0, at = 0; at < s.len; ++c, at += each)
+      out.push_back(
+          {s.server, s.offset + at, std::min(each, s.len - at), static_cast<uint64_t>(c)});
+  }
+  return out;
 }
 
 }  // namespace pskv::dist

@@ -297,7 +297,7 @@ void DistServer::ApplyRound(int64_t key, KeyState& st) {
   }
   Detach(st);
   if (opt) {
-    opt->Update(dist::KeyOf(key), st.merge, &st.value);
+    opt->Update(dist::OptimizerKey(key), st.merge, &st.value);
   } else {
     // No optimizer: the sum becomes the value (in parallel when big).
     if (st.merge.dtype() == st.value.dtype())
@@ -426,9 +426,10 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
     off += len;
     if (i > 0 && ps_key <= m.key_ptr()[i - 1])
       return fail(ErrorKind::kInvalid, "the keys of a request must be strictly ascending");
-    const uint64_t local = ps_key - base;  // a wire key: store id and key
-    if (ps_key < base || (local & 0xffffffff) > static_cast<uint64_t>(INT32_MAX) ||
-        (local >> 32) >= static_cast<uint64_t>(dist::kMaxStores))
+    const uint64_t local = ps_key - base;  // a wire key: chunk, store id and key
+    if (ps_key < base || ps_key >= KVWorker::ServerRange(me, S).second ||
+        (local & 0xffffffff) > static_cast<uint64_t>(INT32_MAX) ||
+        dist::ChunkOf(static_cast<int64_t>(local)) >= dist::MaxChunks(S))
       return fail(ErrorKind::kInvalid,
                   "key " + std::to_string(ps_key) + " does not belong to " + me_name);
     const int64_t key = static_cast<int64_t>(local);
@@ -534,7 +535,7 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       }
       try {
         obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len);  // [observe]
-        OptimizerOf(it.key)->Update(dist::KeyOf(it.key), grad, &st.value);
+        OptimizerOf(it.key)->Update(dist::OptimizerKey(it.key), grad, &st.value);
       } catch (const std::exception& e) {
         // Sizes were validated above; an optimizer failure here is a broken state
         // (e.g. states loaded for another model) and is reported as such.
@@ -608,14 +609,20 @@ void DistServer::HandleStates(KVRequest&& req, KVServer* srv) {
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {
     optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
-      if (key < 0 || key > INT32_MAX) return {-1, false};
-      const int64_t wk = dist::WireKey(store, static_cast<int>(key));
+      // key, or (chunk << 32) | key for a wire chunk (dist::OptimizerKey)
+      const int64_t k = key & 0xffffffff;
+      const uint64_t chunk = static_cast<uint64_t>(key) >> 32;
+      if (key < 0 || k > INT32_MAX || chunk >= dist::MaxChunks(node_->num_servers()))
+        return {-1, false};
+      const int64_t wk = dist::ChunkKey(dist::WireKey(store, static_cast<int>(k)), chunk);
       const KeyState* st = FindKey(wk);
       if (!st) return sparse_.WeightInfo(wk);  // a row_sparse key, or none
       return {st->value.size(), IsLowPrecision(st->value.dtype())};
     });
   } catch (const std::exception& e) {
-    return fail(KindOf(e), node_->Tag() + ": cannot load the optimizer states: " + e.what());
+    return fail(KindOf(e), node_->Tag() + ": cannot load the optimizer states: " + e.what() +
+                               " (states saved with another PSKV_WIRE_CHUNK_BYTES do not fit: "
+                               "load them with the value they were saved with)");
   }
   srv->Respond(req);
 }

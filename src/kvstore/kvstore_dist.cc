@@ -346,9 +346,9 @@ class KVStoreDist final : public KVStore {
     Shape shape;
     DType dtype;
     int64_t size;
-    std::vector<dist::Slice> slices;
-    NDArray merge;     // local reduction buffer (allocated lazily)
-    NDArray residual;  // compression residual (float32)
+    std::vector<dist::Slice> slices;  // one per wire chunk (ps key), by server and offset
+    NDArray merge;                    // local reduction buffer (allocated lazily)
+    NDArray residual;                 // compression residual (float32)
     std::vector<uint64_t> ps_keys, lens, comp_lens;
     // Strict rounds (under mu_): pushes issued by this worker, and whether this
     // worker pulled since its last push.
@@ -381,12 +381,16 @@ class KVStoreDist final : public KVStore {
         m->shape = values[i].shape();
         m->dtype = values[i].dtype();
         m->size = values[i].size();
-        for (auto& s :
-             dist::PlaceKey(keys[i], m->size, node_->num_servers(), options_.bigarray_bound)) {
-          if (s.len == 0) continue;
+        // MXNet's placement over the servers, each server's slice cut into wire
+        // chunks (dist_protocol.h): one ps key (and message) per chunk.
+        const int S = node_->num_servers();
+        for (auto& c : dist::ChunkSlices(
+                 dist::PlaceKey(keys[i], m->size, S, options_.bigarray_bound),
+                 static_cast<int64_t>(DTypeSize(m->dtype)), options_.wire_chunk_bytes, S)) {
+          const dist::Slice s{c.server, c.offset, c.len};
           m->slices.push_back(s);
           m->ps_keys.push_back(
-              dist::PsKey(dist::WireKey(store_id_, keys[i]), s.server, node_->num_servers()));
+              dist::PsKey(dist::ChunkKey(dist::WireKey(store_id_, keys[i]), c.index), s.server, S));
           m->lens.push_back(static_cast<uint64_t>(s.len) * DTypeSize(m->dtype));
           if (compressor_)
             m->comp_lens.push_back(static_cast<uint64_t>(compressor_->CompressedBytes(s.len)));

@@ -414,6 +414,15 @@ Optimizer::State& Optimizer::GetState(int64_t key, const NDArray& weight) {
   return *st;
 }
 
+namespace {
+// The parameter a state key belongs to: chunk c >= 1 of a dist key (wire chunks,
+// dist_protocol.h) has its own state under (c << 32) | key, and the key's
+// multipliers and sum_keys entry.
+int64_t ParamKey(int64_t key) {
+  return (key >> 32) > 0 ? static_cast<int64_t>(static_cast<int32_t>(key & 0xffffffff)) : key;
+}
+}  // namespace
+
 Optimizer::Step Optimizer::BeginStep(int64_t key, const NDArray& weight) {
   Step s;
   s.wd = cfg_.wd;
@@ -424,8 +433,8 @@ Optimizer::Step Optimizer::BeginStep(int64_t key, const NDArray& weight) {
     num_update_ = std::max(num_update_, s.t);
     s.lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
   }
-  if (auto it = cfg_.lr_mult.find(key); it != cfg_.lr_mult.end()) s.lr *= it->second;
-  if (auto it = cfg_.wd_mult.find(key); it != cfg_.wd_mult.end()) s.wd *= it->second;
+  if (auto it = cfg_.lr_mult.find(ParamKey(key)); it != cfg_.lr_mult.end()) s.lr *= it->second;
+  if (auto it = cfg_.wd_mult.find(ParamKey(key)); it != cfg_.wd_mult.end()) s.wd *= it->second;
   return s;
 }
 
@@ -434,7 +443,7 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
     throw ShapeError("optimizer update of key " + std::to_string(key) + ": gradient has " +
                      std::to_string(grad.size()) + " elements, weight has " +
                      std::to_string(weight->size()));
-  if (cfg_.sum_keys.count(key)) {  // not a parameter: the pushed sum becomes the value
+  if (cfg_.sum_keys.count(ParamKey(key))) {  // not a parameter: the pushed sum becomes the value
     weight->CopyFrom(grad.dtype() == weight->dtype() ? grad : grad.AsType(weight->dtype()),
                      /*allow_reshape=*/true);
     return;
@@ -470,7 +479,7 @@ void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDA
                      ": row ids must be ascending, unique and below " + std::to_string(R));
   const bool lazy =
       cfg_.type == "adagrad" || (cfg_.lazy_update && (cfg_.type == "sgd" || cfg_.type == "adam"));
-  if (!lazy || cfg_.sum_keys.count(key)) {
+  if (!lazy || cfg_.sum_keys.count(ParamKey(key))) {
     // The dense rule (or the sum-key assignment) with zeros in the other rows.
     NDArray dense(Shape{weight->size()}, grad_rows.dtype());
     NDArray rows = grad_rows.Reshape({grad_rows.size()});

@@ -120,8 +120,9 @@ Message Decode(std::vector<Frame>&& frames) {
 }
 
 const char* ControlName(Control c) {
-  static const char* kNames[] = {"data",      "register", "node_table",  "barrier", "barrier_done",
-                                 "heartbeat", "ack",      "node_failed", "refuse",  "leave"};
+  static const char* kNames[] = {"data",         "register",  "node_table", "barrier",
+                                 "barrier_done", "heartbeat", "ack",        "node_failed",
+                                 "refuse",       "leave",     "credit"};
   const auto i = static_cast<size_t>(c);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
 }

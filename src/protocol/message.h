@@ -27,8 +27,9 @@
 
 namespace pskv {
 
-constexpr uint32_t kMagic = 0x564b5350;   // "PSKV"
-constexpr uint16_t kProtocolVersion = 2;  // 2: control payloads in the payload schema
+constexpr uint32_t kMagic = 0x564b5350;  // "PSKV"
+// 2: control payloads in the payload schema; 3: send scheduling (kCredit, kScheduled)
+constexpr uint16_t kProtocolVersion = 3;
 // Limits of one message. They also bound the largest frame a node accepts at all
 // (ZMQ_MAXMSGSIZE, node.cc), which is what a stranger can make a node reserve
 // during a handshake: keep them near what the protocol really sends (a dist store
@@ -70,7 +71,10 @@ enum class Control : uint8_t {
   kNodeFailed = 7,  // scheduler -> node: head = dead id, body = reason
   kRefuse = 8,      // scheduler -> would-be node: body = reason
   kLeave = 9,       // node -> scheduler: clean exit after the final barrier
-  kMaxControl = 9,
+  // receiver -> sender of kScheduled data messages: timestamp = how many of them
+  // (from that sender) this node has received so far; releases window credit.
+  kCredit = 10,
+  kMaxControl = 10,
 };
 
 enum Flags : uint8_t {
@@ -79,7 +83,10 @@ enum Flags : uint8_t {
   kPull = 4,
   kCommand = 8,  // a command (head/body) rather than KV data
   kError = 16,   // a response carrying an error message in body
-  kKnownFlags = 31,
+  // a big message sent under the sender's window: the receiver answers kCredit
+  // as soon as it arrives (before it is handled)
+  kScheduled = 32,
+  kKnownFlags = 63,
 };
 
 #pragma pack(push, 1)

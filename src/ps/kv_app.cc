@@ -133,39 +133,53 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   req.out_offsets.assign(keys.size() + 1, 0);
   for (size_t i = 0; i < out_lens.size(); ++i)
     req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
+  // One message per server's keys; with wire chunks, a server's keys are cut into
+  // messages of about `chunk` bytes (sent or answered) at key boundaries.
+  const uint64_t chunk = static_cast<uint64_t>(node_->options().wire_chunk_bytes);
+  auto key_bytes = [&](size_t k) {
+    return std::max(lens[k], out_lens.empty() ? uint64_t{0} : out_lens[k]);
+  };
   std::vector<std::pair<int, Message>> msgs;
+  std::vector<Part> parts;
   size_t i = 0;
   for (int r = 0; r < S && i < keys.size(); ++r) {
     auto [begin, end] = ServerRange(r, S);
     size_t j = i;
     while (j < keys.size() && keys[j] >= begin && (keys[j] < end || r + 1 == S)) ++j;
-    if (j == i) continue;
-    Message m;
-    m.h.flags = kRequest | flags;
-    m.h.head = cmd;
-    m.h.priority = priority;
-    m.h.num_keys = static_cast<uint32_t>(j - i);
-    m.h.vals_len = offsets[j] - offsets[i];
-    m.keys = U64Frame(std::vector<uint64_t>(keys.begin() + static_cast<long>(i),
-                                            keys.begin() + static_cast<long>(j)));
-    m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(i),
-                                            lens.begin() + static_cast<long>(j)));
-    m.vals.data = vals.data ? vals.data + offsets[i] : nullptr;
-    m.vals.size = offsets[j] - offsets[i];
-    m.vals.owner = vals.owner;
-    req.slices[ServerId(r)] = Slice{i, j - i};
-    req.waiting.insert(ServerId(r));
-    msgs.emplace_back(ServerId(r), std::move(m));
+    for (size_t a = i; a < j;) {
+      size_t b = a + 1;
+      uint64_t bytes = key_bytes(a);
+      while (b < j && (chunk == 0 || bytes + key_bytes(b) <= chunk)) bytes += key_bytes(b++);
+      Message m;
+      m.h.flags = kRequest | flags;
+      m.h.head = cmd;
+      m.h.priority = priority;
+      m.h.num_keys = static_cast<uint32_t>(b - a);
+      m.h.vals_len = offsets[b] - offsets[a];
+      m.keys = U64Frame(std::vector<uint64_t>(keys.begin() + static_cast<long>(a),
+                                              keys.begin() + static_cast<long>(b)));
+      m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(a),
+                                              lens.begin() + static_cast<long>(b)));
+      m.vals.data = vals.data ? vals.data + offsets[a] : nullptr;
+      m.vals.size = offsets[b] - offsets[a];
+      m.vals.owner = vals.owner;
+      parts.push_back(Part{ServerId(r), Slice{a, b - a}});
+      msgs.emplace_back(ServerId(r), std::move(m));
+      a = b;
+    }
     i = j;
   }
   Callback done_now;
   uint64_t ts;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    ts = next_ts_++;
+    ts = next_ts_;
+    next_ts_ += std::max<size_t>(msgs.size(), 1);
     if (msgs.empty()) {
       done_now = std::move(req.cb);
     } else {
+      req.num_parts = msgs.size();
+      for (size_t p = 0; p < parts.size(); ++p) req.waiting.emplace(ts + p, parts[p]);
       pending_.emplace(ts, std::move(req));
     }
   }
@@ -173,8 +187,9 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     done_now(nullptr);
     return ts;
   }
-  for (auto& [to, m] : msgs) {
-    m.h.timestamp = ts;
+  for (size_t p = 0; p < msgs.size(); ++p) {
+    auto& [to, m] = msgs[p];
+    m.h.timestamp = ts + p;
     if (obs::Enabled()) obs::CountPeer(node_->NodeName(to), "out", m.h.vals_len);  // [observe]
     try {
       node_->Send(to, std::move(m));
@@ -192,7 +207,6 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
   auto done = std::make_shared<Completion>();
   Request req;
   const std::vector<int> ids = to.empty() ? node_->ServerIds() : to;
-  for (int id : ids) req.waiting.insert(id);
   req.cmd = head;
   req.flags = kCommand;
   auto bodies =
@@ -202,14 +216,18 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
   uint64_t ts;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    ts = next_ts_++;
+    ts = next_ts_;
+    next_ts_ += std::max<size_t>(ids.size(), 1);
+    req.num_parts = ids.size();
+    for (size_t p = 0; p < ids.size(); ++p) req.waiting.emplace(ts + p, Part{ids[p], {}});
     pending_.emplace(ts, std::move(req));
   }
-  for (int id : ids) {
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const int id = ids[p];
     Message m;
     m.h.flags = kRequest | kCommand;
     m.h.head = head;
-    m.h.timestamp = ts;
+    m.h.timestamp = ts + p;
     m.body = body;
     try {
       node_->Send(id, std::move(m));
@@ -271,12 +289,21 @@ bool KVWorker::Cancel(uint64_t ts) {
 }
 
 std::string KVWorker::MissingLocked(const Request& r) const {
+  std::set<int> ids;
+  for (auto& [ts, part] : r.waiting) ids.insert(part.server);
   std::string out;
-  for (int id : r.waiting) {
+  for (int id : ids) {
     if (!out.empty()) out += ", ";
     out += node_->NodeName(id);
   }
   return out;
+}
+
+std::map<uint64_t, KVWorker::Request>::iterator KVWorker::FindLocked(uint64_t reply_ts) {
+  auto it = pending_.upper_bound(reply_ts);
+  if (it == pending_.begin()) return pending_.end();
+  --it;
+  return reply_ts - it->first < it->second.num_parts ? it : pending_.end();
 }
 
 std::string KVWorker::Missing(uint64_t ts) const {
@@ -328,17 +355,20 @@ void KVWorker::OnMessage(Message&& m) {
     return;
   }
   std::unique_lock<std::mutex> lk(mu_);
-  auto it = pending_.find(m.h.timestamp);
+  auto it = FindLocked(m.h.timestamp);
   if (it == pending_.end()) return;  // timed out or failed already
+  const uint64_t id = it->first;
   Request& req = it->second;
-  if (!req.waiting.count(m.h.sender)) {
+  auto part = req.waiting.find(m.h.timestamp);
+  if (part == req.waiting.end() || part->second.server != m.h.sender) {
     // A duplicate, or an answer from a server that was not asked: never counted.
     if (node_->options().verbose >= 1)
       PSKV_WARN(node_->Tag() << ": ignored a duplicate or unexpected reply from "
                              << node_->NodeName(m.h.sender) << " to request " << m.h.timestamp);
     return;
   }
-  req.waiting.erase(m.h.sender);
+  const Slice s = part->second.slice;
+  req.waiting.erase(part);
   const std::string who = node_->NodeName(m.h.sender);
   if (obs::Enabled()) {  // [observe] per-peer bytes, requests and latency
     obs::CountPeer(who, "in", m.h.vals_len);
@@ -355,15 +385,11 @@ void KVWorker::OnMessage(Message&& m) {
     if (req.bodies && IsServerId(m.h.sender) && r < static_cast<int>(req.bodies->size()))
       (*req.bodies)[static_cast<size_t>(r)] = m.body;
   } else if (req.out && (m.h.flags & kPull)) {
-    auto sit = req.slices.find(m.h.sender);
     std::string problem;
-    if (sit == req.slices.end()) {
-      problem = "an answer from a server that was not asked";
-    } else if (m.h.num_keys != sit->second.count) {
+    if (m.h.num_keys != s.count) {
       problem = "an answer with " + std::to_string(m.h.num_keys) + " keys, expected " +
-                std::to_string(sit->second.count);
+                std::to_string(s.count);
     } else {
-      const Slice s = sit->second;
       for (size_t k = 0; k < s.count && problem.empty(); ++k) {
         if (m.key_ptr()[k] != req.keys[s.first + k])
           problem = "an answer for other keys";
@@ -377,7 +403,7 @@ void KVWorker::OnMessage(Message&& m) {
     if (!problem.empty() && !req.error)
       req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));
   }
-  if (req.waiting.empty()) Finish(m.h.timestamp, lk);
+  if (req.waiting.empty()) Finish(id, lk);
 }
 
 void KVWorker::OnFailure(std::exception_ptr e) {
@@ -404,6 +430,7 @@ void KVServer::OnMessage(Message&& m) {
   req.cmd = m.h.head;
   req.push = m.h.flags & kPush;
   req.pull = m.h.flags & kPull;
+  req.priority = m.h.priority;
   if (obs::Enabled()) {  // [observe] per-peer bytes and requests (server side)
     req.received_us = obs::NowUs();
     obs::CountPeer(node_->NodeName(m.h.sender), "in", m.h.vals_len);
@@ -440,6 +467,7 @@ void KVServer::Respond(const KVRequest& req, const std::vector<uint64_t>& keys, 
   r.h.flags = (req.push ? kPush : 0) | (req.pull ? kPull : 0);
   r.h.head = req.cmd;
   r.h.timestamp = req.timestamp;
+  r.h.priority = req.priority;
   r.h.num_keys = static_cast<uint32_t>(keys.size());
   if (!keys.empty()) {
     r.keys = U64Frame(keys);

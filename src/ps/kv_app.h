@@ -12,10 +12,17 @@
 // once — on success, on an error reply, or when the job fails — on the node's
 // customer thread (or the calling thread if nothing needed sending).
 //
-// Replies are matched to servers, not counted: a request completes when every
-// server it was sent to has answered exactly once; a duplicated reply, or one from
-// a server that was not asked, is ignored (so a duplicate can never complete a
-// sliced pull early with part of the output stale).
+// Replies are matched to messages, not counted: a request completes when every
+// message it sent has been answered exactly once, by the server it went to (each
+// message carries its own timestamp); a duplicated reply, or one from a server that
+// was not asked, is ignored (so a duplicate can never complete a sliced pull early
+// with part of the output stale).
+//
+// Priorities: every message of a request carries its priority; the Node sends big
+// messages in priority order (node.h, "Send scheduling") and the server's replies
+// carry the request's priority too. So two requests to one server are not ordered
+// against each other: issue the second from the first's callback when order matters
+// (the dist store's engine runs one operation per key at a time).
 //
 // Waiting: the KV layer blocks in exactly one way, KVWorker::Await — a request's
 // completion state is shared (Completion, held by the callback and the waiter), the
@@ -122,10 +129,19 @@ class KVWorker {
 
  private:
   struct Slice {
-    size_t first = 0, count = 0;  // key indices of this server's part
+    size_t first = 0, count = 0;  // key indices of this message's part
+  };
+  /// One message of a request (a server's keys, or a piece of them: with
+  /// PSKV_WIRE_CHUNK_BYTES a server's part is cut into messages of about that many
+  /// bytes at key boundaries, so that other requests' messages can go between them).
+  /// Its timestamp is the request's id + its index.
+  struct Part {
+    int server = 0;
+    Slice slice;
   };
   struct Request {
-    std::set<int> waiting;  // servers that have not answered yet
+    uint64_t num_parts = 0;            // timestamps [id, id + num_parts)
+    std::map<uint64_t, Part> waiting;  // parts (by timestamp) that have not been answered
     std::chrono::steady_clock::time_point issued = std::chrono::steady_clock::now();
     int cmd = 0;
     uint8_t flags = 0;
@@ -133,7 +149,6 @@ class KVWorker {
     Callback cb;
     char* out = nullptr;
     std::vector<uint64_t> keys, out_lens, out_offsets;
-    std::map<int, Slice> slices;                       // by server id
     std::shared_ptr<std::vector<std::string>> bodies;  // command replies by server rank
   };
   uint64_t Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
@@ -145,6 +160,8 @@ class KVWorker {
   std::string MissingLocked(const Request& r) const;
   /// Completes request `ts` (if still pending) with error `e`.
   void Fail(uint64_t ts, std::exception_ptr e);
+  /// The pending request a reply's timestamp belongs to (pending_.end() if none).
+  std::map<uint64_t, Request>::iterator FindLocked(uint64_t reply_ts);
 
   Node* node_;
   mutable std::mutex mu_;
@@ -157,6 +174,7 @@ struct KVRequest {
   int sender = 0;
   uint64_t timestamp = 0;
   int cmd = 0;
+  int priority = 0;  // the request's; its reply is sent with it
   bool push = false, pull = false;
   Message msg;               // keys, vals, lens
   uint64_t received_us = 0;  // when it arrived (obs::NowUs), if metrics are on

@@ -281,8 +281,9 @@ void Node::Abort(const std::string& reason) {
 // ------------------------------------------------------------------ sending
 
 bool Node::IsResendable(Control c) const {
-  return options_.resend && (c == Control::kData || c == Control::kBarrier ||
-                             c == Control::kBarrierDone || c == Control::kNodeFailed);
+  return options_.resend &&
+         (c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
+          c == Control::kNodeFailed || c == Control::kCredit);
 }
 
 // Called with mu_ held.
@@ -312,7 +313,70 @@ void Node::Send(int to, Message m) {
   if (failure_) std::rethrow_exception(failure_);
   if (!ready_) throw UsageError("Node::Send before the node is registered");
   m.h.control = static_cast<uint8_t>(Control::kData);
-  SendFrames(to, m);
+  m.h.flags &= static_cast<uint8_t>(~kScheduled);
+  if (options_.wire_window_bytes <= 0 || m.h.vals_len < kScheduledMinBytes || to >= 1000000)
+    return SendFrames(to, m);
+  m.h.flags |= kScheduled;
+  Lane& lane = lanes_[to];
+  if (lane.queue.size() >= kMaxQueuedPerPeer) {
+    // Bounded: an overfull queue degrades to sending at once (never blocks, never fails).
+    PSKV_LOG_LIMITED(limiter_, "sendqueue", "WARN",
+                     Tag() << ": more than " << kMaxQueuedPerPeer << " big messages wait for "
+                           << NameLocked(to) << "; sending without priority order");
+    const uint64_t bytes = m.h.vals_len;
+    SendFrames(to, m);
+    lane.in_flight += bytes;
+    lane.unacked.push_back(bytes);
+    ++lane.sent;
+    return;
+  }
+  lane.queue.emplace(std::make_pair(-static_cast<int64_t>(m.h.priority), send_order_++),
+                     std::move(m));
+  PumpLocked(to, lane);
+}
+
+void Node::PumpLocked(int to, Lane& lane) {
+  const auto window = static_cast<uint64_t>(options_.wire_window_bytes);
+  while (!lane.queue.empty()) {
+    auto it = lane.queue.begin();
+    const uint64_t bytes = it->second.h.vals_len;
+    if (lane.in_flight > 0 && lane.in_flight + bytes > window) return;
+    Message m = std::move(it->second);
+    lane.queue.erase(it);
+    SendFrames(to, m);  // counted once sent: a failed send never holds window credit
+    lane.in_flight += bytes;
+    lane.unacked.push_back(bytes);
+    ++lane.sent;
+  }
+}
+
+void Node::HandleCredit(int sender, uint64_t count) {
+  auto it = lanes_.find(sender);
+  if (it == lanes_.end() || count > it->second.sent) {
+    PSKV_LOG_LIMITED(limiter_, std::to_string(sender) + "/credit", "WARN",
+                     Tag() << ": dropped a credit from " << NameLocked(sender) << " for " << count
+                           << " messages: fewer were sent to it");
+    return;
+  }
+  Lane& lane = it->second;
+  while (lane.credited < count) {  // cumulative: a stale or repeated credit changes nothing
+    lane.in_flight -= lane.unacked.front();
+    lane.unacked.pop_front();
+    ++lane.credited;
+  }
+  try {
+    PumpLocked(sender, lane);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "pump", "WARN",
+                     Tag() << ": cannot send to " << NameLocked(sender) << ": " << e.what());
+  }
+}
+
+void Node::SendCredit(int sender) {
+  const uint64_t count = ++scheduled_received_[sender];
+  if (options_.test_bogus_credits)  // test only: must be dropped by the peer
+    SendControl(sender, Control::kCredit, 0, {}, count + (uint64_t{1} << 40));
+  SendControl(sender, Control::kCredit, 0, {}, count);
 }
 
 // ------------------------------------------------------------------ receiving
@@ -405,7 +469,8 @@ void Node::Handle(Message&& m, uint64_t token) {
     case Control::kLeave:
       if (!sched) return drop("only the scheduler receives this");
       break;
-    case Control::kData: {
+    case Control::kData:
+    case Control::kCredit: {
       const bool ok = role() == Role::kServer   ? IsWorkerId(sender)
                       : role() == Role::kWorker ? IsServerId(sender)
                                                 : false;
@@ -429,12 +494,18 @@ void Node::Handle(Message&& m, uint64_t token) {
   // A data message before the node table, or one PS_DROP_MSG drops, counts as
   // never received: no ack, so the sender resends it.
   if (c == Control::kData && (!ready_ || DropForTest())) return;
-  if (!m.h.seq) return Dispatch(std::move(m), sender, lk);
+  // A scheduled message is acknowledged on arrival (once), before it is handled.
+  const bool scheduled = c == Control::kData && (m.h.flags & kScheduled);
+  if (!m.h.seq) {
+    if (scheduled) SendCredit(sender);
+    return Dispatch(std::move(m), sender, lk);
+  }
   const uint64_t seq = m.h.seq;
   const auto arrival = resender_.Accept(sender, seq);
   if (arrival == Resender::Arrival::kFull) return;  // resent later
   SendControl(sender, Control::kAck, 0, {}, seq);
   if (arrival == Resender::Arrival::kDuplicate) return;
+  if (scheduled) SendCredit(sender);
   if (arrival == Resender::Arrival::kHold) {
     held_[sender].emplace(seq, std::move(m));
     return;
@@ -510,6 +581,9 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
     }
     case Control::kAck:  // handled above
       return;
+    case Control::kCredit:
+      HandleCredit(sender, m.h.timestamp);
+      return;
     case Control::kLeave:
       if (role() == Role::kScheduler && !finished_) {
         std::string who = NameLocked(sender);
@@ -530,6 +604,7 @@ void Node::Fail(std::exception_ptr e) {
     if (failure_ || finished_) return;
     failure_ = e;
     handlers = failure_handlers_;
+    lanes_.clear();  // queued sends fail with their requests (the failure handlers)
   }
   cv_.notify_all();
   try {
@@ -545,6 +620,8 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     held_.erase(dead_id);
+    lanes_.erase(dead_id);
+    scheduled_received_.erase(dead_id);
   }
   if (role() == Role::kScheduler) {
     std::lock_guard<std::mutex> lk(mu_);
