@@ -3,8 +3,9 @@
 step's communication looks like from Python), three ways in the same run:
 
   * blocking:  kv.pushpull(k, g, out=w); kv.wait(k) for every key, i.e. one round
-    trip after the other (pskv's Python behaviour before issue 13 item 5, and
-    PSKV_PY_SYNC=1 now);
+    trip after the other (pskv's Python behaviour before issue 13 item 5);
+  * sync store: kv.pushpull(k, g, out=w) on a store created with blocking=True
+    (what PSKV_PY_SYNC=1 gives: the call waits);
   * async:     kv.pushpull(k, g, out=w) for every key, then one kv.wait_all();
   * async+copy: as async, but each gradient is copied first (g.copy()): what a
     snapshot of the inputs, letting the caller reuse them at once, would cost.
@@ -25,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODES = ('blocking', 'async', 'async+copy')
+MODES = ('blocking', 'sync store', 'async', 'async+copy')
 
 
 def build_dir():
@@ -67,14 +68,17 @@ def worker(args):
     outs = [np.zeros(s, np.float32) for s in shapes]
     keys = list(range(len(shapes)))
     kv.init(keys, [np.zeros(s, np.float32) for s in shapes])
+    kv_sync = pskv.create('dist_sync', blocking=True)  # a second store of the job
+    kv_sync.init(keys, [np.zeros(s, np.float32) for s in shapes])
 
     def step(mode):
+        store = kv_sync if mode == 'sync store' else kv
         for k in reversed(keys):  # backward order, as a Trainer issues them
             g = grads[k].copy() if mode == 'async+copy' else grads[k]
-            kv.pushpull(k, g, out=outs[k], priority=-k)
+            store.pushpull(k, g, out=outs[k], priority=-k)
             if mode == 'blocking':
                 kv.wait(k)
-        if mode != 'blocking':
+        if mode not in ('blocking', 'sync store'):
             kv.wait_all()
 
     for mode in MODES:  # warm-up: connections, allocations
@@ -97,6 +101,7 @@ def worker(args):
                'speedup_async_vs_blocking': round(med['blocking'] / med['async'], 3),
                'copy_cost_ratio': round(med['async+copy'] / med['async'], 3)}
         print('RESULT ' + json.dumps(res), flush=True)
+    kv_sync.close()
     kv.close()
 
 
@@ -128,7 +133,7 @@ def main():
         print('%s: %d keys, %.1f MB per step, %d worker(s), median of %d steps' %
               (res['shapes'], res['keys'], res['bytes_per_step'] / 1e6, res['workers'], res['steps']))
         for m in MODES:
-            print('  %-11s %9.3f ms/step' % (m, ms[m]))
+            print('  %-12s %9.3f ms/step' % (m, ms[m]))
         print('  async is %.2f x faster than blocking; copying the inputs costs %.2f x'
               % (res['speedup_async_vs_blocking'], res['copy_cost_ratio']))
 
