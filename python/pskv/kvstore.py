@@ -225,8 +225,12 @@ class KVStore(object):
         if self._blocking:
             self._kv.wait(_unique(keys))
             return
-        self._ops.append(_Op(what, keys, completion, self._lock(list(inputs) + list(outs))))
-        if len(self._ops) >= self._sweep_at:
+        ops = self._ops
+        # Cheap: the oldest calls usually finish first; everything now and then.
+        while ops and ops[0].completion.done:
+            self._release(ops.pop(0))
+        ops.append(_Op(what, keys, completion, self._lock(list(inputs) + list(outs))))
+        if len(ops) >= self._sweep_at:
             self._sweep()
 
     def _sweep(self, waited=None):
@@ -469,7 +473,8 @@ class KVStore(object):
             self._kv.wait(list(keys))
         except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
             new = self._with_ops(e, keys)
-            self._sweep()
+            # A failure is reported once the keys' operations ended; a timeout is not.
+            self._sweep(None if isinstance(e, _pskv.TimeoutError) else set(keys))
             if new is e:
                 raise
             raise new from None
@@ -487,7 +492,7 @@ class KVStore(object):
             self._kv.wait_all()
         except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
             new = self._with_ops(e, None)
-            self._sweep()
+            self._sweep(None if isinstance(e, _pskv.TimeoutError) else True)
             if new is e:
                 raise
             raise new from None
