@@ -52,12 +52,33 @@ def _flatten(key, value):
     return [key], [_as_array(value)]
 
 
+def _unique(keys):
+    return list(dict.fromkeys(keys))
+
+
+def _key_names(keys):
+    return ', '.join(repr(k) for k in _unique(keys))
+
+
+class _Op(object):
+    """One asynchronous call as the Python side tracks it: the numpy arrays it made
+    read-only until the call is waited for or has finished."""
+    __slots__ = ('what', 'keys', 'completion', 'locked')
+
+    def __init__(self, what, keys, completion, locked):
+        self.what, self.keys, self.completion, self.locked = what, keys, completion, locked
+
+
 class KVStore(object):
     """A key-value store of arrays, with MXNet's ``mx.kv.KVStore`` API.
 
-    Create it with :func:`pskv.create`, not directly. Operations on one key run in
-    the order they were issued; ``pull``/``pushpull`` return when their outputs are
-    written, ``push`` returns at once (see :meth:`push`).
+    Create it with :func:`pskv.create`, not directly. ``push``, ``pull`` and
+    ``pushpull`` schedule their work and return at once (MXNet's asynchronous
+    semantics); :meth:`wait` / :meth:`wait_all` block until it is done. Operations on
+    one key run in the order they were issued. Until an operation was waited for,
+    its numpy arrays are read-only (writes raise ``ValueError: assignment destination
+    is read-only``), and a ``pull``'s outputs hold their results only after the wait.
+    ``pskv.create(..., blocking=True)`` or ``PSKV_PY_SYNC=1``: every call waits.
 
     Parameters
     ----------
@@ -72,8 +93,12 @@ class KVStore(object):
     >>> kv.pushpull('w', np.ones(3, np.float32))
     """
 
-    def __init__(self, handle):
+    def __init__(self, handle, blocking=False):
         self._kv = handle
+        self._blocking = bool(blocking)
+        self._ops = []  # _Op not yet released, in issue order
+        self._locks = {}  # id(array) -> [array, number of _Op holding it read-only]
+        self._sweep_at = 64  # amortised sweeping of finished _Op (see _track)
         self._str_names = []  # string keys in first-init order = their int ids (as in C++)
         self._next_key = 0  # int keys handed out to Trainers sharing this store
         self._sparse = {}  # row_sparse key -> (shape, dtype), from init
@@ -157,12 +182,95 @@ class KVStore(object):
                     self._str_names.append(k)
                     known.add(k)
 
+    # --- asynchronous calls: read-only arrays until released
+    def _lock(self, arrays):
+        locked = []
+        seen = set()
+        for a in arrays:
+            i = id(a)
+            if i in seen:
+                continue
+            seen.add(i)
+            held = self._locks.get(i)
+            if held is not None:
+                held[1] += 1
+            elif a.flags.writeable:
+                a.flags.writeable = False
+                self._locks[i] = [a, 1]
+            else:
+                continue  # read-only before: stays so, nothing to restore
+            locked.append(a)
+        return locked
+
+    def _release(self, op):
+        for a in op.locked:
+            held = self._locks[id(a)]
+            held[1] -= 1
+            if held[1] == 0:
+                del self._locks[id(a)]
+                try:
+                    a.flags.writeable = True
+                except ValueError:  # its base became read-only meanwhile: leave it so
+                    pass
+
+    def _check_outs(self, outs):
+        for o in outs:
+            if not o.flags.writeable and id(o) not in self._locks:
+                raise _pskv.InvalidArgument(
+                    'an output array is read-only (numpy flags.writeable is False, e.g. np.frombuffer of '
+                    'bytes): pass a writable array, e.g. a copy')
+
+    def _track(self, what, keys, completion, inputs, outs):
+        """After a call was scheduled: wait (blocking store) or lock its arrays."""
+        if self._blocking:
+            self._kv.wait(_unique(keys))
+            return
+        ops = self._ops
+        # Cheap: the oldest calls usually finish first; everything now and then.
+        while ops and ops[0].completion.done:
+            self._release(ops.pop(0))
+        ops.append(_Op(what, keys, completion, self._lock(list(inputs) + list(outs))))
+        if len(ops) >= self._sweep_at:
+            self._sweep()
+
+    def _sweep(self, waited=None):
+        """Releases finished calls, and calls whose keys are all in `waited` (a set;
+        True: every call)."""
+        keep = []
+        for op in self._ops:
+            if (waited is True or op.completion.done or
+                    (waited is not None and all(k in waited for k in op.keys))):
+                self._release(op)
+            else:
+                keep.append(op)
+        self._ops = keep
+        self._sweep_at = max(64, 2 * len(keep))
+
+    def _in_flight(self, keys=None):
+        ks = None if keys is None else set(keys)
+        ops = [op for op in self._ops if ks is None or any(k in ks for k in op.keys)]
+        return '; '.join('%s of key %s' % (op.what, _key_names(op.keys)) for op in ops[:8]) + \
+            (' and %d more' % (len(ops) - 8) if len(ops) > 8 else '')
+
+    @property
+    def pending(self):
+        """The number of push/pull/pushpull calls whose arrays pskv still uses
+        (issued, not finished): their arrays are kept alive by the store.
+
+        Returns
+        -------
+        int
+        """
+        return self._kv.pending()
+
     def push(self, key, value, priority=0):
         """Pushes values; the values of one key are summed (over devices, and over
         workers in dist mode) and applied by the updater or optimizer, if any.
 
-        Schedules the push and returns; do not modify `value` until a later
-        pull/pushpull/wait of the key returned.
+        Schedules the push and returns at once. `value` is read later: do not modify
+        it until :meth:`wait` of the key (or :meth:`wait_all`) returned; numpy arrays
+        are read-only until then (a write raises ``ValueError``). A blocking store
+        (``PSKV_PY_SYNC=1``) waits here.
 
         Parameters
         ----------
@@ -188,13 +296,17 @@ class KVStore(object):
             rsps = [self._rsp_of(key, v) for v in vals]
             shape = list(self._sparse[key][0]) if key in self._sparse else list(rsps[0].shape)
             self._kv.push_row_sparse([key], shape, [(r.indices, r.data) for r in rsps], priority)
+            if self._blocking:  # the rows were copied: only the blocking store waits
+                self._kv.wait([key])
             return
         keys, vals = _flatten(key, value)
-        self._kv.push(keys, vals, priority)
+        c = self._kv.push(keys, vals, priority)
+        self._track('push', keys, c, vals, ())
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         """Pulls rows `row_ids` of a row_sparse key (MXNet's ``row_sparse_pull``) and
-        waits for them.
+        waits for them: the rows pulled decide the size of the result, which a
+        RowSparseArray cannot hide, so this call blocks (other keys' calls stay in flight).
 
         Parameters
         ----------
@@ -234,7 +346,20 @@ class KVStore(object):
             ids = ids * len(outs)
         if len(ids) != len(outs):
             raise AssertionError("the number of row_ids doesn't match the number of values")
-        got = self._kv.row_sparse_pull([key], list(shape), np.dtype(dtype).name, ids, priority)
+        pending = self._kv.row_sparse_pull_start([key], list(shape), np.dtype(dtype).name, ids, priority)
+        self.wait(key)
+        return self._row_sparse_result(key, pending, out, outs, row_ids)
+
+    def _row_sparse_start(self, key, row_ids, priority=0):
+        """Schedules a row_sparse pull of one output (the Trainer: several keys in
+        flight, one wait); read it with _row_sparse_result after a wait of `key`."""
+        shape, dtype = self._sparse[key]
+        ids = [np.ascontiguousarray(_sparse._numpy(row_ids))]
+        return self._kv.row_sparse_pull_start([key], list(shape), np.dtype(dtype).name, ids, priority)
+
+    def _row_sparse_result(self, key, pending, out=None, outs=(None,), row_ids=None):
+        shape = self._sparse[key][0]
+        got = pending.result()
         result = []
         for o, (idx, data) in zip(outs, got):
             if o is None:
@@ -245,7 +370,13 @@ class KVStore(object):
         return result if _is_list(out) or (out is None and _is_list(row_ids)) else result[0]
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
-        """Pulls the current values of keys into `out`, in place, and waits for them.
+        """Pulls the current values of keys into `out`, in place; returns at once.
+
+        `out` holds the values after :meth:`wait` of the key (or :meth:`wait_all`)
+        returned: numpy cannot delay a read, so reading it earlier reads old bytes.
+        Until then numpy outputs are read-only (a write raises ``ValueError``). The
+        pull sees every push of the key issued before it. A blocking store
+        (``PSKV_PY_SYNC=1``) waits here.
 
         Parameters
         ----------
@@ -260,11 +391,17 @@ class KVStore(object):
         """
         assert out is not None, 'pull needs out'
         keys, outs = _flatten(key, out)
-        self._kv.pull(keys, outs, priority)
-        self._kv.wait(list(dict.fromkeys(keys)))
+        self._check_outs(outs)
+        c = self._kv.pull(keys, outs, priority, False)
+        self._track('pull', keys, c, (), outs)
 
     def pushpull(self, key, value, out=None, priority=0):
-        """Pushes `value` and pulls the result into `out` in one round trip per key, then waits.
+        """Pushes `value` and pulls the result into `out` in one round trip per key;
+        returns at once.
+
+        `out` (`value` when None) holds the result after :meth:`wait` of the key (or
+        :meth:`wait_all`); until then `value` and `out` must not be modified (numpy
+        arrays are read-only) nor `out` read. A blocking store waits here.
 
         Parameters
         ----------
@@ -282,11 +419,15 @@ class KVStore(object):
             okeys, outs = keys, vals
         else:
             okeys, outs = _flatten(key, out)
-        self._kv.pushpull(keys, vals, okeys, outs, priority)
-        self._kv.wait(list(dict.fromkeys(okeys)))
+        self._check_outs(outs)
+        c = self._kv.pushpull(keys, vals, okeys, outs, priority, False)
+        self._track('pushpull', keys + okeys, c, vals, outs)
 
     def broadcast(self, key, value, out, priority=0):
         """Initialises keys with `value` (rank 0's in dist mode) and pulls them into `out`.
+
+        The pull is asynchronous as :meth:`pull`: `out` holds the values after
+        :meth:`wait` / :meth:`wait_all`.
 
         Parameters
         ----------
@@ -309,7 +450,8 @@ class KVStore(object):
         self.pull(key, out=out, priority=priority)
 
     def wait(self, key=None):
-        """Blocks until the scheduled operations on `key` (all keys if None) are done.
+        """Blocks until the scheduled operations on `key` (all keys if None) are done:
+        then pulled outputs hold their values and pushed arrays may be modified.
 
         Parameters
         ----------
@@ -319,12 +461,56 @@ class KVStore(object):
         Raises
         ------
         pskv.Error
-            The first error of an operation on the keys (an updater's exception too).
+            The first error of an operation on the keys (an updater's exception too),
+            naming the calls that were in flight on them.
+        pskv.TimeoutError
+            ``PSKV_TIMEOUT`` passed.
         """
         if key is None:
+            return self.wait_all()
+        keys = [int(k) if isinstance(k, np.integer) else k for k in (key if _is_list(key) else [key])]
+        try:
+            self._kv.wait(list(keys))
+        except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
+            new = self._with_ops(e, keys)
+            # A failure is reported once the keys' operations ended; a timeout is not.
+            self._sweep(None if isinstance(e, _pskv.TimeoutError) else set(keys))
+            if new is e:
+                raise
+            raise new from None
+        self._sweep(set(keys))
+
+    def wait_all(self):
+        """Blocks until every scheduled operation is done (MXNet's ``mx.nd.waitall()``).
+
+        Raises
+        ------
+        pskv.Error
+            The first error of a scheduled operation, naming the calls in flight.
+        """
+        try:
             self._kv.wait_all()
-        else:
-            self._kv.wait(key if _is_list(key) else [key])
+        except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
+            new = self._with_ops(e, None)
+            self._sweep(None if isinstance(e, _pskv.TimeoutError) else True)
+            if new is e:
+                raise
+            raise new from None
+        self._sweep(True)
+
+    def _with_ops(self, e, keys):
+        """`e` with the calls in flight on `keys` in its message (pskv errors) or a note."""
+        what = self._in_flight(keys)
+        if not what:
+            return e
+        text = 'in flight when the wait failed: ' + what
+        if isinstance(e, _pskv.Error) and len(e.args) == 1:
+            new = type(e)('%s [%s]' % (e.args[0], text))
+            new.__cause__ = e.__cause__
+            return new.with_traceback(e.__traceback__)
+        if hasattr(e, 'add_note'):
+            e.add_note('pskv: ' + text)
+        return e
 
     # --- updates
     def set_optimizer(self, optimizer):
@@ -356,7 +542,13 @@ class KVStore(object):
         names = self._str_names
 
         def call(key_id, recv, stored):
-            updater(names[key_id] if names else key_id, recv, stored)
+            key = names[key_id] if names else key_id
+            try:
+                updater(key, recv, stored)
+            except Exception as e:
+                if hasattr(e, 'add_note'):  # raised by a later wait: say which key
+                    e.add_note('pskv: raised by the updater of key %r' % (key,))
+                raise
 
         self._kv.wait_all()
         self._kv.set_updater(call)
@@ -427,7 +619,10 @@ class KVStore(object):
             kv.wait_all()
         except Exception as e:  # noqa: BLE001 - still release the store
             sys.stderr.write('pskv: pending operations failed at close: %s\n' % e)
-        kv.close()
+        kv.close()  # drops the arrays of every call
+        ops, self._ops = self._ops, []
+        for op in ops:
+            self._release(op)
 
     def __enter__(self):
         return self
@@ -445,7 +640,9 @@ class KVStore(object):
         kv = getattr(self, '_kv', None)
         if kv is not None:
             self._kv = None
-            _deferred_close.append(kv)
+            _deferred_close.append(kv)  # keeps the arrays of calls in flight
+            for op in self._ops:
+                self._release(op)
 
 
 _open_stores = weakref.WeakSet()
@@ -470,7 +667,7 @@ def _close_all():
     _close_deferred()
 
 
-def create(name='local'):
+def create(name='local', blocking=None):
     """Creates a store (MXNet's ``mx.kv.create``).
 
     In a process started with DMLC_ROLE=server or scheduler, a dist type runs that
@@ -481,6 +678,11 @@ def create(name='local'):
     name : str, optional
         ``'local'``, ``'device'``, ``'dist_sync'``, ``'dist_async'``, ``'dist_sync_device'``,
         ``'dist_async_device'`` (``'dist'`` means ``'dist_sync'``).
+    blocking : bool, optional
+        True: ``push``, ``pull`` and ``pushpull`` wait for their keys before returning
+        (results readable at once, inputs reusable at once; one round trip per call).
+        False: they return at once (MXNet's semantics; :meth:`KVStore.wait`). Default:
+        ``PSKV_PY_SYNC`` (0: False).
 
     Returns
     -------
@@ -498,6 +700,8 @@ def create(name='local'):
         sys.stderr.flush()
         sys.exit(_pskv.run_role())
     _close_deferred()
-    kv = KVStore(_pskv.KVStore.create(name))
+    if blocking is None:
+        blocking = _pskv.python_sync()
+    kv = KVStore(_pskv.KVStore.create(name), blocking=blocking)
     _open_stores.add(kv)
     return kv

@@ -260,10 +260,12 @@ class Trainer(object):
                 self.kv.broadcast(k, p.data, out=p.data)
             for k, b in zip(self._buf_keys, self._buffers):
                 self.kv.broadcast(k, b.data, out=b.data)
+            self.kv.wait(self._keys + self._buf_keys)  # one wait for every broadcast
         self._out = [np.empty(tuple(p.shape), dtype=_np(p).dtype) for p in self._params]
         self._buf_out = [np.empty(tuple(b.shape), dtype=_np(b).dtype) for b in self._buffers]
         self._versions = [p._version for p in self._params]
         self._stepped = False
+        self._buf_issued = False
 
         self._push_in_backward = bool(push_in_backward)
         self._no_sync = False
@@ -436,7 +438,13 @@ class Trainer(object):
 
     def _pull_rows(self, i, row_ids):
         """Rows `row_ids` of sparse parameter i from the store into the local weight."""
-        out = self.kv.row_sparse_pull(self._keys[i], row_ids=row_ids)
+        pending = self.kv._row_sparse_start(self._keys[i], row_ids, i)
+        self.kv.wait(self._keys[i])
+        self._apply_rows(i, pending)
+
+    def _apply_rows(self, i, pending):
+        """Writes a finished row pull (kv._row_sparse_start) into the local weight."""
+        out = self.kv._row_sparse_result(self._keys[i], pending)
         if len(out.indices):
             with _torch.no_grad():
                 idx = _torch.from_numpy(out.indices)
@@ -504,27 +512,33 @@ class Trainer(object):
             if ratio != 1.0 and any(self._pushed):
                 raise _pskv.UsageError('step(batch_size) differs from the scale the gradients were pushed with in '
                                        'backward; with push_in_backward=True keep the batch size constant')
+            # Everything of the step is issued before one wait: the dense push-pulls,
+            # the sparse pushes, the buffers and the sparse row pulls (ordered after
+            # their key's push by the store).
             pushed_rows = {}
             for i in reversed(self._active()):
                 if i in self._sparse_set:
                     pushed_rows[i] = self._push_sparse(i, ratio)
                 elif not self._pushed[i]:
                     self._push(i, self._grad(i, ratio))
-            dense = [self._keys[i] for i in range(len(self._params)) if i not in self._sparse_set]
-            if dense:
-                self.kv.wait(dense)
-            with _torch.no_grad():
-                for i in self._active():
-                    if i not in self._sparse_set:
-                        self._params[i].data.copy_(_torch.from_numpy(self._out[i]))
+            self._issue_buffers()
+            rows_pending = {}
             for i, rows in pushed_rows.items():
                 want = rows
                 if isinstance(row_ids, dict):
                     want = row_ids.get(self._params[i], rows)
                 elif row_ids is not None:
                     want = row_ids
-                self._pull_rows(i, np.asarray(want, dtype=np.int64).reshape(-1))
-        self._sync_buffers()
+                want = np.asarray(want, dtype=np.int64).reshape(-1)
+                rows_pending[i] = self.kv._row_sparse_start(self._keys[i], want, i)
+            self.kv.wait(self._keys + self._buf_keys)
+            with _torch.no_grad():
+                for i in self._active():
+                    if i not in self._sparse_set:
+                        self._params[i].data.copy_(_torch.from_numpy(self._out[i]))
+            for i, pending in rows_pending.items():
+                self._apply_rows(i, pending)
+        self._finish_buffers()
         self._finish()
 
     def allreduce_grads(self):
@@ -553,7 +567,7 @@ class Trainer(object):
         if not getattr(self, '_reduced', False):
             raise _pskv.UsageError('update() needs allreduce_grads() first (or call step())')
         self._update(self._ratio(batch_size))
-        self._sync_buffers()
+        self._finish_buffers()
         self._finish()
 
     def _allreduce(self, ratio_for_push):
@@ -570,7 +584,8 @@ class Trainer(object):
                 self._hold[i] = p.grad
                 g = _np(p.grad)
                 self.kv._kv.pushpull([self._keys[i]], [g], [self._keys[i]], [g], i)
-            self.kv.wait(self._keys)
+            self._issue_buffers()  # with the gradients: one wait for all
+            self.kv.wait(self._keys + self._buf_keys)
             for i in self._active():
                 if self._pushed[i]:
                     self._params[i].grad = _torch.from_numpy(self._out[i].copy())
@@ -582,14 +597,20 @@ class Trainer(object):
                 g = p.grad if ratio == 1.0 else p.grad * ratio
                 self._updater.update(self._keys[i], _np(g.contiguous()), _np(p.data))
 
-    def _sync_buffers(self):
-        """broadcast_buffers: every worker gets rank 0's buffers (DDP's rule)."""
+    def _issue_buffers(self):
+        """broadcast_buffers: every worker gets rank 0's buffers (DDP's rule). Issued
+        with the step's other calls; _finish_buffers copies them after its wait."""
         if not self._buffers:
             return
         rank0 = self.kv.rank == 0
         vals = [_np(b).copy() if rank0 else np.zeros_like(o) for b, o in zip(self._buffers, self._buf_out)]
         self.kv._kv.pushpull(self._buf_keys, vals, self._buf_keys, self._buf_out, 0)
-        self.kv.wait(self._buf_keys)
+        self._buf_issued = True
+
+    def _finish_buffers(self):
+        if not self._buf_issued:
+            return
+        self._buf_issued = False
         with _torch.no_grad():
             for b, o in zip(self._buffers, self._buf_out):
                 b.data.copy_(_torch.from_numpy(o))

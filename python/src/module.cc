@@ -2,13 +2,23 @@
 // gives it MXNet's `mx.kv` shape; this module stays thin: flat lists of keys and
 // numpy arrays in, C++ calls out.
 //
-// Memory: numpy arrays are wrapped without copying; the NDArray holds a reference
-// to the numpy object, released under the GIL. Blocking calls release the GIL.
+// Memory: numpy arrays are wrapped without copying. Synchronous calls (init, the
+// optimizer) let the NDArray hold a reference to the numpy object, released under
+// the GIL. Asynchronous calls (push, pull, pushpull) never need the GIL on pskv's
+// threads: the store's Handle keeps the numpy objects in an InFlight entry, the
+// NDArrays share a token whose last copy marks the entry done (an atomic store),
+// and the references are dropped by the next binding call on a Python thread
+// (Handle::Sweep), or by close. Blocking calls release the GIL.
 #include <pybind11/chrono.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <vector>
 
 #include "pskv/data.h"
 #include "pskv/error.h"
@@ -76,18 +86,72 @@ void ReleaseUnderGil(T* o) {
   delete o;
 }
 
-// The store, closable from Python before the interpreter finalises.
+// The Python objects whose memory an asynchronous call's NDArrays use. `done`
+// becomes true when the last NDArray of the call is gone (pskv no longer touches
+// the memory), from whatever thread; the objects are released on a Python thread.
+struct InFlight {
+  std::shared_ptr<std::atomic<bool>> done;
+  std::vector<py::object> refs;
+};
+
+// Completion of one asynchronous call, as Python sees it (`done`).
+struct Completion {
+  std::shared_ptr<std::atomic<bool>> done;
+};
+
+// The outputs of a scheduled row_sparse pull (owned by pskv: the arrays share
+// their memory with the operation in flight).
+struct RowSparsePending {
+  std::vector<RowSparseNDArray> outs;
+};
+
+// The store, closable from Python before the interpreter finalises. `inflight`
+// is touched with the GIL held only.
 struct Handle {
   std::unique_ptr<KVStore> p;
+  std::vector<InFlight> inflight;
+  size_t sweep_at = 64;  // amortised: a call sweeps when this many entries are held
+
+  Handle() = default;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  // Collected without close(): the store's threads may still need the GIL (an
+  // updater) while it shuts down, so it is released; `inflight` goes after.
+  ~Handle() {
+    if (p && Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      p.reset();
+    }
+  }
   KVStore& kv() {
     if (!p) throw UsageError("this KVStore was closed");
+    if (inflight.size() >= sweep_at) Sweep();
     return *p;
+  }
+  // Drops the references of finished calls (GIL held).
+  void Sweep() {
+    std::erase_if(inflight,
+                  [](const InFlight& f) { return f.done->load(std::memory_order_acquire); });
+    sweep_at = std::max<size_t>(64, 2 * inflight.size());
+  }
+  // A new in-flight entry and the token its NDArrays share. The entry is made
+  // before anything is scheduled, so a call that fails half-way keeps what it
+  // scheduled alive too.
+  std::pair<InFlight*, std::shared_ptr<void>> Track() {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    inflight.push_back(InFlight{done, {}});
+    std::shared_ptr<void> token(done.get(),
+                                [done](void*) { done->store(true, std::memory_order_release); });
+    return {&inflight.back(), std::move(token)};
   }
 };
 
 // A C-contiguous numpy array as an NDArray sharing its memory. `writable`: the
 // array receives results (pull/pushpull outputs), so a read-only one is refused.
-NDArray Wrap(const py::array& a, bool writable = false) {
+// `flight`: an asynchronous call's entry, which keeps the array (else the NDArray
+// keeps it).
+NDArray Wrap(const py::array& a, bool writable = false, InFlight* flight = nullptr,
+             const std::shared_ptr<void>& token = nullptr) {
   if (!(a.flags() & py::array::c_style))
     throw InvalidArgument("arrays must be C-contiguous (use numpy.ascontiguousarray)");
   if (writable && !a.writeable())
@@ -95,15 +159,22 @@ NDArray Wrap(const py::array& a, bool writable = false) {
         "an output array is read-only (numpy flags.writeable is False, e.g. np.frombuffer of "
         "bytes): pass a writable array, e.g. a copy");
   Shape shape(a.shape(), a.shape() + a.ndim());
-  auto* ref = new py::object(a);
-  std::shared_ptr<void> keep(ref, [](py::object* o) { ReleaseUnderGil(o); });
+  std::shared_ptr<void> keep = token;
+  if (flight) {
+    flight->refs.push_back(a);
+  } else {
+    auto* ref = new py::object(a);
+    keep = std::shared_ptr<void>(ref, [](py::object* o) { ReleaseUnderGil(o); });
+  }
   return NDArray::Wrap(const_cast<void*>(a.data()), shape, FromNumpy(a.dtype()), keep);
 }
 
-std::vector<NDArray> WrapAll(const std::vector<py::array>& v, bool writable = false) {
+std::vector<NDArray> WrapAll(const std::vector<py::array>& v, bool writable = false,
+                             InFlight* flight = nullptr,
+                             const std::shared_ptr<void>& token = nullptr) {
   std::vector<NDArray> out;
   out.reserve(v.size());
-  for (auto& a : v) out.push_back(Wrap(a, writable));
+  for (auto& a : v) out.push_back(Wrap(a, writable, flight, token));
   return out;
 }
 
@@ -212,19 +283,53 @@ PYBIND11_MODULE(_pskv, m) {
       },
       "Runs this process's server/scheduler role until the job ends; returns the exit status.");
   m.def("valid_types", &KVStore::ValidTypes);
+  m.def(
+      "python_sync", [] { return Options::FromEnv().python_sync; },
+      "PSKV_PY_SYNC: push/pull/pushpull wait before returning.");
+
+  py::class_<Completion>(m, "Completion")
+      .def_property_readonly(
+          "done", [](const Completion& c) { return c.done->load(std::memory_order_acquire); },
+          "True once pskv no longer uses the call's arrays (results written, inputs read).");
+
+  py::class_<RowSparsePending>(m, "RowSparsePending")
+      .def(
+          "result",
+          [](const RowSparsePending& r) {
+            py::list result;
+            for (auto& o : r.outs) {
+              // Copies owned by numpy (the NDArrays' memory is freed with them).
+              py::array i = View(o.indices()), d = View(o.data());
+              result.append(py::make_tuple(i.attr("copy")(), d.attr("copy")()));
+            }
+            return result;
+          },
+          "[(indices, rows)] per output; call after a wait of the key returned.");
 
   py::class_<Handle>(m, "KVStore")
       .def_static("create",
                   [](const std::string& t) {
+                    auto h = std::make_unique<Handle>();
                     py::gil_scoped_release nogil;  // a dist store registers with the job here
-                    return Handle{KVStore::Create(t)};
+                    h->p = KVStore::Create(t);
+                    return h;
                   })
       .def("close",
            [](Handle& h) {
              std::unique_ptr<KVStore> p = std::move(h.p);
-             py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
-             p.reset();
+             {
+               py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
+               p.reset();
+             }
+             h.inflight.clear();  // the store and its threads are gone
            })
+      .def(
+          "pending",
+          [](Handle& h) {
+            h.Sweep();
+            return h.inflight.size();
+          },
+          "Asynchronous calls whose arrays pskv still uses (their references are held).")
       .def_property_readonly("type", [](Handle& h) { return h.kv().Type(); })
       .def_property_readonly("rank", [](Handle& h) { return h.kv().Rank(); })
       .def_property_readonly("num_workers", [](Handle& h) { return h.kv().NumWorkers(); })
@@ -236,37 +341,58 @@ PYBIND11_MODULE(_pskv, m) {
              py::gil_scoped_release nogil;
              WithKeys(ks, [&](const auto& k) { kv.Init(k, v); });
            })
+      // push, pull and pushpull schedule and return a Completion; the arrays stay
+      // referenced by the Handle until pskv is done with them (see InFlight).
       .def("push",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio) {
              KVStore& kv = h.kv();
-             auto v = WrapAll(vals);
              Keys ks = ToKeys(keys);
+             auto [flight, token] = h.Track();
+             Completion c{flight->done};
+             auto v = WrapAll(vals, false, flight, token);
+             token.reset();
              py::gil_scoped_release nogil;
              WithKeys(ks, [&](const auto& k) { kv.Push(k, v, prio); });
+             return c;
            })
-      .def("pull",
-           [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio) {
-             KVStore& kv = h.kv();
-             auto o = WrapAll(outs, /*writable=*/true);
-             Keys ks = ToKeys(keys);
-             py::gil_scoped_release nogil;
-             WithKeys(ks, [&](const auto& k) { kv.Pull(k, o, prio); });
-           })
-      .def("pushpull",
-           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
-              const py::list& out_keys, const std::vector<py::array>& outs, int prio) {
-             KVStore& kv = h.kv();
-             auto v = WrapAll(vals);
-             auto o = WrapAll(outs, /*writable=*/true);
-             Keys ks = ToKeys(keys), oks = ToKeys(out_keys);
-             if (ks.str != oks.str) throw KeyError("int and str keys mixed in one call");
-             py::gil_scoped_release nogil;
-             if (ks.str) {
-               kv.PushPull(ks.strs, v, oks.strs, o, prio);
-             } else {
-               kv.PushPull(ks.ints, v, oks.ints, o, prio);
-             }
-           })
+      .def(
+          "pull",
+          [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio,
+             bool check_writable) {
+            KVStore& kv = h.kv();
+            Keys ks = ToKeys(keys);
+            auto [flight, token] = h.Track();
+            Completion c{flight->done};
+            auto o = WrapAll(outs, check_writable, flight, token);
+            token.reset();
+            py::gil_scoped_release nogil;
+            WithKeys(ks, [&](const auto& k) { kv.Pull(k, o, prio); });
+            return c;
+          },
+          py::arg("keys"), py::arg("outs"), py::arg("prio"), py::arg("check_writable") = true)
+      .def(
+          "pushpull",
+          [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
+             const py::list& out_keys, const std::vector<py::array>& outs, int prio,
+             bool check_writable) {
+            KVStore& kv = h.kv();
+            Keys ks = ToKeys(keys), oks = ToKeys(out_keys);
+            if (ks.str != oks.str) throw KeyError("int and str keys mixed in one call");
+            auto [flight, token] = h.Track();
+            Completion c{flight->done};
+            auto v = WrapAll(vals, false, flight, token);
+            auto o = WrapAll(outs, check_writable, flight, token);
+            token.reset();
+            py::gil_scoped_release nogil;
+            if (ks.str) {
+              kv.PushPull(ks.strs, v, oks.strs, o, prio);
+            } else {
+              kv.PushPull(ks.ints, v, oks.ints, o, prio);
+            }
+            return c;
+          },
+          py::arg("keys"), py::arg("vals"), py::arg("out_keys"), py::arg("outs"), py::arg("prio"),
+          py::arg("check_writable") = true)
       // row_sparse keys: `key` is a one-element list (int or str); values are
       // (row ids, rows) pairs of numpy arrays with the full `shape` given.
       .def("init_row_sparse",
@@ -297,45 +423,43 @@ PYBIND11_MODULE(_pskv, m) {
                kv.Push(ks.ints.at(0), v, prio);
              }
            })
-      .def("row_sparse_pull",
+      // Schedules a row_sparse pull; the outputs are owned by pskv (no Python
+      // memory involved), read with RowSparsePending.result() after a wait of the key.
+      .def("row_sparse_pull_start",
            [](Handle& h, const py::list& key, const Shape& shape, const std::string& dtype,
               const std::vector<py::array>& row_ids, int prio) {
              KVStore& kv = h.kv();
              std::vector<NDArray> ids;
              for (auto& a : row_ids) ids.push_back(Wrap(a).Clone());
-             std::vector<RowSparseNDArray> outs;
-             for (size_t i = 0; i < ids.size(); ++i) outs.emplace_back(shape, ParseDType(dtype));
+             RowSparsePending r;
+             for (size_t i = 0; i < ids.size(); ++i) r.outs.emplace_back(shape, ParseDType(dtype));
              Keys ks = ToKeys(key);
-             {
-               py::gil_scoped_release nogil;
-               if (ks.str) {
-                 kv.RowSparsePull(ks.strs.at(0), outs, ids, prio);
-                 kv.Wait(std::vector<std::string>{ks.strs.at(0)});
-               } else {
-                 kv.RowSparsePull(ks.ints.at(0), outs, ids, prio);
-                 kv.Wait(std::vector<int>{ks.ints.at(0)});
-               }
+             py::gil_scoped_release nogil;
+             if (ks.str) {
+               kv.RowSparsePull(ks.strs.at(0), r.outs, ids, prio);
+             } else {
+               kv.RowSparsePull(ks.ints.at(0), r.outs, ids, prio);
              }
-             py::list result;
-             for (auto& o : outs) {
-               // Copies owned by numpy (the NDArrays' memory is freed with them).
-               py::array i = View(o.indices()), d = View(o.data());
-               result.append(py::make_tuple(i.attr("copy")(), d.attr("copy")()));
-             }
-             return result;
+             return r;
            })
       .def("wait",
            [](Handle& h, const py::list& keys) {
              KVStore& kv = h.kv();
              Keys ks = ToKeys(keys);
-             py::gil_scoped_release nogil;
-             WithKeys(ks, [&](const auto& k) { kv.Wait(k); });
+             {
+               py::gil_scoped_release nogil;
+               WithKeys(ks, [&](const auto& k) { kv.Wait(k); });
+             }
+             h.Sweep();
            })
       .def("wait_all",
            [](Handle& h) {
              KVStore& kv = h.kv();
-             py::gil_scoped_release nogil;
-             kv.WaitAll();
+             {
+               py::gil_scoped_release nogil;
+               kv.WaitAll();
+             }
+             h.Sweep();
            })
       .def("barrier",
            [](Handle& h) {

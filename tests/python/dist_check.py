@@ -29,12 +29,14 @@ def sync(kv, rounds=4):
         kv.push([3, 99], [[full(r + 1, SMALL)] * 2, full(r + 1, BIG)])
         a, b = full(0, SMALL), full(0, BIG)
         kv.pull([3, 99], out=[a, b])
+        kv.wait_all()
         check((a == 1 + RATE * (i + 1) * tri * 2).all(), 'small key round %d: %s' % (i, a[0, 0]))
         check((b == 1 + RATE * (i + 1) * tri).all(), 'big key round %d: %s' % (i, b[0, 0]))
     kv.init(11, full(1, BIG))
     for i in range(rounds):
         d = full(r + 1, BIG)
         kv.pushpull(11, d)
+        kv.wait_all()
         check((d == 1 + RATE * (i + 1) * tri).all(), 'pushpull round %d' % i)
 
 
@@ -47,6 +49,7 @@ def sync_str(kv, rounds=3):
         kv.push(['w', 'big'], [full(r + 1, SMALL), full(r + 1, BIG)])
         a, b = full(0, SMALL), full(0, BIG)
         kv.pull(['w', 'big'], out=[a, b])
+        kv.wait_all()
         check((a == 1 + RATE * (i + 1) * tri).all() and (b == a[0, 0]).all(), 'str keys round %d' % i)
 
 
@@ -60,6 +63,7 @@ def async_(kv, rounds=10):
     kv.barrier()
     a, b = full(0, SMALL), full(0, BIG)
     kv.pull([3, 99], out=[a, b])
+    kv.wait_all()
     want = 1 + rounds * n * (n + 1) / 2
     check((a == want).all() and (b == want).all(), 'async: %s %s vs %s' % (a[0, 0], b[0, 0], want))
     kv.barrier()
@@ -84,8 +88,10 @@ def compression(kv):
         kv.push(3, full(np.float32(base) * np.float32(r + 1), SMALL))
         a = full(0, SMALL)
         kv.pull(3, out=a)
+        kv.wait_all()
         b = full(np.float32(base) * np.float32(r + 1), BIG)
         kv.pushpull(99, b)
+        kv.wait_all()
         check((a == expect).all() and (b == expect).all(), 'compression: %s %s vs %s' % (a[0, 0], b[0, 0], expect))
 
 

@@ -49,6 +49,7 @@ def test_key_error_in_process_and_store_still_usable():
         kv.push(2 ** 31, np.ones(2, np.float32))
     out = np.zeros(2, np.float32)
     kv.pull(3, out=out)
+    kv.wait_all()
     assert (out == 1).all()
 
 
@@ -68,6 +69,7 @@ def test_read_only_output_is_refused(kvtype):
     kv.push(0, ro)  # reading a read-only array is fine
     out = np.zeros(2, np.float32)
     kv.pull(0, out=out)
+    kv.wait_all()
     assert (out == 0).all()
 
 
@@ -86,4 +88,5 @@ def test_big_endian_is_refused(dtype):
     kv.push(0, be.astype(be.dtype.newbyteorder('=')))
     out = np.zeros(3, np.dtype(dtype).newbyteorder('='))
     kv.pull(0, out=out)
+    kv.wait_all()
     assert out.tolist() == [0, 1, 2]

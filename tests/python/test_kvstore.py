@@ -27,6 +27,7 @@ def test_single_kv_pair(kv):
     kv.push(3, ones(4))
     out = ones(0)
     kv.pull(3, out=out)
+    kv.wait_all()
     assert (out == 4).all()
 
 
@@ -35,6 +36,7 @@ def test_list_kv_pair(kv):
     kv.push(KEYS, [ones(4)] * 3)
     outs = [ones(0) for _ in KEYS]
     kv.pull(KEYS, out=outs)
+    kv.wait_all()
     for o in outs:
         assert (o == 4).all()
 
@@ -45,6 +47,7 @@ def test_aggregator(kv):
     kv.push(3, [ones() for _ in range(num_devs)])
     outs = [ones(0) for _ in range(num_devs)]
     kv.pull(3, out=outs)
+    kv.wait_all()
     for o in outs:
         assert (o == num_devs).all()
     # list of keys, list of lists of values
@@ -53,6 +56,7 @@ def test_aggregator(kv):
     kv.push(KEYS, vals)
     outs = [[ones(0) for _ in range(num_devs)] for _ in KEYS]
     kv.pull(KEYS, out=outs)
+    kv.wait_all()
     for row in outs:
         for o in row:
             assert (o == 2 * num_devs).all()
@@ -73,6 +77,7 @@ def test_updater(kv, keys):
         kv.push(keys, [[ones() for _ in range(num_devs)] for _ in keys])
     outs = [ones(0) for _ in keys]
     kv.pull(keys, out=outs)
+    kv.wait_all()
     for o in outs:
         assert (o == 1 + num_devs * num_push).all()
     assert set(seen) == set(keys)  # str keys reach a str updater
@@ -83,6 +88,7 @@ def test_pushpull_reads_inputs_before_writing_outputs(kv):
     kv.init(KEYS, [ones()] * 3)
     shared = [ones(2) for _ in range(4)]
     kv.pushpull(KEYS, [shared] * 3)
+    kv.wait_all()
     for s in shared:
         assert (s == 8).all()
 
@@ -91,12 +97,14 @@ def test_pushpull_into_out(kv):
     kv.init(1, ones())
     out = ones(0)
     kv.pushpull(1, [ones(3), ones(4)], out=out)
+    kv.wait_all()
     assert (out == 7).all()
 
 
 def test_broadcast(kv):
     outs = [ones(0), ones(0)]
     kv.broadcast(4, ones(6), out=outs)
+    kv.wait_all()
     for o in outs:
         assert (o == 6).all()
     with pytest.raises(pskv.KeyError, match='duplicate init'):
@@ -121,6 +129,7 @@ def test_torch_tensors_shared_without_copy(kv):
     kv.push('w', [torch.full(SHAPE, 2.0), torch.full(SHAPE, 3.0)])
     out = torch.zeros(SHAPE)
     kv.pull('w', out=out)
+    kv.wait_all()
     assert (out == 5).all()
 
 
@@ -130,12 +139,14 @@ def test_optimizer_and_states(kv):
     out = ones(0, (2,))
     kv.push(0, ones(1.0, (2,)))
     kv.pull(0, out=out)
+    kv.wait_all()
     assert np.allclose(out, 0.9)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, 'states')
         kv.save_optimizer_states(path)
         kv.push(0, ones(1.0, (2,)))
         kv.pull(0, out=out)
+        kv.wait_all()
         assert np.allclose(out, 0.71)
         kv2 = pskv.create(kv.type)
         kv2.set_optimizer(pskv.optimizer.create('sgd', learning_rate=0.1, momentum=0.9))
@@ -144,6 +155,7 @@ def test_optimizer_and_states(kv):
         kv2.push(0, ones(1.0, (2,)))
         out2 = ones(0, (2,))
         kv2.pull(0, out=out2)
+        kv2.wait_all()
         assert np.allclose(out2, out)
 
 
@@ -156,6 +168,7 @@ def test_lr_scheduler():
     for _ in range(3):
         kv.push(0, ones(1, (1,)))
     kv.pull(0, out=out)
+    kv.wait_all()
     assert out[0] == pytest.approx(1 + 0.5 + 0.25)
 
 
@@ -170,6 +183,7 @@ def test_gradient_compression_device_only():
     kv.push(0, np.array([-0.7, 0.2, 2.0], np.float32))
     out = ones(0, (3,))
     kv.pull(0, out=out)
+    kv.wait_all()
     assert out.tolist() == [-0.5, 0, 0.5]
 
 

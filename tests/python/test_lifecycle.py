@@ -35,6 +35,7 @@ def test_store_dropped_inside_its_own_updater_does_not_abort():
         kv2.init(1, np.ones(3, dtype=np.float32))
         out = np.zeros(3, dtype=np.float32)
         kv2.pull(1, out)
+        kv2.wait_all()
         assert out.tolist() == [1, 1, 1]
         print('ok')
     ''')

@@ -113,7 +113,7 @@ def test_pip_install_into_a_venv_offline(tmp_path):
     assert r.returncode == 0, r.stdout.decode()[-4000:]
     code = ('import pskv, numpy as np\n'
             'kv = pskv.create("local"); kv.init(3, np.ones(4, np.float32))\n'
-            'kv.push(3, [np.ones(4, np.float32)] * 2); out = np.zeros(4, np.float32); kv.pull(3, out=out)\n'
+            'kv.push(3, [np.ones(4, np.float32)] * 2); out = np.zeros(4, np.float32); kv.pull(3, out=out); kv.wait(3)\n'
             'assert out[0] == 2, out\n'
             'print(pskv.__version__, pskv.__file__)\n')
     r = subprocess.run([py, '-c', code], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
@@ -128,7 +128,7 @@ def test_pip_install_into_a_venv_offline(tmp_path):
     worker = tmp_path / 'w.py'
     worker.write_text('import numpy as np, pskv\nkv = pskv.create("dist_sync")\n'
                       'kv.init(0, np.zeros(3, np.float32)); kv.push(0, np.ones(3, np.float32))\n'
-                      'o = np.zeros(3, np.float32); kv.pull(0, out=o)\n'
+                      'o = np.zeros(3, np.float32); kv.pull(0, out=o); kv.wait(0)\n'
                       'assert o[0] == kv.num_workers, o\nprint("rank", kv.rank, "ok")\n')
     r = subprocess.run([launch, '-n', '2', '-s', '1', '--timeout', '60', '--', py, str(worker)], env=env,
                        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=90)

@@ -205,6 +205,7 @@ def test_kvstore_load_optimizer_states_restores_dumped_optimizer(tmp_path):
         kv2.push(0, np.ones(1, np.float32))
         out = np.zeros(1, np.float32)
         kv2.pull(0, out=out)
+        kv2.wait_all()
         assert out[0] == pytest.approx(want)
 
 

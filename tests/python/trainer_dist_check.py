@@ -127,7 +127,9 @@ def gan(kvtype, out):
         kv_b.init(['y', 'x'], [np.zeros(2, np.float32)] * 2)
         a, b = np.full(2, r + 1, np.float32), np.full(2, 10 * (r + 1), np.float32)
         kv_a.pushpull('x', a)
+        kv_a.wait_all()
         kv_b.pushpull('x', b)
+        kv_b.wait_all()
         assert (a == 3).all() and (b == 30).all(), (a, b)  # summed over workers, no cross-talk
         kv_a.close()
         kv_b.close()
