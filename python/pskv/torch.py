@@ -57,6 +57,11 @@ def _np(t):
     return t.detach().numpy()
 
 
+# Parameters of at most this many bytes are exchanged together in one call per step
+# (the dist stores' default fusion limit, PSKV_FUSION_KEY_BYTES).
+_SMALL_PARAM_BYTES = 65536
+
+
 def _fmt_mults(m):
     return ','.join('%d:%r' % (k, float(v)) for k, v in sorted(m.items()))
 
@@ -515,12 +520,33 @@ class Trainer(object):
             # Everything of the step is issued before one wait: the dense push-pulls,
             # the sparse pushes, the buffers and the sparse row pulls (ordered after
             # their key's push by the store).
+            # The new weights are pulled straight into the parameters (no buffer, no
+            # copy after the wait), and the small parameters (biases, norms) go in one
+            # call, which a dist store fuses into few messages; big ones keep one call
+            # each with their own priority.
             pushed_rows = {}
+            direct = set()
+            small_keys, small_grads, small_outs, small_prio = [], [], [], None
             for i in reversed(self._active()):
                 if i in self._sparse_set:
                     pushed_rows[i] = self._push_sparse(i, ratio)
                 elif not self._pushed[i]:
-                    self._push(i, self._grad(i, ratio))
+                    g = self._grad(i, ratio)
+                    w = self._params[i].data
+                    if not (w.is_contiguous() and w.dtype == g.dtype):
+                        self._push(i, g)
+                        continue
+                    self._hold[i] = g
+                    direct.add(i)
+                    if g.numel() * g.element_size() <= _SMALL_PARAM_BYTES:
+                        small_keys.append(self._keys[i])
+                        small_grads.append(_np(g))
+                        small_outs.append(_np(w))
+                        small_prio = i if small_prio is None else max(small_prio, i)
+                    else:
+                        self.kv._kv.pushpull([self._keys[i]], [_np(g)], [self._keys[i]], [_np(w)], i)
+            if small_keys:
+                self.kv._kv.pushpull(small_keys, small_grads, small_keys, small_outs, small_prio)
             self._issue_buffers()
             rows_pending = {}
             for i, rows in pushed_rows.items():
@@ -534,7 +560,7 @@ class Trainer(object):
             self.kv.wait(self._keys + self._buf_keys)
             with _torch.no_grad():
                 for i in self._active():
-                    if i not in self._sparse_set:
+                    if i not in self._sparse_set and i not in direct:
                         self._params[i].data.copy_(_torch.from_numpy(self._out[i]))
             for i, pending in rows_pending.items():
                 self._apply_rows(i, pending)
