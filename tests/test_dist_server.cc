@@ -171,6 +171,21 @@ TEST(DistServerWire, OneMessageWindowOppositeOrdersComplete) {
   Countdown c(1);
   job.workers[0]->Push({hostile}, Floats(4, 1), {16}, init, c.Callback());
   EXPECT_THROW(c.Wait(), InvalidArgument);
+  // A worker cutting the key into other chunks (another PSKV_WIRE_CHUNK_BYTES) gets
+  // errors naming the setting: a chunk that does not exist, a chunk of another size.
+  auto expect_hint = [&](uint64_t ps_key, int64_t floats) {
+    Countdown one(1);
+    job.workers[1]->Push({ps_key}, Floats(floats, 1), {static_cast<uint64_t>(floats) * 4}, cmd,
+                         one.Callback());
+    try {
+      one.Wait();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("PSKV_WIRE_CHUNK_BYTES"), std::string::npos) << e.what();
+    }
+  };
+  expect_hint(dist::PsKey(dist::ChunkKey(5, chunks), 0, 1), per);  // chunk 8 of 0..7
+  expect_hint(dist::PsKey(dist::ChunkKey(5, 0), 0, 1), 2 * per);   // twice the size
 }
 
 // Chunking: each server's slice is covered exactly, in balanced chunks, within the

@@ -445,9 +445,17 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       items.push_back({key, key_off, len, nullptr});
       continue;
     }
+    // A chunked key the workers cut differently: name the setting, not just the key.
+    auto chunk_hint = [&]() -> std::string {
+      const int64_t base = key & ((int64_t{1} << dist::kChunkShift) - 1);
+      if (dist::ChunkOf(key) == 0 && !FindKey(dist::ChunkKey(base, 1))) return "";
+      return "; key " + std::to_string(dist::KeyOf(key)) +
+             " travels in wire chunks: every node of a job must use the same "
+             "PSKV_WIRE_CHUNK_BYTES";
+    };
     if (!found)
       return fail(ErrorKind::kKey, "key " + std::to_string(key) + " has not been inited on " +
-                                       me_name + " (call Init before push or pull)");
+                                       me_name + " (call Init before push or pull)" + chunk_hint());
     KeyState& st = *found;
     if (dtype != st.value.dtype())
       return fail(ErrorKind::kShape, "key " + std::to_string(key) + " holds " +
@@ -464,7 +472,8 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       if (len != want)
         return fail(ErrorKind::kShape, "The value size cannot be changed: key " +
                                            std::to_string(key) + " takes " + std::to_string(want) +
-                                           " bytes on " + me_name + ", got " + std::to_string(len));
+                                           " bytes on " + me_name + ", got " + std::to_string(len) +
+                                           chunk_hint());
       if (sync_) {
         if (st.pushed.count(req.sender))
           return fail(ErrorKind::kUsage,
