@@ -45,6 +45,12 @@ std::unique_ptr<Transport> Make(const std::string& kind, const TransportConfig& 
     s.shm_ring_bytes = 64 << 10;
     return CreateTransport("shm", s);
   }
+  if (kind == "tcp") {  // pskv's direct TCP connections once negotiated
+    TransportConfig s = c;
+    s.shm = TransportConfig::Shm::kOff;
+    s.direct_tcp = true;
+    return CreateTransport("shm", s);
+  }
   return CreateTransport(kind, c);
 }
 
@@ -61,7 +67,8 @@ std::string Str(const Frame& f) {
 }
 
 class TransportSuite : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Backends, TransportSuite, ::testing::Values("zmq", "fault(zmq)", "shm"),
+INSTANTIATE_TEST_SUITE_P(Backends, TransportSuite,
+                         ::testing::Values("zmq", "fault(zmq)", "shm", "tcp"),
                          [](const auto& info) {
                            return info.param == "fault(zmq)" ? std::string("fault_zmq")
                                                              : info.param;

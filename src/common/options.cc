@@ -162,6 +162,8 @@ Options Options::FromEnv() {
   if (o.shm_ring_bytes & (o.shm_ring_bytes - 1))
     throw ConfigError("PSKV_SHM_RING_BYTES=" + std::to_string(o.shm_ring_bytes) +
                       " must be a power of two");
+  if (const char* v = Get("PSKV_TCP_DIRECT"))
+    o.tcp_direct = ParseInt("PSKV_TCP_DIRECT", v, 0, 1) != 0;
   ReadInt("PSKV_MAX_CONNECTIONS", &o.max_pending_connections, 0, 1 << 20);
   ReadSeconds("PSKV_HANDSHAKE_TIMEOUT", &o.handshake_timeout);
   if (o.handshake_timeout.count() <= 0)

@@ -257,6 +257,8 @@ LaunchConfig ParseArgs(int argc, char** argv) {
                         "PSKV_SERVER_THREADS",
                         "PSKV_FUSION_KEY_BYTES",
                         "PSKV_FUSION_BYTES",
+                        "PSKV_SHM",
+                        "PSKV_TCP_DIRECT",
                         "DMLC_INTERFACE",
                         "OMP_NUM_THREADS",
                         "OPENBLAS_NUM_THREADS",

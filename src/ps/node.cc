@@ -81,6 +81,7 @@ void Node::Start() {
            : options_.shm == "1" ? TransportConfig::Shm::kOn
                                  : TransportConfig::Shm::kAuto;
   tc.shm_ring_bytes = static_cast<uint64_t>(options_.shm_ring_bytes);
+  tc.direct_tcp = options_.tcp_direct;
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
   tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;

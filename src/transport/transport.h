@@ -77,6 +77,11 @@ struct TransportConfig {
   /// address of this host), kOn (offer to every peer; one on another host
   /// declines and TCP is used).
   enum class Shm { kOff, kAuto, kOn } shm = Shm::kOff;
+  /// For the "shm" backend: a direct TCP connection (no ZeroMQ I/O thread on the
+  /// data path) per direction with peers that get no ring, negotiated over the
+  /// authenticated ZeroMQ connection (tcp/direct_tcp.h). Ignored with `encrypt`
+  /// and on the scheduler.
+  bool direct_tcp = false;
   /// Bytes of each shared-memory ring (one per direction and co-located pair);
   /// a power of two. Messages larger than the ring stream through it.
   uint64_t shm_ring_bytes = uint64_t{8} << 20;

@@ -5,6 +5,8 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sodium.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +25,10 @@
 #include "common/net.h"
 #include "common/rate_limit.h"
 #include "pskv/error.h"
+#include "transport/auth.h"
+#include "transport/framing.h"
 #include "transport/shm/shm_ring.h"
+#include "transport/tcp/direct_tcp.h"
 #include "transport/zmq/zmq_transport.h"
 
 // Threads of this backend (the protocol is in shm_transport.h):
@@ -32,11 +37,15 @@
 //    their owners (no copy until the bytes go into the ring);
 //  * the writer thread moves pending bytes into rings when their readers free
 //    space; it sleeps on this process's tx pipe, which readers write to;
-//  * the Recv caller owns the incoming rings (in_, under in_mu_ only so that
-//    Close from another thread is safe) and the inner transport's Recv; it
-//    sleeps in ZeroMQ's poll, which also watches the rx pipe that writers use.
-// Lock order: peers_mu_, then an Out's mu, then the inner transport's locks.
-// in_mu_ is never held with the others.
+//  * the Recv caller owns the incoming rings and direct sockets (in_, under
+//    in_mu_ only so that Close from another thread is safe) and the inner
+//    transport's Recv; it sleeps in ZeroMQ's poll, which also watches an epoll
+//    set holding the rx pipe that ring writers use and the direct sockets.
+// Direct TCP (tcp/direct_tcp.h) works like a ring whose writer is the socket:
+// senders write into it under Out::mu, the writer thread finishes what did not
+// fit (POLLOUT) and runs the listener that accepts receivers' connections.
+// Lock order: lst_mu_, then peers_mu_, then an Out's mu, then the inner
+// transport's locks. in_mu_ is never held with the others.
 
 namespace pskv {
 
@@ -55,7 +64,7 @@ std::atomic_ref<T> A(T& x) {
 // Control messages travel over ZeroMQ as one frame of this exact size (not the
 // protocol header's 64 bytes), starting with kCtlMagic.
 constexpr char kCtlMagic[8] = {'P', 'S', 'K', 'V', 'S', 'H', 'M', '1'};
-enum : uint32_t { kOffer = 1, kSwitch = 2 };
+enum : uint32_t { kOffer = 1, kSwitch = 2, kOfferTcp = 3 };
 struct CtlWire {
   char magic[8];
   uint32_t type;
@@ -65,16 +74,17 @@ struct CtlWire {
   uint64_t capacity;
   uint8_t nonce[16];
   char boot_id[64];
-  uint8_t reserved[16];
+  uint32_t tcp_ip;  // kOfferTcp: where the sender listens (network order; 0: its address)
+  uint16_t tcp_port;
+  uint8_t reserved[10];
 };
 static_assert(sizeof(CtlWire) == 128);
 
-// In a ring, a message is: u32 kMsgMagic, u32 frame count, then per frame a u64
-// size and the bytes.
-constexpr uint32_t kMsgMagic = 0x4d4b5350;  // "PSKM"
-constexpr uint32_t kMaxFramesPerMessage = 1 << 16;
+// Incoming rings and direct sockets, at most (further offers are declined).
 constexpr size_t kMaxIncomingRings = 128;
-const char kEmpty[1] = {0};
+// Bytes one Send or one writer turn puts into a direct socket before letting go
+// of the peer's lock; bytes one Recv reads from one socket before looking at others.
+constexpr uint64_t kSocketBudget = 4 << 20;
 
 std::string ReadBootId() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
@@ -112,21 +122,7 @@ void Drain(int fd) {
   }
 }
 
-// A message waiting to be written into a ring: pieces are the 8-byte message
-// prefix, then per frame its 8-byte size and its bytes.
-struct OutMsg {
-  std::vector<Frame> frames;
-  std::vector<uint64_t> words;  // [0] prefix, [1 + i] size of frame i
-  size_t piece = 0;
-  uint64_t offset = 0;  // within the current piece
-
-  size_t pieces() const { return 1 + 2 * frames.size(); }
-  std::pair<const char*, uint64_t> Piece(size_t p) const {
-    if (p == 0 || p % 2 == 1) return {reinterpret_cast<const char*>(&words[(p + 1) / 2]), 8};
-    const Frame& f = frames[p / 2 - 1];
-    return {f.data, f.size};
-  }
-};
+using framing::OutMsg;
 
 // The producer side of one peer.
 struct Out {
@@ -137,35 +133,48 @@ struct Out {
   std::unique_ptr<Ring> ring;
   int peer_pipe = -1;  // the reader's wake-up pipe
   uint64_t head = 0;   // private copy of the ring's head
+  bool tcp = false;    // offered a direct TCP connection (not a ring)
+  shm::Nonce nonce{};  // tcp: names the offer
+  int sock = -1;       // tcp: the receiver's proven connection
   bool seen_up = false;
   Clock::time_point retry_after{};    // kDown: no new offer before then
   Clock::time_point offered_up_at{};  // kOffered: when the connection was first seen up
   std::deque<OutMsg> pending;
 };
 
-// The consumer side of one ring, with its incremental message parser.
+// The consumer side of one ring or direct socket.
 struct In {
+  explicit In(uint64_t max_frame) : parser(max_frame) {}
   uint64_t token = 0;
   std::string addr;
+  shm::Nonce nonce{};
+  bool active = false;  // SWITCH arrived: the writer uses this path now
+  // Ring:
   std::unique_ptr<Ring> ring;
   int peer_pipe = -1;  // the writer's wake-up pipe
-  bool active = false;
-  uint64_t tail = 0;  // private copy of the ring's tail
-  enum { kPrefix, kSize, kBody } st = kPrefix;
-  char word[8];
-  uint32_t have = 0, nframes = 0;
-  std::vector<Frame> frames;
-  std::shared_ptr<char[]> buf;
-  uint64_t size = 0, got = 0;
+  uint64_t tail = 0;   // private copy of the ring's tail
+  framing::Parser parser;
+  // Direct TCP: connecting, reading the sender's ACK, parked (ACK read, SWITCH
+  // not yet: not watched), reading messages.
+  int sock = -1;
+  enum { kConnecting, kAck, kParked, kReading } sst = kConnecting;
+  std::unique_ptr<direct::Reader> reader;
+  bool readable = false;
   ~In() {
     if (peer_pipe >= 0) ::close(peer_pipe);
+    if (sock >= 0) ::close(sock);
   }
 };
 
 class ShmTransport final : public Transport {
  public:
   explicit ShmTransport(const TransportConfig& cfg)
-      : cfg_(cfg), boot_id_(ReadBootId()), local_(LocalAddresses()), pid_(::getpid()) {
+      : cfg_(cfg),
+        boot_id_(ReadBootId()),
+        local_(LocalAddresses()),
+        pid_(::getpid()),
+        keys_(cfg.secret, cfg.job),
+        listener_(keys_, cfg.handshake_timeout) {
     int rx[2], tx[2];
     if (::pipe2(rx, O_NONBLOCK | O_CLOEXEC) != 0) throw IOError("pipe2 failed");
     if (::pipe2(tx, O_NONBLOCK | O_CLOEXEC) != 0) {
@@ -178,16 +187,37 @@ class ShmTransport final : public Transport {
     tx_rd_ = tx[0];
     tx_wr_ = tx[1];
     try {
-      inner_ = CreateZmqTransport(cfg, rx_rd_);
+      epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+      if (epfd_ < 0) throw IOError(std::string("epoll_create1 failed: ") + std::strerror(errno));
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = rx_rd_;
+      if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, rx_rd_, &ev) != 0) throw IOError("epoll_ctl failed");
+      inner_ = CreateZmqTransport(cfg, epfd_);
     } catch (...) {
-      for (int fd : {rx_rd_, rx_wr_, tx_rd_, tx_wr_}) ::close(fd);
+      for (int fd : {rx_rd_, rx_wr_, tx_rd_, tx_wr_, epfd_})
+        if (fd >= 0) ::close(fd);
       throw;
     }
     writer_ = std::thread([this] { WriterLoop(); });
   }
   ~ShmTransport() override { Close(0ms); }
 
-  std::string Bind(const std::string& host, int port) override { return inner_->Bind(host, port); }
+  std::string Bind(const std::string& host, int port) override {
+    std::string ep = inner_->Bind(host, port);
+    if (cfg_.direct_tcp && !cfg_.encrypt && !cfg_.scheduler) {
+      std::lock_guard<std::mutex> g(lst_mu_);
+      try {
+        listener_.Open(host);
+        direct_ip_ = listener_.ip();
+        direct_port_ = listener_.port();
+      } catch (const Error& e) {
+        PSKV_WARN(
+            "direct TCP unavailable, messages to other hosts go through ZeroMQ: " << e.what());
+      }
+    }
+    return ep;
+  }
 
   void Connect(int peer, const std::string& endpoint, uint64_t token) override {
     inner_->Connect(peer, endpoint, token);
@@ -203,6 +233,12 @@ class ShmTransport final : public Transport {
     o->token = token;
     if (WantShm(endpoint)) {
       std::lock_guard<std::mutex> g(o->mu);
+      Offer(peer, *o, false);
+    } else if (direct_port_ != 0 && token != kSchedulerToken) {
+      // Not with the scheduler: its messages are few and not latency bound, and it
+      // would hold two more sockets per node.
+      std::lock_guard<std::mutex> g(o->mu);
+      o->tcp = true;
       Offer(peer, *o, false);
     }
   }
@@ -231,13 +267,8 @@ class ShmTransport final : public Transport {
     std::lock_guard<std::mutex> g(o.mu);
     Advance(peer, o);
     if (o.state != Out::kActive) return inner_->Send(peer, std::move(frames));
-    OutMsg m;
-    m.words.resize(1 + frames.size());
-    m.words[0] = kMsgMagic | (static_cast<uint64_t>(frames.size()) << 32);
-    for (size_t i = 0; i < frames.size(); ++i) m.words[1 + i] = frames[i].size;
-    m.frames = std::move(frames);
-    o.pending.push_back(std::move(m));
-    if (o.pending.size() == 1) WriteSome(o);
+    o.pending.push_back(OutMsg::Make(std::move(frames)));
+    if (o.pending.size() == 1) WriteSome(peer, o);
     // Still waiting (it is the last one queued): frames without an owner are only
     // valid during this call, so they are copied now.
     if (!o.pending.empty())
@@ -304,7 +335,7 @@ class ShmTransport final : public Transport {
 
   void Close(std::chrono::milliseconds linger) override {
     if (closed_.exchange(true)) return;
-    // Give pending messages up to `linger` to go into their rings.
+    // Give pending messages up to `linger` to go into their rings and sockets.
     for (const auto end = Clock::now() + linger; Clock::now() < end;) {
       bool any = false;
       {
@@ -321,6 +352,10 @@ class ShmTransport final : public Transport {
     Signal(tx_wr_);
     if (writer_.joinable()) writer_.join();
     {
+      std::lock_guard<std::mutex> g(lst_mu_);
+      listener_.Close();
+    }
+    {
       std::unique_lock<std::shared_mutex> lk(peers_mu_);
       for (auto& [id, o] : outs_) {
         std::lock_guard<std::mutex> g(o->mu);
@@ -330,11 +365,13 @@ class ShmTransport final : public Transport {
     }
     {
       std::lock_guard<std::mutex> lk(in_mu_);
-      for (auto& [tok, r] : in_) A(r->ring->shared()->consumer_closed).store(1);
+      for (auto& [tok, r] : in_)
+        if (r->ring) A(r->ring->shared()->consumer_closed).store(1);
       in_.clear();
+      socks_.clear();
     }
     inner_->Close(linger);
-    for (int* fd : {&rx_rd_, &rx_wr_, &tx_rd_, &tx_wr_}) {
+    for (int* fd : {&rx_rd_, &rx_wr_, &tx_rd_, &tx_wr_, &epfd_}) {
       ::close(*fd);
       *fd = -1;
     }
@@ -342,13 +379,15 @@ class ShmTransport final : public Transport {
 
   std::string Name() const override { return "shm+" + inner_->Name(); }
 
-  bool Active(int peer) {
+  std::string PathTo(int peer) {
     std::shared_lock<std::shared_mutex> lk(peers_mu_);
     auto it = outs_.find(peer);
-    if (it == outs_.end()) return false;
+    if (it == outs_.end()) return "zmq";
     std::lock_guard<std::mutex> g(it->second->mu);
-    return it->second->state == Out::kActive;
+    if (it->second->state != Out::kActive) return "zmq";
+    return it->second->tcp ? "tcp" : "shm";
   }
+  uint16_t DirectPort() const { return direct_port_; }
 
  private:
   bool WantShm(const std::string& endpoint) const {
@@ -360,25 +399,35 @@ class ShmTransport final : public Transport {
 
   // ---------------------------------------------------------------- producer
 
-  // Creates a ring for `peer` and offers it over ZeroMQ. Under o.mu.
+  // Creates a ring (or, for o.tcp, a nonce for a direct connection) for `peer`
+  // and offers it over ZeroMQ. Under o.mu.
   void Offer(int peer, Out& o, bool up) {
-    try {
-      o.ring = Ring::Create(cfg_.shm_ring_bytes);
-    } catch (const Error& e) {
-      PSKV_LOG_LIMITED(limiter_, "create", "WARN",
-                       "shared memory unavailable, using TCP: " << e.what());
-      o.state = Out::kOff;
-      return;
-    }
     CtlWire w{};
     std::memcpy(w.magic, kCtlMagic, sizeof w.magic);
-    w.type = kOffer;
-    w.pid = pid_;
-    w.memfd = o.ring->fd();
-    w.pipe = tx_wr_;
-    w.capacity = o.ring->capacity();
-    std::memcpy(w.nonce, o.ring->nonce().data(), sizeof w.nonce);
-    std::memcpy(w.boot_id, boot_id_.data(), boot_id_.size());
+    if (o.tcp) {
+      randombytes_buf(o.nonce.data(), o.nonce.size());
+      w.type = kOfferTcp;
+      std::memcpy(w.nonce, o.nonce.data(), sizeof w.nonce);
+      w.tcp_ip = direct_ip_;
+      w.tcp_port = direct_port_;
+    } else {
+      try {
+        o.ring = Ring::Create(cfg_.shm_ring_bytes);
+      } catch (const Error& e) {
+        PSKV_LOG_LIMITED(limiter_, "create", "WARN",
+                         "shared memory unavailable, using TCP: " << e.what());
+        o.state = Out::kOff;
+        return;
+      }
+      o.nonce = o.ring->nonce();
+      w.type = kOffer;
+      w.pid = pid_;
+      w.memfd = o.ring->fd();
+      w.pipe = tx_wr_;
+      w.capacity = o.ring->capacity();
+      std::memcpy(w.nonce, o.ring->nonce().data(), sizeof w.nonce);
+      std::memcpy(w.boot_id, boot_id_.data(), boot_id_.size());
+    }
     o.head = 0;
     o.seen_up = up;
     o.offered_up_at = up ? Clock::now() : Clock::time_point{};
@@ -399,7 +448,8 @@ class ShmTransport final : public Transport {
     }
   }
 
-  // Gives the ring up: the reader drains what was written, then drops it.
+  // Gives the ring or socket up: the reader drains what was written, then drops
+  // it (a socket's kernel buffer still goes out before its end). Under o.mu.
   void Teardown(Out& o) {
     if (o.ring) {
       A(o.ring->shared()->producer_closed).store(1, std::memory_order_seq_cst);
@@ -408,6 +458,8 @@ class ShmTransport final : public Transport {
     o.ring.reset();
     if (o.peer_pipe >= 0) ::close(o.peer_pipe);
     o.peer_pipe = -1;
+    if (o.sock >= 0) ::close(o.sock);
+    o.sock = -1;
     o.pending.clear();
   }
 
@@ -426,43 +478,47 @@ class ShmTransport final : public Transport {
       }
       return;
     }
-    Shared* s = o.ring->shared();
+    Shared* s = o.tcp ? nullptr : o.ring->shared();
     if (o.state == Out::kOffered) {
       const auto now = Clock::now();
       if (o.offered_up_at == Clock::time_point{}) o.offered_up_at = now;
       o.seen_up = true;
-      if (!A(s->attached).load(std::memory_order_acquire)) {
-        // A peer that declines (another host, PSKV_SHM=0) says nothing: past the
-        // deadline, give the ring's memory back and stay on TCP with this peer.
+      if (o.tcp ? o.sock < 0 : !A(s->attached).load(std::memory_order_acquire)) {
+        // A peer that declines (another host, PSKV_SHM=0, PSKV_TCP_DIRECT=0, no
+        // route to the port) says nothing: past the deadline, give the ring's
+        // memory back and stay on ZeroMQ with this peer.
         if (now - o.offered_up_at > cfg_.shm_attach_deadline) {
           Teardown(o);
           o.state = Out::kOff;
         }
         return;
       }
-      std::string why;
-      o.peer_pipe = shm::OpenPeerPipe(s->consumer_pid, s->consumer_pipe, &why);
-      if (o.peer_pipe < 0) {
-        PSKV_LOG_LIMITED(limiter_, "attach", "WARN",
-                         "shared memory with node " << peer << " not used: " << why);
-        Teardown(o);
-        o.state = Out::kOff;
-        return;
+      if (!o.tcp) {
+        std::string why;
+        o.peer_pipe = shm::OpenPeerPipe(s->consumer_pid, s->consumer_pipe, &why);
+        if (o.peer_pipe < 0) {
+          PSKV_LOG_LIMITED(limiter_, "attach", "WARN",
+                           "shared memory with node " << peer << " not used: " << why);
+          Teardown(o);
+          o.state = Out::kOff;
+          return;
+        }
       }
       CtlWire w{};
       std::memcpy(w.magic, kCtlMagic, sizeof w.magic);
       w.type = kSwitch;
-      std::memcpy(w.nonce, o.ring->nonce().data(), sizeof w.nonce);
+      std::memcpy(w.nonce, o.nonce.data(), sizeof w.nonce);
       if (!SendControl(peer, o, w)) {
         o.state = Out::kDown;
         o.seen_up = false;
         return;
       }
       o.state = Out::kActive;
-      PSKV_DEBUG("messages to node " << peer << " now go through shared memory");
+      PSKV_DEBUG("messages to node " << peer << " now go through "
+                                     << (o.tcp ? "a direct TCP connection" : "shared memory"));
       return;
     }
-    if (A(s->consumer_closed).load(std::memory_order_acquire)) {
+    if (!o.tcp && A(s->consumer_closed).load(std::memory_order_acquire)) {
       PSKV_LOG_LIMITED(limiter_, "closed", "WARN",
                        "node " << peer << " stopped reading shared memory; using TCP");
       Teardown(o);
@@ -470,11 +526,33 @@ class ShmTransport final : public Transport {
     }
   }
 
+  // Moves pending bytes into the ring or socket (bounded per call, so that o.mu
+  // and the Send callers and heartbeats waiting for it are never held for long;
+  // the writer thread carries on). Returns the bytes written. Under o.mu.
+  uint64_t WriteSome(int peer, Out& o) {
+    if (!o.tcp) return WriteRing(o);
+    int err = 0;
+    const uint64_t n = direct::Write(o.sock, o.pending, kSocketBudget, &err);
+    if (err) {
+      // The receiver closed (it found something invalid, or it died: ZeroMQ will
+      // say so too). Unread messages are lost, never reordered: the receiver
+      // drops the socket when the next message arrives through ZeroMQ.
+      PSKV_LOG_LIMITED(limiter_, "direct", "WARN",
+                       "direct TCP connection to node " << peer << " failed (" << std::strerror(err)
+                                                        << "); using ZeroMQ");
+      Teardown(o);
+      o.state = Out::kDown;
+      o.seen_up = false;
+      o.retry_after = Clock::now() + 1s;
+      return n;
+    }
+    if (!o.pending.empty()) Signal(tx_wr_);  // the writer thread waits for POLLOUT
+    return n;
+  }
+
   // Copies pending bytes into the ring as far as it has space, at most one ring's
-  // worth per call so that o.mu (and the Send callers and heartbeats waiting for
-  // it) is never held for long; the writer thread carries on. Returns the bytes
-  // written. Under o.mu.
-  uint64_t WriteSome(Out& o) {
+  // worth per call. Under o.mu.
+  uint64_t WriteRing(Out& o) {
     Shared* s = o.ring->shared();
     const uint64_t cap = o.ring->capacity();
     uint64_t written = 0;
@@ -520,20 +598,43 @@ class ShmTransport final : public Transport {
   }
 
   void WriterLoop() {
+    std::vector<pollfd> fds;
     while (!stop_) {
       bool progress = false;
+      fds.assign(1, pollfd{tx_rd_, POLLIN, 0});
       {
         std::shared_lock<std::shared_mutex> lk(peers_mu_);
         for (auto& [id, o] : outs_) {
           std::lock_guard<std::mutex> g(o->mu);
-          if (o->state == Out::kActive && !o->pending.empty()) progress |= WriteSome(*o) > 0;
+          if (o->state != Out::kActive || o->pending.empty()) continue;
+          progress |= WriteSome(id, *o) > 0;
+          if (o->tcp && o->sock >= 0 && !o->pending.empty()) fds.push_back({o->sock, POLLOUT, 0});
         }
       }
       if (progress) continue;  // the locks were released in between; more may fit now
-      pollfd p{tx_rd_, POLLIN, 0};
-      ::poll(&p, 1, 100);  // bounded: also notices stop_
+      {
+        std::lock_guard<std::mutex> g(lst_mu_);
+        listener_.PollFds(&fds);
+      }
+      ::poll(fds.data(), fds.size(), 100);  // bounded: also notices stop_
       Drain(tx_rd_);
+      std::lock_guard<std::mutex> g(lst_mu_);
+      listener_.Service([this](const direct::Nonce& nonce, int fd) { return Claim(nonce, fd); });
     }
+  }
+
+  // A receiver proved the nonce of an offer (writer thread, under lst_mu_): the
+  // socket becomes that peer's, and the ACK tells the receiver it reached us.
+  bool Claim(const direct::Nonce& nonce, int fd) {
+    std::shared_lock<std::shared_mutex> lk(peers_mu_);
+    for (auto& [id, o] : outs_) {
+      std::lock_guard<std::mutex> g(o->mu);
+      if (!o->tcp || o->state != Out::kOffered || o->sock >= 0 || o->nonce != nonce) continue;
+      if (!direct::SendAll(fd, direct::Proof(keys_, false, nonce))) return false;
+      o->sock = fd;
+      return true;
+    }
+    return false;
   }
 
   // ---------------------------------------------------------------- consumer
@@ -549,22 +650,30 @@ class ShmTransport final : public Transport {
     std::memcpy(nonce.data(), w.nonce, nonce.size());
     auto it = in_.find(in.peer);
     if (w.type == kSwitch) {
-      if (it != in_.end() && it->second->ring->nonce() == nonce) it->second->active = true;
+      if (it != in_.end() && it->second->nonce == nonce) {
+        In& r = *it->second;
+        r.active = true;
+        if (r.sock >= 0 && r.sst == In::kParked) StartReading(r);
+      }
       return true;
     }
-    if (w.type != kOffer) return true;
+    if (w.type != kOffer && w.type != kOfferTcp) return true;
     if (it != in_.end()) DropIn(it, nullptr);  // the peer restarted its side
+    if (in_.size() >= kMaxIncomingRings) {
+      PSKV_LOG_LIMITED(limiter_, "cap", "WARN",
+                       "declined a direct path from " << in.peer_addr << ": already "
+                                                      << kMaxIncomingRings << " in use");
+      return true;
+    }
+    if (w.type == kOfferTcp) {
+      AcceptTcpOffer(in, w, nonce);
+      return true;
+    }
     w.boot_id[sizeof w.boot_id - 1] = 0;
     if (cfg_.shm == TransportConfig::Shm::kOff || boot_id_.empty() || boot_id_ != w.boot_id)
       return true;  // declined: the peer keeps using TCP
-    if (in_.size() >= kMaxIncomingRings) {
-      PSKV_LOG_LIMITED(limiter_, "cap", "WARN",
-                       "declined shared memory from " << in.peer_addr << ": already "
-                                                      << kMaxIncomingRings << " rings");
-      return true;
-    }
     std::string why;
-    auto r = std::make_unique<In>();
+    auto r = std::make_unique<In>(cfg_.max_frame);
     r->ring = Ring::Attach(w.pid, w.memfd, w.capacity, nonce, &why);
     if (r->ring) r->peer_pipe = shm::OpenPeerPipe(w.pid, w.pipe, &why);
     if (!r->ring || r->peer_pipe < 0) {
@@ -574,6 +683,7 @@ class ShmTransport final : public Transport {
     }
     r->token = in.peer;
     r->addr = in.peer_addr;
+    r->nonce = nonce;
     Shared* s = r->ring->shared();
     s->consumer_pid = pid_;
     s->consumer_pipe = rx_wr_;
@@ -582,50 +692,170 @@ class ShmTransport final : public Transport {
     return true;
   }
 
+  // Connects to where the offering peer listens (the rest happens in Events()).
+  void AcceptTcpOffer(const Received& in, const CtlWire& w, const shm::Nonce& nonce) {
+    if (!cfg_.direct_tcp || cfg_.encrypt) return;  // declined: the peer keeps using ZeroMQ
+    uint32_t ip = w.tcp_ip;
+    if (ip == 0 && ::inet_pton(AF_INET, in.peer_addr.c_str(), &ip) != 1) return;
+    std::string why;
+    const int fd = direct::StartConnect(ip, w.tcp_port, &why);
+    if (fd < 0) {
+      PSKV_LOG_LIMITED(
+          limiter_, "tcp/" + in.peer_addr, "WARN",
+          "no direct TCP connection to " << in.peer_addr << " (" << why << "); using ZeroMQ");
+      return;
+    }
+    auto r = std::make_unique<In>(cfg_.max_frame);
+    r->token = in.peer;
+    r->addr = in.peer_addr;
+    r->nonce = nonce;
+    r->sock = fd;
+    r->reader = std::make_unique<direct::Reader>(cfg_.max_frame, nonce);
+    r->sst = In::kConnecting;
+    if (!Watch(fd, EPOLL_CTL_ADD, EPOLLOUT)) return;  // r closes fd
+    socks_[fd] = in.peer;
+    in_[in.peer] = std::move(r);
+  }
+
+  bool Watch(int fd, int op, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    return ::epoll_ctl(epfd_, op, fd, &ev) == 0;
+  }
+
+  void StartReading(In& r) {
+    r.sst = In::kReading;
+    r.readable = true;
+    Watch(r.sock, EPOLL_CTL_ADD, EPOLLIN);
+  }
+
   void DropIn(std::map<uint64_t, std::unique_ptr<In>>::iterator it, const char* why) {
     if (why)
       PSKV_LOG_LIMITED(limiter_, "bad/" + it->second->addr, "WARN",
-                       "dropped the shared memory from " << it->second->addr << ": " << why);
-    A(it->second->ring->shared()->consumer_closed).store(1, std::memory_order_seq_cst);
+                       "dropped the direct path from " << it->second->addr << ": " << why);
+    In& r = *it->second;
+    if (r.ring) A(r.ring->shared()->consumer_closed).store(1, std::memory_order_seq_cst);
+    if (r.sock >= 0) socks_.erase(r.sock);  // closing it removes it from the epoll set
     in_.erase(it);
   }
 
-  // One complete message from any active ring (round robin). Recv thread.
+  // Handles what the epoll set reports for direct sockets being set up, and
+  // marks the readable ones. Recv thread.
+  void Events() {
+    if (socks_.empty()) return;
+    epoll_event evs[64];
+    const int n = ::epoll_wait(epfd_, evs, 64, 0);
+    for (int i = 0; i < n; ++i) {
+      auto s = socks_.find(evs[i].data.fd);
+      if (s == socks_.end()) continue;  // the rx pipe
+      auto it = in_.find(s->second);
+      if (it == in_.end() || it->second->sock != s->first) continue;
+      In& r = *it->second;
+      const char* why = nullptr;
+      if (r.sst == In::kConnecting) {
+        if (const int err = direct::ConnectError(r.sock)) {
+          PSKV_LOG_LIMITED(limiter_, "tcp/" + r.addr, "WARN",
+                           "no direct TCP connection to " << r.addr << " (" << std::strerror(err)
+                                                          << "); using ZeroMQ");
+          DropIn(it, nullptr);
+          continue;
+        }
+        if (!direct::SendAll(r.sock, direct::Proof(keys_, true, r.nonce))) {
+          DropIn(it, "could not send the proof");
+          continue;
+        }
+        r.sst = In::kAck;
+        Watch(r.sock, EPOLL_CTL_MOD, EPOLLIN);
+      } else if (r.sst == In::kAck) {
+        switch (r.reader->PumpAck(r.sock, keys_, &why)) {
+          case direct::Reader::kNone:  // ACK complete
+            if (r.active) {
+              r.sst = In::kReading;
+              r.readable = true;
+            } else {
+              r.sst = In::kParked;  // no events until SWITCH (data may follow it soon)
+              ::epoll_ctl(epfd_, EPOLL_CTL_DEL, r.sock, nullptr);
+            }
+            break;
+          case direct::Reader::kAgain:
+            break;
+          case direct::Reader::kClosed:
+            DropIn(it, nullptr);
+            break;
+          default:
+            DropIn(it, why);
+        }
+      } else if (r.sst == In::kReading) {
+        r.readable = true;
+      }
+    }
+  }
+
+  // One complete message from any active ring or direct socket (round robin).
+  // Recv thread.
   bool PumpAll(Received* out) {
     if (in_.empty()) return false;
+    Events();
     auto it = in_.upper_bound(last_token_);
-    for (size_t n = in_.size(); n > 0; --n) {
+    for (size_t n = in_.size(); n > 0 && !in_.empty(); --n) {
       if (it == in_.end()) it = in_.begin();
       auto cur = it++;
       In& r = *cur->second;
-      if (!r.active) {
-        // Attached, never switched to, and given up by its writer (it went back to
-        // TCP, or its offer passed the attach deadline): nothing will come.
-        if (A(r.ring->shared()->producer_closed).load(std::memory_order_seq_cst))
-          DropIn(cur, nullptr);
-        continue;
-      }
       const char* bad = nullptr;
-      const bool got = Pump(r, out, &bad);
-      if (bad) {
-        DropIn(cur, bad);
-        continue;
+      bool got = false;
+      if (r.sock >= 0) {
+        if (r.sst != In::kReading || !(r.readable || r.reader->buffered())) continue;
+        switch (r.reader->Pump(r.sock, keys_, kSocketBudget, &bad)) {
+          case direct::Reader::kMessage:
+            got = true;
+            out->frames = r.reader->Take();
+            break;
+          case direct::Reader::kAgain:
+            r.readable = false;
+            break;
+          case direct::Reader::kNone:
+            break;
+          case direct::Reader::kClosed:
+            DropIn(cur, nullptr);  // the writer closed and everything was read
+            continue;
+          case direct::Reader::kBad:
+            DropIn(cur, bad);
+            continue;
+        }
+      } else {
+        if (!r.active) {
+          // Attached, never switched to, and given up by its writer (it went back
+          // to TCP, or its offer passed the attach deadline): nothing will come.
+          if (A(r.ring->shared()->producer_closed).load(std::memory_order_seq_cst))
+            DropIn(cur, nullptr);
+          continue;
+        }
+        got = PumpRing(r, out, &bad);
+        if (bad) {
+          DropIn(cur, bad);
+          continue;
+        }
+        Shared* s = r.ring->shared();
+        if (!got && A(s->producer_closed).load(std::memory_order_seq_cst) &&
+            A(s->head).load(std::memory_order_seq_cst) == r.tail) {
+          DropIn(cur, nullptr);  // the writer closed and everything was read
+          continue;
+        }
       }
       if (got) {
+        out->peer = r.token;
+        out->peer_addr = r.addr;
         last_token_ = cur->first;
         return true;
       }
-      Shared* s = r.ring->shared();
-      if (A(s->producer_closed).load(std::memory_order_seq_cst) &&
-          A(s->head).load(std::memory_order_seq_cst) == r.tail)
-        DropIn(cur, nullptr);  // the writer closed and everything was read
     }
     return false;
   }
 
   // Reads what is available; true when a message completed. Every value read
   // from shared memory is checked first (*bad says why the ring is unusable).
-  bool Pump(In& r, Received* out, const char** bad) {
+  bool PumpRing(In& r, Received* out, const char** bad) {
     Shared* s = r.ring->shared();
     const uint64_t cap = r.ring->capacity();
     const uint64_t head = A(s->head).load(std::memory_order_acquire);
@@ -636,59 +866,14 @@ class ShmTransport final : public Transport {
     const uint64_t start = r.tail;
     bool done = false;
     while (r.tail != head && !done) {
-      const uint64_t avail = head - r.tail;
-      if (r.st != In::kBody) {
-        const uint64_t n = std::min<uint64_t>(8 - r.have, avail);
-        r.ring->CopyOut(r.tail, r.word + r.have, n);
-        r.tail += n;
-        r.have += static_cast<uint32_t>(n);
-        if (r.have < 8) continue;
-        r.have = 0;
-        uint64_t v;
-        std::memcpy(&v, r.word, 8);
-        if (r.st == In::kPrefix) {
-          r.nframes = static_cast<uint32_t>(v >> 32);
-          if (static_cast<uint32_t>(v) != kMsgMagic || r.nframes == 0 ||
-              r.nframes > kMaxFramesPerMessage) {
-            *bad = "malformed message";
-            return false;
-          }
-          r.frames.clear();
-          r.st = In::kSize;
-          continue;
-        }
-        if (v > cfg_.max_frame) {
-          *bad = "frame larger than the limit";
-          return false;
-        }
-        r.size = v;
-        r.got = 0;
-        r.buf = v ? std::shared_ptr<char[]>(new char[v]) : nullptr;
-        r.st = In::kBody;
-      } else {
-        const uint64_t n = std::min(r.size - r.got, avail);
-        r.ring->CopyOut(r.tail, r.buf.get() + r.got, n);
-        r.tail += n;
-        r.got += n;
-      }
-      if (r.st == In::kBody && r.got == r.size) {
-        Frame f;
-        f.data = r.size ? r.buf.get() : kEmpty;
-        f.size = r.size;
-        f.owner = std::shared_ptr<const void>(r.buf, r.buf.get());
-        r.buf.reset();
-        r.frames.push_back(std::move(f));
-        r.st = In::kSize;
-        if (r.frames.size() == r.nframes) {
-          out->frames = std::move(r.frames);
-          r.frames = {};
-          out->peer = r.token;
-          out->peer_addr = r.addr;
-          r.st = In::kPrefix;
-          done = true;
-        }
-      }
+      auto [dst, want] = r.parser.Want();
+      const uint64_t n = std::min(want, head - r.tail);
+      r.ring->CopyOut(r.tail, dst, n);
+      r.tail += n;
+      done = r.parser.Got(n, bad);
+      if (*bad) return false;
     }
+    if (done) out->frames = r.parser.Take();
     if (r.tail != start) {
       A(s->tail).store(r.tail, std::memory_order_seq_cst);
       if (A(s->producer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(r.peer_pipe);
@@ -697,10 +882,14 @@ class ShmTransport final : public Transport {
   }
 
   // Before sleeping: asks every active ring's writer for a wake-up. True if
-  // data arrived meanwhile (then do not sleep).
+  // data arrived meanwhile or a socket still has some (then do not sleep).
   bool Arm() {
     bool data = false;
     for (auto& [tok, r] : in_) {
+      if (r->sock >= 0) {
+        data |= r->sst == In::kReading && (r->readable || r->reader->buffered());
+        continue;
+      }
       if (!r->active) continue;
       Shared* s = r->ring->shared();
       A(s->consumer_waiting).store(1, std::memory_order_seq_cst);
@@ -712,18 +901,26 @@ class ShmTransport final : public Transport {
   }
   void Disarm() {
     for (auto& [tok, r] : in_)
-      if (r->active) A(r->ring->shared()->consumer_waiting).store(0, std::memory_order_relaxed);
+      if (r->ring && r->active)
+        A(r->ring->shared()->consumer_waiting).store(0, std::memory_order_relaxed);
   }
 
   TransportConfig cfg_;
   const std::string boot_id_;
   const std::set<std::string> local_;
   const int pid_;
-  int rx_rd_ = -1, rx_wr_ = -1;  // wakes the Recv thread (polled by ZeroMQ's poll)
+  const JobKeys keys_;
+  int rx_rd_ = -1, rx_wr_ = -1;  // wakes the Recv thread (in the epoll set)
   int tx_rd_ = -1, tx_wr_ = -1;  // wakes the writer thread
+  int epfd_ = -1;                // rx pipe and direct sockets; polled by ZeroMQ's poll
   std::unique_ptr<Transport> inner_;
   RateLimiter limiter_;
   std::atomic<bool> closed_{false}, stop_{false};
+
+  std::mutex lst_mu_;
+  direct::Listener listener_;  // under lst_mu_
+  std::atomic<uint32_t> direct_ip_{0};
+  std::atomic<uint16_t> direct_port_{0};  // 0: no direct TCP offers
 
   std::shared_mutex peers_mu_;
   std::map<int, std::unique_ptr<Out>> outs_;
@@ -731,6 +928,7 @@ class ShmTransport final : public Transport {
 
   std::mutex in_mu_;
   std::map<uint64_t, std::unique_ptr<In>> in_;  // by the writer's token
+  std::map<int, uint64_t> socks_;               // direct socket -> token
   uint64_t last_token_ = 0;
   bool zmq_first_ = false;
 };
@@ -741,9 +939,18 @@ std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg) {
   return std::make_unique<ShmTransport>(cfg);
 }
 
-bool SendsThroughShm(Transport& t, int peer) {
+std::string DataPath(Transport& t, int peer) {
   auto* s = dynamic_cast<ShmTransport*>(&t);
-  return s && s->Active(peer);
+  return s ? s->PathTo(peer) : "zmq";
+}
+
+bool SendsThroughShm(Transport& t, int peer) {
+  return DataPath(t, peer) == "shm";
+}
+
+int DirectTcpPort(Transport& t) {
+  auto* s = dynamic_cast<ShmTransport*>(&t);
+  return s ? s->DirectPort() : 0;
 }
 
 }  // namespace pskv

@@ -1,5 +1,7 @@
-// Shared-memory backend: ZeroMQ (TCP) for every handshake, for control and for
-// peers on other hosts; a shared-memory ring per direction for peers on this host.
+// Shared-memory backend: ZeroMQ (TCP) for every handshake and for control; a
+// shared-memory ring per direction for peers on this host; a direct TCP
+// connection per direction for peers on other hosts (cfg.direct_tcp, negotiated
+// the same way: tcp/direct_tcp.h), ZeroMQ for the data of the rest.
 //
 // How a ring comes to carry a pair's messages (sender B, receiver A):
 //  1. B connects to A through ZeroMQ as usual (authenticated by the job secret).
@@ -24,6 +26,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "transport/transport.h"
 
@@ -35,5 +38,10 @@ std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg);
 /// True when messages from `t` to `peer` currently travel through shared memory
 /// (for tests and benchmarks; false for any other backend).
 bool SendsThroughShm(Transport& t, int peer);
+/// How messages from `t` to `peer` travel now: "shm", "tcp" (direct TCP,
+/// tcp/direct_tcp.h) or "zmq" (for tests and benchmarks).
+std::string DataPath(Transport& t, int peer);
+/// The port `t` listens on for direct TCP connections (0: none; for tests).
+int DirectTcpPort(Transport& t);
 
 }  // namespace pskv

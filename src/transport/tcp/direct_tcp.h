@@ -1,0 +1,138 @@
+// Direct TCP data path: one plain TCP connection per direction and pair of nodes
+// on different hosts, written by the sending thread itself and read by the
+// receiving node's Recv thread — no ZeroMQ I/O thread in between (each one costs
+// two thread wake-ups per message, which dominated small operations).
+//
+// ZeroMQ stays the authenticated control channel; the direct connection is
+// negotiated over it the way a shared-memory ring is (shm_transport.h):
+//  1. sender B listens on one port of its own (bound at Bind, same host).
+//  2. B sends an OFFER over its authenticated ZeroMQ connection to A: a random
+//     128-bit nonce and where B listens.
+//  3. A connects there and sends HELLO = nonce + HMAC(job key, "hello" + nonce):
+//     only the process bound to that ZeroMQ connection learnt the nonce, and only a
+//     holder of the job secret can compute the MAC (in authenticated mode the nonce
+//     crosses the network in clear text, the MAC does not let a listener in).
+//  4. B checks it (constant time), answers ACK = nonce + HMAC(key, "ack" + nonce)
+//     so that A knows it reached B, and from its next send on sends SWITCH over
+//     ZeroMQ and writes that pair's messages into the socket (framing.h). A starts
+//     reading the socket when SWITCH arrives: order is kept across the switch.
+// A connection that has not proven itself within the handshake timeout is
+// closed; at most kMaxUnproven wait at once (one source address: a quarter), so a
+// stranger at the port can neither get in nor keep the job's nodes out.
+// Not used in encrypted mode (PSKV_ENCRYPT=1: CURVE must protect every byte).
+#pragma once
+
+#include <poll.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/rate_limit.h"
+#include "transport/auth.h"
+#include "transport/framing.h"
+
+namespace pskv::direct {
+
+using Nonce = std::array<uint8_t, 16>;
+
+constexpr size_t kProofBytes = 8 + 16 + 64;  // magic, nonce, hex HMAC
+constexpr size_t kMaxUnproven = 32;
+
+/// HELLO (receiver to sender) or ACK (sender to receiver) for `nonce`.
+std::string Proof(const JobKeys& keys, bool hello, const Nonce& nonce);
+/// Checks a proof of `kProofBytes` (constant-time MAC comparison); sets *nonce.
+bool CheckProof(const JobKeys& keys, bool hello, const char* p, Nonce* nonce);
+
+/// The sender's listening socket and the connections that have not proven
+/// themselves yet. Used by one thread (the transport's writer thread).
+class Listener {
+ public:
+  Listener(const JobKeys& keys, std::chrono::milliseconds handshake_timeout)
+      : keys_(keys), timeout_(handshake_timeout) {}
+  ~Listener();
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  /// Listens on `host` (an IPv4 literal; anything else: all interfaces), any port.
+  /// Throws IOError.
+  void Open(const std::string& host);
+  bool open() const { return fd_ >= 0; }
+  uint16_t port() const { return port_; }
+  /// The address to advertise (network order), 0 = "where my connection came from".
+  uint32_t ip() const { return ip_; }
+
+  /// Adds the descriptors to watch (listening socket, unproven connections).
+  void PollFds(std::vector<pollfd>* fds) const;
+  /// Accepts and reads what is ready. For each connection that proved a nonce,
+  /// `claim(nonce, fd)` is called: true = the caller took the socket (and sends
+  /// the ACK), false = no such offer (the socket is closed).
+  void Service(const std::function<bool(const Nonce&, int fd)>& claim);
+  /// Closes everything (idempotent).
+  void Close();
+
+ private:
+  struct Unproven {
+    int fd = -1;
+    std::string addr;
+    std::chrono::steady_clock::time_point deadline;
+    char buf[kProofBytes];
+    size_t have = 0;
+  };
+  void Drop(size_t i);
+
+  const JobKeys& keys_;
+  const std::chrono::milliseconds timeout_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  uint32_t ip_ = 0;
+  std::vector<Unproven> unproven_;
+  RateLimiter limiter_;
+};
+
+/// Starts a non-blocking connection to ip:port (network order); -1 and *why on
+/// failure.
+int StartConnect(uint32_t ip, uint16_t port, std::string* why);
+/// After the socket became writable: 0 when connected, else the errno.
+int ConnectError(int fd);
+/// Sends all of `p` on a fresh (empty send buffer) socket; false if it did not go.
+bool SendAll(int fd, const std::string& p);
+
+/// Writes queued messages into `fd` (non-blocking, no SIGPIPE) until the socket
+/// is full, the queue empty, or `budget` bytes went out. Returns the bytes written;
+/// *err is set to the errno of a failed connection (0 otherwise).
+uint64_t Write(int fd, std::deque<framing::OutMsg>& q, uint64_t budget, int* err);
+
+/// The receiving side of one direct connection: the peer's ACK, then messages.
+class Reader {
+ public:
+  Reader(uint64_t max_frame, const Nonce& nonce) : parser_(max_frame), nonce_(nonce) {}
+  enum Result { kNone, kMessage, kAgain, kClosed, kBad };
+  /// Reads the ACK (if not read yet) and then up to one message, at most
+  /// `budget` bytes from the socket. kMessage: Take() it; kAgain: the socket has
+  /// nothing more now; kNone: budget spent, call again; kClosed: the sender closed
+  /// between two messages; kBad: *why says what was wrong.
+  Result Pump(int fd, const JobKeys& keys, uint64_t budget, const char** why);
+  bool acked() const { return ack_have_ == kProofBytes; }
+  /// Reads only the ACK (before SWITCH): kNone when it is complete.
+  Result PumpAck(int fd, const JobKeys& keys, const char** why);
+  /// Bytes received but not parsed yet (the socket may look idle).
+  bool buffered() const { return pos_ < len_; }
+  std::vector<Frame> Take() { return parser_.Take(); }
+
+ private:
+  framing::Parser parser_;
+  Nonce nonce_;
+  char ack_[kProofBytes];
+  size_t ack_have_ = 0;
+  std::unique_ptr<char[]> stage_ = std::make_unique<char[]>(kStage);
+  size_t pos_ = 0, len_ = 0;
+  static constexpr size_t kStage = 64 << 10;
+  static constexpr uint64_t kDirectRead = 16 << 10;  // bodies this big bypass the staging
+};
+
+}  // namespace pskv::direct

@@ -1,0 +1,389 @@
+// The direct TCP data path (transport/tcp/direct_tcp.h): the switch from ZeroMQ
+// keeps the order and every size arrives; peers that decline (direct TCP off,
+// encrypted mode) stay on ZeroMQ; strangers at the data port — garbage, a wrong
+// MAC, another job's secret, the right secret without the offer's nonce, a flood
+// of silent connections — get nothing and change nothing; a hostile sender's
+// bytes (bad ACK, bad framing) are refused before anything is reserved; a reader
+// that goes away does not hang or crash the writer.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sodium.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/auth.h"
+#include "transport/framing.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/direct_tcp.h"
+#include "transport/transport.h"
+
+using namespace pskv;
+using namespace std::chrono_literals;
+
+namespace {
+
+TransportConfig Config(uint64_t token, bool direct = true, const std::string& secret = "s3cret") {
+  TransportConfig c;
+  c.secret = secret;
+  c.job = 99;
+  c.token = token;
+  c.shm = TransportConfig::Shm::kOff;  // peers on 127.0.0.1 would otherwise share memory
+  c.direct_tcp = direct;
+  return c;
+}
+
+std::string Str(const Frame& f) {
+  return std::string(f.data, f.size);
+}
+
+bool RecvWithin(Transport& t, Received* in, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end)
+    if (t.Recv(in, 20ms)) return true;
+  return false;
+}
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(i * 31 + static_cast<size_t>(seed));
+  return s;
+}
+
+// A pair: b sends to a (both bound, as nodes are).
+struct Pair {
+  std::unique_ptr<Transport> a, b;
+  int sent = 0, expected = 0;
+  Pair(const TransportConfig& ca, const TransportConfig& cb)
+      : a(CreateTransport("shm", ca)), b(CreateTransport("shm", cb)) {
+    const std::string ep = a->Bind("127.0.0.1", 0);
+    b->Bind("127.0.0.1", 0);
+    b->Connect(1, ep, ca.token);
+  }
+  // Sends numbered messages until b writes into a direct socket (bounded),
+  // checking the order of what a receives meanwhile.
+  bool UntilDirect() {
+    for (int i = 0; i < 300 && DataPath(*b, 1) != "tcp"; ++i) {
+      b->Send(1, {Frame::FromString("m" + std::to_string(sent++))});
+      Received in;
+      while (a->Recv(&in, 10ms)) {
+        EXPECT_EQ(Str(in.frames.at(0)), "m" + std::to_string(expected));
+        ++expected;
+      }
+    }
+    return DataPath(*b, 1) == "tcp";
+  }
+  // Receives everything sent so far, in order.
+  void Drain() {
+    for (; expected < sent; ++expected) {
+      Received in;
+      ASSERT_TRUE(RecvWithin(*a, &in, 10s)) << "message " << expected;
+      ASSERT_EQ(Str(in.frames.at(0)), "m" + std::to_string(expected));
+    }
+  }
+};
+
+TEST(DirectTcp, SwitchKeepsTheOrderAndEverySizeArrives) {
+  Pair p(Config(11), Config(22));
+  ASSERT_TRUE(p.UntilDirect()) << "the direct connection was never taken into use";
+  EXPECT_EQ(DataPath(*p.a, 7), "zmq");
+  const std::vector<size_t> sizes = {0,       1,      7, 4096, (16 << 10) - 1, (64 << 10) + 13,
+                                     1 << 20, 9 << 20};
+  for (size_t k = 0; k < sizes.size(); ++k)
+    p.b->Send(1,
+              {Frame::FromString("m" + std::to_string(p.sent++)),
+               Frame::FromString(Pattern(sizes[k], static_cast<int>(k))), Frame::FromString("")});
+  for (int i = 0; i < 2000; ++i) p.b->Send(1, {Frame::FromString("m" + std::to_string(p.sent++))});
+  size_t big = 0;
+  for (; p.expected < p.sent; ++p.expected) {
+    Received in;
+    ASSERT_TRUE(RecvWithin(*p.a, &in, 10s)) << "message " << p.expected;
+    EXPECT_EQ(in.peer, 22u);  // the identity proven on the ZeroMQ connection
+    ASSERT_EQ(Str(in.frames.at(0)), "m" + std::to_string(p.expected));
+    if (in.frames.size() == 3) {
+      const size_t k = big++;
+      ASSERT_EQ(in.frames[1].size, sizes[k]);
+      EXPECT_TRUE(Str(in.frames[1]) == Pattern(sizes[k], static_cast<int>(k)))
+          << "size " << sizes[k];
+      EXPECT_EQ(in.frames[2].size, 0u);
+    }
+  }
+  EXPECT_EQ(big, sizes.size());
+  EXPECT_EQ(DataPath(*p.b, 1), "tcp");
+}
+
+// Frames without an owner are valid during Send only: what waits for socket
+// space must be a copy. A 32 MiB message fills the socket; the next messages'
+// ownerless frames are overwritten right after Send returns.
+TEST(DirectTcp, FramesWithoutOwnerAreCopiedWhenTheyMustWait) {
+  Pair p(Config(11), Config(22));
+  ASSERT_TRUE(p.UntilDirect());
+  p.Drain();
+  p.b->Send(1, {Frame::FromString("m" + std::to_string(p.sent++)),
+                Frame::FromString(std::string(32 << 20, 'b'))});
+  for (int i = 0; i < 50; ++i) {
+    std::string tag = "m" + std::to_string(p.sent++);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s", tag.c_str());
+    Frame f;
+    f.data = buf;
+    f.size = tag.size();
+    p.b->Send(1, {f});
+    std::memset(buf, 'X', sizeof buf);
+  }
+  for (; p.expected < p.sent; ++p.expected) {
+    Received in;
+    ASSERT_TRUE(RecvWithin(*p.a, &in, 20s));
+    ASSERT_EQ(Str(in.frames.at(0)), "m" + std::to_string(p.expected));
+  }
+}
+
+// A receiver with direct TCP off, a sender with it off, and encrypted mode: ZeroMQ
+// carries everything and no control message reaches the caller.
+TEST(DirectTcp, PeersThatDeclineStayOnZeroMQ) {
+  for (int c = 0; c < 3; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    TransportConfig ca = Config(11, c != 0), cb = Config(22, c != 1);
+    if (c == 2) ca.encrypt = cb.encrypt = true;
+    cb.shm_attach_deadline = 300ms;
+    Pair p(ca, cb);
+    for (int i = 0; i < 60; ++i) {
+      p.b->Send(1, {Frame::FromString("m" + std::to_string(p.sent++))});
+      p.Drain();
+      if (i > 10) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(DataPath(*p.b, 1), "zmq");
+    if (c != 2) EXPECT_EQ(DirectTcpPort(*p.b) != 0, c != 1);
+  }
+}
+
+// Connects to 127.0.0.1:port (blocking); -1 on failure.
+int Dial(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True when the other end closed `fd` within `limit` (nothing was sent to it).
+bool ClosedWithin(int fd, std::chrono::milliseconds limit, std::string* got) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buf[256];
+    const ssize_t k = ::recv(fd, buf, sizeof buf, 0);
+    if (k <= 0) return true;
+    got->append(buf, static_cast<size_t>(k));
+  }
+  return false;
+}
+
+TEST(DirectTcp, StrangersAtTheDataPortGetNothingAndChangeNothing) {
+  TransportConfig cb = Config(22);
+  cb.handshake_timeout = 1500ms;
+  Pair p(Config(11), cb);
+  const int port = DirectTcpPort(*p.b);
+  ASSERT_GT(port, 0);
+  const JobKeys same("s3cret", 99), other("another-secret", 99);
+  direct::Nonce random_nonce;
+  randombytes_buf(random_nonce.data(), random_nonce.size());
+  const std::vector<std::pair<std::string, std::string>> attempts = {
+      {"garbage", std::string(direct::kProofBytes, 'g')},
+      {"another job's secret", direct::Proof(other, true, random_nonce)},
+      {"the job's secret but no offer's nonce", direct::Proof(same, true, random_nonce)},
+      {"an ACK instead of a HELLO", direct::Proof(same, false, random_nonce)},
+  };
+  // The flood first: more silent connections than may wait, from one address.
+  std::vector<int> silent;
+  for (size_t i = 0; i < direct::kMaxUnproven + 8; ++i) silent.push_back(Dial(port));
+  for (const auto& [what, bytes] : attempts) {
+    SCOPED_TRACE(what);
+    const int fd = Dial(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+    std::string got;
+    EXPECT_TRUE(ClosedWithin(fd, 5s, &got)) << "a stranger's connection was kept";
+    EXPECT_TRUE(got.empty()) << "a stranger was answered";
+    ::close(fd);
+  }
+  // The job's own receiver still gets its connection, and every message.
+  ASSERT_TRUE(p.UntilDirect()) << "strangers kept the job's node out";
+  for (int i = 0; i < 100; ++i) p.b->Send(1, {Frame::FromString("m" + std::to_string(p.sent++))});
+  p.Drain();
+  // Silent connections are closed by the handshake timeout (or pushed out).
+  for (int fd : silent) {
+    std::string got;
+    EXPECT_TRUE(ClosedWithin(fd, 5s, &got));
+    EXPECT_TRUE(got.empty());
+    ::close(fd);
+  }
+  Received in;
+  EXPECT_FALSE(p.a->Recv(&in, 100ms)) << "something a stranger sent was delivered";
+}
+
+// Someone who learnt an offer's nonce (in authenticated mode it crosses the network
+// in clear text) but not the job secret cannot claim the offer: the listener
+// checks the MAC before it even asks whether the nonce is offered.
+TEST(DirectTcp, ANonceWithoutTheSecretClaimsNothing) {
+  const JobKeys keys("s3cret", 99);
+  direct::Listener l(keys, 2000ms);
+  l.Open("127.0.0.1");
+  direct::Nonce offered;
+  randombytes_buf(offered.data(), offered.size());
+  std::vector<std::string> forged = {direct::Proof(JobKeys("another-secret", 99), true, offered),
+                                     direct::Proof(JobKeys("s3cret", 98), true, offered),
+                                     direct::Proof(keys, false, offered)};
+  forged.push_back(direct::Proof(keys, true, offered));
+  forged.back()[30] ^= 1;  // one bit of the MAC
+  int claims = 0;
+  for (const std::string& bytes : forged) {
+    const int fd = Dial(l.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+    std::string got;
+    bool closed = false;
+    for (int i = 0; i < 100 && !closed; ++i) {  // bounded: 100 x 20 ms
+      std::vector<pollfd> fds;
+      l.PollFds(&fds);
+      ::poll(fds.data(), fds.size(), 20);
+      l.Service([&](const direct::Nonce&, int) { return ++claims, false; });
+      pollfd p{fd, POLLIN, 0};
+      closed = ::poll(&p, 1, 0) == 1 && ::recv(fd, nullptr, 0, MSG_DONTWAIT) == 0;
+    }
+    EXPECT_TRUE(closed) << "a forged HELLO's connection was kept";
+    ::close(fd);
+  }
+  EXPECT_EQ(claims, 0) << "a forged HELLO reached the offers";
+  // The genuine HELLO does.
+  const int fd = Dial(l.port());
+  const std::string hello = direct::Proof(keys, true, offered);
+  ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(hello.size()));
+  direct::Nonce claimed{};
+  for (int i = 0; i < 100 && claims == 0; ++i) {
+    std::vector<pollfd> fds;
+    l.PollFds(&fds);
+    ::poll(fds.data(), fds.size(), 20);
+    l.Service([&](const direct::Nonce& n, int) { return claimed = n, ++claims, false; });
+  }
+  EXPECT_EQ(claims, 1);
+  EXPECT_TRUE(claimed == offered);
+  ::close(fd);
+}
+
+// The receiving side, fed by a hostile "sender" over a socket pair: a wrong ACK
+// (or none) and malformed framing are refused before anything is reserved.
+TEST(DirectTcp, AHostileSendersBytesAreRefused) {
+  const JobKeys keys("s3cret", 99);
+  direct::Nonce nonce{}, other{};
+  nonce[0] = 1;
+  other[0] = 2;
+  auto run = [&](const std::string& bytes, bool close_after, const char** why) {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    EXPECT_EQ(::send(sv[1], bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+    if (close_after) ::close(sv[1]);
+    direct::Reader r(1 << 20, nonce);
+    direct::Reader::Result res = direct::Reader::kNone;
+    for (int i = 0; i < 100 && res == direct::Reader::kNone; ++i)
+      res = r.Pump(sv[0], keys, 1 << 20, why);
+    ::close(sv[0]);
+    if (!close_after) ::close(sv[1]);
+    return res;
+  };
+  const std::string ack = direct::Proof(keys, false, nonce);
+  auto word = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  const uint64_t one_frame = framing::kMsgMagic | (uint64_t{1} << 32);
+  const char* why = nullptr;
+  EXPECT_EQ(run(direct::Proof(keys, false, other), false, &why), direct::Reader::kBad);
+  EXPECT_EQ(run(direct::Proof(JobKeys("x-other-secret", 99), false, nonce), false, &why),
+            direct::Reader::kBad);
+  EXPECT_EQ(run(direct::Proof(keys, true, nonce), false, &why), direct::Reader::kBad) << "a HELLO";
+  EXPECT_EQ(run(ack + word(0xdeadbeef), false, &why), direct::Reader::kBad);
+  EXPECT_EQ(run(ack + word(framing::kMsgMagic), false, &why), direct::Reader::kBad) << "0 frames";
+  EXPECT_EQ(
+      run(ack + word(framing::kMsgMagic | (uint64_t{framing::kMaxFramesPerMessage + 1} << 32)),
+          false, &why),
+      direct::Reader::kBad)
+      << "too many frames";
+  EXPECT_EQ(run(ack + word(one_frame) + word(uint64_t{1} << 40), false, &why), direct::Reader::kBad)
+      << "a frame beyond the limit must be refused before its memory is reserved";
+  EXPECT_EQ(run(ack + word(one_frame) + word(10) + "abc", true, &why), direct::Reader::kBad)
+      << "closed in the middle of a message";
+  // And the well-formed stream: ACK, one message, then the end.
+  EXPECT_EQ(run(ack + word(one_frame) + word(3) + "abc", false, &why), direct::Reader::kMessage);
+  EXPECT_EQ(run(ack, true, &why), direct::Reader::kClosed);
+}
+
+// The framing parser fed one byte at a time, then every way a stream can lie.
+TEST(Framing, ParsesByteByByteAndRefusesLies) {
+  std::deque<framing::OutMsg> q;
+  q.push_back(framing::OutMsg::Make(
+      {Frame::FromString("head"), Frame::FromString(""), Frame::FromString(Pattern(5000, 3))}));
+  std::string stream;
+  for (const auto& m : q)
+    for (size_t i = 0; i < m.pieces(); ++i) {
+      auto [ptr, len] = m.Piece(i);
+      stream.append(ptr, len);
+    }
+  framing::Parser parser(1 << 20);
+  bool done = false;
+  for (size_t i = 0; i < stream.size(); ++i) {
+    auto [dst, want] = parser.Want();
+    ASSERT_GE(want, 1u);
+    *dst = stream[i];
+    const char* bad = nullptr;
+    done = parser.Got(1, &bad);
+    ASSERT_EQ(bad, nullptr);
+    ASSERT_EQ(done, i + 1 == stream.size()) << i;
+  }
+  auto frames = parser.Take();
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(Str(frames[0]), "head");
+  EXPECT_EQ(frames[1].size, 0u);
+  EXPECT_TRUE(Str(frames[2]) == Pattern(5000, 3));
+  EXPECT_TRUE(parser.Idle());
+  // Consume: partial writes advance across pieces and pop whole messages only.
+  framing::Consume(q, 10);
+  ASSERT_EQ(q.size(), 1u);
+  framing::Consume(q, stream.size() - 10);
+  EXPECT_TRUE(q.empty());
+}
+
+// The reader goes away: the writer notices (the socket fails), goes back to
+// ZeroMQ, never blocks in Send, and Close returns.
+TEST(DirectTcp, AReaderThatGoesAwayDoesNotHangTheWriter) {
+  TransportConfig cb = Config(22);
+  cb.keepalive_interval = 200ms;
+  cb.keepalive_timeout = 600ms;
+  Pair p(Config(11), cb);
+  ASSERT_TRUE(p.UntilDirect());
+  p.Drain();
+  p.a->Close(0ms);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_NO_THROW(p.b->Send(1, {Frame::FromString(std::string(4 << 20, 'x'))}));
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_NE(DataPath(*p.b, 1), "tcp");
+  p.b->Close(200ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+}  // namespace
