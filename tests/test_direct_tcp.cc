@@ -159,7 +159,9 @@ TEST(DirectTcp, PeersThatDeclineStayOnZeroMQ) {
       if (i > 10) std::this_thread::sleep_for(10ms);
     }
     EXPECT_EQ(DataPath(*p.b, 1), "zmq");
-    if (c != 2) EXPECT_EQ(DirectTcpPort(*p.b) != 0, c != 1);
+    if (c != 2) {
+      EXPECT_EQ(DirectTcpPort(*p.b) != 0, c != 1);
+    }
   }
 }
 
