@@ -86,8 +86,9 @@ TEST(DistKVStore, RowSparseAsync) {
 // the same scenarios, their values checked the same way.
 const char* kThreads = "--env PSKV_SERVER_THREADS=3 --env MXNET_KVSTORE_REDUCTION_NTHREADS=3";
 // The MXNet formula scenarios again, in other settings: servers with several threads,
-// and TCP only (co-located nodes talk through shared memory by default, PSKV_SHM=auto,
-// so the tests above run over shm).
+// TCP only (co-located nodes talk through shared memory by default, PSKV_SHM=auto,
+// so the tests above run over shm; without it, pskv's direct TCP connections), and
+// TCP through ZeroMQ's sockets (PSKV_TCP_DIRECT=0).
 class DistKVStoreIn : public ::testing::TestWithParam<const char*> {};
 TEST_P(DistKVStoreIn, Sync4Workers2Servers) {
   EXPECT_EQ(Launch(4, 2, "sync", GetParam()), 0);
@@ -104,9 +105,13 @@ TEST_P(DistKVStoreIn, UpdateOnKVStoreFalseSums) {
 TEST_P(DistKVStoreIn, ManyKeysAndAChunkedKeySumInRankOrder) {
   EXPECT_EQ(Launch(4, 2, "many_keys", GetParam(), 3), 0);
 }
-INSTANTIATE_TEST_SUITE_P(Settings, DistKVStoreIn, ::testing::Values(kThreads, "--env PSKV_SHM=0"),
+INSTANTIATE_TEST_SUITE_P(Settings, DistKVStoreIn,
+                         ::testing::Values(kThreads, "--env PSKV_SHM=0",
+                                           "--env PSKV_SHM=0 --env PSKV_TCP_DIRECT=0"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
-                           return std::string(i.index == 0 ? "ServerThreads" : "Tcp");
+                           return std::string(i.index == 0   ? "ServerThreads"
+                                              : i.index == 1 ? "Tcp"
+                                                             : "TcpThroughZeroMQ");
                          });
 TEST(DistKVStoreServerThreads, MultiPrecision) {
   EXPECT_EQ(Launch(2, 2, "multi_precision", kThreads), 0);
