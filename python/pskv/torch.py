@@ -57,9 +57,13 @@ def _np(t):
     return t.detach().numpy()
 
 
-# Parameters of at most this many bytes are exchanged together in one call per step
-# (the dist stores' default fusion limit, PSKV_FUSION_KEY_BYTES).
+# Parameters of at most this many bytes are exchanged together in one call per step:
+# the store's fusion limit (PSKV_FUSION_KEY_BYTES), or this if the store has none.
 _SMALL_PARAM_BYTES = 65536
+
+
+def _small_param_bytes(kv):
+    return int(getattr(kv, 'fusion_key_bytes', _SMALL_PARAM_BYTES))
 
 
 def _fmt_mults(m):
@@ -538,7 +542,7 @@ class Trainer(object):
                         continue
                     self._hold[i] = g
                     direct.add(i)
-                    if g.numel() * g.element_size() <= _SMALL_PARAM_BYTES:
+                    if g.numel() * g.element_size() <= _small_param_bytes(self.kv._kv):
                         small_keys.append(self._keys[i])
                         small_grads.append(_np(g))
                         small_outs.append(_np(w))

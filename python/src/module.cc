@@ -333,6 +333,9 @@ PYBIND11_MODULE(_pskv, m) {
       .def_property_readonly("type", [](Handle& h) { return h.kv().Type(); })
       .def_property_readonly("rank", [](Handle& h) { return h.kv().Rank(); })
       .def_property_readonly("num_workers", [](Handle& h) { return h.kv().NumWorkers(); })
+      .def_property_readonly(
+          "fusion_key_bytes", [](Handle& h) { return h.kv().options().fusion_key_bytes; },
+          "PSKV_FUSION_KEY_BYTES: keys up to this size travel fused within one call.")
       .def("init",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
              KVStore& kv = h.kv();

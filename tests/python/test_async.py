@@ -140,3 +140,12 @@ def test_trainer_issues_a_step_before_one_wait(uok):
     pytest.importorskip('torch')
     from async_check import trainer_step_calls
     trainer_step_calls(pskv.create('local'), uok)  # buffers: in the 2-worker job above
+
+
+def test_trainer_groups_small_parameters_by_the_stores_fusion_limit(monkeypatch):
+    pytest.importorskip('torch')
+    from async_check import trainer_step_calls
+    monkeypatch.setenv('PSKV_FUSION_KEY_BYTES', '0')  # no fusion: one call per parameter
+    kv = pskv.create('local')
+    assert kv._kv.fusion_key_bytes == 0
+    trainer_step_calls(kv, True)
