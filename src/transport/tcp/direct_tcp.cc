@@ -295,6 +295,7 @@ Reader::Result Reader::Pump(int fd, const JobKeys& keys, uint64_t budget, const 
         return kBad;
       }
       read += static_cast<uint64_t>(k);
+      drained_ = static_cast<uint64_t>(k) < (direct ? want : kStage);
       if (!direct) {
         pos_ = 0;
         len_ = static_cast<size_t>(k);

@@ -122,6 +122,8 @@ class Reader {
   Result PumpAck(int fd, const JobKeys& keys, const char** why);
   /// Bytes received but not parsed yet (the socket may look idle).
   bool buffered() const { return pos_ < len_; }
+  /// The last read found the socket empty (it returned less than asked for).
+  bool drained() const { return drained_; }
   std::vector<Frame> Take() { return parser_.Take(); }
 
  private:
@@ -131,6 +133,7 @@ class Reader {
   size_t ack_have_ = 0;
   std::unique_ptr<char[]> stage_ = std::make_unique<char[]>(kStage);
   size_t pos_ = 0, len_ = 0;
+  bool drained_ = false;
   static constexpr size_t kStage = 64 << 10;
   static constexpr uint64_t kDirectRead = 16 << 10;  // bodies this big bypass the staging
 };
