@@ -205,6 +205,11 @@ class ShmTransport final : public Transport {
 
   std::string Bind(const std::string& host, int port) override {
     std::string ep = inner_->Bind(host, port);
+    {
+      std::lock_guard<std::mutex> g(in_mu_);
+      zmq_fd_ = ZmqReceiveFd(*inner_);
+      if (zmq_fd_ >= 0 && !Watch(zmq_fd_, EPOLL_CTL_ADD, EPOLLIN)) zmq_fd_ = -1;
+    }
     if (cfg_.direct_tcp && !cfg_.encrypt && !cfg_.scheduler) {
       std::lock_guard<std::mutex> g(lst_mu_);
       try {
@@ -282,25 +287,11 @@ class ShmTransport final : public Transport {
     in->peer_addr.clear();
     const auto deadline = Clock::now() + timeout;
     std::lock_guard<std::mutex> lk(in_mu_);
-    if (in_.empty()) {  // TCP only: no ring to look at
-      while (inner_->Recv(in, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::max(deadline - Clock::now(), Clock::duration(0))))) {
-        Drain(rx_rd_);
-        if (!HandleControl(*in)) return true;
-        if (!in_.empty()) break;  // a ring was just attached: look at it too
-        if (Clock::now() >= deadline) return false;
-      }
-      if (in_.empty()) {
-        Drain(rx_rd_);
-        return false;
-      }
-      in->frames.clear();
-    }
     // Alternate which source is looked at first, so neither starves the other.
     zmq_first_ = !zmq_first_;
-    // False right after ZeroMQ was found empty (its poll returned for the epoll set,
-    // or Arm found data elsewhere): skip one look (a syscall). Nothing is missed:
-    // ZeroMQ's poll checks its socket before it sleeps.
+    // False right after ZeroMQ was found empty and nothing says it changed: skip
+    // one look. Nothing is missed: its descriptor is in the epoll set, and each
+    // sleep is preceded by a look.
     bool zmq_maybe = true;
     for (int pass = 0;; ++pass) {
       bool got = false;
@@ -309,8 +300,8 @@ class ShmTransport final : public Transport {
       if (!got && !zmq_first_ && zmq_maybe) got = inner_->Recv(in, 0ms);
       zmq_maybe = true;
       if (!got) {
-        // Nothing anywhere: ask the ring writers for a wake-up, then sleep in
-        // ZeroMQ's poll (which also watches the epoll set: rx pipe, sockets).
+        // Nothing anywhere: ask the ring writers for a wake-up, then sleep on the
+        // epoll set (ZeroMQ's socket, the rx pipe, the direct sockets).
         const bool data = Arm();
         const auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -322,12 +313,26 @@ class ShmTransport final : public Transport {
           zmq_maybe = false;
           continue;
         }
-        got = inner_->Recv(in, std::max(left, 0ms));
-        Disarm();
-        if (!got) {
-          if (Clock::now() >= deadline) return PumpAll(in);
-          zmq_maybe = false;
-          continue;
+        if (zmq_fd_ < 0) {  // not bound (a sender only): ZeroMQ's own wait
+          got = inner_->Recv(in, std::max(left, 0ms));
+          Disarm();
+          if (!got) {
+            if (Clock::now() >= deadline) return PumpAll(in);
+            continue;
+          }
+        } else {
+          epoll_event evs[64];
+          const int n = ::epoll_wait(epfd_, evs, 64, static_cast<int>(std::max(left, 0ms).count()));
+          Disarm();
+          zmq_maybe = HandleEvents(evs, std::max(n, 0));
+          events_fresh_ = true;
+          if (n <= 0 && Clock::now() >= deadline) {
+            if (PumpAll(in)) return true;
+            got = inner_->Recv(in, 0ms);
+            if (!got) return false;
+          } else {
+            continue;
+          }
         }
       }
       if (HandleControl(*in)) continue;
@@ -752,8 +757,16 @@ class ShmTransport final : public Transport {
   // marks the readable ones. Recv thread.
   void Events() {
     epoll_event evs[64];
-    const int n = ::epoll_wait(epfd_, evs, 64, 0);
+    HandleEvents(evs, std::max(0, ::epoll_wait(epfd_, evs, 64, 0)));
+  }
+  // Returns whether ZeroMQ's descriptor was among the events.
+  bool HandleEvents(const epoll_event* evs, int n) {
+    bool zmq = false;
     for (int i = 0; i < n; ++i) {
+      if (evs[i].data.fd == zmq_fd_) {
+        zmq = true;
+        continue;
+      }
       if (evs[i].data.fd == rx_rd_) {
         Drain(rx_rd_);  // a ring writer's wake-up: the rings are looked at below
         continue;
@@ -801,13 +814,14 @@ class ShmTransport final : public Transport {
         r.readable = true;
       }
     }
+    return zmq;
   }
 
   // One complete message from any active ring or direct socket (round robin).
   // Recv thread.
   bool PumpAll(Received* out) {
     if (in_.empty()) return false;
-    Events();
+    if (!std::exchange(events_fresh_, false)) Events();
     auto it = in_.upper_bound(last_token_);
     for (size_t n = in_.size(); n > 0 && !in_.empty(); --n) {
       if (it == in_.end()) it = in_.begin();
@@ -943,6 +957,8 @@ class ShmTransport final : public Transport {
   std::map<int, uint64_t> socks_;               // direct socket -> token
   uint64_t last_token_ = 0;
   bool zmq_first_ = false;
+  int zmq_fd_ = -1;            // ZeroMQ's receiving socket's ZMQ_FD (in the epoll set)
+  bool events_fresh_ = false;  // the epoll set was just read (by the sleep)
 };
 
 }  // namespace

@@ -214,9 +214,21 @@ class ZmqTransport final : public Transport {
     in->frames.clear();
     in->peer = 0;
     in->peer_addr.clear();
-    zmq_pollitem_t items[2] = {{router_, 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    int rc = zmq_poll(items, wake_fd_ >= 0 ? 2 : 1, static_cast<long>(timeout.count()));
-    if (rc <= 0 || !(items[0].revents & ZMQ_POLLIN)) return false;
+    if (!router_) {  // not bound: nothing can arrive
+      std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(100)));
+      return false;
+    }
+    if (timeout.count() <= 0) {
+      // A look without a poll (a syscall): ZMQ_EVENTS processes ZeroMQ's pending
+      // commands and says whether a message waits.
+      int ev = 0;
+      size_t len = sizeof ev;
+      if (zmq_getsockopt(router_, ZMQ_EVENTS, &ev, &len) != 0 || !(ev & ZMQ_POLLIN)) return false;
+    } else {
+      zmq_pollitem_t items[2] = {{router_, 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+      int rc = zmq_poll(items, wake_fd_ >= 0 ? 2 : 1, static_cast<long>(timeout.count()));
+      if (rc <= 0 || !(items[0].revents & ZMQ_POLLIN)) return false;
+    }
     // The ROUTER's first part is the routing id: the connecting node's token,
     // fixed for the connection at its handshake.
     zmq_msg_t rid;
@@ -288,6 +300,13 @@ class ZmqTransport final : public Transport {
   }
 
   std::string Name() const override { return cfg_.encrypt ? "zmq+curve" : "zmq"; }
+
+  int ReceiveFd() {
+    if (!router_) return -1;
+    int fd = -1;
+    size_t len = sizeof fd;
+    return zmq_getsockopt(router_, ZMQ_FD, &fd, &len) == 0 ? fd : -1;
+  }
 
  private:
   static constexpr int kDisconnectLinger = 1000;  // ms
@@ -641,6 +660,11 @@ class ZmqTransport final : public Transport {
 
 std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg, int wake_fd) {
   return std::make_unique<ZmqTransport>(cfg, wake_fd);
+}
+
+int ZmqReceiveFd(Transport& zmq) {
+  auto* z = dynamic_cast<ZmqTransport*>(&zmq);
+  return z ? z->ReceiveFd() : -1;
 }
 
 }  // namespace pskv

@@ -11,4 +11,8 @@ namespace pskv {
 /// `wake_fd` (optional): a file descriptor Recv also waits on; when it becomes
 /// readable Recv returns false early (the shared-memory backend's wake-up pipe).
 std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg, int wake_fd = -1);
+/// The file descriptor (ZMQ_FD) that becomes readable when the bound socket of a
+/// "zmq" transport may have something new: a caller sleeping on it (epoll) must
+/// look with Recv(in, 0ms) before every sleep. -1 before Bind.
+int ZmqReceiveFd(Transport& zmq);
 }  // namespace pskv
