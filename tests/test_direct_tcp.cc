@@ -388,4 +388,48 @@ TEST(DirectTcp, AReaderThatGoesAwayDoesNotHangTheWriter) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
 
+// A sender that goes away in the middle of a big message: the receiver drops
+// the half message (never delivers a part of it), keeps running, and a new
+// sender gets its own direct connection.
+TEST(DirectTcp, ASenderGoneInTheMiddleOfAMessageLeavesNothingBehind) {
+  TransportConfig ca = Config(11);
+  auto a = CreateTransport("shm", ca);
+  const std::string ep = a->Bind("127.0.0.1", 0);
+  for (int round = 0; round < 2; ++round) {
+    auto b = CreateTransport("shm", Config(22 + static_cast<uint64_t>(round)));
+    b->Bind("127.0.0.1", 0);
+    b->Connect(1, ep, 11);
+    bool direct = false;
+    for (int i = 0; i < 300 && !direct; ++i) {
+      b->Send(1, {Frame::FromString("warm")});
+      Received in;
+      while (a->Recv(&in, 10ms)) EXPECT_EQ(Str(in.frames.at(0)), "warm");
+      direct = DataPath(*b, 1) == "tcp";
+    }
+    ASSERT_TRUE(direct);
+    if (round == 0) {
+      b->Send(1, {Frame::FromString("big"), Frame::FromString(std::string(64 << 20, 'x'))});
+      b->Close(0ms);  // mid-message: the rest of the 64 MiB never comes
+      Received in;
+      for (int i = 0; i < 50; ++i)
+        if (a->Recv(&in, 20ms)) {
+          ASSERT_EQ(in.frames.size(), 2u) << "a part of a message was delivered";
+          EXPECT_EQ(in.frames[1].size, size_t{64} << 20);
+        }
+    } else {
+      for (int i = 0; i < 100; ++i) b->Send(1, {Frame::FromString("m" + std::to_string(i))});
+      for (int i = 0; i < 100; ++i) {
+        Received in;
+        ASSERT_TRUE(RecvWithin(*a, &in, 10s));
+        if (Str(in.frames.at(0)) == "warm") {
+          --i;
+          continue;
+        }
+        EXPECT_EQ(in.peer, 23u);
+        ASSERT_EQ(Str(in.frames.at(0)), "m" + std::to_string(i));
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -612,6 +612,7 @@ class ShmTransport final : public Transport {
 
   void WriterLoop() {
     std::vector<pollfd> fds;
+    Clock::time_point next_sweep{};
     while (!stop_) {
       bool progress = false;
       fds.assign(1, pollfd{tx_rd_, POLLIN, 0});
@@ -625,12 +626,20 @@ class ShmTransport final : public Transport {
         }
       }
       if (progress) continue;  // the locks were released in between; more may fit now
+      const size_t lst_from = fds.size();
       {
         std::lock_guard<std::mutex> g(lst_mu_);
         listener_.PollFds(&fds);
       }
       ::poll(fds.data(), fds.size(), 100);  // bounded: also notices stop_
       Drain(tx_rd_);
+      // The listener when one of its descriptors is ready, and at least every
+      // 100 ms (handshake deadlines).
+      bool listener_ready = false;
+      for (size_t i = lst_from; i < fds.size(); ++i) listener_ready |= fds[i].revents != 0;
+      if (!listener_ready && lst_from == fds.size()) continue;  // no listener
+      if (!listener_ready && Clock::now() < next_sweep) continue;
+      next_sweep = Clock::now() + 100ms;
       std::lock_guard<std::mutex> g(lst_mu_);
       listener_.Service([this](const direct::Nonce& nonce, int fd) { return Claim(nonce, fd); });
     }
