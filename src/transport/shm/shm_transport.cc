@@ -85,6 +85,13 @@ constexpr size_t kMaxIncomingRings = 128;
 // Bytes one Send or one writer turn puts into a direct socket before letting go
 // of the peer's lock; bytes one Recv reads from one socket before looking at others.
 constexpr uint64_t kSocketBudget = 4 << 20;
+// A direct TCP offer nobody took (declined, or crowded out at the listener) is
+// made again after this.
+constexpr auto kTcpReofferAfter = std::chrono::seconds(30);
+// Data on a direct socket whose SWITCH has not come after this: the SWITCH was
+// lost (ZeroMQ drops what is in flight when its connection breaks); the socket is
+// dropped, the sender's write fails and it goes back to ZeroMQ.
+constexpr auto kSwitchGrace = std::chrono::seconds(5);
 
 std::string ReadBootId() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
@@ -158,6 +165,8 @@ struct In {
   // not yet: not watched), reading messages.
   int sock = -1;
   enum { kConnecting, kAck, kParked, kReading } sst = kConnecting;
+  Clock::time_point since{};           // connecting started
+  Clock::time_point parked_data_at{};  // parked, and data is waiting (no longer watched)
   std::unique_ptr<direct::Reader> reader;
   bool readable = false;
   ~In() {
@@ -174,7 +183,8 @@ class ShmTransport final : public Transport {
         local_(LocalAddresses()),
         pid_(::getpid()),
         keys_(cfg.secret, cfg.job),
-        listener_(keys_, cfg.handshake_timeout) {
+        listener_(keys_, cfg.handshake_timeout,
+                  static_cast<size_t>(std::max(0, cfg.max_pending_connections))) {
     int rx[2], tx[2];
     if (::pipe2(rx, O_NONBLOCK | O_CLOEXEC) != 0) throw IOError("pipe2 failed");
     if (::pipe2(tx, O_NONBLOCK | O_CLOEXEC) != 0) {
@@ -293,11 +303,16 @@ class ShmTransport final : public Transport {
     // one look. Nothing is missed: its descriptor is in the epoll set, and each
     // sleep is preceded by a look.
     bool zmq_maybe = true;
+    if (epfd_ < 0) {  // closed
+      std::this_thread::sleep_for(std::min(timeout, 100ms));
+      return false;
+    }
     for (int pass = 0;; ++pass) {
       bool got = false;
-      if (zmq_first_ && zmq_maybe) got = inner_->Recv(in, 0ms);
+      const bool look = zmq_maybe;
+      if (zmq_first_ && look) got = inner_->Recv(in, 0ms);
       if (!got && PumpAll(in)) return true;
-      if (!got && !zmq_first_ && zmq_maybe) got = inner_->Recv(in, 0ms);
+      if (!got && !zmq_first_ && look) got = inner_->Recv(in, 0ms);
       zmq_maybe = true;
       if (!got) {
         // Nothing anywhere: ask the ring writers for a wake-up, then sleep on the
@@ -310,7 +325,7 @@ class ShmTransport final : public Transport {
           return false;
         }
         if (data) {
-          zmq_maybe = false;
+          zmq_maybe = !look;  // looked at (and empty) in this pass: skip one look
           continue;
         }
         if (zmq_fd_ < 0) {  // not bound (a sender only): ZeroMQ's own wait
@@ -503,6 +518,11 @@ class ShmTransport final : public Transport {
         if (now - o.offered_up_at > cfg_.shm_attach_deadline) {
           Teardown(o);
           o.state = Out::kOff;
+          if (o.tcp) {  // perhaps only crowded out at the listener: again later
+            o.state = Out::kDown;
+            o.seen_up = false;
+            o.retry_after = now + kTcpReofferAfter;
+          }
         }
         return;
       }
@@ -542,7 +562,7 @@ class ShmTransport final : public Transport {
   // Moves pending bytes into the ring or socket (bounded per call, so that o.mu
   // and the Send callers and heartbeats waiting for it are never held for long;
   // the writer thread carries on). Returns the bytes written. Under o.mu.
-  uint64_t WriteSome(int peer, Out& o) {
+  uint64_t WriteSome(int peer, Out& o, bool from_writer = false) {
     if (!o.tcp) return WriteRing(o);
     int err = 0;
     const uint64_t n = direct::Write(o.sock, o.pending, kSocketBudget, &err);
@@ -559,7 +579,8 @@ class ShmTransport final : public Transport {
       o.retry_after = Clock::now() + 1s;
       return n;
     }
-    if (!o.pending.empty()) Signal(tx_wr_);  // the writer thread waits for POLLOUT
+    // The writer thread carries on (it waits for POLLOUT); it need not wake itself.
+    if (!o.pending.empty() && !from_writer) Signal(tx_wr_);
     return n;
   }
 
@@ -621,11 +642,18 @@ class ShmTransport final : public Transport {
         for (auto& [id, o] : outs_) {
           std::lock_guard<std::mutex> g(o->mu);
           if (o->state != Out::kActive || o->pending.empty()) continue;
-          progress |= WriteSome(id, *o) > 0;
+          progress |= WriteSome(id, *o, true) > 0;
           if (o->tcp && o->sock >= 0 && !o->pending.empty()) fds.push_back({o->sock, POLLOUT, 0});
         }
       }
-      if (progress) continue;  // the locks were released in between; more may fit now
+      if (progress && Clock::now() < next_sweep)
+        continue;      // the locks were released in between; more may fit now
+      if (progress) {  // sustained writing: the listener still gets its turn
+        next_sweep = Clock::now() + 100ms;
+        std::lock_guard<std::mutex> g(lst_mu_);
+        listener_.Service([this](const direct::Nonce& nonce, int fd) { return Claim(nonce, fd); });
+        continue;
+      }
       const size_t lst_from = fds.size();
       {
         std::lock_guard<std::mutex> g(lst_mu_);
@@ -653,6 +681,7 @@ class ShmTransport final : public Transport {
       std::lock_guard<std::mutex> g(o->mu);
       if (!o->tcp || o->state != Out::kOffered || o->sock >= 0 || o->nonce != nonce) continue;
       if (!direct::SendAll(fd, direct::Proof(keys_, false, nonce))) return false;
+      direct::KeepAlive(fd, cfg_.keepalive_interval, cfg_.keepalive_timeout);
       o->sock = fd;
       return true;
     }
@@ -675,7 +704,8 @@ class ShmTransport final : public Transport {
       if (it != in_.end() && it->second->nonce == nonce) {
         In& r = *it->second;
         r.active = true;
-        if (r.sock >= 0 && r.sst == In::kParked) StartReading(r);
+        if (r.sock >= 0 && r.sst == In::kParked && !StartReading(r))
+          DropIn(it, "cannot watch the connection");
       }
       return true;
     }
@@ -734,6 +764,8 @@ class ShmTransport final : public Transport {
     r->sock = fd;
     r->reader = std::make_unique<direct::Reader>(cfg_.max_frame, nonce);
     r->sst = In::kConnecting;
+    r->since = Clock::now();
+    direct::KeepAlive(fd, cfg_.keepalive_interval, cfg_.keepalive_timeout);
     if (!Watch(fd, EPOLL_CTL_ADD, EPOLLOUT)) return;  // r closes fd
     socks_[fd] = in.peer;
     in_[in.peer] = std::move(r);
@@ -746,10 +778,13 @@ class ShmTransport final : public Transport {
     return ::epoll_ctl(epfd_, op, fd, &ev) == 0;
   }
 
-  void StartReading(In& r) {
+  // SWITCH arrived and the ACK was read: the socket's messages are this peer's
+  // now. False if it cannot be watched (then drop it: nothing would wake us).
+  bool StartReading(In& r) {
+    const bool watched = r.sst != In::kParked || r.parked_data_at == Clock::time_point{};
     r.sst = In::kReading;
     r.readable = true;
-    Watch(r.sock, EPOLL_CTL_ADD, EPOLLIN);
+    return Watch(r.sock, watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, EPOLLIN);
   }
 
   void DropIn(std::map<uint64_t, std::unique_ptr<In>>::iterator it, const char* why) {
@@ -758,7 +793,12 @@ class ShmTransport final : public Transport {
                        "dropped the direct path from " << it->second->addr << ": " << why);
     In& r = *it->second;
     if (r.ring) A(r.ring->shared()->consumer_closed).store(1, std::memory_order_seq_cst);
-    if (r.sock >= 0) socks_.erase(r.sock);  // closing it removes it from the epoll set
+    if (r.sock >= 0) {
+      // Explicitly: after a fork() the child holds the descriptor too, and close()
+      // alone would leave it in the epoll set.
+      ::epoll_ctl(epfd_, EPOLL_CTL_DEL, r.sock, nullptr);
+      socks_.erase(r.sock);
+    }
     in_.erase(it);
   }
 
@@ -807,8 +847,7 @@ class ShmTransport final : public Transport {
               r.sst = In::kReading;
               r.readable = true;
             } else {
-              r.sst = In::kParked;  // no events until SWITCH (data may follow it soon)
-              ::epoll_ctl(epfd_, EPOLL_CTL_DEL, r.sock, nullptr);
+              r.sst = In::kParked;  // until SWITCH; still watched for its end
             }
             break;
           case direct::Reader::kAgain:
@@ -818,6 +857,18 @@ class ShmTransport final : public Transport {
             break;
           default:
             DropIn(it, why);
+        }
+      } else if (r.sst == In::kParked) {
+        // Before SWITCH: the writer closed (drop it), or data came ahead of its
+        // SWITCH (stop watching until SWITCH; PumpAll drops it if SWITCH was
+        // lost with a broken ZeroMQ connection).
+        char c;
+        const ssize_t k = ::recv(r.sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          DropIn(it, nullptr);
+        } else if (k > 0) {
+          ::epoll_ctl(epfd_, EPOLL_CTL_DEL, r.sock, nullptr);
+          r.parked_data_at = Clock::now();
         }
       } else if (r.sst == In::kReading) {
         r.readable = true;
@@ -839,7 +890,15 @@ class ShmTransport final : public Transport {
       const char* bad = nullptr;
       bool got = false;
       if (r.sock >= 0) {
-        if (r.sst != In::kReading || !(r.readable || r.reader->buffered())) continue;
+        if (r.sst != In::kReading) {
+          const auto now = Clock::now();
+          if (r.sst != In::kParked && now - r.since > cfg_.handshake_timeout)
+            DropIn(cur, "the connection was not set up in time");
+          else if (r.parked_data_at != Clock::time_point{} && now - r.parked_data_at > kSwitchGrace)
+            DropIn(cur, "data came but its SWITCH did not (lost with a broken connection)");
+          continue;
+        }
+        if (!(r.readable || r.reader->buffered())) continue;
         switch (r.reader->Pump(r.sock, keys_, kSocketBudget, &bad)) {
           case direct::Reader::kMessage:
             got = true;

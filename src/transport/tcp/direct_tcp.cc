@@ -102,10 +102,40 @@ void Listener::Drop(size_t i) {
   unproven_.erase(unproven_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
+// Reads what `u` sent; true when it is finished with (claimed, or closed).
+bool Listener::TryProof(Unproven& u, const std::function<bool(const Nonce&, int)>& claim) {
+  const ssize_t k = ::recv(u.fd, u.buf + u.have, kProofBytes - u.have, MSG_DONTWAIT);
+  if (k > 0) u.have += static_cast<size_t>(k);
+  if (u.have == kProofBytes) {
+    Nonce nonce;
+    if (CheckProof(keys_, true, u.buf, &nonce)) {
+      NoDelay(u.fd);
+      if (claim(nonce, u.fd)) return true;  // the socket is the caller's now
+    } else {
+      PSKV_LOG_LIMITED(limiter_, "proof/" + u.addr, "WARN",
+                       "closed a direct TCP connection from "
+                           << u.addr << ": it did not prove it belongs to this job");
+    }
+    ::close(u.fd);
+    return true;
+  }
+  const bool gone = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  if (gone || Clock::now() >= u.deadline) {
+    ::close(u.fd);
+    return true;
+  }
+  return false;
+}
+
 void Listener::Service(const std::function<bool(const Nonce&, int)>& claim) {
   if (fd_ < 0) return;
-  const auto now = Clock::now();
-  // Accept what waits (bounded per turn).
+  // Those waiting first: a connection that proved itself is never pushed out.
+  std::erase_if(unproven_, [&](Unproven& u) { return TryProof(u, claim); });
+  // Then new ones (bounded per turn), each read at once: its proof is usually
+  // there already. Only one still silent takes a place; when the places are
+  // taken, the oldest of its address (if the address holds its share) or the
+  // oldest of all goes.
+  const size_t share = std::max<size_t>(16, max_unproven_ / 4);
   for (int n = 0; n < 64; ++n) {
     sockaddr_in a{};
     socklen_t len = sizeof a;
@@ -115,51 +145,20 @@ void Listener::Service(const std::function<bool(const Nonce&, int)>& claim) {
     Unproven u;
     u.fd = c;
     u.addr = AddrOf(a);
-    u.deadline = now + timeout_;
-    // One address may hold a quarter of the places; the oldest goes first.
+    u.deadline = Clock::now() + timeout_;
+    if (TryProof(u, claim)) continue;
     const size_t same = std::count_if(unproven_.begin(), unproven_.end(),
                                       [&](const Unproven& x) { return x.addr == u.addr; });
-    if (same >= std::max<size_t>(2, kMaxUnproven / 4)) {
+    if (same >= share) {
       for (size_t i = 0; i < unproven_.size(); ++i)
         if (unproven_[i].addr == u.addr) {
           Drop(i);
           break;
         }
-    } else if (unproven_.size() >= kMaxUnproven) {
+    } else if (unproven_.size() >= max_unproven_) {
       Drop(0);
     }
     unproven_.push_back(std::move(u));
-  }
-  // Read proofs; close what failed, expired or hung up.
-  for (size_t i = 0; i < unproven_.size();) {
-    Unproven& u = unproven_[i];
-    const ssize_t k = ::recv(u.fd, u.buf + u.have, kProofBytes - u.have, MSG_DONTWAIT);
-    if (k > 0) u.have += static_cast<size_t>(k);
-    const bool gone =
-        k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-    if (u.have == kProofBytes) {
-      Nonce nonce;
-      const int fd = u.fd;
-      const std::string addr = u.addr;
-      const bool ok = CheckProof(keys_, true, u.buf, &nonce);
-      unproven_.erase(unproven_.begin() + static_cast<std::ptrdiff_t>(i));
-      if (ok) {
-        NoDelay(fd);
-        if (claim(nonce, fd)) continue;
-      } else {
-        PSKV_LOG_LIMITED(limiter_, "proof/" + addr, "WARN",
-                         "closed a direct TCP connection from " << addr
-                                                                << ": it did not prove it "
-                                                                   "belongs to this job");
-      }
-      ::close(fd);
-      continue;
-    }
-    if (gone || now >= u.deadline) {
-      Drop(i);
-      continue;
-    }
-    ++i;
   }
 }
 
@@ -196,6 +195,20 @@ int ConnectError(int fd) {
   socklen_t len = sizeof err;
   if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
   return err;
+}
+
+void KeepAlive(int fd, std::chrono::milliseconds interval, std::chrono::milliseconds timeout) {
+  if (interval.count() <= 0) return;
+  const int on = 1;
+  const int ivl = static_cast<int>(std::max<int64_t>(1, interval.count() / 1000));
+  const int cnt = static_cast<int>(
+      std::clamp<int64_t>(timeout.count() / std::max<int64_t>(1, interval.count()), 1, 100));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &ivl, sizeof ivl);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &ivl, sizeof ivl);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  // Not TCP_USER_TIMEOUT: a live peer that is busy (not reading, zero window)
+  // must not lose its connection; keep-alive probes are answered by its kernel.
 }
 
 bool SendAll(int fd, const std::string& p) {

@@ -24,6 +24,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -41,7 +42,7 @@ namespace pskv::direct {
 using Nonce = std::array<uint8_t, 16>;
 
 constexpr size_t kProofBytes = 8 + 16 + 64;  // magic, nonce, hex HMAC
-constexpr size_t kMaxUnproven = 32;
+constexpr size_t kMaxUnproven = 32;          // at least; more with Listener's max_unproven
 
 /// HELLO (receiver to sender) or ACK (sender to receiver) for `nonce`.
 std::string Proof(const JobKeys& keys, bool hello, const Nonce& nonce);
@@ -52,8 +53,13 @@ bool CheckProof(const JobKeys& keys, bool hello, const char* p, Nonce* nonce);
 /// themselves yet. Used by one thread (the transport's writer thread).
 class Listener {
  public:
-  Listener(const JobKeys& keys, std::chrono::milliseconds handshake_timeout)
-      : keys_(keys), timeout_(handshake_timeout) {}
+  /// `max_unproven`: connections that have not proven themselves, at most (at
+  /// least kMaxUnproven); one source address may hold a quarter (at least 16).
+  Listener(const JobKeys& keys, std::chrono::milliseconds handshake_timeout,
+           size_t max_unproven = kMaxUnproven)
+      : keys_(keys),
+        timeout_(handshake_timeout),
+        max_unproven_(std::max(max_unproven, kMaxUnproven)) {}
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -84,9 +90,11 @@ class Listener {
     size_t have = 0;
   };
   void Drop(size_t i);
+  bool TryProof(Unproven& u, const std::function<bool(const Nonce&, int fd)>& claim);
 
   const JobKeys& keys_;
   const std::chrono::milliseconds timeout_;
+  const size_t max_unproven_;
   int fd_ = -1;
   uint16_t port_ = 0;
   uint32_t ip_ = 0;
@@ -99,6 +107,9 @@ class Listener {
 int StartConnect(uint32_t ip, uint16_t port, std::string* why);
 /// After the socket became writable: 0 when connected, else the errno.
 int ConnectError(int fd);
+/// TCP keep-alive as the ZeroMQ connections have it (interval 0: off): a peer
+/// host that vanished is noticed within about `timeout`.
+void KeepAlive(int fd, std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
 /// Sends all of `p` on a fresh (empty send buffer) socket; false if it did not go.
 bool SendAll(int fd, const std::string& p);
 

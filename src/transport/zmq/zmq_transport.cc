@@ -218,17 +218,28 @@ class ZmqTransport final : public Transport {
       std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(100)));
       return false;
     }
-    if (timeout.count() <= 0) {
-      // A look without a poll (a syscall): ZMQ_EVENTS processes ZeroMQ's pending
-      // commands and says whether a message waits.
-      int ev = 0;
-      size_t len = sizeof ev;
-      if (zmq_getsockopt(router_, ZMQ_EVENTS, &ev, &len) != 0 || !(ev & ZMQ_POLLIN)) return false;
-    } else {
+    if (timeout.count() > 0) {
       zmq_pollitem_t items[2] = {{router_, 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
       int rc = zmq_poll(items, wake_fd_ >= 0 ? 2 : 1, static_cast<long>(timeout.count()));
       if (rc <= 0 || !(items[0].revents & ZMQ_POLLIN)) return false;
+      return RecvOne(in);
     }
+    // A look without a poll (a syscall): ZMQ_EVENTS processes ZeroMQ's pending
+    // commands and says whether a message waits. A message dropped (malformed,
+    // identity mismatch) does not end the look: the caller may sleep on ZMQ_FD
+    // next, which would not wake it for messages already queued behind it.
+    for (int i = 0; i < 256; ++i) {
+      int ev = 0;
+      size_t len = sizeof ev;
+      if (zmq_getsockopt(router_, ZMQ_EVENTS, &ev, &len) != 0 || !(ev & ZMQ_POLLIN)) return false;
+      if (RecvOne(in)) return true;
+    }
+    return false;
+  }
+
+  // Receives the message that waits; false if it was dropped.
+  bool RecvOne(Received* in) {
+    in->frames.clear();
     // The ROUTER's first part is the routing id: the connecting node's token,
     // fixed for the connection at its handshake.
     zmq_msg_t rid;
