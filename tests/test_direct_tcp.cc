@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_dial.h"
 #include "transport/auth.h"
 #include "transport/framing.h"
 #include "transport/shm/shm_transport.h"
@@ -169,16 +170,7 @@ TEST(DirectTcp, PeersThatDeclineStayOnZeroMQ) {
 
 // Connects to 127.0.0.1:port (blocking); -1 on failure.
 int Dial(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
+  return pskv::testing::DialLoopback(port);
 }
 
 // True when the other end closed `fd` within `limit` (nothing was sent to it).

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "kvstore/dist_protocol.h"
+#include "loopback_dial.h"
 #include "protocol/message.h"
 #include "support/proc.h"
 #include "support/test_util.h"
@@ -199,16 +200,7 @@ std::vector<Frame> ForgedControl(const Job& job, Control c, int sender, int recv
 }
 
 int RawTcp(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
+  return pskv::testing::DialLoopback(port);
 }
 
 // A ZMTP 3.0 greeting announcing `mechanism`.
