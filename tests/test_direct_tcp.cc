@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "loopback_dial.h"
+#include "support/loopback_dial.h"
 #include "transport/auth.h"
 #include "transport/framing.h"
 #include "transport/shm/shm_transport.h"
