@@ -56,6 +56,7 @@
 // one-shard request; SparseServer guards each key with its own mutex as well.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -65,6 +66,7 @@
 #include <set>
 #include <thread>
 
+#include "common/buffer_pool.h"
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/reduce.h"
@@ -93,6 +95,12 @@ class DistServer {
     KVRequest req;
     std::vector<int64_t> keys;  // wire keys, in message order
     std::vector<uint64_t> offs, lens;
+    // A pull of several keys is answered from one buffer: each key's new value is
+    // copied to reply + reply_offs[i] when its round completes (before the last key
+    // decrements `left`, so the key that answers sees every copy). One key is answered
+    // without a copy, from `done`.
+    std::shared_ptr<char> reply;       // from reply_pool_
+    std::vector<uint64_t> reply_offs;  // keys.size() + 1 offsets
     std::mutex mu;  // guards the fields below (keys of several shards complete it)
     size_t left = 0;
     std::vector<std::pair<int64_t, ReplyOwner>> done;  // per key, once its round completed
@@ -105,10 +113,35 @@ class DistServer {
     std::shared_ptr<RoundReq> r;
     size_t index = 0;
   };
+  /// The workers (node ids) that pushed in a key's open round: a bit per rank, so that
+  /// a round costs no allocation.
+  class WorkerSet {
+   public:
+    bool count(int id) const {
+      const size_t r = static_cast<size_t>(RankOfId(id));
+      return r / 64 < bits_.size() && ((bits_[r / 64] >> (r % 64)) & 1);
+    }
+    void insert(int id) {
+      const size_t r = static_cast<size_t>(RankOfId(id));
+      if (r / 64 >= bits_.size()) bits_.resize(r / 64 + 1, 0);
+      if (!((bits_[r / 64] >> (r % 64)) & 1)) ++size_;
+      bits_[r / 64] |= uint64_t{1} << (r % 64);
+    }
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    void clear() {
+      std::fill(bits_.begin(), bits_.end(), 0);
+      size_ = 0;
+    }
+
+   private:
+    std::vector<uint64_t> bits_;
+    size_t size_ = 0;
+  };
   struct KeyState {
     NDArray value;
     NDArray merge;  // float32 when compressed or multi-precision, else value's dtype
-    std::set<int> pushed;
+    WorkerSet pushed;
     std::vector<Waiter> waiting;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t rounds = 0;
@@ -116,6 +149,9 @@ class DistServer {
     Clock::time_point opened;  // first push of the open round
     std::chrono::milliseconds next_report{0};
     int64_t wire_key = 0;  // (store id << 32) | key
+    // The state of the next key in its shard's map (keys are never removed): the keys
+    // of a request ascend, so this finds the next one without a tree search.
+    KeyState* next = nullptr;
   };
   struct InitRecord {
     std::string name, dtype, shape;
@@ -152,7 +188,8 @@ class DistServer {
   std::string CommandLocked(int sender, int head, const std::string& body);
   std::string ReportInit(int sender, const std::string& body);
   void Merge(KeyState& st, const Waiter& w, bool first);
-  void JoinRound(int64_t key, KeyState& st, Waiter w);
+  /// `now`: when the request arrived at its handler (opens the round if it is the first).
+  void JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now);
   void Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std::string& why);
   void ApplyRound(int64_t key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
@@ -172,8 +209,9 @@ class DistServer {
 
   Node* node_;
   KVServer server_;
-  Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
-  Reducer serial_;   // no pool: for work already running on reducer_'s pool
+  Reducer reducer_;        // its pool is shared by the shards (calls are serialised)
+  Reducer serial_;         // no pool: for work already running on reducer_'s pool
+  BufferPool reply_pool_;  // answers of fused requests (RoundReq::reply)
   bool sync_ = false;
   // Keys are wire keys: (store id << 32) | key (dist_protocol.h); one optimizer
   // per store of the worker processes (store 0 for single-store jobs).
