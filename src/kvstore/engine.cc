@@ -86,7 +86,7 @@ void Engine::PushSync(std::vector<int> keys, int priority, std::function<void()>
 bool Engine::IsReadyLocked(const Op& op) const {
   for (int k : op.keys) {
     auto it = key_queues_.find(k);
-    if (it == key_queues_.end() || it->second.front() != op.id) return false;
+    if (it == key_queues_.end() || it->second.empty() || it->second.front() != op.id) return false;
   }
   return true;
 }
@@ -113,13 +113,10 @@ void Engine::Complete(uint64_t id, std::exception_ptr err) {
   std::unique_ptr<Op> op = std::move(it->second);
   ops_.erase(it);
   for (int k : op->keys) {
-    auto qit = key_queues_.find(k);
-    auto& q = qit->second;
+    auto& q = key_queues_.find(k)->second;
     q.pop_front();
     if (err && !errors_.count(k)) errors_[k] = err;
-    if (q.empty()) {
-      key_queues_.erase(qit);
-    } else {
+    if (!q.empty()) {
       Op* next = ops_.at(q.front()).get();
       if (IsReadyLocked(*next)) {
         ready_.push(next);
@@ -132,8 +129,10 @@ void Engine::Complete(uint64_t id, std::exception_ptr err) {
 
 bool Engine::KeysIdleLocked(const std::vector<int>* keys) const {
   if (!keys) return ops_.empty();
-  for (int k : *keys)
-    if (key_queues_.count(k)) return false;
+  for (int k : *keys) {
+    auto it = key_queues_.find(k);
+    if (it != key_queues_.end() && !it->second.empty()) return false;
+  }
   return true;
 }
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -66,6 +67,26 @@ class Engine {
     std::vector<int> keys;
     AsyncFn fn;
   };
+  /// The operations on one key, oldest first. Kept (empty) while the key is idle, so
+  /// that an operation costs its keys no allocation (a fused operation names hundreds
+  /// of keys); at most one per key the store ever used.
+  struct KeyQueue {
+    std::vector<uint64_t> ids;
+    size_t head = 0;  // ids[head, size) are queued
+    bool empty() const { return head == ids.size(); }
+    uint64_t front() const { return ids[head]; }
+    void push_back(uint64_t id) { ids.push_back(id); }
+    void pop_front() {
+      if (++head == ids.size()) {
+        ids.clear();
+        head = 0;
+        if (ids.capacity() > 64) std::vector<uint64_t>().swap(ids);  // after a long queue
+      } else if (head >= 64 && 2 * head >= ids.size()) {
+        ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(head));
+        head = 0;
+      }
+    }
+  };
   struct ReadyOrder {
     bool operator()(const Op* a, const Op* b) const {
       return a->priority != b->priority ? a->priority < b->priority : a->id > b->id;
@@ -82,7 +103,7 @@ class Engine {
   std::condition_variable cv_ready_, cv_idle_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
-  std::unordered_map<int, std::deque<uint64_t>> key_queues_;
+  std::unordered_map<int, KeyQueue> key_queues_;
   std::priority_queue<Op*, std::vector<Op*>, ReadyOrder> ready_;
   std::map<int, std::exception_ptr> errors_;
   std::exception_ptr poison_;
