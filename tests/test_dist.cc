@@ -126,6 +126,14 @@ TEST(DistKVStore, FusedSmallKeys) {
 TEST(DistKVStoreServerThreads, FusedSmallKeys) {
   EXPECT_EQ(Launch(3, 2, "fused", kThreads, 3), 0);
 }
+// Fusion without an optimizer: rank-order sums bit for bit, three dtypes, keys
+// initialised in descending order, several outputs, a fused pull (dist_worker.cc).
+TEST(DistKVStore, FusedSumsInRankOrder) {
+  EXPECT_EQ(Launch(3, 1, "fused_sum", "", 4), 0);
+}
+TEST(DistKVStoreServerThreads, FusedSumsInRankOrder) {
+  EXPECT_EQ(Launch(3, 2, "fused_sum", kThreads, 4), 0);
+}
 TEST(DistKVStore, AsyncFusedSmallKeys) {
   EXPECT_EQ(Launch(3, 2, "async_fused", kThreads, 5), 0);
 }

@@ -56,7 +56,6 @@
 // one-shard request; SparseServer guards each key with its own mutex as well.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -71,6 +70,7 @@
 #include "kvstore/dist_protocol.h"
 #include "kvstore/reduce.h"
 #include "kvstore/sparse_server.h"
+#include "kvstore/worker_set.h"
 #include "ps/kv_app.h"
 #include "pskv/optimizer.h"
 
@@ -112,31 +112,6 @@ class DistServer {
   struct Waiter {
     std::shared_ptr<RoundReq> r;
     size_t index = 0;
-  };
-  /// The workers (node ids) that pushed in a key's open round: a bit per rank, so that
-  /// a round costs no allocation.
-  class WorkerSet {
-   public:
-    bool count(int id) const {
-      const size_t r = static_cast<size_t>(RankOfId(id));
-      return r / 64 < bits_.size() && ((bits_[r / 64] >> (r % 64)) & 1);
-    }
-    void insert(int id) {
-      const size_t r = static_cast<size_t>(RankOfId(id));
-      if (r / 64 >= bits_.size()) bits_.resize(r / 64 + 1, 0);
-      if (!((bits_[r / 64] >> (r % 64)) & 1)) ++size_;
-      bits_[r / 64] |= uint64_t{1} << (r % 64);
-    }
-    size_t size() const { return size_; }
-    bool empty() const { return size_ == 0; }
-    void clear() {
-      std::fill(bits_.begin(), bits_.end(), 0);
-      size_ = 0;
-    }
-
-   private:
-    std::vector<uint64_t> bits_;
-    size_t size_ = 0;
   };
   struct KeyState {
     NDArray value;

@@ -1,0 +1,40 @@
+// WorkerSet: the workers (by node id) that pushed in a key's open sync round, as a bit
+// per worker rank, so that a round costs no allocation (a std::set allocated a node
+// per push of every key). Not thread-safe: owned by its key's state.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "protocol/message.h"
+
+namespace pskv {
+
+class WorkerSet {
+ public:
+  bool count(int id) const {
+    const size_t r = Rank(id);
+    return r / 64 < bits_.size() && ((bits_[r / 64] >> (r % 64)) & 1);
+  }
+  void insert(int id) {
+    const size_t r = Rank(id);
+    if (r / 64 >= bits_.size()) bits_.resize(r / 64 + 1, 0);
+    if (!((bits_[r / 64] >> (r % 64)) & 1)) ++size_;
+    bits_[r / 64] |= uint64_t{1} << (r % 64);
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void clear() {
+    std::fill(bits_.begin(), bits_.end(), 0);
+    size_ = 0;
+  }
+
+ private:
+  static size_t Rank(int id) { return static_cast<size_t>(RankOfId(id)); }
+  std::vector<uint64_t> bits_;
+  size_t size_ = 0;
+};
+
+}  // namespace pskv
