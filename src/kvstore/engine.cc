@@ -18,7 +18,7 @@ void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
   {
     std::unique_lock<std::mutex> lk(mu_);
     if (!dispatcher_.joinable()) return;
-    cv_idle_.wait_for(lk, drain_timeout, [&] { return ops_.empty(); });
+    IdleWait(lk, nullptr, drain_timeout);
     stop_ = true;
   }
   cv_ready_.notify_all();
@@ -124,7 +124,18 @@ void Engine::Complete(uint64_t id, std::exception_ptr err) {
       }
     }
   }
-  cv_idle_.notify_all();
+  // Waiters for some keys check after every completion; waiters for all of them only
+  // when nothing is left (a fused call's operations would wake them once each).
+  if (waiting_for_keys_ > 0 || (waiting_for_all_ > 0 && ops_.empty())) cv_idle_.notify_all();
+}
+
+bool Engine::IdleWait(std::unique_lock<std::mutex>& lk, const std::vector<int>* keys,
+                      std::chrono::milliseconds timeout) {
+  int& waiting = keys ? waiting_for_keys_ : waiting_for_all_;
+  ++waiting;
+  const bool idle = cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); });
+  --waiting;
+  return idle;
 }
 
 bool Engine::KeysIdleLocked(const std::vector<int>* keys) const {
@@ -138,7 +149,7 @@ bool Engine::KeysIdleLocked(const std::vector<int>* keys) const {
 
 void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  if (!cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); })) {
+  if (!IdleWait(lk, keys, timeout)) {
     throw TimeoutError("KVStore wait timed out after " + std::to_string(timeout.count() / 1000.0) +
                        " s with " + std::to_string(ops_.size()) +
                        " operation(s) still pending (raise PSKV_TIMEOUT if this is expected, "
@@ -163,7 +174,7 @@ void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeou
 
 bool Engine::WaitIdle(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); });
+  return IdleWait(lk, keys, timeout);
 }
 
 size_t Engine::Pending() const {

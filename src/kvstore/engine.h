@@ -98,9 +98,13 @@ class Engine {
   void Complete(uint64_t id, std::exception_ptr err);
   bool IsReadyLocked(const Op& op) const;
   bool KeysIdleLocked(const std::vector<int>* keys) const;
+  /// Waits on cv_idle_ until `keys` (all if null) are idle; false on timeout.
+  bool IdleWait(std::unique_lock<std::mutex>& lk, const std::vector<int>* keys,
+                std::chrono::milliseconds timeout);
 
   mutable std::mutex mu_;
   std::condition_variable cv_ready_, cv_idle_;
+  int waiting_for_all_ = 0, waiting_for_keys_ = 0;  // threads in IdleWait
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
   std::unordered_map<int, KeyQueue> key_queues_;

@@ -16,24 +16,28 @@ class WorkerSet {
  public:
   bool count(int id) const {
     const size_t r = Rank(id);
-    return r / 64 < bits_.size() && ((bits_[r / 64] >> (r % 64)) & 1);
+    return r / 64 <= more_.size() && ((Word(r / 64) >> (r % 64)) & 1);
   }
   void insert(int id) {
     const size_t r = Rank(id);
-    if (r / 64 >= bits_.size()) bits_.resize(r / 64 + 1, 0);
-    if (!((bits_[r / 64] >> (r % 64)) & 1)) ++size_;
-    bits_[r / 64] |= uint64_t{1} << (r % 64);
+    if (r / 64 > more_.size()) more_.resize(r / 64, 0);
+    uint64_t& w = r < 64 ? first_ : more_[r / 64 - 1];
+    if (!((w >> (r % 64)) & 1)) ++size_;
+    w |= uint64_t{1} << (r % 64);
   }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   void clear() {
-    std::fill(bits_.begin(), bits_.end(), 0);
+    first_ = 0;
+    std::fill(more_.begin(), more_.end(), 0);
     size_ = 0;
   }
 
  private:
   static size_t Rank(int id) { return static_cast<size_t>(RankOfId(id)); }
-  std::vector<uint64_t> bits_;
+  uint64_t Word(size_t i) const { return i == 0 ? first_ : more_[i - 1]; }
+  uint64_t first_ = 0;          // ranks 0..63, inline (no second cache miss)
+  std::vector<uint64_t> more_;  // ranks 64.., a word per 64
   size_t size_ = 0;
 };
 
