@@ -360,7 +360,20 @@ class KVStoreDist final : public KVStore {
     bool sparse = false;
     int64_t rows = 0, row_size = 0;
     std::vector<dist::RowRange> ranges;
+    // The next key in keys_ and its meta (under mu_; keys are never removed): a call's
+    // keys ascend, so Check finds the next one without a tree search.
+    int key = 0;
+    KeyMeta* next = nullptr;
   };
+
+  // Under mu_: adds a key's meta to keys_ and links it between its neighbours.
+  void AddKey(int key, std::unique_ptr<KeyMeta> m) {
+    m->key = key;
+    auto at = keys_.emplace(key, std::move(m)).first;
+    auto after = std::next(at);
+    at->second->next = after == keys_.end() ? nullptr : after->second.get();
+    if (at != keys_.begin()) std::prev(at)->second->next = at->second.get();
+  }
 
   KeyMeta& Meta(int key, const char* op) {
     auto it = keys_.find(key);
@@ -398,7 +411,7 @@ class KVStoreDist final : public KVStore {
         }
         if (compressor_) m->residual = NDArray({m->size}, DType::kFloat32);
         created.emplace_back(keys[i], m.get());
-        keys_.emplace(keys[i], std::move(m));
+        AddKey(keys[i], std::move(m));
       }
     }
     // Every worker reports its keys' names, dtypes and shapes to server 0, rank 0
@@ -610,7 +623,7 @@ class KVStoreDist final : public KVStore {
         m->ps_keys.push_back(
             dist::PsKey(dist::WireKey(store_id_, key), r.server, node_->num_servers()));
       meta = m.get();
-      keys_.emplace(key, std::move(m));
+      AddKey(key, std::move(m));
     }
     // As InitImpl: reports, rank 0 initialises, barrier, check.
     const int64_t wid = dist::WireKey(store_id_, key);
@@ -844,13 +857,13 @@ class KVStoreDist final : public KVStore {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<KeyMeta*> metas;
     metas.reserve(groups.groups.size());
-    auto it = keys_.end();
+    KeyMeta* prev = nullptr;
     for (size_t g = 0; g < groups.groups.size(); ++g) {
       const int k = groups.groups[g].key;
-      // Keys ascend: often the next entry of keys_.
-      if (it != keys_.end()) ++it;
-      if (it == keys_.end() || it->first != k) it = keys_.find(k);
-      KeyMeta& m = it != keys_.end() ? *it->second : Meta(k, op);  // Meta throws
+      // Keys ascend: often the successor of the previous one.
+      KeyMeta& m = prev && prev->next && prev->next->key == k ? *prev->next : Meta(k, op);
+      prev = &m;
+      if (m.next) __builtin_prefetch(m.next);
       if (m.sparse) throw DenseUseOfSparseKey(op, KeyName(k));
       for (size_t j = 0; j < groups.groups[g].count; ++j) {
         const NDArray& a = groups.At(g, j, arrays);
