@@ -461,8 +461,8 @@ class KVStoreDist final : public KVStore {
     const Grouped groups = Group(keys, values);
     const auto metas = Check(groups, values, "Push", "pushed value", Round::kPush);
     std::vector<char> fused(metas.size(), 0);
-    for (auto& g : FusionGroups(metas, &fused))
-      IssueFused(g, metas, &groups, &values, nullptr, nullptr, priority, "push");
+    IssueFused(FusionGroups(metas, &fused), metas, &groups, &values, nullptr, nullptr, priority,
+               "push");
     for (size_t gi = 0; gi < metas.size(); ++gi) {
       if (fused[gi]) continue;
       const int k = groups.groups[gi].key;
@@ -486,8 +486,8 @@ class KVStoreDist final : public KVStore {
     const Grouped groups = Group(keys, outs);
     const auto metas = Check(groups, outs, "Pull", "pull output", Round::kPull);
     std::vector<char> fused(metas.size(), 0);
-    for (auto& g : FusionGroups(metas, &fused))
-      IssueFused(g, metas, nullptr, nullptr, &groups, &outs, priority, "pull");
+    IssueFused(FusionGroups(metas, &fused), metas, nullptr, nullptr, &groups, &outs, priority,
+               "pull");
     for (size_t gi = 0; gi < metas.size(); ++gi) {
       if (fused[gi]) continue;
       const int k = groups.groups[gi].key;
@@ -537,8 +537,8 @@ class KVStoreDist final : public KVStore {
     Check(pulls, outs, "PushPull", "pull output");
     const auto metas = Check(pushes, values, "PushPull", "pushed value", Round::kPushPull);
     std::vector<char> fused(metas.size(), 0);
-    for (auto& g : FusionGroups(metas, &fused))
-      IssueFused(g, metas, &pushes, &values, &pulls, &outs, priority, "pushpull");
+    IssueFused(FusionGroups(metas, &fused), metas, &pushes, &values, &pulls, &outs, priority,
+               "pushpull");
     for (size_t gi = 0; gi < metas.size(); ++gi) {
       if (fused[gi]) continue;
       const int k = pushes.groups[gi].key;
@@ -990,111 +990,165 @@ class KVStoreDist final : public KVStore {
     return out;
   }
 
-  // One engine operation over a fusion group (`members`: group indices of the call):
-  // push (values: vg's groups of *vals), pull (into dg's groups of *outs) or both, in
-  // one message to their server. The pushed values are packed into one buffer; the
-  // answer is scattered from the receive buffer straight into each key's first output.
-  void IssueFused(const std::vector<size_t>& members, const std::vector<KeyMeta*>& metas,
-                  const Grouped* vg, const std::vector<NDArray>* vals, const Grouped* dg,
+  // One engine operation over all fusion groups of a call (`groups`: each a list of
+  // group indices of the call): push (values: vg's groups of *vals), pull (into dg's
+  // groups of *outs) or both. Each fusion group is one request to its server, issued
+  // in turn (its values packed into a pooled buffer first, so the first message leaves
+  // after one group's packing); the answer is scattered from the receive buffer
+  // straight into each key's first output. The operation completes when every request
+  // has (with the first failure). One operation per call, not per group: each costs
+  // its keys' bookkeeping, a wake-up of the engine's thread and a completion.
+  void IssueFused(const std::vector<std::vector<size_t>>& groups,
+                  const std::vector<KeyMeta*>& metas, const Grouped* vg,
+                  const std::vector<NDArray>* vals, const Grouped* dg,
                   const std::vector<NDArray>* outs, int priority, const char* op) {
+    if (groups.empty()) return;
     struct Part {
       int key;
       KeyMeta* m;
-      uint64_t off;
+      uint64_t off;                               // in its fusion group's request
       size_t vals_first, nvals, dst_first, ndst;  // into Fused::vals and Fused::dst
+    };
+    struct Request {
+      size_t first, count;  // parts[first, first + count)
+      uint64_t total;       // value bytes
     };
     struct Fused {
       std::vector<Part> parts;
+      std::vector<Request> reqs;
       std::vector<NDArray> vals, dst;  // held until the operation completes
+      std::mutex mu;                   // guards the fields below
+      size_t left = 0;                 // requests not answered yet
+      std::exception_ptr error;
+      Engine::Done done;
     };
     auto f = std::make_shared<Fused>();
-    f->parts.reserve(members.size());
     std::vector<int> ks;
-    ks.reserve(members.size());
-    uint64_t total = 0;
-    for (size_t g : members) {
-      Part p{dg ? dg->groups[g].key : vg->groups[g].key, metas[g], total, 0, 0, 0, 0};
-      if (vals) {
-        p.vals_first = f->vals.size();
-        p.nvals = vg->groups[g].count;
-        for (size_t j = 0; j < p.nvals; ++j) f->vals.push_back(vg->At(g, j, *vals));
+    for (auto& members : groups) {
+      Request req{f->parts.size(), members.size(), 0};
+      for (size_t g : members) {
+        Part p{dg ? dg->groups[g].key : vg->groups[g].key, metas[g], req.total, 0, 0, 0, 0};
+        if (vals) {
+          p.vals_first = f->vals.size();
+          p.nvals = vg->groups[g].count;
+          for (size_t j = 0; j < p.nvals; ++j) f->vals.push_back(vg->At(g, j, *vals));
+        }
+        if (outs) {
+          p.dst_first = f->dst.size();
+          p.ndst = dg->groups[g].count;
+          for (size_t j = 0; j < p.ndst; ++j) f->dst.push_back(dg->At(g, j, *outs));
+        }
+        req.total += p.m->lens[0];
+        ks.push_back(p.key);
+        f->parts.push_back(p);
       }
-      if (outs) {
-        p.dst_first = f->dst.size();
-        p.ndst = dg->groups[g].count;
-        for (size_t j = 0; j < p.ndst; ++j) f->dst.push_back(dg->At(g, j, *outs));
-      }
-      total += p.m->lens[0];
-      ks.push_back(p.key);
-      f->parts.push_back(p);
+      f->reqs.push_back(req);
     }
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
     const bool push = vals != nullptr, pull = outs != nullptr;
     engine_.Push(
-        std::move(ks), priority,
-        [this, f, total, obs_t, op, push, pull, priority](Engine::Done done) {
-          const size_t n = f->parts.size();
-          std::vector<uint64_t> ps_keys(n), lens(n);
-          for (size_t i = 0; i < n; ++i) {
-            ps_keys[i] = f->parts[i].m->ps_keys[0];
-            lens[i] = f->parts[i].m->lens[0];
-          }
-          const int cmd = dist::MakeCmd(Kind::kDense, f->parts.front().m->dtype);
-          if (obs::Enabled()) {  // [observe] every key as usual, and the message
+        std::move(ks), priority, [this, f, obs_t, op, push, pull, priority](Engine::Done done) {
+          if (obs::Enabled()) {  // [observe] every key as usual, and each request
             for (auto& p : f->parts)
               done = obs::Track(op, std::to_string(p.key), p.m->lens[0], obs_t, std::move(done));
-            done = obs::Track("fused", std::to_string(n) + " keys", total, obs_t, std::move(done));
+            for (auto& r : f->reqs)
+              done = obs::Track("fused", std::to_string(r.count) + " keys", r.total, obs_t,
+                                std::move(done));
           }
-          Frame frame;
-          if (push) {
-            std::shared_ptr<char> buf = pack_pool_.Get(total);
-            for (auto& p : f->parts) {
-              // One value is sent as it is (a fused key is whole on one server, so its
-              // bytes are the key's); several are reduced first.
-              if (p.nvals == 1) {
-                std::memcpy(buf.get() + p.off, f->vals[p.vals_first].raw(), p.m->lens[0]);
-              } else {
-                const std::vector<NDArray> v(
-                    f->vals.begin() + static_cast<long>(p.vals_first),
-                    f->vals.begin() + static_cast<long>(p.vals_first + p.nvals));
-                const Frame pf = std::get<0>(Prepare(*p.m, v));
-                std::memcpy(buf.get() + p.off, pf.data, pf.size);
-              }
+          {
+            std::lock_guard<std::mutex> lk(f->mu);
+            f->done = std::move(done);
+            f->left = f->reqs.size();
+          }
+          for (auto& r : f->reqs) {
+            try {
+              IssueFusedRequest(f, r, push, pull, priority);
+            } catch (...) {
+              FinishFused(f, std::current_exception());  // not issued: failed
             }
-            frame.data = buf.get();
-            frame.size = total;
-            frame.owner = std::move(buf);
           }
-          if (!pull) {
-            worker_->Push(ps_keys, frame, lens, cmd, done, priority);
-            return;
-          }
-          std::vector<char*> dst(n);
-          bool more = false;  // a key with several outputs
-          for (size_t i = 0; i < n; ++i) {
-            dst[i] = static_cast<char*>(f->dst[f->parts[i].dst_first].raw());
-            more = more || f->parts[i].ndst > 1;
-          }
-          auto cb = [f, more, done = std::move(done)](std::exception_ptr e) {
-            if (!e && more) {
-              try {  // the first output into the others
-                for (auto& p : f->parts)
-                  for (size_t i = 1; i < p.ndst; ++i) {
-                    NDArray o = f->dst[p.dst_first + i];
-                    o.CopyFrom(f->dst[p.dst_first]);
-                  }
-              } catch (...) {
-                e = std::current_exception();
-              }
-            }
-            done(e);
-          };
-          if (push)
-            worker_->PushPull(ps_keys, frame, lens, std::move(dst), lens, cmd, std::move(cb),
-                              priority);
-          else
-            worker_->Pull(ps_keys, std::move(dst), lens, cmd, std::move(cb), priority);
         });
+  }
+
+  // One request of a fused operation (IssueFused): its keys' values packed, its answer
+  // scattered into their first outputs (then copied into their other outputs).
+  template <typename Fused, typename Request>
+  void IssueFusedRequest(const std::shared_ptr<Fused>& f, const Request& r, bool push, bool pull,
+                         int priority) {
+    const auto* parts = f->parts.data() + r.first;
+    const size_t n = r.count;
+    std::vector<uint64_t> ps_keys(n), lens(n);
+    for (size_t i = 0; i < n; ++i) {
+      ps_keys[i] = parts[i].m->ps_keys[0];
+      lens[i] = parts[i].m->lens[0];
+    }
+    const int cmd = dist::MakeCmd(Kind::kDense, parts[0].m->dtype);
+    Frame frame;
+    if (push) {
+      std::shared_ptr<char> buf = pack_pool_.Get(r.total);
+      for (size_t i = 0; i < n; ++i) {
+        const auto& p = parts[i];
+        // One value is sent as it is (a fused key is whole on one server, so its bytes
+        // are the key's); several are reduced first.
+        if (p.nvals == 1) {
+          std::memcpy(buf.get() + p.off, f->vals[p.vals_first].raw(), p.m->lens[0]);
+        } else {
+          const std::vector<NDArray> v(f->vals.begin() + static_cast<long>(p.vals_first),
+                                       f->vals.begin() + static_cast<long>(p.vals_first + p.nvals));
+          const Frame pf = std::get<0>(Prepare(*p.m, v));
+          std::memcpy(buf.get() + p.off, pf.data, pf.size);
+        }
+      }
+      frame.data = buf.get();
+      frame.size = r.total;
+      frame.owner = std::move(buf);
+    }
+    if (!pull) {
+      worker_->Push(
+          ps_keys, frame, lens, cmd, [f](std::exception_ptr e) { FinishFused(f, e); }, priority);
+      return;
+    }
+    std::vector<char*> dst(n);
+    bool more = false;  // a key with several outputs
+    for (size_t i = 0; i < n; ++i) {
+      dst[i] = static_cast<char*>(f->dst[parts[i].dst_first].raw());
+      more = more || parts[i].ndst > 1;
+    }
+    auto cb = [f, first = r.first, n, more](std::exception_ptr e) {
+      if (!e && more) {
+        try {  // the first output into the others
+          for (size_t i = first; i < first + n; ++i) {
+            const auto& p = f->parts[i];
+            for (size_t j = 1; j < p.ndst; ++j) {
+              NDArray o = f->dst[p.dst_first + j];
+              o.CopyFrom(f->dst[p.dst_first]);
+            }
+          }
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+      FinishFused(f, e);
+    };
+    if (push)
+      worker_->PushPull(ps_keys, frame, lens, std::move(dst), lens, cmd, std::move(cb), priority);
+    else
+      worker_->Pull(ps_keys, std::move(dst), lens, cmd, std::move(cb), priority);
+  }
+
+  // A request of a fused operation is done; the last one completes the operation.
+  template <typename Fused>
+  static void FinishFused(const std::shared_ptr<Fused>& f, std::exception_ptr e) {
+    Engine::Done done;
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lk(f->mu);
+      if (e && !f->error) f->error = e;
+      if (--f->left > 0) return;
+      done = std::move(f->done);
+      error = f->error;
+    }
+    if (done) done(error);
   }
 
   // Completion that copies the first output into the others.
