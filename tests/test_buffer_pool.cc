@@ -53,6 +53,14 @@ TEST(BufferPool, KeepsAtMostMaxFreeBuffersAndTheBiggest) {
   EXPECT_TRUE(kept.count(b.get()));
 }
 
+TEST(BufferPool, BuffersAboveTheKeepLimitAreNotPooled) {
+  BufferPool pool(4, 1000);
+  pool.Get(1000).reset();
+  EXPECT_EQ(pool.free_count(), 1u);
+  pool.Get(2000).reset();  // freed, not kept
+  EXPECT_EQ(pool.free_count(), 1u);
+}
+
 TEST(BufferPool, BuffersMayOutliveThePoolAndMoveBetweenThreads) {
   std::shared_ptr<char> kept;
   {

@@ -7,9 +7,10 @@
 // faulted in page by page and unmapped again by malloc; freeing it also makes malloc
 // consolidate its small free chunks).
 //
-// Bounded: at most `max_free` buffers wait in the pool; a buffer is only handed out for
-// a request of at least half its size (so a few big buffers are not held by small
-// requests). Thread-safe; buffers may outlive the pool.
+// Bounded: at most `max_free` buffers of at most `max_keep` bytes each wait in the pool
+// (bigger ones are freed when released); a buffer is only handed out for a request of
+// at least half its size (so a few big buffers are not held by small requests).
+// Thread-safe; buffers may outlive the pool.
 #pragma once
 
 #include <algorithm>
@@ -23,8 +24,10 @@ namespace pskv {
 
 class BufferPool {
  public:
-  explicit BufferPool(size_t max_free = 8) : state_(std::make_shared<State>()) {
+  explicit BufferPool(size_t max_free = 8, size_t max_keep = size_t{16} << 20)
+      : state_(std::make_shared<State>()) {
     state_->max_free = max_free;
+    state_->max_keep = max_keep;
   }
 
   /// A buffer of at least `bytes` (uninitialised), back in the pool when released.
@@ -54,14 +57,21 @@ class BufferPool {
     return std::shared_ptr<char>(raw, [state = state_, cap](char* p) { state->Put(p, cap); });
   }
 
+  /// Buffers waiting in the pool.
+  size_t free_count() const {
+    std::lock_guard<std::mutex> lk(state_->mu);
+    return state_->free.size();
+  }
+
  private:
   struct State {
     std::mutex mu;
-    size_t max_free = 0;
+    size_t max_free = 0, max_keep = 0;
     std::vector<std::pair<size_t, std::unique_ptr<char[]>>> free;  // (capacity, buffer)
 
     void Put(char* p, size_t cap) {
       std::unique_ptr<char[]> buf(p);
+      if (cap > max_keep) return;  // buf is freed
       std::lock_guard<std::mutex> lk(mu);
       if (free.size() >= max_free) {
         // Full: keep the bigger buffers (the smallest one goes).
