@@ -50,6 +50,13 @@ inline int64_t ArgInt(int argc, char** argv, const char* name, int64_t def) {
   return def;
 }
 
+/// The string after `name` on the command line, or `def`.
+inline std::string ArgStr(int argc, char** argv, const char* name, const std::string& def) {
+  for (int i = 0; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return def;
+}
+
 inline bool HasFlag(int argc, char** argv, const char* name) {
   for (int i = 0; i < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return true;

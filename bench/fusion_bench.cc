@@ -129,12 +129,17 @@ int BenchFusionWorker(int argc, char** argv) {
   const std::vector<int64_t> small(static_cast<size_t>(keys), key_bytes / 4);
   const std::vector<int64_t> big = {keys * key_bytes / 4};
   const std::vector<int64_t> resnet = ResNet50Sizes();
+  // --only NAME: that case alone (for profiling the worker under pskv-launch).
+  const std::string only = ArgStr(argc, argv, "--only", "");
   std::vector<std::pair<std::string, Call>> calls;
-  calls.emplace_back("small_fused", Call(*fused, 0, small));
-  calls.emplace_back("small_unfused", Call(*unfused, 0, small));
-  calls.emplace_back("big", Call(*fused, 100000, big));
-  calls.emplace_back("resnet50_fused", Call(*fused, 200000, resnet));
-  calls.emplace_back("resnet50_unfused", Call(*unfused, 200000, resnet));
+  auto add = [&](const char* name, KVStore& kv, int first, const std::vector<int64_t>& sizes) {
+    if (only.empty() || only == name) calls.emplace_back(name, Call(kv, first, sizes));
+  };
+  add("small_fused", *fused, 0, small);
+  add("small_unfused", *unfused, 0, small);
+  add("big", *fused, 100000, big);
+  add("resnet50_fused", *fused, 200000, resnet);
+  add("resnet50_unfused", *unfused, 200000, resnet);
   fused->Barrier();
   std::map<std::string, std::vector<double>> t;
   for (int r = 0; r <= reps; ++r)  // round 0: warm-up

@@ -48,12 +48,6 @@ int StepsFor(int64_t bytes, int keys) {
   return static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / per_step, 4, 300));
 }
 
-std::string ArgStr(int argc, char** argv, const char* name, const std::string& def) {
-  for (int i = 0; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return def;
-}
-
 // Single-thread memcpy of `bytes`, GB/s (median).
 double MemcpyGBps(int64_t bytes) {
   std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes));

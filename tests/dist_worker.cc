@@ -783,6 +783,122 @@ void Fused(KVStore& kv, int rounds) {
   kv.Barrier();
 }
 
+// Fusion without an optimizer (the server's sum becomes the value): keys initialised
+// in descending order by several Init calls, three dtypes (three fusion groups per
+// call), a sliced key in the same call, int32 keys pushed with two values, float32
+// keys pulled into two outputs; push-pull into separate outputs, then a fused pull.
+// Every output must be the rank-order sum, bit for bit, in every round (the server
+// alternates value and merge buffers and reuses its answer buffers across rounds).
+void FusedSum(KVStore& kv, int rounds) {
+  const int n = kv.NumWorkers(), r = kv.Rank();
+  struct K {
+    int key;
+    Shape shape;
+    DType dtype;
+  };
+  std::vector<K> ks;
+  for (int k = 0; k < 60; ++k) ks.push_back({100 + k, {9 + 31 * (k % 9)}, DType::kFloat32});
+  for (int k = 0; k < 20; ++k) ks.push_back({300 + k, {16}, DType::kFloat16});
+  for (int k = 0; k < 20; ++k) ks.push_back({400 + k, {5}, DType::kInt32});
+  ks.push_back({500, kBig, DType::kFloat32});
+  // Init: descending keys, in four calls.
+  for (size_t part = 0; part < 4; ++part) {
+    std::vector<int> keys;
+    std::vector<NDArray> vals;
+    for (size_t j = ks.size(); j-- > 0;)
+      if (j % 4 == part) {
+        keys.push_back(ks[j].key);
+        vals.push_back(Full(ks[j].shape, 0, ks[j].dtype));
+      }
+    kv.Init(keys, vals);
+  }
+  // Rank w's value of key k in round `round`, element i.
+  auto value = [&](const K& k, int w, int round, int64_t i) -> double {
+    if (k.dtype == DType::kFloat32) return OrderValue(w + round, i + k.key);
+    if (k.dtype == DType::kFloat16) return (w + 1) * (i % 5 + 1) + round;
+    return (w + 1) * (k.key + i + round);  // int32: pushed as two values adding up to it
+  };
+  auto want = [&](const K& k, int round, int64_t i) -> double {
+    if (k.dtype != DType::kFloat32) {
+      double sum = 0;
+      for (int w = 0; w < n; ++w) sum += value(k, w, round, i);
+      return sum;
+    }
+    float sum = OrderValue(round, i + k.key);  // rank 0 first, then 1, 2, ...
+    for (int w = 1; w < n; ++w) sum += OrderValue(w + round, i + k.key);
+    return sum;
+  };
+  auto check = [&](const K& k, const NDArray& o, int round, const std::string& what) {
+    for (int64_t i = 0; i < o.size(); ++i) {
+      const double w = want(k, round, i);
+      const bool same = k.dtype == DType::kFloat32
+                            ? [&] {
+                                const float f = static_cast<float>(w);
+                                return std::memcmp(&f, o.data<float>() + i, 4) == 0;
+                              }()
+                            : o.At(i) == w;
+      if (!same) {
+        CHECK_TRUE(false, what + ": key " + std::to_string(k.key) + " element " +
+                              std::to_string(i) + " is " + std::to_string(o.At(i)) + ", expected " +
+                              std::to_string(w) + " (round " + std::to_string(round) + ")");
+        return;
+      }
+    }
+  };
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<int> pk, ok;
+    std::vector<NDArray> pv, outs;
+    std::vector<std::pair<size_t, NDArray>> checks;  // (index in ks, output)
+    for (size_t j = 0; j < ks.size(); ++j) {
+      const K& k = ks[j];
+      if (k.dtype == DType::kInt32) {  // two values: k + i + round, then (w+1)-1 times it
+        NDArray a(k.shape, k.dtype), b(k.shape, k.dtype);
+        for (int64_t i = 0; i < a.size(); ++i) {
+          a.data<int32_t>()[i] = k.key + static_cast<int32_t>(i) + round;
+          b.data<int32_t>()[i] = r * (k.key + static_cast<int32_t>(i) + round);
+        }
+        pk.insert(pk.end(), {k.key, k.key});
+        pv.insert(pv.end(), {a, b});
+      } else {
+        NDArray a(k.shape, k.dtype);
+        for (int64_t i = 0; i < a.size(); ++i) {
+          if (k.dtype == DType::kFloat32)
+            a.data<float>()[i] = static_cast<float>(value(k, r, round, i));
+          else
+            a.data<uint16_t>()[i] = FloatToHalf(static_cast<float>(value(k, r, round, i)));
+        }
+        pk.push_back(k.key);
+        pv.push_back(a);
+      }
+      const int nout = k.dtype == DType::kFloat32 && k.key < 110 ? 2 : 1;
+      for (int o = 0; o < nout; ++o) {
+        ok.push_back(k.key);
+        outs.emplace_back(k.shape, k.dtype);
+        checks.emplace_back(j, outs.back());
+      }
+    }
+    kv.PushPull(pk, pv, ok, outs);
+    kv.WaitAll();
+    for (auto& [j, o] : checks) check(ks[j], o, round, "push-pull");
+    // A fused pull of the same round's values: the small keys alone first (so that
+    // WaitAll waits for nothing but their operation), then the big key.
+    for (bool small : {true, false}) {
+      std::vector<int> keys;
+      std::vector<NDArray> pulled;
+      for (auto& k : ks)
+        if ((k.key != 500) == small) {
+          keys.push_back(k.key);
+          pulled.emplace_back(k.shape, k.dtype);
+        }
+      kv.Pull(keys, pulled);
+      kv.WaitAll();
+      for (size_t j = 0, o = 0; j < ks.size(); ++j)
+        if ((ks[j].key != 500) == small) check(ks[j], pulled[o++], round, "pull");
+    }
+    kv.Barrier();
+  }
+}
+
 // Fusion in async mode: every fused push is applied at once, key by key.
 void AsyncFused(KVStore& kv, int rounds) {
   const int n = kv.NumWorkers(), r = kv.Rank();
@@ -1205,6 +1321,7 @@ int main(int argc, char** argv) {
           {"rank_order_sum", {"dist_sync", RankOrderSum}},
           {"many_keys", {"dist_sync", ManyKeys}},
           {"fused", {"dist_sync", Fused}},
+          {"fused_sum", {"dist_sync", FusedSum}},
           {"fused_unequal", {"dist_sync", FusedUnequal}},
           {"async_fused", {"dist_async", AsyncFused}},
           {"duplicate_replies", {"dist_sync", DuplicateReplies}},

@@ -131,6 +131,25 @@ TEST(DistKVStore, FusedSmallKeys) {
 TEST(DistKVStoreServerThreads, FusedSmallKeys) {
   EXPECT_EQ(Launch(3, 2, "fused", kThreads, 3), 0);
 }
+// Fusion without an optimizer: rank-order sums bit for bit, three dtypes, keys
+// initialised in descending order, several outputs, a fused pull (dist_worker.cc).
+TEST(DistKVStore, FusedSumsInRankOrder) {
+  EXPECT_EQ(Launch(3, 1, "fused_sum", "", 4), 0);
+}
+TEST(DistKVStoreServerThreads, FusedSumsInRankOrder) {
+  EXPECT_EQ(Launch(3, 2, "fused_sum", kThreads, 4), 0);
+}
+// Fusion groups of at most 4 KiB: a call's fused keys are one engine operation of
+// several requests per server, which completes only when all of them are answered
+// (the servers answer each request 10 ms late, so an operation that completed with
+// its first answer would leave outputs unwritten).
+TEST(DistKVStoreServerThreads, FusedSumsInRankOrderSeveralRequestsPerCall) {
+  EXPECT_EQ(Launch(3, 2, "fused_sum",
+                   std::string(kThreads) +
+                       " --env PSKV_FUSION_BYTES=4096 --env-server PSKV_TEST_REPLY_DELAY=10",
+                   3),
+            0);
+}
 TEST(DistKVStore, AsyncFusedSmallKeys) {
   EXPECT_EQ(Launch(3, 2, "async_fused", kThreads, 5), 0);
 }

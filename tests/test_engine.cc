@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -23,6 +24,50 @@ TEST(Engine, OrdersOperationsPerKey) {
   e.Wait(nullptr, 10s);
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(Engine, LongQueuesAndManyKeyOpsKeepEachKeysOrder) {
+  // A blocked first op lets 300 ops queue up on key 1 (its queue is compacted while it
+  // drains), interleaved with ops over keys 1..50 (as a fused call names its keys);
+  // then every key is idle, and its kept queue serves later ops.
+  Engine e;
+  std::promise<void> gate;
+  auto gate_f = gate.get_future().share();
+  e.Push({1}, 0, [gate_f](Engine::Done done) {
+    std::thread([gate_f, done] {
+      gate_f.wait();
+      done(nullptr);
+    }).detach();
+  });
+  std::mutex mu;
+  std::map<int, std::vector<int>> seen;  // key -> op numbers, in the order they ran
+  std::vector<int> all;
+  for (int k = 1; k <= 50; ++k) all.push_back(k);
+  for (int i = 0; i < 300; ++i) {
+    const bool wide = i % 10 == 0;
+    e.PushSync(wide ? all : std::vector<int>{1}, i % 5, [&, i, wide] {
+      std::lock_guard<std::mutex> lk(mu);
+      if (wide)
+        for (int k = 1; k <= 50; ++k) seen[k].push_back(i);
+      else
+        seen[1].push_back(i);
+    });
+  }
+  EXPECT_FALSE(e.WaitIdle(&all, 50ms));
+  gate.set_value();
+  e.Wait(nullptr, 10s);
+  ASSERT_EQ(seen[1].size(), 300u);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(seen[1][i], i);
+  for (int k = 2; k <= 50; ++k) {
+    ASSERT_EQ(seen[k].size(), 30u) << k;
+    for (int j = 0; j < 30; ++j) EXPECT_EQ(seen[k][j], 10 * j) << k;
+  }
+  EXPECT_TRUE(e.WaitIdle(&all, 0ms));
+  EXPECT_EQ(e.Pending(), 0u);
+  std::atomic<int> again{0};
+  for (int k = 1; k <= 50; ++k) e.PushSync({k}, 0, [&] { ++again; });
+  e.Wait(&all, 10s);
+  EXPECT_EQ(again.load(), 50);
 }
 
 TEST(Engine, HigherPriorityRunsFirstAmongReadyOps) {

@@ -251,6 +251,66 @@ TEST(Ps, LargeValuesCrossChunkBoundaries) {
   ExpectNoErrors(res);
 }
 
+TEST(Ps, ScatteredAnswersLandInEachKeysOwnOutput) {
+  // Pull and PushPull with one output per key (a fused call's answer, scattered):
+  // keys of 2 servers, of different sizes, a request cut into several messages
+  // (wire chunks of 64 KiB) and keys crossing the 1 MiB chunks of a message.
+  auto res = RunJob(
+      2, 2,
+      [](Node& node, KVWorker& w) {
+        std::vector<uint64_t> keys, lens;
+        for (int r = 0; r < 2; ++r) {
+          const uint64_t b = KVWorker::ServerRange(r, 2).first;
+          for (uint64_t k = 0; k < 40; ++k) {
+            keys.push_back(b + 7 + k);
+            lens.push_back(4 * (k == 5 ? (300 << 10) + 1 : 1 + 997 * (k % 13)));  // floats
+          }
+        }
+        uint64_t total = 0;
+        for (auto l : lens) total += l;
+        std::vector<float> vals(total / 4);
+        for (size_t i = 0; i < vals.size(); ++i)
+          vals[i] = static_cast<float>(i % 4099) * static_cast<float>(node.rank() + 1);
+        const Frame frame = Frame::Copy(vals.data(), total);
+        // Each key's output is its own allocation, one float bigger than the key: a
+        // write past it would show.
+        auto outputs = [&] {
+          std::vector<std::vector<float>> o;
+          for (auto l : lens) o.emplace_back(l / 4 + 1, -1.0f);
+          return o;
+        };
+        auto pointers = [](std::vector<std::vector<float>>& o) {
+          std::vector<char*> p;
+          for (auto& v : o) p.push_back(reinterpret_cast<char*>(v.data()));
+          return p;
+        };
+        auto expect = [&](const std::vector<std::vector<float>>& o, float times) {
+          size_t at = 0;
+          for (size_t k = 0; k < o.size(); ++k) {
+            const size_t n = lens[k] / 4;
+            for (size_t i = 0; i < n; ++i)
+              ASSERT_EQ(o[k][i], static_cast<float>((at + i) % 4099) * times) << k << " " << i;
+            ASSERT_EQ(o[k][n], -1.0f) << "written past key " << k;
+            at += n;
+          }
+        };
+        Sync([&](auto cb) { w.Push(keys, frame, lens, 0, cb); });
+        node.Barrier(kWorkerGroup, 30s);
+        auto pulled = outputs();
+        Sync([&](auto cb) { w.Pull(keys, pointers(pulled), lens, 0, cb); });
+        expect(pulled, 3);  // ranks 1 + 2
+        node.Barrier(kWorkerGroup, 30s);
+        auto both = outputs();
+        Sync([&](auto cb) { w.PushPull(keys, frame, lens, pointers(both), lens, 0, cb); });
+        node.Barrier(kWorkerGroup, 30s);
+        Sync([&](auto cb) { w.Pull(keys, pointers(both), lens, 0, cb); });
+        expect(both, 6);
+        EXPECT_EQ(w.Pending(), 0u);
+      },
+      [](Options& o) { o.wire_chunk_bytes = 64 << 10; });
+  ExpectNoErrors(res);
+}
+
 TEST(Ps, CommandsReachEveryServer) {
   auto res = RunJob(3, 1, [](Node&, KVWorker& w) {
     auto bodies = w.Command(7, "x", 10s);

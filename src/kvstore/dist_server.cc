@@ -170,11 +170,16 @@ void DistServer::ReplyValues(KVServer* srv, const KVRequest& req,
     return;
   }
   std::string out;
+  ks.reserve(keys.size());
+  lens.reserve(keys.size());
   for (auto& [k, v] : keys) {
     ks.push_back(dist::PsKey(k, node_->rank(), node_->num_servers()));
     lens.push_back(v.value.nbytes());
-    out.append(static_cast<const char*>(v.value.raw()), v.value.nbytes());
   }
+  uint64_t total = 0;
+  for (auto l : lens) total += l;
+  out.reserve(total);
+  for (auto& [k, v] : keys) out.append(static_cast<const char*>(v.value.raw()), v.value.nbytes());
   srv->Respond(req, ks, Frame::FromString(std::move(out)), lens);
 }
 
@@ -182,10 +187,14 @@ void DistServer::ReplyValues(KVServer* srv, const KVRequest& req,
 // round failed. The last key answers the request (one reply for all its keys).
 void DistServer::Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std::string& why) {
   RoundReq& r = *w.r;
+  // Into the reply buffer (this key's own bytes, so outside the lock: the lock taken
+  // below orders the copy before the answer).
+  if (st && r.reply)
+    std::memcpy(r.reply.get() + r.reply_offs[w.index], st->value.raw(), st->value.nbytes());
   {
     std::lock_guard<std::mutex> lk(r.mu);
     if (st) {
-      r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
+      if (!r.reply) r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
     } else if (!r.failed) {
       r.failed = true;
       r.kind = kind;
@@ -196,6 +205,19 @@ void DistServer::Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std
   try {
     if (r.failed) {
       server_.RespondError(r.req, r.kind, r.why);
+    } else if (r.reply) {
+      // [observe] the reply step, as ReplyValues records it
+      obs::StepScope obs_step("reply", -1, r.reply_offs.back());
+      std::vector<uint64_t> ks(r.keys.size()), lens(r.keys.size());
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        ks[i] = dist::PsKey(r.keys[i], node_->rank(), node_->num_servers());
+        lens[i] = r.reply_offs[i + 1] - r.reply_offs[i];
+      }
+      Frame f;
+      f.data = r.reply.get();
+      f.size = r.reply_offs.back();
+      f.owner = std::move(r.reply);
+      server_.Respond(r.req, ks, std::move(f), lens);
     } else {
       ReplyValues(&server_, r.req, r.done);
     }
@@ -239,6 +261,15 @@ void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
   const size_t es = DTypeSize(st.value.dtype());
+  if (first && mdt == st.value.dtype() && st.value.size() < reducer_.bigarray_bound()) {
+    // The first push of a round is copied as it is (the small keys of a fused message:
+    // no per-key arrays, no piece list; big values are copied in parallel below).
+    char* dst = static_cast<char*>(st.merge.raw());
+    m.ForEachPiece(off, len, [&](const char* p, uint64_t bytes, uint64_t at) {
+      std::memcpy(dst + at, p, bytes);
+    });
+    return;
+  }
   // Chunk by chunk, straight from the receive buffers; the chunks of a big value in
   // parallel on the reducer's pool (each chunk is below the bound, so a chunk-wise
   // merge alone would never use it), their additions by the pool-less serial_.
@@ -284,13 +315,11 @@ void DistServer::ApplyRound(int64_t key, KeyState& st) {
     // No optimizer: the sum becomes the value by taking its buffer (no copy); the
     // old value's buffer becomes the next round's merge buffer, unless replies still
     // being sent hold it (then they keep it and a new one is made when needed).
-    NDArray old = st.value;
-    st.value = st.merge.Reshape(old.shape());
+    // Both are 1-D arrays of the value's size: a swap of handles.
+    std::swap(st.value, st.merge);
     if (st.token.use_count() > 1) {
       st.token = std::make_shared<int>(0);
       st.merge = NDArray();
-    } else {
-      st.merge = old.Reshape({old.size()});
     }
     ++st.rounds;
     return;
@@ -348,10 +377,10 @@ void DistServer::Handle(KVRequest&& req, KVServer* srv) {
 
 // Adds push `w` to the open round of `key`; completes the round when every worker
 // pushed. On the key's shard (or exclusively).
-void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w) {
+void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now) {
   const int sender = w.r->req.sender;
   if (st.pushed.empty()) {
-    st.opened = Clock::now();
+    st.opened = now;
     st.next_report = node_->options().stall_warning;
   }
   st.pushed.insert(sender);
@@ -378,8 +407,7 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w) {
     }
     if (static_cast<int>(st.pushed.size()) < node_->num_workers())
       return;  // answered when the round completes
-    waiting = std::move(st.waiting);
-    st.waiting.clear();
+    waiting.swap(st.waiting);
     st.pushed.clear();
     st.merged = 0;
     obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
@@ -390,6 +418,8 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w) {
     return;
   }
   for (auto& x : waiting) Finish(x, &st, ErrorKind::kGeneric, {});
+  waiting.clear();
+  if (st.waiting.empty()) st.waiting.swap(waiting);  // its capacity serves the next round
 }
 
 void DistServer::Process(KVRequest&& req, KVServer* srv) {
@@ -419,6 +449,20 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
   };
   std::vector<Item> items;
   items.reserve(m.num_keys());
+  // The keys of a request ascend: a shard's next key is usually the successor of the
+  // one found there before (a fused message of consecutive keys): no tree search.
+  std::vector<KeyState*> last(shards_.size(), nullptr);
+  auto find = [&](int64_t key) -> KeyState* {
+    KeyState*& prev = last[ShardOf(key)];
+    KeyState* st = prev && prev->next && prev->next->wire_key == key ? prev->next : FindKey(key);
+    if (st) {
+      prev = st;
+      if (st->next)  // the next key's state, likely needed: all its cache lines
+        for (size_t b = 0; b < sizeof(KeyState); b += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(st->next) + b);
+    }
+    return st;
+  };
   uint64_t off = 0;
   for (uint32_t i = 0; i < m.num_keys(); ++i) {
     const uint64_t ps_key = m.key_ptr()[i], len = m.len_ptr()[i];
@@ -437,7 +481,7 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       return fail(ErrorKind::kUsage, "key " + std::to_string(dist::KeyOf(key)) +
                                          " is row_sparse: it is pushed as row_sparse and read "
                                          "with row_sparse_pull, never as a dense array");
-    KeyState* found = FindKey(key);
+    KeyState* found = find(key);
     if (kind == Kind::kInit) {
       if (found) return fail(ErrorKind::kKey, "duplicate init of key " + std::to_string(key));
       if (len % DTypeSize(dtype))
@@ -503,7 +547,11 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       st.wire_key = it.key;
       st.value = NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype);
       m.CopyVals(it.off, it.len, static_cast<char*>(st.value.raw()));
-      shards_[ShardOf(it.key)]->keys.emplace(it.key, std::move(st));
+      auto& keys = shards_[ShardOf(it.key)]->keys;
+      auto at = keys.emplace(it.key, std::move(st)).first;  // validated: a new key
+      auto after = std::next(at);
+      at->second.next = after == keys.end() ? nullptr : &after->second;
+      if (at != keys.begin()) std::prev(at)->second.next = &at->second;
     }
     return Reply(srv, req, {});
   }
@@ -519,13 +567,25 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
     auto r = std::make_shared<RoundReq>();
     r->req = std::move(req);
     r->left = items.size();
-    r->done.resize(items.size());
+    r->keys.reserve(items.size());
+    r->offs.reserve(items.size());
+    r->lens.reserve(items.size());
     for (auto& it : items) {
       r->keys.push_back(it.key);
       r->offs.push_back(it.off);
       r->lens.push_back(it.len);
     }
-    for (size_t i = 0; i < items.size(); ++i) JoinRound(items[i].key, *items[i].st, Waiter{r, i});
+    if (r->req.pull && items.size() > 1) {
+      r->reply_offs.resize(items.size() + 1, 0);
+      for (size_t i = 0; i < items.size(); ++i)
+        r->reply_offs[i + 1] = r->reply_offs[i] + items[i].st->value.nbytes();
+      r->reply = reply_pool_.Get(r->reply_offs.back());
+    } else {
+      r->done.resize(items.size());
+    }
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < items.size(); ++i)
+      JoinRound(items[i].key, *items[i].st, Waiter{r, i}, now);
     return;
   }
   for (auto& it : items) {

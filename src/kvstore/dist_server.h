@@ -65,10 +65,12 @@
 #include <set>
 #include <thread>
 
+#include "common/buffer_pool.h"
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/reduce.h"
 #include "kvstore/sparse_server.h"
+#include "kvstore/worker_set.h"
 #include "ps/kv_app.h"
 #include "pskv/optimizer.h"
 
@@ -93,6 +95,12 @@ class DistServer {
     KVRequest req;
     std::vector<int64_t> keys;  // wire keys, in message order
     std::vector<uint64_t> offs, lens;
+    // A pull of several keys is answered from one buffer: each key's new value is
+    // copied to reply + reply_offs[i] when its round completes (before the last key
+    // decrements `left`, so the key that answers sees every copy). One key is answered
+    // without a copy, from `done`.
+    std::shared_ptr<char> reply;       // from reply_pool_
+    std::vector<uint64_t> reply_offs;  // keys.size() + 1 offsets
     std::mutex mu;  // guards the fields below (keys of several shards complete it)
     size_t left = 0;
     std::vector<std::pair<int64_t, ReplyOwner>> done;  // per key, once its round completed
@@ -108,7 +116,7 @@ class DistServer {
   struct KeyState {
     NDArray value;
     NDArray merge;  // float32 when compressed or multi-precision, else value's dtype
-    std::set<int> pushed;
+    WorkerSet pushed;
     std::vector<Waiter> waiting;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t rounds = 0;
@@ -116,6 +124,9 @@ class DistServer {
     Clock::time_point opened;  // first push of the open round
     std::chrono::milliseconds next_report{0};
     int64_t wire_key = 0;  // (store id << 32) | key
+    // The state of the next key in its shard's map (keys are never removed): the keys
+    // of a request ascend, so this finds the next one without a tree search.
+    KeyState* next = nullptr;
   };
   struct InitRecord {
     std::string name, dtype, shape;
@@ -152,7 +163,8 @@ class DistServer {
   std::string CommandLocked(int sender, int head, const std::string& body);
   std::string ReportInit(int sender, const std::string& body);
   void Merge(KeyState& st, const Waiter& w, bool first);
-  void JoinRound(int64_t key, KeyState& st, Waiter w);
+  /// `now`: when the request arrived at its handler (opens the round if it is the first).
+  void JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now);
   void Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std::string& why);
   void ApplyRound(int64_t key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
@@ -172,8 +184,9 @@ class DistServer {
 
   Node* node_;
   KVServer server_;
-  Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
-  Reducer serial_;   // no pool: for work already running on reducer_'s pool
+  Reducer reducer_;        // its pool is shared by the shards (calls are serialised)
+  Reducer serial_;         // no pool: for work already running on reducer_'s pool
+  BufferPool reply_pool_;  // answers of fused requests (RoundReq::reply)
   bool sync_ = false;
   // Keys are wire keys: (store id << 32) | key (dist_protocol.h); one optimizer
   // per store of the worker processes (store 0 for single-store jobs).

@@ -18,7 +18,7 @@ void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
   {
     std::unique_lock<std::mutex> lk(mu_);
     if (!dispatcher_.joinable()) return;
-    cv_idle_.wait_for(lk, drain_timeout, [&] { return ops_.empty(); });
+    IdleWait(lk, nullptr, drain_timeout);
     stop_ = true;
   }
   cv_ready_.notify_all();
@@ -86,7 +86,7 @@ void Engine::PushSync(std::vector<int> keys, int priority, std::function<void()>
 bool Engine::IsReadyLocked(const Op& op) const {
   for (int k : op.keys) {
     auto it = key_queues_.find(k);
-    if (it == key_queues_.end() || it->second.front() != op.id) return false;
+    if (it == key_queues_.end() || it->second.empty() || it->second.front() != op.id) return false;
   }
   return true;
 }
@@ -113,13 +113,10 @@ void Engine::Complete(uint64_t id, std::exception_ptr err) {
   std::unique_ptr<Op> op = std::move(it->second);
   ops_.erase(it);
   for (int k : op->keys) {
-    auto qit = key_queues_.find(k);
-    auto& q = qit->second;
+    auto& q = key_queues_.find(k)->second;
     q.pop_front();
     if (err && !errors_.count(k)) errors_[k] = err;
-    if (q.empty()) {
-      key_queues_.erase(qit);
-    } else {
+    if (!q.empty()) {
       Op* next = ops_.at(q.front()).get();
       if (IsReadyLocked(*next)) {
         ready_.push(next);
@@ -127,19 +124,32 @@ void Engine::Complete(uint64_t id, std::exception_ptr err) {
       }
     }
   }
-  cv_idle_.notify_all();
+  // Waiters for some keys check after every completion; waiters for all of them only
+  // when nothing is left (a fused call's operations would wake them once each).
+  if (waiting_for_keys_ > 0 || (waiting_for_all_ > 0 && ops_.empty())) cv_idle_.notify_all();
+}
+
+bool Engine::IdleWait(std::unique_lock<std::mutex>& lk, const std::vector<int>* keys,
+                      std::chrono::milliseconds timeout) {
+  int& waiting = keys ? waiting_for_keys_ : waiting_for_all_;
+  ++waiting;
+  const bool idle = cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); });
+  --waiting;
+  return idle;
 }
 
 bool Engine::KeysIdleLocked(const std::vector<int>* keys) const {
   if (!keys) return ops_.empty();
-  for (int k : *keys)
-    if (key_queues_.count(k)) return false;
+  for (int k : *keys) {
+    auto it = key_queues_.find(k);
+    if (it != key_queues_.end() && !it->second.empty()) return false;
+  }
   return true;
 }
 
 void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  if (!cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); })) {
+  if (!IdleWait(lk, keys, timeout)) {
     throw TimeoutError("KVStore wait timed out after " + std::to_string(timeout.count() / 1000.0) +
                        " s with " + std::to_string(ops_.size()) +
                        " operation(s) still pending (raise PSKV_TIMEOUT if this is expected, "
@@ -164,7 +174,7 @@ void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeou
 
 bool Engine::WaitIdle(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); });
+  return IdleWait(lk, keys, timeout);
 }
 
 size_t Engine::Pending() const {

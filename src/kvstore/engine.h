@@ -15,8 +15,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -66,6 +66,26 @@ class Engine {
     std::vector<int> keys;
     AsyncFn fn;
   };
+  /// The operations on one key, oldest first. Kept (empty) while the key is idle, so
+  /// that an operation costs its keys no allocation (a fused operation names hundreds
+  /// of keys); at most one per key the store ever used.
+  struct KeyQueue {
+    std::vector<uint64_t> ids;
+    size_t head = 0;  // ids[head, size) are queued
+    bool empty() const { return head == ids.size(); }
+    uint64_t front() const { return ids[head]; }
+    void push_back(uint64_t id) { ids.push_back(id); }
+    void pop_front() {
+      if (++head == ids.size()) {
+        ids.clear();
+        head = 0;
+        if (ids.capacity() > 64) std::vector<uint64_t>().swap(ids);  // after a long queue
+      } else if (head >= 64 && 2 * head >= ids.size()) {
+        ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(head));
+        head = 0;
+      }
+    }
+  };
   struct ReadyOrder {
     bool operator()(const Op* a, const Op* b) const {
       return a->priority != b->priority ? a->priority < b->priority : a->id > b->id;
@@ -77,12 +97,16 @@ class Engine {
   void Complete(uint64_t id, std::exception_ptr err);
   bool IsReadyLocked(const Op& op) const;
   bool KeysIdleLocked(const std::vector<int>* keys) const;
+  /// Waits on cv_idle_ until `keys` (all if null) are idle; false on timeout.
+  bool IdleWait(std::unique_lock<std::mutex>& lk, const std::vector<int>* keys,
+                std::chrono::milliseconds timeout);
 
   mutable std::mutex mu_;
   std::condition_variable cv_ready_, cv_idle_;
+  int waiting_for_all_ = 0, waiting_for_keys_ = 0;  // threads in IdleWait
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
-  std::unordered_map<int, std::deque<uint64_t>> key_queues_;
+  std::unordered_map<int, KeyQueue> key_queues_;
   std::priority_queue<Op*, std::vector<Op*>, ReadyOrder> ready_;
   std::map<int, std::exception_ptr> errors_;
   std::exception_ptr poison_;

@@ -33,6 +33,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/buffer_pool.h"
 #include "common/byte_io.h"
 #include "common/logging.h"
 #include "common/observe.h"  // [observe]
@@ -359,7 +360,20 @@ class KVStoreDist final : public KVStore {
     bool sparse = false;
     int64_t rows = 0, row_size = 0;
     std::vector<dist::RowRange> ranges;
+    // The next key in keys_ and its meta (under mu_; keys are never removed): a call's
+    // keys ascend, so Check finds the next one without a tree search.
+    int key = 0;
+    KeyMeta* next = nullptr;
   };
+
+  // Under mu_: adds a key's meta to keys_ and links it between its neighbours.
+  void AddKey(int key, std::unique_ptr<KeyMeta> m) {
+    m->key = key;
+    auto at = keys_.emplace(key, std::move(m)).first;
+    auto after = std::next(at);
+    at->second->next = after == keys_.end() ? nullptr : after->second.get();
+    if (at != keys_.begin()) std::prev(at)->second->next = at->second.get();
+  }
 
   KeyMeta& Meta(int key, const char* op) {
     auto it = keys_.find(key);
@@ -397,7 +411,7 @@ class KVStoreDist final : public KVStore {
         }
         if (compressor_) m->residual = NDArray({m->size}, DType::kFloat32);
         created.emplace_back(keys[i], m.get());
-        keys_.emplace(keys[i], std::move(m));
+        AddKey(keys[i], std::move(m));
       }
     }
     // Every worker reports its keys' names, dtypes and shapes to server 0, rank 0
@@ -444,18 +458,20 @@ class KVStoreDist final : public KVStore {
   void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
                 int priority) override {
     CheckAsyncHasOptimizer();
-    auto groups = GroupByKey(keys, values);
-    auto metas = Check(groups, "Push", "pushed value", Round::kPush);
-    std::set<int> fused;
-    for (auto& g : FusionGroups(metas, &fused))
-      IssueFused(g, metas, &groups, nullptr, priority, "push");
-    for (auto& [k, vals] : groups) {
-      if (fused.count(k)) continue;
-      KeyMeta* m = metas.at(k);
+    const Grouped groups = Group(keys, values);
+    const auto metas = Check(groups, values, "Push", "pushed value", Round::kPush);
+    std::vector<char> fused(metas.size(), 0);
+    IssueFused(FusionGroups(metas, &fused), metas, &groups, &values, nullptr, nullptr, priority,
+               "push");
+    for (size_t gi = 0; gi < metas.size(); ++gi) {
+      if (fused[gi]) continue;
+      const int k = groups.groups[gi].key;
+      KeyMeta* m = metas[gi];
+      std::vector<NDArray> vals = groups.Arrays(gi, values);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push(
           {k}, priority,
-          [this, k, obs_t, m, vals = vals, priority](Engine::Done done) {
+          [this, k, obs_t, m, vals, priority](Engine::Done done) {
             auto [frame, lens, cmd] = Prepare(*m, vals);
             done = obs::Track("push", std::to_string(k), frame.size, obs_t,
                               std::move(done));  // [observe]
@@ -467,18 +483,19 @@ class KVStoreDist final : public KVStore {
 
   void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs,
                 int priority) override {
-    auto groups = GroupByKey(keys, outs);
-    auto metas = Check(groups, "Pull", "pull output", Round::kPull);
-    std::set<int> fused;
-    for (auto& g : FusionGroups(metas, &fused))
-      IssueFused(g, metas, nullptr, &groups, priority, "pull");
-    for (auto& [k, dst] : groups) {
-      if (fused.count(k)) continue;
-      KeyMeta* m = metas.at(k);
+    const Grouped groups = Group(keys, outs);
+    const auto metas = Check(groups, outs, "Pull", "pull output", Round::kPull);
+    std::vector<char> fused(metas.size(), 0);
+    IssueFused(FusionGroups(metas, &fused), metas, nullptr, nullptr, &groups, &outs, priority,
+               "pull");
+    for (size_t gi = 0; gi < metas.size(); ++gi) {
+      if (fused[gi]) continue;
+      const int k = groups.groups[gi].key;
+      KeyMeta* m = metas[gi];
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push(
           {k}, priority,
-          [this, k, obs_t, m, dst = dst, priority](Engine::Done done) {
+          [this, k, obs_t, m, dst = groups.Arrays(gi, outs), priority](Engine::Done done) {
             NDArray first = dst[0];
             done = obs::Track("pull", std::to_string(k), first.nbytes(), obs_t,
                               std::move(done));  // [observe]
@@ -493,29 +510,44 @@ class KVStoreDist final : public KVStore {
   void PushPullImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
                     const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
                     int priority) override {
-    auto pushes = GroupByKey(keys, values);
-    auto pulls = GroupByKey(out_keys, outs);
-    for (auto& [k, v] : pushes)
-      if (!pulls.count(k))
-        throw InvalidArgument("PushPull: key " + KeyName(k) +
-                              " is pushed but not pulled; the push and pull keys must be the same");
-    for (auto& [k, v] : pulls)
-      if (!pushes.count(k))
-        throw InvalidArgument("PushPull: key " + KeyName(k) +
-                              " is pulled but not pushed; the push and pull keys must be the same");
+    const Grouped pushes = Group(keys, values);
+    const Grouped pulls = Group(out_keys, outs);
+    // The same keys on both sides (ascending in both): else name the first key pushed
+    // but not pulled, or else the first pulled but not pushed.
+    auto has = [](const Grouped& g, int k) {
+      auto it = std::lower_bound(g.groups.begin(), g.groups.end(), k,
+                                 [](const Grouped::Entry& e, int key) { return e.key < key; });
+      return it != g.groups.end() && it->key == k;
+    };
+    if (!std::equal(
+            pushes.groups.begin(), pushes.groups.end(), pulls.groups.begin(), pulls.groups.end(),
+            [](const Grouped::Entry& a, const Grouped::Entry& b) { return a.key == b.key; })) {
+      for (auto& e : pushes.groups)
+        if (!has(pulls, e.key))
+          throw InvalidArgument(
+              "PushPull: key " + KeyName(e.key) +
+              " is pushed but not pulled; the push and pull keys must be the same");
+      for (auto& e : pulls.groups)
+        if (!has(pushes, e.key))
+          throw InvalidArgument(
+              "PushPull: key " + KeyName(e.key) +
+              " is pulled but not pushed; the push and pull keys must be the same");
+    }
     CheckAsyncHasOptimizer();
-    Check(pulls, "PushPull", "pull output");
-    auto metas = Check(pushes, "PushPull", "pushed value", Round::kPushPull);
-    std::set<int> fused;
-    for (auto& g : FusionGroups(metas, &fused))
-      IssueFused(g, metas, &pushes, &pulls, priority, "pushpull");
-    for (auto& [k, vals] : pushes) {
-      if (fused.count(k)) continue;
-      KeyMeta* m = metas.at(k);
+    Check(pulls, outs, "PushPull", "pull output");
+    const auto metas = Check(pushes, values, "PushPull", "pushed value", Round::kPushPull);
+    std::vector<char> fused(metas.size(), 0);
+    IssueFused(FusionGroups(metas, &fused), metas, &pushes, &values, &pulls, &outs, priority,
+               "pushpull");
+    for (size_t gi = 0; gi < metas.size(); ++gi) {
+      if (fused[gi]) continue;
+      const int k = pushes.groups[gi].key;
+      KeyMeta* m = metas[gi];
+      std::vector<NDArray> vals = pushes.Arrays(gi, values);
       const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
       engine_.Push(
           {k}, priority,
-          [this, k, obs_t, m, vals = vals, dst = pulls.at(k), priority](Engine::Done done) {
+          [this, k, obs_t, m, vals, dst = pulls.Arrays(gi, outs), priority](Engine::Done done) {
             auto [frame, lens, cmd] = Prepare(*m, vals);
             done = obs::Track("pushpull", std::to_string(k), frame.size, obs_t,  // [observe]
                               std::move(done));
@@ -591,7 +623,7 @@ class KVStoreDist final : public KVStore {
         m->ps_keys.push_back(
             dist::PsKey(dist::WireKey(store_id_, key), r.server, node_->num_servers()));
       meta = m.get();
-      keys_.emplace(key, std::move(m));
+      AddKey(key, std::move(m));
     }
     // As InitImpl: reports, rank 0 initialises, barrier, check.
     const int64_t wid = dist::WireKey(store_id_, key);
@@ -777,20 +809,72 @@ class KVStoreDist final : public KVStore {
 
   enum class Round { kNone, kPush, kPull, kPushPull };
 
-  // Looks up and checks the keys of a call; with strict rounds (dist_sync) also checks
-  // and records the round structure. All checks pass before anything is recorded.
-  template <typename Groups>
-  std::map<int, KeyMeta*> Check(const Groups& groups, const char* op, const char* what,
-                                Round round = Round::kNone) {
-    std::lock_guard<std::mutex> lk(mu_);
-    std::map<int, KeyMeta*> out;
-    for (auto& [k, arrays] : groups) {
-      KeyMeta& m = Meta(k, op);
-      if (m.sparse) throw DenseUseOfSparseKey(op, KeyName(k));
-      for (auto& a : arrays) CheckMatches(a, m.shape, m.dtype, what, KeyName(k));
-      out[k] = &m;
+  // A call's arrays by key, without copying them (GroupByKey's order and checks): keys
+  // ascending, each key's arrays as indices into the call's vector, in the order given.
+  struct Grouped {
+    struct Entry {
+      int key;
+      size_t first, count;  // idx[first, first + count)
+    };
+    std::vector<Entry> groups;
+    std::vector<size_t> idx;
+
+    const NDArray& At(size_t g, size_t j, const std::vector<NDArray>& arrays) const {
+      return arrays[idx[groups[g].first + j]];
     }
-    if (!options_.strict_rounds || async_ || round == Round::kNone) return out;
+    // Group g's arrays (copies of the handles).
+    std::vector<NDArray> Arrays(size_t g, const std::vector<NDArray>& arrays) const {
+      std::vector<NDArray> out;
+      out.reserve(groups[g].count);
+      for (size_t j = 0; j < groups[g].count; ++j) out.push_back(At(g, j, arrays));
+      return out;
+    }
+  };
+  static Grouped Group(const std::vector<int>& keys, const std::vector<NDArray>& arrays) {
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (arrays[i].empty() && arrays[i].size() == 0 && arrays[i].shape().empty())
+        throw InvalidArgument("empty NDArray passed for key " + std::to_string(keys[i]));
+    Grouped g;
+    g.idx.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) g.idx[i] = i;
+    if (!std::is_sorted(keys.begin(), keys.end()))
+      std::stable_sort(g.idx.begin(), g.idx.end(),
+                       [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+    for (size_t j = 0; j < g.idx.size();) {
+      size_t e = j + 1;
+      while (e < g.idx.size() && keys[g.idx[e]] == keys[g.idx[j]]) ++e;
+      g.groups.push_back({keys[g.idx[j]], j, e - j});
+      j = e;
+    }
+    return g;
+  }
+
+  // Looks up and checks the keys of a call (their metas, by group); with strict rounds
+  // (dist_sync) also checks and records the round structure. All checks pass before
+  // anything is recorded.
+  std::vector<KeyMeta*> Check(const Grouped& groups, const std::vector<NDArray>& arrays,
+                              const char* op, const char* what, Round round = Round::kNone) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<KeyMeta*> metas;
+    metas.reserve(groups.groups.size());
+    KeyMeta* prev = nullptr;
+    for (size_t g = 0; g < groups.groups.size(); ++g) {
+      const int k = groups.groups[g].key;
+      // Keys ascend: often the successor of the previous one.
+      KeyMeta& m = prev && prev->next && prev->next->key == k ? *prev->next : Meta(k, op);
+      prev = &m;
+      if (m.next) __builtin_prefetch(m.next);
+      if (m.sparse) throw DenseUseOfSparseKey(op, KeyName(k));
+      for (size_t j = 0; j < groups.groups[g].count; ++j) {
+        const NDArray& a = groups.At(g, j, arrays);
+        if (a.dtype() != m.dtype || a.shape() != m.shape)
+          CheckMatches(a, m.shape, m.dtype, what, KeyName(k));
+      }
+      metas.push_back(&m);
+    }
+    if (!options_.strict_rounds || async_ || round == Round::kNone) return metas;
+    std::vector<std::pair<int, KeyMeta*>> out;
+    for (size_t g = 0; g < metas.size(); ++g) out.emplace_back(groups.groups[g].key, metas[g]);
     for (auto& [k, m] : out) {
       const std::string rule =
           " (PSKV_STRICT_ROUNDS=1: in dist_sync each round of a key is one push or push-pull "
@@ -820,7 +904,7 @@ class KVStoreDist final : public KVStore {
         m->pulled = round == Round::kPushPull;
       }
     }
-    return out;
+    return metas;
   }
 
   static Frame FrameOf(const NDArray& a, size_t offset, size_t size) {
@@ -872,27 +956,31 @@ class KVStoreDist final : public KVStore {
 
   // The fusion groups of a call's keys (see the header): 2+ keys each, ascending, of
   // one server and dtype, at most fusion_bytes of values; their keys go into *fused.
-  std::vector<std::vector<int>> FusionGroups(const std::map<int, KeyMeta*>& metas,
-                                             std::set<int>* fused) const {
-    std::vector<std::vector<int>> out;
+  // Groups are given by their index in `metas` (a call's keys, ascending); (*fused)[g]
+  // is set for those fused.
+  std::vector<std::vector<size_t>> FusionGroups(const std::vector<KeyMeta*>& metas,
+                                                std::vector<char>* fused) const {
+    std::vector<std::vector<size_t>> out;
     if (options_.fusion_key_bytes <= 0 || compressor_) return out;
-    std::map<std::pair<int, int>, std::vector<int>> by;  // (server, dtype) -> keys
-    for (auto& [k, m] : metas)
+    std::map<std::pair<int, int>, std::vector<size_t>> by;  // (server, dtype) -> groups
+    for (size_t g = 0; g < metas.size(); ++g) {
+      const KeyMeta* m = metas[g];
       if (m->slices.size() == 1 && m->lens[0] <= static_cast<uint64_t>(options_.fusion_key_bytes))
-        by[{m->slices[0].server, static_cast<int>(m->dtype)}].push_back(k);
+        by[{m->slices[0].server, static_cast<int>(m->dtype)}].push_back(g);
+    }
     for (auto& [where, keys] : by) {
-      std::vector<int> cur;
+      std::vector<size_t> cur;
       uint64_t bytes = 0;
       auto flush = [&] {
         if (cur.size() >= 2) {
-          fused->insert(cur.begin(), cur.end());
+          for (size_t g : cur) (*fused)[g] = 1;
           out.push_back(cur);
         }
         cur.clear();
         bytes = 0;
       };
-      for (int k : keys) {
-        const uint64_t b = metas.at(k)->lens[0];
+      for (size_t k : keys) {
+        const uint64_t b = metas[k]->lens[0];
         if (!cur.empty() && bytes + b > static_cast<uint64_t>(options_.fusion_bytes)) flush();
         cur.push_back(k);
         bytes += b;
@@ -902,80 +990,165 @@ class KVStoreDist final : public KVStore {
     return out;
   }
 
-  // One engine operation over the keys `ks` of a fusion group: push (values from
-  // *pushes), pull (into *pulls) or both, in one message to their server.
-  void IssueFused(const std::vector<int>& ks, const std::map<int, KeyMeta*>& metas,
-                  const std::map<int, std::vector<NDArray>>* pushes,
-                  const std::map<int, std::vector<NDArray>>* pulls, int priority, const char* op) {
+  // One engine operation over all fusion groups of a call (`groups`: each a list of
+  // group indices of the call): push (values: vg's groups of *vals), pull (into dg's
+  // groups of *outs) or both. Each fusion group is one request to its server, issued
+  // in turn (its values packed into a pooled buffer first, so the first message leaves
+  // after one group's packing); the answer is scattered from the receive buffer
+  // straight into each key's first output. The operation completes when every request
+  // has (with the first failure). One operation per call, not per group: each costs
+  // its keys' bookkeeping, a wake-up of the engine's thread and a completion.
+  void IssueFused(const std::vector<std::vector<size_t>>& groups,
+                  const std::vector<KeyMeta*>& metas, const Grouped* vg,
+                  const std::vector<NDArray>* vals, const Grouped* dg,
+                  const std::vector<NDArray>* outs, int priority, const char* op) {
+    if (groups.empty()) return;
     struct Part {
       int key;
       KeyMeta* m;
-      std::vector<NDArray> vals, dst;
-      uint64_t off;
+      uint64_t off;                               // in its fusion group's request
+      size_t vals_first, nvals, dst_first, ndst;  // into Fused::vals and Fused::dst
     };
-    auto parts = std::make_shared<std::vector<Part>>();
-    uint64_t total = 0;
-    for (int k : ks) {
-      Part p{k, metas.at(k), pushes ? pushes->at(k) : std::vector<NDArray>{},
-             pulls ? pulls->at(k) : std::vector<NDArray>{}, total};
-      total += p.m->lens[0];
-      parts->push_back(std::move(p));
+    struct Request {
+      size_t first, count;  // parts[first, first + count)
+      uint64_t total;       // value bytes
+    };
+    struct Fused {
+      std::vector<Part> parts;
+      std::vector<Request> reqs;
+      std::vector<NDArray> vals, dst;  // held until the operation completes
+      std::mutex mu;                   // guards the fields below
+      size_t left = 0;                 // requests not answered yet
+      std::exception_ptr error;
+      Engine::Done done;
+    };
+    auto f = std::make_shared<Fused>();
+    std::vector<int> ks;
+    for (auto& members : groups) {
+      Request req{f->parts.size(), members.size(), 0};
+      for (size_t g : members) {
+        Part p{dg ? dg->groups[g].key : vg->groups[g].key, metas[g], req.total, 0, 0, 0, 0};
+        if (vals) {
+          p.vals_first = f->vals.size();
+          p.nvals = vg->groups[g].count;
+          for (size_t j = 0; j < p.nvals; ++j) f->vals.push_back(vg->At(g, j, *vals));
+        }
+        if (outs) {
+          p.dst_first = f->dst.size();
+          p.ndst = dg->groups[g].count;
+          for (size_t j = 0; j < p.ndst; ++j) f->dst.push_back(dg->At(g, j, *outs));
+        }
+        req.total += p.m->lens[0];
+        ks.push_back(p.key);
+        f->parts.push_back(p);
+      }
+      f->reqs.push_back(req);
     }
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
-    const bool push = pushes != nullptr, pull = pulls != nullptr;
+    const bool push = vals != nullptr, pull = outs != nullptr;
     engine_.Push(
-        ks, priority, [this, parts, total, obs_t, op, push, pull, priority](Engine::Done done) {
-          std::vector<uint64_t> ps_keys, lens;
-          for (auto& p : *parts) {
-            ps_keys.push_back(p.m->ps_keys[0]);
-            lens.push_back(p.m->lens[0]);
-          }
-          const int cmd = dist::MakeCmd(Kind::kDense, parts->front().m->dtype);
-          if (obs::Enabled()) {  // [observe] every key as usual, and the message
-            for (auto& p : *parts)
+        std::move(ks), priority, [this, f, obs_t, op, push, pull, priority](Engine::Done done) {
+          if (obs::Enabled()) {  // [observe] every key as usual, and each request
+            for (auto& p : f->parts)
               done = obs::Track(op, std::to_string(p.key), p.m->lens[0], obs_t, std::move(done));
-            done = obs::Track("fused", std::to_string(parts->size()) + " keys", total, obs_t,
-                              std::move(done));
+            for (auto& r : f->reqs)
+              done = obs::Track("fused", std::to_string(r.count) + " keys", r.total, obs_t,
+                                std::move(done));
           }
-          Frame vals;
-          if (push) {
-            auto buf = std::shared_ptr<char[]>(new char[total]);
-            for (auto& p : *parts) {
-              const Frame f = std::get<0>(Prepare(*p.m, p.vals));
-              std::memcpy(buf.get() + p.off, f.data, f.size);
+          {
+            std::lock_guard<std::mutex> lk(f->mu);
+            f->done = std::move(done);
+            f->left = f->reqs.size();
+          }
+          for (auto& r : f->reqs) {
+            try {
+              IssueFusedRequest(f, r, push, pull, priority);
+            } catch (...) {
+              FinishFused(f, std::current_exception());  // not issued: failed
             }
-            vals.data = buf.get();
-            vals.size = total;
-            vals.owner = std::shared_ptr<const void>(buf, buf.get());
           }
-          if (!pull) {
-            worker_->Push(ps_keys, vals, lens, cmd, done, priority);
-            return;
-          }
-          // The answer lands in one buffer (kept alive by the callback), then
-          // is copied to each key's outputs.
-          auto out = std::shared_ptr<char[]>(new char[total]);
-          auto cb = [parts, out, done = std::move(done)](std::exception_ptr e) {
-            if (!e) {
-              try {
-                for (auto& p : *parts) {
-                  std::memcpy(p.dst[0].raw(), out.get() + p.off, p.m->lens[0]);
-                  for (size_t i = 1; i < p.dst.size(); ++i) {
-                    NDArray o = p.dst[i];
-                    o.CopyFrom(p.dst[0]);
-                  }
-                }
-              } catch (...) {
-                e = std::current_exception();
-              }
-            }
-            done(e);
-          };
-          if (push)
-            worker_->PushPull(ps_keys, vals, lens, out.get(), lens, cmd, cb, priority);
-          else
-            worker_->Pull(ps_keys, out.get(), lens, cmd, cb, priority);
         });
+  }
+
+  // One request of a fused operation (IssueFused): its keys' values packed, its answer
+  // scattered into their first outputs (then copied into their other outputs).
+  template <typename Fused, typename Request>
+  void IssueFusedRequest(const std::shared_ptr<Fused>& f, const Request& r, bool push, bool pull,
+                         int priority) {
+    const auto* parts = f->parts.data() + r.first;
+    const size_t n = r.count;
+    std::vector<uint64_t> ps_keys(n), lens(n);
+    for (size_t i = 0; i < n; ++i) {
+      ps_keys[i] = parts[i].m->ps_keys[0];
+      lens[i] = parts[i].m->lens[0];
+    }
+    const int cmd = dist::MakeCmd(Kind::kDense, parts[0].m->dtype);
+    Frame frame;
+    if (push) {
+      std::shared_ptr<char> buf = pack_pool_.Get(r.total);
+      for (size_t i = 0; i < n; ++i) {
+        const auto& p = parts[i];
+        // One value is sent as it is (a fused key is whole on one server, so its bytes
+        // are the key's); several are reduced first.
+        if (p.nvals == 1) {
+          std::memcpy(buf.get() + p.off, f->vals[p.vals_first].raw(), p.m->lens[0]);
+        } else {
+          const std::vector<NDArray> v(f->vals.begin() + static_cast<long>(p.vals_first),
+                                       f->vals.begin() + static_cast<long>(p.vals_first + p.nvals));
+          const Frame pf = std::get<0>(Prepare(*p.m, v));
+          std::memcpy(buf.get() + p.off, pf.data, pf.size);
+        }
+      }
+      frame.data = buf.get();
+      frame.size = r.total;
+      frame.owner = std::move(buf);
+    }
+    if (!pull) {
+      worker_->Push(
+          ps_keys, frame, lens, cmd, [f](std::exception_ptr e) { FinishFused(f, e); }, priority);
+      return;
+    }
+    std::vector<char*> dst(n);
+    bool more = false;  // a key with several outputs
+    for (size_t i = 0; i < n; ++i) {
+      dst[i] = static_cast<char*>(f->dst[parts[i].dst_first].raw());
+      more = more || parts[i].ndst > 1;
+    }
+    auto cb = [f, first = r.first, n, more](std::exception_ptr e) {
+      if (!e && more) {
+        try {  // the first output into the others
+          for (size_t i = first; i < first + n; ++i) {
+            const auto& p = f->parts[i];
+            for (size_t j = 1; j < p.ndst; ++j) {
+              NDArray o = f->dst[p.dst_first + j];
+              o.CopyFrom(f->dst[p.dst_first]);
+            }
+          }
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+      FinishFused(f, e);
+    };
+    if (push)
+      worker_->PushPull(ps_keys, frame, lens, std::move(dst), lens, cmd, std::move(cb), priority);
+    else
+      worker_->Pull(ps_keys, std::move(dst), lens, cmd, std::move(cb), priority);
+  }
+
+  // A request of a fused operation is done; the last one completes the operation.
+  template <typename Fused>
+  static void FinishFused(const std::shared_ptr<Fused>& f, std::exception_ptr e) {
+    Engine::Done done;
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lk(f->mu);
+      if (e && !f->error) f->error = e;
+      if (--f->left > 0) return;
+      done = std::move(f->done);
+      error = f->error;
+    }
+    if (done) done(error);
   }
 
   // Completion that copies the first output into the others.
@@ -1091,6 +1264,7 @@ class KVStoreDist final : public KVStore {
   std::string broken_reason_;
   bool has_server_optimizer_ = false;
   Reducer reducer_;
+  BufferPool pack_pool_;  // fused messages' packed values
   std::unique_ptr<GradientCompressor> compressor_;
   std::mutex mu_;
   std::map<int, std::unique_ptr<KeyMeta>> keys_;

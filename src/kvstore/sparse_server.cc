@@ -58,6 +58,7 @@ Rows ParsePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype
 }  // namespace
 
 bool SparseServer::Holds(int64_t wire_key) const {
+  if (count_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
   return keys_.count(wire_key) > 0;
 }
@@ -98,6 +99,7 @@ void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType 
     if (!keys_.emplace(wire_key, std::move(k)).second)
       return srv->RespondError(req, ErrorKind::kKey,
                                "duplicate init of key " + std::to_string(dist::KeyOf(wire_key)));
+    count_.store(keys_.size(), std::memory_order_release);
   }
   srv->Respond(req);
 }

@@ -20,6 +20,7 @@
 // parallel); the key table is under mu_ (lookups and inserts only).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -73,6 +74,9 @@ class SparseServer {
 
   mutable std::mutex mu_;  // keys_
   std::map<int64_t, std::unique_ptr<Key>> keys_;
+  // keys_.size(), readable without mu_: a dense request's keys skip the lookup (and the
+  // lock) while no row_sparse key exists (keys are only added).
+  std::atomic<size_t> count_{0};
 };
 
 }  // namespace pskv

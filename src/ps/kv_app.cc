@@ -89,28 +89,44 @@ size_t KVWorker::Pending() const {
 
 uint64_t KVWorker::Push(const std::vector<uint64_t>& keys, Frame vals,
                         const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
-  return Issue(keys, std::move(vals), lens, nullptr, {}, cmd, kPush, std::move(cb), priority);
+  return Issue(keys, std::move(vals), lens, nullptr, {}, {}, cmd, kPush, std::move(cb), priority);
 }
 
 uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, char* out,
                         const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
   std::vector<uint64_t> zero(keys.size(), 0);
-  return Issue(keys, Frame{}, zero, out, lens, cmd, kPull, std::move(cb), priority);
+  return Issue(keys, Frame{}, zero, out, {}, lens, cmd, kPull, std::move(cb), priority);
+}
+
+uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, std::vector<char*> outs,
+                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
+  std::vector<uint64_t> zero(keys.size(), 0);
+  return Issue(keys, Frame{}, zero, nullptr, std::move(outs), lens, cmd, kPull, std::move(cb),
+               priority);
 }
 
 uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
                             const std::vector<uint64_t>& lens, char* out,
                             const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
                             int priority) {
-  return Issue(keys, std::move(vals), lens, out, out_lens, cmd, kPush | kPull, std::move(cb),
+  return Issue(keys, std::move(vals), lens, out, {}, out_lens, cmd, kPush | kPull, std::move(cb),
                priority);
 }
 
+uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
+                            const std::vector<uint64_t>& lens, std::vector<char*> outs,
+                            const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
+                            int priority) {
+  return Issue(keys, std::move(vals), lens, nullptr, std::move(outs), out_lens, cmd, kPush | kPull,
+               std::move(cb), priority);
+}
+
 uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
-                         const std::vector<uint64_t>& lens, char* out,
+                         const std::vector<uint64_t>& lens, char* out, std::vector<char*> outs,
                          const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
                          int priority) {
-  if (keys.size() != lens.size() || (out && out_lens.size() != keys.size()))
+  if (keys.size() != lens.size() || ((out || !outs.empty()) && out_lens.size() != keys.size()) ||
+      (!outs.empty() && outs.size() != keys.size()))
     throw InternalError("KVWorker: keys and lens differ in length");
   uint64_t total = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -128,6 +144,7 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   req.flags = flags;
   req.cb = std::move(cb);
   req.out = out;
+  req.outs = std::move(outs);
   req.keys = keys;
   req.out_lens = out_lens;
   req.out_offsets.assign(keys.size() + 1, 0);
@@ -384,7 +401,7 @@ void KVWorker::OnMessage(Message&& m) {
     int r = RankOfId(m.h.sender);
     if (req.bodies && IsServerId(m.h.sender) && r < static_cast<int>(req.bodies->size()))
       (*req.bodies)[static_cast<size_t>(r)] = m.body;
-  } else if (req.out && (m.h.flags & kPull)) {
+  } else if ((req.out || !req.outs.empty()) && (m.h.flags & kPull)) {
     std::string problem;
     if (m.h.num_keys != s.count) {
       problem = "an answer with " + std::to_string(m.h.num_keys) + " keys, expected " +
@@ -398,7 +415,16 @@ void KVWorker::OnMessage(Message&& m) {
                     std::to_string(req.keys[s.first + k]) + ", expected " +
                     std::to_string(req.out_lens[s.first + k]);
       }
-      if (problem.empty()) m.CopyVals(0, m.h.vals_len, req.out + req.out_offsets[s.first]);
+      if (problem.empty() && req.out) {
+        m.CopyVals(0, m.h.vals_len, req.out + req.out_offsets[s.first]);
+      } else if (problem.empty()) {  // scattered: each key to its own output
+        uint64_t at = 0;
+        for (size_t k = 0; k < s.count; ++k) {
+          const uint64_t len = req.out_lens[s.first + k];
+          m.CopyVals(at, len, req.outs[s.first + k]);
+          at += len;
+        }
+      }
     }
     if (!problem.empty() && !req.error)
       req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));

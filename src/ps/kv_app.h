@@ -97,6 +97,13 @@ class KVWorker {
   uint64_t PushPull(const std::vector<uint64_t>& keys, Frame vals,
                     const std::vector<uint64_t>& lens, char* out,
                     const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority = 0);
+  /// Pull and PushPull scattering the answer: key i's bytes go to outs[i] (each valid
+  /// until the callback has run), straight from the receive buffer.
+  uint64_t Pull(const std::vector<uint64_t>& keys, std::vector<char*> outs,
+                const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority = 0);
+  uint64_t PushPull(const std::vector<uint64_t>& keys, Frame vals,
+                    const std::vector<uint64_t>& lens, std::vector<char*> outs,
+                    const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority = 0);
   /// Sends (head, body) to the servers `to` (all servers if empty) and waits for all
   /// replies; returns the reply bodies by server rank (empty for servers not asked).
   /// Throws the first error reply, NodeFailure or TimeoutError (naming the servers
@@ -148,12 +155,13 @@ class KVWorker {
     std::exception_ptr error;
     Callback cb;
     char* out = nullptr;
+    std::vector<char*> outs;  // per key, instead of `out` (scattering pulls)
     std::vector<uint64_t> keys, out_lens, out_offsets;
     std::shared_ptr<std::vector<std::string>> bodies;  // command replies by server rank
   };
   uint64_t Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
-                 char* out, const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags,
-                 Callback cb, int priority);
+                 char* out, std::vector<char*> outs, const std::vector<uint64_t>& out_lens, int cmd,
+                 uint8_t flags, Callback cb, int priority);
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);
