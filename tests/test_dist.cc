@@ -87,8 +87,8 @@ TEST(DistKVStore, RowSparseAsync) {
 const char* kThreads = "--env PSKV_SERVER_THREADS=3 --env MXNET_KVSTORE_REDUCTION_NTHREADS=3";
 // The MXNet formula scenarios again, in other settings: servers with several threads,
 // TCP only (co-located nodes talk through shared memory by default, PSKV_SHM=auto,
-// so the tests above run over shm; without it, pskv's direct TCP connections), and
-// TCP through ZeroMQ's sockets (PSKV_TCP_DIRECT=0).
+// so the tests above run over shm) through pskv's direct TCP connections
+// (PSKV_TCP_DIRECT=1), and TCP through ZeroMQ's sockets (the default).
 class DistKVStoreIn : public ::testing::TestWithParam<const char*> {};
 TEST_P(DistKVStoreIn, Sync4Workers2Servers) {
   EXPECT_EQ(Launch(4, 2, "sync", GetParam()), 0);
@@ -106,7 +106,7 @@ TEST_P(DistKVStoreIn, ManyKeysAndAChunkedKeySumInRankOrder) {
   EXPECT_EQ(Launch(4, 2, "many_keys", GetParam(), 3), 0);
 }
 INSTANTIATE_TEST_SUITE_P(Settings, DistKVStoreIn,
-                         ::testing::Values(kThreads, "--env PSKV_SHM=0",
+                         ::testing::Values(kThreads, "--env PSKV_SHM=0 --env PSKV_TCP_DIRECT=1",
                                            "--env PSKV_SHM=0 --env PSKV_TCP_DIRECT=0"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            return std::string(i.index == 0   ? "ServerThreads"

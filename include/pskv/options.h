@@ -99,11 +99,13 @@ struct Options {
   /// PSKV_SHM_RING_BYTES: size of each shared-memory ring (one per direction and
   /// pair of co-located nodes), a power of two between 4 KiB and 1 GiB.
   int64_t shm_ring_bytes = int64_t{8} << 20;
-  /// PSKV_TCP_DIRECT: "1" (default): messages to nodes that share no memory with
-  /// this one go over a direct TCP connection written and read by pskv's own
-  /// threads (negotiated over the authenticated ZeroMQ connection; not in encrypted
-  /// mode, not with the scheduler); "0": through ZeroMQ (docs/transport.md).
-  bool tcp_direct = true;
+  /// PSKV_TCP_DIRECT: "1": messages to nodes that share no memory with this one go
+  /// over a direct TCP connection written and read by pskv's own threads
+  /// (negotiated over the authenticated ZeroMQ connection; not in encrypted mode,
+  /// not with the scheduler): small operations ~2x faster. "0" (default for now):
+  /// through ZeroMQ — a rare registration stall under load is not understood yet
+  /// (docs/transport.md, "Direct TCP").
+  bool tcp_direct = false;
   /// PSKV_MAX_CONNECTIONS: connections a node accepts that have not finished
   /// authenticating, at most; beyond that the oldest are closed, and one source
   /// address may hold only a quarter of them (0 = 4 * nodes + 64).
