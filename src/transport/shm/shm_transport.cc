@@ -517,12 +517,11 @@ class ShmTransport final : public Transport {
         // memory back and stay on ZeroMQ with this peer.
         if (now - o.offered_up_at > cfg_.shm_attach_deadline) {
           Teardown(o);
-          o.state = Out::kOff;
-          if (o.tcp) {  // perhaps only crowded out at the listener: again later
-            o.state = Out::kDown;
-            o.seen_up = false;
-            o.retry_after = now + kTcpReofferAfter;
-          }
+          // A ring: never (another host). A direct connection: perhaps only
+          // crowded out at the listener, so again later.
+          o.state = o.tcp ? Out::kDown : Out::kOff;
+          o.seen_up = false;
+          o.retry_after = now + kTcpReofferAfter;
         }
         return;
       }
@@ -633,7 +632,14 @@ class ShmTransport final : public Transport {
 
   void WriterLoop() {
     std::vector<pollfd> fds;
+    // The listener: when one of its descriptors is ready, and at least every 100 ms
+    // (handshake deadlines; also while sustained writing keeps this loop busy).
     Clock::time_point next_sweep{};
+    auto service_listener = [&] {
+      next_sweep = Clock::now() + 100ms;
+      std::lock_guard<std::mutex> g(lst_mu_);
+      listener_.Service([this](const direct::Nonce& nonce, int fd) { return Claim(nonce, fd); });
+    };
     while (!stop_) {
       bool progress = false;
       fds.assign(1, pollfd{tx_rd_, POLLIN, 0});
@@ -646,12 +652,8 @@ class ShmTransport final : public Transport {
           if (o->tcp && o->sock >= 0 && !o->pending.empty()) fds.push_back({o->sock, POLLOUT, 0});
         }
       }
-      if (progress && Clock::now() < next_sweep)
-        continue;      // the locks were released in between; more may fit now
-      if (progress) {  // sustained writing: the listener still gets its turn
-        next_sweep = Clock::now() + 100ms;
-        std::lock_guard<std::mutex> g(lst_mu_);
-        listener_.Service([this](const direct::Nonce& nonce, int fd) { return Claim(nonce, fd); });
+      if (progress) {  // the locks were released in between; more may fit now
+        if (Clock::now() >= next_sweep) service_listener();
         continue;
       }
       const size_t lst_from = fds.size();
@@ -661,15 +663,10 @@ class ShmTransport final : public Transport {
       }
       ::poll(fds.data(), fds.size(), 100);  // bounded: also notices stop_
       Drain(tx_rd_);
-      // The listener when one of its descriptors is ready, and at least every
-      // 100 ms (handshake deadlines).
       bool listener_ready = false;
       for (size_t i = lst_from; i < fds.size(); ++i) listener_ready |= fds[i].revents != 0;
-      if (!listener_ready && lst_from == fds.size()) continue;  // no listener
-      if (!listener_ready && Clock::now() < next_sweep) continue;
-      next_sweep = Clock::now() + 100ms;
-      std::lock_guard<std::mutex> g(lst_mu_);
-      listener_.Service([this](const direct::Nonce& nonce, int fd) { return Claim(nonce, fd); });
+      if (lst_from == fds.size()) continue;  // no listener
+      if (listener_ready || Clock::now() >= next_sweep) service_listener();
     }
   }
 
