@@ -2,8 +2,8 @@
 // (KVStore::PushPull + WaitAll, dist_sync, 1 worker + 1 server as processes started
 // by pskv-launch), against the raw TCP round trip of the same bytes measured in the
 // same run (a blocking single-threaded echo on 127.0.0.1: what the kernel alone
-// costs). Three jobs: TCP through pskv's direct connections (PSKV_TCP_DIRECT=1),
-// TCP through ZeroMQ (PSKV_TCP_DIRECT=0, the default) and shared memory (the
+// costs). Three jobs: TCP through pskv's direct connections (PSKV_TCP_DIRECT=1,
+// the default), TCP through ZeroMQ (PSKV_TCP_DIRECT=0) and shared memory (the
 // default on one host). In each job two stores run interleaved: "inline" (the
 // defaults: a small operation starts on the calling thread) and "engine"
 // (PSKV_INLINE_START_BYTES=0: every operation is started by the engine's thread, as before). Goal

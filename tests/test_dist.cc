@@ -88,7 +88,7 @@ const char* kThreads = "--env PSKV_SERVER_THREADS=3 --env MXNET_KVSTORE_REDUCTIO
 // The MXNet formula scenarios again, in other settings: servers with several threads,
 // TCP only (co-located nodes talk through shared memory by default, PSKV_SHM=auto,
 // so the tests above run over shm) through pskv's direct TCP connections
-// (PSKV_TCP_DIRECT=1), and TCP through ZeroMQ's sockets (the default).
+// (PSKV_TCP_DIRECT=1, the default), and TCP through ZeroMQ's sockets.
 class DistKVStoreIn : public ::testing::TestWithParam<const char*> {};
 TEST_P(DistKVStoreIn, Sync4Workers2Servers) {
   EXPECT_EQ(Launch(4, 2, "sync", GetParam()), 0);

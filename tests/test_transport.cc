@@ -96,6 +96,56 @@ TEST_P(TransportSuite, DeliversInOrderWithTheSendersProvenIdentity) {
   b->Close(0ms);
 }
 
+// A node may hold two connections to one peer (the scheduler's temporary and
+// final ids of a node): both deliver, whichever finished its handshake last.
+// Before: both ZeroMQ sockets had the node's token as routing id, the ROUTER
+// handed the id over to the newer connection and dropped everything later sent
+// on the older one without a word — a server whose final connection from the
+// scheduler lost that race never got its node table. Over shm/tcp, only one of
+// the two gets a direct path and messages on the other do not end it.
+TEST_P(TransportSuite, TwoConnectionsToOnePeerBothDeliver) {
+  auto a = Make(GetParam(), Config(11)), b = Make(GetParam(), Config(22));
+  const std::string ea = a->Bind("127.0.0.1", 0);
+  b->Bind("127.0.0.1", 0);
+  std::map<std::string, int> got;
+  auto expect = [&](const std::string& what) {
+    Received in;
+    const auto end = std::chrono::steady_clock::now() + 5s;
+    for (int i = 0; i < 1000 && !got.count(what) && std::chrono::steady_clock::now() < end; ++i) {
+      if (!a->Recv(&in, 100ms)) continue;
+      EXPECT_EQ(in.peer, 22u);
+      if (in.frames.size() == 1) got[Str(in.frames[0])]++;
+    }
+    return got.count(what) > 0;
+  };
+  b->Connect(2, ea, 11);  // the older connection, used first
+  for (int i = 0; i < 20; ++i) b->Send(2, {Frame::FromString("old" + std::to_string(i))});
+  ASSERT_TRUE(expect("old19"));
+  // A burst still being read (from the older connection's ring or socket, if it
+  // has one) when the newer connection comes: nothing of it is lost.
+  for (int i = 0; i < 200; ++i) b->Send(2, {Frame::FromString("burst" + std::to_string(i))});
+  b->Connect(1, ea, 11);  // the newer one: its handshake finishes last
+  b->Send(1, {Frame::FromString("new")});
+  ASSERT_TRUE(expect("new"));
+  for (int i = 0; i < 200; ++i)
+    ASSERT_TRUE(expect("burst" + std::to_string(i))) << "burst " << i << " lost";
+  for (int round = 0; round < 20; ++round) {
+    const std::string r = std::to_string(round);
+    b->Send(2, {Frame::FromString("old-again" + r)});
+    b->Send(1, {Frame::FromString("new-again" + r)});
+    EXPECT_TRUE(expect("old-again" + r)) << "the older connection was silenced, round " << r;
+    EXPECT_TRUE(expect("new-again" + r)) << "round " << r;
+    if (HasFailure()) break;
+  }
+  // The older connection goes; the newer one still delivers.
+  b->Disconnect(2);
+  b->Send(1, {Frame::FromString("last")});
+  EXPECT_TRUE(expect("last"));
+  for (auto& [m, n] : got) EXPECT_EQ(n, 1) << m << " delivered " << n << " times";
+  a->Close(0ms);
+  b->Close(0ms);
+}
+
 TEST_P(TransportSuite, LargeFramesArriveIntact) {
   auto a = Make(GetParam(), Config(11)), b = Make(GetParam(), Config(22));
   const std::string ep = a->Bind("127.0.0.1", 0);

@@ -102,10 +102,9 @@ struct Options {
   /// PSKV_TCP_DIRECT: "1": messages to nodes that share no memory with this one go
   /// over a direct TCP connection written and read by pskv's own threads
   /// (negotiated over the authenticated ZeroMQ connection; not in encrypted mode,
-  /// not with the scheduler): small operations ~2x faster. "0" (default for now):
-  /// through ZeroMQ — a rare registration stall under load is not understood yet
-  /// (docs/transport.md, "Direct TCP").
-  bool tcp_direct = false;
+  /// not with the scheduler): small operations ~2x faster (default). "0": through
+  /// ZeroMQ (where only fixed ports are open; docs/transport.md, "Direct TCP").
+  bool tcp_direct = true;
   /// PSKV_MAX_CONNECTIONS: connections a node accepts that have not finished
   /// authenticating, at most; beyond that the oldest are closed, and one source
   /// address may hold only a quarter of them (0 = 4 * nodes + 64).

@@ -30,6 +30,23 @@ def _is_list(v):
     return isinstance(v, (list, tuple))
 
 
+def _torch_watch(*values):
+    """(tensor, version) of every torch tensor in `values` (nested lists too): torch
+    tensors cannot be made read-only, but their version counter says whether an
+    in-place operation touched them (pskv itself writes through a numpy view, which
+    does not count)."""
+    out, seen = [], set()
+    stack = list(values)
+    while stack:
+        v = stack.pop()
+        if _is_list(v):
+            stack.extend(v)
+        elif type(v).__module__.startswith('torch') and id(v) not in seen:
+            seen.add(id(v))
+            out.append((v, v._version))
+    return out
+
+
 def _flatten(key, value):
     """(key, value) in any of MXNet's shapes -> parallel flat lists (spec 2.3)."""
     if _is_list(key):
@@ -63,10 +80,11 @@ def _key_names(keys):
 class _Op(object):
     """One asynchronous call as the Python side tracks it: the numpy arrays it made
     read-only until the call is waited for or has finished."""
-    __slots__ = ('what', 'keys', 'completion', 'locked')
+    __slots__ = ('what', 'keys', 'completion', 'locked', 'watched')
 
-    def __init__(self, what, keys, completion, locked):
+    def __init__(self, what, keys, completion, locked, watched=()):
         self.what, self.keys, self.completion, self.locked = what, keys, completion, locked
+        self.watched = watched
 
 
 class KVStore(object):
@@ -98,6 +116,7 @@ class KVStore(object):
         self._blocking = bool(blocking)
         self._ops = []  # _Op not yet released, in issue order
         self._locks = {}  # id(array) -> [array, number of _Op holding it read-only]
+        self._misuse = []  # torch tensors modified in flight, raised by the next wait
         self._sweep_at = 64  # amortised sweeping of finished _Op (see _track)
         self._str_names = []  # string keys in first-init order = their int ids (as in C++)
         self._next_key = 0  # int keys handed out to Trainers sharing this store
@@ -203,6 +222,14 @@ class KVStore(object):
         return locked
 
     def _release(self, op):
+        for t, version in op.watched:
+            if t._version != version and len(self._misuse) < 8:
+                self._misuse.append(
+                    '%s of key %s: a torch tensor given to it was modified in place before the '
+                    'call was waited for (its version went from %d to %d): what was pushed or '
+                    'pulled is undefined. Call kv.wait(key) or kv.wait_all() before modifying '
+                    'it, or pass a copy (tensor.clone())' %
+                    (op.what, _key_names(op.keys), version, t._version))
         for a in op.locked:
             held = self._locks[id(a)]
             held[1] -= 1
@@ -220,8 +247,9 @@ class KVStore(object):
                     'an output array is read-only (numpy flags.writeable is False, e.g. np.frombuffer of '
                     'bytes): pass a writable array, e.g. a copy')
 
-    def _track(self, what, keys, completion, inputs, outs):
-        """After a call was scheduled: wait (blocking store) or lock its arrays."""
+    def _track(self, what, keys, completion, inputs, outs, watch=()):
+        """After a call was scheduled: wait (blocking store) or lock its arrays (and
+        watch its torch tensors: `watch`, from _torch_watch)."""
         if self._blocking:
             self._kv.wait(_unique(keys))
             return
@@ -229,7 +257,7 @@ class KVStore(object):
         # Cheap: the oldest calls usually finish first; everything now and then.
         while ops and ops[0].completion.done:
             self._release(ops.pop(0))
-        ops.append(_Op(what, keys, completion, self._lock(list(inputs) + list(outs))))
+        ops.append(_Op(what, keys, completion, self._lock(list(inputs) + list(outs)), watch))
         if len(ops) >= self._sweep_at:
             self._sweep()
 
@@ -300,8 +328,9 @@ class KVStore(object):
                 self._kv.wait([key])
             return
         keys, vals = _flatten(key, value)
+        watch = _torch_watch(value)
         c = self._kv.push(keys, vals, priority)
-        self._track('push', keys, c, vals, ())
+        self._track('push', keys, c, vals, (), watch)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         """Pulls rows `row_ids` of a row_sparse key (MXNet's ``row_sparse_pull``) and
@@ -392,8 +421,9 @@ class KVStore(object):
         assert out is not None, 'pull needs out'
         keys, outs = _flatten(key, out)
         self._check_outs(outs)
+        watch = _torch_watch(out)
         c = self._kv.pull(keys, outs, priority, False)
-        self._track('pull', keys, c, (), outs)
+        self._track('pull', keys, c, (), outs, watch)
 
     def pushpull(self, key, value, out=None, priority=0):
         """Pushes `value` and pulls the result into `out` in one round trip per key;
@@ -420,8 +450,9 @@ class KVStore(object):
         else:
             okeys, outs = _flatten(key, out)
         self._check_outs(outs)
+        watch = _torch_watch(value, out)
         c = self._kv.pushpull(keys, vals, okeys, outs, priority, False)
-        self._track('pushpull', keys + okeys, c, vals, outs)
+        self._track('pushpull', keys + okeys, c, vals, outs, watch)
 
     def broadcast(self, key, value, out, priority=0):
         """Initialises keys with `value` (rank 0's in dist mode) and pulls them into `out`.
@@ -465,6 +496,9 @@ class KVStore(object):
             naming the calls that were in flight on them.
         pskv.TimeoutError
             ``PSKV_TIMEOUT`` passed.
+        pskv.UsageError
+            A torch tensor of a call was modified in place before that call was
+            waited for (raised by the first wait after pskv noticed it).
         """
         if key is None:
             return self.wait_all()
@@ -479,6 +513,7 @@ class KVStore(object):
                 raise
             raise new from None
         self._sweep(set(keys))
+        self._raise_misuse()
 
     def wait_all(self):
         """Blocks until every scheduled operation is done (MXNet's ``mx.nd.waitall()``).
@@ -497,6 +532,12 @@ class KVStore(object):
                 raise
             raise new from None
         self._sweep(True)
+        self._raise_misuse()
+
+    def _raise_misuse(self):
+        if self._misuse:
+            msgs, self._misuse = self._misuse, []
+            raise _pskv.UsageError('; '.join(msgs))
 
     def _with_ops(self, e, keys):
         """`e` with the calls in flight on `keys` in its message (pskv errors) or a note."""

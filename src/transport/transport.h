@@ -92,6 +92,10 @@ struct Received {
   std::vector<Frame> frames;
   uint64_t peer = 0;      ///< identity token bound to the connection at its handshake
   std::string peer_addr;  ///< the peer's IP address, for log lines
+  /// Which of the sender's connections carried it (ZeroMQ: its socket's number,
+  /// part of the routing id; 0 for the direct paths). Messages of one connection
+  /// arrive in the order sent; those of two connections of one sender may not.
+  uint64_t conn = 0;
 };
 
 /// The `token` of Transport::Connect for the job's scheduler.
@@ -102,6 +106,9 @@ class Transport {
   virtual ~Transport() = default;
   /// Binds to host:port (port 0: any free port). Returns the bound "host:port".
   virtual std::string Bind(const std::string& host, int port) = 0;
+  /// Several peer ids may name the same endpoint and token (the scheduler's
+  /// temporary and final ids of a node): each is a connection of its own, all
+  /// deliver; order is kept per peer id, not across them.
   virtual void Connect(int peer, const std::string& endpoint, uint64_t token) = 0;
   virtual void Disconnect(int peer) = 0;
   virtual void Send(int peer, std::vector<Frame> frames) = 0;

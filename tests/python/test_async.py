@@ -149,3 +149,44 @@ def test_trainer_groups_small_parameters_by_the_stores_fusion_limit(monkeypatch)
     kv = pskv.create('local')
     assert kv._kv.fusion_key_bytes == 0
     trainer_step_calls(kv, True)
+
+
+def test_torch_tensor_modified_in_flight_is_reported_by_the_next_wait():
+    torch = pytest.importorskip('torch')
+    kv = pskv.create('local')
+    kv.init(['a', 'b', 'c'], [np.zeros(3, np.float32)] * 3)
+    # Following the rules: no error, values right.
+    g = torch.ones(3)
+    out = torch.zeros(3)
+    kv.push('a', g)
+    kv.pull('a', out=out)
+    kv.wait_all()
+    assert out.tolist() == [1, 1, 1]
+    g.add_(1)  # after the wait: fine
+    out.zero_()
+    kv.wait_all()
+    # An input modified in place before its wait.
+    kv.push('a', g)
+    g.add_(1)
+    with pytest.raises(pskv.UsageError, match=r"push of key 'a'.*modified in place"):
+        kv.wait('a')
+    kv.wait_all()  # reported once
+    # An output written before its wait (pskv's own write does not count).
+    o = torch.zeros(3)
+    kv.pull('b', out=o)
+    o[0] = 5
+    with pytest.raises(pskv.UsageError, match=r"pull of key 'b'"):
+        kv.wait_all()
+    # pushpull in place: pskv writes the result into the value, which is no misuse.
+    v = torch.ones(3)
+    kv.pushpull('c', v)
+    kv.wait('c')
+    assert v.tolist() == [1, 1, 1]
+    # Noticed when a later call releases the finished one: raised by the next wait.
+    w = torch.ones(3)
+    kv.push('c', w)
+    w.mul_(3)
+    for _ in range(200):  # bounded: the local push finishes at once
+        kv.pull('b', out=np.zeros(3, np.float32))
+    with pytest.raises(pskv.UsageError, match=r"push of key 'c'"):
+        kv.wait('b')

@@ -76,7 +76,12 @@ struct CtlWire {
   char boot_id[64];
   uint32_t tcp_ip;  // kOfferTcp: where the sender listens (network order; 0: its address)
   uint16_t tcp_port;
-  uint8_t reserved[10];
+  // Offers of one node are numbered in the order made: an offer that arrives
+  // after a later one of the same node (it came over another, slower ZeroMQ
+  // connection: the scheduler's temporary and final connections to a node) is
+  // stale and must not replace the later one's path.
+  uint8_t seq[8];
+  uint8_t reserved[2];
 };
 static_assert(sizeof(CtlWire) == 128);
 
@@ -153,6 +158,8 @@ struct Out {
 struct In {
   explicit In(uint64_t max_frame) : parser(max_frame) {}
   uint64_t token = 0;
+  uint64_t conn = 0;  // the writer's ZeroMQ connection that made the offer
+  uint64_t seq = 0;   // the offer's number (CtlWire::seq)
   std::string addr;
   shm::Nonce nonce{};
   bool active = false;  // SWITCH arrived: the writer uses this path now
@@ -246,6 +253,11 @@ class ShmTransport final : public Transport {
     o = std::make_unique<Out>();
     o->endpoint = endpoint;
     o->token = token;
+    // One direct path per pair of nodes: another connection to the same node (a
+    // second peer id for it) stays on ZeroMQ — the receiver keeps one path per
+    // sending node.
+    for (auto& [id, other] : outs_)
+      if (id != peer && other->token == token) return;
     if (WantShm(endpoint)) {
       std::lock_guard<std::mutex> g(o->mu);
       Offer(peer, *o, false);
@@ -294,6 +306,7 @@ class ShmTransport final : public Transport {
   bool Recv(Received* in, std::chrono::milliseconds timeout) override {
     in->frames.clear();
     in->peer = 0;
+    in->conn = 0;
     in->peer_addr.clear();
     const auto deadline = Clock::now() + timeout;
     std::lock_guard<std::mutex> lk(in_mu_);
@@ -351,9 +364,11 @@ class ShmTransport final : public Transport {
         }
       }
       if (HandleControl(*in)) continue;
-      // A message from a peer whose ring is active: the peer gave the ring up.
+      // A message over the ZeroMQ connection whose ring (or socket) is active: the
+      // peer gave that path up. (Not one over another of its connections: a node
+      // may hold two to this one, and only one of them has a direct path.)
       auto r = in_.find(in->peer);
-      if (r != in_.end() && r->second->active) DropIn(r, nullptr);
+      if (r != in_.end() && r->second->active && r->second->conn == in->conn) DropIn(r, nullptr);
       return true;
     }
   }
@@ -456,6 +471,8 @@ class ShmTransport final : public Transport {
       std::memcpy(w.nonce, o.ring->nonce().data(), sizeof w.nonce);
       std::memcpy(w.boot_id, boot_id_.data(), boot_id_.size());
     }
+    const uint64_t seq = ++offers_;
+    std::memcpy(w.seq, &seq, sizeof w.seq);
     o.head = 0;
     o.seen_up = up;
     o.offered_up_at = up ? Clock::now() : Clock::time_point{};
@@ -707,7 +724,12 @@ class ShmTransport final : public Transport {
       return true;
     }
     if (w.type != kOffer && w.type != kOfferTcp) return true;
-    if (it != in_.end()) DropIn(it, nullptr);  // the peer restarted its side
+    uint64_t seq;
+    std::memcpy(&seq, w.seq, sizeof seq);
+    if (it != in_.end()) {
+      if (it->second->seq > seq) return true;  // stale (see CtlWire::seq): declined
+      DropIn(it, nullptr);                     // the peer restarted its side
+    }
     if (in_.size() >= kMaxIncomingRings) {
       PSKV_LOG_LIMITED(limiter_, "cap", "WARN",
                        "declined a direct path from " << in.peer_addr << ": already "
@@ -715,7 +737,7 @@ class ShmTransport final : public Transport {
       return true;
     }
     if (w.type == kOfferTcp) {
-      AcceptTcpOffer(in, w, nonce);
+      AcceptTcpOffer(in, w, nonce, seq);
       return true;
     }
     w.boot_id[sizeof w.boot_id - 1] = 0;
@@ -731,6 +753,8 @@ class ShmTransport final : public Transport {
       return true;
     }
     r->token = in.peer;
+    r->conn = in.conn;
+    r->seq = seq;
     r->addr = in.peer_addr;
     r->nonce = nonce;
     Shared* s = r->ring->shared();
@@ -742,7 +766,7 @@ class ShmTransport final : public Transport {
   }
 
   // Connects to where the offering peer listens (the rest happens in Events()).
-  void AcceptTcpOffer(const Received& in, const CtlWire& w, const shm::Nonce& nonce) {
+  void AcceptTcpOffer(const Received& in, const CtlWire& w, const shm::Nonce& nonce, uint64_t seq) {
     if (!cfg_.direct_tcp || cfg_.encrypt) return;  // declined: the peer keeps using ZeroMQ
     uint32_t ip = w.tcp_ip;
     if (ip == 0 && ::inet_pton(AF_INET, in.peer_addr.c_str(), &ip) != 1) return;
@@ -756,6 +780,8 @@ class ShmTransport final : public Transport {
     }
     auto r = std::make_unique<In>(cfg_.max_frame);
     r->token = in.peer;
+    r->conn = in.conn;
+    r->seq = seq;
     r->addr = in.peer_addr;
     r->nonce = nonce;
     r->sock = fd;
@@ -936,6 +962,7 @@ class ShmTransport final : public Transport {
       }
       if (got) {
         out->peer = r.token;
+        out->conn = r.conn;
         out->peer_addr = r.addr;
         last_token_ = cur->first;
         return true;
@@ -1007,6 +1034,7 @@ class ShmTransport final : public Transport {
   std::unique_ptr<Transport> inner_;
   RateLimiter limiter_;
   std::atomic<bool> closed_{false}, stop_{false};
+  std::atomic<uint64_t> offers_{0};  // numbers this node's offers (CtlWire::seq)
 
   std::mutex lst_mu_;
   direct::Listener listener_;  // under lst_mu_

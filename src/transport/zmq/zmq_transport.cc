@@ -59,11 +59,20 @@ void ReleaseOwner(void* /*data*/, void* hint) {
   delete static_cast<std::shared_ptr<const void>*>(hint);
 }
 
-// A connecting socket's routing id: 0x01 then its 8-byte token (a routing id may
-// not start with a zero byte).
-std::string RoutingId(uint64_t token) {
-  std::string s(9, '\1');
+// A connecting socket's routing id: 0x01 (a routing id may not start with a
+// zero byte), its node's 8-byte token, then the socket's own 8-byte number.
+// Unique per socket: with ROUTER_HANDOVER, a connection whose routing id is
+// already in use takes it over and the older connection's later messages are
+// dropped by the ROUTER without a word (ZeroMQ 4.3) — with the token alone, a
+// node's second connection to one peer (the scheduler's temporary and final
+// connections to a node, a lingering replaced socket) whose handshake finished
+// last silenced the other for good (a server that never got its node table).
+// Handover now only lets a socket's own reconnection replace its dead connection.
+constexpr size_t kRoutingIdSize = 17;
+std::string RoutingId(uint64_t token, uint64_t socket) {
+  std::string s(kRoutingIdSize, '\1');
   std::memcpy(&s[1], &token, 8);
+  std::memcpy(&s[9], &socket, 8);
   return s;
 }
 
@@ -213,6 +222,7 @@ class ZmqTransport final : public Transport {
   bool Recv(Received* in, std::chrono::milliseconds timeout) override {
     in->frames.clear();
     in->peer = 0;
+    in->conn = 0;
     in->peer_addr.clear();
     if (!router_) {  // not bound: nothing can arrive
       std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(100)));
@@ -349,7 +359,8 @@ class ZmqTransport final : public Transport {
     SetInt(s, ZMQ_LINGER, 0);
     SetInt(s, ZMQ_RECONNECT_IVL, 100);
     SetInt(s, ZMQ_RECONNECT_IVL_MAX, 2000);
-    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token));
+    const uint64_t gen = ++next_gen_;
+    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token, gen));
     if (cfg_.keepalive_interval.count() > 0) {  // ZMTP PING/PONG: half-open connections
       SetInt(s, ZMQ_HEARTBEAT_IVL, static_cast<int>(cfg_.keepalive_interval.count()));
       SetInt(s, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(cfg_.keepalive_timeout.count()));
@@ -365,7 +376,6 @@ class ZmqTransport final : public Transport {
       SetStr(s, ZMQ_PLAIN_PASSWORD, keys_.Password(user));
     }
     // Watch the handshake so that a refusal is reported instead of retried forever.
-    const uint64_t gen = ++next_gen_;
     const std::string mon = "inproc://pskv-monitor-" + std::to_string(gen);
     zmq_socket_monitor(s, mon.c_str(),
                        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
@@ -405,8 +415,11 @@ class ZmqTransport final : public Transport {
     const char* addr = zmq_msg_gets(first, "Peer-Address");
     in->peer_addr = addr ? addr : "?";
     uint64_t token = 0;
-    bool ok = id.size() == 9 && id[0] == '\1';
-    if (ok) std::memcpy(&token, id.data() + 1, 8);
+    bool ok = id.size() == kRoutingIdSize && id[0] == '\1';
+    if (ok) {
+      std::memcpy(&token, id.data() + 1, 8);
+      std::memcpy(&in->conn, id.data() + 9, 8);
+    }
     if (ok && !cfg_.encrypt) {
       const char* user = zmq_msg_gets(first, "User-Id");
       char hex[17];
