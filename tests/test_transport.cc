@@ -17,8 +17,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <set>
 
 #include "common/net.h"
+#include "support/loopback_dial.h"
 #include "transport/fault/fault_transport.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_transport.h"
@@ -223,6 +225,72 @@ TEST_P(TransportSuite, ReconnectsAndDisconnectsReleaseEverything) {
   for (int i = 0; i < 100 && b->DownSince(1) != std::chrono::steady_clock::time_point{}; ++i)
     std::this_thread::sleep_for(20ms);
   EXPECT_EQ(b->DownSince(1), std::chrono::steady_clock::time_point{});
+}
+
+// The connection cap never closes a node's authenticated connection, however far
+// the guard thread lags behind ZeroMQ. It learns of an accepted connection by its
+// fd number; before, it read the socket behind the number when it got to the
+// event and decided on evictions right away. Here a stranger's connection R is
+// closed and a node's connection L takes its number while the guard is behind
+// with the connection events (it authenticates L meanwhile); it then reads "R"
+// (really L) and, with 8 more strangers over the cap of 8 per address, closed
+// "the oldest pending connection": L, up and carrying messages (seen once as a
+// flake of ReconnectsAndDisconnectsReleaseEverything).
+// The node runs in a child process so that the fd numbers of this process are
+// only the listening node's.
+TEST(ZmqGuard, ALaggingGuardNeverClosesAnAuthenticatedConnection) {
+  int go[2], port_pipe[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(port_pipe), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // the strangers, then the node (token 22)
+    int port = 0;
+    if (::read(port_pipe[0], &port, sizeof port) != sizeof port) _exit(3);
+    const int r = pskv::testing::DialLoopback(port);
+    std::vector<int> strangers;
+    for (int i = 0; i < 8; ++i) strangers.push_back(pskv::testing::DialLoopback(port));
+    std::this_thread::sleep_for(50ms);
+    ::close(r);
+    std::this_thread::sleep_for(50ms);  // ZeroMQ closes its end: the number is free
+    auto b = CreateTransport("zmq", Config(22));
+    b->Connect(1, "127.0.0.1:" + std::to_string(port), 11);
+    bool was_up = false, went_down = false;
+    for (int i = 0; i < 80; ++i) {  // 80 x 50 ms
+      b->Send(1, {Frame::FromString("m" + std::to_string(i))});
+      const bool up = b->DownSince(1) == std::chrono::steady_clock::time_point{};
+      went_down |= was_up && !up;
+      was_up |= up;
+      std::this_thread::sleep_for(50ms);
+    }
+    b->Send(1, {Frame::FromString("end")});
+    char c;
+    [[maybe_unused]] ssize_t n = ::read(go[0], &c, 1);  // the parent got "end" (or gave up)
+    b->Close(0ms);
+    for (int fd : strangers) ::close(fd);
+    _exit(went_down ? 2 : 0);
+  }
+  TransportConfig ca = Config(11);
+  ca.max_pending_connections = 8;  // 8 per source address
+  ca.test_monitor_lag = 1s;
+  auto a = CreateTransport("zmq", ca);
+  const std::string ea = a->Bind("127.0.0.1", 0);
+  const int port = std::stoi(ea.substr(ea.rfind(':') + 1));
+  ASSERT_EQ(::write(port_pipe[1], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  std::set<std::string> got;
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  Received in;
+  while (!got.count("end") && std::chrono::steady_clock::now() < end)
+    if (a->Recv(&in, 100ms) && in.frames.size() == 1) got.insert(Str(in.frames[0]));
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  EXPECT_TRUE(got.count("end")) << "the node's connection never delivered its last message";
+  int missing = 0;
+  for (int i = 0; i < 80; ++i) missing += !got.count("m" + std::to_string(i));
+  EXPECT_EQ(missing, 0) << "messages lost: the node's connection was closed";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << "the node saw its connection go down (status " << st << ")";
+  a->Close(0ms);
 }
 
 // Every new connection is reported up once its handshake succeeded, however the

@@ -72,6 +72,10 @@ struct TransportConfig {
   /// Tests only: Connect pauses this long after its socket started connecting (a
   /// connecting thread preempted at the worst moment).
   std::chrono::milliseconds test_connect_pause{0};
+  /// Tests only: the ROUTER's connection events are handled this long after they
+  /// came (ZAP requests meanwhile at once): a guard thread behind a backlog of
+  /// events on a loaded machine.
+  std::chrono::milliseconds test_monitor_lag{0};
   /// For the "shm" backend: shared memory with peers on this host. kOff (offer
   /// none, decline every offer), kAuto (offer to peers whose endpoint is an
   /// address of this host), kOn (offer to every peer; one on another host

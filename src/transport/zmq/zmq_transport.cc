@@ -458,6 +458,7 @@ class ZmqTransport final : public Transport {
   // The guard thread: ZAP requests and monitor events (see the top of the file).
   void GuardLoop() {
     std::vector<Monitor> monitors;
+    std::chrono::steady_clock::time_point router_events_since{};  // test_monitor_lag
     while (!stop_guard_) {
       {
         std::lock_guard<std::mutex> lk(guard_mu_);
@@ -472,10 +473,20 @@ class ZmqTransport final : public Transport {
       std::vector<zmq_pollitem_t> items;
       items.push_back({zap_, 0, ZMQ_POLLIN, 0});
       for (auto& m : monitors) items.push_back({m.sock, 0, ZMQ_POLLIN, 0});
-      if (zmq_poll(items.data(), static_cast<int>(items.size()), 100) <= 0) continue;
+      const bool lagging = cfg_.test_monitor_lag.count() > 0;
+      if (zmq_poll(items.data(), static_cast<int>(items.size()), lagging ? 10 : 100) <= 0) continue;
       if (items[0].revents & ZMQ_POLLIN) HandleZap();
-      for (size_t i = 1; i < items.size(); ++i)
-        if (items[i].revents & ZMQ_POLLIN) HandleEvents(monitors[i - 1]);
+      for (size_t i = 1; i < items.size(); ++i) {
+        if (!(items[i].revents & ZMQ_POLLIN)) continue;
+        if (lagging && monitors[i - 1].peer < 0) {
+          const auto now = std::chrono::steady_clock::now();
+          if (router_events_since == std::chrono::steady_clock::time_point{})
+            router_events_since = now;
+          if (now - router_events_since < cfg_.test_monitor_lag) continue;
+          router_events_since = {};
+        }
+        HandleEvents(monitors[i - 1]);
+      }
     }
     for (auto& m : monitors) zmq_close(m.sock);
     {
@@ -545,9 +556,7 @@ class ZmqTransport final : public Transport {
   }
 
   // guard_mu_ held. A connection was accepted: count it against its source
-  // address and the node's cap. Over the cap, the oldest pending connection of
-  // the address that holds the most is closed — so a stranger holding many
-  // connections loses its own, and the job's nodes still get in.
+  // address (EnforceCap acts on the counts once the monitor's queue is drained).
   void Admit(int fd) {
     Pending p;
     p.since = std::chrono::steady_clock::now();
@@ -564,16 +573,34 @@ class ZmqTransport final : public Transport {
     }
     p.ip = buf;
     pending_[fd] = p;
+  }
+
+  // guard_mu_ held; only right after the ROUTER's monitor queue was drained. Over
+  // a source's share or the node's cap, the oldest pending connections of the
+  // address that holds the most are closed — so a stranger holding many
+  // connections loses its own, and the job's nodes still get in.
+  // Why only then: Admit reads the socket behind an event's fd number when it
+  // handles the event, which may be long after ZeroMQ accepted it (this thread
+  // lags under load). If that connection was closed meanwhile, the number may
+  // already belong to a newer connection — a node's, past its handshake — and the
+  // entry describes that one. ZeroMQ queues a connection's "disconnected" event
+  // before it closes the descriptor, so once the queue is drained every such stale
+  // entry has been erased by its own later event; deciding earlier (in Admit, as
+  // before) could shut a legitimate connection down.
+  void EnforceCap() {
     const int cap = std::max(1, cfg_.max_pending_connections);
     const int per_source = std::max(8, cap / 4);
-    std::map<std::string, int> count;
-    for (auto& [f, q] : pending_) count[q.ip]++;
-    if (count[p.ip] > per_source) {
-      Evict(OldestOf(p.ip), "from " + p.ip + " alone");
-    } else if (static_cast<int>(pending_.size()) > cap) {
+    for (int round = 0; round < 4096 && !pending_.empty(); ++round) {  // bounded
+      std::map<std::string, int> count;
+      for (auto& [f, q] : pending_) count[q.ip]++;
       auto top = std::max_element(count.begin(), count.end(),
                                   [](auto& a, auto& b) { return a.second < b.second; });
-      Evict(OldestOf(top->first), "in all");
+      if (top->second > per_source)
+        Evict(OldestOf(top->first), "from " + top->first + " alone");
+      else if (static_cast<int>(pending_.size()) > cap)
+        Evict(OldestOf(top->first), "in all");
+      else
+        return;
     }
   }
 
@@ -606,9 +633,16 @@ class ZmqTransport final : public Transport {
 
   // Handles the events queued on a monitor (at most 256 per call, so that the
   // ZAP handler is never starved; ZeroMQ blocks its I/O thread while a
-  // monitor's queue is full, so these must be drained promptly).
+  // monitor's queue is full, so these must be drained promptly). The ROUTER's
+  // connection cap is enforced once its queue is empty (EnforceCap says why), or
+  // after 256 events without an end (a flood of connections: bounding them then
+  // comes first).
   void HandleEvents(const Monitor& mon) {
-    for (int i = 0; i < 256 && HandleEvent(mon); ++i) {
+    int i = 0;
+    while (i < 256 && HandleEvent(mon)) ++i;
+    if (mon.peer < 0) {
+      std::lock_guard<std::mutex> lk(guard_mu_);
+      EnforceCap();
     }
   }
 
