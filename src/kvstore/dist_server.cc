@@ -187,7 +187,7 @@ void DistServer::Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std
   {
     std::lock_guard<std::mutex> lk(r.mu);
     if (st) {
-      r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
+      if (r.req.pull) r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
     } else if (!r.failed) {
       r.failed = true;
       r.kind = kind;
@@ -554,7 +554,7 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       r->offs.push_back(it.off);
       r->lens.push_back(it.len);
     }
-    r->done.resize(items.size());
+    if (r->req.pull) r->done.resize(items.size());
     const Clock::time_point now = Clock::now();
     for (size_t i = 0; i < items.size(); ++i)
       JoinRound(items[i].key, *items[i].st, Waiter{r, i}, now);

@@ -96,8 +96,8 @@ class DistServer {
     std::vector<uint64_t> offs, lens;
     std::mutex mu;  // guards the fields below (keys of several shards complete it)
     size_t left = 0;
-    // Per key, once its round completed: the value the answer points at (no copy; its
-    // token makes a later update of the key copy the value first, see Detach).
+    // Per key of a push-pull, once its round completed: the value the answer points at
+    // (no copy; its token makes a later update of the key copy the value first, Detach).
     std::vector<std::pair<int64_t, ReplyOwner>> done;
     bool failed = false;
     ErrorKind kind = ErrorKind::kGeneric;
