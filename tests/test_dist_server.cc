@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "kvstore/inprocess_job.h"
 #include "pskv/error.h"
+#include "pskv/optimizer.h"
 
 namespace pskv {
 namespace {
@@ -186,6 +188,172 @@ TEST(DistServerWire, OneMessageWindowOppositeOrdersComplete) {
   };
   expect_hint(dist::PsKey(dist::ChunkKey(5, chunks), 0, 1), per);  // chunk 8 of 0..7
   expect_hint(dist::PsKey(dist::ChunkKey(5, 0), 0, 1), 2 * per);   // twice the size
+}
+
+// Wraps the server's transport: while closed, the answers to pulls (data replies
+// carrying values) are held — frames, owners and all — instead of being sent, as a
+// slow connection or a full ring would; Open() sends them.
+class Gate {
+ public:
+  Node::TransportFactory Factory() {
+    return [this](const TransportConfig& tc) {
+      return std::make_unique<Wrapper>(this, CreateTransport("shm", tc));
+    };
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+  }
+  /// Sends what was held; returns how many messages.
+  size_t Open() {
+    std::vector<std::pair<int, std::vector<Frame>>> held;
+    Transport* t;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      closed_ = false;
+      held.swap(held_);
+      t = inner_;
+    }
+    for (auto& [peer, frames] : held) t->Send(peer, std::move(frames));
+    return held.size();
+  }
+
+ private:
+  class Wrapper final : public Transport {
+   public:
+    Wrapper(Gate* g, std::unique_ptr<Transport> inner) : g_(g), inner_(std::move(inner)) {
+      std::lock_guard<std::mutex> lk(g_->mu_);
+      g_->inner_ = inner_.get();
+    }
+    std::string Bind(const std::string& h, int p) override { return inner_->Bind(h, p); }
+    void Connect(int peer, const std::string& ep, uint64_t token) override {
+      inner_->Connect(peer, ep, token);
+    }
+    void Disconnect(int peer) override { inner_->Disconnect(peer); }
+    void Send(int peer, std::vector<Frame> frames) override {
+      {
+        std::lock_guard<std::mutex> lk(g_->mu_);
+        if (g_->closed_ && IsPullAnswer(frames)) {
+          g_->held_.emplace_back(peer, std::move(frames));
+          return;
+        }
+      }
+      inner_->Send(peer, std::move(frames));
+    }
+    bool Recv(Received* in, std::chrono::milliseconds t) override { return inner_->Recv(in, t); }
+    std::chrono::steady_clock::time_point DownSince(int peer) override {
+      return inner_->DownSince(peer);
+    }
+    void Close(std::chrono::milliseconds linger) override {
+      {
+        std::lock_guard<std::mutex> lk(g_->mu_);
+        g_->held_.clear();
+        g_->inner_ = nullptr;
+      }
+      inner_->Close(linger);
+    }
+    std::string Name() const override { return "gate(" + inner_->Name() + ")"; }
+
+   private:
+    static bool IsPullAnswer(const std::vector<Frame>& frames) {
+      if (frames.empty() || frames[0].size != kHeaderSize || frames[0].gathered()) return false;
+      Header h;
+      std::memcpy(&h, frames[0].data, sizeof h);
+      return h.control == static_cast<uint8_t>(Control::kData) && (h.flags & kPull) &&
+             !(h.flags & (kRequest | kCommand | kError)) && h.vals_len > 0;
+    }
+    Gate* g_;
+    std::unique_ptr<Transport> inner_;
+  };
+  std::mutex mu_;
+  bool closed_ = false;
+  std::vector<std::pair<int, std::vector<Frame>>> held_;
+  Transport* inner_ = nullptr;
+};
+
+// An answer points at the stored values (a multi-key answer gathers them: no copy);
+// the values must not change under it while it is on its way. Here every answer to a
+// pull is held in the server's transport while later pushes change the keys — sync
+// rounds without optimizer (the sum is swapped into the value, the old value becomes
+// the next merge buffer), sync rounds with an optimizer and async pushes (updated in
+// place) — and must still arrive with the values it was answered with, bit for bit.
+TEST(DistServerAnswers, HeldAnswersKeepTheirValuesWhileLaterPushesChangeTheKeys) {
+  const int64_t n = 64;  // floats per key
+  const int K = 8;       // keys, over both shards: requests run exclusively
+  const int cmd = dist::MakeCmd(dist::Kind::kDense, DType::kFloat32);
+  const int init = dist::MakeCmd(dist::Kind::kInit, DType::kFloat32);
+  const uint64_t base = KVWorker::ServerRange(0, 1).first;
+  std::vector<uint64_t> keys;
+  for (int k = 0; k < K; ++k) keys.push_back(base + 10 + static_cast<uint64_t>(k));
+  const std::vector<uint64_t> lens(K, n * 4);
+  enum Mode { kSyncSum, kSyncOptimizer, kAsyncOptimizer };
+  for (Mode mode : {kSyncSum, kSyncOptimizer, kAsyncOptimizer}) {
+    SCOPED_TRACE(mode == kSyncSum         ? "sync, no optimizer"
+                 : mode == kSyncOptimizer ? "sync, sgd"
+                                          : "async, sgd");
+    Gate gate;
+    InProcessDistJob job(ShardedServer(2), 1, gate.Factory());
+    KVWorker& w = *job.workers[0];
+    if (mode == kAsyncOptimizer) w.Command(dist::kSetMode, payload::EncodeMode(false), 60s);
+    if (mode != kSyncSum)  // value += gradient
+      w.Command(
+          dist::kSetOptimizer,
+          payload::EncodeOptimizer(OptimizerConfig::FromParams("sgd", {{"learning_rate", "-1"}})),
+          60s);
+    {
+      Countdown c(1);
+      w.Push(keys, Floats(n * K, 1), lens, init, c.Callback());
+      c.Wait();
+    }
+    // What each key holds after pushes of `v` (sync without optimizer: the round's
+    // sum; else the sum of every push so far, on top of the init value 1).
+    float value = 1;
+    auto pushed = [&](float v) { value = mode == kSyncSum ? v : value + v; };
+    auto push = [&](float v) {
+      Countdown c(1);
+      w.Push(keys, Floats(n * K, v), lens, cmd, c.Callback());
+      c.Wait();  // applied: its reply passes the gate
+      pushed(v);
+    };
+    push(2);
+    gate.Close();
+    // A held answer of each kind: a push-pull (sync: answered when its round
+    // completes) and a pull.
+    std::vector<float> pp(static_cast<size_t>(n * K)), pl(static_cast<size_t>(n * K));
+    Countdown held(2);
+    float want_pp = value;
+    if (mode != kAsyncOptimizer) {
+      w.PushPull(keys, Floats(n * K, 10), lens, reinterpret_cast<char*>(pp.data()), lens, cmd,
+                 held.Callback());
+      pushed(10);
+      want_pp = value;
+    } else {
+      held.Callback()(nullptr);  // async push-pulls answer at once: the pull covers it
+    }
+    w.Pull(keys, reinterpret_cast<char*>(pl.data()), lens, cmd, held.Callback());
+    const float want_pl = value;
+    // Later rounds while those answers wait: three, so that a buffer an answer points
+    // at would be reused (value -> merge -> written by the next round's first push).
+    for (float v : {100.0f, 1000.0f, 10000.0f}) push(v);
+    ASSERT_EQ(gate.Open(), mode != kAsyncOptimizer ? 2u : 1u);
+    held.Wait();
+    int bad_pp = 0, bad_pl = 0;
+    for (float x : pl) bad_pl += x != want_pl;
+    if (mode != kAsyncOptimizer)
+      for (float x : pp) bad_pp += x != want_pp;
+    EXPECT_EQ(bad_pl, 0) << "a held pull answer changed (wanted " << want_pl << ", first " << pl[0]
+                         << ")";
+    EXPECT_EQ(bad_pp, 0) << "a held push-pull answer changed (wanted " << want_pp << ", first "
+                         << pp[0] << ")";
+    // And the keys hold the latest values.
+    std::vector<float> now(static_cast<size_t>(n * K));
+    Countdown c(1);
+    w.Pull(keys, reinterpret_cast<char*>(now.data()), lens, cmd, c.Callback());
+    c.Wait();
+    int bad = 0;
+    for (float x : now) bad += x != value;
+    EXPECT_EQ(bad, 0) << "after the held answers";
+  }
 }
 
 // Chunking: each server's slice is covered exactly, in balanced chunks, within the

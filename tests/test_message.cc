@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "protocol/message.h"
 #include "pskv/error.h"
@@ -47,6 +51,68 @@ TEST(Message, RoundTripsIncludingChunkedValues) {
       EXPECT_EQ(0, std::memcmp(p, m.vals.data + 1, len - 2));
     }
   }
+}
+
+// Gathered values (transport.h): Encode cuts them into 1 MiB chunks of pieces without
+// copying (each chunk frame gathered, exactly kChunkBytes but the last), slices of a
+// gathered frame hold exactly the bytes of the range, and the decoded message holds
+// the pieces' bytes in order.
+TEST(Message, GatheredValuesAreChunkedAndSlicedWithoutCopying) {
+  auto src = std::make_shared<std::string>(std::string(3 << 20, '\0'));
+  for (size_t i = 0; i < src->size(); ++i) (*src)[i] = static_cast<char>(i * 11 + i / 4093);
+  std::vector<Frame::Piece> pieces;
+  std::string flat;
+  size_t at = 0;
+  for (size_t k = 0; flat.size() < kChunkBytes * 2 + 777; ++k) {
+    const size_t n = k % 5 == 0 ? 0 : (k * 4099) % 70000;  // empty, small and > 64 KiB
+    at = (at + k * 8191) % (src->size() - n);
+    pieces.push_back({src->data() + at, n});
+    flat.append(src->data() + at, n);
+  }
+  const Frame g = Frame::Gather(pieces, src);
+  ASSERT_TRUE(g.gathered());
+  ASSERT_EQ(g.size, flat.size());
+  std::string copy(g.size, '\0');
+  g.CopyTo(copy.data());
+  EXPECT_TRUE(copy == flat);
+  // Slices: within a piece, across pieces, the whole, empty, at the end.
+  for (auto [off, n] : std::vector<std::pair<size_t, size_t>>{{0, 1},
+                                                              {3, 70000},
+                                                              {12345, kChunkBytes},
+                                                              {0, flat.size()},
+                                                              {flat.size(), 0},
+                                                              {flat.size() - 9, 9},
+                                                              {kChunkBytes - 1, 2}}) {
+    const Frame s = g.Slice(off, n);
+    ASSERT_EQ(s.size, n);
+    EXPECT_EQ(s.owner, src);
+    size_t parts = 0;
+    s.ForEachPart([&](const char*, size_t k) { parts += k; });
+    ASSERT_EQ(parts, n) << "the pieces of slice " << off << "+" << n << " hold other bytes";
+    const Frame f = s.Flat();
+    EXPECT_TRUE(std::string(f.data, f.size) == flat.substr(off, n)) << off << "+" << n;
+  }
+  EXPECT_THROW(g.Slice(flat.size() - 1, 2), InternalError);
+  // Encoded: chunks of pieces pointing into `src` (no copy), then decoded intact.
+  Message m = Sample(flat.size());
+  m.vals = g;
+  std::vector<Frame> frames = Encode(m);
+  ASSERT_EQ(frames.size(), 1u + 1 + 2 + 3);  // header, body, keys, lens, 3 chunks
+  for (size_t c = 0; c < 3; ++c) {
+    const Frame& f = frames[4 + c];
+    EXPECT_TRUE(f.gathered());
+    EXPECT_EQ(f.size, c < 2 ? kChunkBytes : flat.size() - 2 * kChunkBytes);
+    size_t parts = 0;
+    f.ForEachPart([&](const char* p, size_t k) {
+      EXPECT_TRUE(p >= src->data() && p < src->data() + src->size()) << "a copy was made";
+      parts += k;
+    });
+    EXPECT_EQ(parts, f.size) << "chunk " << c;
+  }
+  Message d = Decode(std::move(frames));
+  std::string out(flat.size(), '\0');
+  d.CopyVals(0, out.size(), out.data());
+  EXPECT_TRUE(out == flat);
 }
 
 TEST(Message, RejectsEveryInconsistency) {

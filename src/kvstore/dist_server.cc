@@ -143,11 +143,11 @@ void DistServer::Reply(KVServer* srv, const KVRequest& req,
                        const std::vector<std::pair<int64_t, KeyState*>>& keys) {
   std::vector<std::pair<int64_t, ReplyOwner>> values;
   for (auto& [k, st] : keys) values.emplace_back(k, ReplyOwner{st->value, st->token});
-  ReplyValues(srv, req, values);
+  ReplyValues(srv, req, std::move(values));
 }
 
 void DistServer::ReplyValues(KVServer* srv, const KVRequest& req,
-                             const std::vector<std::pair<int64_t, ReplyOwner>>& keys) {
+                             std::vector<std::pair<int64_t, ReplyOwner>> keys) {
   // [observe] the reply step (timeline, counters; bytes sent to the worker)
   uint64_t obs_bytes = 0;
   if (obs::Enabled() && req.pull)
@@ -158,43 +158,36 @@ void DistServer::ReplyValues(KVServer* srv, const KVRequest& req,
     srv->Respond(req);
     return;
   }
-  std::vector<uint64_t> ks, lens;
-  if (keys.size() == 1) {  // zero copy: the reply points at the value
-    auto owner = std::make_shared<ReplyOwner>(keys[0].second);
-    Frame f;
+  std::vector<uint64_t> ks(keys.size()), lens(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ks[i] = dist::PsKey(keys[i].first, node_->rank(), node_->num_servers());
+    lens[i] = keys[i].second.value.nbytes();
+  }
+  Frame f;
+  if (keys.size() == 1) {  // the reply points at the value
+    auto owner = std::make_shared<ReplyOwner>(std::move(keys[0].second));
     f.data = static_cast<const char*>(owner->value.raw());
     f.size = owner->value.nbytes();
-    f.owner = owner;
-    srv->Respond(req, {dist::PsKey(keys[0].first, node_->rank(), node_->num_servers())},
-                 std::move(f), {owner->value.nbytes()});
-    return;
+    f.owner = std::move(owner);
+  } else {  // several keys: the pieces of one frame point at their values
+    std::vector<Frame::Piece> pieces(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i)
+      pieces[i] = {static_cast<const char*>(keys[i].second.value.raw()), lens[i]};
+    f = Frame::Gather(
+        std::move(pieces),
+        std::make_shared<std::vector<std::pair<int64_t, ReplyOwner>>>(std::move(keys)));
   }
-  std::string out;
-  ks.reserve(keys.size());
-  lens.reserve(keys.size());
-  for (auto& [k, v] : keys) {
-    ks.push_back(dist::PsKey(k, node_->rank(), node_->num_servers()));
-    lens.push_back(v.value.nbytes());
-  }
-  uint64_t total = 0;
-  for (auto l : lens) total += l;
-  out.reserve(total);
-  for (auto& [k, v] : keys) out.append(static_cast<const char*>(v.value.raw()), v.value.nbytes());
-  srv->Respond(req, ks, Frame::FromString(std::move(out)), lens);
+  srv->Respond(req, ks, std::move(f), lens);
 }
 
 // One key of a sync request is done: `st` holds its new value, or null when its
 // round failed. The last key answers the request (one reply for all its keys).
 void DistServer::Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std::string& why) {
   RoundReq& r = *w.r;
-  // Into the reply buffer (this key's own bytes, so outside the lock: the lock taken
-  // below orders the copy before the answer).
-  if (st && r.reply)
-    std::memcpy(r.reply.get() + r.reply_offs[w.index], st->value.raw(), st->value.nbytes());
   {
     std::lock_guard<std::mutex> lk(r.mu);
     if (st) {
-      if (!r.reply) r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
+      if (r.req.pull) r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
     } else if (!r.failed) {
       r.failed = true;
       r.kind = kind;
@@ -203,28 +196,14 @@ void DistServer::Finish(const Waiter& w, KeyState* st, ErrorKind kind, const std
     if (--r.left > 0) return;
   }
   try {
-    if (r.failed) {
+    if (r.failed)
       server_.RespondError(r.req, r.kind, r.why);
-    } else if (r.reply) {
-      // [observe] the reply step, as ReplyValues records it
-      obs::StepScope obs_step("reply", -1, r.reply_offs.back());
-      std::vector<uint64_t> ks(r.keys.size()), lens(r.keys.size());
-      for (size_t i = 0; i < r.keys.size(); ++i) {
-        ks[i] = dist::PsKey(r.keys[i], node_->rank(), node_->num_servers());
-        lens[i] = r.reply_offs[i + 1] - r.reply_offs[i];
-      }
-      Frame f;
-      f.data = r.reply.get();
-      f.size = r.reply_offs.back();
-      f.owner = std::move(r.reply);
-      server_.Respond(r.req, ks, std::move(f), lens);
-    } else {
-      ReplyValues(&server_, r.req, r.done);
-    }
+    else
+      ReplyValues(&server_, r.req, std::move(r.done));
   } catch (const std::exception& e) {
     PSKV_WARN(node_->Tag() << ": " << e.what());
   }
-  r.done.clear();  // releases the values' tokens
+  r.done.clear();  // releases the values' tokens (what the answer did not take)
 }
 
 void DistServer::FailRound(KeyState& st, ErrorKind kind, const std::string& why) {
@@ -575,14 +554,7 @@ void DistServer::Process(KVRequest&& req, KVServer* srv) {
       r->offs.push_back(it.off);
       r->lens.push_back(it.len);
     }
-    if (r->req.pull && items.size() > 1) {
-      r->reply_offs.resize(items.size() + 1, 0);
-      for (size_t i = 0; i < items.size(); ++i)
-        r->reply_offs[i + 1] = r->reply_offs[i] + items[i].st->value.nbytes();
-      r->reply = reply_pool_.Get(r->reply_offs.back());
-    } else {
-      r->done.resize(items.size());
-    }
+    if (r->req.pull) r->done.resize(items.size());
     const Clock::time_point now = Clock::now();
     for (size_t i = 0; i < items.size(); ++i)
       JoinRound(items[i].key, *items[i].st, Waiter{r, i}, now);

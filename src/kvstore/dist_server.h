@@ -65,7 +65,6 @@
 #include <set>
 #include <thread>
 
-#include "common/buffer_pool.h"
 #include "kvstore/compression.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/reduce.h"
@@ -95,15 +94,11 @@ class DistServer {
     KVRequest req;
     std::vector<int64_t> keys;  // wire keys, in message order
     std::vector<uint64_t> offs, lens;
-    // A pull of several keys is answered from one buffer: each key's new value is
-    // copied to reply + reply_offs[i] when its round completes (before the last key
-    // decrements `left`, so the key that answers sees every copy). One key is answered
-    // without a copy, from `done`.
-    std::shared_ptr<char> reply;       // from reply_pool_
-    std::vector<uint64_t> reply_offs;  // keys.size() + 1 offsets
     std::mutex mu;  // guards the fields below (keys of several shards complete it)
     size_t left = 0;
-    std::vector<std::pair<int64_t, ReplyOwner>> done;  // per key, once its round completed
+    // Per key of a push-pull, once its round completed: the value the answer points at
+    // (no copy; its token makes a later update of the key copy the value first, Detach).
+    std::vector<std::pair<int64_t, ReplyOwner>> done;
     bool failed = false;
     ErrorKind kind = ErrorKind::kGeneric;
     std::string why;
@@ -169,8 +164,10 @@ class DistServer {
   void ApplyRound(int64_t key, KeyState& st);
   void Reply(KVServer* srv, const KVRequest& req,
              const std::vector<std::pair<int64_t, KeyState*>>& keys);
+  /// Answers `req` with the values of `keys` (for a pull), pointing at them: one key
+  /// as a plain frame, several as a gathered one (transport.h): no copy either way.
   void ReplyValues(KVServer* srv, const KVRequest& req,
-                   const std::vector<std::pair<int64_t, ReplyOwner>>& keys);
+                   std::vector<std::pair<int64_t, ReplyOwner>> keys);
   /// The optimizer of the store that `wire_key` belongs to, or null.
   Optimizer* OptimizerOf(int64_t wire_key) const;
   void FailRound(KeyState& st, ErrorKind kind, const std::string& why);
@@ -184,9 +181,8 @@ class DistServer {
 
   Node* node_;
   KVServer server_;
-  Reducer reducer_;        // its pool is shared by the shards (calls are serialised)
-  Reducer serial_;         // no pool: for work already running on reducer_'s pool
-  BufferPool reply_pool_;  // answers of fused requests (RoundReq::reply)
+  Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
+  Reducer serial_;   // no pool: for work already running on reducer_'s pool
   bool sync_ = false;
   // Keys are wire keys: (store id << 32) | key (dist_protocol.h); one optimizer
   // per store of the worker processes (store 0 for single-store jobs).

@@ -25,8 +25,9 @@ struct InProcessDistJob {
   std::vector<std::unique_ptr<Node>> nodes;  // scheduler, server, workers
 
   /// Starts the job in sync mode. `o` gives every setting but the job's address
-  /// and size (a free port on 127.0.0.1, one server, `num_workers` workers).
-  InProcessDistJob(Options o, int num_workers) {
+  /// and size (a free port on 127.0.0.1, one server, `num_workers` workers);
+  /// `server_transport`, if set, makes the server's transport (e.g. a wrapper).
+  InProcessDistJob(Options o, int num_workers, Node::TransportFactory server_transport = {}) {
     using namespace std::chrono_literals;
     o.root_uri = "127.0.0.1";
     o.root_port = FreePort();
@@ -41,7 +42,9 @@ struct InProcessDistJob {
       return nodes.back().get();
     };
     make(Role::kScheduler);
-    server = std::make_unique<DistServer>(make(Role::kServer));
+    Node* server_node = make(Role::kServer);
+    if (server_transport) server_node->SetTransportFactory(std::move(server_transport));
+    server = std::make_unique<DistServer>(server_node);
     for (int w = 0; w < num_workers; ++w)
       workers.push_back(std::make_unique<KVWorker>(make(Role::kWorker)));
     std::vector<std::thread> ts;

@@ -17,10 +17,11 @@
 // Fusion (PSKV_FUSION_KEY_BYTES, PSKV_FUSION_BYTES): within one Push, Pull or
 // PushPull call, the small keys (held whole by one server, dense) of the same server
 // and dtype travel together: one engine operation over those keys (so each key's
-// order with its other operations is kept) copies their values into one buffer and
-// sends one message of up to PSKV_FUSION_BYTES; the server handles each key as if it
-// had come alone and answers the message once all its keys' rounds completed
-// (dist_server.h); the answer is copied out per key. Nothing waits for later calls:
+// order with its other operations is kept) sends one message of up to
+// PSKV_FUSION_BYTES, its values gathered from the keys' arrays (no packing copy); the
+// server handles each key as if it had come alone and answers the message once all
+// its keys' rounds completed (dist_server.h), gathering the answer from the stored
+// values; the answer is copied out per key. Nothing waits for later calls:
 // fusion adds no delay (calls issued one key at a time are not fused).
 #include "kvstore/kvstore_dist.h"
 
@@ -33,7 +34,6 @@
 #include <set>
 #include <sstream>
 
-#include "common/buffer_pool.h"
 #include "common/byte_io.h"
 #include "common/logging.h"
 #include "common/observe.h"  // [observe]
@@ -993,11 +993,10 @@ class KVStoreDist final : public KVStore {
   // One engine operation over all fusion groups of a call (`groups`: each a list of
   // group indices of the call): push (values: vg's groups of *vals), pull (into dg's
   // groups of *outs) or both. Each fusion group is one request to its server, issued
-  // in turn (its values packed into a pooled buffer first, so the first message leaves
-  // after one group's packing); the answer is scattered from the receive buffer
-  // straight into each key's first output. The operation completes when every request
-  // has (with the first failure). One operation per call, not per group: each costs
-  // its keys' bookkeeping, a wake-up of the engine's thread and a completion.
+  // in turn (its values not packed: a gathered frame points at them); the answer is
+  // scattered from the receive buffer straight into each key's first output. The operation
+  // completes when every request has (with the first failure). One operation per call, not per
+  // group: each costs its keys' bookkeeping, a wake-up of the engine's thread and a completion.
   void IssueFused(const std::vector<std::vector<size_t>>& groups,
                   const std::vector<KeyMeta*>& metas, const Grouped* vg,
                   const std::vector<NDArray>* vals, const Grouped* dg,
@@ -1070,7 +1069,7 @@ class KVStoreDist final : public KVStore {
         });
   }
 
-  // One request of a fused operation (IssueFused): its keys' values packed, its answer
+  // One request of a fused operation (IssueFused): its keys' values gathered, its answer
   // scattered into their first outputs (then copied into their other outputs).
   template <typename Fused, typename Request>
   void IssueFusedRequest(const std::shared_ptr<Fused>& f, const Request& r, bool push, bool pull,
@@ -1085,23 +1084,34 @@ class KVStoreDist final : public KVStore {
     const int cmd = dist::MakeCmd(Kind::kDense, parts[0].m->dtype);
     Frame frame;
     if (push) {
-      std::shared_ptr<char> buf = pack_pool_.Get(r.total);
+      // A gathered frame (transport.h): one piece per key, where its value is. The
+      // values are held by `f` until the transport has sent them, as a single key's
+      // frame holds its array (FrameOf); the caller does not modify a pushed array
+      // before the operation completed, and the server answers (completing it) only
+      // after it received the whole message.
+      std::vector<Frame::Piece> pieces(n);
+      std::vector<std::shared_ptr<const void>> reduced;  // owners of reduced values
       for (size_t i = 0; i < n; ++i) {
         const auto& p = parts[i];
         // One value is sent as it is (a fused key is whole on one server, so its bytes
-        // are the key's); several are reduced first.
+        // are the key's); several are reduced first (into the key's merge buffer, not
+        // reused before this operation completed: the engine runs one per key).
         if (p.nvals == 1) {
-          std::memcpy(buf.get() + p.off, f->vals[p.vals_first].raw(), p.m->lens[0]);
+          pieces[i] = {static_cast<const char*>(f->vals[p.vals_first].raw()), p.m->lens[0]};
         } else {
           const std::vector<NDArray> v(f->vals.begin() + static_cast<long>(p.vals_first),
                                        f->vals.begin() + static_cast<long>(p.vals_first + p.nvals));
-          const Frame pf = std::get<0>(Prepare(*p.m, v));
-          std::memcpy(buf.get() + p.off, pf.data, pf.size);
+          Frame pf = std::get<0>(Prepare(*p.m, v));
+          pieces[i] = {pf.data, pf.size};
+          reduced.push_back(std::move(pf.owner));
         }
       }
-      frame.data = buf.get();
-      frame.size = r.total;
-      frame.owner = std::move(buf);
+      std::shared_ptr<const void> owner = f;
+      if (!reduced.empty())
+        owner = std::make_shared<
+            std::pair<std::shared_ptr<Fused>, std::vector<std::shared_ptr<const void>>>>(
+            f, std::move(reduced));
+      frame = Frame::Gather(std::move(pieces), std::move(owner));
     }
     if (!pull) {
       worker_->Push(
@@ -1264,7 +1274,6 @@ class KVStoreDist final : public KVStore {
   std::string broken_reason_;
   bool has_server_optimizer_ = false;
   Reducer reducer_;
-  BufferPool pack_pool_;  // fused messages' packed values
   std::unique_ptr<GradientCompressor> compressor_;
   std::mutex mu_;
   std::map<int, std::unique_ptr<KeyMeta>> keys_;

@@ -8,6 +8,45 @@
 
 namespace pskv {
 
+namespace {
+// Appends bytes [0, len) of `v` cut into frames of kChunkBytes (the last shorter), none
+// copied; a gathered `v` gives gathered chunks, in one pass over its pieces.
+void AppendChunks(const Frame& v, uint64_t len, std::vector<Frame>& out) {
+  if (!v.gathered()) {
+    for (uint64_t off = 0; off < len; off += kChunkBytes)
+      out.push_back(v.Slice(off, std::min<uint64_t>(kChunkBytes, len - off)));
+    return;
+  }
+  if (len <= kChunkBytes) {
+    out.push_back(v.Slice(0, len));
+    return;
+  }
+  std::vector<Frame::Piece> cur;
+  uint64_t have = 0;  // bytes in cur
+  auto flush = [&] {
+    Frame c;
+    c.size = have;
+    c.owner = v.owner;
+    c.pieces = std::make_shared<const std::vector<Frame::Piece>>(std::move(cur));
+    out.push_back(std::move(c));
+    cur.clear();
+    have = 0;
+  };
+  uint64_t left = len;
+  for (const Frame::Piece& p : *v.pieces) {
+    for (uint64_t at = 0; at < p.size && left > 0;) {
+      const uint64_t n = std::min({p.size - at, kChunkBytes - have, left});
+      cur.push_back({p.data + at, n});
+      at += n;
+      have += n;
+      left -= n;
+      if (have == kChunkBytes || left == 0) flush();
+    }
+    if (left == 0) break;
+  }
+}
+}  // namespace
+
 std::vector<Frame> Encode(const Message& m) {
   std::vector<Frame> frames;
   Header h = m.h;
@@ -20,12 +59,7 @@ std::vector<Frame> Encode(const Message& m) {
     frames.push_back(m.keys);
     frames.push_back(m.lens);
     if (h.vals_len == 0) frames.push_back(Frame{});
-    for (uint64_t off = 0; off < h.vals_len; off += kChunkBytes) {
-      Frame c = m.vals;
-      c.data = m.vals.data + off;
-      c.size = std::min<uint64_t>(kChunkBytes, h.vals_len - off);
-      frames.push_back(std::move(c));
-    }
+    AppendChunks(m.vals, h.vals_len, frames);
   }
   return frames;
 }
@@ -52,6 +86,10 @@ namespace {
 
 Message Decode(std::vector<Frame>&& frames) {
   if (frames.empty()) Bad("no frames");
+  // Transports never deliver gathered frames; Encode's output decoded in one process
+  // (tests, tools) may hold some.
+  for (Frame& f : frames)
+    if (f.gathered()) f = f.Flat();
   if (frames[0].size != kHeaderSize)
     Bad("header frame of " + std::to_string(frames[0].size) + " bytes, expected " +
         std::to_string(kHeaderSize));

@@ -177,9 +177,7 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
                                               keys.begin() + static_cast<long>(b)));
       m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(a),
                                               lens.begin() + static_cast<long>(b)));
-      m.vals.data = vals.data ? vals.data + offsets[a] : nullptr;
-      m.vals.size = offsets[b] - offsets[a];
-      m.vals.owner = vals.owner;
+      m.vals = vals.Slice(offsets[a], offsets[b] - offsets[a]);
       parts.push_back(Part{ServerId(r), Slice{a, b - a}});
       msgs.emplace_back(ServerId(r), std::move(m));
       a = b;

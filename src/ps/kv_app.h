@@ -6,8 +6,8 @@
 // must be strictly ascending; the worker slices it into one message per server
 // that owns some of its keys. Values are raw bytes with a length in bytes per key.
 //
-// Buffers: a Push's `vals` frame is sent without copying (its owner is held until
-// sent). A Pull writes the answer straight from the receive buffer into `out`,
+// Buffers: a Push's `vals` frame (plain or gathered) is sent without copying (its
+// owner is held until sent). A Pull writes the answer straight from the receive buffer into `out`,
 // which must stay valid until the callback has run. Every callback runs exactly
 // once — on success, on an error reply, or when the job fails — on the node's
 // customer thread (or the calling thread if nothing needed sending).

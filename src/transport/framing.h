@@ -22,11 +22,18 @@ constexpr uint32_t kMsgMagic = 0x4d4b5350;  // "PSKM"
 constexpr uint32_t kMaxFramesPerMessage = 1 << 16;
 
 // A message waiting to be written: pieces are the 8-byte prefix, then per frame
-// its 8-byte size and its bytes. The frames keep their owners (no copy until the
-// bytes go into the stream).
+// its 8-byte size and its bytes (a gathered frame's pieces, in order). The frames
+// keep their owners (no copy until the bytes go into the stream).
 struct OutMsg {
+  OutMsg() = default;
+  OutMsg(OutMsg&&) = default;  // `parts` point into `words`' buffer, which a move keeps
+  OutMsg& operator=(OutMsg&&) = default;
+  OutMsg(const OutMsg&) = delete;
+  OutMsg& operator=(const OutMsg&) = delete;
+
   std::vector<Frame> frames;
   std::vector<uint64_t> words;  // [0] prefix, [1 + i] size of frame i
+  std::vector<Frame::Piece> parts;
   size_t piece = 0;
   uint64_t offset = 0;  // within the current piece
 
@@ -36,14 +43,11 @@ struct OutMsg {
     m.words[0] = kMsgMagic | (static_cast<uint64_t>(f.size()) << 32);
     for (size_t i = 0; i < f.size(); ++i) m.words[1 + i] = f[i].size;
     m.frames = std::move(f);
+    m.Index();
     return m;
   }
-  size_t pieces() const { return 1 + 2 * frames.size(); }
-  std::pair<const char*, uint64_t> Piece(size_t p) const {
-    if (p == 0 || p % 2 == 1) return {reinterpret_cast<const char*>(&words[(p + 1) / 2]), 8};
-    const Frame& f = frames[p / 2 - 1];
-    return {f.data, f.size};
-  }
+  size_t pieces() const { return parts.size(); }
+  std::pair<const char*, uint64_t> Piece(size_t p) const { return {parts[p].data, parts[p].size}; }
   /// `n` bytes of this message went out; true when all of it did.
   bool Advance(uint64_t& n) {
     while (piece < pieces()) {
@@ -58,6 +62,35 @@ struct OutMsg {
       ++piece;
     }
     return true;
+  }
+  /// Replaces the frames without an owner (valid only during the Send call that
+  /// queued them) by copies; the bytes already written stay written.
+  void OwnAll() {
+    bool any = false;
+    for (Frame& f : frames)
+      if (!f.owner && f.size) {
+        f = f.Flat();
+        if (!f.owner) f = Frame::Copy(f.data, f.size);
+        any = true;
+      }
+    if (!any) return;
+    uint64_t done = offset;
+    for (size_t p = 0; p < piece; ++p) done += parts[p].size;
+    Index();
+    piece = 0;
+    offset = 0;
+    Advance(done);
+  }
+
+ private:
+  // Builds `parts` from words and frames (empty pieces left out).
+  void Index() {
+    parts.clear();
+    parts.push_back({reinterpret_cast<const char*>(&words[0]), 8});
+    for (size_t i = 0; i < frames.size(); ++i) {
+      parts.push_back({reinterpret_cast<const char*>(&words[1 + i]), 8});
+      frames[i].ForEachPart([&](const char* p, size_t n) { parts.push_back({p, n}); });
+    }
   }
 };
 

@@ -1,6 +1,8 @@
 #include "transport/transport.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "pskv/error.h"
 #include "transport/shm/shm_transport.h"
@@ -24,6 +26,63 @@ Frame Frame::FromString(std::string s) {
   f.data = str->data();
   f.size = str->size();
   f.owner = str;
+  return f;
+}
+
+Frame Frame::Gather(std::vector<Piece> pieces, std::shared_ptr<const void> owner) {
+  std::erase_if(pieces, [](const Piece& p) { return p.size == 0; });
+  Frame f;
+  for (const Piece& p : pieces) f.size += p.size;
+  f.owner = std::move(owner);
+  f.pieces = std::make_shared<const std::vector<Piece>>(std::move(pieces));
+  return f;
+}
+
+Frame Frame::Slice(size_t offset, size_t n) const {
+  if (offset > size || n > size - offset)
+    throw InternalError("Frame::Slice: bytes [" + std::to_string(offset) + ", " +
+                        std::to_string(offset + n) + ") of a frame of " + std::to_string(size));
+  Frame f;
+  f.owner = owner;
+  f.size = n;
+  if (!pieces) {
+    f.data = data ? data + offset : nullptr;
+    return f;
+  }
+  if (offset == 0 && n == size) {
+    f.pieces = pieces;
+    return f;
+  }
+  std::vector<Piece> out;
+  size_t at = 0;  // offset of the current piece in this frame
+  for (const Piece& p : *pieces) {
+    if (n == 0 || at >= offset + n) break;
+    if (at + p.size > offset) {
+      const size_t from = offset > at ? offset - at : 0;
+      const size_t to = std::min(p.size, offset + n - at);
+      out.push_back({p.data + from, to - from});
+    }
+    at += p.size;
+  }
+  f.pieces = std::make_shared<const std::vector<Piece>>(std::move(out));
+  return f;
+}
+
+void Frame::CopyTo(char* out) const {
+  ForEachPart([&](const char* p, size_t n) {
+    std::memcpy(out, p, n);
+    out += n;
+  });
+}
+
+Frame Frame::Flat() const {
+  if (!pieces) return *this;
+  auto buf = std::shared_ptr<char[]>(new char[size ? size : 1]);
+  CopyTo(buf.get());
+  Frame f;
+  f.data = buf.get();
+  f.size = size;
+  f.owner = std::shared_ptr<const void>(buf, buf.get());
   return f;
 }
 

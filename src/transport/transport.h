@@ -13,7 +13,9 @@
 //    messages go out for at most a second, then releases everything of the peer.
 //  * Send() is thread-safe, never blocks on a slow or dead peer, and sends the
 //    frames' memory without copying it; each frame's owner is released once the
-//    backend no longer needs the memory.
+//    backend no longer needs the memory. A gathered frame (Frame::pieces) arrives
+//    as one frame holding its pieces' bytes, exactly as if they had been sent
+//    contiguously: gathering is invisible on the wire and to the receiver.
 //  * Recv() is called by one thread only; it returns false on timeout. Every
 //    message it returns comes from a connection that passed the job's handshake
 //    (transport/auth.h); `peer` is the identity token bound to that connection.
@@ -31,14 +33,49 @@
 namespace pskv {
 
 /// A view of bytes plus whatever keeps them alive.
+///
+/// An outgoing frame may be *gathered* instead: its bytes are the concatenation of
+/// `pieces` (each piece's memory kept alive by `owner`, like a plain frame's), `data`
+/// is null and `size` is the pieces' total. It saves packing values that live apart
+/// (the keys of a fused message) into one buffer: the transport reads the pieces
+/// where they are. Frames a transport delivers are never gathered. Code reading an
+/// outgoing frame's bytes must go through ForEachPart/CopyTo/Flat, never `data`.
 struct Frame {
+  struct Piece {
+    const char* data = nullptr;
+    size_t size = 0;
+  };
   const char* data = nullptr;
   size_t size = 0;
   std::shared_ptr<const void> owner;
+  /// Set for a gathered frame: its pieces, in order (shared: copying a frame is cheap).
+  std::shared_ptr<const std::vector<Piece>> pieces;
+
+  bool gathered() const { return pieces != nullptr; }
 
   /// A frame owning a copy of `s`.
   static Frame Copy(const void* p, size_t n);
   static Frame FromString(std::string s);
+  /// A gathered frame of `pieces` (empty pieces are dropped), kept alive by `owner`.
+  static Frame Gather(std::vector<Piece> pieces, std::shared_ptr<const void> owner);
+
+  /// Bytes [offset, offset + n) (within size), sharing the owner, without copying: a
+  /// slice of a gathered frame is gathered (the pieces it covers, cut to the range).
+  Frame Slice(size_t offset, size_t n) const;
+  /// Calls fn(ptr, bytes) for the frame's contiguous parts, in order (one for a plain
+  /// frame; none for an empty one).
+  template <typename F>
+  void ForEachPart(F&& fn) const {
+    if (!pieces) {
+      if (size) fn(data, size);
+      return;
+    }
+    for (const Piece& p : *pieces) fn(p.data, p.size);
+  }
+  /// Copies the frame's `size` bytes to `out`.
+  void CopyTo(char* out) const;
+  /// The frame with its bytes contiguous: itself if it is not gathered, else a copy.
+  Frame Flat() const;
 };
 
 /// What a transport needs to know about the job (filled by the Node).

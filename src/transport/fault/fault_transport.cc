@@ -74,7 +74,7 @@ class FaultTransport final : public Transport {
     return now >= cfg_.partition_from && now < cfg_.partition_from + cfg_.partition_for;
   }
   static bool Disturbable(const std::vector<Frame>& frames) {
-    if (frames.empty() || frames[0].size != kHeaderSize) return false;
+    if (frames.empty() || frames[0].size != kHeaderSize || frames[0].gathered()) return false;
     auto c = static_cast<Control>(reinterpret_cast<const Header*>(frames[0].data)->control);
     return c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
            c == Control::kAck;

@@ -298,9 +298,7 @@ class ShmTransport final : public Transport {
     if (o.pending.size() == 1) WriteSome(peer, o);
     // Still waiting (it is the last one queued): frames without an owner are only
     // valid during this call, so they are copied now.
-    if (!o.pending.empty())
-      for (Frame& f : o.pending.back().frames)
-        if (!f.owner) f = Frame::Copy(f.data, f.size);
+    if (!o.pending.empty()) o.pending.back().OwnAll();
   }
 
   bool Recv(Received* in, std::chrono::milliseconds timeout) override {

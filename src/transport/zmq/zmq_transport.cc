@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/buffer_pool.h"
 #include "common/logging.h"
 #include "common/rate_limit.h"
 #include "pskv/error.h"
@@ -195,12 +196,22 @@ class ZmqTransport final : public Transport {
     for (size_t i = 0; i < frames.size(); ++i) {
       Frame& f = frames[i];
       zmq_msg_t msg;
-      if (f.owner && f.size >= 256) {
+      if (f.gathered() && f.size >= 256) {
+        // ZeroMQ sends contiguous messages: the pieces are packed into a pooled buffer
+        // here (the one copy the shared-memory ring and direct TCP avoid), sent without
+        // another copy.
+        std::shared_ptr<char> buf = gather_pool_.Get(f.size);
+        char* data = buf.get();
+        f.CopyTo(data);
+        auto* hint = new std::shared_ptr<const void>(std::move(buf));
+        zmq_msg_init_data(&msg, data, f.size, ReleaseOwner, hint);
+        f = Frame{};  // the pieces' owner is released now
+      } else if (f.owner && f.size >= 256) {
         auto* hint = new std::shared_ptr<const void>(std::move(f.owner));
         zmq_msg_init_data(&msg, const_cast<char*>(f.data), f.size, ReleaseOwner, hint);
       } else {
         zmq_msg_init_size(&msg, f.size);
-        if (f.size) std::memcpy(zmq_msg_data(&msg), f.data, f.size);
+        if (f.size) f.CopyTo(static_cast<char*>(zmq_msg_data(&msg)));
       }
       int flags = (i + 1 < frames.size() ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT;
       while (zmq_msg_send(&msg, p.sock, flags) < 0) {
@@ -694,6 +705,7 @@ class ZmqTransport final : public Transport {
   }
 
   TransportConfig cfg_;
+  BufferPool gather_pool_;  // gathered frames, packed for ZeroMQ (Send)
   JobKeys keys_;
   int wake_fd_ = -1;  // not owned
   void* ctx_ = nullptr;
