@@ -30,6 +30,8 @@ TEST(Options, DefaultsMatchMXNet) {
   EXPECT_EQ(o.reduction_threads, 4);
   EXPECT_FALSE(o.resend);
   EXPECT_EQ(o.resend_timeout.count(), 1000);
+  EXPECT_EQ(o.spin_us, 100);
+  EXPECT_TRUE(o.tcp_direct);
 }
 
 TEST(Options, ReadsTheEnvironmentContract) {
@@ -51,6 +53,8 @@ TEST(Options, ReadsTheEnvironmentContract) {
   g.Set("PSKV_FUSION_BYTES", "8192");
   g.Set("PSKV_WIRE_CHUNK_BYTES", "65536");
   g.Set("PSKV_WIRE_WINDOW_BYTES", "0");
+  g.Set("PSKV_SPIN_US", "0");
+  g.Set("PSKV_TCP_DIRECT", "0");
   Options o = Options::FromEnv();
   EXPECT_EQ(o.role, Role::kServer);
   EXPECT_TRUE(o.role_set);
@@ -70,6 +74,8 @@ TEST(Options, ReadsTheEnvironmentContract) {
   EXPECT_EQ(o.fusion_bytes, 8192);
   EXPECT_EQ(o.wire_chunk_bytes, 65536);
   EXPECT_EQ(o.wire_window_bytes, 0);
+  EXPECT_EQ(o.spin_us, 0);
+  EXPECT_FALSE(o.tcp_direct);
   EXPECT_NO_THROW(o.ValidateForDistributed());
 }
 
@@ -103,6 +109,11 @@ TEST(Options, BadRoleAndRanges) {
   {
     EnvGuard g;
     g.Set("PSKV_WIRE_WINDOW_BYTES", "-1");
+    EXPECT_THROW(Options::FromEnv(), ConfigError);
+  }
+  {
+    EnvGuard g;
+    g.Set("PSKV_SPIN_US", "20000");  // above 10 ms: a typo, not a choice
     EXPECT_THROW(Options::FromEnv(), ConfigError);
   }
 }

@@ -104,6 +104,7 @@ Options Options::FromEnv() {
   ReadInt("PSKV_FUSION_KEY_BYTES", &o.fusion_key_bytes, 0, int64_t{1} << 30);
   ReadInt("PSKV_FUSION_BYTES", &o.fusion_bytes, 1, int64_t{1} << 30);
   ReadInt("PSKV_INLINE_START_BYTES", &o.inline_start_bytes, 0, int64_t{1} << 30);
+  ReadInt("PSKV_SPIN_US", &o.spin_us, 0, 10000);
   ReadInt("PSKV_WIRE_CHUNK_BYTES", &o.wire_chunk_bytes, 0, int64_t{1} << 40);
   ReadInt("PSKV_WIRE_WINDOW_BYTES", &o.wire_window_bytes, 0, int64_t{1} << 40);
 

@@ -1,5 +1,7 @@
 #include "kvstore/engine.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #include "pskv/error.h"
@@ -131,6 +133,17 @@ void Engine::Complete(uint64_t id, std::exception_ptr err) {
 
 bool Engine::IdleWait(std::unique_lock<std::mutex>& lk, const std::vector<int>* keys,
                       std::chrono::milliseconds timeout) {
+  // Briefly without sleeping first (SetWaitSpin), yielding the core between looks.
+  if (wait_spin_.count() > 0 && !KeysIdleLocked(keys)) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(wait_spin_, timeout);
+    for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < until; ++i) {
+      lk.unlock();
+      ::sched_yield();
+      lk.lock();
+      if (KeysIdleLocked(keys)) return true;
+    }
+  }
   int& waiting = keys ? waiting_for_keys_ : waiting_for_all_;
   ++waiting;
   const bool idle = cv_idle_.wait_for(lk, timeout, [&] { return KeysIdleLocked(keys); });

@@ -49,6 +49,10 @@ class Engine {
   /// rethrows (and clears) the first recorded failure of those keys.
   /// TimeoutError after `timeout`.
   void Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout);
+  /// Wait and WaitIdle look again without sleeping for up to `spin` first
+  /// (Options::spin_us: a dist store's round trips end tens of µs sooner where a
+  /// sleeping thread's core halts); 0 (the default): sleep at once. Before use.
+  void SetWaitSpin(std::chrono::microseconds spin) { wait_spin_ = spin; }
   /// Waits up to `timeout` until no operation on `keys` (all if null) is pending;
   /// false on timeout. Neither throws nor clears recorded failures (Wait does).
   bool WaitIdle(const std::vector<int>* keys, std::chrono::milliseconds timeout);
@@ -104,6 +108,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_ready_, cv_idle_;
   int waiting_for_all_ = 0, waiting_for_keys_ = 0;  // threads in IdleWait
+  std::chrono::microseconds wait_spin_{0};
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
   std::unordered_map<int, KeyQueue> key_queues_;

@@ -115,6 +115,7 @@ class KVStoreDist final : public KVStore {
       : KVStore(std::move(type), std::move(options)),
         async_(type_.find("async") != std::string::npos),
         reducer_(options_.bigarray_bound, options_.reduction_threads) {
+    engine_.SetWaitSpin(std::chrono::microseconds(options_.spin_us));
     {
       std::lock_guard<std::mutex> lk(g_shared_mu);
       for (auto it = g_shared.begin(); it != g_shared.end();)

@@ -259,6 +259,7 @@ LaunchConfig ParseArgs(int argc, char** argv) {
                         "PSKV_FUSION_BYTES",
                         "PSKV_SHM",
                         "PSKV_TCP_DIRECT",
+                        "PSKV_SPIN_US",
                         "DMLC_INTERFACE",
                         "OMP_NUM_THREADS",
                         "OPENBLAS_NUM_THREADS",

@@ -82,6 +82,7 @@ void Node::Start() {
                                  : TransportConfig::Shm::kAuto;
   tc.shm_ring_bytes = static_cast<uint64_t>(options_.shm_ring_bytes);
   tc.direct_tcp = options_.tcp_direct;
+  tc.spin = std::chrono::microseconds(options_.spin_us);
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
   tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;

@@ -106,6 +106,9 @@ struct TransportConfig {
   /// For the "shm" backend: an offered ring the peer has not attached this long
   /// after the connection is up (it declined: another host, PSKV_SHM=0) is given up.
   std::chrono::milliseconds shm_attach_deadline{10000};
+  /// For the "shm" backend: Recv looks again without sleeping for this long after
+  /// a message before it sleeps (Options::spin_us); 0: never.
+  std::chrono::microseconds spin{0};
   /// Tests only: Connect pauses this long after its socket started connecting (a
   /// connecting thread preempted at the worst moment).
   std::chrono::milliseconds test_connect_pause{0};

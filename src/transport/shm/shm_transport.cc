@@ -5,6 +5,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sodium.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -90,6 +91,8 @@ constexpr size_t kMaxIncomingRings = 128;
 // Bytes one Send or one writer turn puts into a direct socket before letting go
 // of the peer's lock; bytes one Recv reads from one socket before looking at others.
 constexpr uint64_t kSocketBudget = 4 << 20;
+// Spin (TransportConfig::spin) only after messages of at most this many bytes.
+constexpr uint64_t kSpinAfterBytes = 64 << 10;
 // A direct TCP offer nobody took (declined, or crowded out at the listener) is
 // made again after this.
 constexpr auto kTcpReofferAfter = std::chrono::seconds(30);
@@ -325,6 +328,10 @@ class ShmTransport final : public Transport {
       if (!got && PumpAll(in)) return true;
       if (!got && !zmq_first_ && look) got = inner_->Recv(in, 0ms);
       zmq_maybe = true;
+      if (!got && zmq_fd_ >= 0 && SpinFor(deadline)) {
+        zmq_maybe = spun_zmq_;
+        continue;
+      }
       if (!got) {
         // Nothing anywhere: ask the ring writers for a wake-up, then sleep on the
         // epoll set (ZeroMQ's socket, the rx pipe, the direct sockets).
@@ -361,6 +368,7 @@ class ShmTransport final : public Transport {
           }
         }
       }
+      NoteMessage(*in);
       if (HandleControl(*in)) continue;
       // A message over the ZeroMQ connection whose ring (or socket) is active: the
       // peer gave that path up. (Not one over another of its connections: a node
@@ -898,6 +906,42 @@ class ShmTransport final : public Transport {
     return zmq;
   }
 
+  // A small message: a latency-bound exchange, worth a spin before the next sleep
+  // (after big ones the threads that copy need the cores more).
+  void NoteMessage(const Received& m) {
+    if (spin_.count() <= 0) return;
+    uint64_t bytes = 0;
+    for (const Frame& f : m.frames) bytes += f.size;
+    if (bytes <= kSpinAfterBytes) last_small_msg_ = Clock::now();
+  }
+
+  // Before sleeping, shortly after a small message: looks again for up to the
+  // spin budget without sleeping, giving the core to any other runnable thread
+  // between looks. True if something arrived (spun_zmq_: on ZeroMQ's descriptor).
+  bool SpinFor(Clock::time_point deadline) {
+    if (spin_.count() <= 0) return false;
+    const auto now = Clock::now();
+    if (now - last_small_msg_ > 20 * spin_) return false;  // idle: sleep at once
+    const auto until = std::min(deadline, now + spin_);
+    for (int i = 0; i < 100000 && Clock::now() < until; ++i) {
+      epoll_event evs[64];
+      const int n = ::epoll_wait(epfd_, evs, 64, 0);
+      if (n > 0) {
+        spun_zmq_ = HandleEvents(evs, n);
+        events_fresh_ = true;
+        return true;
+      }
+      for (auto& [tok, r] : in_)
+        if (r->ring && r->active &&
+            A(r->ring->shared()->head).load(std::memory_order_acquire) != r->tail) {
+          spun_zmq_ = false;
+          return true;
+        }
+      ::sched_yield();
+    }
+    return false;
+  }
+
   // One complete message from any active ring or direct socket (round robin).
   // Recv thread.
   bool PumpAll(Received* out) {
@@ -959,6 +1003,7 @@ class ShmTransport final : public Transport {
         }
       }
       if (got) {
+        NoteMessage(*out);
         out->peer = r.token;
         out->conn = r.conn;
         out->peer_addr = r.addr;
@@ -1050,6 +1095,9 @@ class ShmTransport final : public Transport {
   bool zmq_first_ = false;
   int zmq_fd_ = -1;            // ZeroMQ's receiving socket's ZMQ_FD (in the epoll set)
   bool events_fresh_ = false;  // the epoll set was just read (by the sleep)
+  bool spun_zmq_ = false;
+  Clock::time_point last_small_msg_{};
+  const std::chrono::microseconds spin_{cfg_.spin};
 };
 
 }  // namespace
