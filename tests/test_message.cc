@@ -113,6 +113,13 @@ TEST(Message, GatheredValuesAreChunkedAndSlicedWithoutCopying) {
   std::string out(flat.size(), '\0');
   d.CopyVals(0, out.size(), out.data());
   EXPECT_TRUE(out == flat);
+  // Keys of zero length only: gathered empty pieces encode as the one empty frame
+  // (before: one frame too many, refused by Decode — a request never answered).
+  Message z = Sample(0);
+  z.vals = Frame::Gather({{src->data(), 0}, {src->data() + 5, 0}}, src);
+  std::vector<Frame> zf = Encode(z);
+  EXPECT_EQ(zf.size(), 1u + 1 + 2 + 1);
+  EXPECT_NO_THROW(Decode(std::move(zf)));
 }
 
 TEST(Message, RejectsEveryInconsistency) {

@@ -41,12 +41,12 @@ struct Options {
   /// calling thread when no other operation is waiting to start, instead of waking
   /// the engine's thread (one thread hand-off less per small operation); 0: never.
   int64_t inline_start_bytes = 65536;
-  /// PSKV_SPIN_US: for this long after a message (and in a dist store's wait), a
-  /// node's receive thread and a waiting caller look again without sleeping before
-  /// they sleep, giving the core to any other runnable thread between looks: a
-  /// thread that sleeps costs a wake-up per hop, tens of µs where an idle core
-  /// halts (docs/performance.md, item 7). Nothing spins in a process that has had
-  /// no message for 20x this. 0: never spin.
+  /// PSKV_SPIN_US: before sleeping, a node's receive thread (if a message of at
+  /// most 64 KiB came within 20x this) and a caller waiting in a dist store's Wait
+  /// look again without sleeping for up to this long, giving the core to any other
+  /// runnable thread between looks: a thread that sleeps costs a wake-up per hop,
+  /// tens of µs where an idle core halts (docs/performance.md, item 7). An idle
+  /// process does not spin. 0: never spin.
   int64_t spin_us = 100;
   /// PSKV_WIRE_CHUNK_BYTES: a dense key's slice on a server bigger than this is
   /// cut into chunks of about this many bytes, each its own ps key and message, so

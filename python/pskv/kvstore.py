@@ -34,7 +34,9 @@ def _torch_watch(*values):
     """(tensor, version) of every torch tensor in `values` (nested lists too): torch
     tensors cannot be made read-only, but their version counter says whether an
     in-place operation touched them (pskv itself writes through a numpy view, which
-    does not count)."""
+    does not count). Not watched: views (a view shares its base's counter, so a
+    change to another part of the base, e.g. of a flat gradient bucket, would look
+    like one to the view) and inference tensors (they have no counter)."""
     out, seen = [], set()
     stack = list(values)
     while stack:
@@ -43,7 +45,8 @@ def _torch_watch(*values):
             stack.extend(v)
         elif type(v).__module__.startswith('torch') and id(v) not in seen:
             seen.add(id(v))
-            out.append((v, v._version))
+            if v._base is None and not v.is_inference():
+                out.append((v, v._version))
     return out
 
 
@@ -227,7 +230,7 @@ class KVStore(object):
                 self._misuse.append(
                     '%s of key %s: a torch tensor given to it was modified in place before the '
                     'call was waited for (its version went from %d to %d): what was pushed or '
-                    'pulled is undefined. Call kv.wait(key) or kv.wait_all() before modifying '
+                    'pulled may be wrong. Call kv.wait(key) or kv.wait_all() before modifying '
                     'it, or pass a copy (tensor.clone())' %
                     (op.what, _key_names(op.keys), version, t._version))
         for a in op.locked:

@@ -12,6 +12,7 @@ namespace {
 // Appends bytes [0, len) of `v` cut into frames of kChunkBytes (the last shorter), none
 // copied; a gathered `v` gives gathered chunks, in one pass over its pieces.
 void AppendChunks(const Frame& v, uint64_t len, std::vector<Frame>& out) {
+  if (len == 0) return;  // Encode sent the one empty frame (a gathered one adds none)
   if (!v.gathered()) {
     for (uint64_t off = 0; off < len; off += kChunkBytes)
       out.push_back(v.Slice(off, std::min<uint64_t>(kChunkBytes, len - off)));

@@ -26,12 +26,19 @@ uint64_t Resender::NextSeq(int to) {
 void Resender::Track(int to, uint64_t seq, const std::vector<Frame>& frames) {
   size_t bytes = 0;
   for (auto& f : frames) bytes += f.size;
+  // A private copy: the frames point at the caller's arrays (or gather pieces of
+  // them and of a server's stored values), which may be reused or freed once the
+  // operation completed — and an acknowledgement can come later than the reply.
+  std::vector<Frame> kept;
+  kept.reserve(frames.size());
+  for (const Frame& f : frames)
+    kept.push_back(f.gathered() ? f.Flat() : Frame::Copy(f.data, f.size));
   std::lock_guard<std::mutex> lk(mu_);
   size_t& queued = queued_bytes_[to];
   queued += bytes;
   // The timer starts when the message can have left: after the bytes queued
   // before it (and itself) at the floor bandwidth.
-  unacked_[{to, seq}] = Unacked{frames, bytes, Clock::now() + base_ + TransferTime(queued), 0};
+  unacked_[{to, seq}] = Unacked{std::move(kept), bytes, Clock::now() + base_ + TransferTime(queued), 0};
 }
 
 void Resender::Ack(int from, uint64_t seq) {

@@ -136,8 +136,9 @@ struct Received {
   std::vector<Frame> frames;
   uint64_t peer = 0;      ///< identity token bound to the connection at its handshake
   std::string peer_addr;  ///< the peer's IP address, for log lines
-  /// Which of the sender's connections carried it (ZeroMQ: its socket's number,
-  /// part of the routing id; 0 for the direct paths). Messages of one connection
+  /// Which of the sender's connections carried it (a number the sender gives each
+  /// Connect, part of the ZeroMQ routing id; a direct path's messages carry the
+  /// number of the connection that negotiated it). Messages of one connection
   /// arrive in the order sent; those of two connections of one sender may not.
   uint64_t conn = 0;
 };

@@ -190,3 +190,12 @@ def test_torch_tensor_modified_in_flight_is_reported_by_the_next_wait():
         kv.pull('b', out=np.zeros(3, np.float32))
     with pytest.raises(pskv.UsageError, match=r"push of key 'c'"):
         kv.wait('b')
+    # Views (a flat bucket: another part of it changes) and inference tensors are
+    # not watched: no false report, no error from the missing counter.
+    flat = torch.zeros(6)
+    kv.push('a', flat[:3])
+    flat[3:].add_(1)
+    with torch.inference_mode():
+        inf = torch.zeros(3)
+    kv.pull('b', out=inf)
+    kv.wait_all()

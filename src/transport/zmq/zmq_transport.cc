@@ -61,8 +61,10 @@ void ReleaseOwner(void* /*data*/, void* hint) {
 }
 
 // A connecting socket's routing id: 0x01 (a routing id may not start with a
-// zero byte), its node's 8-byte token, then the socket's own 8-byte number.
-// Unique per socket: with ROUTER_HANDOVER, a connection whose routing id is
+// zero byte), its node's 8-byte token, then 4 bytes numbering the connection
+// (one per Connect: the receiver's Received::conn) and 4 numbering the socket (a
+// connection's socket is replaced after a failed send). Unique per socket: with
+// ROUTER_HANDOVER, a connection whose routing id is
 // already in use takes it over and the older connection's later messages are
 // dropped by the ROUTER without a word (ZeroMQ 4.3) — with the token alone, a
 // node's second connection to one peer (the scheduler's temporary and final
@@ -70,10 +72,11 @@ void ReleaseOwner(void* /*data*/, void* hint) {
 // last silenced the other for good (a server that never got its node table).
 // Handover now only lets a socket's own reconnection replace its dead connection.
 constexpr size_t kRoutingIdSize = 17;
-std::string RoutingId(uint64_t token, uint64_t socket) {
+std::string RoutingId(uint64_t token, uint32_t conn, uint32_t socket) {
   std::string s(kRoutingIdSize, '\1');
   std::memcpy(&s[1], &token, 8);
-  std::memcpy(&s[9], &socket, 8);
+  std::memcpy(&s[9], &conn, 4);
+  std::memcpy(&s[13], &socket, 4);
   return s;
 }
 
@@ -170,7 +173,8 @@ class ZmqTransport final : public Transport {
     auto p = std::make_unique<Peer>();
     p->endpoint = endpoint;
     p->token = token;
-    p->sock = NewDealer(peer, endpoint, token);
+    p->conn = ++next_conn_;
+    p->sock = NewDealer(peer, endpoint, token, p->conn);
     if (cfg_.test_connect_pause.count() > 0) std::this_thread::sleep_for(cfg_.test_connect_pause);
     peers_.emplace(peer, std::move(p));
   }
@@ -222,7 +226,7 @@ class ZmqTransport final : public Transport {
           // Part of this message is queued: the next message would be glued to
           // it. A fresh socket (same peer, same credentials) starts clean.
           CloseSocket(p.sock, 0);
-          p.sock = NewDealer(peer, p.endpoint, p.token);
+          p.sock = NewDealer(peer, p.endpoint, p.token, p.conn);
         }
         throw IOError("send to node " + std::to_string(peer) + " at " + p.endpoint +
                       " failed: " + err);
@@ -347,6 +351,7 @@ class ZmqTransport final : public Transport {
     void* sock = nullptr;
     std::string endpoint;
     uint64_t token = 0;  // the identity the peer must prove
+    uint64_t conn = 0;   // numbers this connection (RoutingId), kept when sock is replaced
     std::mutex mu;
   };
   struct Monitor {
@@ -358,20 +363,21 @@ class ZmqTransport final : public Transport {
   struct Pending {
     std::string ip;
     ino_t ino = 0;  // the socket's inode: tells it from a later file with its fd number
+    bool verified = false;  // seen at a drained queue: describes that connection (EnforceCap)
     std::chrono::steady_clock::time_point since;
   };
 
   // A DEALER to `endpoint` presenting this node's credentials for `to`, with a
   // monitor of its own. Caller holds peers_mu_ (shared suffices) or the peer's mu.
-  void* NewDealer(int peer, const std::string& endpoint, uint64_t to) {
+  void* NewDealer(int peer, const std::string& endpoint, uint64_t to, uint64_t conn) {
     void* s = zmq_socket(ctx_, ZMQ_DEALER);
     if (!s) throw IOError("cannot create a socket: " + ZmqErr());
     SetInt(s, ZMQ_SNDHWM, 0);  // never block: a dead peer is detected by heartbeats
     SetInt(s, ZMQ_LINGER, 0);
     SetInt(s, ZMQ_RECONNECT_IVL, 100);
     SetInt(s, ZMQ_RECONNECT_IVL_MAX, 2000);
-    const uint64_t gen = ++next_gen_;
-    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token, gen));
+    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token, static_cast<uint32_t>(conn),
+                                        static_cast<uint32_t>(++next_socket_)));
     if (cfg_.keepalive_interval.count() > 0) {  // ZMTP PING/PONG: half-open connections
       SetInt(s, ZMQ_HEARTBEAT_IVL, static_cast<int>(cfg_.keepalive_interval.count()));
       SetInt(s, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(cfg_.keepalive_timeout.count()));
@@ -387,6 +393,7 @@ class ZmqTransport final : public Transport {
       SetStr(s, ZMQ_PLAIN_PASSWORD, keys_.Password(user));
     }
     // Watch the handshake so that a refusal is reported instead of retried forever.
+    const uint64_t gen = ++next_gen_;
     const std::string mon = "inproc://pskv-monitor-" + std::to_string(gen);
     zmq_socket_monitor(s, mon.c_str(),
                        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
@@ -429,7 +436,9 @@ class ZmqTransport final : public Transport {
     bool ok = id.size() == kRoutingIdSize && id[0] == '\1';
     if (ok) {
       std::memcpy(&token, id.data() + 1, 8);
-      std::memcpy(&in->conn, id.data() + 9, 8);
+      uint32_t conn = 0;
+      std::memcpy(&conn, id.data() + 9, 4);
+      in->conn = conn;
     }
     if (ok && !cfg_.encrypt) {
       const char* user = zmq_msg_gets(first, "User-Id");
@@ -441,7 +450,8 @@ class ZmqTransport final : public Transport {
       PSKV_LOG_LIMITED(limiter_, in->peer_addr + "/identity", "WARN",
                        "dropped a message from " << in->peer_addr
                                                  << ": its connection's identity does not match "
-                                                    "its credentials");
+                                                    "its credentials (or it runs another pskv "
+                                                    "version: every node must run the same one)");
       return false;
     }
     in->peer = token;
@@ -598,7 +608,13 @@ class ZmqTransport final : public Transport {
   // before it closes the descriptor, so once the queue is drained every such stale
   // entry has been erased by its own later event; deciding earlier (in Admit, as
   // before) could shut a legitimate connection down.
-  void EnforceCap() {
+  // `drained`: the queue is empty now, so every entry is what it says (verified);
+  // otherwise (a flood: 256 events in a row) only entries verified by an earlier
+  // drain, or admitted over a second ago, may be closed — the new ones count, but
+  // may be stale (a flood that never lets the queue drain is still bounded).
+  void EnforceCap(bool drained) {
+    const auto old = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    for (auto& [f, q] : pending_) q.verified |= drained || q.since < old;
     const int cap = std::max(1, cfg_.max_pending_connections);
     const int per_source = std::max(8, cap / 4);
     for (int round = 0; round < 4096 && !pending_.empty(); ++round) {  // bounded
@@ -606,20 +622,22 @@ class ZmqTransport final : public Transport {
       for (auto& [f, q] : pending_) count[q.ip]++;
       auto top = std::max_element(count.begin(), count.end(),
                                   [](auto& a, auto& b) { return a.second < b.second; });
-      if (top->second > per_source)
-        Evict(OldestOf(top->first), "from " + top->first + " alone");
-      else if (static_cast<int>(pending_.size()) > cap)
-        Evict(OldestOf(top->first), "in all");
-      else
-        return;
+      const char* scope = top->second > per_source                      ? "alone"
+                          : static_cast<int>(pending_.size()) > cap ? "in all"
+                                                                        : nullptr;
+      if (!scope) return;
+      const int victim = OldestOf(top->first);
+      if (victim < 0) return;  // none verified yet: after the next drain
+      Evict(victim, std::string(scope) == "alone" ? "from " + top->first + " alone" : scope);
     }
   }
 
+  // The oldest verified pending connection from `ip`; -1 if none.
   int OldestOf(const std::string& ip) const {
     int fd = -1;
     auto t = std::chrono::steady_clock::time_point::max();
     for (auto& [f, q] : pending_)
-      if (q.ip == ip && q.since < t) {
+      if (q.ip == ip && q.verified && q.since < t) {
         t = q.since;
         fd = f;
       }
@@ -653,7 +671,7 @@ class ZmqTransport final : public Transport {
     while (i < 256 && HandleEvent(mon)) ++i;
     if (mon.peer < 0) {
       std::lock_guard<std::mutex> lk(guard_mu_);
-      EnforceCap();
+      EnforceCap(/*drained=*/i < 256);
     }
   }
 
@@ -714,6 +732,7 @@ class ZmqTransport final : public Transport {
   std::shared_mutex peers_mu_;
   std::map<int, std::unique_ptr<Peer>> peers_;
   std::atomic<uint64_t> next_gen_{0};
+  std::atomic<uint64_t> next_conn_{0}, next_socket_{0};  // RoutingId
   RateLimiter limiter_;
 
   std::thread guard_;
