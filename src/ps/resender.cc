@@ -38,7 +38,8 @@ void Resender::Track(int to, uint64_t seq, const std::vector<Frame>& frames) {
   queued += bytes;
   // The timer starts when the message can have left: after the bytes queued
   // before it (and itself) at the floor bandwidth.
-  unacked_[{to, seq}] = Unacked{std::move(kept), bytes, Clock::now() + base_ + TransferTime(queued), 0};
+  unacked_[{to, seq}] =
+      Unacked{std::move(kept), bytes, Clock::now() + base_ + TransferTime(queued), 0};
 }
 
 void Resender::Ack(int from, uint64_t seq) {

@@ -362,7 +362,7 @@ class ZmqTransport final : public Transport {
   // A connection accepted by the ROUTER that has not finished the handshake.
   struct Pending {
     std::string ip;
-    ino_t ino = 0;  // the socket's inode: tells it from a later file with its fd number
+    ino_t ino = 0;          // the socket's inode: tells it from a later file with its fd number
     bool verified = false;  // seen at a drained queue: describes that connection (EnforceCap)
     std::chrono::steady_clock::time_point since;
   };
@@ -376,8 +376,9 @@ class ZmqTransport final : public Transport {
     SetInt(s, ZMQ_LINGER, 0);
     SetInt(s, ZMQ_RECONNECT_IVL, 100);
     SetInt(s, ZMQ_RECONNECT_IVL_MAX, 2000);
-    SetStr(s, ZMQ_ROUTING_ID, RoutingId(cfg_.token, static_cast<uint32_t>(conn),
-                                        static_cast<uint32_t>(++next_socket_)));
+    SetStr(
+        s, ZMQ_ROUTING_ID,
+        RoutingId(cfg_.token, static_cast<uint32_t>(conn), static_cast<uint32_t>(++next_socket_)));
     if (cfg_.keepalive_interval.count() > 0) {  // ZMTP PING/PONG: half-open connections
       SetInt(s, ZMQ_HEARTBEAT_IVL, static_cast<int>(cfg_.keepalive_interval.count()));
       SetInt(s, ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(cfg_.keepalive_timeout.count()));
@@ -622,9 +623,9 @@ class ZmqTransport final : public Transport {
       for (auto& [f, q] : pending_) count[q.ip]++;
       auto top = std::max_element(count.begin(), count.end(),
                                   [](auto& a, auto& b) { return a.second < b.second; });
-      const char* scope = top->second > per_source                      ? "alone"
+      const char* scope = top->second > per_source                  ? "alone"
                           : static_cast<int>(pending_.size()) > cap ? "in all"
-                                                                        : nullptr;
+                                                                    : nullptr;
       if (!scope) return;
       const int victim = OldestOf(top->first);
       if (victim < 0) return;  // none verified yet: after the next drain
