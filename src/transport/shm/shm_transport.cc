@@ -176,7 +176,7 @@ struct In {
   int sock = -1;
   enum { kConnecting, kAck, kParked, kReading } sst = kConnecting;
   Clock::time_point since{};           // connecting started
-  Clock::time_point parked_data_at{};  // parked, and data is waiting (no longer watched)
+  Clock::time_point parked_data_at{};  // data waits for its SWITCH (parked socket, closed ring)
   std::unique_ptr<direct::Reader> reader;
   bool readable = false;
   ~In() {
@@ -984,10 +984,21 @@ class ShmTransport final : public Transport {
         }
       } else {
         if (!r.active) {
-          // Attached, never switched to, and given up by its writer (it went back
-          // to TCP, or its offer passed the attach deadline): nothing will come.
-          if (A(r.ring->shared()->producer_closed).load(std::memory_order_seq_cst))
+          Shared* s = r.ring->shared();
+          if (!A(s->producer_closed).load(std::memory_order_seq_cst)) continue;
+          // Given up by its writer. Nothing written: never switched to (it went back
+          // to TCP, or its offer passed the attach deadline) — nothing will come.
+          // Data written: its SWITCH is on the way over ZeroMQ, slower than the ring
+          // (a writer that sends its last messages and closes at once: the
+          // scheduler's final barrier release was lost this way) — wait for it,
+          // bounded as for a parked socket.
+          if (A(s->head).load(std::memory_order_seq_cst) == r.tail) {
             DropIn(cur, nullptr);
+          } else if (r.parked_data_at == Clock::time_point{}) {
+            r.parked_data_at = Clock::now();
+          } else if (Clock::now() - r.parked_data_at > kSwitchGrace) {
+            DropIn(cur, "data came but its SWITCH did not (lost with a broken connection)");
+          }
           continue;
         }
         got = PumpRing(r, out, &bad);
