@@ -294,13 +294,17 @@ TEST_P(TransportSuite, OversizedFrameIsNeverDelivered) {
 // Open descriptors of this process, counted without opening one (a directory
 // scan would open and close a descriptor whose number the guard thread may have
 // just looked at — ThreadSanitizer reports that as a race on the descriptor).
-int OpenFds() {
+std::vector<int> OpenFdList() {
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
   const int limit = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 16));
-  int n = 0;
-  for (int fd = 0; fd < limit; ++fd) n += ::fcntl(fd, F_GETFD) != -1;
-  return n;
+  std::vector<int> out;
+  for (int fd = 0; fd < limit; ++fd)
+    if (::fcntl(fd, F_GETFD) != -1) out.push_back(fd);
+  return out;
+}
+int OpenFds() {
+  return static_cast<int>(OpenFdList().size());
 }
 
 // Reconnecting a peer to new endpoints and disconnecting it, again and again,
@@ -510,11 +514,7 @@ std::unique_ptr<Transport> Shm(uint64_t token,
 // The fds of this process that are pskv rings.
 std::vector<int> RingFds() {
   std::vector<int> out;
-  rlimit rl{};
-  ::getrlimit(RLIMIT_NOFILE, &rl);
-  const int limit = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 16));
-  for (int fd = 0; fd < limit; ++fd) {  // no directory scan: see OpenFds
-    if (::fcntl(fd, F_GETFD) == -1) continue;
+  for (int fd : OpenFdList()) {  // no directory scan: see OpenFds
     char link[256];
     const std::string path = "/proc/self/fd/" + std::to_string(fd);
     const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);

@@ -959,8 +959,8 @@ class ShmTransport final : public Transport {
           const auto now = Clock::now();
           if (r.sst != In::kParked && now - r.since > cfg_.handshake_timeout)
             DropIn(cur, "the connection was not set up in time");
-          else if (r.parked_data_at != Clock::time_point{} && now - r.parked_data_at > kSwitchGrace)
-            DropIn(cur, "data came but its SWITCH did not (lost with a broken connection)");
+          else if (r.parked_data_at != Clock::time_point{})
+            SwitchOverdue(cur, now);
           continue;
         }
         if (!(r.readable || r.reader->buffered())) continue;
@@ -992,13 +992,12 @@ class ShmTransport final : public Transport {
           // (a writer that sends its last messages and closes at once: the
           // scheduler's final barrier release was lost this way) — wait for it,
           // bounded as for a parked socket.
-          if (A(s->head).load(std::memory_order_seq_cst) == r.tail) {
+          if (A(s->head).load(std::memory_order_seq_cst) == r.tail)
             DropIn(cur, nullptr);
-          } else if (r.parked_data_at == Clock::time_point{}) {
+          else if (r.parked_data_at == Clock::time_point{})
             r.parked_data_at = Clock::now();
-          } else if (Clock::now() - r.parked_data_at > kSwitchGrace) {
-            DropIn(cur, "data came but its SWITCH did not (lost with a broken connection)");
-          }
+          else
+            SwitchOverdue(cur, Clock::now());
           continue;
         }
         got = PumpRing(r, out, &bad);
@@ -1023,6 +1022,15 @@ class ShmTransport final : public Transport {
       }
     }
     return false;
+  }
+
+  // Data has waited for its SWITCH (a parked socket, a closed ring) since
+  // parked_data_at: past kSwitchGrace the SWITCH was lost with a broken ZeroMQ
+  // connection, and the path is dropped (true).
+  bool SwitchOverdue(std::map<uint64_t, std::unique_ptr<In>>::iterator it, Clock::time_point now) {
+    if (now - it->second->parked_data_at <= kSwitchGrace) return false;
+    DropIn(it, "data came but its SWITCH did not (lost with a broken connection)");
+    return true;
   }
 
   // Reads what is available; true when a message completed. Every value read

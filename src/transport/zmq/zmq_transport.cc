@@ -623,13 +623,11 @@ class ZmqTransport final : public Transport {
       for (auto& [f, q] : pending_) count[q.ip]++;
       auto top = std::max_element(count.begin(), count.end(),
                                   [](auto& a, auto& b) { return a.second < b.second; });
-      const char* scope = top->second > per_source                  ? "alone"
-                          : static_cast<int>(pending_.size()) > cap ? "in all"
-                                                                    : nullptr;
-      if (!scope) return;
+      const bool alone = top->second > per_source;
+      if (!alone && static_cast<int>(pending_.size()) <= cap) return;
       const int victim = OldestOf(top->first);
       if (victim < 0) return;  // none verified yet: after the next drain
-      Evict(victim, std::string(scope) == "alone" ? "from " + top->first + " alone" : scope);
+      Evict(victim, alone ? "from " + top->first + " alone" : "in all");
     }
   }
 
