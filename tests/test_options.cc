@@ -214,21 +214,17 @@ TEST(Options, RoundIntegrityVariables) {
   EXPECT_FALSE(d.strict_rounds);
   EXPECT_EQ(d.stall_warning.count(), 60000);
   EXPECT_FALSE(d.sum_in_arrival_order);
-  EXPECT_FALSE(d.python_sync);
   {
     EnvGuard g;
     g.Set("PSKV_STRICT_ROUNDS", "1");
-    g.Set("PSKV_PY_SYNC", "1");
     g.Set("PSKV_STALL_WARNING", "2.5");
     g.Set("PSKV_SUM_ORDER", "arrival");
     Options o = Options::FromEnv();
     EXPECT_TRUE(o.strict_rounds);
     EXPECT_EQ(o.stall_warning.count(), 2500);
     EXPECT_TRUE(o.sum_in_arrival_order);
-    EXPECT_TRUE(o.python_sync);
   }
   for (auto [k, v] : {std::pair<const char*, const char*>{"PSKV_STRICT_ROUNDS", "yes"},
-                      {"PSKV_PY_SYNC", "2"},
                       {"PSKV_STALL_WARNING", "-1"},
                       {"PSKV_SUM_ORDER", "random"}}) {
     EnvGuard g;

@@ -138,12 +138,6 @@ struct Options {
   /// inserted as for the timeline).
   std::string metrics_file;
 
-  // ---- Python binding ----
-  /// PSKV_PY_SYNC (0/1): the Python package's push, pull and pushpull wait for their
-  /// keys before returning (pskv's blocking behaviour before 0.2), instead of returning
-  /// at once with results readable after wait()/wait_all(). The C++ API is unaffected.
-  bool python_sync = false;
-
   // ---- round integrity and stall inspection (dist stores) ----
   /// PSKV_STRICT_ROUNDS (0/1): in dist_sync, a worker's per-key calls must form
   /// rounds "push (or push-pull), then pulls of that round": a pull of a key this

@@ -7,13 +7,13 @@ Examples
 >>> kv.init(3, np.ones((2, 3), np.float32))
 >>> kv.push(3, [np.ones((2, 3), np.float32)] * 2)   # the values of one key are summed
 >>> out = np.zeros((2, 3), np.float32)
->>> kv.pull(3, out=out)                    # returns at once; written in place
->>> kv.wait(3)                             # now out holds the value
+>>> kv.pull(3, out=out)                    # written in place: out holds the value now
 >>> float(out[0, 0])
 2.0
 
-Values are numpy arrays or PyTorch CPU tensors (shared, never copied); ``push``,
-``pull`` and ``pushpull`` are asynchronous (see :class:`pskv.KVStore`). Submodules:
+Values are numpy arrays or PyTorch CPU tensors (shared, never copied). Every call is
+complete when it returns; ``with kv.batch():`` issues many calls that travel together
+and are waited for once, at the end of the block (see :meth:`pskv.KVStore.batch`). Submodules:
 :mod:`pskv.optimizer`, :mod:`pskv.lr_scheduler`, :mod:`pskv.data` and
 :mod:`pskv.torch` (imported on demand: it needs PyTorch).
 """

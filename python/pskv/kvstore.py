@@ -1,7 +1,8 @@
 """KVStore with MXNet's Python API (``mx.kv``) over the C++ core."""
 import atexit
-import threading
 import sys
+import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -50,14 +51,18 @@ def _torch_watch(*values):
     return out
 
 
-def _flatten(key, value):
-    """(key, value) in any of MXNet's shapes -> parallel flat lists (spec 2.3)."""
+def _flatten(key, value, sparse_keys=None):
+    """(key, value) in any of MXNet's shapes -> parallel flat lists (spec 2.3).
+
+    With `sparse_keys` (a container of the store's row_sparse keys), row_sparse values
+    (RowSparseArray, torch sparse tensors, and ``(data, indices)`` pairs of a row_sparse
+    key) are kept as they are; otherwise every value becomes a numpy array."""
     if _is_list(key):
         if not _is_list(value) or len(key) != len(value):
             raise AssertionError('the number of keys and values differ')
         keys, vals = [], []
         for k, v in zip(key, value):
-            k2, v2 = _flatten(k, v)
+            k2, v2 = _flatten(k, v, sparse_keys)
             keys += k2
             vals += v2
         types = set(type(k) for k in keys)
@@ -67,9 +72,45 @@ def _flatten(key, value):
     if isinstance(key, bool) or not isinstance(key, (int, str, np.integer)):
         raise AssertionError('unexpected type for keys: %s' % type(key).__name__)
     key = int(key) if isinstance(key, np.integer) else key
-    if _is_list(value):
-        return [key] * len(value), [_as_array(v) for v in value]
-    return [key], [_as_array(value)]
+    if _is_list(value) and not _is_rows(key, value, sparse_keys):
+        return [key] * len(value), [_value(key, v, sparse_keys) for v in value]
+    return [key], [_value(key, value, sparse_keys)]
+
+
+def _is_rows(key, v, sparse_keys):
+    """A ``(data, indices)`` pair standing for one value of a row_sparse key."""
+    return sparse_keys is not None and isinstance(v, tuple) and len(v) == 2 and key in sparse_keys
+
+
+def _value(key, v, sparse_keys):
+    if sparse_keys is not None and (_sparse.is_sparse(v) or _is_rows(key, v, sparse_keys)):
+        return v
+    return _as_array(v)
+
+
+def _split_sparse(keys, vals):
+    """Flat (keys, values) -> (dense keys, dense arrays, {key: [row_sparse values]})."""
+    if all(type(v) is np.ndarray for v in vals):
+        return keys, vals, {}
+    dk, dv, sp = [], [], {}
+    for k, v in zip(keys, vals):
+        if isinstance(v, np.ndarray):
+            dk.append(k)
+            dv.append(v)
+        else:
+            sp.setdefault(k, []).append(v)
+    both = set(dk).intersection(sp)
+    if both:
+        raise _pskv.InvalidArgument(
+            'the values of key %s mix dense and row_sparse arrays: all values of one key must '
+            'share one storage type' % _key_names(sorted(both, key=repr)))
+    return dk, dv, sp
+
+
+def _address(a):
+    """Where a numpy array's memory starts (calls in a batch on the same memory are
+    ordered by it)."""
+    return a.__array_interface__['data'][0]
 
 
 def _unique(keys):
@@ -80,26 +121,70 @@ def _key_names(keys):
     return ', '.join(repr(k) for k in _unique(keys))
 
 
-class _Op(object):
-    """One asynchronous call as the Python side tracks it: the numpy arrays it made
-    read-only until the call is waited for or has finished."""
-    __slots__ = ('what', 'keys', 'completion', 'locked', 'watched')
+def _annotated(e, text):
+    """`e` with `text` in its message (pskv errors, same type) or as a note (others)."""
+    if isinstance(e, _pskv.Error) and len(e.args) == 1:
+        new = type(e)('%s [%s]' % (e.args[0], text))
+        new.__cause__ = e.__cause__
+        return new.with_traceback(e.__traceback__)
+    if hasattr(e, 'add_note'):
+        e.add_note('pskv: ' + text)
+    return e
 
-    def __init__(self, what, keys, completion, locked, watched=()):
+
+class _Op(object):
+    """One call issued inside a batch, as the Python side tracks it: the numpy arrays
+    it made read-only and the memory it reads (`ins`) and writes (`outs`), until it is
+    waited for or has finished."""
+    __slots__ = ('what', 'keys', 'completion', 'locked', 'watched', 'ins', 'outs')
+
+    def __init__(self, what, keys, completion, locked, watched, ins, outs):
         self.what, self.keys, self.completion, self.locked = what, keys, completion, locked
-        self.watched = watched
+        self.watched, self.ins, self.outs = watched, ins, outs
+
+
+class _Batch(object):
+    """``with kv.batch():`` (see :meth:`KVStore.batch`)."""
+    __slots__ = ('_kv',)
+
+    def __init__(self, kv):
+        self._kv = kv
+
+    def __enter__(self):
+        tls = self._kv._tls
+        depth = getattr(tls, 'depth', 0)
+        if depth == 0:
+            tls.keys = {}  # the keys of the calls issued in this scope (ordered set)
+        tls.depth = depth + 1
+        return self._kv
+
+    def __exit__(self, exc_type, exc, tb):
+        tls = self._kv._tls
+        tls.depth -= 1
+        if tls.depth:
+            return False  # nested: the outermost scope waits
+        keys, tls.keys = list(tls.keys), None
+        if self._kv._kv is None or not keys:
+            return False
+        if exc is None:
+            self._kv.wait(keys)  # raises the first failure, naming the calls in flight
+            return False
+        try:  # the block raised: still wait, so that nothing is in flight after it
+            self._kv.wait(keys)
+        except Exception as e:  # noqa: BLE001 - the block's own exception goes first
+            if hasattr(exc, 'add_note'):
+                exc.add_note('pskv: the calls of the batch failed too: %s: %s' % (type(e).__name__, e))
+        return False
 
 
 class KVStore(object):
     """A key-value store of arrays, with MXNet's ``mx.kv.KVStore`` API.
 
-    Create it with :func:`pskv.create`, not directly. ``push``, ``pull`` and
-    ``pushpull`` schedule their work and return at once (MXNet's asynchronous
-    semantics); :meth:`wait` / :meth:`wait_all` block until it is done. Operations on
-    one key run in the order they were issued. Until an operation was waited for,
-    its numpy arrays are read-only (writes raise ``ValueError: assignment destination
-    is read-only``), and a ``pull``'s outputs hold their results only after the wait.
-    ``pskv.create(..., blocking=True)`` or ``PSKV_PY_SYNC=1``: every call waits.
+    Create it with :func:`pskv.create`, not directly. Every call is complete when it
+    returns: a ``pull``'s outputs hold the result and a ``push``'s inputs may be
+    reused. To issue many calls that travel together and are waited for once, issue
+    them inside ``with kv.batch():`` — the outputs hold their results when the block
+    ends (see :meth:`batch`).
 
     Parameters
     ----------
@@ -114,16 +199,21 @@ class KVStore(object):
     >>> kv.pushpull('w', np.ones(3, np.float32))
     """
 
-    def __init__(self, handle, blocking=False):
+    #: The capability :meth:`is_capable` knows (MXNet's ``KVStore.OPTIMIZER``).
+    OPTIMIZER = 'optimizer'
+
+    def __init__(self, handle):
         self._kv = handle
-        self._blocking = bool(blocking)
-        self._ops = []  # _Op not yet released, in issue order
+        self._tls = threading.local()  # this thread's batch scope: depth, keys
+        self._ops = []  # _Op issued in batches, not yet released, in issue order
         self._locks = {}  # id(array) -> [array, number of _Op holding it read-only]
+        self._mem = {}  # address -> [_Op using that memory] (batches: ordering by memory)
         self._misuse = []  # torch tensors modified in flight, raised by the next wait
         self._sweep_at = 64  # amortised sweeping of finished _Op (see _track)
         self._str_names = []  # string keys in first-init order = their int ids (as in C++)
         self._next_key = 0  # int keys handed out to Trainers sharing this store
         self._sparse = {}  # row_sparse key -> (shape, dtype), from init
+        self._warned_sparse = set()  # keys whose row_sparse pull outputs were ignored
 
     def _reserve_keys(self, n):
         """A range of n int keys for one Trainer (several may share a store; they
@@ -163,6 +253,28 @@ class KVStore(object):
         """
         return self._kv.num_workers
 
+    def is_capable(self, capability):
+        """Whether the store supports `capability` (MXNet's ``is_capable``).
+
+        Parameters
+        ----------
+        capability : str
+            ``'optimizer'`` (:attr:`OPTIMIZER`): the store can run an optimizer (every
+            pskv store can, on the servers in dist mode).
+
+        Returns
+        -------
+        bool
+
+        Raises
+        ------
+        ValueError
+            An unknown capability (MXNet's error).
+        """
+        if isinstance(capability, str) and capability.lower() == KVStore.OPTIMIZER:
+            return True
+        raise ValueError('Unknown capability: %s' % (capability,))
+
     # --- data
     def init(self, key, value):
         """Initialises keys with values (MXNet's ``init``); in dist mode rank 0's value wins.
@@ -171,19 +283,24 @@ class KVStore(object):
         ----------
         key : int, str, or list of int or str
             The key(s); all of one type. String keys get ids in first-init order.
-        value : numpy.ndarray or torch.Tensor, or list of them
-            One array per key (a list for a list of keys).
+        value : numpy.ndarray, torch.Tensor, RowSparseArray, or list of them
+            One array per key (a list for a list of keys). A row_sparse value (a
+            :class:`pskv.RowSparseArray` or a torch sparse tensor) makes a row_sparse key.
 
         Raises
         ------
         pskv.KeyError
             A key was initialised before.
         """
-        if not _is_list(key) and _sparse.is_sparse(value):
-            return self._init_row_sparse(key, value)
-        keys, vals = _flatten(key, value)
-        self._kv.init(keys, vals)
-        self._remember(keys)
+        keys, vals = _flatten(key, value, ())
+        keys, vals, sparse = _split_sparse(keys, vals)
+        if keys:
+            self._kv.init(keys, vals)
+            self._remember(keys)
+        for k, vs in sparse.items():
+            if len(vs) != 1:
+                raise _pskv.InvalidArgument('init of key %r: one value per key (got %d)' % (k, len(vs)))
+            self._init_row_sparse(k, vs[0])
 
     def _init_row_sparse(self, key, value):
         rsp = _sparse.row_sparse_array(value)
@@ -204,7 +321,106 @@ class KVStore(object):
                     self._str_names.append(k)
                     known.add(k)
 
-    # --- asynchronous calls: read-only arrays until released
+    # --- calls: complete when they return, or in flight until their batch ends
+    def batch(self):
+        """A scope whose calls travel together and are waited for once, at its end.
+
+        Inside ``with kv.batch():``, ``push``, ``pull``, ``pushpull`` and ``broadcast``
+        are issued and return at once, so P calls cost about one round trip instead
+        of P; when the block ends (also when it raises), pskv waits for every call
+        issued in it: then every output holds its result and every input may be
+        reused. The first failure of those calls is raised there (naming the calls in
+        flight); if the block itself raised, its exception goes on, with the calls'
+        failure added as a note.
+
+        Inside the block, results are not there yet: read outputs after it. pskv keeps
+        what it can see right: a call that reads or writes the memory of an earlier
+        call of the batch still in flight (the same array, or a tensor on the same
+        storage) first waits for that call, in the order issued, as MXNet's engine
+        did; numpy arrays of calls in flight are read-only (a write raises
+        ``ValueError``), and a torch tensor modified in place while its call was in
+        flight makes the end of the batch raise :class:`pskv.UsageError`.
+        Scopes nest (the outermost one waits) and belong to the thread that opened
+        them: another thread's calls on the same store stay complete on return.
+
+        Returns
+        -------
+        context manager
+            Entering it gives the store.
+
+        Examples
+        --------
+        >>> import numpy as np, pskv
+        >>> kv = pskv.create('local')
+        >>> kv.init([0, 1], [np.zeros(2, np.float32), np.zeros(2, np.float32)])
+        >>> grads = [np.ones(2, np.float32), np.full(2, 2, np.float32)]
+        >>> with kv.batch():
+        ...     for k, g in enumerate(grads):
+        ...         kv.pushpull(k, g)          # in flight: do not read g here
+        >>> grads[1].tolist()                  # the block ended: results are in
+        [2.0, 2.0]
+        """
+        return _Batch(self)
+
+    def _batching(self):
+        return getattr(self._tls, 'depth', 0) > 0
+
+    def _issued(self, keys):
+        """Keys of calls issued on the native store directly (the Trainer) inside this
+        thread's batch: its end waits for them too."""
+        if not self._batching():
+            raise _pskv.UsageError('internal: native calls issued outside a batch')
+        self._tls.keys.update(dict.fromkeys(keys))
+
+    def _order(self, ins, outs):
+        """In a batch: the addresses of `ins` and `outs`, after waiting for the calls
+        in flight that write memory this call reads, or use memory it writes."""
+        ia = [_address(a) for a in ins]
+        oa = [_address(a) for a in outs]
+        mem = self._mem
+        if mem:
+            keys = {}
+            for x in ia:
+                for op, writes in mem.get(x, ()):
+                    if writes:
+                        keys.update(dict.fromkeys(op.keys))
+            for x in oa:
+                for op, _ in mem.get(x, ()):
+                    keys.update(dict.fromkeys(op.keys))
+            if keys:
+                self.wait(list(keys))
+        return ia, oa
+
+    def _track(self, what, keys, completion, ins=(), outs=(), value=None, order=None):
+        """After a call was issued: outside a batch, wait for it (its failure is
+        raised here); inside one, note its keys and lock and watch its arrays
+        (`value`: what the user passed, for torch tensors; `order`: from _order)."""
+        if not self._batching():
+            try:
+                self._kv.wait(_unique(keys))
+            except Exception as e:  # noqa: BLE001 - re-raised naming the call
+                new = _annotated(e, '%s of key %s failed' % (what, _key_names(keys)))
+                if new is e:
+                    raise
+                raise new from None
+            return
+        self._tls.keys.update(dict.fromkeys(keys))
+        if completion is None:
+            return  # nothing of the caller's in flight (row_sparse pushes copy their rows)
+        ops = self._ops
+        # Cheap: the oldest calls usually finish first; everything now and then.
+        while ops and ops[0].completion.done:
+            self._release(ops.pop(0))
+        ia, oa = order
+        op = _Op(what, keys, completion, self._lock(list(ins) + list(outs)), _torch_watch(value), ia, oa)
+        for x in ia:
+            self._mem.setdefault(x, []).append((op, False))
+        for x in oa:
+            self._mem.setdefault(x, []).append((op, True))
+        ops.append(op)
+        if len(ops) >= self._sweep_at:
+            self._sweep()
+
     def _lock(self, arrays):
         locked = []
         seen = set()
@@ -229,9 +445,8 @@ class KVStore(object):
             if t._version != version and len(self._misuse) < 8:
                 self._misuse.append(
                     '%s of key %s: a torch tensor given to it was modified in place before the '
-                    'call was waited for (its version went from %d to %d): what was pushed or '
-                    'pulled may be wrong. Call kv.wait(key) or kv.wait_all() before modifying '
-                    'it, or pass a copy (tensor.clone())' %
+                    'batch ended (its version went from %d to %d): what was pushed or pulled may '
+                    'be wrong. Modify it after the batch, or pass a copy (tensor.clone())' %
                     (op.what, _key_names(op.keys), version, t._version))
         for a in op.locked:
             held = self._locks[id(a)]
@@ -242,27 +457,12 @@ class KVStore(object):
                     a.flags.writeable = True
                 except ValueError:  # its base became read-only meanwhile: leave it so
                     pass
-
-    def _check_outs(self, outs):
-        for o in outs:
-            if not o.flags.writeable and id(o) not in self._locks:
-                raise _pskv.InvalidArgument(
-                    'an output array is read-only (numpy flags.writeable is False, e.g. np.frombuffer of '
-                    'bytes): pass a writable array, e.g. a copy')
-
-    def _track(self, what, keys, completion, inputs, outs, watch=()):
-        """After a call was scheduled: wait (blocking store) or lock its arrays (and
-        watch its torch tensors: `watch`, from _torch_watch)."""
-        if self._blocking:
-            self._kv.wait(_unique(keys))
-            return
-        ops = self._ops
-        # Cheap: the oldest calls usually finish first; everything now and then.
-        while ops and ops[0].completion.done:
-            self._release(ops.pop(0))
-        ops.append(_Op(what, keys, completion, self._lock(list(inputs) + list(outs)), watch))
-        if len(ops) >= self._sweep_at:
-            self._sweep()
+        for x in set(op.ins).union(op.outs):
+            users = self._mem.get(x)
+            if users is not None:
+                users[:] = [u for u in users if u[0] is not op]
+                if not users:
+                    del self._mem[x]
 
     def _sweep(self, waited=None):
         """Releases finished calls, and calls whose keys are all in `waited` (a set;
@@ -285,8 +485,8 @@ class KVStore(object):
 
     @property
     def pending(self):
-        """The number of push/pull/pushpull calls whose arrays pskv still uses
-        (issued, not finished): their arrays are kept alive by the store.
+        """The number of calls whose arrays pskv still uses (issued in a batch, not
+        finished): their arrays are kept alive by the store.
 
         Returns
         -------
@@ -298,17 +498,17 @@ class KVStore(object):
         """Pushes values; the values of one key are summed (over devices, and over
         workers in dist mode) and applied by the updater or optimizer, if any.
 
-        Schedules the push and returns at once. `value` is read later: do not modify
-        it until :meth:`wait` of the key (or :meth:`wait_all`) returned; numpy arrays
-        are read-only until then (a write raises ``ValueError``). A blocking store
-        (``PSKV_PY_SYNC=1``) waits here.
+        When it returns the push is done and `value` may be reused (in a
+        :meth:`batch`: when the batch ends).
 
         Parameters
         ----------
         key : int, str, or list of int or str
             The key(s); each must have been initialised.
-        value : array, list of arrays, or list of lists of arrays
+        value : array, RowSparseArray, list of them, or list of lists
             One array per key, or a list of arrays per key (several devices, summed).
+            Row_sparse values (:class:`pskv.RowSparseArray`, torch sparse tensors,
+            ``(data, indices)`` pairs of a row_sparse key) may stand in the lists.
         priority : int, optional
             Higher priorities are sent first (MXNet's hint).
 
@@ -319,21 +519,19 @@ class KVStore(object):
         pskv.ShapeError
             A value's shape or dtype differs from the key's.
         """
-        def sparse_like(v):
-            return _sparse.is_sparse(v) or (isinstance(v, tuple) and key in self._sparse)
-        if not _is_list(key) and (sparse_like(value) or
-                                  (isinstance(value, list) and value and sparse_like(value[0]))):
-            vals = value if isinstance(value, list) else [value]
-            rsps = [self._rsp_of(key, v) for v in vals]
-            shape = list(self._sparse[key][0]) if key in self._sparse else list(rsps[0].shape)
-            self._kv.push_row_sparse([key], shape, [(r.indices, r.data) for r in rsps], priority)
-            if self._blocking:  # the rows were copied: only the blocking store waits
-                self._kv.wait([key])
+        keys, vals = _flatten(key, value, self._sparse)
+        keys, vals, sparse = _split_sparse(keys, vals)
+        for k, vs in sparse.items():
+            rsps = [self._rsp_of(k, v) for v in vs]
+            shape = list(self._sparse[k][0]) if k in self._sparse else list(rsps[0].shape)
+            # The rows are copied: nothing of the caller's stays in flight.
+            self._kv.push_row_sparse([k], shape, [(r.indices, r.data) for r in rsps], priority)
+            self._track('push', [k], None)
+        if not keys:
             return
-        keys, vals = _flatten(key, value)
-        watch = _torch_watch(value)
+        order = self._order(vals, ()) if self._batching() else None
         c = self._kv.push(keys, vals, priority)
-        self._track('push', keys, c, vals, (), watch)
+        self._track('push', keys, c, vals, (), value, order)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         """Pulls rows `row_ids` of a row_sparse key (MXNet's ``row_sparse_pull``) and
@@ -402,13 +600,10 @@ class KVStore(object):
         return result if _is_list(out) or (out is None and _is_list(row_ids)) else result[0]
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
-        """Pulls the current values of keys into `out`, in place; returns at once.
+        """Pulls the current values of keys into `out`, in place.
 
-        `out` holds the values after :meth:`wait` of the key (or :meth:`wait_all`)
-        returned: numpy cannot delay a read, so reading it earlier reads old bytes.
-        Until then numpy outputs are read-only (a write raises ``ValueError``). The
-        pull sees every push of the key issued before it. A blocking store
-        (``PSKV_PY_SYNC=1``) waits here.
+        When it returns, `out` holds the values (in a :meth:`batch`: when the batch
+        ends). The pull sees every push of the key issued before it.
 
         Parameters
         ----------
@@ -419,22 +614,40 @@ class KVStore(object):
         priority : int, optional
             Higher priorities are served first.
         ignore_sparse : bool, optional
-            Accepted for MXNet compatibility; pskv has no sparse arrays.
+            True (MXNet's default): row_sparse outputs (RowSparseArray, torch sparse
+            tensors) in `out` are skipped, with a warning once per key — pull their
+            rows with :meth:`row_sparse_pull`. False: such an output is an error.
+
+        Raises
+        ------
+        pskv.UsageError
+            A row_sparse output with ``ignore_sparse=False``.
         """
         assert out is not None, 'pull needs out'
-        keys, outs = _flatten(key, out)
-        self._check_outs(outs)
-        watch = _torch_watch(out)
-        c = self._kv.pull(keys, outs, priority, False)
-        self._track('pull', keys, c, (), outs, watch)
+        keys, outs = _flatten(key, out, self._sparse)
+        keys, outs, sparse = _split_sparse(keys, outs)
+        if sparse:
+            if not ignore_sparse:
+                raise _pskv.UsageError(
+                    'pull of key %s into a row_sparse output: pull fills dense arrays only; use '
+                    'kv.row_sparse_pull(key, out, row_ids=...) for rows, or ignore_sparse=True to '
+                    'skip such outputs' % _key_names(list(sparse)))
+            new = [k for k in sparse if k not in self._warned_sparse]
+            if new:
+                self._warned_sparse.update(new)
+                warnings.warn('pskv: pull of key %s: row_sparse outputs ignored (ignore_sparse=True); '
+                              'use kv.row_sparse_pull for their rows' % _key_names(new), stacklevel=2)
+        if not keys:
+            return
+        order = self._order((), outs) if self._batching() else None
+        c = self._kv.pull(keys, outs, priority, True)
+        self._track('pull', keys, c, (), outs, out, order)
 
     def pushpull(self, key, value, out=None, priority=0):
-        """Pushes `value` and pulls the result into `out` in one round trip per key;
-        returns at once.
+        """Pushes `value` and pulls the result into `out` in one round trip per key.
 
-        `out` (`value` when None) holds the result after :meth:`wait` of the key (or
-        :meth:`wait_all`); until then `value` and `out` must not be modified (numpy
-        arrays are read-only) nor `out` read. A blocking store waits here.
+        When it returns, `out` (`value` when None) holds the result and `value` may be
+        reused (in a :meth:`batch`: when the batch ends).
 
         Parameters
         ----------
@@ -447,21 +660,22 @@ class KVStore(object):
         priority : int, optional
             Higher priorities are served first.
         """
-        keys, vals = _flatten(key, value)
+        keys, vals = _flatten(key, value, self._sparse)
+        if any(type(v) is not np.ndarray for v in vals):
+            raise _pskv.UsageError('pushpull of key %s with row_sparse values: use push, then '
+                                   'row_sparse_pull for the rows' % _key_names(keys))
         if out is None:
             okeys, outs = keys, vals
         else:
             okeys, outs = _flatten(key, out)
-        self._check_outs(outs)
-        watch = _torch_watch(value, out)
-        c = self._kv.pushpull(keys, vals, okeys, outs, priority, False)
-        self._track('pushpull', keys + okeys, c, vals, outs, watch)
+        order = self._order(vals, outs) if self._batching() else None
+        c = self._kv.pushpull(keys, vals, okeys, outs, priority, True)
+        self._track('pushpull', keys + okeys, c, vals, outs, (value, out), order)
 
     def broadcast(self, key, value, out, priority=0):
         """Initialises keys with `value` (rank 0's in dist mode) and pulls them into `out`.
 
-        The pull is asynchronous as :meth:`pull`: `out` holds the values after
-        :meth:`wait` / :meth:`wait_all`.
+        When it returns, `out` holds the values (in a :meth:`batch`: when the batch ends).
 
         Parameters
         ----------
@@ -475,6 +689,8 @@ class KVStore(object):
             Higher priorities are served first.
         """
         keys, vals = _flatten(key, value)
+        if self._batching():
+            self._order(vals, ())  # init reads `value` now
         try:
             self._kv.init(keys, vals)
             self._remember(keys)
@@ -484,8 +700,9 @@ class KVStore(object):
         self.pull(key, out=out, priority=priority)
 
     def wait(self, key=None):
-        """Blocks until the scheduled operations on `key` (all keys if None) are done:
-        then pulled outputs hold their values and pushed arrays may be modified.
+        """Blocks until the calls issued on `key` (all keys if None) are done. Calls
+        are done when they return, or when their :meth:`batch` ends: this is only
+        needed to read a result inside a batch.
 
         Parameters
         ----------
@@ -495,13 +712,13 @@ class KVStore(object):
         Raises
         ------
         pskv.Error
-            The first error of an operation on the keys (an updater's exception too),
+            The first error of a call on the keys (an updater's exception too),
             naming the calls that were in flight on them.
         pskv.TimeoutError
             ``PSKV_TIMEOUT`` passed.
         pskv.UsageError
-            A torch tensor of a call was modified in place before that call was
-            waited for (raised by the first wait after pskv noticed it).
+            A torch tensor of a call was modified in place while the call was in
+            flight (raised by the first wait after pskv noticed it).
         """
         if key is None:
             return self.wait_all()
@@ -519,12 +736,12 @@ class KVStore(object):
         self._raise_misuse()
 
     def wait_all(self):
-        """Blocks until every scheduled operation is done (MXNet's ``mx.nd.waitall()``).
+        """Blocks until every call issued is done (MXNet's ``mx.nd.waitall()``).
 
         Raises
         ------
         pskv.Error
-            The first error of a scheduled operation, naming the calls in flight.
+            The first error of a call, naming the calls in flight.
         """
         try:
             self._kv.wait_all()
@@ -545,16 +762,8 @@ class KVStore(object):
     def _with_ops(self, e, keys):
         """`e` with the calls in flight on `keys` in its message (pskv errors) or a note."""
         what = self._in_flight(keys)
-        if not what:
-            return e
-        text = 'in flight when the wait failed: ' + what
-        if isinstance(e, _pskv.Error) and len(e.args) == 1:
-            new = type(e)('%s [%s]' % (e.args[0], text))
-            new.__cause__ = e.__cause__
-            return new.with_traceback(e.__traceback__)
-        if hasattr(e, 'add_note'):
-            e.add_note('pskv: ' + text)
-        return e
+        return _annotated(e, 'in flight when the wait failed: ' + what) if what else e
+
 
     # --- updates
     def set_optimizer(self, optimizer):
@@ -570,7 +779,8 @@ class KVStore(object):
             optimizer = opt_mod.create(optimizer)
         if not isinstance(optimizer, Optimizer):
             raise TypeError('set_optimizer needs a pskv.optimizer.Optimizer')
-        self._kv.set_optimizer(optimizer.name, optimizer.params())
+        ids = {name: i for i, name in enumerate(self._str_names)}
+        self._kv.set_optimizer(optimizer.name, optimizer.params(ids))
 
     def set_updater(self, updater):
         """Runs a Python function on every push (non-dist stores), instead of an optimizer.
@@ -717,16 +927,19 @@ def create(name='local', blocking=None):
     In a process started with DMLC_ROLE=server or scheduler, a dist type runs that
     role until the job ends and then exits (as ``import mxnet`` did).
 
+    Every call of the store is complete when it returns (its outputs hold the result,
+    its inputs may be reused); :meth:`KVStore.batch` issues many calls that travel
+    together and are waited for once.
+
     Parameters
     ----------
     name : str, optional
         ``'local'``, ``'device'``, ``'dist_sync'``, ``'dist_async'``, ``'dist_sync_device'``,
         ``'dist_async_device'`` (``'dist'`` means ``'dist_sync'``).
     blocking : bool, optional
-        True: ``push``, ``pull`` and ``pushpull`` wait for their keys before returning
-        (results readable at once, inputs reusable at once; one round trip per call).
-        False: they return at once (MXNet's semantics; :meth:`KVStore.wait`). Default:
-        ``PSKV_PY_SYNC`` (0: False).
+        Accepted for code written for pskv 0.2: True (calls complete on return) is what
+        every store does; False (calls that return before their results land, read
+        after ``kv.wait``) is refused: use ``with kv.batch():`` instead.
 
     Returns
     -------
@@ -736,16 +949,22 @@ def create(name='local', blocking=None):
     ------
     pskv.InvalidArgument
         An unknown type (the message lists the valid ones).
+    pskv.UsageError
+        ``blocking=False``.
     """
     if not isinstance(name, str):
         raise TypeError('name must be a string')
+    if blocking is not None and not blocking:
+        raise _pskv.UsageError(
+            'pskv.create(blocking=False) is gone: calls that return before their results land let '
+            'a read see old values silently. Every call now completes when it returns; to issue many '
+            'calls that travel together, issue them inside "with kv.batch():" (their results are in '
+            'when the block ends)')
     if 'dist' in name.lower() and _pskv.role() in ('server', 'scheduler'):
         sys.stdout.flush()
         sys.stderr.flush()
         sys.exit(_pskv.run_role())
     _close_deferred()
-    if blocking is None:
-        blocking = _pskv.python_sync()
-    kv = KVStore(_pskv.KVStore.create(name), blocking=blocking)
+    kv = KVStore(_pskv.KVStore.create(name))
     _open_stores.add(kv)
     return kv

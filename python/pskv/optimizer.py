@@ -22,14 +22,25 @@ class Optimizer(object):
         Keep float32 master weights for float16 parameters.
     lr_scheduler : pskv.lr_scheduler.LRScheduler, optional
         A learning-rate schedule.
+    param_idx2name : dict of int to str, optional
+        Names of the int keys (MXNet's): multipliers given by name apply to the key of
+        that name, and :meth:`set_wd_mult` zeroes the weight decay of every named key
+        whose name ends neither in ``_weight`` nor ``_gamma`` (biases, BatchNorm's beta).
     **kwargs
         Parameters of the specific optimizer (momentum, ...).
     """
     name = None
 
     def __init__(self, learning_rate=0.01, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-                 multi_precision=False, lr_scheduler=None, **kwargs):
+                 multi_precision=False, lr_scheduler=None, param_idx2name=None, **kwargs):
+        for k in ('lr_mult', 'wd_mult'):
+            if k in kwargs:
+                raise _pskv.InvalidArgument('%s is not a constructor parameter: call optimizer.set_%s({key: mult})'
+                                            % (k, k))
         self.kwargs = dict(kwargs)
+        self.idx2name = dict(param_idx2name or {})
+        self.lr_mult = {}  # key (int) or name (str) -> multiplier of the learning rate
+        self.wd_mult = {}  # likewise for the weight decay
         self.learning_rate = learning_rate
         self.wd = wd
         self.rescale_grad = rescale_grad
@@ -37,8 +48,13 @@ class Optimizer(object):
         self.multi_precision = multi_precision
         self.lr_scheduler = lr_scheduler
 
-    def params(self):
+    def params(self, key_ids=None):
         """The parameters the C++ core receives.
+
+        Parameters
+        ----------
+        key_ids : dict of str to int, optional
+            A store's string keys and their int ids (for multipliers given by name).
 
         Returns
         -------
@@ -51,7 +67,76 @@ class Optimizer(object):
         p.update(self.kwargs)
         if self.lr_scheduler is not None:
             p.update(self.lr_scheduler.params(self.learning_rate))
-        return {k: _fmt(v) for k, v in p.items()}
+        p = {k: _fmt(v) for k, v in p.items()}
+        lr, wd = self._mults(key_ids)
+        for name, table in (('lr_mult', lr), ('wd_mult', wd)):
+            if table:
+                p[name] = ','.join('%d:%r' % (k, v) for k, v in sorted(table.items()))
+        return p
+
+    def set_lr_mult(self, args_lr_mult):
+        """Per-key multipliers of the learning rate (MXNet's ``set_lr_mult``): key k
+        is updated with ``learning_rate * lr_mult[k]``, on the servers too. Replaces the
+        multipliers set before.
+
+        Parameters
+        ----------
+        args_lr_mult : dict
+            ``{key: mult}``: keys are the store's keys (ints, or the strs a store was
+            initialised with), or names of `param_idx2name`.
+        """
+        self.lr_mult = _check_mults('lr_mult', args_lr_mult, lambda m: True)
+
+    def set_wd_mult(self, args_wd_mult):
+        """Per-key multipliers of the weight decay (MXNet's ``set_wd_mult``). As in
+        MXNet, a key named in `param_idx2name` whose name ends neither in ``_weight`` nor
+        ``_gamma`` gets 0 unless `args_wd_mult` says otherwise. Replaces the multipliers
+        set before.
+
+        Parameters
+        ----------
+        args_wd_mult : dict
+            ``{key: mult}`` (multipliers >= 0), keys as in :meth:`set_lr_mult`.
+        """
+        mults = {n: 0.0 for n in self.idx2name.values() if not n.endswith(('_weight', '_gamma'))}
+        mults.update(_check_mults('wd_mult', args_wd_mult, lambda m: m >= 0))
+        self.wd_mult = mults
+
+    def _get_lr(self, index):
+        """The learning rate of key `index` before any schedule: ``learning_rate``
+        times its multiplier (MXNet's ``_get_lr``)."""
+        return self.learning_rate * self._mult(self.lr_mult, index)
+
+    def _get_wd(self, index):
+        """The weight decay of key `index`: ``wd`` times its multiplier."""
+        return self.wd * self._mult(self.wd_mult, index)
+
+    def _mult(self, table, index):
+        if index in table:
+            return table[index]
+        name = self.idx2name.get(index)
+        return table.get(name, 1.0) if name is not None else 1.0
+
+    def _mults(self, key_ids=None):
+        """The multipliers by int key: names resolved through `param_idx2name`, then
+        `key_ids` (a store's {str key: int id}). A name neither knows is an error: it
+        would silently apply to nothing."""
+        name_to_idx = {n: i for i, n in self.idx2name.items()}
+        ids = dict(key_ids or {})
+        out = []
+        for what, table in (('lr_mult', self.lr_mult), ('wd_mult', self.wd_mult)):
+            resolved = {}
+            for k, m in table.items():
+                if isinstance(k, str):
+                    i = name_to_idx.get(k, ids.get(k))
+                    if i is None:
+                        raise _pskv.UsageError(
+                            '%s of %r: no key has that name. Name keys with param_idx2name=, or init the '
+                            'string keys before set_optimizer (their multipliers travel with it)' % (what, k))
+                    k = i
+                resolved[int(k)] = float(m)
+            out.append(resolved)
+        return out
 
     def create_updater(self):
         """A local updater running this optimizer on numpy arrays.
@@ -69,6 +154,21 @@ class Optimizer(object):
 
     def __repr__(self):
         return '%s(%s)' % (type(self).__name__, self.params())
+
+
+def _check_mults(what, mults, ok):
+    if not isinstance(mults, dict):
+        raise TypeError('%s must be a dict {key: multiplier}' % what)
+    out = {}
+    for k, m in mults.items():
+        if isinstance(k, bool) or not isinstance(k, (int, str)):
+            raise TypeError('%s: keys are ints or strs, got %r' % (what, k))
+        m = float(m)
+        if m != m or m in (float('inf'), float('-inf')) or not ok(m):
+            raise _pskv.InvalidArgument('%s of %r must be finite%s, got %r' % (
+                what, k, ' and >= 0' if what == 'wd_mult' else '', m))
+        out[k] = m
+    return out
 
 
 def _fmt(v):

@@ -1,4 +1,4 @@
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -13,10 +13,16 @@ class Optimizer:
     multi_precision: bool
     lr_scheduler: Optional[LRScheduler]
     kwargs: dict[str, Any]
+    idx2name: dict[int, str]
+    lr_mult: dict[Union[int, str], float]
+    wd_mult: dict[Union[int, str], float]
     def __init__(self, learning_rate: float = ..., wd: float = ..., rescale_grad: float = ...,
                  clip_gradient: Optional[float] = ..., multi_precision: bool = ...,
-                 lr_scheduler: Optional[LRScheduler] = ..., **kwargs: Any) -> None: ...
-    def params(self) -> dict[str, str]: ...
+                 lr_scheduler: Optional[LRScheduler] = ..., param_idx2name: Optional[dict[int, str]] = ...,
+                 **kwargs: Any) -> None: ...
+    def params(self, key_ids: Optional[dict[str, int]] = ...) -> dict[str, str]: ...
+    def set_lr_mult(self, args_lr_mult: dict[Union[int, str], float]) -> None: ...
+    def set_wd_mult(self, args_wd_mult: dict[Union[int, str], float]) -> None: ...
     def create_updater(self) -> Callable[[int, np.ndarray, np.ndarray], None]: ...
 
 class SGD(Optimizer):

@@ -241,6 +241,14 @@ class Trainer(object):
         params_cfg = optimizer.params()
         params_cfg.pop('lr_mult', None)
         params_cfg.pop('wd_mult', None)
+        # The optimizer's own multipliers (set_lr_mult/set_wd_mult) are by parameter
+        # index, as Gluon's; they multiply those of the groups and attributes.
+        for table, opt_table in zip((lr_mult, wd_mult), optimizer._mults()):
+            for i, m in opt_table.items():
+                if not 0 <= i < P:
+                    raise _pskv.InvalidArgument('optimizer multiplier of index %d: the Trainer has %d parameters '
+                                                '(indices 0..%d)' % (i, P, P - 1))
+                table[i] = table.get(i, 1.0) * m
         if lr_mult:
             params_cfg['lr_mult'] = _fmt_mults({self._keys[i]: v for i, v in lr_mult.items()})
         if wd_mult:
@@ -259,7 +267,7 @@ class Trainer(object):
             self._updater = _pskv.Optimizer(self._name, self._config())
 
         # Rank 0's initial weights and buffers become everyone's.
-        with _torch.no_grad():
+        with _torch.no_grad(), self.kv.batch():  # every broadcast in flight together
             for i, (k, p) in enumerate(zip(self._keys, self._params)):
                 if i in self._sparse_set:  # every row: rank 0's table becomes everyone's
                     rows = np.arange(p.shape[0], dtype=np.int64)
@@ -269,7 +277,6 @@ class Trainer(object):
                 self.kv.broadcast(k, p.data, out=p.data)
             for k, b in zip(self._buf_keys, self._buffers):
                 self.kv.broadcast(k, b.data, out=b.data)
-            self.kv.wait(self._keys + self._buf_keys)  # one wait for every broadcast
         self._out = [np.empty(tuple(p.shape), dtype=_np(p).dtype) for p in self._params]
         self._buf_out = [np.empty(tuple(b.shape), dtype=_np(b).dtype) for b in self._buffers]
         self._versions = [p._version for p in self._params]
@@ -521,47 +528,15 @@ class Trainer(object):
             if ratio != 1.0 and any(self._pushed):
                 raise _pskv.UsageError('step(batch_size) differs from the scale the gradients were pushed with in '
                                        'backward; with push_in_backward=True keep the batch size constant')
-            # Everything of the step is issued before one wait: the dense push-pulls,
-            # the sparse pushes, the buffers and the sparse row pulls (ordered after
-            # their key's push by the store).
+            # Everything of the step is issued in one batch, waited for when it ends:
+            # the dense push-pulls, the sparse pushes, the buffers and the sparse row
+            # pulls (ordered after their key's push by the store).
             # The new weights are pulled straight into the parameters (no buffer, no
             # copy after the wait), and the small parameters (biases, norms) go in one
             # call, which a dist store fuses into few messages; big ones keep one call
             # each with their own priority.
-            pushed_rows = {}
-            direct = set()
-            small_keys, small_grads, small_outs, small_prio = [], [], [], None
-            for i in reversed(self._active()):
-                if i in self._sparse_set:
-                    pushed_rows[i] = self._push_sparse(i, ratio)
-                elif not self._pushed[i]:
-                    g = self._grad(i, ratio)
-                    w = self._params[i].data
-                    if not (w.is_contiguous() and w.dtype == g.dtype):
-                        self._push(i, g)
-                        continue
-                    self._hold[i] = g
-                    direct.add(i)
-                    if g.numel() * g.element_size() <= _small_param_bytes(self.kv._kv):
-                        small_keys.append(self._keys[i])
-                        small_grads.append(_np(g))
-                        small_outs.append(_np(w))
-                        small_prio = i if small_prio is None else max(small_prio, i)
-                    else:
-                        self.kv._kv.pushpull([self._keys[i]], [_np(g)], [self._keys[i]], [_np(w)], i)
-            if small_keys:
-                self.kv._kv.pushpull(small_keys, small_grads, small_keys, small_outs, small_prio)
-            self._issue_buffers()
-            rows_pending = {}
-            for i, rows in pushed_rows.items():
-                want = rows
-                if isinstance(row_ids, dict):
-                    want = row_ids.get(self._params[i], rows)
-                elif row_ids is not None:
-                    want = row_ids
-                want = np.asarray(want, dtype=np.int64).reshape(-1)
-                rows_pending[i] = self.kv._row_sparse_start(self._keys[i], want, i)
-            self.kv.wait(self._keys + self._buf_keys)
+            with self.kv.batch():
+                rows_pending, direct = self._issue_step(ratio, row_ids)
             with _torch.no_grad():
                 for i in self._active():
                     if i not in self._sparse_set and i not in direct:
@@ -570,6 +545,46 @@ class Trainer(object):
                 self._apply_rows(i, pending)
         self._finish_buffers()
         self._finish()
+
+    def _issue_step(self, ratio, row_ids):
+        """Issues a uok step's calls (inside a batch); returns (the row pulls pending,
+        the parameters whose new weights are pulled straight into them)."""
+        pushed_rows = {}
+        direct = set()
+        small_keys, small_grads, small_outs, small_prio = [], [], [], None
+        for i in reversed(self._active()):
+            if i in self._sparse_set:
+                pushed_rows[i] = self._push_sparse(i, ratio)
+            elif not self._pushed[i]:
+                g = self._grad(i, ratio)
+                w = self._params[i].data
+                if not (w.is_contiguous() and w.dtype == g.dtype):
+                    self._push(i, g)
+                    continue
+                self._hold[i] = g
+                direct.add(i)
+                if g.numel() * g.element_size() <= _small_param_bytes(self.kv._kv):
+                    small_keys.append(self._keys[i])
+                    small_grads.append(_np(g))
+                    small_outs.append(_np(w))
+                    small_prio = i if small_prio is None else max(small_prio, i)
+                else:
+                    self.kv._kv.pushpull([self._keys[i]], [_np(g)], [self._keys[i]], [_np(w)], i)
+        if small_keys:
+            self.kv._kv.pushpull(small_keys, small_grads, small_keys, small_outs, small_prio)
+        self._issue_buffers()
+        rows_pending = {}
+        for i, rows in pushed_rows.items():
+            want = rows
+            if isinstance(row_ids, dict):
+                want = row_ids.get(self._params[i], rows)
+            elif row_ids is not None:
+                want = row_ids
+            want = np.asarray(want, dtype=np.int64).reshape(-1)
+            rows_pending[i] = self.kv._row_sparse_start(self._keys[i], want, i)
+        # Calls issued on the native store (and by backward hooks): the batch's end waits for them.
+        self.kv._issued(self._keys + self._buf_keys)
+        return rows_pending, direct
 
     def allreduce_grads(self):
         """Sums .grad over all workers, in place (update_on_kvstore=False only); then
@@ -602,7 +617,7 @@ class Trainer(object):
 
     def _allreduce(self, ratio_for_push):
         """Non-uok: the summed gradients end up in .grad."""
-        with _torch.no_grad():
+        with _torch.no_grad(), self.kv.batch():
             for i in reversed(self._active()):
                 p = self._params[i]
                 if self._pushed[i]:
@@ -614,8 +629,9 @@ class Trainer(object):
                 self._hold[i] = p.grad
                 g = _np(p.grad)
                 self.kv._kv.pushpull([self._keys[i]], [g], [self._keys[i]], [g], i)
-            self._issue_buffers()  # with the gradients: one wait for all
-            self.kv.wait(self._keys + self._buf_keys)
+            self._issue_buffers()  # with the gradients: one wait for all, when the batch ends
+            self.kv._issued(self._keys + self._buf_keys)
+        with _torch.no_grad():
             for i in self._active():
                 if self._pushed[i]:
                     self._params[i].grad = _torch.from_numpy(self._out[i].copy())

@@ -283,9 +283,6 @@ PYBIND11_MODULE(_pskv, m) {
       },
       "Runs this process's server/scheduler role until the job ends; returns the exit status.");
   m.def("valid_types", &KVStore::ValidTypes);
-  m.def(
-      "python_sync", [] { return Options::FromEnv().python_sync; },
-      "PSKV_PY_SYNC: push/pull/pushpull wait before returning.");
 
   py::class_<Completion>(m, "Completion")
       .def_property_readonly(

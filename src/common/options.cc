@@ -175,7 +175,6 @@ Options Options::FromEnv() {
   ReadInt("PSKV_DROP_MSG", &o.drop_percent, 0, 100);
   if (const char* v = Get("PSKV_STRICT_ROUNDS"))
     o.strict_rounds = ParseInt("PSKV_STRICT_ROUNDS", v, 0, 1) != 0;
-  if (const char* v = Get("PSKV_PY_SYNC")) o.python_sync = ParseInt("PSKV_PY_SYNC", v, 0, 1) != 0;
   ReadSeconds("PSKV_STALL_WARNING", &o.stall_warning);
   if (const char* v = Get("PSKV_SUM_ORDER")) {
     const std::string s = v;

@@ -225,6 +225,9 @@ def test_updater_exception_reaches_caller(kv):
         raise ValueError('updater failed on %s' % key)
 
     kv.set_updater(bad)
-    kv.push(0, ones())
+    with pytest.raises(ValueError, match='updater failed on 0') as e:
+        kv.push(0, ones())  # the call is complete when it returns: its failure is its own
+    assert 'push of key 0 failed' in '\n'.join(getattr(e.value, '__notes__', []))
     with pytest.raises(ValueError, match='updater failed on 0'):
-        kv.wait(0)
+        with kv.batch():  # in a batch: raised when the batch ends
+            kv.push(0, ones())
