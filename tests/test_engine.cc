@@ -4,6 +4,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "kvstore/engine.h"
@@ -200,4 +201,23 @@ TEST(Engine, AFailureStartedHereIsReportedByWait) {
   EXPECT_NO_THROW(e.Push(
       {3}, 0, [](Engine::Done) { throw UsageError("boom"); }, true));
   EXPECT_THROW(e.Wait(nullptr, 10s), UsageError);
+}
+
+// Issue 22 item 5: an updater (an operation on the engine's thread) that waits for
+// the store waited for itself until the timeout; now it is a UsageError at once.
+TEST(Engine, WaitFromInsideAnOperationIsAUsageError) {
+  Engine e;
+  std::string inner;
+  e.PushSync({1}, 0, [&] {
+    try {
+      e.Wait(nullptr, std::chrono::seconds(30));
+    } catch (const UsageError& err) {
+      inner = err.what();
+    }
+    EXPECT_THROW(e.WaitIdle(nullptr, std::chrono::seconds(30)), UsageError);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  e.Wait(nullptr, std::chrono::seconds(30));  // from outside: fine
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_NE(inner.find("updater"), std::string::npos) << inner;
 }

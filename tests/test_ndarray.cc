@@ -122,3 +122,21 @@ TEST(NDArray, LargerThan2GiBWorks) {
   EXPECT_EQ(a.At(n - 1), 7.0);
   EXPECT_EQ(a.nbytes(), static_cast<size_t>(n));
 }
+
+// Issue 22 item 5: a shape whose byte size wraps (2^53 x 256 float64 is 2^64 bytes,
+// i.e. 0) allocated 64 bytes and let rows be copied before them.
+TEST(NDArray, ByteSizesThatOverflowAreShapeErrors) {
+  const int64_t big = int64_t{1} << 53;
+  EXPECT_THROW(NDArray({big, 256}, DType::kFloat64), ShapeError);
+  EXPECT_THROW(NumBytes({big, 256}, DType::kFloat64), ShapeError);
+  EXPECT_THROW(NDArray({int64_t{1} << 62, 2}, DType::kInt8), ShapeError);  // elements: 2^63
+  // A zero dimension does not hide an overflowing row size.
+  EXPECT_THROW(NumElements({0, int64_t{1} << 40, int64_t{1} << 40}), ShapeError);
+  EXPECT_THROW(NDArray({0, int64_t{1} << 61}, DType::kFloat64), ShapeError);
+  float x = 0;
+  EXPECT_THROW(NDArray::Wrap(&x, {int64_t{1} << 62, 4}, DType::kFloat32), ShapeError);
+  EXPECT_EQ(NumBytes({3, 5}, DType::kFloat64), 120u);
+  EXPECT_EQ(NumBytes({0, 5}, DType::kFloat64), 0u);
+  NDArray a({4});
+  EXPECT_THROW(a.Slice1D(INT64_MAX, 2), InvalidArgument);  // begin + count wrapped
+}

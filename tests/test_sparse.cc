@@ -61,6 +61,27 @@ INSTANTIATE_TEST_SUITE_P(Types, SparseStores, ::testing::Values("local", "device
 
 // MXNet test_row_sparse_pull: init ones, pull random (repeating, unsorted, 2-D) row
 // ids into 1..3 outputs: requested rows are 1, all others 0.
+// Issue 22 item 5: (2^53, 256) float64 passed the element-count check, its bytes
+// wrapped to 0 and the local store copied a 2 KiB row before a 64-byte block.
+TEST(RowSparseArray, ShapesWhoseBytesOverflowAreShapeErrors) {
+  const Shape huge = {int64_t{1} << 53, 256};
+  EXPECT_THROW(RowSparseNDArray(huge, DType::kFloat64), ShapeError);
+  NDArray ids({1}, DType::kInt64), rows({1, 256}, DType::kFloat64);
+  ids.data<int64_t>()[0] = 5;
+  EXPECT_THROW(RowSparseNDArray::FromRows(huge, ids, rows), ShapeError);
+  // rows x row size wrapping to the rows' element count
+  NDArray four({4}, DType::kInt64);
+  EXPECT_THROW(RowSparseNDArray::FromRows({8, int64_t{1} << 62}, four, NDArray({0})), ShapeError);
+  for (const char* type : {"local", "device"}) {
+    auto kv = KVStore::Create(type);
+    RowSparseNDArray small({8, 256}, DType::kFloat64);
+    EXPECT_THROW(kv->RowSparsePull(0, {RowSparseNDArray(huge, DType::kFloat64)}, {ids}),
+                 ShapeError);
+    kv->Init(0, small);
+    kv->WaitAll();
+  }
+}
+
 TEST_P(SparseStores, RowSparsePullOfRandomIds) {
   auto kv = Make(GetParam());
   kv->Init(7, RowSparseNDArray::FromDense(Full(kShape, 1)));

@@ -45,8 +45,16 @@ bool IsValidDType(int code);
 bool IsLowPrecision(DType t);
 
 using Shape = std::vector<int64_t>;
-/// Product of the dimensions (1 for a scalar shape {}); throws on negative dims.
+/// Product of the dimensions (1 for a scalar shape {}). ShapeError on a negative
+/// dimension, or when the product of the nonzero dimensions exceeds INT64_MAX (also
+/// for a shape with a zero dimension: every partial product, such as a row size,
+/// must fit).
 int64_t NumElements(const Shape& s);
+/// NumElements(s) * DTypeSize(t), checked: ShapeError when the bytes (counted as if
+/// every zero dimension were 1, so that a row's bytes fit too) exceed INT64_MAX.
+/// Every array pskv allocates or wraps passes this check, so byte offsets of
+/// elements within an array (and of rows within a row_sparse table) never overflow.
+size_t NumBytes(const Shape& s, DType t);
 std::string ShapeToString(const Shape& s);
 
 /// IEEE half and bfloat16 conversions (round to nearest even).

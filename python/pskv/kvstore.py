@@ -868,6 +868,7 @@ class KVStore(object):
         kv = getattr(self, '_kv', None)
         if kv is None:
             return
+        kv.check_close()  # UsageError inside this store's updater (on its engine thread)
         self._kv = None
         try:
             kv.wait_all()

@@ -17,7 +17,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstring>
+#include <limits>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "pskv/data.h"
@@ -105,28 +109,57 @@ struct RowSparsePending {
   std::vector<RowSparseNDArray> outs;
 };
 
-// The store, closable from Python before the interpreter finalises. `inflight`
-// is touched with the GIL held only.
+struct Handle;
+// The store whose Python updater this thread runs (null elsewhere): the updater runs
+// on the store's engine thread, where closing the store would join that thread.
+thread_local const Handle* tls_updater_of = nullptr;
+
+// The store, closable from Python before the interpreter finalises. `inflight`,
+// `closing` and `p` are touched with the GIL held only; `calls` counts the binding
+// calls using *p (entered with the GIL held, left from any state): close() frees
+// the store only when none is in progress, so a thread blocked in barrier() or
+// wait() never finds it freed under it.
 struct Handle {
   std::unique_ptr<KVStore> p;
   std::vector<InFlight> inflight;
   size_t sweep_at = 64;  // amortised: a call sweeps when this many entries are held
+  std::atomic<int> calls{0};
+  bool closing = false;
 
   Handle() = default;
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
-  // Collected without close(): the store's threads may still need the GIL (an
-  // updater) while it shuts down, so it is released; `inflight` goes after.
+  // Collected without close() (no call can be in progress: each holds a reference):
+  // the store's threads may still need the GIL (an updater) while it shuts down, so
+  // it is released; `inflight` goes after. Collected inside the store's own updater
+  // (its engine thread), the store is closed by another thread once the updater
+  // returned, and the arrays of calls in flight are released after it.
   ~Handle() {
-    if (p && Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
-      py::gil_scoped_release nogil;
-      p.reset();
+    if (!p || !Py_IsInitialized() || _Py_IsFinalizing() || !PyGILState_Check()) return;
+    if (tls_updater_of == this) {
+      auto refs = new std::vector<InFlight>(std::move(inflight));
+      std::thread([store = std::move(p), refs]() mutable {
+        store.reset();
+        ReleaseUnderGil(refs);
+      }).detach();
+      return;
     }
+    py::gil_scoped_release nogil;
+    p.reset();
   }
   KVStore& kv() {
     if (!p) throw UsageError("this KVStore was closed");
+    if (closing) throw UsageError("this KVStore is being closed (by another thread)");
     if (inflight.size() >= sweep_at) Sweep();
     return *p;
+  }
+  // UsageError when closing is not possible on this thread.
+  void CheckClose() const {
+    if (tls_updater_of == this)
+      throw UsageError(
+          "close() of a KVStore inside its own updater: the updater runs on the store's "
+          "engine thread, which close() would wait for and join; close the store after the "
+          "push's wait returns, on the caller's thread");
   }
   // Drops the references of finished calls (GIL held).
   void Sweep() {
@@ -144,6 +177,22 @@ struct Handle {
                                 [done](void*) { done->store(true, std::memory_order_release); });
     return {&inflight.back(), std::move(token)};
   }
+};
+
+// One binding call's use of the store (made with the GIL held): counted in
+// Handle::calls until it returns, so close() waits for it instead of freeing the
+// store under it.
+class Use {
+ public:
+  explicit Use(Handle& h) : h_(h), kv_(h.kv()) { h_.calls.fetch_add(1, std::memory_order_acq_rel); }
+  ~Use() { h_.calls.fetch_sub(1, std::memory_order_acq_rel); }
+  Use(const Use&) = delete;
+  Use& operator=(const Use&) = delete;
+  KVStore& kv() { return kv_; }
+
+ private:
+  Handle& h_;
+  KVStore& kv_;
 };
 
 // A C-contiguous numpy array as an NDArray sharing its memory. `writable`: the
@@ -178,10 +227,45 @@ std::vector<NDArray> WrapAll(const std::vector<py::array>& v, bool writable = fa
   return out;
 }
 
-// A numpy view of an NDArray's memory, valid during an updater call.
+// A numpy array of an NDArray's memory that stays valid for as long as Python keeps
+// it (an updater may keep `stored` beyond the call, beyond close()): an owning
+// NDArray is shared through a capsule holding a copy of the handle. A view (e.g. a
+// pushed numpy array, whose Python object the store releases after the call) is
+// copied: its memory is not the NDArray's to keep.
 py::array View(const NDArray& a) {
   std::vector<py::ssize_t> shape(a.shape().begin(), a.shape().end());
-  return py::array(ToNumpy(a.dtype()), shape, a.raw(), py::none());
+  if (a.is_view()) return py::array(ToNumpy(a.dtype()), shape, a.raw());  // copies
+  auto* keep = new NDArray(a);
+  py::capsule owner(keep, [](void* p) { delete static_cast<NDArray*>(p); });
+  return py::array(ToNumpy(a.dtype()), shape, a.raw(), owner);
+}
+
+// Row ids from Python: any integer dtype (uint64 range-checked), flattened to an
+// owning int64 array. Floats are refused rather than truncated (an empty array of
+// any dtype is fine: np.array([]) is float64).
+NDArray RowIds(const py::array& a) {
+  const py::dtype dt = a.dtype();
+  const char kind = dt.kind();
+  if (a.size() > 0 && kind != 'i' && kind != 'u')
+    throw InvalidArgument("row ids must be of an integer dtype, got " +
+                          py::cast<std::string>(dt.attr("name")) +
+                          ": convert them first, e.g. ids.astype(np.int64) (floats are not "
+                          "truncated silently)");
+  py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids;
+  if (kind == 'u' && dt.itemsize() == 8 && a.size() > 0) {
+    auto u = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    if (!u) throw InvalidArgument("row ids could not be read as uint64");
+    const uint64_t* p = u.data();
+    for (py::ssize_t i = 0; i < u.size(); ++i)
+      if (p[i] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        throw KeyError("row id " + std::to_string(p[i]) +
+                       " is out of range: row ids are below 2^63");
+  }
+  ids = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (!ids) throw InvalidArgument("row ids could not be read as int64");
+  NDArray out(Shape{static_cast<int64_t>(ids.size())}, DType::kInt64);
+  if (ids.size()) std::memcpy(out.raw(), ids.data(), out.nbytes());
+  return out;
 }
 
 // Keys arrive as a list of ints or a list of strs. They are converted while the
@@ -311,8 +395,31 @@ PYBIND11_MODULE(_pskv, m) {
                     h->p = KVStore::Create(t);
                     return h;
                   })
+      .def(
+          "check_close", [](const Handle& h) { h.CheckClose(); },
+          "UsageError where close() is not possible (inside this store's updater).")
       .def("close",
            [](Handle& h) {
+             h.CheckClose();
+             if (!h.p || h.closing) return;  // closed, or being closed by another thread
+             h.closing = true;               // new calls fail with UsageError from here on
+             if (h.calls.load(std::memory_order_acquire) > 0) {
+               // Calls of other threads are blocked in the store (barrier, wait): wait
+               // for them, as long as they can last (they end at the store's timeout).
+               const auto limit = h.p->options().op_timeout + std::chrono::seconds(5);
+               const auto until = std::chrono::steady_clock::now() + limit;
+               py::gil_scoped_release nogil;
+               while (h.calls.load(std::memory_order_acquire) > 0 &&
+                      std::chrono::steady_clock::now() < until)
+                 std::this_thread::sleep_for(std::chrono::milliseconds(2));
+             }
+             if (const int n = h.calls.load(std::memory_order_acquire); n > 0) {
+               h.closing = false;  // never freed under a running call: the store stays open
+               throw TimeoutError("close(): " + std::to_string(n) +
+                                  " call(s) of other threads are still blocked in this KVStore "
+                                  "(barrier, wait); the store stays open: close it again after "
+                                  "they returned");
+             }
              std::unique_ptr<KVStore> p = std::move(h.p);
              {
                py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
@@ -335,7 +442,8 @@ PYBIND11_MODULE(_pskv, m) {
           "PSKV_FUSION_KEY_BYTES: keys up to this size travel fused within one call.")
       .def("init",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              auto v = WrapAll(vals);
              Keys ks = ToKeys(keys);
              py::gil_scoped_release nogil;
@@ -345,7 +453,8 @@ PYBIND11_MODULE(_pskv, m) {
       // referenced by the Handle until pskv is done with them (see InFlight).
       .def("push",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              Keys ks = ToKeys(keys);
              auto [flight, token] = h.Track();
              Completion c{flight->done};
@@ -359,7 +468,8 @@ PYBIND11_MODULE(_pskv, m) {
           "pull",
           [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio,
              bool check_writable) {
-            KVStore& kv = h.kv();
+            Use use(h);
+            KVStore& kv = use.kv();
             Keys ks = ToKeys(keys);
             auto [flight, token] = h.Track();
             Completion c{flight->done};
@@ -375,7 +485,8 @@ PYBIND11_MODULE(_pskv, m) {
           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
              const py::list& out_keys, const std::vector<py::array>& outs, int prio,
              bool check_writable) {
-            KVStore& kv = h.kv();
+            Use use(h);
+            KVStore& kv = use.kv();
             Keys ks = ToKeys(keys), oks = ToKeys(out_keys);
             if (ks.str != oks.str) throw KeyError("int and str keys mixed in one call");
             auto [flight, token] = h.Track();
@@ -397,8 +508,9 @@ PYBIND11_MODULE(_pskv, m) {
       // (row ids, rows) pairs of numpy arrays with the full `shape` given.
       .def("init_row_sparse",
            [](Handle& h, const py::list& key, const Shape& shape, py::array ids, py::array rows) {
-             KVStore& kv = h.kv();
-             auto v = RowSparseNDArray::FromRows(shape, Wrap(ids), Wrap(rows));
+             Use use(h);
+             KVStore& kv = use.kv();
+             auto v = RowSparseNDArray::FromRows(shape, RowIds(ids), Wrap(rows));
              Keys ks = ToKeys(key);
              py::gil_scoped_release nogil;
              if (ks.str) {
@@ -410,11 +522,12 @@ PYBIND11_MODULE(_pskv, m) {
       .def("push_row_sparse",
            [](Handle& h, const py::list& key, const Shape& shape,
               const std::vector<std::pair<py::array, py::array>>& values, int prio) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              std::vector<RowSparseNDArray> v;
              // FromRows copies (sorted, repeated ids summed): the arrays may change at once.
              for (auto& [ids, rows] : values)
-               v.push_back(RowSparseNDArray::FromRows(shape, Wrap(ids), Wrap(rows)));
+               v.push_back(RowSparseNDArray::FromRows(shape, RowIds(ids), Wrap(rows)));
              Keys ks = ToKeys(key);
              py::gil_scoped_release nogil;
              if (ks.str) {
@@ -428,9 +541,10 @@ PYBIND11_MODULE(_pskv, m) {
       .def("row_sparse_pull_start",
            [](Handle& h, const py::list& key, const Shape& shape, const std::string& dtype,
               const std::vector<py::array>& row_ids, int prio) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              std::vector<NDArray> ids;
-             for (auto& a : row_ids) ids.push_back(Wrap(a).Clone());
+             for (auto& a : row_ids) ids.push_back(RowIds(a));
              RowSparsePending r;
              for (size_t i = 0; i < ids.size(); ++i) r.outs.emplace_back(shape, ParseDType(dtype));
              Keys ks = ToKeys(key);
@@ -444,7 +558,8 @@ PYBIND11_MODULE(_pskv, m) {
            })
       .def("wait",
            [](Handle& h, const py::list& keys) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              Keys ks = ToKeys(keys);
              {
                py::gil_scoped_release nogil;
@@ -454,7 +569,8 @@ PYBIND11_MODULE(_pskv, m) {
            })
       .def("wait_all",
            [](Handle& h) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              {
                py::gil_scoped_release nogil;
                kv.WaitAll();
@@ -463,43 +579,56 @@ PYBIND11_MODULE(_pskv, m) {
            })
       .def("barrier",
            [](Handle& h) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              py::gil_scoped_release nogil;
              kv.Barrier();
            })
       .def("set_optimizer",
            [](Handle& h, const std::string& type, const std::map<std::string, std::string>& p) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              auto cfg = OptimizerConfig::FromParams(type, p);
              py::gil_scoped_release nogil;
              kv.SetOptimizer(cfg);
            })
       .def("set_gradient_compression",
            [](Handle& h, const std::map<std::string, std::string>& p) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              auto cfg = CompressionConfig::FromParams(p);
              py::gil_scoped_release nogil;
              kv.SetGradientCompression(cfg);
            })
       .def("set_updater",
            [](Handle& h, py::function fn) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              // Int ids reach Python, which maps string-key ids back to names.
              auto holder = std::shared_ptr<py::function>(
                  new py::function(std::move(fn)), [](py::function* f) { ReleaseUnderGil(f); });
-             kv.SetUpdater(Updater([holder](int k, const NDArray& recv, NDArray* stored) {
+             const Handle* self = &h;  // outlives the store, hence its updater
+             kv.SetUpdater(Updater([holder, self](int k, const NDArray& recv, NDArray* stored) {
                py::gil_scoped_acquire gil;
+               const Handle* outer = tls_updater_of;
+               tls_updater_of = self;
+               struct Restore {
+                 const Handle* v;
+                 ~Restore() { tls_updater_of = v; }
+               } restore{outer};
                (*holder)(k, View(recv), View(*stored));
              }));
            })
       .def("save_optimizer_states",
            [](Handle& h, const std::string& f, bool dump) {
-             KVStore& kv = h.kv();
+             Use use(h);
+             KVStore& kv = use.kv();
              py::gil_scoped_release nogil;
              kv.SaveOptimizerStates(f, dump);
            })
       .def("load_optimizer_states", [](Handle& h, const std::string& f) {
-        KVStore& kv = h.kv();
+        Use use(h);
+        KVStore& kv = use.kv();
         py::gil_scoped_release nogil;
         kv.LoadOptimizerStates(f);
       });
@@ -510,7 +639,14 @@ PYBIND11_MODULE(_pskv, m) {
       }))
       .def("update",
            [](Optimizer& o, int64_t key, py::array grad, py::array weight) {
-             NDArray g = Wrap(grad), w = Wrap(weight);
+             // The weight is written in place: a read-only one (np.frombuffer of bytes,
+             // a read-only memmap) is refused, not changed or crashed on.
+             if (!weight.writeable())
+               throw InvalidArgument(
+                   "Optimizer.update: the weight array is read-only (numpy flags.writeable is "
+                   "False, e.g. np.frombuffer of bytes or a read-only memmap): pass a writable "
+                   "array, e.g. a copy");
+             NDArray g = Wrap(grad), w = Wrap(weight, true);
              py::gil_scoped_release nogil;
              o.Update(key, g, &w);
            })

@@ -8,6 +8,20 @@
 
 namespace pskv {
 
+namespace {
+// The engine whose operation this thread runs (null outside operations). An
+// operation (an updater) that waits for its own engine would wait for itself.
+thread_local const Engine* tls_running = nullptr;
+
+void CheckNotInsideOperation(const Engine* e) {
+  if (tls_running == e)
+    throw UsageError(
+        "a wait for the store's operations from inside one of them (an updater runs on "
+        "the store's engine thread and would wait for itself): wait, wait_all and close "
+        "belong after the push that runs the updater, on the caller's thread");
+}
+}  // namespace
+
 Engine::Engine() {
   dispatcher_ = std::thread([this] { DispatchLoop(); });
 }
@@ -17,6 +31,11 @@ Engine::~Engine() {
 }
 
 void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
+  // From inside an operation the dispatcher would join itself (std::terminate). The
+  // bindings refuse a close there; in C++ it is a bug in the caller.
+  if (tls_running == this ||
+      (dispatcher_.joinable() && std::this_thread::get_id() == dispatcher_.get_id()))
+    throw InternalError("a KVStore destroyed inside its own updater (on its engine thread)");
   {
     std::unique_lock<std::mutex> lk(mu_);
     if (!dispatcher_.joinable()) return;
@@ -66,11 +85,14 @@ void Engine::Start(uint64_t id, AsyncFn fn) {
     called = true;
     Complete(id, err);
   };
+  const Engine* outer = tls_running;
+  tls_running = this;
   try {
     fn(done);
   } catch (...) {
     Complete(id, std::current_exception());
   }
+  tls_running = outer;
 }
 
 void Engine::PushSync(std::vector<int> keys, int priority, std::function<void()> fn) {
@@ -161,6 +183,7 @@ bool Engine::KeysIdleLocked(const std::vector<int>* keys) const {
 }
 
 void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
+  CheckNotInsideOperation(this);
   std::unique_lock<std::mutex> lk(mu_);
   if (!IdleWait(lk, keys, timeout)) {
     throw TimeoutError("KVStore wait timed out after " + std::to_string(timeout.count() / 1000.0) +
@@ -186,6 +209,7 @@ void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeou
 }
 
 bool Engine::WaitIdle(const std::vector<int>* keys, std::chrono::milliseconds timeout) {
+  CheckNotInsideOperation(this);
   std::unique_lock<std::mutex> lk(mu_);
   return IdleWait(lk, keys, timeout);
 }

@@ -47,7 +47,8 @@ class Engine {
   void PushSync(std::vector<int> keys, int priority, std::function<void()> fn);
   /// Blocks until no operation on `keys` (all keys if null) is pending, then
   /// rethrows (and clears) the first recorded failure of those keys.
-  /// TimeoutError after `timeout`.
+  /// TimeoutError after `timeout`; UsageError when called from inside an operation
+  /// of this engine (an updater), which would wait for itself.
   void Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout);
   /// Wait and WaitIdle look again without sleeping for up to `spin` first
   /// (Options::spin_us: a dist store's round trips end tens of µs sooner where a

@@ -467,7 +467,9 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
 
 void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDArray& grad_rows,
                            int64_t row_size, NDArray* weight) {
-  if (row_size <= 0 || weight->size() % row_size != 0 || grad_rows.size() != n * row_size)
+  int64_t grad_elements;
+  if (row_size <= 0 || n < 0 || weight->size() % row_size != 0 ||
+      __builtin_mul_overflow(n, row_size, &grad_elements) || grad_rows.size() != grad_elements)
     throw ShapeError("sparse optimizer update of key " + std::to_string(key) + ": " +
                      std::to_string(n) + " rows of " + std::to_string(row_size) +
                      " elements do not fit a gradient of " + std::to_string(grad_rows.size()) +

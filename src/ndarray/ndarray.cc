@@ -82,14 +82,35 @@ bool IsLowPrecision(DType t) {
   return t == DType::kFloat16 || t == DType::kBFloat16;
 }
 
-int64_t NumElements(const Shape& s) {
+namespace {
+// The product of the nonzero dimensions of `s` (checked): bounds every partial
+// product (row sizes, the elements of any slice along the first axis).
+int64_t NonzeroProduct(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {
     if (d < 0) throw ShapeError("negative dimension in shape " + ShapeToString(s));
-    if (d != 0 && n > INT64_MAX / d) throw ShapeError("shape " + ShapeToString(s) + " overflows");
-    n *= d;
+    if (d != 0 && __builtin_mul_overflow(n, d, &n))
+      throw ShapeError("shape " + ShapeToString(s) +
+                       " has more elements than a 64-bit count holds: check the shape");
   }
   return n;
+}
+}  // namespace
+
+int64_t NumElements(const Shape& s) {
+  const int64_t n = NonzeroProduct(s);
+  for (int64_t d : s)
+    if (d == 0) return 0;
+  return n;
+}
+
+size_t NumBytes(const Shape& s, DType t) {
+  const auto es = static_cast<int64_t>(DTypeSize(t));
+  int64_t bytes;
+  if (__builtin_mul_overflow(NonzeroProduct(s), es, &bytes))
+    throw ShapeError("shape " + ShapeToString(s) + " of " + DTypeName(t) +
+                     " takes more than 2^63 bytes: check the shape");
+  return NumElements(s) == 0 ? 0 : static_cast<size_t>(bytes);
 }
 
 std::string ShapeToString(const Shape& s) {
@@ -173,9 +194,9 @@ struct AlignedFree {
 }  // namespace
 
 NDArray::NDArray(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+  const size_t bytes = NumBytes(shape_, dtype_);  // checked: below 2^63, so rounding up fits
   size_ = NumElements(shape_);
   owning_ = true;
-  size_t bytes = nbytes();
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
@@ -187,10 +208,10 @@ NDArray::NDArray(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dt
 
 NDArray NDArray::Wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive) {
   NDArray a;
+  NumBytes(shape, dtype);  // validates the dtype; the bytes fit (offsets cannot wrap)
   a.shape_ = std::move(shape);
   a.size_ = NumElements(a.shape_);
   a.dtype_ = dtype;
-  DTypeSize(dtype);  // validates
   if (data == nullptr && a.size_ != 0) throw InvalidArgument("NDArray::Wrap of a null pointer");
   a.data_ = data;
   a.holder_ = std::move(keepalive);
@@ -263,7 +284,7 @@ std::vector<double> NDArray::ToDoubles() const {
 }
 
 NDArray NDArray::Slice1D(int64_t begin, int64_t count) const {
-  if (begin < 0 || count < 0 || begin + count > size_)
+  if (begin < 0 || count < 0 || count > size_ - begin)
     throw InvalidArgument("slice [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                           ") out of range for " + std::to_string(size_) + " elements");
   NDArray s = *this;

@@ -32,10 +32,12 @@ int64_t RowSizeOf(const Shape& s) {
   return n;
 }
 
-void CheckShape(const Shape& shape) {
+// Also bounds every row offset: the dense table's bytes (id * row bytes for every
+// id < shape[0]) fit in 63 bits, checked once here (the shape comes from users).
+void CheckShape(const Shape& shape, DType dtype) {
   if (shape.empty())
     throw ShapeError("a row_sparse array needs at least one dimension (the rows); got a scalar");
-  NumElements(shape);  // throws on negative dimensions
+  NumBytes(shape, dtype);  // negative dimensions, element and byte counts that overflow
 }
 
 // Row ids of any integer (or integral float) array as int64, unchecked order.
@@ -64,8 +66,7 @@ void CheckRange(int64_t id, int64_t num_rows) {
 }  // namespace
 
 RowSparseNDArray::RowSparseNDArray(Shape shape, DType dtype) : impl_(std::make_shared<Impl>()) {
-  CheckShape(shape);
-  DTypeSize(dtype);
+  CheckShape(shape, dtype);
   impl_->shape = std::move(shape);
   impl_->dtype = dtype;
   impl_->indices = NDArray(Shape{0}, DType::kInt64);
@@ -101,15 +102,15 @@ const NDArray& RowSparseNDArray::data() const {
 
 RowSparseNDArray RowSparseNDArray::FromRows(Shape shape, const NDArray& row_ids,
                                             const NDArray& rows) {
-  CheckShape(shape);
+  CheckShape(shape, rows.dtype());
   const int64_t u = RowSizeOf(shape);
   if (row_ids.shape().size() > 1)
     throw ShapeError("row ids must be 1-D; got shape " + ShapeToString(row_ids.shape()));
-  if (rows.size() != row_ids.size() * u)
+  int64_t need;
+  if (__builtin_mul_overflow(row_ids.size(), u, &need) || rows.size() != need)
     throw ShapeError("row_sparse rows have " + std::to_string(rows.size()) + " elements but " +
                      std::to_string(row_ids.size()) + " row ids of rows of " + std::to_string(u) +
-                     " elements (shape " + ShapeToString(shape) + ") need " +
-                     std::to_string(row_ids.size() * u));
+                     " elements (shape " + ShapeToString(shape) + ") need that many rows");
   std::vector<int64_t> ids = IdsOf(row_ids);
   for (int64_t id : ids) CheckRange(id, shape[0]);
   std::vector<int64_t> order(ids.size());
@@ -144,7 +145,7 @@ RowSparseNDArray RowSparseNDArray::FromRows(Shape shape, const NDArray& row_ids,
 }
 
 RowSparseNDArray RowSparseNDArray::FromDense(const NDArray& dense) {
-  CheckShape(dense.shape());
+  CheckShape(dense.shape(), dense.dtype());
   const int64_t R = dense.shape()[0], u = RowSizeOf(dense.shape());
   const size_t es = DTypeSize(dense.dtype()), rb = static_cast<size_t>(u) * es;
   std::vector<int64_t> present;
@@ -227,7 +228,11 @@ RowSparseNDArray Sum(const std::vector<RowSparseNDArray>& values) {
                        DTypeName(v.dtype()));
     total += v.nnz();
   }
-  NDArray ids(Shape{total}, DType::kInt64), rows(Shape{total * v0.RowSize()}, v0.dtype());
+  int64_t elements;
+  if (__builtin_mul_overflow(total, v0.RowSize(), &elements))
+    throw ShapeError("the sum of " + std::to_string(values.size()) + " row_sparse values has " +
+                     std::to_string(total) + " rows: too many to hold");
+  NDArray ids(Shape{total}, DType::kInt64), rows(Shape{elements}, v0.dtype());
   int64_t at = 0;
   const size_t rb = static_cast<size_t>(v0.RowSize()) * DTypeSize(v0.dtype());
   for (auto& v : values) {
