@@ -1,13 +1,16 @@
 #include "common/observe.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +19,7 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "common/logging.h"
 #include "pskv/error.h"
@@ -117,37 +121,99 @@ void AtExit() {
   }
 }
 
+// One connection of the metrics endpoint: the request head is read until its blank
+// line (at most 8 KiB), then the response is written; every step is nonblocking.
+struct Conn {
+  int fd = -1;
+  std::string in, out;
+  size_t off = 0;          // bytes of `out` sent
+  bool answering = false;  // the request was read: writing `out`
+  std::chrono::steady_clock::time_point read_until, close_at;
+};
+
+// Serves scrapes without letting one client hold up another: nonblocking sockets
+// served together with poll(), at most kMaxConns at once (the oldest still-silent
+// one gives way to a new one), 2 s to send the request head (answered anyway after
+// that) and 10 s for the whole exchange. The text is built from a snapshot of the
+// counters (PrometheusText): operations never wait for a scrape.
 void Serve() {
+  constexpr size_t kMaxConns = 16;
+  constexpr auto kReadFor = std::chrono::seconds(2), kLiveFor = std::chrono::seconds(10);
   State& s = S();
-  for (;;) {
-    pollfd p{s.listen_fd, POLLIN, 0};
-    if (::poll(&p, 1, 1000) <= 0) continue;
-    int c = ::accept4(s.listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    // Read the request head (bounded: 8 KiB or 2 s), answer every path with /metrics.
-    char buf[8192];
-    size_t got = 0;
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (got < sizeof buf && std::chrono::steady_clock::now() < end) {
-      pollfd q{c, POLLIN, 0};
-      if (::poll(&q, 1, 200) <= 0) continue;
-      ssize_t n = ::recv(c, buf + got, sizeof buf - got, 0);
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-      if (std::string(buf, got).find("\r\n\r\n") != std::string::npos) break;
-    }
+  std::vector<Conn> conns;
+  std::vector<pollfd> fds;
+  // Accepted until EAGAIN below: the listening socket must not block.
+  ::fcntl(s.listen_fd, F_SETFL, ::fcntl(s.listen_fd, F_GETFL) | O_NONBLOCK);
+  auto answer = [](Conn& c) {
     const std::string body = PrometheusText();
-    const std::string resp =
-        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-        "Content-Length: " +
-        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    size_t off = 0;
-    while (off < resp.size()) {
-      ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
+    c.out = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    c.answering = true;
+    c.in.clear();
+  };
+  for (;;) {
+    auto now = std::chrono::steady_clock::now();
+    int wait_ms = 1000;
+    for (auto& c : conns) {
+      const auto due = c.answering ? c.close_at : std::min(c.read_until, c.close_at);
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(due - now).count();
+      wait_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, wait_ms));
     }
-    ::close(c);
+    fds.assign(1, pollfd{s.listen_fd, POLLIN, 0});
+    for (auto& c : conns)
+      fds.push_back(pollfd{c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0) continue;
+    now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < conns.size(); ++i) {
+      Conn& c = conns[i];
+      const short ev = fds[i + 1].revents;
+      bool done = false;
+      if (!c.answering && (ev & (POLLIN | POLLHUP | POLLERR))) {
+        char buf[4096];
+        const ssize_t n = ::recv(c.fd, buf, std::min(sizeof buf, 8192 - c.in.size()), 0);
+        if (n > 0) c.in.append(buf, static_cast<size_t>(n));
+        if (n == 0 || c.in.find("\r\n\r\n") != std::string::npos || c.in.size() >= 8192) {
+          answer(c);  // every path is answered with the metrics
+        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          done = true;
+        }
+      } else if (c.answering && (ev & (POLLOUT | POLLHUP | POLLERR))) {
+        const ssize_t n =
+            ::send(c.fd, c.out.data() + c.off, c.out.size() - c.off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) c.off += static_cast<size_t>(n);
+        if (c.off == c.out.size() ||
+            (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+          done = true;
+      }
+      if (!done && !c.answering && now >= c.read_until) answer(c);  // a silent client
+      if (done || now >= c.close_at) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+    }
+    std::erase_if(conns, [](const Conn& c) { return c.fd < 0; });
+    if (!(fds[0].revents & POLLIN)) continue;
+    for (;;) {
+      const int fd = ::accept4(s.listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      if (conns.size() >= kMaxConns) {
+        // The oldest connection that has not sent its request gives way; if every one
+        // is being answered, the new one is closed at once.
+        auto it =
+            std::find_if(conns.begin(), conns.end(), [](const Conn& c) { return !c.answering; });
+        if (it == conns.end()) {
+          ::close(fd);
+          continue;
+        }
+        ::close(it->fd);
+        conns.erase(it);
+      }
+      Conn c;
+      c.fd = fd;
+      c.read_until = now + kReadFor;
+      c.close_at = now + kLiveFor;
+      conns.push_back(std::move(c));
+    }
   }
 }
 
@@ -289,7 +355,18 @@ void CountPeerOp(const std::string& peer, uint64_t latency_us, bool failed) {
 
 std::string PrometheusText() {
   State& s = S();
-  std::lock_guard<std::mutex> lk(s.mu);
+  // A copy of the counters taken under the lock (a few hundred bytes per key), the
+  // text built after it: operations count under the same lock and never wait for
+  // the formatting of a scrape.
+  std::map<std::pair<std::string, std::string>, OpStats> ops;
+  std::map<std::pair<std::string, std::string>, uint64_t> peers;
+  std::map<std::string, OpStats> peer_ops;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    ops = s.ops;
+    peers = s.peers;
+    peer_ops = s.peer_ops;
+  }
   const std::string node = "node=\"" + LabelEscape(LogName()) + "\"";
   std::string o;
   auto label = [&](const std::string& op, const std::string& key) {
@@ -297,16 +374,16 @@ std::string PrometheusText() {
   };
   o += "# HELP pskv_ops_total Operations completed on this node, by operation and key.\n"
        "# TYPE pskv_ops_total counter\n";
-  for (auto& [k, st] : s.ops)
+  for (auto& [k, st] : ops)
     o += "pskv_ops_total" + label(k.first, k.second) + "} " + std::to_string(st.ops) + "\n";
   o += "# HELP pskv_op_errors_total Operations that failed, by operation and key.\n"
        "# TYPE pskv_op_errors_total counter\n";
-  for (auto& [k, st] : s.ops)
+  for (auto& [k, st] : ops)
     o +=
         "pskv_op_errors_total" + label(k.first, k.second) + "} " + std::to_string(st.failed) + "\n";
   o += "# HELP pskv_bytes_total Bytes moved by operations, by operation and key.\n"
        "# TYPE pskv_bytes_total counter\n";
-  for (auto& [k, st] : s.ops)
+  for (auto& [k, st] : ops)
     o += "pskv_bytes_total" + label(k.first, k.second) + "} " + std::to_string(st.bytes) + "\n";
   // One histogram per (metric, label set): per operation and key, and per peer.
   auto histogram = [&](const std::string& name, const std::string& l, const Histogram& h) {
@@ -322,12 +399,12 @@ std::string PrometheusText() {
   };
   o += "# HELP pskv_op_latency_seconds Latency of operations, by operation and key.\n"
        "# TYPE pskv_op_latency_seconds histogram\n";
-  for (auto& [k, st] : s.ops) {
+  for (auto& [k, st] : ops) {
     histogram("pskv_op_latency_seconds", label(k.first, k.second), st.latency);
   }
   o += "# HELP pskv_peer_bytes_total Bytes exchanged with each peer node.\n"
        "# TYPE pskv_peer_bytes_total counter\n";
-  for (auto& [k, v] : s.peers)
+  for (auto& [k, v] : peers)
     o += "pskv_peer_bytes_total{" + node + ",peer=\"" + LabelEscape(k.first) + "\",direction=\"" +
          k.second + "\"} " + std::to_string(v) + "\n";
   auto peer_label = [&](const std::string& peer) {
@@ -335,17 +412,16 @@ std::string PrometheusText() {
   };
   o += "# HELP pskv_peer_ops_total Requests exchanged with each peer node.\n"
        "# TYPE pskv_peer_ops_total counter\n";
-  for (auto& [p, st] : s.peer_ops)
+  for (auto& [p, st] : peer_ops)
     o += "pskv_peer_ops_total" + peer_label(p) + "} " + std::to_string(st.ops) + "\n";
   o += "# HELP pskv_peer_errors_total Requests with each peer node that failed.\n"
        "# TYPE pskv_peer_errors_total counter\n";
-  for (auto& [p, st] : s.peer_ops)
+  for (auto& [p, st] : peer_ops)
     o += "pskv_peer_errors_total" + peer_label(p) + "} " + std::to_string(st.failed) + "\n";
   o += "# HELP pskv_peer_latency_seconds Latency of requests, by peer node (worker: request to "
        "answer; server: receipt to answer).\n"
        "# TYPE pskv_peer_latency_seconds histogram\n";
-  for (auto& [p, st] : s.peer_ops)
-    histogram("pskv_peer_latency_seconds", peer_label(p), st.latency);
+  for (auto& [p, st] : peer_ops) histogram("pskv_peer_latency_seconds", peer_label(p), st.latency);
   return o;
 }
 

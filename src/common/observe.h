@@ -10,7 +10,10 @@
 // Threading: the recorder is process-wide (one per process, like the log name) and
 // thread-safe; events are buffered under a mutex and written by the calling thread
 // when the buffer is large, and at exit. The metrics endpoint runs one thread that
-// serves one connection at a time (scrapes are rare and small).
+// serves up to 16 connections together (nonblocking, poll), each bounded in time
+// (2 s to send the request, 10 s in all): a client that never reads, or many idle
+// connections, cannot hold up a scrape. The text is built from a copy of the counters
+// taken under the mutex, so operations never wait for a scrape's formatting.
 #pragma once
 
 #include <cstdint>
