@@ -1,6 +1,6 @@
-"""Asynchronous push/pull/pushpull from Python under a real dist job (run by
-pskv-launch as every worker; test_async.py starts it with PSKV_TEST_REPLY_DELAY, so
-the servers hold every reply for a while and calls are surely in flight)."""
+"""kv.batch() under a real dist job (run by pskv-launch as every worker;
+test_async.py starts it with PSKV_TEST_REPLY_DELAY, so the servers hold every reply
+for a while and the calls of a batch are surely in flight inside it)."""
 import gc
 import os
 import sys
@@ -33,23 +33,28 @@ def released(kv):
 
 
 def returns_at_once(kv):
-    """pull returns while its reply is held by the server; the out is read-only
-    until the wait, and holds the result after it."""
+    """In a batch, pull returns while its reply is held by the server; the out is
+    read-only inside the batch, and holds the result when the batch ends. Outside a
+    batch the same pull returns with the result."""
     n = kv.num_workers
     kv.init('a', np.zeros(N, np.float32))
-    kv.push('a', np.ones(N, np.float32))
     out = np.full(N, -1, np.float32)
+    with kv.batch():
+        kv.push('a', np.ones(N, np.float32))
+        kv.pull('a', out=out)
+        check(kv.pending >= 1, 'pull in a batch waited: nothing in flight after it returned')
+        check(not out.flags.writeable, 'an out in flight is writable')
+        try:
+            out[0] = 5
+            check(False, 'writing an out in flight did not raise')
+        except ValueError:
+            pass
+    check(out.flags.writeable, 'the out stayed read-only after the batch')
+    check((out == n).all(), 'after the batch: %s, want %s' % (out[:3], n))
+    kv.push('a', np.full(N, 2, np.float32))  # no optimizer: the sum of the round is stored
     kv.pull('a', out=out)
-    check(kv.pending >= 1, 'pull waited: nothing in flight after it returned')
-    check(not out.flags.writeable, 'an out in flight is writable')
-    try:
-        out[0] = 5
-        check(False, 'writing an out in flight did not raise')
-    except ValueError:
-        pass
-    kv.wait('a')
-    check(out.flags.writeable, 'the out stayed read-only after its wait')
-    check((out == n).all(), 'after wait: %s, want %s' % (out[:3], n))
+    check(released(kv), 'a call outside a batch left arrays in flight')
+    check((out == 2 * n).all(), 'outside a batch: %s, want %s' % (out[:3], 2 * n))
 
 
 def ordering(kv):
@@ -57,15 +62,15 @@ def ordering(kv):
     n = kv.num_workers
     kv.init(['o', 'p'], [np.zeros(N, np.float32), np.zeros(4, np.float32)])
     outs = []
-    for i in range(1, 4):  # push, pull, push, pull, ... without waiting
-        kv.push('o', np.full(N, i, np.float32))
-        o = np.zeros(N, np.float32)
-        kv.pull('o', out=o)
-        outs.append(o)
-        kv.pushpull('p', np.full(4, i, np.float32), out=o[:4].copy())
     q = np.zeros(4, np.float32)
-    kv.pull('p', out=q)
-    kv.wait_all()
+    with kv.batch():
+        for i in range(1, 4):  # push, pull, push, pull, ... without waiting
+            kv.push('o', np.full(N, i, np.float32))
+            o = np.zeros(N, np.float32)
+            kv.pull('o', out=o)
+            outs.append(o)
+            kv.pushpull('p', np.full(4, i, np.float32), out=o[:4].copy())
+        kv.pull('p', out=q)
     for i, o in enumerate(outs, 1):
         check((o == i * n).all(), 'pull %d of the same key saw %s, want %s' % (i, o[0], i * n))
     check((q == 3 * n).all(), 'pull after pushpulls: %s' % q)
@@ -76,6 +81,8 @@ def lifetime(kv):
     torch tensors, temporaries), and freed memory is not written afterwards."""
     n = kv.num_workers
     kv.init(['l1', 'l2', 'l3'], [np.zeros(N, np.float32)] * 3)
+    batch = kv.batch()
+    batch.__enter__()
     kv.push('l1', np.full(N, 2, np.float32))  # a temporary input, dropped at once
     out = np.zeros(N, np.float32)
     t_out = torch.zeros(N)
@@ -93,7 +100,7 @@ def lifetime(kv):
     churn = [np.full(N, 7, np.float32) for _ in range(8)]
     churn_t = [torch.full((N,), 7.0) for _ in range(8)]
     check(all(c.data_ptr() != t_ptr for c in churn_t), "a torch out's memory in flight was reused")
-    kv.wait_all()
+    batch.__exit__(None, None, None)
     check(all((c == 7).all() for c in churn), 'a reply was written into freed memory (numpy)')
     check(all(bool((c == 7).all()) for c in churn_t), 'a reply was written into freed memory (torch)')
     check(released(kv), '%d calls still held after wait_all' % kv.pending)
@@ -101,21 +108,21 @@ def lifetime(kv):
     check(w_np() is None, 'an out kept after its call finished (a leak)')
     got = np.zeros(N, np.float32)
     kv.pull(['l1'], out=[got])
-    kv.wait('l1')
     check((got == 2 * n).all(), 'pull after the lifetime checks: %s' % got[0])
 
 
 def close_first(kv):
-    """The store is closed (or collected) while calls are in flight and the caller
-    dropped their arrays: close waits, then releases them."""
+    """The store is closed inside a batch while calls are in flight and the caller
+    dropped their arrays: close waits, then releases them; the batch's end is quiet."""
     kv.init('c', np.zeros(N, np.float32))
-    out = np.zeros(N, np.float32)
-    kv.pushpull('c', np.ones(N, np.float32), out=out)
-    w = weakref.ref(out)
-    del out
-    gc.collect()
-    check(w() is not None, 'an out in flight was freed before close')
-    kv.close()
+    with kv.batch():
+        out = np.zeros(N, np.float32)
+        kv.pushpull('c', np.ones(N, np.float32), out=out)
+        w = weakref.ref(out)
+        del out
+        gc.collect()
+        check(w() is not None, 'an out in flight was freed before close')
+        kv.close()
     gc.collect()
     check(w() is None, 'close kept the out of a finished call')
 
@@ -137,9 +144,9 @@ class Recorder(object):
 
 
 def trainer_step_calls(kv, uok):
-    """A Trainer's step issues its push-pulls (update_on_kvstore: one call for all
-    the small parameters, which a dist store fuses; otherwise one per parameter), one
-    for the buffers with several workers, then waits once."""
+    """A Trainer's step issues its push-pulls in one batch (update_on_kvstore: one
+    call for all the small parameters, which a dist store fuses; otherwise one per
+    parameter), one for the buffers with several workers, then waits once."""
     import pskv.torch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
