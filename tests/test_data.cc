@@ -96,3 +96,14 @@ TEST(Data, RealFashionMnistIfInstalled) {
   EXPECT_EQ(d.rows, 28);
   for (auto l : d.labels) EXPECT_LT(l, 10);
 }
+
+// Issue 22 item 5: a negative batch size was split into slices with negative ends.
+TEST(Data, NegativeSizesAreInvalidArguments) {
+  EXPECT_THROW(SplitBatch(-4, 2, false), InvalidArgument);
+  EXPECT_THROW(SplitBatch(-4, 2, true), InvalidArgument);
+  EXPECT_THROW(SplitByWorkload(-4, {1.0, 1.0}), InvalidArgument);
+  EXPECT_THROW(PartitionRange(-10, 2, 0), InvalidArgument);
+  EXPECT_THROW(EpochSize(-10, 2, 3), InvalidArgument);
+  EXPECT_THROW(EpochOrder(10, 1, 0, 4, INT64_MAX / 2, 0, 0, false), InvalidArgument);
+  EXPECT_EQ(SplitBatch(0, 2, false).size(), 2u);
+}

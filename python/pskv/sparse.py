@@ -18,8 +18,9 @@ class RowSparseArray(object):
     data : numpy.ndarray
         The present rows.
     indices : numpy.ndarray
-        Their row ids (any integer dtype; sorted and de-duplicated by the store, rows
-        of repeated ids summed).
+        Their row ids (any integer dtype, uint64 included; floats are refused with
+        InvalidArgument; sorted and de-duplicated by the store, rows of repeated ids
+        summed).
     shape : tuple of int
         The full shape.
     """
@@ -29,7 +30,7 @@ class RowSparseArray(object):
     def __init__(self, data, indices, shape):
         self.shape = tuple(int(s) for s in shape)
         self.data = np.ascontiguousarray(data)
-        self.indices = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
+        self.indices = _row_ids(indices)
         if self.data.shape[:1] != (len(self.indices),):
             self.data = self.data.reshape((len(self.indices),) + self.shape[1:])
 
@@ -55,6 +56,19 @@ class RowSparseArray(object):
     def __repr__(self):
         return 'RowSparseArray(shape=%s, nnz=%d, dtype=%s)' % (self.shape, len(self.indices),
                                                                self.data.dtype)
+
+
+def _row_ids(ids):
+    """Row ids as a flat int64 array: any integer dtype (uint64 range-checked); floats
+    are refused rather than truncated (an empty array of any dtype is fine)."""
+    a = np.asarray(_numpy(ids))
+    if a.size and a.dtype.kind not in 'iu':
+        raise _pskv.InvalidArgument(
+            'row ids must be of an integer dtype, got %s: convert them first, e.g. '
+            'ids.astype(np.int64) (floats are not truncated silently)' % a.dtype)
+    if a.size and a.dtype.kind == 'u' and a.max() > np.iinfo(np.int64).max:
+        raise _pskv.KeyError('row id %d is out of range: row ids are below 2^63' % a.max())
+    return np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
 
 
 def row_sparse_array(arg, shape=None, dtype=None):

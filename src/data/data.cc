@@ -50,8 +50,13 @@ ImageDataset ReadIdx(const std::string& images_path, const std::string& labels_p
     throw IOError("'" + labels_path + "' is not an IDX label file (magic 0x00000801)");
   ImageDataset d;
   d.count = BigEndian32(img, 4);
-  d.rows = static_cast<int>(BigEndian32(img, 8));
-  d.cols = static_cast<int>(BigEndian32(img, 12));
+  const uint32_t rows = BigEndian32(img, 8), cols = BigEndian32(img, 12);
+  // Bounded so that the size below cannot wrap (a corrupt header is an IOError).
+  if (rows == 0 || cols == 0 || rows > 65535 || cols > 65535)
+    throw IOError("'" + images_path + "' has images of " + std::to_string(rows) + " x " +
+                  std::to_string(cols) + " pixels: not an image file (corrupt header?)");
+  d.rows = static_cast<int>(rows);
+  d.cols = static_cast<int>(cols);
   const uint64_t need = 16 + static_cast<uint64_t>(d.count) * d.rows * d.cols;
   if (img.size() != need)
     throw IOError("'" + images_path + "' holds " + std::to_string(img.size()) +
@@ -70,6 +75,7 @@ ImageDataset ReadMnistDir(const std::string& dir, bool train) {
 }
 
 std::pair<int64_t, int64_t> PartitionRange(int64_t count, int num_parts, int part_index) {
+  if (count < 0) throw InvalidArgument("count must be >= 0, got " + std::to_string(count));
   if (num_parts < 1 || part_index < 0 || part_index >= num_parts)
     throw InvalidArgument("part_index must be in [0, num_parts): got part " +
                           std::to_string(part_index) + " of " + std::to_string(num_parts));
@@ -82,6 +88,8 @@ std::pair<int64_t, int64_t> PartitionRange(int64_t count, int num_parts, int par
 int64_t EpochSize(int64_t num_examples, int num_workers, int64_t batch_size) {
   if (num_workers < 1 || batch_size < 1)
     throw InvalidArgument("num_workers and batch_size must be >= 1");
+  if (num_examples < 0)
+    throw InvalidArgument("num_examples must be >= 0, got " + std::to_string(num_examples));
   const int64_t per = num_examples / num_workers;
   return (per + batch_size - 1) / batch_size;
 }
@@ -93,7 +101,10 @@ std::vector<int64_t> EpochOrder(int64_t count, int num_parts, int part_index, in
   std::vector<int64_t> part(static_cast<size_t>(e - b));
   std::iota(part.begin(), part.end(), b);
   std::vector<int64_t> order;
-  const int64_t want = epoch_size * batch_size;
+  int64_t want;
+  if (batch_size < 1 || epoch_size < 0 || __builtin_mul_overflow(epoch_size, batch_size, &want))
+    throw InvalidArgument("EpochOrder needs batch_size >= 1 and epoch_size >= 0 (got " +
+                          std::to_string(batch_size) + " and " + std::to_string(epoch_size) + ")");
   std::mt19937_64 rng(seed * 1000003ull + static_cast<uint64_t>(epoch) * 7919ull +
                       static_cast<uint64_t>(part_index));
   while (static_cast<int64_t>(order.size()) < want) {  // wraps around like ResizeIter
@@ -108,6 +119,9 @@ std::vector<int64_t> EpochOrder(int64_t count, int num_parts, int part_index, in
 
 std::vector<std::pair<int64_t, int64_t>> SplitBatch(int64_t size, int k, bool even_split) {
   if (k < 1) throw InvalidArgument("SplitBatch needs at least one device");
+  if (size < 0)
+    throw InvalidArgument("SplitBatch of a batch of " + std::to_string(size) +
+                          " examples: the size must be >= 0");
   if (even_split && size % k != 0)
     throw InvalidArgument("batch of " + std::to_string(size) + " cannot be split evenly over " +
                           std::to_string(k) + " devices; use a batch size that is a multiple of " +
@@ -126,6 +140,9 @@ std::vector<std::pair<int64_t, int64_t>> SplitBatch(int64_t size, int k, bool ev
 std::vector<std::pair<int64_t, int64_t>> SplitByWorkload(int64_t batch,
                                                          const std::vector<double>& w) {
   if (w.empty()) throw InvalidArgument("work_load_list is empty");
+  if (batch < 0)
+    throw InvalidArgument("SplitByWorkload of a batch of " + std::to_string(batch) +
+                          " examples: the size must be >= 0");
   double total = 0;
   for (double x : w) {
     if (!(x >= 0)) throw InvalidArgument("work_load_list entries must be >= 0");

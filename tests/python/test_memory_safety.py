@@ -212,3 +212,44 @@ def test_optimizer_update_of_a_read_only_memmap_does_not_crash(tmp_path):
     ''' % path)
     assert rc == 0, out
     assert 'InvalidArgument:' in out, out
+
+
+@pytest.mark.parametrize('dtype', [np.uint64, np.uint32, np.uint16, np.int16, np.uint8, np.int32])
+def test_row_ids_of_every_integer_dtype(dtype):
+    # uint64 ids were refused although "any integer dtype" is documented
+    kv = pskv.create('local')
+    kv.init('emb', pskv.row_sparse_array(np.arange(32, dtype=np.float32).reshape(8, 4)))
+    ids = np.array([6, 2, 6], dtype)
+    out = kv.row_sparse_pull('emb', row_ids=ids)
+    assert out.indices.tolist() == [2, 6]
+    kv.push('emb', (np.ones((2, 4), np.float32), np.array([1, 3], dtype)))
+    assert kv.row_sparse_pull('emb', row_ids=np.array([1, 3], dtype)).data.tolist() == [[1] * 4] * 2
+    kv.close()
+
+
+def test_row_ids_out_of_int64_range_and_floats_are_refused():
+    kv = pskv.create('local')
+    kv.init('emb', pskv.row_sparse_array(np.ones((8, 4), np.float32)))
+    with pytest.raises(pskv.KeyError, match='out of range'):
+        kv.row_sparse_pull('emb', row_ids=np.array([2 ** 63 + 5], np.uint64))
+    with pytest.raises(pskv.KeyError, match='out of range'):
+        kv.push('emb', (np.ones((1, 4), np.float32), np.array([2 ** 64 - 1], np.uint64)))
+    # floats were truncated silently (2.7 -> row 2)
+    for ids in (np.array([2.7]), np.array([2.0], np.float32)):
+        with pytest.raises(pskv.InvalidArgument, match='integer dtype'):
+            kv.row_sparse_pull('emb', row_ids=ids)
+        with pytest.raises(pskv.InvalidArgument, match='integer dtype'):
+            kv.push('emb', (np.ones((1, 4), np.float32), ids))
+        with pytest.raises(pskv.InvalidArgument, match='integer dtype'):
+            pskv.row_sparse_array((np.ones((1, 4), np.float32), ids), shape=(8, 4))
+    # empty ids of any dtype (np.array([]) is float64) are fine
+    assert len(kv.row_sparse_pull('emb', row_ids=np.array([])).indices) == 0
+    kv.close()
+
+
+def test_split_batch_of_a_negative_size_is_invalid():
+    with pytest.raises(pskv.InvalidArgument, match='>= 0'):
+        pskv.data.split_batch(-4, 2, even_split=False)
+    with pytest.raises(pskv.InvalidArgument, match='>= 0'):
+        pskv.data.split_by_workload(-4, [1.0, 1.0])
+    assert pskv.data.split_batch(0, 2, even_split=False) == [(0, 0), (0, 0)]
