@@ -448,6 +448,11 @@ class Trainer(object):
     def _grad(self, i, ratio=1.0):
         p = self._params[i]
         g = p.grad if p.grad is not None else _torch.zeros_like(p)
+        if g.is_sparse:
+            raise _pskv.UsageError(
+                'parameter %d has a sparse gradient but is not a sparse parameter of this Trainer: pass the '
+                'module (Trainer(model, ...) finds nn.Embedding(sparse=True)) or sparse_params=[...] so that its '
+                'key is row_sparse and updated on the store' % i)
         if ratio != 1.0:
             g = g * ratio
         return g.detach().contiguous()
