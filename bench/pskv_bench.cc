@@ -19,6 +19,7 @@
 #include "bench/bench_util.h"
 #include "bench/fusion_bench.h"
 #include "bench/latency_bench.h"
+#include "bench/metrics_bench.h"
 #include "bench/priority_bench.h"
 #include "bench/pushpull_bench.h"
 #include "bench/scaling_bench.h"
@@ -158,6 +159,7 @@ int main(int argc, char** argv) {
         "[--keys N] [--topologies 1x1,2x1,2x2,4x2] [--repeats N]\n"
         "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]\n"
         "       pskv-bench latency [--json] [--bytes N] [--reps N]\n"
+        "       pskv-bench metrics-flood [--keys N] [--scrapers N] [--seconds N]\n"
         "       pskv-bench priority [--json] [--small-bytes N] [--big-bytes N] [--rounds N] "
         "[--chunk N] [--window N]\n"
         "every benchmark: --plot DIR writes DIR/<bench>.json and, with python3-matplotlib,\n"
@@ -177,6 +179,7 @@ int main(int argc, char** argv) {
     if (cmd == "fusion") return pskv::bench::BenchFusion(argc, argv);
     if (cmd == "fusion-worker") return pskv::bench::BenchFusionWorker(argc, argv);
     if (cmd == "latency") return pskv::bench::BenchLatency(argc, argv);
+    if (cmd == "metrics-flood") return pskv::bench::BenchMetricsFlood(argc, argv);
     if (cmd == "latency-worker") return pskv::bench::BenchLatencyWorker(argc, argv);
     if (cmd == "priority") return pskv::bench::BenchPriority(argc, argv);
     if (cmd == "priority-worker") return pskv::bench::BenchPriorityWorker(argc, argv);

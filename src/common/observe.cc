@@ -358,14 +358,17 @@ std::string PrometheusText() {
   // A copy of the counters taken under the lock (a few hundred bytes per key), the
   // text built after it: operations count under the same lock and never wait for
   // the formatting of a scrape.
-  std::map<std::pair<std::string, std::string>, OpStats> ops;
-  std::map<std::pair<std::string, std::string>, uint64_t> peers;
-  std::map<std::string, OpStats> peer_ops;
+  // Flat vectors, sized first: one allocation each and short (SSO) strings, so the
+  // lock is held for little more than a memcpy of the counters.
+  std::vector<std::pair<std::pair<std::string, std::string>, OpStats>> ops;
+  std::vector<std::pair<std::pair<std::string, std::string>, uint64_t>> peers;
+  std::vector<std::pair<std::string, OpStats>> peer_ops;
   {
     std::lock_guard<std::mutex> lk(s.mu);
-    ops = s.ops;
-    peers = s.peers;
-    peer_ops = s.peer_ops;
+    ops.reserve(s.ops.size());
+    ops.assign(s.ops.begin(), s.ops.end());
+    peers.assign(s.peers.begin(), s.peers.end());
+    peer_ops.assign(s.peer_ops.begin(), s.peer_ops.end());
   }
   const std::string node = "node=\"" + LabelEscape(LogName()) + "\"";
   std::string o;
