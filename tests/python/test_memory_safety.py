@@ -253,3 +253,33 @@ def test_split_batch_of_a_negative_size_is_invalid():
     with pytest.raises(pskv.InvalidArgument, match='>= 0'):
         pskv.data.split_by_workload(-4, [1.0, 1.0])
     assert pskv.data.split_batch(0, 2, even_split=False) == [(0, 0), (0, 0)]
+
+
+def test_native_store_collected_inside_its_own_updater():
+    # The native store's last reference dropped on its engine thread (inside its
+    # updater): destroying it there waited for the running operation (itself) until
+    # the timeout, then joined its own thread. It is now closed on another thread.
+    rc, out = run_isolated('''
+        import gc, time
+        import numpy as np
+        from pskv import _pskv
+        holder = [_pskv.KVStore.create('local')]
+        done = []
+        def upd(key, grad, weight):
+            weight[:] += grad
+            holder.clear()
+            gc.collect()
+            done.append(1)
+        holder[0].set_updater(upd)
+        holder[0].init([0], [np.zeros(2, np.float32)])
+        holder[0].push([0], [np.ones(2, np.float32)], 0)
+        for _ in range(100):
+            if done:
+                break
+            time.sleep(0.1)
+        assert done, 'the updater never finished'
+        time.sleep(0.5)
+        print('ok')
+    ''', timeout=60)
+    assert rc == 0, out
+    assert 'ok' in out, out
