@@ -38,6 +38,11 @@ def _torch_watch(*values):
     does not count). Not watched: views (a view shares its base's counter, so a
     change to another part of the base, e.g. of a flat gradient bucket, would look
     like one to the view) and inference tensors (they have no counter)."""
+    for v in values:
+        if v is not None and type(v) is not np.ndarray:
+            break
+    else:
+        return ()  # the common case, cheaply
     out, seen = [], set()
     stack = list(values)
     while stack:
@@ -57,6 +62,8 @@ def _flatten(key, value, sparse_keys=None):
     With `sparse_keys` (a container of the store's row_sparse keys), row_sparse values
     (RowSparseArray, torch sparse tensors, and ``(data, indices)`` pairs of a row_sparse
     key) are kept as they are; otherwise every value becomes a numpy array."""
+    if type(value) is np.ndarray and type(key) in (int, str) and value.flags.c_contiguous:
+        return [key], [value]  # the common case, cheaply
     if _is_list(key):
         if not _is_list(value) or len(key) != len(value):
             raise AssertionError('the number of keys and values differ')
@@ -404,37 +411,38 @@ class KVStore(object):
                     raise
                 raise new from None
             return
-        self._tls.keys.update(dict.fromkeys(keys))
+        batch_keys = self._tls.keys
+        for k in keys:
+            batch_keys[k] = None
         if completion is None:
             return  # nothing of the caller's in flight (row_sparse pushes copy their rows)
-        ops = self._ops
-        # Cheap: the oldest calls usually finish first; everything now and then.
-        while ops and ops[0].completion.done:
-            self._release(ops.pop(0))
         ia, oa = order
-        op = _Op(what, keys, completion, self._lock(list(ins) + list(outs)), _torch_watch(value), ia, oa)
+        op = _Op(what, keys, completion, self._lock(ins, outs), _torch_watch(value), ia, oa)
+        mem = self._mem
         for x in ia:
-            self._mem.setdefault(x, []).append((op, False))
+            mem.setdefault(x, []).append((op, False))
         for x in oa:
-            self._mem.setdefault(x, []).append((op, True))
+            mem.setdefault(x, []).append((op, True))
+        ops = self._ops
         ops.append(op)
-        if len(ops) >= self._sweep_at:
+        if len(ops) >= self._sweep_at:  # a long batch: release what finished (amortised)
             self._sweep()
 
-    def _lock(self, arrays):
+    def _lock(self, ins, outs):
         locked = []
         seen = set()
-        for a in arrays:
+        locks = self._locks
+        for a in (*ins, *outs):
             i = id(a)
             if i in seen:
                 continue
             seen.add(i)
-            held = self._locks.get(i)
+            held = locks.get(i)
             if held is not None:
                 held[1] += 1
             elif a.flags.writeable:
                 a.flags.writeable = False
-                self._locks[i] = [a, 1]
+                locks[i] = [a, 1]
             else:
                 continue  # read-only before: stays so, nothing to restore
             locked.append(a)
