@@ -82,7 +82,7 @@ def test_close_while_other_threads_wait_in_the_store():
     assert 'ok' in out, out
 
 
-def test_close_while_another_thread_is_in_barrier():
+def test_close_while_another_thread_is_in_barrier(tmp_path):
     # dist_sync, 2 workers: worker 0 has a thread in barrier() (worker 1 comes 2 s
     # later) and closes the store meanwhile. Close waits for the barrier to return.
     script = textwrap.dedent('''
@@ -109,7 +109,7 @@ def test_close_while_another_thread_is_in_barrier():
             t.join(30)
             print('worker 0 closed, barrier:', result, flush=True)
     ''')
-    path = os.path.join(BUILD, 'close_in_barrier_check.py')
+    path = str(tmp_path / 'close_in_barrier_check.py')
     with open(path, 'w') as f:
         f.write(script)
     env = dict(os.environ, PYTHONPATH=PKG_PARENT, MALLOC_PERTURB_='165')
