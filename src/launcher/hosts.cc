@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/net.h"
 #include "pskv/error.h"
 
 namespace pskv::launcher {
@@ -77,8 +78,21 @@ std::vector<Host> ParseHosts(const std::string& arg, int ssh_port) {
   if (hosts.empty())
     throw InvalidArgument("-H '" + arg +
                           "' is neither a host file nor a list like host1:4,host2:4");
-  if (hosts.size() == 1 && hosts[0].slots == 0 && arg.find('/') != std::string::npos)
-    throw InvalidArgument("host file '" + arg + "' does not exist");
+  // A lone name without slots and without a comma is what a host file's name looks
+  // like (`-H hosts`): when no such file exists, the user most likely mistyped the
+  // file's path, and running the whole job on one machine called "hosts" would be
+  // a silent surprise. Only names that cannot be file names by mistake are taken
+  // as one host: an IPv4 literal and "localhost". Any other single host is written
+  // with its slots (`-H node1:4`) or as a list (`-H node1,`).
+  if (hosts.size() == 1 && hosts[0].slots == 0 && arg.find(',') == std::string::npos) {
+    const std::string& name = hosts[0].name;
+    if (arg.find('/') != std::string::npos || (!IsIPv4Literal(name) && name != "localhost"))
+      throw InvalidArgument("-H '" + arg + "': no such host file" +
+                            (arg.find('/') != std::string::npos
+                                 ? std::string(" (check the path)")
+                                 : "; to run on one host of that name write -H " + name +
+                                       ":SLOTS (e.g. " + name + ":1) or -H " + name + ","));
+  }
   return hosts;
 }
 

@@ -15,7 +15,9 @@ struct Host {
 
 /// `arg` names a readable file: a host file, one `host[:ssh_port] [slots=N]` per line
 /// (`#` comments). Otherwise a list `host[:slots],host[:slots]...` (horovodrun's -H).
-/// `ssh_port` applies to hosts that name none. Throws InvalidArgument.
+/// `ssh_port` applies to hosts that name none. A lone name that is no existing file
+/// (`-H hosts`) is an error (a mistyped host file) unless it is an IPv4 literal or
+/// "localhost"; one host is written `name:SLOTS` or `name,`. Throws InvalidArgument.
 std::vector<Host> ParseHosts(const std::string& arg, int ssh_port = 22);
 
 /// True when `arg` is a host file rather than a host list.

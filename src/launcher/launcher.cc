@@ -124,6 +124,11 @@ struct Parser {
                    "shell command run instead of pskv-server (e.g. a Python script that "
                    "creates a dist store, as with MXNet)")
         ->type_name("CMD");
+    app.add_option("--remote-server", c.remote_server,
+                   "ssh: path of pskv-server on the remote hosts (default: with --sync-dst-dir "
+                   "a copy synced to DIR/.pskv/, else the launcher's own path if it exists "
+                   "there, else pskv-server in the remote PATH)")
+        ->type_name("PATH");
     app.add_option("--ssh-arg", c.ssh_args, "extra argument for every ssh call (e.g. -i key)")
         ->type_name("ARG")
         ->allow_extra_args(false);
@@ -215,6 +220,10 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   if (!c.hosts.empty()) ParseHosts(c.hosts, c.ssh_port);  // report a bad -H now
   if (!c.sync_dst_dir.empty() && c.launcher != "ssh")
     throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
+  if (!c.remote_server.empty() && c.launcher != "ssh")
+    throw InvalidArgument("--remote-server works with --launcher ssh only");
+  if (!c.remote_server.empty() && !c.server_command.empty())
+    throw InvalidArgument("give --remote-server or --server-command, not both");
   if (c.launcher == "kubernetes" && c.k8s_image.empty())
     throw InvalidArgument(
         "--launcher kubernetes needs --image (a container image with pskv-server "
@@ -284,6 +293,19 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   if (n > 0) {
     std::string exe(buf, static_cast<size_t>(n));
     c.self_dir = exe.substr(0, exe.rfind('/'));
+  }
+  // The libpskv this launcher (and so its pskv-server) runs with: --sync-dst-dir
+  // copies it next to pskv-server for hosts that have no pskv installed.
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    auto base = path.substr(path.rfind('/') + 1);
+    if (base.rfind("libpskv.so", 0) == 0) {
+      c.pskv_lib = path;
+      break;
+    }
   }
   return c;
 }
@@ -367,13 +389,34 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       for (auto& x : cfg.ssh_args) a.push_back(x);
       return a;
     };
+    // Where pskv-server is on a remote host (see LaunchConfig::remote_server); the
+    // shell sets $pskv_server, or says why there is none and exits 127.
+    const std::string synced = dir + "/.pskv";
+    auto find_server = [&](const Host& h) {
+      if (!cfg.remote_server.empty()) return "pskv_server=" + ShellQuote(cfg.remote_server) + "; ";
+      if (!cfg.sync_dst_dir.empty())
+        return "pskv_server=" + ShellQuote(synced + "/pskv-server") +
+               "; export LD_LIBRARY_PATH=" + ShellQuote(synced) +
+               "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; ";
+      const std::string why =
+          "pskv-launch: host " + h.name + " has no pskv-server at " + server_bin +
+          " (the launcher's own) nor in PATH: install pskv there, or give --remote-server PATH, "
+          "or --sync-dst-dir DIR (copies pskv-server to every host)";
+      return "pskv_server=" + ShellQuote(server_bin) +
+             "; if [ ! -x \"$pskv_server\" ]; then pskv_server=$(command -v pskv-server) || { "
+             "echo " +
+             ShellQuote(why) + " >&2; exit 127; }; fi; ";
+    };
     for (int i = 0; i < S + n; ++i) {
       const bool server = i < S;
       const Host& h = hosts[server ? place.server_host[static_cast<size_t>(i)]
                                    : place.worker_host[static_cast<size_t>(i - S)]];
       auto env = role_env(server ? "server" : "worker", server ? n + i : i - S);
       for (auto& [k, v] : cfg.forward_env) env.emplace(k, v);
-      env["DMLC_NODE_HOST"] = h.name;
+      // The host's name as the address it advertises, unless DMLC_INTERFACE picks
+      // the network (a host file names hosts by their ssh network; DMLC_INTERFACE
+      // may choose a faster one, and DMLC_NODE_HOST would override it).
+      if (!env.count("DMLC_INTERFACE")) env["DMLC_NODE_HOST"] = h.name;
       // The environment travels on ssh's stdin, one K=V per line and an empty line,
       // so no value (the job secret above all) appears on a command line or in ps.
       std::string env_lines;
@@ -386,11 +429,12 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       env_lines += "\n";
       const std::string exports = "while IFS= read -r l && [ -n \"$l\" ]; do export \"$l\"; done; ";
       const std::string cmd = !server                      ? JoinQuoted(cfg.command)
-                              : cfg.server_command.empty() ? ShellQuote(server_bin)
+                              : cfg.server_command.empty() ? "\"$pskv_server\""
                                                            : cfg.server_command;
       // The remote shell runs the command in its own session and kills that session
       // when the ssh connection's stdin closes (the launcher exited or stopped it).
       std::string script = "cd " + ShellQuote(dir) + " || exit 1; " + exports +
+                           (server && cfg.server_command.empty() ? find_server(h) : "") +
                            "exec 3<&0; setsid " + cmd +
                            " </dev/null & c=$!; "
                            "( while read -r _ <&3; do :; done; kill -TERM -- -$c 2>/dev/null; "
@@ -414,6 +458,17 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
         for (auto& x : cfg.ssh_args) e += " " + ShellQuote(x);
         pre +=
             "rsync -az -e " + ShellQuote(e) + " ./ " + ShellQuote(h.name + ":" + dir + "/") + "\n";
+        // pskv-server and its libpskv go with the job (DIR/.pskv/), so hosts need no
+        // pskv installation of their own (only the runtime packages: libzmq5,
+        // libsodium23); --copy-links: the library's soname link becomes a file.
+        if (cfg.remote_server.empty() && cfg.server_command.empty()) {
+          std::string files =
+              ShellQuote(server_bin.find('/') == std::string::npos ? cfg.self_dir + "/pskv-server"
+                                                                   : server_bin);
+          if (!cfg.pskv_lib.empty()) files += " " + ShellQuote(cfg.pskv_lib);
+          pre += "rsync -az --copy-links -e " + ShellQuote(e) + " " + files + " " +
+                 ShellQuote(h.name + ":" + synced + "/") + "\n";
+        }
       }
       plan.files["#prelude"] = pre;
     }
@@ -493,18 +548,21 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
         plan.remove_at_exit.push_back(path);
         env["PSKV_JOB_SECRET_FILE"] = path;
       }
-      argv = {"yarn",
-              "org.apache.hadoop.yarn.applications.distributedshell.Client",
-              "-jar",
-              "${HADOOP_YARN_HOME}/share/hadoop/yarn/hadoop-yarn-applications-distributedshell.jar",
-              "-appname",
-              "pskv-" + role,
-              "-num_containers",
-              std::to_string(count),
-              "-shell_command",
-              JoinQuoted(prog)};
-      for (auto& f : env_flags(env, "-shell_env", false)) argv.push_back(f);
-      return argv;
+      // The jar's path depends on HADOOP_YARN_HOME, which only a shell expands: the
+      // command runs under /bin/sh -c, every other word quoted, so what the shell
+      // executes is exactly this argv with the variable expanded (or a clear error
+      // when it is not set).
+      std::vector<std::string> rest = {"-appname",        "pskv-" + role,
+                                       "-num_containers", std::to_string(count),
+                                       "-shell_command",  JoinQuoted(prog)};
+      for (auto& f : env_flags(env, "-shell_env", false)) rest.push_back(f);
+      const std::string line =
+          "exec yarn org.apache.hadoop.yarn.applications.distributedshell.Client -jar "
+          "\"${HADOOP_YARN_HOME:?is not set: set it to the Hadoop installation (the directory "
+          "with share/hadoop/yarn)}\"/share/hadoop/yarn/"
+          "hadoop-yarn-applications-distributedshell.jar " +
+          JoinQuoted(rest);
+      return std::vector<std::string>{"/bin/sh", "-c", line};
     }
     for (auto& a : prog) argv.push_back(a);
     return argv;

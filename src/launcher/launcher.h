@@ -19,6 +19,10 @@ struct LaunchConfig {
   std::string sync_dst_dir;
   std::vector<std::pair<std::string, std::string>> env, env_server, env_worker;
   std::string server_command;  ///< shell command for servers/scheduler; "" = pskv-server
+  /// --remote-server (ssh): path of pskv-server on the remote hosts. "" = with
+  /// --sync-dst-dir the copy synced into DIR/.pskv/, else the launcher's own
+  /// pskv-server path when it exists on the host, else pskv-server in its PATH.
+  std::string remote_server;
   std::vector<std::string> ssh_args;
   bool dry_run = false;
   /// --no-secret: run in MXNet's open mode (no job secret; anyone who can reach the
@@ -43,6 +47,7 @@ struct LaunchConfig {
   int root_port = 0;
   std::map<std::string, std::string> forward_env;
   std::string self_dir;  ///< directory of the pskv-launch binary
+  std::string pskv_lib;  ///< libpskv.so.0 this launcher runs with ("" if linked statically)
 };
 
 /// --help and --version: print `text` to stdout and exit with `status`.

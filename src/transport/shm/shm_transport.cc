@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <sodium.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,10 +102,22 @@ constexpr auto kTcpReofferAfter = std::chrono::seconds(30);
 // dropped, the sender's write fails and it goes back to ZeroMQ.
 constexpr auto kSwitchGrace = std::chrono::seconds(5);
 
+// Which "host" this process is on, as far as a ring can be shared: the kernel's
+// boot id, and the network and PID namespaces. Processes in other network
+// namespaces of the same kernel (containers, or the cluster tests' namespace
+// "hosts") share /dev/shm and could map a ring, but they are separate machines to
+// the job: their traffic must take the network they were given (rate limits,
+// DMLC_INTERFACE), and a peer in another PID namespace cannot open
+// /proc/<pid>/fd anyway. "" (no shared memory) when the boot id is unreadable.
 std::string ReadBootId() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string s;
   std::getline(f, s);
+  if (s.empty()) return s;
+  for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
+    struct stat st {};
+    if (::stat(ns, &st) == 0) s += "/" + std::to_string(static_cast<unsigned long>(st.st_ino));
+  }
   return s.size() < sizeof(CtlWire::boot_id) ? s : std::string();
 }
 

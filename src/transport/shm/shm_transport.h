@@ -10,7 +10,7 @@
 //     over that connection: its boot id, pid, the memfd's fd number, a random
 //     nonce naming it, and B's wake-up pipe. Only an authenticated peer ever
 //     learns where the ring is.
-//  3. A, on the same host (same boot id), maps it through /proc/<pid>/fd after
+//  3. A, on the same host (same boot id and namespaces), maps it through /proc/<pid>/fd after
 //     checking it, writes where B can wake A, and marks the ring attached.
 //     Otherwise A ignores the offer and B keeps using TCP.
 //  4. B sees "attached" on its next Send, sends SWITCH over ZeroMQ and from then
