@@ -285,8 +285,9 @@ std::vector<double> NDArray::ToDoubles() const {
 
 NDArray NDArray::Slice1D(int64_t begin, int64_t count) const {
   if (begin < 0 || count < 0 || count > size_ - begin)
-    throw InvalidArgument("slice [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
-                          ") out of range for " + std::to_string(size_) + " elements");
+    throw InvalidArgument("slice of " + std::to_string(count) + " elements from " +
+                          std::to_string(begin) + " is out of range for " + std::to_string(size_) +
+                          " elements");
   NDArray s = *this;
   s.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin) * DTypeSize(dtype_);
   s.shape_ = {count};
