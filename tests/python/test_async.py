@@ -2,33 +2,17 @@
 for when the block ends (also when it raises); arrays in flight stay alive and
 read-only; calls on the same memory are ordered; errors come with the calls in
 flight; the Trainer issues a step's communication in one batch."""
-import os
-import subprocess
-import sys
-import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import pskv
-from conftest import BUILD
-HERE = os.path.dirname(os.path.abspath(__file__))
-LAUNCH = os.path.join(BUILD, 'pskv-launch')
+from conftest import launch_scenarios, slow_store
 
 
-def launch(scenarios, workers, delay_ms=300):
-    env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'))
-    cmd = [LAUNCH, '-n', str(workers), '-s', '1', '--timeout', '150',
-           '--env', 'PSKV_TEST_REPLY_DELAY=%d' % delay_ms,
-           '--', '/usr/bin/python3', os.path.join(HERE, 'async_check.py'), scenarios]
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=200)
-    out = p.stdout.decode()
-    assert p.returncode == 0, out
-    for w in range(workers):
-        for s in scenarios.split(','):
-            assert 'worker %d: %s passed' % (w, s) in out, out
+def launch(scenarios, workers, delay_ms):
+    launch_scenarios('async_check.py', scenarios, workers, delay_ms)
 
 
 @pytest.mark.parametrize('workers', [1, 2])
@@ -37,16 +21,6 @@ def test_dist_in_flight_semantics_and_lifetime(workers):
     # servers to hold replies far longer than a stall of this (loaded) machine.
     launch('returns_at_once,lifetime', workers, delay_ms=1000)
     launch('ordering,trainer,close_first', workers, delay_ms=100)
-
-
-def slow_store(delay=0.05):
-    kv = pskv.create('local')
-
-    def slow_sum(key, recv, stored):
-        time.sleep(delay)
-        stored += recv
-    kv.set_updater(slow_sum)
-    return kv
 
 
 def test_batch_results_at_its_end_and_read_only_inside():
@@ -139,7 +113,7 @@ def test_a_block_that_raises_still_waits_and_keeps_its_exception():
 
 
 def test_batches_nest_and_belong_to_their_thread():
-    kv = slow_store(0.2)
+    kv = slow_store(delay=0.2)
     kv.init(['n', 'm'], [np.zeros(2, np.float32)] * 2)
     out = np.zeros(2, np.float32)
     with kv.batch():
@@ -205,7 +179,7 @@ def test_trainer_groups_small_parameters_by_the_stores_fusion_limit(monkeypatch)
 
 def test_torch_tensor_modified_in_a_batch_is_reported_at_its_end():
     torch = pytest.importorskip('torch')
-    kv = slow_store(0.02)
+    kv = slow_store(delay=0.02)
     kv.init(['a', 'b', 'c'], [np.zeros(3, np.float32)] * 3)
     # Following the rules: no error, values right.
     g, out = torch.ones(3), torch.zeros(3)

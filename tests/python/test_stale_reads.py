@@ -5,28 +5,14 @@ Local stores: an updater that sleeps keeps each push in the engine for a while, 
 call returning before its result landed would be caught reading old values. Dist
 stores: the servers hold every reply (PSKV_TEST_REPLY_DELAY), see stale_check.py.
 On pskv before issue 22 (calls returned at once) these tests fail."""
-import os
-import subprocess
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import pskv
-from conftest import BUILD
+from conftest import launch_scenarios, slow_store
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def slow_store(kind, delay=0.05):
-    kv = pskv.create(kind)
-
-    def slow_sum(key, recv, stored):  # w <- w + g, after a while
-        time.sleep(delay)
-        stored += recv
-    kv.set_updater(slow_sum)
-    return kv
 
 
 @pytest.fixture(params=['local', 'device'])
@@ -98,7 +84,7 @@ def test_row_sparse_pull_after_push(kind):
 
 
 def test_several_stores_in_one_process_and_threads():
-    kvs = [slow_store('local', 0.02) for _ in range(3)]
+    kvs = [slow_store('local', delay=0.02) for _ in range(3)]
     for i, kv in enumerate(kvs):
         kv.init('k', np.full(2, i, np.float32))
     errors = []
@@ -122,13 +108,4 @@ def test_several_stores_in_one_process_and_threads():
 def test_dist_sync_reads_right_values_right_after_each_call(workers):
     pytest.importorskip('torch')
     scenarios = 'pull_after_init,rounds,pushpull_in_place,lists,broadcast,row_sparse,two_stores'
-    env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'))
-    cmd = [os.path.join(BUILD, 'pskv-launch'), '-n', str(workers), '-s', '1', '--timeout', '150',
-           '--env', 'PSKV_TEST_REPLY_DELAY=100',
-           '--', '/usr/bin/python3', os.path.join(HERE, 'stale_check.py'), scenarios]
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=200)
-    out = p.stdout.decode()
-    assert p.returncode == 0, out
-    for w in range(workers):
-        for s in scenarios.split(','):
-            assert 'worker %d: %s passed' % (w, s) in out, out
+    launch_scenarios('stale_check.py', scenarios, workers, delay_ms=100)
