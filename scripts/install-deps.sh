@@ -16,7 +16,8 @@ for arg in "$@"; do
     --with-torch) pkgs+=(libtorch-dev python3-torch libopenblas0-pthread) ;;
     --with-data) pkgs+=(dataset-fashion-mnist) ;;
     --with-launchers)
-      pkgs+=(openssh-server openssh-client rsync openmpi-bin slurm-wlm munge)
+      # iproute2: `ip` and `tc` of the cluster tests (tests/cluster, namespaces as hosts)
+      pkgs+=(openssh-server openssh-client rsync openmpi-bin slurm-wlm munge iproute2)
       # kubectl (client-side checks of the generated manifests): Debian's
       # kubernetes-client, unless a kubectl from another package is already there.
       command -v kubectl >/dev/null || pkgs+=(kubernetes-client) ;;
