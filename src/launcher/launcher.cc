@@ -65,7 +65,12 @@ const char* const kFooter =
     R"(Hosts (-H): a list `host1:4,host2:4` (horovodrun's syntax: 4 slots each) or a host
 file with lines `host[:ssh_port] [slots=N]`. Workers fill the slots host by host (rank
 0 first); servers are spread round-robin and take no slots. Without any slots, servers
-and workers go round-robin over the hosts.
+and workers go round-robin over the hosts. A lone `-H NAME` that is no existing file is
+an error unless NAME is an IPv4 address or localhost: write one host as NAME:SLOTS or
+NAME, (a list). Servers on other hosts run the launcher's own pskv-server path if it
+exists there, else pskv-server from PATH (see --remote-server, --sync-dst-dir).
+DMLC_INTERFACE (in the launcher's environment) picks the network every process
+advertises.
 
 Lifecycle: the exit status is 0 when every process exits 0, else the first failure's
 status; when a process fails, the others are stopped within a few seconds and the
