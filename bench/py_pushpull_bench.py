@@ -4,7 +4,7 @@ step's communication looks like from Python), three ways in the same run:
 
   * one by one: kv.pushpull(k, g, out=w) for every key, each complete when it returns
     (pskv's default since issue 22: one round trip after the other);
-  * batch:      the same calls inside ``with kv.batch():`` (waited for once, at its end);
+  * batch:      the same calls through ``with kv.batch() as b:`` (waited for once, at its end);
   * native:     the native store's calls, then one wait: the floor, without the Python
                 package's bookkeeping (read-only flags, memory ordering).
 
@@ -81,9 +81,9 @@ def worker(args):
             kv._kv.wait_all()
             return
         if mode == 'batch':
-            with kv.batch():
+            with kv.batch() as b:
                 for k in reversed(keys):  # backward order, as a Trainer issues them
-                    kv.pushpull(k, grads[k], out=outs[k], priority=-k)
+                    b.pushpull(k, grads[k], out=outs[k], priority=-k)
             return
         for k in reversed(keys):
             kv.pushpull(k, grads[k], out=outs[k], priority=-k)

@@ -1,5 +1,6 @@
 """KVStore with MXNet's Python API (``mx.kv``) over the C++ core."""
 import atexit
+import bisect
 import sys
 import threading
 import warnings
@@ -12,19 +13,27 @@ from . import sparse as _sparse
 from .optimizer import Optimizer
 
 
-def _as_array(v):
-    """A numpy view of a numpy array or a PyTorch CPU tensor (no copy)."""
+def _as_array(v, output=False):
+    """A numpy view of a numpy array or a PyTorch CPU tensor (no copy). `output`: the
+    array receives a result (a copy would receive it instead, so the advice differs)."""
     if isinstance(v, np.ndarray):
         if not v.flags['C_CONTIGUOUS']:
-            raise _pskv.InvalidArgument('arrays must be C-contiguous (numpy.ascontiguousarray)')
+            raise _pskv.InvalidArgument(_CONTIGUOUS_OUT if output else
+                                        'arrays must be C-contiguous (numpy.ascontiguousarray)')
         return v
     if type(v).__module__.startswith('torch'):
         if v.device.type != 'cpu':
             raise _pskv.InvalidArgument('only CPU tensors are supported on this build')
         if not v.is_contiguous():
-            raise _pskv.InvalidArgument('tensors must be contiguous (call .contiguous())')
+            raise _pskv.InvalidArgument(_CONTIGUOUS_OUT if output else
+                                        'tensors must be contiguous (call .contiguous())')
         return v.detach().numpy()
     raise TypeError('values must be numpy arrays or torch tensors, got %s' % type(v).__name__)
+
+
+_CONTIGUOUS_OUT = ('an output must be C-contiguous: pull into a contiguous buffer (numpy.empty_like, '
+                   'torch.empty_like) and copy it back (w[...] = buf); a contiguous copy of the output '
+                   'would receive the result instead of it')
 
 
 def _is_list(v):
@@ -56,7 +65,7 @@ def _torch_watch(*values):
     return out
 
 
-def _flatten(key, value, sparse_keys=None):
+def _flatten(key, value, sparse_keys=None, output=False):
     """(key, value) in any of MXNet's shapes -> parallel flat lists (spec 2.3).
 
     With `sparse_keys` (a container of the store's row_sparse keys), row_sparse values
@@ -69,7 +78,7 @@ def _flatten(key, value, sparse_keys=None):
             raise AssertionError('the number of keys and values differ')
         keys, vals = [], []
         for k, v in zip(key, value):
-            k2, v2 = _flatten(k, v, sparse_keys)
+            k2, v2 = _flatten(k, v, sparse_keys, output)
             keys += k2
             vals += v2
         types = set(type(k) for k in keys)
@@ -80,19 +89,20 @@ def _flatten(key, value, sparse_keys=None):
         raise AssertionError('unexpected type for keys: %s' % type(key).__name__)
     key = int(key) if isinstance(key, np.integer) else key
     if _is_list(value) and not _is_rows(key, value, sparse_keys):
-        return [key] * len(value), [_value(key, v, sparse_keys) for v in value]
-    return [key], [_value(key, value, sparse_keys)]
+        return [key] * len(value), [_value(key, v, sparse_keys, output) for v in value]
+    return [key], [_value(key, value, sparse_keys, output)]
 
 
 def _is_rows(key, v, sparse_keys):
-    """A ``(data, indices)`` pair standing for one value of a row_sparse key."""
+    """A ``(data, indices)`` pair standing for one value of a row_sparse key (values
+    only: a pull's outputs are never rows)."""
     return sparse_keys is not None and isinstance(v, tuple) and len(v) == 2 and key in sparse_keys
 
 
-def _value(key, v, sparse_keys):
+def _value(key, v, sparse_keys, output=False):
     if sparse_keys is not None and (_sparse.is_sparse(v) or _is_rows(key, v, sparse_keys)):
         return v
-    return _as_array(v)
+    return _as_array(v, output)
 
 
 def _split_sparse(keys, vals):
@@ -114,10 +124,11 @@ def _split_sparse(keys, vals):
     return dk, dv, sp
 
 
-def _address(a):
-    """Where a numpy array's memory starts (calls in a batch on the same memory are
-    ordered by it)."""
-    return a.__array_interface__['data'][0]
+def _span(a):
+    """The bytes [start, end) of a (C-contiguous) numpy array: calls in flight on
+    overlapping bytes are ordered by them."""
+    start = a.__array_interface__['data'][0]
+    return start, start + a.nbytes
 
 
 def _unique(keys):
@@ -140,48 +151,148 @@ def _annotated(e, text):
 
 
 class _Op(object):
-    """One call issued inside a batch, as the Python side tracks it: the numpy arrays
-    it made read-only and the memory it reads (`ins`) and writes (`outs`), until it is
-    waited for or has finished."""
-    __slots__ = ('what', 'keys', 'completion', 'locked', 'watched', 'ins', 'outs')
+    """One call issued in a batch, as the Python side tracks it until its batch ends
+    (or it finished): the numpy arrays it made read-only, the torch tensors it watches,
+    and the bytes it reads and writes (`spans`: entries of KVStore._spans)."""
+    __slots__ = ('what', 'keys', 'completion', 'locked', 'watched', 'spans', 'batch')
 
-    def __init__(self, what, keys, completion, locked, watched, ins, outs):
+    def __init__(self, what, keys, completion, locked, watched, spans, batch):
         self.what, self.keys, self.completion, self.locked = what, keys, completion, locked
-        self.watched, self.ins, self.outs = watched, ins, outs
+        self.watched, self.spans, self.batch = watched, spans, batch
 
 
-class _Batch(object):
-    """``with kv.batch():`` (see :meth:`KVStore.batch`)."""
-    __slots__ = ('_kv',)
+class Batch(object):
+    """Calls that travel together and are waited for once: ``with kv.batch() as b:``
+    (see :meth:`KVStore.batch`). It has the store's ``push``, ``pull``, ``pushpull``
+    and ``broadcast``, issued at once; their results are there when the block ends.
+
+    Parameters
+    ----------
+    kv : KVStore
+        The store (use :meth:`KVStore.batch`).
+    """
 
     def __init__(self, kv):
-        self._kv = kv
+        self._store = kv
+        self._keys = {}  # keys of the calls issued through this batch (ordered set)
+        self._misuse = []  # torch tensors modified in flight: raised at the end
+        self._state = 'new'  # -> 'open' -> 'ended'
 
     def __enter__(self):
-        tls = self._kv._tls
-        depth = getattr(tls, 'depth', 0)
-        if depth == 0:
-            tls.keys = {}  # the keys of the calls issued in this scope (ordered set)
-        tls.depth = depth + 1
-        return self._kv
+        if self._state != 'new':
+            raise _pskv.UsageError('a batch is entered once: open a new one with "with kv.batch() as b:"')
+        self._state = 'open'
+        with self._store._book:
+            self._store._batches.add(self)
+        return self
 
     def __exit__(self, exc_type, exc, tb):
-        tls = self._kv._tls
-        tls.depth -= 1
-        if tls.depth:
-            return False  # nested: the outermost scope waits
-        keys, tls.keys = list(tls.keys), None
-        if self._kv._kv is None or not keys:
+        kv = self._store
+        self._state = 'ended'
+        try:
+            if exc is None:
+                self._finish()  # raises the first failure, naming the calls in flight
+                return False
+            try:  # the block raised: still wait, so that nothing is in flight after it
+                self._finish()
+            except Exception as e:  # noqa: BLE001 - the block's own exception goes first
+                if hasattr(exc, 'add_note'):
+                    exc.add_note('pskv: the calls of the batch failed too: %s: %s' % (type(e).__name__, e))
             return False
-        if exc is None:
-            self._kv.wait(keys)  # raises the first failure, naming the calls in flight
-            return False
-        try:  # the block raised: still wait, so that nothing is in flight after it
-            self._kv.wait(keys)
-        except Exception as e:  # noqa: BLE001 - the block's own exception goes first
-            if hasattr(exc, 'add_note'):
-                exc.add_note('pskv: the calls of the batch failed too: %s: %s' % (type(e).__name__, e))
-        return False
+        finally:
+            with kv._book:
+                kv._batches.discard(self)
+
+    def _finish(self):
+        kv = self._store
+        keys, self._keys = list(self._keys), {}
+        if kv._kv is None:  # closed inside the block: close waited; report what it saw
+            if keys and kv._close_error is not None:
+                raise kv._close_error
+            return
+        if keys:
+            kv._wait_keys(keys)
+        if self._misuse:
+            msgs, self._misuse = self._misuse, []
+            raise _pskv.UsageError('; '.join(msgs))
+
+    def _open(self):
+        if self._state != 'open':
+            raise _pskv.UsageError(
+                'this batch is %s: issue its calls inside "with kv.batch() as b:" (its results are '
+                'there when the block ends)' % ('not entered yet' if self._state == 'new' else 'over'))
+        return self
+
+    def _issued(self, keys):
+        """Keys of calls issued on the native store directly (the Trainer): the end of
+        the batch waits for them too."""
+        self._open()
+        for k in keys:
+            self._keys[k] = None
+
+    def push(self, key, value, priority=0):
+        """:meth:`KVStore.push`, issued at once; `value` may be reused when the block ends.
+
+        Parameters
+        ----------
+        key, value, priority
+            As :meth:`KVStore.push`.
+        """
+        self._store._push(key, value, priority, self._open())
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        """:meth:`KVStore.pull`, issued at once; `out` holds the values when the block ends.
+
+        Parameters
+        ----------
+        key, out, priority, ignore_sparse
+            As :meth:`KVStore.pull`.
+        """
+        self._store._pull(key, out, priority, ignore_sparse, self._open())
+
+    def pushpull(self, key, value, out=None, priority=0):
+        """:meth:`KVStore.pushpull`, issued at once; results when the block ends.
+
+        Parameters
+        ----------
+        key, value, out, priority
+            As :meth:`KVStore.pushpull`.
+        """
+        self._store._pushpull(key, value, out, priority, self._open())
+
+    def broadcast(self, key, value, out, priority=0):
+        """:meth:`KVStore.broadcast` (the init waits), the pull issued at once.
+
+        Parameters
+        ----------
+        key, value, out, priority
+            As :meth:`KVStore.broadcast`.
+        """
+        self._store._broadcast(key, value, out, priority, self._open())
+
+    def wait(self, key=None):
+        """Waits early for this batch's calls on `key` (all of them if None), to read a
+        result inside the block.
+
+        Parameters
+        ----------
+        key : int, str, list, or None, optional
+            The key(s).
+        """
+        self._open()
+        keys = list(self._keys) if key is None else (key if _is_list(key) else [key])
+        if keys:
+            self._store._wait_keys(keys)
+
+    @property
+    def pending(self):
+        """The number of this store's calls still in flight (issued in batches).
+
+        Returns
+        -------
+        int
+        """
+        return self._store.pending
 
 
 class KVStore(object):
@@ -190,8 +301,8 @@ class KVStore(object):
     Create it with :func:`pskv.create`, not directly. Every call is complete when it
     returns: a ``pull``'s outputs hold the result and a ``push``'s inputs may be
     reused. To issue many calls that travel together and are waited for once, issue
-    them inside ``with kv.batch():`` — the outputs hold their results when the block
-    ends (see :meth:`batch`).
+    them through a batch, ``with kv.batch() as b: b.pushpull(...)`` — the outputs hold
+    their results when the block ends (see :meth:`batch`).
 
     Parameters
     ----------
@@ -211,12 +322,16 @@ class KVStore(object):
 
     def __init__(self, handle):
         self._kv = handle
-        self._tls = threading.local()  # this thread's batch scope: depth, keys
+        # Batches' bookkeeping, guarded by _book (threads may share a store):
+        self._book = threading.RLock()
+        self._batches = set()  # Batch objects whose block is open
         self._ops = []  # _Op issued in batches, not yet released, in issue order
         self._locks = {}  # id(array) -> [array, number of _Op holding it read-only]
-        self._mem = {}  # address -> [_Op using that memory] (batches: ordering by memory)
-        self._misuse = []  # torch tensors modified in flight, raised by the next wait
+        self._spans = []  # sorted (start, end, seq, _Op, writes): bytes of calls in flight
+        self._max_span = 0  # the longest span in _spans (how far back an overlap may start)
+        self._seq = 0
         self._sweep_at = 64  # amortised sweeping of finished _Op (see _track)
+        self._close_error = None  # what close() saw failing (raised by open batches' ends)
         self._str_names = []  # string keys in first-init order = their int ids (as in C++)
         self._next_key = 0  # int keys handed out to Trainers sharing this store
         self._sparse = {}  # row_sparse key -> (shape, dtype), from init
@@ -330,30 +445,31 @@ class KVStore(object):
 
     # --- calls: complete when they return, or in flight until their batch ends
     def batch(self):
-        """A scope whose calls travel together and are waited for once, at its end.
+        """A batch: calls that travel together and are waited for once, at the end of
+        its block.
 
-        Inside ``with kv.batch():``, ``push``, ``pull``, ``pushpull`` and ``broadcast``
-        are issued and return at once, so P calls cost about one round trip instead
-        of P; when the block ends (also when it raises), pskv waits for every call
-        issued in it: then every output holds its result and every input may be
-        reused. The first failure of those calls is raised there (naming the calls in
-        flight); if the block itself raised, its exception goes on, with the calls'
-        failure added as a note.
+        ``with kv.batch() as b:`` gives a :class:`Batch` with the store's ``push``,
+        ``pull``, ``pushpull`` and ``broadcast``; issued through `b`, they return at
+        once, so P calls cost about one round trip instead of P. When the block ends
+        (also when it raises), pskv waits for every call issued through `b`: then every
+        output holds its result and every input may be reused. The first failure of
+        those calls is raised there, naming the calls in flight; if the block itself
+        raised, its exception goes on, with the calls' failure added as a note.
 
-        Inside the block, results are not there yet: read outputs after it. pskv keeps
-        what it can see right: a call that reads or writes the memory of an earlier
-        call of the batch still in flight (the same array, or a tensor on the same
-        storage) first waits for that call, in the order issued, as MXNet's engine
-        did; numpy arrays of calls in flight are read-only (a write raises
-        ``ValueError``), and a torch tensor modified in place while its call was in
-        flight makes the end of the batch raise :class:`pskv.UsageError`.
-        Scopes nest (the outermost one waits) and belong to the thread that opened
-        them: another thread's calls on the same store stay complete on return.
+        The store's own methods (``kv.pull``...) stay complete on return, inside the
+        block too: only what goes through `b` is in flight. Inside the block, read the
+        outputs of `b`'s calls after it ends (or after ``b.wait(key)``). pskv keeps
+        what it can see right: a call (of any batch, or a plain one) whose bytes
+        overlap those of a call in flight waits for that call first when one of them
+        writes them, as MXNet's engine ordered NDArrays; the numpy arrays passed to a
+        batch's calls are read-only until the call is done (a write raises
+        ``ValueError``); a torch tensor passed to one and modified in place meanwhile
+        makes the end of the batch raise :class:`pskv.UsageError`.
 
         Returns
         -------
-        context manager
-            Entering it gives the store.
+        Batch
+            Use it as a context manager.
 
         Examples
         --------
@@ -361,48 +477,43 @@ class KVStore(object):
         >>> kv = pskv.create('local')
         >>> kv.init([0, 1], [np.zeros(2, np.float32), np.zeros(2, np.float32)])
         >>> grads = [np.ones(2, np.float32), np.full(2, 2, np.float32)]
-        >>> with kv.batch():
+        >>> with kv.batch() as b:
         ...     for k, g in enumerate(grads):
-        ...         kv.pushpull(k, g)          # in flight: do not read g here
+        ...         b.pushpull(k, g)           # in flight: do not read g here
         >>> grads[1].tolist()                  # the block ended: results are in
         [2.0, 2.0]
         """
-        return _Batch(self)
-
-    def _batching(self):
-        return getattr(self._tls, 'depth', 0) > 0
-
-    def _issued(self, keys):
-        """Keys of calls issued on the native store directly (the Trainer) inside this
-        thread's batch: its end waits for them too."""
-        if not self._batching():
-            raise _pskv.UsageError('internal: native calls issued outside a batch')
-        self._tls.keys.update(dict.fromkeys(keys))
+        return Batch(self)
 
     def _order(self, ins, outs):
-        """In a batch: the addresses of `ins` and `outs`, after waiting for the calls
-        in flight that write memory this call reads, or use memory it writes."""
-        ia = [_address(a) for a in ins]
-        oa = [_address(a) for a in outs]
-        mem = self._mem
-        if mem:
+        """Before a call: waits for the calls in flight whose bytes overlap this call's
+        where either writes them. Returns the spans of `ins` and `outs` (None when no
+        call is in flight: a plain call then needs none)."""
+        if not self._spans and not self._batches:
+            return None
+        ia = [_span(a) for a in ins]
+        oa = [_span(a) for a in outs]
+        spans = self._spans
+        if spans:
             keys = {}
-            for x in ia:
-                for op, writes in mem.get(x, ()):
-                    if writes:
-                        keys.update(dict.fromkeys(op.keys))
-            for x in oa:
-                for op, _ in mem.get(x, ()):
-                    keys.update(dict.fromkeys(op.keys))
+            with self._book:
+                reach = self._max_span
+                for (start, end), writes in [(x, False) for x in ia] + [(x, True) for x in oa]:
+                    i = bisect.bisect_left(spans, (start - reach,))
+                    while i < len(spans) and spans[i][0] < end:
+                        s_start, s_end, _, op, s_writes = spans[i]
+                        if s_end > start and (writes or s_writes):
+                            keys.update(dict.fromkeys(op.keys))
+                        i += 1
             if keys:
-                self.wait(list(keys))
+                self._wait_keys(list(keys))
         return ia, oa
 
-    def _track(self, what, keys, completion, ins=(), outs=(), value=None, order=None):
-        """After a call was issued: outside a batch, wait for it (its failure is
-        raised here); inside one, note its keys and lock and watch its arrays
-        (`value`: what the user passed, for torch tensors; `order`: from _order)."""
-        if not self._batching():
+    def _track(self, what, keys, completion, ins=(), outs=(), value=None, order=None, batch=None):
+        """After a call was issued: a plain call waits for it (its failure is raised
+        here); a batch's call is noted (keys in the batch; arrays locked, watched and
+        their bytes recorded until released)."""
+        if batch is None:
             try:
                 self._kv.wait(_unique(keys))
             except Exception as e:  # noqa: BLE001 - re-raised naming the call
@@ -411,21 +522,25 @@ class KVStore(object):
                     raise
                 raise new from None
             return
-        batch_keys = self._tls.keys
         for k in keys:
-            batch_keys[k] = None
+            batch._keys[k] = None
         if completion is None:
             return  # nothing of the caller's in flight (row_sparse pushes copy their rows)
         ia, oa = order
-        op = _Op(what, keys, completion, self._lock(ins, outs), _torch_watch(value), ia, oa)
-        mem = self._mem
-        for x in ia:
-            mem.setdefault(x, []).append((op, False))
-        for x in oa:
-            mem.setdefault(x, []).append((op, True))
-        ops = self._ops
-        ops.append(op)
-        if len(ops) >= self._sweep_at:  # a long batch: release what finished (amortised)
+        watched = _torch_watch(value)
+        with self._book:
+            self._seq += 1
+            op = _Op(what, keys, completion, self._lock(ins, outs), watched, [], batch)
+            for (start, end), writes in [(x, False) for x in ia] + [(x, True) for x in oa]:
+                self._seq += 1
+                entry = (start, end, self._seq, op, writes)
+                bisect.insort(self._spans, entry)
+                op.spans.append(entry)
+                self._max_span = max(self._max_span, end - start)
+            ops = self._ops
+            ops.append(op)
+            sweep = len(ops) >= self._sweep_at
+        if sweep:  # a long batch: release what finished (amortised)
             self._sweep()
 
     def _lock(self, ins, outs):
@@ -449,11 +564,12 @@ class KVStore(object):
         return locked
 
     def _release(self, op):
+        """Called with self._book held."""
         for t, version in op.watched:
-            if t._version != version and len(self._misuse) < 8:
-                self._misuse.append(
+            if t._version != version and len(op.batch._misuse) < 8:
+                op.batch._misuse.append(
                     '%s of key %s: a torch tensor given to it was modified in place before the '
-                    'batch ended (its version went from %d to %d): what was pushed or pulled may '
+                    'call was done (its version went from %d to %d): what was pushed or pulled may '
                     'be wrong. Modify it after the batch, or pass a copy (tensor.clone())' %
                     (op.what, _key_names(op.keys), version, t._version))
         for a in op.locked:
@@ -465,29 +581,32 @@ class KVStore(object):
                     a.flags.writeable = True
                 except ValueError:  # its base became read-only meanwhile: leave it so
                     pass
-        for x in set(op.ins).union(op.outs):
-            users = self._mem.get(x)
-            if users is not None:
-                users[:] = [u for u in users if u[0] is not op]
-                if not users:
-                    del self._mem[x]
+        spans = self._spans
+        for entry in op.spans:
+            i = bisect.bisect_left(spans, entry[:3])
+            if i < len(spans) and spans[i][2] == entry[2]:
+                del spans[i]
+        if not spans:
+            self._max_span = 0
 
     def _sweep(self, waited=None):
         """Releases finished calls, and calls whose keys are all in `waited` (a set;
         True: every call)."""
-        keep = []
-        for op in self._ops:
-            if (waited is True or op.completion.done or
-                    (waited is not None and all(k in waited for k in op.keys))):
-                self._release(op)
-            else:
-                keep.append(op)
-        self._ops = keep
-        self._sweep_at = max(64, 2 * len(keep))
+        with self._book:
+            keep = []
+            for op in self._ops:
+                if (waited is True or op.completion.done or
+                        (waited is not None and all(k in waited for k in op.keys))):
+                    self._release(op)
+                else:
+                    keep.append(op)
+            self._ops = keep
+            self._sweep_at = max(64, 2 * len(keep))
 
     def _in_flight(self, keys=None):
         ks = None if keys is None else set(keys)
-        ops = [op for op in self._ops if ks is None or any(k in ks for k in op.keys)]
+        with self._book:
+            ops = [op for op in self._ops if ks is None or any(k in ks for k in op.keys)]
         return '; '.join('%s of key %s' % (op.what, _key_names(op.keys)) for op in ops[:8]) + \
             (' and %d more' % (len(ops) - 8) if len(ops) > 8 else '')
 
@@ -506,7 +625,7 @@ class KVStore(object):
         """Pushes values; the values of one key are summed (over devices, and over
         workers in dist mode) and applied by the updater or optimizer, if any.
 
-        When it returns the push is done and `value` may be reused (in a
+        When it returns the push is done and `value` may be reused (issued through a
         :meth:`batch`: when the batch ends).
 
         Parameters
@@ -527,6 +646,9 @@ class KVStore(object):
         pskv.ShapeError
             A value's shape or dtype differs from the key's.
         """
+        self._push(key, value, priority, None)
+
+    def _push(self, key, value, priority, batch):
         keys, vals = _flatten(key, value, self._sparse)
         keys, vals, sparse = _split_sparse(keys, vals)
         for k, vs in sparse.items():
@@ -534,12 +656,12 @@ class KVStore(object):
             shape = list(self._sparse[k][0]) if k in self._sparse else list(rsps[0].shape)
             # The rows are copied: nothing of the caller's stays in flight.
             self._kv.push_row_sparse([k], shape, [(r.indices, r.data) for r in rsps], priority)
-            self._track('push', [k], None)
+            self._track('push', [k], None, batch=batch)
         if not keys:
             return
-        order = self._order(vals, ()) if self._batching() else None
+        order = self._order(vals, ())
         c = self._kv.push(keys, vals, priority)
-        self._track('push', keys, c, vals, (), value, order)
+        self._track('push', keys, c, vals, (), value, order, batch)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         """Pulls rows `row_ids` of a row_sparse key (MXNet's ``row_sparse_pull``) and
@@ -610,8 +732,8 @@ class KVStore(object):
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
         """Pulls the current values of keys into `out`, in place.
 
-        When it returns, `out` holds the values (in a :meth:`batch`: when the batch
-        ends). The pull sees every push of the key issued before it.
+        When it returns, `out` holds the values (issued through a :meth:`batch`: when
+        the batch ends). The pull sees every push of the key issued before it.
 
         Parameters
         ----------
@@ -631,8 +753,11 @@ class KVStore(object):
         pskv.UsageError
             A row_sparse output with ``ignore_sparse=False``.
         """
+        self._pull(key, out, priority, ignore_sparse, None)
+
+    def _pull(self, key, out, priority, ignore_sparse, batch):
         assert out is not None, 'pull needs out'
-        keys, outs = _flatten(key, out, self._sparse)
+        keys, outs = _flatten(key, out, (), output=True)  # no (data, indices) outputs
         keys, outs, sparse = _split_sparse(keys, outs)
         if sparse:
             if not ignore_sparse:
@@ -644,18 +769,18 @@ class KVStore(object):
             if new:
                 self._warned_sparse.update(new)
                 warnings.warn('pskv: pull of key %s: row_sparse outputs ignored (ignore_sparse=True); '
-                              'use kv.row_sparse_pull for their rows' % _key_names(new), stacklevel=2)
+                              'use kv.row_sparse_pull for their rows' % _key_names(new), stacklevel=3)
         if not keys:
             return
-        order = self._order((), outs) if self._batching() else None
+        order = self._order((), outs)
         c = self._kv.pull(keys, outs, priority, True)
-        self._track('pull', keys, c, (), outs, out, order)
+        self._track('pull', keys, c, (), outs, out, order, batch)
 
     def pushpull(self, key, value, out=None, priority=0):
         """Pushes `value` and pulls the result into `out` in one round trip per key.
 
         When it returns, `out` (`value` when None) holds the result and `value` may be
-        reused (in a :meth:`batch`: when the batch ends).
+        reused (issued through a :meth:`batch`: when the batch ends).
 
         Parameters
         ----------
@@ -668,22 +793,26 @@ class KVStore(object):
         priority : int, optional
             Higher priorities are served first.
         """
-        keys, vals = _flatten(key, value, self._sparse)
+        self._pushpull(key, value, out, priority, None)
+
+    def _pushpull(self, key, value, out, priority, batch):
+        keys, vals = _flatten(key, value, self._sparse, output=out is None)
         if any(type(v) is not np.ndarray for v in vals):
             raise _pskv.UsageError('pushpull of key %s with row_sparse values: use push, then '
                                    'row_sparse_pull for the rows' % _key_names(keys))
         if out is None:
             okeys, outs = keys, vals
         else:
-            okeys, outs = _flatten(key, out)
-        order = self._order(vals, outs) if self._batching() else None
+            okeys, outs = _flatten(key, out, output=True)
+        order = self._order(vals, outs)
         c = self._kv.pushpull(keys, vals, okeys, outs, priority, True)
-        self._track('pushpull', keys + okeys, c, vals, outs, (value, out), order)
+        self._track('pushpull', keys + okeys, c, vals, outs, (value, out), order, batch)
 
     def broadcast(self, key, value, out, priority=0):
         """Initialises keys with `value` (rank 0's in dist mode) and pulls them into `out`.
 
-        When it returns, `out` holds the values (in a :meth:`batch`: when the batch ends).
+        When it returns, `out` holds the values (issued through a :meth:`batch`: when
+        the batch ends).
 
         Parameters
         ----------
@@ -696,21 +825,37 @@ class KVStore(object):
         priority : int, optional
             Higher priorities are served first.
         """
+        self._broadcast(key, value, out, priority, None)
+
+    def _broadcast(self, key, value, out, priority, batch):
         keys, vals = _flatten(key, value)
-        if self._batching():
-            self._order(vals, ())  # init reads `value` now
+        self._order(vals, ())  # init reads `value` now
         try:
             self._kv.init(keys, vals)
             self._remember(keys)
         except _pskv.KeyError as e:
             raise _pskv.KeyError(str(e) + ' (broadcast initialises its keys: check for an earlier '
                                  'kv.init or kv.broadcast of the same key)')
-        self.pull(key, out=out, priority=priority)
+        self._pull(key, out, priority, True, batch)
+
+    def _wait_keys(self, keys):
+        """Waits for the calls on `keys`, releasing them; a failure names the calls."""
+        keys = [int(k) if isinstance(k, np.integer) else k for k in keys]
+        try:
+            self._kv.wait(list(keys))
+        except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
+            new = self._with_ops(e, keys)
+            # A failure is reported once the keys' operations ended; a timeout is not.
+            self._sweep(None if isinstance(e, _pskv.TimeoutError) else set(keys))
+            if new is e:
+                raise
+            raise new from None
+        self._sweep(set(keys))
 
     def wait(self, key=None):
         """Blocks until the calls issued on `key` (all keys if None) are done. Calls
-        are done when they return, or when their :meth:`batch` ends: this is only
-        needed to read a result inside a batch.
+        are done when they return, or when their :meth:`batch` ends: this only serves
+        to read a batch's result before its end (``b.wait(key)`` does the same).
 
         Parameters
         ----------
@@ -724,24 +869,10 @@ class KVStore(object):
             naming the calls that were in flight on them.
         pskv.TimeoutError
             ``PSKV_TIMEOUT`` passed.
-        pskv.UsageError
-            A torch tensor of a call was modified in place while the call was in
-            flight (raised by the first wait after pskv noticed it).
         """
         if key is None:
             return self.wait_all()
-        keys = [int(k) if isinstance(k, np.integer) else k for k in (key if _is_list(key) else [key])]
-        try:
-            self._kv.wait(list(keys))
-        except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
-            new = self._with_ops(e, keys)
-            # A failure is reported once the keys' operations ended; a timeout is not.
-            self._sweep(None if isinstance(e, _pskv.TimeoutError) else set(keys))
-            if new is e:
-                raise
-            raise new from None
-        self._sweep(set(keys))
-        self._raise_misuse()
+        self._wait_keys(key if _is_list(key) else [key])
 
     def wait_all(self):
         """Blocks until every call issued is done (MXNet's ``mx.nd.waitall()``).
@@ -760,18 +891,11 @@ class KVStore(object):
                 raise
             raise new from None
         self._sweep(True)
-        self._raise_misuse()
-
-    def _raise_misuse(self):
-        if self._misuse:
-            msgs, self._misuse = self._misuse, []
-            raise _pskv.UsageError('; '.join(msgs))
 
     def _with_ops(self, e, keys):
         """`e` with the calls in flight on `keys` in its message (pskv errors) or a note."""
         what = self._in_flight(keys)
         return _annotated(e, 'in flight when the wait failed: ' + what) if what else e
-
 
     # --- updates
     def set_optimizer(self, optimizer):
@@ -881,11 +1005,15 @@ class KVStore(object):
         try:
             kv.wait_all()
         except Exception as e:  # noqa: BLE001 - still release the store
-            sys.stderr.write('pskv: pending operations failed at close: %s\n' % e)
+            if self._batches:  # closed inside a batch's block: its end raises this
+                self._close_error = self._with_ops(e, None)
+            else:
+                sys.stderr.write('pskv: pending operations failed at close: %s\n' % e)
         kv.close()  # drops the arrays of every call
-        ops, self._ops = self._ops, []
-        for op in ops:
-            self._release(op)
+        with self._book:
+            ops, self._ops = self._ops, []
+            for op in ops:
+                self._release(op)
 
     def __enter__(self):
         return self
@@ -904,8 +1032,9 @@ class KVStore(object):
         if kv is not None:
             self._kv = None
             _deferred_close.append(kv)  # keeps the arrays of calls in flight
-            for op in self._ops:
-                self._release(op)
+            with self._book:
+                for op in self._ops:
+                    self._release(op)
 
 
 _open_stores = weakref.WeakSet()

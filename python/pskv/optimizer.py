@@ -24,8 +24,10 @@ class Optimizer(object):
         A learning-rate schedule.
     param_idx2name : dict of int to str, optional
         Names of the int keys (MXNet's): multipliers given by name apply to the key of
-        that name, and :meth:`set_wd_mult` zeroes the weight decay of every named key
-        whose name ends neither in ``_weight`` nor ``_gamma`` (biases, BatchNorm's beta).
+        that name, and the weight decay of every named key whose name ends neither in
+        ``_weight`` nor ``_gamma`` (biases, BatchNorm's beta) is zero unless
+        :meth:`set_wd_mult` says otherwise. Multipliers travel with the optimizer when
+        it is given to a store: set them before ``set_optimizer``.
     **kwargs
         Parameters of the specific optimizer (momentum, ...).
     """
@@ -41,6 +43,7 @@ class Optimizer(object):
         self.idx2name = dict(param_idx2name or {})
         self.lr_mult = {}  # key (int) or name (str) -> multiplier of the learning rate
         self.wd_mult = {}  # likewise for the weight decay
+        self.set_wd_mult({})  # MXNet's: no decay for named biases and betas from the start
         self.learning_rate = learning_rate
         self.wd = wd
         self.rescale_grad = rescale_grad
@@ -126,7 +129,8 @@ class Optimizer(object):
         out = []
         for what, table in (('lr_mult', self.lr_mult), ('wd_mult', self.wd_mult)):
             resolved = {}
-            for k, m in table.items():
+            # Names first, then indices: an index's own entry wins (MXNet's _get_lr).
+            for k, m in sorted(table.items(), key=lambda km: not isinstance(km[0], str)):
                 if isinstance(k, str):
                     i = name_to_idx.get(k, ids.get(k))
                     if i is None:

@@ -267,16 +267,16 @@ class Trainer(object):
             self._updater = _pskv.Optimizer(self._name, self._config())
 
         # Rank 0's initial weights and buffers become everyone's.
-        with _torch.no_grad(), self.kv.batch():  # every broadcast in flight together
+        with _torch.no_grad(), self.kv.batch() as batch:  # every broadcast in flight together
             for i, (k, p) in enumerate(zip(self._keys, self._params)):
                 if i in self._sparse_set:  # every row: rank 0's table becomes everyone's
                     rows = np.arange(p.shape[0], dtype=np.int64)
                     self.kv.init(k, _sparse_mod.RowSparseArray(_np(p), rows, tuple(p.shape)))
                     self._pull_rows(i, rows)
                     continue
-                self.kv.broadcast(k, p.data, out=p.data)
+                batch.broadcast(k, p.data, out=p.data)
             for k, b in zip(self._buf_keys, self._buffers):
-                self.kv.broadcast(k, b.data, out=b.data)
+                batch.broadcast(k, b.data, out=b.data)
         self._out = [np.empty(tuple(p.shape), dtype=_np(p).dtype) for p in self._params]
         self._buf_out = [np.empty(tuple(b.shape), dtype=_np(b).dtype) for b in self._buffers]
         self._versions = [p._version for p in self._params]
@@ -448,11 +448,7 @@ class Trainer(object):
     def _grad(self, i, ratio=1.0):
         p = self._params[i]
         g = p.grad if p.grad is not None else _torch.zeros_like(p)
-        if g.is_sparse:
-            raise _pskv.UsageError(
-                'parameter %d has a sparse gradient but is not a sparse parameter of this Trainer: pass the '
-                'module (Trainer(model, ...) finds nn.Embedding(sparse=True)) or sparse_params=[...] so that its '
-                'key is row_sparse and updated on the store' % i)
+        _dense_grad(i, g)
         if ratio != 1.0:
             g = g * ratio
         return g.detach().contiguous()
@@ -489,7 +485,7 @@ class Trainer(object):
                 return self._pull_rows(i, np.asarray(row_ids, dtype=np.int64).reshape(-1))
         raise _pskv.InvalidArgument('row_sparse_pull: not a sparse parameter of this Trainer')
 
-    def _push_sparse(self, i, ratio):
+    def _push_sparse(self, batch, i, ratio):
         """Pushes the rows of sparse parameter i's gradient; returns their ids."""
         p = self._params[i]
         g = p.grad
@@ -501,7 +497,7 @@ class Trainer(object):
         if ratio != 1.0:
             g = g * ratio
         g = g.coalesce()
-        self.kv.push(self._keys[i], g, priority=i)  # an empty push takes part in the round
+        batch.push(self._keys[i], g, priority=i)  # an empty push takes part in the round
         return g.indices()[0].numpy()
 
     def step(self, batch_size=None, ignore_stale_grad=False, row_ids=None):
@@ -540,8 +536,8 @@ class Trainer(object):
             # copy after the wait), and the small parameters (biases, norms) go in one
             # call, which a dist store fuses into few messages; big ones keep one call
             # each with their own priority.
-            with self.kv.batch():
-                rows_pending, direct = self._issue_step(ratio, row_ids)
+            with self.kv.batch() as batch:
+                rows_pending, direct = self._issue_step(batch, ratio, row_ids)
             with _torch.no_grad():
                 for i in self._active():
                     if i not in self._sparse_set and i not in direct:
@@ -551,15 +547,18 @@ class Trainer(object):
         self._finish_buffers()
         self._finish()
 
-    def _issue_step(self, ratio, row_ids):
-        """Issues a uok step's calls (inside a batch); returns (the row pulls pending,
-        the parameters whose new weights are pulled straight into them)."""
+    def _issue_step(self, batch, ratio, row_ids):
+        """Issues a uok step's calls in `batch`; returns (the row pulls pending, the
+        parameters whose new weights are pulled straight into them)."""
+        # Native calls (and those of backward hooks): the batch's end waits for their
+        # keys, also when issuing fails half-way.
+        batch._issued(self._keys + self._buf_keys)
         pushed_rows = {}
         direct = set()
         small_keys, small_grads, small_outs, small_prio = [], [], [], None
         for i in reversed(self._active()):
             if i in self._sparse_set:
-                pushed_rows[i] = self._push_sparse(i, ratio)
+                pushed_rows[i] = self._push_sparse(batch, i, ratio)
             elif not self._pushed[i]:
                 g = self._grad(i, ratio)
                 w = self._params[i].data
@@ -587,8 +586,6 @@ class Trainer(object):
                 want = row_ids
             want = np.asarray(want, dtype=np.int64).reshape(-1)
             rows_pending[i] = self.kv._row_sparse_start(self._keys[i], want, i)
-        # Calls issued on the native store (and by backward hooks): the batch's end waits for them.
-        self.kv._issued(self._keys + self._buf_keys)
         return rows_pending, direct
 
     def allreduce_grads(self):
@@ -622,20 +619,20 @@ class Trainer(object):
 
     def _allreduce(self, ratio_for_push):
         """Non-uok: the summed gradients end up in .grad."""
-        with _torch.no_grad(), self.kv.batch():
+        with _torch.no_grad(), self.kv.batch() as batch:
+            batch._issued(self._keys + self._buf_keys)  # native calls: waited for at the end
             for i in reversed(self._active()):
                 p = self._params[i]
                 if self._pushed[i]:
                     continue  # pushed by the hook: the sum arrives in self._out[i]
                 if p.grad is None:
                     p.grad = _torch.zeros_like(p)
-                elif not p.grad.is_contiguous():
+                elif _dense_grad(i, p.grad) and not p.grad.is_contiguous():
                     p.grad = p.grad.contiguous()
                 self._hold[i] = p.grad
                 g = _np(p.grad)
                 self.kv._kv.pushpull([self._keys[i]], [g], [self._keys[i]], [g], i)
             self._issue_buffers()  # with the gradients: one wait for all, when the batch ends
-            self.kv._issued(self._keys + self._buf_keys)
         with _torch.no_grad():
             for i in self._active():
                 if self._pushed[i]:
@@ -719,6 +716,16 @@ class Trainer(object):
                 self._updater.load_states(f.read())
         if cfg is not None:
             self._cfg['learning_rate'] = cfg.get('learning_rate', self._cfg['learning_rate'])
+
+
+def _dense_grad(i, g):
+    """True; a sparse gradient of a parameter not declared sparse is a UsageError."""
+    if g.is_sparse:
+        raise _pskv.UsageError(
+            'parameter %d has a sparse gradient but is not a sparse parameter of this Trainer: pass the '
+            'module (Trainer(model, ...) finds nn.Embedding(sparse=True)) or sparse_params=[...] so that its '
+            'key is row_sparse and updated on the store' % i)
+    return True
 
 
 def _states_config(fname):

@@ -39,9 +39,9 @@ def returns_at_once(kv):
     n = kv.num_workers
     kv.init('a', np.zeros(N, np.float32))
     out = np.full(N, -1, np.float32)
-    with kv.batch():
-        kv.push('a', np.ones(N, np.float32))
-        kv.pull('a', out=out)
+    with kv.batch() as b:
+        b.push('a', np.ones(N, np.float32))
+        b.pull('a', out=out)
         check(kv.pending >= 1, 'pull in a batch waited: nothing in flight after it returned')
         check(not out.flags.writeable, 'an out in flight is writable')
         try:
@@ -63,14 +63,14 @@ def ordering(kv):
     kv.init(['o', 'p'], [np.zeros(N, np.float32), np.zeros(4, np.float32)])
     outs = []
     q = np.zeros(4, np.float32)
-    with kv.batch():
+    with kv.batch() as b:
         for i in range(1, 4):  # push, pull, push, pull, ... without waiting
-            kv.push('o', np.full(N, i, np.float32))
+            b.push('o', np.full(N, i, np.float32))
             o = np.zeros(N, np.float32)
-            kv.pull('o', out=o)
+            b.pull('o', out=o)
             outs.append(o)
-            kv.pushpull('p', np.full(4, i, np.float32), out=o[:4].copy())
-        kv.pull('p', out=q)
+            b.pushpull('p', np.full(4, i, np.float32), out=o[:4].copy())
+        b.pull('p', out=q)
     for i, o in enumerate(outs, 1):
         check((o == i * n).all(), 'pull %d of the same key saw %s, want %s' % (i, o[0], i * n))
     check((q == 3 * n).all(), 'pull after pushpulls: %s' % q)
@@ -82,13 +82,13 @@ def lifetime(kv):
     n = kv.num_workers
     kv.init(['l1', 'l2', 'l3'], [np.zeros(N, np.float32)] * 3)
     batch = kv.batch()
-    batch.__enter__()
-    kv.push('l1', np.full(N, 2, np.float32))  # a temporary input, dropped at once
+    b = batch.__enter__()
+    b.push('l1', np.full(N, 2, np.float32))  # a temporary input, dropped at once
     out = np.zeros(N, np.float32)
     t_out = torch.zeros(N)
-    kv.pull('l1', out=out)
-    kv.pushpull('l2', torch.ones(N), out=t_out)
-    kv.pushpull('l3', np.ones(N, np.float32))  # in place into a temporary
+    b.pull('l1', out=out)
+    b.pushpull('l2', torch.ones(N), out=t_out)
+    b.pushpull('l3', np.ones(N, np.float32))  # in place into a temporary
     # numpy: the array object itself is kept; torch: its storage (pskv holds a detached
     # alias of the tensor, so the tensor object may go, its memory may not).
     w_np, t_ptr = weakref.ref(out), t_out.data_ptr()
@@ -115,9 +115,9 @@ def close_first(kv):
     """The store is closed inside a batch while calls are in flight and the caller
     dropped their arrays: close waits, then releases them; the batch's end is quiet."""
     kv.init('c', np.zeros(N, np.float32))
-    with kv.batch():
+    with kv.batch() as b:
         out = np.zeros(N, np.float32)
-        kv.pushpull('c', np.ones(N, np.float32), out=out)
+        b.pushpull('c', np.ones(N, np.float32), out=out)
         w = weakref.ref(out)
         del out
         gc.collect()
@@ -169,11 +169,40 @@ def trainer_step_calls(kv, uok):
         kv._kv = rec._native
 
 
+def trainer_in_a_batch(kv, uok):
+    """Trainer.step inside a user's open batch still waits for its own calls, and a
+    step that fails half-way leaves nothing of it in flight."""
+    import pskv.torch
+    q = torch.zeros(3, 2, requires_grad=True)  # gets a sparse gradient: not declared sparse
+    big = 4 * N  # above the fusion limit: its own call, issued before q fails
+    p = torch.zeros(big, requires_grad=True)  # issued first (steps go backwards)
+    trainer = pskv.torch.Trainer([q, p], pskv.optimizer.SGD(learning_rate=0.1), kv, loss_reduction='mean',
+                                 update_on_kvstore=uok)
+    with kv.batch():
+        p.grad = torch.ones(big)
+        trainer.step()
+        check(bool((p == -0.1).all()), 'a step inside a batch read %s, want -0.1 (uok=%s)' % (p[0], uok))
+    if not uok:
+        return
+    p.grad = torch.ones(big)
+    q.grad = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1, 2), (3, 2))
+    try:
+        trainer.step()
+        check(False, 'a sparse gradient of an undeclared parameter did not raise')
+    except pskv.UsageError:
+        pass
+    # The weights pulled straight into p are there: nothing of the step is in flight.
+    check(bool((p == -0.2).all()), 'right after a failed step p is %s, want -0.2' % p[0])
+
+
 def trainer(kv):
     for uok in (True, False):
         kv2 = pskv.create('dist_sync')  # int keys (kv has str keys); one optimizer per store
         trainer_step_calls(kv2, uok)
         kv2.close()
+        kv3 = pskv.create('dist_sync')
+        trainer_in_a_batch(kv3, uok)
+        kv3.close()
 
 
 SCENARIOS = {'returns_at_once': returns_at_once, 'ordering': ordering, 'lifetime': lifetime,

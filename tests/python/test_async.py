@@ -1,8 +1,11 @@
-"""Issue 22 item 2: kv.batch() — calls issued inside travel together and are waited
-for when the block ends (also when it raises); arrays in flight stay alive and
-read-only; calls on the same memory are ordered; errors come with the calls in
-flight; the Trainer issues a step's communication in one batch."""
+"""Issue 22 item 2: batches — calls issued through ``with kv.batch() as b:`` travel
+together and are waited for when the block ends (also when it raises); the store's
+own calls stay complete on return, whatever batch is open where; arrays in flight
+stay alive and read-only; calls on overlapping bytes are ordered; errors come with
+the calls in flight; the Trainer issues a step's communication in one batch."""
+import asyncio
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -28,39 +31,90 @@ def test_batch_results_at_its_end_and_read_only_inside():
     kv.init(['a', 'b'], [np.zeros(3, np.float32), np.zeros(3, np.float32)])
     g = np.ones(3, np.float32)
     out_a, out_b = np.zeros(3, np.float32), np.zeros(3, np.float32)
-    with kv.batch() as same:
-        assert same is kv
-        kv.push('a', g)
+    with kv.batch() as b:
+        b.push('a', g)
         with pytest.raises(ValueError, match='read-only'):
             g[0] = 2  # the push may not have read it yet
-        kv.pull('a', out=out_a)
-        kv.pushpull('b', np.full(3, 2, np.float32), out=out_b)
+        b.pull('a', out=out_a)
+        b.pushpull('b', np.full(3, 2, np.float32), out=out_b)
         assert kv.pending >= 1  # in flight: the block goes on at once
     assert g.flags.writeable and out_a.flags.writeable and out_b.flags.writeable
     assert out_a.tolist() == [1, 1, 1] and out_b.tolist() == [2, 2, 2]
     g[0] = 2  # reusable now
+    with pytest.raises(pskv.UsageError, match='batch is over'):
+        b.push('a', g)  # a batch is used inside its block only
+    with pytest.raises(pskv.UsageError, match='not entered'):
+        kv.batch().push('a', g)
 
 
-def test_batch_orders_calls_on_the_same_memory():
-    """A later call of the batch reading (or writing) an output of an earlier one
-    still in flight waits for it first, as MXNet's engine ordered NDArrays."""
+def test_the_stores_own_calls_stay_complete_while_a_batch_is_open():
+    """A batch is an object, not a mode: a generator suspended inside its block, an
+    asyncio task or another thread holding one open changes nothing for plain calls."""
+    kv = slow_store()
+    kv.init([0, 1], [np.zeros(2, np.float32)] * 2)
+
+    def gen():
+        with kv.batch() as b:
+            b.push(1, np.ones(2, np.float32))
+            yield
+    g = gen()
+    next(g)  # suspended inside its block
+    w = np.zeros(2, np.float32)
+    kv.push(0, np.full(2, 5, np.float32))
+    kv.pull(0, out=w)
+    assert w.tolist() == [5, 5]
+    g.close()
+
+    async def holder(opened, done):
+        with kv.batch() as b:
+            b.push(1, np.ones(2, np.float32))
+            opened.set()
+            await done.wait()
+
+    async def other(opened, done):
+        await opened.wait()
+        out = np.zeros(2, np.float32)
+        kv.push(0, np.full(2, 4, np.float32))
+        kv.pull(0, out=out)
+        done.set()
+        return out.tolist()
+
+    async def main():
+        opened, done = asyncio.Event(), asyncio.Event()
+        return (await asyncio.gather(holder(opened, done), other(opened, done)))[1]
+    assert asyncio.run(main()) == [9, 9]
+
+
+def test_batch_orders_calls_on_overlapping_bytes():
+    """A call reading (or writing) bytes that an earlier call in flight writes waits
+    for it first, as MXNet's engine ordered NDArrays: same array, views at an offset,
+    torch tensors on the same storage, plain calls and other batches alike."""
     torch = pytest.importorskip('torch')
     kv = slow_store()
-    kv.init([1, 2, 3], [np.zeros(2, np.float32)] * 3)
+    kv.init([1, 2, 3, 4], [np.zeros(2, np.float32)] * 3 + [np.zeros(4, np.float32)])
     w = np.zeros(2, np.float32)
     t = torch.zeros(2)
-    with kv.batch():
-        kv.push(1, np.full(2, 3, np.float32))
-        kv.pull(1, out=w)  # w: an output in flight
-        kv.push(2, w)  # reads w: waits for the pull of key 1
-        kv.pull(2, out=w)  # writes w again
-        kv.push(3, np.full(2, 5, np.float32))
-        kv.pull(3, out=t)
-        kv.push(1, t)  # a torch tensor: a new numpy view, the same memory
-    assert w.tolist() == [3, 3] and t.tolist() == [5, 5]
+    big = np.zeros(4, np.float32)
+    with kv.batch() as b:
+        b.push(1, np.full(2, 3, np.float32))
+        b.pull(1, out=w)  # w: an output in flight
+        b.push(2, w)  # reads w: waits for the pull of key 1
+        b.pull(2, out=w)  # writes w again
+        b.push(3, np.full(2, 5, np.float32))
+        b.pull(3, out=t)
+        b.push(1, t)  # a torch tensor: a new numpy view, the same memory
+        b.push(4, np.full(4, 7, np.float32))
+        b.pull(4, out=big)
+        b.push(2, big[2:])  # a view at an offset: overlapping bytes
+        plain = np.zeros(2, np.float32)
+        kv.pushpull(3, big[1:3], out=plain)  # a plain call on those bytes waits too
+        assert plain.tolist() == [12, 12]  # 5 + 7: after the pull of key 4 landed in big
+    assert w.tolist() == [3, 3] and t.tolist() == [5, 5] and big.tolist() == [7] * 4
     got = np.zeros(2, np.float32)
     kv.pull(1, out=got)
     assert got.tolist() == [8, 8]
+    kv.pull(2, out=got)
+    assert got.tolist() == [10, 10]
 
 
 def test_batch_end_raises_the_first_failure_naming_the_calls():
@@ -73,8 +127,8 @@ def test_batch_end_raises_the_first_failure_naming_the_calls():
     kv.set_updater(bad)
     g = np.ones(2, np.float32)
     with pytest.raises(ValueError, match='updater failed') as e:
-        with kv.batch():
-            kv.push('w', g)  # returns: the error is the batch's
+        with kv.batch() as b:
+            b.push('w', g)  # returns: the error is the batch's
     notes = '\n'.join(getattr(e.value, '__notes__', []))
     assert "updater of key 'w'" in notes and "push of key 'w'" in notes, notes
     assert g.flags.writeable  # released although the call failed
@@ -85,8 +139,8 @@ def test_batch_end_raises_the_first_failure_naming_the_calls():
 
     kv.set_updater(refuse)
     with pytest.raises(pskv.UsageError, match=r"refused by the updater .*push of key 'p', 'q'"):
-        with kv.batch():
-            kv.push(['p', 'q'], [np.ones(2, np.float32)] * 2)
+        with kv.batch() as b:
+            b.push(['p', 'q'], [np.ones(2, np.float32)] * 2)
 
 
 def test_a_block_that_raises_still_waits_and_keeps_its_exception():
@@ -94,11 +148,10 @@ def test_a_block_that_raises_still_waits_and_keeps_its_exception():
     kv.init('x', np.zeros(2, np.float32))
     out = np.zeros(2, np.float32)
     with pytest.raises(KeyboardInterrupt):
-        with kv.batch():
-            kv.push('x', np.ones(2, np.float32))
-            kv.pull('x', out=out)
+        with kv.batch() as b:
+            b.push('x', np.ones(2, np.float32))
+            b.pull('x', out=out)
             raise KeyboardInterrupt
-    assert kv.pending == 0 or out.flags.writeable
     assert out.tolist() == [1, 1] and out.flags.writeable  # nothing in flight after the block
 
     def bad(key, recv, stored):
@@ -106,36 +159,52 @@ def test_a_block_that_raises_still_waits_and_keeps_its_exception():
 
     kv.set_updater(bad)
     with pytest.raises(RuntimeError, match='mine') as e:
-        with kv.batch():
-            kv.push('x', np.ones(2, np.float32))
+        with kv.batch() as b:
+            b.push('x', np.ones(2, np.float32))
             raise RuntimeError('mine')
     assert 'the calls of the batch failed too: ValueError' in '\n'.join(e.value.__notes__)
 
 
-def test_batches_nest_and_belong_to_their_thread():
+def test_close_inside_a_batch_reports_its_failures_at_the_end():
+    kv = pskv.create('local')
+    kv.init('c', np.zeros(2, np.float32))
+
+    def bad(key, recv, stored):
+        raise ValueError('updater failed')
+
+    kv.set_updater(bad)
+    with pytest.raises(ValueError, match='updater failed'):
+        with kv.batch() as b:
+            b.push('c', np.ones(2, np.float32))
+            kv.close()
+
+
+def test_batches_nest_each_waiting_for_its_own_calls_and_threads_are_independent():
     kv = slow_store(delay=0.2)
     kv.init(['n', 'm'], [np.zeros(2, np.float32)] * 2)
     out = np.zeros(2, np.float32)
-    with kv.batch():
-        with kv.batch():
-            kv.push('n', np.ones(2, np.float32))
-        assert kv.pending >= 1  # the inner block's end did not wait: the outer one does
+    with kv.batch() as outer:
+        with kv.batch() as inner:
+            inner.push('n', np.ones(2, np.float32))
+            inner.pull('n', out=out)
+        assert out.tolist() == [1, 1]  # the inner block's end waited for its calls
         seen = []
 
-        def other():  # another thread's call on the store is complete when it returns
+        def other():  # another thread's plain calls are complete when they return
             o = np.zeros(2, np.float32)
             kv.push('m', np.ones(2, np.float32))
             kv.pull('m', out=o)
             seen.append(o.tolist())
+        outer.push('n', np.ones(2, np.float32))
         t = threading.Thread(target=other)
         t.start()
         t.join(30)
         assert seen == [[1, 1]]
-        kv.pull('n', out=out)
-    assert out.tolist() == [1, 1]
+        outer.pull('n', out=out)
+    assert out.tolist() == [2, 2]
 
 
-def test_blocking_false_and_the_old_switch_are_refused():
+def test_blocking_false_is_refused():
     with pytest.raises(pskv.UsageError, match='kv.batch'):
         pskv.create('local', blocking=False)
     kv = pskv.create('local', blocking=True)  # what every store does: accepted
@@ -151,14 +220,23 @@ def test_same_out_twice_in_a_batch_and_read_only_arrays():
     out = np.zeros(2, np.float32)
     ro = np.zeros(2, np.float32)
     ro.flags.writeable = False
-    with kv.batch():
-        kv.pull(0, out=out)
-        kv.pull(0, out=out)  # the same output again: ordered after the first
+    with kv.batch() as b:
+        b.pull(0, out=out)
+        b.pull(0, out=out)  # the same output again: ordered after the first
         with pytest.raises(pskv.InvalidArgument, match='read-only'):
-            kv.pull(0, out=ro)
-        kv.push(0, ro)  # an input that was read-only stays read-only
+            b.pull(0, out=ro)
+        b.push(0, ro)  # an input that was read-only stays read-only
     assert out.flags.writeable and not ro.flags.writeable
     assert out.tolist() == [1, 1]
+
+
+def test_an_output_that_is_not_contiguous_says_how_to_get_the_result():
+    torch = pytest.importorskip('torch')
+    kv = pskv.create('local')
+    kv.init(0, np.ones(2, np.float32))
+    for out in (np.zeros((2, 2), np.float32)[:, 0], torch.zeros(2, 2)[:, 0]):
+        with pytest.raises(pskv.InvalidArgument, match=r'copy it back \(w\[\.\.\.\] = buf\)'):
+            kv.pull(0, out=out)
 
 
 @pytest.mark.parametrize('uok', [True, False])
@@ -183,34 +261,35 @@ def test_torch_tensor_modified_in_a_batch_is_reported_at_its_end():
     kv.init(['a', 'b', 'c'], [np.zeros(3, np.float32)] * 3)
     # Following the rules: no error, values right.
     g, out = torch.ones(3), torch.zeros(3)
-    with kv.batch():
-        kv.push('a', g)
-        kv.pull('a', out=out)
+    with kv.batch() as b:
+        b.push('a', g)
+        b.pull('a', out=out)
     assert out.tolist() == [1, 1, 1]
     g.add_(1)  # after the batch: fine
     # An input modified in place inside the batch.
     with pytest.raises(pskv.UsageError, match=r"push of key 'a'.*modified in place"):
-        with kv.batch():
-            kv.push('a', g)
+        with kv.batch() as b:
+            b.push('a', g)
             g.add_(1)
-    kv.wait_all()  # reported once
     # An output written inside the batch (pskv's own write does not count).
     o = torch.zeros(3)
     with pytest.raises(pskv.UsageError, match=r"pull of key 'b'"):
-        with kv.batch():
-            kv.pull('b', out=o)
+        with kv.batch() as b:
+            b.pull('b', out=o)
             o[0] = 5
     # pushpull in place: pskv writes the result into the value, which is no misuse.
     v = torch.ones(3)
-    with kv.batch():
-        kv.pushpull('c', v)
+    with kv.batch() as b:
+        b.pushpull('c', v)
     assert v.tolist() == [1, 1, 1]
     # Views (a flat bucket: another part of it changes) and inference tensors are
     # not watched: no false report, no error from the missing counter.
     flat = torch.zeros(6)
     with torch.inference_mode():
         inf = torch.zeros(3)
-    with kv.batch():
-        kv.push('a', flat[:3])
-        flat[3:].add_(1)
-        kv.pull('b', out=inf)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with kv.batch() as b:
+            b.push('a', flat[:3])
+            flat[3:].add_(1)
+            b.pull('b', out=inf)

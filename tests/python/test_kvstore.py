@@ -229,5 +229,5 @@ def test_updater_exception_reaches_caller(kv):
         kv.push(0, ones())  # the call is complete when it returns: its failure is its own
     assert 'push of key 0 failed' in '\n'.join(getattr(e.value, '__notes__', []))
     with pytest.raises(ValueError, match='updater failed on 0'):
-        with kv.batch():  # in a batch: raised when the batch ends
-            kv.push(0, ones())
+        with kv.batch() as b:  # in a batch: raised when the batch ends
+            b.push(0, ones())

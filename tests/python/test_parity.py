@@ -147,3 +147,24 @@ def test_is_capable():
         assert kv.is_capable('optimizer') and kv.is_capable(pskv.KVStore.OPTIMIZER)
         with pytest.raises(ValueError, match='Unknown capability: teleport'):
             kv.is_capable('teleport')
+
+
+def test_multiplier_rules_follow_mxnet():
+    # With names known, a bias has no weight decay from the start (MXNet's constructor
+    # calls set_wd_mult({})), and an index's own entry wins over its name's.
+    opt = pskv.optimizer.SGD(learning_rate=0.1, wd=0.5, param_idx2name={0: 'fc_weight', 1: 'fc_bias'})
+    assert opt._get_wd(1) == 0 and opt._get_wd(0) == pytest.approx(0.5)
+    assert opt.params()['wd_mult'] == '1:0.0'
+    opt.set_lr_mult({0: 2.0, 'fc_weight': 3.0})
+    assert opt._get_lr(0) == pytest.approx(0.2)
+    assert opt.params()['lr_mult'] == '0:2.0'
+    opt.set_lr_mult({'fc_weight': 3.0, 0: 2.0})  # whatever the order of the dict
+    assert opt.params()['lr_mult'] == '0:2.0'
+
+
+def test_a_tuple_of_outputs_of_a_row_sparse_key_is_not_taken_for_rows():
+    kv = pskv.create('local')
+    kv.init('s', pskv.row_sparse_array(np.ones((2, 2), np.float32)))
+    a, b = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32)
+    with pytest.raises(pskv.UsageError, match='row_sparse'):
+        kv.pull('s', out=(a, b))  # two dense outputs, as a list would be: a dense pull of a sparse key
