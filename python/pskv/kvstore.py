@@ -1,6 +1,5 @@
 """KVStore with MXNet's Python API (``mx.kv``) over the C++ core."""
 import atexit
-import bisect
 import sys
 import threading
 import warnings
@@ -124,13 +123,6 @@ def _split_sparse(keys, vals):
     return dk, dv, sp
 
 
-def _span(a):
-    """The bytes [start, end) of a (C-contiguous) numpy array: calls in flight on
-    overlapping bytes are ordered by them."""
-    start = a.__array_interface__['data'][0]
-    return start, start + a.nbytes
-
-
 def _unique(keys):
     return list(dict.fromkeys(keys))
 
@@ -152,13 +144,13 @@ def _annotated(e, text):
 
 class _Op(object):
     """One call issued in a batch, as the Python side tracks it until its batch ends
-    (or it finished): the numpy arrays it made read-only, the torch tensors it watches,
-    and the bytes it reads and writes (`spans`: entries of KVStore._spans)."""
-    __slots__ = ('what', 'keys', 'completion', 'locked', 'watched', 'spans', 'batch')
+    (or it finished): what it was (for messages) and the torch tensors it watches. The
+    binding keeps the rest: its arrays alive, read-only, and the bytes it uses (later
+    calls on overlapping bytes wait for it)."""
+    __slots__ = ('what', 'keys', 'completion', 'watched', 'batch')
 
-    def __init__(self, what, keys, completion, locked, watched, spans, batch):
-        self.what, self.keys, self.completion, self.locked = what, keys, completion, locked
-        self.watched, self.spans, self.batch = watched, spans, batch
+    def __init__(self, what, keys, completion, watched, batch):
+        self.what, self.keys, self.completion, self.watched, self.batch = what, keys, completion, watched, batch
 
 
 class Batch(object):
@@ -326,10 +318,6 @@ class KVStore(object):
         self._book = threading.RLock()
         self._batches = set()  # Batch objects whose block is open
         self._ops = []  # _Op issued in batches, not yet released, in issue order
-        self._locks = {}  # id(array) -> [array, number of _Op holding it read-only]
-        self._spans = []  # sorted (start, end, seq, _Op, writes): bytes of calls in flight
-        self._max_span = 0  # the longest span in _spans (how far back an overlap may start)
-        self._seq = 0
         self._sweep_at = 64  # amortised sweeping of finished _Op (see _track)
         self._close_error = None  # what close() saw failing (raised by open batches' ends)
         self._str_names = []  # string keys in first-init order = their int ids (as in C++)
@@ -485,34 +473,10 @@ class KVStore(object):
         """
         return Batch(self)
 
-    def _order(self, ins, outs):
-        """Before a call: waits for the calls in flight whose bytes overlap this call's
-        where either writes them. Returns the spans of `ins` and `outs` (None when no
-        call is in flight: a plain call then needs none)."""
-        if not self._spans and not self._batches:
-            return None
-        ia = [_span(a) for a in ins]
-        oa = [_span(a) for a in outs]
-        spans = self._spans
-        if spans:
-            keys = {}
-            with self._book:
-                reach = self._max_span
-                for (start, end), writes in [(x, False) for x in ia] + [(x, True) for x in oa]:
-                    i = bisect.bisect_left(spans, (start - reach,))
-                    while i < len(spans) and spans[i][0] < end:
-                        s_start, s_end, _, op, s_writes = spans[i]
-                        if s_end > start and (writes or s_writes):
-                            keys.update(dict.fromkeys(op.keys))
-                        i += 1
-            if keys:
-                self._wait_keys(list(keys))
-        return ia, oa
-
-    def _track(self, what, keys, completion, ins=(), outs=(), value=None, order=None, batch=None):
+    def _track(self, what, keys, completion, values=(), batch=None):
         """After a call was issued: a plain call waits for it (its failure is raised
-        here); a batch's call is noted (keys in the batch; arrays locked, watched and
-        their bytes recorded until released)."""
+        here); a batch's call is noted (its keys in the batch, the torch tensors among
+        `values`, what the caller passed, watched) until released."""
         if batch is None:
             try:
                 self._kv.wait(_unique(keys))
@@ -522,49 +486,20 @@ class KVStore(object):
                     raise
                 raise new from None
             return
+        batch_keys = batch._keys
         for k in keys:
-            batch._keys[k] = None
+            batch_keys[k] = None
         if completion is None:
             return  # nothing of the caller's in flight (row_sparse pushes copy their rows)
-        ia, oa = order
-        watched = _torch_watch(value)
+        op = _Op(what, keys, completion, _torch_watch(*values), batch)
         with self._book:
-            self._seq += 1
-            op = _Op(what, keys, completion, self._lock(ins, outs), watched, [], batch)
-            for (start, end), writes in [(x, False) for x in ia] + [(x, True) for x in oa]:
-                self._seq += 1
-                entry = (start, end, self._seq, op, writes)
-                bisect.insort(self._spans, entry)
-                op.spans.append(entry)
-                self._max_span = max(self._max_span, end - start)
             ops = self._ops
             ops.append(op)
             sweep = len(ops) >= self._sweep_at
         if sweep:  # a long batch: release what finished (amortised)
             self._sweep()
 
-    def _lock(self, ins, outs):
-        locked = []
-        seen = set()
-        locks = self._locks
-        for a in (*ins, *outs):
-            i = id(a)
-            if i in seen:
-                continue
-            seen.add(i)
-            held = locks.get(i)
-            if held is not None:
-                held[1] += 1
-            elif a.flags.writeable:
-                a.flags.writeable = False
-                locks[i] = [a, 1]
-            else:
-                continue  # read-only before: stays so, nothing to restore
-            locked.append(a)
-        return locked
-
     def _release(self, op):
-        """Called with self._book held."""
         for t, version in op.watched:
             if t._version != version and len(op.batch._misuse) < 8:
                 op.batch._misuse.append(
@@ -572,22 +507,6 @@ class KVStore(object):
                     'call was done (its version went from %d to %d): what was pushed or pulled may '
                     'be wrong. Modify it after the batch, or pass a copy (tensor.clone())' %
                     (op.what, _key_names(op.keys), version, t._version))
-        for a in op.locked:
-            held = self._locks[id(a)]
-            held[1] -= 1
-            if held[1] == 0:
-                del self._locks[id(a)]
-                try:
-                    a.flags.writeable = True
-                except ValueError:  # its base became read-only meanwhile: leave it so
-                    pass
-        spans = self._spans
-        for entry in op.spans:
-            i = bisect.bisect_left(spans, entry[:3])
-            if i < len(spans) and spans[i][2] == entry[2]:
-                del spans[i]
-        if not spans:
-            self._max_span = 0
 
     def _sweep(self, waited=None):
         """Releases finished calls, and calls whose keys are all in `waited` (a set;
@@ -656,12 +575,11 @@ class KVStore(object):
             shape = list(self._sparse[k][0]) if k in self._sparse else list(rsps[0].shape)
             # The rows are copied: nothing of the caller's stays in flight.
             self._kv.push_row_sparse([k], shape, [(r.indices, r.data) for r in rsps], priority)
-            self._track('push', [k], None, batch=batch)
+            self._track('push', [k], None, (), batch)
         if not keys:
             return
-        order = self._order(vals, ())
-        c = self._kv.push(keys, vals, priority)
-        self._track('push', keys, c, vals, (), value, order, batch)
+        c = self._kv.push(keys, vals, priority, batch is not None)
+        self._track('push', keys, c, (value,), batch)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         """Pulls rows `row_ids` of a row_sparse key (MXNet's ``row_sparse_pull``) and
@@ -772,9 +690,8 @@ class KVStore(object):
                               'use kv.row_sparse_pull for their rows' % _key_names(new), stacklevel=3)
         if not keys:
             return
-        order = self._order((), outs)
-        c = self._kv.pull(keys, outs, priority, True)
-        self._track('pull', keys, c, (), outs, out, order, batch)
+        c = self._kv.pull(keys, outs, priority, True, batch is not None)
+        self._track('pull', keys, c, (out,), batch)
 
     def pushpull(self, key, value, out=None, priority=0):
         """Pushes `value` and pulls the result into `out` in one round trip per key.
@@ -804,9 +721,8 @@ class KVStore(object):
             okeys, outs = keys, vals
         else:
             okeys, outs = _flatten(key, out, output=True)
-        order = self._order(vals, outs)
-        c = self._kv.pushpull(keys, vals, okeys, outs, priority, True)
-        self._track('pushpull', keys + okeys, c, vals, outs, (value, out), order, batch)
+        c = self._kv.pushpull(keys, vals, okeys, outs, priority, True, batch is not None)
+        self._track('pushpull', keys + okeys, c, (value, out), batch)
 
     def broadcast(self, key, value, out, priority=0):
         """Initialises keys with `value` (rank 0's in dist mode) and pulls them into `out`.
@@ -829,7 +745,7 @@ class KVStore(object):
 
     def _broadcast(self, key, value, out, priority, batch):
         keys, vals = _flatten(key, value)
-        self._order(vals, ())  # init reads `value` now
+        self._kv.order(vals, [])  # init reads `value` now: after calls in flight writing it
         try:
             self._kv.init(keys, vals)
             self._remember(keys)

@@ -22,6 +22,7 @@
 #include <limits>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "pskv/data.h"
@@ -46,7 +47,8 @@ DType FromNumpy(const py::dtype& dt) {
   // Bytes are read in this machine's order: a byte-swapped array would be misread.
   if (size > 1 && !dt.attr("isnative").cast<bool>())
     throw InvalidArgument("array of non-native byte order (" + dt.attr("str").cast<std::string>() +
-                          "): convert it first, e.g. a.astype(a.dtype.newbyteorder('='))");
+                          "): convert it first, e.g. a.astype(a.dtype.newbyteorder('=')) (an "
+                          "output: read the result from the converted array)");
   if (kind == 'f' && size == 4) return DType::kFloat32;
   if (kind == 'f' && size == 8) return DType::kFloat64;
   if (kind == 'f' && size == 2) return DType::kFloat16;
@@ -90,12 +92,34 @@ void ReleaseUnderGil(T* o) {
   delete o;
 }
 
+// Keys arrive as a list of ints or a list of strs. They are converted while the
+// GIL is held (converting after releasing it crashed on a bad key) and int keys
+// are range-checked here: a Python int can exceed the C++ int.
+struct Keys {
+  bool str = false;
+  std::vector<int> ints;
+  std::vector<std::string> strs;
+};
+
+// The bytes [start, end) of an array that a call in flight reads (or writes).
+struct Span {
+  uintptr_t start, end;
+  bool writes;
+};
+
 // The Python objects whose memory an asynchronous call's NDArrays use. `done`
 // becomes true when the last NDArray of the call is gone (pskv no longer touches
 // the memory), from whatever thread; the objects are released on a Python thread.
+// A call of a batch also records the bytes it uses (`spans`: later calls on
+// overlapping bytes wait for it) and the arrays it made read-only (`locked`), until
+// it is released: when a wait covering its keys returned, or when it is done.
 struct InFlight {
   std::shared_ptr<std::atomic<bool>> done;
   std::vector<py::object> refs;
+  Keys keys;
+  std::vector<Span> spans;
+  std::vector<py::array> locked;
+  bool released = false;
 };
 
 // Completion of one asynchronous call, as Python sees it (`done`).
@@ -123,6 +147,8 @@ struct Handle {
   std::unique_ptr<KVStore> p;
   std::vector<InFlight> inflight;
   size_t sweep_at = 64;  // amortised: a call sweeps when this many entries are held
+  size_t spanned = 0;    // entries of `inflight` with spans, not released
+  std::unordered_map<PyObject*, int> locks;  // arrays made read-only -> calls holding them
   std::atomic<int> calls{0};
   bool closing = false;
 
@@ -163,9 +189,102 @@ struct Handle {
   }
   // Drops the references of finished calls (GIL held).
   void Sweep() {
-    std::erase_if(inflight,
-                  [](const InFlight& f) { return f.done->load(std::memory_order_acquire); });
+    std::erase_if(inflight, [this](InFlight& f) {
+      if (!f.done->load(std::memory_order_acquire)) return false;
+      Release(f);
+      return true;
+    });
     sweep_at = std::max<size_t>(64, 2 * inflight.size());
+  }
+  // Ends a call's claims on its arrays: spans forgotten, read-only flags restored
+  // (numpy checks that the array may be writable again: a base made read-only
+  // meanwhile keeps it read-only).
+  void Release(InFlight& f) {
+    if (f.released) return;
+    f.released = true;
+    if (!f.spans.empty()) --spanned;
+    f.spans.clear();
+    for (auto& a : f.locked) {
+      auto it = locks.find(a.ptr());
+      if (it == locks.end() || --it->second > 0) continue;
+      locks.erase(it);
+      try {
+        a.attr("setflags")(py::arg("write") = true);
+      } catch (const py::error_already_set&) {
+      }
+    }
+    f.locked.clear();
+  }
+  // After a wait for `waited` returned (or failed other than by timeout): the calls
+  // on those keys are over.
+  void ReleaseKeys(const Keys* waited) {
+    for (auto& f : inflight) {
+      if (f.released) continue;
+      bool all = waited == nullptr;
+      if (!all && f.keys.str == waited->str) {
+        all = f.keys.str ? std::ranges::all_of(f.keys.strs,
+                                               [&](const std::string& k) {
+                                                 return std::ranges::find(waited->strs, k) !=
+                                                        waited->strs.end();
+                                               })
+                         : std::ranges::all_of(f.keys.ints, [&](int k) {
+                             return std::ranges::find(waited->ints, k) != waited->ints.end();
+                           });
+      }
+      if (all) Release(f);
+    }
+    Sweep();
+  }
+  static std::vector<Span> Spans(const std::vector<py::array>& ins,
+                                 const std::vector<py::array>& outs) {
+    std::vector<Span> s;
+    s.reserve(ins.size() + outs.size());
+    for (int w = 0; w < 2; ++w)
+      for (auto& a : w ? outs : ins) {
+        auto start = reinterpret_cast<uintptr_t>(a.data());
+        s.push_back(Span{start, start + static_cast<uintptr_t>(a.nbytes()), w == 1});
+      }
+    return s;
+  }
+  // Before a call: the keys of the calls of batches in flight whose bytes overlap
+  // this call's where either writes them (MXNet's engine ordered NDArrays so).
+  Keys Conflicts(const std::vector<Span>& mine) const {
+    Keys k;
+    bool any = false;
+    for (auto& f : inflight) {
+      if (f.released || f.spans.empty() || f.done->load(std::memory_order_acquire)) continue;
+      bool hit = false;
+      for (auto& a : mine)
+        for (auto& b : f.spans)
+          hit = hit || (a.start < b.end && b.start < a.end && (a.writes || b.writes));
+      if (!hit) continue;
+      if (!any) k.str = f.keys.str;
+      any = true;
+      if (f.keys.str == k.str) {
+        k.ints.insert(k.ints.end(), f.keys.ints.begin(), f.keys.ints.end());
+        k.strs.insert(k.strs.end(), f.keys.strs.begin(), f.keys.strs.end());
+      }
+    }
+    return k;
+  }
+  // Records a batch's call: its spans, and its writable numpy arrays made read-only.
+  void Claim(InFlight& f, std::vector<Span> spans, const std::vector<py::array>& ins,
+             const std::vector<py::array>& outs) {
+    if (!spans.empty()) ++spanned;
+    f.spans = std::move(spans);
+    for (int w = 0; w < 2; ++w)
+      for (auto& a : w ? outs : ins) {
+        auto it = locks.find(a.ptr());
+        if (it != locks.end()) {
+          ++it->second;
+        } else if (a.writeable()) {
+          py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+          locks.emplace(a.ptr(), 1);
+        } else {
+          continue;  // read-only before: stays so, nothing to restore
+        }
+        f.locked.push_back(a);
+      }
   }
   // A new in-flight entry and the token its NDArrays share. The entry is made
   // before anything is scheduled, so a call that fails half-way keeps what it
@@ -206,7 +325,8 @@ NDArray Wrap(const py::array& a, bool writable = false, InFlight* flight = nullp
   if (writable && !a.writeable())
     throw InvalidArgument(
         "an output array is read-only (numpy flags.writeable is False, e.g. np.frombuffer of "
-        "bytes): pass a writable array, e.g. a copy");
+        "bytes): pass a writable array and read the result from that array (a copy made now "
+        "receives the result, the original does not)");
   Shape shape(a.shape(), a.shape() + a.ndim());
   std::shared_ptr<void> keep = token;
   if (flight) {
@@ -268,15 +388,6 @@ NDArray RowIds(const py::array& a) {
   return out;
 }
 
-// Keys arrive as a list of ints or a list of strs. They are converted while the
-// GIL is held (converting after releasing it crashed on a bad key) and int keys
-// are range-checked here: a Python int can exceed the C++ int.
-struct Keys {
-  bool str = false;
-  std::vector<int> ints;
-  std::vector<std::string> strs;
-};
-
 Keys ToKeys(const py::list& keys) {
   Keys k;
   k.str = keys.size() > 0 && py::isinstance<py::str>(keys[0]);
@@ -310,6 +421,26 @@ void WithKeys(const Keys& keys, F&& f) {
   } else {
     f(keys.ints);
   }
+}
+
+// Before a call whose bytes are `spans`: waits for the calls of batches in flight
+// that they would race with (Handle::Conflicts), in the order issued.
+void Order(Handle& h, KVStore& kv, const std::vector<Span>& spans) {
+  if (h.spanned == 0 || spans.empty()) return;
+  Keys k = h.Conflicts(spans);
+  if (k.ints.empty() && k.strs.empty()) return;
+  {
+    py::gil_scoped_release nogil;
+    WithKeys(k, [&](const auto& keys) { kv.Wait(keys); });
+  }
+  h.ReleaseKeys(&k);
+}
+
+// Keys `a` then `b` (a pushpull's push and pull keys).
+Keys Concat(Keys a, const Keys& b) {
+  a.ints.insert(a.ints.end(), b.ints.begin(), b.ints.end());
+  a.strs.insert(a.strs.end(), b.strs.begin(), b.strs.end());
+  return a;
 }
 
 }  // namespace
@@ -425,7 +556,8 @@ PYBIND11_MODULE(_pskv, m) {
                py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
                p.reset();
              }
-             h.inflight.clear();  // the store and its threads are gone
+             for (auto& f : h.inflight) h.Release(f);  // read-only flags restored
+             h.inflight.clear();                       // the store and its threads are gone
            })
       .def(
           "pending",
@@ -450,49 +582,84 @@ PYBIND11_MODULE(_pskv, m) {
              WithKeys(ks, [&](const auto& k) { kv.Init(k, v); });
            })
       // push, pull and pushpull schedule and return a Completion; the arrays stay
-      // referenced by the Handle until pskv is done with them (see InFlight).
-      .def("push",
-           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio) {
-             Use use(h);
-             KVStore& kv = use.kv();
-             Keys ks = ToKeys(keys);
-             auto [flight, token] = h.Track();
-             Completion c{flight->done};
-             auto v = WrapAll(vals, false, flight, token);
-             token.reset();
-             py::gil_scoped_release nogil;
-             WithKeys(ks, [&](const auto& k) { kv.Push(k, v, prio); });
-             return c;
-           })
+      // referenced by the Handle until pskv is done with them (see InFlight). Every
+      // call first waits for the calls of batches in flight its bytes would race
+      // with; a call of a batch (`batch`) claims its bytes and arrays (Handle::Claim)
+      // until a wait covering its keys returned.
       .def(
-          "pull",
-          [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio,
-             bool check_writable) {
+          "order",
+          [](Handle& h, const std::vector<py::array>& ins, const std::vector<py::array>& outs) {
+            Use use(h);
+            Order(h, use.kv(), Handle::Spans(ins, outs));
+          },
+          "Waits for the calls of batches in flight whose bytes overlap these (init's).")
+      .def(
+          "push",
+          [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio,
+             bool batch) {
             Use use(h);
             KVStore& kv = use.kv();
             Keys ks = ToKeys(keys);
+            std::vector<Span> spans;
+            if (batch || h.spanned) spans = Handle::Spans(vals, {});
+            Order(h, kv, spans);
+            auto [flight, token] = h.Track();
+            Completion c{flight->done};
+            auto v = WrapAll(vals, false, flight, token);
+            if (batch) {
+              flight->keys = ks;
+              h.Claim(*flight, std::move(spans), vals, {});
+            }
+            token.reset();
+            py::gil_scoped_release nogil;
+            WithKeys(ks, [&](const auto& k) { kv.Push(k, v, prio); });
+            return c;
+          },
+          py::arg("keys"), py::arg("vals"), py::arg("prio"), py::arg("batch") = false)
+      .def(
+          "pull",
+          [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio,
+             bool check_writable, bool batch) {
+            Use use(h);
+            KVStore& kv = use.kv();
+            Keys ks = ToKeys(keys);
+            std::vector<Span> spans;
+            if (batch || h.spanned) spans = Handle::Spans({}, outs);
+            Order(h, kv, spans);
             auto [flight, token] = h.Track();
             Completion c{flight->done};
             auto o = WrapAll(outs, check_writable, flight, token);
+            if (batch) {
+              flight->keys = ks;
+              h.Claim(*flight, std::move(spans), {}, outs);
+            }
             token.reset();
             py::gil_scoped_release nogil;
             WithKeys(ks, [&](const auto& k) { kv.Pull(k, o, prio); });
             return c;
           },
-          py::arg("keys"), py::arg("outs"), py::arg("prio"), py::arg("check_writable") = true)
+          py::arg("keys"), py::arg("outs"), py::arg("prio"), py::arg("check_writable") = true,
+          py::arg("batch") = false)
       .def(
           "pushpull",
           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
              const py::list& out_keys, const std::vector<py::array>& outs, int prio,
-             bool check_writable) {
+             bool check_writable, bool batch) {
             Use use(h);
             KVStore& kv = use.kv();
             Keys ks = ToKeys(keys), oks = ToKeys(out_keys);
             if (ks.str != oks.str) throw KeyError("int and str keys mixed in one call");
+            std::vector<Span> spans;
+            if (batch || h.spanned) spans = Handle::Spans(vals, outs);
+            Order(h, kv, spans);
             auto [flight, token] = h.Track();
             Completion c{flight->done};
             auto v = WrapAll(vals, false, flight, token);
             auto o = WrapAll(outs, check_writable, flight, token);
+            if (batch) {
+              flight->keys = Concat(ks, oks);
+              h.Claim(*flight, std::move(spans), vals, outs);
+            }
             token.reset();
             py::gil_scoped_release nogil;
             if (ks.str) {
@@ -503,7 +670,7 @@ PYBIND11_MODULE(_pskv, m) {
             return c;
           },
           py::arg("keys"), py::arg("vals"), py::arg("out_keys"), py::arg("outs"), py::arg("prio"),
-          py::arg("check_writable") = true)
+          py::arg("check_writable") = true, py::arg("batch") = false)
       // row_sparse keys: `key` is a one-element list (int or str); values are
       // (row ids, rows) pairs of numpy arrays with the full `shape` given.
       .def("init_row_sparse",
@@ -556,26 +723,38 @@ PYBIND11_MODULE(_pskv, m) {
              }
              return r;
            })
+      // A wait that returned (or failed other than by timeout) releases the batch
+      // calls on its keys: their arrays become writable again, their bytes free.
       .def("wait",
            [](Handle& h, const py::list& keys) {
              Use use(h);
              KVStore& kv = use.kv();
              Keys ks = ToKeys(keys);
-             {
+             try {
                py::gil_scoped_release nogil;
                WithKeys(ks, [&](const auto& k) { kv.Wait(k); });
+             } catch (const TimeoutError&) {
+               throw;
+             } catch (...) {
+               h.ReleaseKeys(&ks);
+               throw;
              }
-             h.Sweep();
+             h.ReleaseKeys(&ks);
            })
       .def("wait_all",
            [](Handle& h) {
              Use use(h);
              KVStore& kv = use.kv();
-             {
+             try {
                py::gil_scoped_release nogil;
                kv.WaitAll();
+             } catch (const TimeoutError&) {
+               throw;
+             } catch (...) {
+               h.ReleaseKeys(nullptr);
+               throw;
              }
-             h.Sweep();
+             h.ReleaseKeys(nullptr);
            })
       .def("barrier",
            [](Handle& h) {
