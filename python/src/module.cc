@@ -436,6 +436,31 @@ void Order(Handle& h, KVStore& kv, const std::vector<Span>& spans) {
   h.ReleaseKeys(&k);
 }
 
+// Schedules one push, pull or pushpull (`schedule(inputs, outputs)`, run without the
+// GIL): first ordered after the batch calls in flight its bytes would race with, its
+// arrays then held by a new in-flight entry, which a batch's call (`batch`) claims
+// under `keys` (Handle::Claim).
+template <typename F>
+Completion Issue(Handle& h, KVStore& kv, const Keys& keys, const std::vector<py::array>& ins,
+                 const std::vector<py::array>& outs, bool check_writable, bool batch,
+                 F&& schedule) {
+  std::vector<Span> spans;
+  if (batch || h.spanned) spans = Handle::Spans(ins, outs);
+  Order(h, kv, spans);
+  auto [flight, token] = h.Track();
+  Completion c{flight->done};
+  auto v = WrapAll(ins, false, flight, token);
+  auto o = WrapAll(outs, check_writable, flight, token);
+  if (batch) {
+    flight->keys = keys;
+    h.Claim(*flight, std::move(spans), ins, outs);
+  }
+  token.reset();
+  py::gil_scoped_release nogil;
+  schedule(v, o);
+  return c;
+}
+
 // Keys `a` then `b` (a pushpull's push and pull keys).
 Keys Concat(Keys a, const Keys& b) {
   a.ints.insert(a.ints.end(), b.ints.begin(), b.ints.end());
@@ -600,20 +625,9 @@ PYBIND11_MODULE(_pskv, m) {
             Use use(h);
             KVStore& kv = use.kv();
             Keys ks = ToKeys(keys);
-            std::vector<Span> spans;
-            if (batch || h.spanned) spans = Handle::Spans(vals, {});
-            Order(h, kv, spans);
-            auto [flight, token] = h.Track();
-            Completion c{flight->done};
-            auto v = WrapAll(vals, false, flight, token);
-            if (batch) {
-              flight->keys = ks;
-              h.Claim(*flight, std::move(spans), vals, {});
-            }
-            token.reset();
-            py::gil_scoped_release nogil;
-            WithKeys(ks, [&](const auto& k) { kv.Push(k, v, prio); });
-            return c;
+            return Issue(h, kv, ks, vals, {}, false, batch, [&](auto& v, auto&) {
+              WithKeys(ks, [&](const auto& k) { kv.Push(k, v, prio); });
+            });
           },
           py::arg("keys"), py::arg("vals"), py::arg("prio"), py::arg("batch") = false)
       .def(
@@ -623,20 +637,9 @@ PYBIND11_MODULE(_pskv, m) {
             Use use(h);
             KVStore& kv = use.kv();
             Keys ks = ToKeys(keys);
-            std::vector<Span> spans;
-            if (batch || h.spanned) spans = Handle::Spans({}, outs);
-            Order(h, kv, spans);
-            auto [flight, token] = h.Track();
-            Completion c{flight->done};
-            auto o = WrapAll(outs, check_writable, flight, token);
-            if (batch) {
-              flight->keys = ks;
-              h.Claim(*flight, std::move(spans), {}, outs);
-            }
-            token.reset();
-            py::gil_scoped_release nogil;
-            WithKeys(ks, [&](const auto& k) { kv.Pull(k, o, prio); });
-            return c;
+            return Issue(h, kv, ks, {}, outs, check_writable, batch, [&](auto&, auto& o) {
+              WithKeys(ks, [&](const auto& k) { kv.Pull(k, o, prio); });
+            });
           },
           py::arg("keys"), py::arg("outs"), py::arg("prio"), py::arg("check_writable") = true,
           py::arg("batch") = false)
@@ -649,25 +652,14 @@ PYBIND11_MODULE(_pskv, m) {
             KVStore& kv = use.kv();
             Keys ks = ToKeys(keys), oks = ToKeys(out_keys);
             if (ks.str != oks.str) throw KeyError("int and str keys mixed in one call");
-            std::vector<Span> spans;
-            if (batch || h.spanned) spans = Handle::Spans(vals, outs);
-            Order(h, kv, spans);
-            auto [flight, token] = h.Track();
-            Completion c{flight->done};
-            auto v = WrapAll(vals, false, flight, token);
-            auto o = WrapAll(outs, check_writable, flight, token);
-            if (batch) {
-              flight->keys = Concat(ks, oks);
-              h.Claim(*flight, std::move(spans), vals, outs);
-            }
-            token.reset();
-            py::gil_scoped_release nogil;
-            if (ks.str) {
-              kv.PushPull(ks.strs, v, oks.strs, o, prio);
-            } else {
-              kv.PushPull(ks.ints, v, oks.ints, o, prio);
-            }
-            return c;
+            return Issue(h, kv, Concat(ks, oks), vals, outs, check_writable, batch,
+                         [&](auto& v, auto& o) {
+                           if (ks.str) {
+                             kv.PushPull(ks.strs, v, oks.strs, o, prio);
+                           } else {
+                             kv.PushPull(ks.ints, v, oks.ints, o, prio);
+                           }
+                         });
           },
           py::arg("keys"), py::arg("vals"), py::arg("out_keys"), py::arg("outs"), py::arg("prio"),
           py::arg("check_writable") = true, py::arg("batch") = false)
