@@ -456,8 +456,17 @@ Completion Issue(Handle& h, KVStore& kv, const Keys& keys, const std::vector<py:
     h.Claim(*flight, std::move(spans), ins, outs);
   }
   token.reset();
-  py::gil_scoped_release nogil;
-  schedule(v, o);
+  try {
+    py::gil_scoped_release nogil;
+    schedule(v, o);
+  } catch (...) {
+    // Refused when scheduled: the arrays are free again at once (read-only flags
+    // restored), not at some later sweep.
+    v.clear();
+    o.clear();
+    h.Sweep();
+    throw;
+  }
   return c;
 }
 

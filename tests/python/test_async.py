@@ -293,3 +293,13 @@ def test_torch_tensor_modified_in_a_batch_is_reported_at_its_end():
             b.push('a', flat[:3])
             flat[3:].add_(1)
             b.pull('b', out=inf)
+
+
+def test_a_call_refused_when_scheduled_leaves_its_arrays_writable():
+    kv = pskv.create('local')
+    kv.init('k', np.zeros(2, np.float32))
+    g = np.ones(3, np.float32)  # the wrong shape: refused by the store
+    with kv.batch() as b:
+        with pytest.raises(pskv.ShapeError):
+            b.push('k', g)
+        g[0] = 5  # writable again at once
