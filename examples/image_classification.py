@@ -1,0 +1,417 @@
+#!/usr/bin/python3
+"""image_classification.py: the seeds' CIFAR-10 job (VGG-11, ResNet-18) with pskv.torch.
+
+    PYTHONPATH=build/python build/pskv-launch -n 2 -s 1 -- /usr/bin/python3 \\
+        examples/image_classification.py --dataset cifar10 --model resnet18 --epochs 1 \\
+        --kvstore dist_sync --stand-in fashion-mnist
+
+MXNet's command line (example/image-classification/train_cifar10.py and the seed's
+`--dataset cifar10 --model vgg11 --epochs 1 --kvstore dist_sync`): --kv-store and
+--kvstore, --num-epochs and --epochs, --batch-size (per worker), --lr, --data-dir.
+This is a CPU build: --gpus is refused.
+
+Models: torchvision's vgg11 / vgg11_bn / resnet18, adapted to 32x32 inputs as the
+usual CIFAR recipes do — ResNet-18 with a 3x3 stride-1 stem and no max-pool (so the
+last stage sees 4x4), VGG-11 with the five pools bringing 32x32 to 1x1 and a single
+Linear(512, 10) classifier instead of ImageNet's 7x7 pooling and 4096-wide layers. At
+--width 1 that is 11.2 M parameters for ResNet-18 and 9.2 M for VGG-11 (ImageNet's
+VGG-11 has 133 M, almost all in its classifier). --width scales every layer's channels
+(tests use small widths).
+
+Data (3x32x32, 10 classes):
+  * cifar10: CIFAR-10's binary version (data_batch_1.bin ... data_batch_5.bin,
+    test_batch.bin), read from --data-dir or its cifar-10-batches-bin/ folder. Nothing
+    is downloaded; without the files this says which are missing, unless --stand-in
+    names a stand-in to use instead (and says so).
+  * fashion-mnist: Debian's dataset-fashion-mnist (scripts/install-deps.sh --with-data),
+    each 28x28 image padded to 32x32 and repeated over 3 channels.
+  * --synthetic: random images whose class shifts their mean (learnable, no files).
+
+Training: pskv.torch.Trainer (SGD with momentum on the servers, gradients pushed from
+backward hooks) and pskv.torch.Sampler (each worker its part, the same number of
+batches everywhere). --ddp trains the same model with torch.distributed's
+DistributedDataParallel over gloo instead, for side-by-side samples/s: ranks come from
+torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or, under
+pskv-launch, from the pskv job (rank 0 publishes its address and a free port through
+the store). Rank 0 prints samples/s (all workers together), loss and accuracy after
+every epoch, one JSON line each with --json.
+"""
+import argparse
+import gzip
+import json
+import os
+import socket
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+CIFAR_TRAIN = ['data_batch_%d.bin' % i for i in range(1, 6)]
+CIFAR_TEST = ['test_batch.bin']
+CIFAR_RECORD = 1 + 3 * 32 * 32
+FMNIST_DIR = '/usr/share/datasets/fashion-mnist'
+# per-channel mean and std of the training images (CIFAR-10's usual values)
+STATS = {'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+         'fashion-mnist': ((0.2190,) * 3, (0.3318,) * 3),   # of the padded 32x32 images
+         'synthetic': ((0.5,) * 3, (0.25,) * 3)}
+
+
+class DataError(Exception):
+    """The data set's files are missing or malformed."""
+
+
+# ---------------------------------------------------------------------------- data
+
+def read_cifar_file(path):
+    """Reads one CIFAR-10 binary file: records of 1 label byte and 3072 pixel bytes
+    (1024 red, 1024 green, 1024 blue, rows in order).
+
+    Returns (images uint8 [n, 3, 32, 32], labels int64 [n])."""
+    raw = np.fromfile(path, np.uint8)
+    if raw.size == 0 or raw.size % CIFAR_RECORD:
+        raise DataError('%s: %d bytes is not a whole number of CIFAR-10 records (%d bytes each)'
+                        % (path, raw.size, CIFAR_RECORD))
+    rec = raw.reshape(-1, CIFAR_RECORD)
+    labels = rec[:, 0].astype(np.int64)
+    if labels.max() > 9:
+        raise DataError('%s: label %d out of range 0..9 (is this CIFAR-100?)' % (path, labels.max()))
+    return rec[:, 1:].reshape(-1, 3, 32, 32), labels
+
+
+def cifar_dir(data_dir):
+    """The folder holding CIFAR-10's binary files: data_dir or data_dir/cifar-10-batches-bin."""
+    for d in (data_dir, os.path.join(data_dir, 'cifar-10-batches-bin')):
+        if all(os.path.isfile(os.path.join(d, f)) for f in CIFAR_TRAIN + CIFAR_TEST):
+            return d
+    return None
+
+
+def read_cifar10(data_dir):
+    """CIFAR-10's binary version from `data_dir`: ((x_train, y_train), (x_test, y_test))."""
+    d = cifar_dir(data_dir)
+    if d is None:
+        missing = [f for f in CIFAR_TRAIN + CIFAR_TEST if not os.path.isfile(os.path.join(data_dir, f))]
+        raise DataError('CIFAR-10 binary files not found in %s (nor in its cifar-10-batches-bin/): missing %s. '
+                        'Nothing is downloaded: put your copy of cifar-10-binary.tar.gz, unpacked, there and '
+                        'pass --data-dir, or train on a stand-in (--stand-in fashion-mnist, --synthetic).'
+                        % (data_dir, ', '.join(missing)))
+    parts = [read_cifar_file(os.path.join(d, f)) for f in CIFAR_TRAIN]
+    train = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    return train, read_cifar_file(os.path.join(d, CIFAR_TEST[0]))
+
+
+def read_fashion_mnist(data_dir=FMNIST_DIR):
+    """Fashion-MNIST shaped like CIFAR-10: 28x28 padded by 2 to 32x32. One channel is
+    stored ([n, 1, 32, 32]); Batches repeats it to 3 per batch (3x less memory)."""
+    def idx(prefix):
+        try:
+            with gzip.open(os.path.join(data_dir, prefix + '-images-idx3-ubyte.gz')) as f:
+                x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+            with gzip.open(os.path.join(data_dir, prefix + '-labels-idx1-ubyte.gz')) as f:
+                y = np.frombuffer(f.read(), np.uint8, offset=8).astype(np.int64)
+        except FileNotFoundError as e:
+            raise DataError('Fashion-MNIST not found (%s): install Debian\'s dataset-fashion-mnist '
+                            '(scripts/install-deps.sh --with-data) or pass --fmnist-dir' % e) from None
+        return np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2))), y
+    return idx('train'), idx('t10k')
+
+
+def synthetic(n_train=50000, n_test=10000, seed=0):
+    """Random 3x32x32 images; each class adds its own fixed pattern, so models can learn it."""
+    rng = np.random.default_rng(seed)
+    patterns = rng.normal(0, 40, (10, 3, 32, 32))
+
+    def make(n):
+        y = rng.integers(0, 10, n)
+        x = rng.normal(128, 50, (n, 3, 32, 32)) + patterns[y]
+        return np.clip(x, 0, 255).astype(np.uint8), y.astype(np.int64)
+    return make(n_train), make(n_test)
+
+
+class Batches(torch.utils.data.Dataset):
+    """uint8 images and labels in memory; indexed by a list of indices (a batch) it
+    returns the normalised float batch [b, 3, 32, 32] (one-channel images repeated to
+    three), so a DataLoader over a BatchSampler makes one tensor per batch instead of
+    stacking samples."""
+
+    def __init__(self, x, y, mean, std):
+        self.x, self.y = x, y
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1) * 255
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, idx):
+        idx = np.asarray(idx)
+        x = torch.from_numpy(self.x[idx]).float().expand(-1, 3, -1, -1)
+        x = (x - self.mean) / self.std
+        return x, torch.from_numpy(self.y[idx])
+
+
+# ---------------------------------------------------------------------------- models
+
+def cifar_resnet18(num_classes=10, width=1.0):
+    """torchvision's ResNet-18 for 32x32: 3x3 stride-1 stem, no max-pool, channels x width."""
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    def ch(c):
+        return max(1, int(round(c * width)))
+
+    class CifarResNet(ResNet):
+        def _make_layer(self, block, planes, blocks, stride=1, dilate=False):
+            if planes == 64:               # layer1: the stem's width decides inplanes
+                self.inplanes = ch(64)
+            return super()._make_layer(block, ch(planes), blocks, stride, dilate)
+
+    m = CifarResNet(BasicBlock, [2, 2, 2, 2], num_classes=num_classes)
+    m.conv1 = torch.nn.Conv2d(3, ch(64), 3, 1, 1, bias=False)
+    torch.nn.init.kaiming_normal_(m.conv1.weight, mode='fan_out', nonlinearity='relu')
+    m.bn1 = torch.nn.BatchNorm2d(ch(64))
+    m.maxpool = torch.nn.Identity()
+    m.fc = torch.nn.Linear(ch(512), num_classes)
+    return m
+
+
+def cifar_vgg11(num_classes=10, width=1.0, batch_norm=False):
+    """torchvision's VGG-11 (configuration 'A') for 32x32: features down to 1x1, one
+    Linear classifier (the usual CIFAR VGG), channels x width."""
+    from torchvision.models.vgg import VGG, cfgs, make_layers
+    cfg = [v if v == 'M' else max(1, int(round(v * width))) for v in cfgs['A']]
+    m = VGG(make_layers(cfg, batch_norm=batch_norm), num_classes=num_classes)
+    m.avgpool = torch.nn.Identity()
+    m.classifier = torch.nn.Linear(cfg[-2], num_classes)
+    torch.nn.init.normal_(m.classifier.weight, 0, 0.01)
+    torch.nn.init.zeros_(m.classifier.bias)
+    return m
+
+
+MODELS = {'resnet18': cifar_resnet18, 'vgg11': cifar_vgg11,
+          'vgg11_bn': lambda num_classes, width: cifar_vgg11(num_classes, width, batch_norm=True)}
+DEFAULT_LR = {'resnet18': 0.05, 'vgg11': 0.01, 'vgg11_bn': 0.05}
+
+
+# ---------------------------------------------------------------------------- DDP
+
+def _local_address(peer):
+    """The local IPv4 address that routes to `peer` (no packet is sent)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((peer, 9))
+        return s.getsockname()[0]
+    finally:
+        s.close()
+
+
+def _interface_of(addr):
+    """The name of the interface holding IPv4 `addr` (for GLOO_SOCKET_IFNAME), or None."""
+    import fcntl
+    for _, name in socket.if_nameindex():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            req = struct.pack('256s', name.encode()[:15])
+            got = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])   # SIOCGIFADDR
+        except OSError:
+            continue
+        finally:
+            s.close()
+        if got == addr:
+            return name
+    return None
+
+
+def ddp_rendezvous():
+    """(rank, world_size, kv or None): torchrun's environment, else the pskv job's.
+
+    Under pskv-launch the workers join the pskv job (its store), rank 0 broadcasts its
+    address and a free port through it, and torch.distributed's gloo group is made on
+    them; the address is the one routing to the scheduler (DMLC_INTERFACE's if set), so
+    this works on loopback and across hosts."""
+    import torch.distributed as dist
+    if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
+        rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+        dist.init_process_group('gloo', rank=rank, world_size=world)
+        return rank, world, None
+    if not os.environ.get('DMLC_ROLE'):
+        raise SystemExit('--ddp needs a launcher: torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or '
+                         'pskv-launch (DMLC_*)')
+    import pskv
+    kv = pskv.create('dist_sync')      # a server/scheduler process never returns from here
+    rank, world = kv.rank, kv.num_workers
+    iface = os.environ.get('DMLC_INTERFACE')
+    addr = _local_address(os.environ.get('DMLC_PS_ROOT_URI', '127.0.0.1'))
+    mine = np.zeros(5, np.float64)
+    if rank == 0:
+        with socket.socket() as s:     # a free port (a race with other jobs is unlikely)
+            s.bind((addr, 0))
+            port = s.getsockname()[1]
+        mine[:4] = [int(b) for b in addr.split('.')]
+        mine[4] = port
+    got = np.zeros(5, np.float64)
+    kv.broadcast('ddp_rendezvous', mine, out=got)
+    master = '.'.join(str(int(b)) for b in got[:4])
+    os.environ.setdefault('GLOO_SOCKET_IFNAME', iface or _interface_of(addr) or 'lo')
+    dist.init_process_group('gloo', init_method='tcp://%s:%d' % (master, int(got[4])), rank=rank,
+                            world_size=world)
+    return rank, world, kv
+
+
+# ---------------------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--dataset', default='cifar10', choices=['cifar10', 'fashion-mnist'])
+    ap.add_argument('--synthetic', action='store_true', help='random CIFAR-shaped data, no files')
+    ap.add_argument('--stand-in', default='none', choices=['none', 'fashion-mnist', 'synthetic'],
+                    help='with --dataset cifar10: what to train on when the CIFAR-10 files are absent')
+    ap.add_argument('--data-dir', default=os.path.expanduser('~/.pskv/cifar10'),
+                    help='CIFAR-10 binary files (default %(default)s)')
+    ap.add_argument('--fmnist-dir', default=FMNIST_DIR)
+    ap.add_argument('--model', '--network', dest='model', default='resnet18', choices=sorted(MODELS))
+    ap.add_argument('--width', type=float, default=1.0, help='channel multiplier (default 1)')
+    ap.add_argument('--kvstore', '--kv-store', dest='kvstore', default='local')
+    ap.add_argument('--epochs', '--num-epochs', dest='epochs', type=int, default=1)
+    ap.add_argument('--batch-size', type=int, default=64, help='per worker (default 64)')
+    ap.add_argument('--lr', type=float, default=None,
+                    help='learning rate (default 0.05; 0.01 for vgg11 without batch norm)')
+    ap.add_argument('--mom', '--momentum', dest='mom', type=float, default=0.9)
+    ap.add_argument('--wd', type=float, default=5e-4)
+    ap.add_argument('--max-batches', type=int, default=0, help='batches per epoch at most (0: all)')
+    ap.add_argument('--train-samples', type=int, default=0, help='use only the first N training images')
+    ap.add_argument('--test-samples', type=int, default=0, help='evaluate on the first N test images')
+    ap.add_argument('--seed', type=int, default=42)
+    ap.add_argument('--threads', type=int, default=0, help='torch threads (default: cores / workers)')
+    ap.add_argument('--ddp', action='store_true', help='torch DistributedDataParallel over gloo instead of pskv')
+    ap.add_argument('--json', action='store_true', help='one JSON line per epoch (rank 0)')
+    ap.add_argument('--gpus', default=None, help='refused: this is a CPU build')
+    args = ap.parse_args(argv)
+    if args.gpus is not None:
+        ap.error('--gpus %s: pskv is built for CPUs here and trains on the CPU cores; leave out --gpus '
+                 '(start more workers with pskv-launch -n instead)' % args.gpus)
+    if args.stand_in != 'none' and args.dataset != 'cifar10':
+        ap.error('--stand-in is for --dataset cifar10')
+    for name in ('epochs', 'batch_size'):
+        if getattr(args, name) < 1:
+            ap.error('--%s must be at least 1' % name.replace('_', '-'))
+    if args.width <= 0:
+        ap.error('--width must be positive')
+    if args.lr is None:
+        args.lr = DEFAULT_LR[args.model]
+    return args
+
+
+def load(args, log):
+    """((x_train, y_train), (x_test, y_test), name) of the chosen data."""
+    if args.synthetic:
+        return synthetic(seed=args.seed) + ('synthetic',)
+    if args.dataset == 'fashion-mnist':
+        return read_fashion_mnist(args.fmnist_dir) + ('fashion-mnist',)
+    if cifar_dir(args.data_dir) is None and args.stand_in != 'none':
+        log('CIFAR-10 files not in %s: training on the %s stand-in (3x32x32, 10 classes)'
+            % (args.data_dir, args.stand_in))
+        if args.stand_in == 'synthetic':
+            return synthetic(seed=args.seed) + ('synthetic',)
+        return read_fashion_mnist(args.fmnist_dir) + ('fashion-mnist',)
+    return read_cifar10(args.data_dir) + ('cifar10',)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.ddp:
+        rank, nw, kv = ddp_rendezvous()
+    else:
+        import pskv
+        import pskv.torch
+        kv = pskv.create(args.kvstore)     # a server/scheduler process never returns from here
+        rank, nw = kv.rank, kv.num_workers
+
+    def log(msg):
+        if rank == 0:
+            print(msg, flush=True)
+
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // nw))
+    torch.manual_seed(args.seed)
+    try:
+        (x_train, y_train), (x_test, y_test), data_name = load(args, log)
+    except DataError as e:
+        print('image_classification.py: error: %s' % e, file=sys.stderr, flush=True)
+        return 2
+    if args.train_samples:
+        x_train, y_train = x_train[:args.train_samples], y_train[:args.train_samples]
+    if args.test_samples:
+        x_test, y_test = x_test[:args.test_samples], y_test[:args.test_samples]
+    train_set = Batches(x_train, y_train, *STATS[data_name])
+    test_set = Batches(x_test, y_test, *STATS[data_name])
+
+    model = MODELS[args.model](num_classes=10, width=args.width)
+    params = sum(p.numel() for p in model.parameters())
+    if args.ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.mom, weight_decay=args.wd)
+        step = opt.step
+        zero = opt.zero_grad
+        mode = 'ddp-gloo'
+    else:
+        # mean loss per worker; the Trainer averages over workers, as DDP does
+        trainer = pskv.torch.Trainer(model, pskv.optimizer.SGD(learning_rate=args.lr, momentum=args.mom,
+                                                              wd=args.wd), kv,
+                                     loss_reduction='mean', push_in_backward=True)
+        step, zero, mode = trainer.step, (lambda: None), 'pskv-' + kv.type
+    log('%s on %s: %s (%.2f M parameters, width %g), %d workers x batch %d, lr %g, %d training images'
+        % (mode, data_name, args.model, params / 1e6, args.width, nw, args.batch_size, args.lr, len(train_set)))
+
+    import pskv.torch as ptorch     # the Sampler is pskv's in both modes (same data per worker)
+    sampler = ptorch.Sampler(len(train_set), args.batch_size, num_parts=nw, part_index=rank, seed=args.seed)
+    if args.max_batches:
+        sampler.epoch_size = min(sampler.epoch_size, args.max_batches)
+    loader = torch.utils.data.DataLoader(
+        train_set, sampler=torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=False),
+        batch_size=None)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        model.train()
+        t0, loss_sum, correct, seen, first_loss = time.time(), 0.0, 0, 0, None
+        for b, (x, y) in enumerate(loader):
+            zero()
+            out = model(x)
+            loss = torch.nn.functional.cross_entropy(out, y)
+            loss.backward()
+            step()
+            loss_sum += loss.item() * len(y)
+            correct += int((out.argmax(1) == y).sum())
+            seen += len(y)
+            if first_loss is None:
+                first_loss = loss.item()
+        secs = time.time() - t0
+        net = model.module if args.ddp else model   # rank 0 alone: no DDP collective in forward
+        net.eval()
+        test_correct = 0
+        if rank == 0:
+            with torch.no_grad():
+                for i in range(0, len(test_set), 500):
+                    x, y = test_set[np.arange(i, min(i + 500, len(test_set)))]
+                    test_correct += int((net(x).argmax(1) == y).sum())
+        rec = {'epoch': epoch + 1, 'mode': mode, 'model': args.model, 'width': args.width, 'data': data_name,
+               'workers': nw, 'batch_size': args.batch_size, 'batches': sampler.epoch_size,
+               'samples_per_sec': seen * nw / secs, 'seconds': secs, 'first_loss': first_loss,
+               'train_loss': loss_sum / seen, 'train_accuracy': correct / seen,
+               'test_accuracy': test_correct / len(test_set), 'parameters': params}
+        if args.json:
+            log(json.dumps(rec))
+        else:
+            log('epoch %d: %.1f samples/s (%d workers), train loss %.4f (first batch %.4f), train accuracy %.4f, '
+                'test accuracy %.4f, %.1f s' % (epoch + 1, rec['samples_per_sec'], nw, rec['train_loss'],
+                                                first_loss, rec['train_accuracy'], rec['test_accuracy'], secs))
+    if args.ddp:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+    if kv is not None and kv.type.startswith('dist'):
+        kv.barrier()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
