@@ -13,7 +13,8 @@ for arg in "$@"; do
     # OpenBLAS replaces the reference BLAS Debian's torch links (1.35x samples/s for
     # train_fmnist here); pskv-launch sets OPENBLAS_NUM_THREADS so processes sharing
     # the cores do not oversubscribe them.
-    --with-torch) pkgs+=(libtorch-dev python3-torch libopenblas0-pthread) ;;
+    # python3-torchvision: the models of examples/image_classification.py (VGG-11, ResNet-18).
+    --with-torch) pkgs+=(libtorch-dev python3-torch python3-torchvision libopenblas0-pthread) ;;
     --with-data) pkgs+=(dataset-fashion-mnist) ;;
     --with-launchers)
       # iproute2: `ip` and `tc` of the cluster tests (tests/cluster, namespaces as hosts)
