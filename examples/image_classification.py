@@ -33,7 +33,8 @@ batches everywhere). --ddp trains the same model with torch.distributed's
 DistributedDataParallel over gloo instead, for side-by-side samples/s: ranks come from
 torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or, under
 pskv-launch, from the pskv job (rank 0 publishes its address and a free port through
-the store). Rank 0 prints samples/s (all workers together), loss and accuracy after
+the store). Rank 0 prints samples/s (all workers together; in JSON also
+steady_samples_per_sec, without the first --warmup batches), loss and accuracy after
 every epoch, one JSON line each with --json.
 """
 import argparse
@@ -281,6 +282,8 @@ def parse_args(argv=None):
     ap.add_argument('--max-batches', type=int, default=0, help='batches per epoch at most (0: all)')
     ap.add_argument('--train-samples', type=int, default=0, help='use only the first N training images')
     ap.add_argument('--test-samples', type=int, default=0, help='evaluate on the first N test images')
+    ap.add_argument('--warmup', type=int, default=2,
+                    help='batches left out of steady_samples_per_sec (default 2)')
     ap.add_argument('--seed', type=int, default=42)
     ap.add_argument('--threads', type=int, default=0, help='torch threads (default: cores / workers)')
     ap.add_argument('--ddp', action='store_true', help='torch DistributedDataParallel over gloo instead of pskv')
@@ -373,6 +376,7 @@ def main(argv=None):
         sampler.set_epoch(epoch)
         model.train()
         t0, loss_sum, correct, seen, first_loss = time.time(), 0.0, 0, 0, None
+        t_warm, seen_warm = None, 0
         for b, (x, y) in enumerate(loader):
             zero()
             out = model(x)
@@ -384,7 +388,10 @@ def main(argv=None):
             seen += len(y)
             if first_loss is None:
                 first_loss = loss.item()
+            if b + 1 == args.warmup:
+                t_warm, seen_warm = time.time(), seen
         secs = time.time() - t0
+        steady = (seen - seen_warm) * nw / (t0 + secs - t_warm) if t_warm and seen > seen_warm else None
         net = model.module if args.ddp else model   # rank 0 alone: no DDP collective in forward
         net.eval()
         test_correct = 0
@@ -395,7 +402,7 @@ def main(argv=None):
                     test_correct += int((net(x).argmax(1) == y).sum())
         rec = {'epoch': epoch + 1, 'mode': mode, 'model': args.model, 'width': args.width, 'data': data_name,
                'workers': nw, 'batch_size': args.batch_size, 'batches': sampler.epoch_size,
-               'samples_per_sec': seen * nw / secs, 'seconds': secs, 'first_loss': first_loss,
+               'samples_per_sec': seen * nw / secs, 'steady_samples_per_sec': steady, 'seconds': secs, 'first_loss': first_loss,
                'train_loss': loss_sum / seen, 'train_accuracy': correct / seen,
                'test_accuracy': test_correct / len(test_set), 'parameters': params}
         if args.json:
