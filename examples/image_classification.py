@@ -16,7 +16,9 @@ last stage sees 4x4), VGG-11 with the five pools bringing 32x32 to 1x1 and a sin
 Linear(512, 10) classifier instead of ImageNet's 7x7 pooling and 4096-wide layers. At
 --width 1 that is 11.2 M parameters for ResNet-18 and 9.2 M for VGG-11 (ImageNet's
 VGG-11 has 133 M, almost all in its classifier). --width scales every layer's channels
-(tests use small widths).
+(tests use small widths). --model vgg11_imagenet_head keeps torchvision's ImageNet
+classifier (129 M parameters, 515 MB of gradients a step): the communication-heavy
+case the seeds' VGG-11 was.
 
 Data (3x32x32, 10 classes):
   * cifar10: CIFAR-10's binary version (data_batch_1.bin ... data_batch_5.bin,
@@ -189,9 +191,26 @@ def cifar_vgg11(num_classes=10, width=1.0, batch_norm=False):
     return m
 
 
+def imagenet_head_vgg11(num_classes=10, width=1.0):
+    """torchvision's VGG-11 with its ImageNet classifier kept (7x7 adaptive pooling of
+    the 1x1 map, 25088 -> 4096 -> 4096 -> classes): 129 M parameters, 515 MB of
+    gradients a step at width 1 — the communication-heavy case of the seeds."""
+    from torchvision.models.vgg import VGG, cfgs, make_layers
+    cfg = [v if v == 'M' else max(1, int(round(v * width))) for v in cfgs['A']]
+    m = VGG(make_layers(cfg), num_classes=num_classes)
+    if width != 1.0:
+        hidden = max(1, int(round(4096 * width)))
+        m.classifier = torch.nn.Sequential(
+            torch.nn.Linear(cfg[-2] * 49, hidden), torch.nn.ReLU(True), torch.nn.Dropout(),
+            torch.nn.Linear(hidden, hidden), torch.nn.ReLU(True), torch.nn.Dropout(),
+            torch.nn.Linear(hidden, num_classes))
+    return m
+
+
 MODELS = {'resnet18': cifar_resnet18, 'vgg11': cifar_vgg11,
-          'vgg11_bn': lambda num_classes, width: cifar_vgg11(num_classes, width, batch_norm=True)}
-DEFAULT_LR = {'resnet18': 0.05, 'vgg11': 0.01, 'vgg11_bn': 0.05}
+          'vgg11_bn': lambda num_classes, width: cifar_vgg11(num_classes, width, batch_norm=True),
+          'vgg11_imagenet_head': imagenet_head_vgg11}
+DEFAULT_LR = {'resnet18': 0.05, 'vgg11': 0.01, 'vgg11_bn': 0.05, 'vgg11_imagenet_head': 0.01}
 
 
 # ---------------------------------------------------------------------------- DDP
