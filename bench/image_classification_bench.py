@@ -13,7 +13,7 @@ for VGG-11 (9.2 M parameters at 32x32, 37 MB of gradients a step) and ResNet-18
 (11.2 M, 45 MB but ~0.56 GFLOP a sample: compute-heavy). The two modes alternate
 run by run (--rounds each, same machine state); reported: the median of
 steady_samples_per_sec (all workers, without the first 2 batches) per model and mode,
-and pskv / ddp.
+and pskv / ddp, as JSON lines (one per model) in --out.
 
 On loopback (default) every process shares this machine's cores and memory; with
 --cluster (root, iproute2, sshd: tests/cluster/netns_cluster.py) the job runs over
@@ -124,17 +124,17 @@ def main():
     for r in rows:
         print('| %s | %.1f M | %.1f | %.1f | %.2f |' % (r['model'], r['parameters'] / 1e6, r['pskv_samples_per_sec'],
                                                      r['ddp_gloo_samples_per_sec'], r['pskv_over_ddp']))
-    result = {'bench': 'image_classification', 'time': time.strftime('%Y-%m-%dT%H:%M:%S'),
+    common = {'bench': 'image_classification', 'time': time.strftime('%Y-%m-%dT%H:%M:%S'),
               'machine': {'cpus': os.cpu_count(), 'platform': platform.platform(),
                           'load_before': load_before},
               'setup': {'workers': args.workers, 'servers': args.servers, 'batch_size': args.batch_size,
                         'batches': args.batches, 'warmup_batches': 2, 'width': args.width,
                         'threads_per_worker': args.threads, 'rounds': args.rounds, 'data': 'fashion-mnist 3x32x32',
-                        'network': ('netns hosts, %s links' % args.rate) if args.cluster else 'loopback'},
-              'rows': rows}
+                        'network': ('netns hosts, %s links' % args.rate) if args.cluster else 'loopback'}}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, 'w') as f:
-        json.dump(result, f, indent=1)
+    with open(args.out, 'w') as f:        # JSON lines, one per model (bench/plot.py's format)
+        for r in rows:
+            f.write(json.dumps(dict(common, **r)) + '\n')
     print('wrote', args.out)
     return 0
 
