@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -107,6 +108,15 @@ struct Span {
   bool writes;
 };
 
+// The spans claimed by batch calls in flight, by start address; `seq` names the call
+// (InFlight::seq).
+struct Claimed {
+  uintptr_t end;
+  bool writes;
+  uint64_t seq;
+};
+using ClaimIndex = std::multimap<uintptr_t, Claimed>;
+
 // The Python objects whose memory an asynchronous call's NDArrays use. `done`
 // becomes true when the last NDArray of the call is gone (pskv no longer touches
 // the memory), from whatever thread; the objects are released on a Python thread.
@@ -116,8 +126,10 @@ struct Span {
 struct InFlight {
   std::shared_ptr<std::atomic<bool>> done;
   std::vector<py::object> refs;
+  uint64_t seq = 0;    // issue order (Handle::next_seq)
+  uint64_t sched = 0;  // scheduling order, once the store accepted it (Handle::scheduled)
   Keys keys;
-  std::vector<Span> spans;
+  std::vector<ClaimIndex::iterator> spans;  // its entries of Handle::claims
   std::vector<py::array> locked;
   bool released = false;
 };
@@ -146,9 +158,13 @@ thread_local const Handle* tls_updater_of = nullptr;
 struct Handle {
   std::unique_ptr<KVStore> p;
   std::vector<InFlight> inflight;
-  size_t sweep_at = 64;  // amortised: a call sweeps when this many entries are held
-  size_t spanned = 0;    // entries of `inflight` with spans, not released
+  size_t sweep_at = 64;    // amortised: a call sweeps when this many entries are held
+  uint64_t next_seq = 0;   // the last call's InFlight::seq
+  uint64_t scheduled = 0;  // the last scheduled call's InFlight::sched
+  ClaimIndex claims;       // bytes of batch calls in flight, not released
+  uintptr_t longest = 0;   // the longest span in `claims` (how far back an overlap may start)
   std::unordered_map<PyObject*, int> locks;  // arrays made read-only -> calls holding them
+  std::vector<py::array> unlocked;           // to make writable again (RestoreFlags)
   std::atomic<int> calls{0};
   bool closing = false;
 
@@ -195,31 +211,45 @@ struct Handle {
       return true;
     });
     sweep_at = std::max<size_t>(64, 2 * inflight.size());
+    RestoreFlags();
   }
-  // Ends a call's claims on its arrays: spans forgotten, read-only flags restored
-  // (numpy checks that the array may be writable again: a base made read-only
-  // meanwhile keeps it read-only).
+  // Ends a call's claims on its arrays: spans forgotten, its read-only arrays queued
+  // for RestoreFlags. Runs no Python code (callers iterate `inflight`).
   void Release(InFlight& f) {
     if (f.released) return;
     f.released = true;
-    if (!f.spans.empty()) --spanned;
+    for (auto it : f.spans) claims.erase(it);
     f.spans.clear();
+    if (claims.empty()) longest = 0;
     for (auto& a : f.locked) {
       auto it = locks.find(a.ptr());
       if (it == locks.end() || --it->second > 0) continue;
       locks.erase(it);
+      unlocked.push_back(a);
+    }
+    f.locked.clear();
+  }
+  // Makes the arrays Release queued writable again (numpy checks that they may be: a
+  // base made read-only meanwhile keeps them read-only). Python code may run here
+  // (an ndarray subclass's setflags), which may call the store: nothing is iterated.
+  void RestoreFlags() {
+    while (!unlocked.empty()) {
+      py::array a = std::move(unlocked.back());
+      unlocked.pop_back();
+      if (locks.count(a.ptr())) continue;  // claimed again meanwhile
       try {
         a.attr("setflags")(py::arg("write") = true);
       } catch (const py::error_already_set&) {
       }
     }
-    f.locked.clear();
   }
-  // After a wait for `waited` returned (or failed other than by timeout): the calls
-  // on those keys are over.
-  void ReleaseKeys(const Keys* waited) {
+  // After a wait for `waited` (all keys if null) returned, or failed other than by
+  // timeout: the calls on those keys scheduled before the wait began (sched <= `upto`,
+  // a snapshot of `scheduled`) are over. Others (other threads schedule while a wait
+  // runs, without the GIL) may not be.
+  void ReleaseKeys(const Keys* waited, uint64_t upto) {
     for (auto& f : inflight) {
-      if (f.released) continue;
+      if (f.released || f.sched == 0 || f.sched > upto) continue;
       bool all = waited == nullptr;
       if (!all && f.keys.str == waited->str) {
         all = f.keys.str ? std::ranges::all_of(f.keys.strs,
@@ -246,18 +276,22 @@ struct Handle {
       }
     return s;
   }
-  // Before a call: the keys of the calls of batches in flight whose bytes overlap
-  // this call's where either writes them (MXNet's engine ordered NDArrays so).
+  // Before a call: the keys of the batch calls in flight whose bytes overlap this
+  // call's where either writes them (MXNet's engine ordered NDArrays so). Looks only
+  // at the claims that can reach `mine` (indexed by start, bounded by `longest`).
   Keys Conflicts(const std::vector<Span>& mine) const {
+    std::vector<uint64_t> seqs;
+    for (auto& a : mine) {
+      auto it = claims.lower_bound(a.start > longest ? a.start - longest : 0);
+      for (; it != claims.end() && it->first < a.end; ++it)
+        if (it->second.end > a.start && (a.writes || it->second.writes))
+          seqs.push_back(it->second.seq);
+    }
     Keys k;
+    if (seqs.empty()) return k;
     bool any = false;
     for (auto& f : inflight) {
-      if (f.released || f.spans.empty() || f.done->load(std::memory_order_acquire)) continue;
-      bool hit = false;
-      for (auto& a : mine)
-        for (auto& b : f.spans)
-          hit = hit || (a.start < b.end && b.start < a.end && (a.writes || b.writes));
-      if (!hit) continue;
+      if (f.released || std::ranges::find(seqs, f.seq) == seqs.end()) continue;
       if (!any) k.str = f.keys.str;
       any = true;
       if (f.keys.str == k.str) {
@@ -268,10 +302,12 @@ struct Handle {
     return k;
   }
   // Records a batch's call: its spans, and its writable numpy arrays made read-only.
-  void Claim(InFlight& f, std::vector<Span> spans, const std::vector<py::array>& ins,
+  void Claim(InFlight& f, const std::vector<Span>& spans, const std::vector<py::array>& ins,
              const std::vector<py::array>& outs) {
-    if (!spans.empty()) ++spanned;
-    f.spans = std::move(spans);
+    for (auto& sp : spans) {
+      f.spans.push_back(claims.emplace(sp.start, Claimed{sp.end, sp.writes, f.seq}));
+      longest = std::max(longest, sp.end - sp.start);
+    }
     for (int w = 0; w < 2; ++w)
       for (auto& a : w ? outs : ins) {
         auto it = locks.find(a.ptr());
@@ -292,6 +328,7 @@ struct Handle {
   std::pair<InFlight*, std::shared_ptr<void>> Track() {
     auto done = std::make_shared<std::atomic<bool>>(false);
     inflight.push_back(InFlight{done, {}});
+    inflight.back().seq = ++next_seq;
     std::shared_ptr<void> token(done.get(),
                                 [done](void*) { done->store(true, std::memory_order_release); });
     return {&inflight.back(), std::move(token)};
@@ -426,14 +463,15 @@ void WithKeys(const Keys& keys, F&& f) {
 // Before a call whose bytes are `spans`: waits for the calls of batches in flight
 // that they would race with (Handle::Conflicts), in the order issued.
 void Order(Handle& h, KVStore& kv, const std::vector<Span>& spans) {
-  if (h.spanned == 0 || spans.empty()) return;
+  if (h.claims.empty() || spans.empty()) return;
   Keys k = h.Conflicts(spans);
   if (k.ints.empty() && k.strs.empty()) return;
+  const uint64_t upto = h.scheduled;
   {
     py::gil_scoped_release nogil;
     WithKeys(k, [&](const auto& keys) { kv.Wait(keys); });
   }
-  h.ReleaseKeys(&k);
+  h.ReleaseKeys(&k, upto);
 }
 
 // Schedules one push, pull or pushpull (`schedule(inputs, outputs)`, run without the
@@ -445,7 +483,7 @@ Completion Issue(Handle& h, KVStore& kv, const Keys& keys, const std::vector<py:
                  const std::vector<py::array>& outs, bool check_writable, bool batch,
                  F&& schedule) {
   std::vector<Span> spans;
-  if (batch || h.spanned) spans = Handle::Spans(ins, outs);
+  if (batch || !h.claims.empty()) spans = Handle::Spans(ins, outs);
   Order(h, kv, spans);
   auto [flight, token] = h.Track();
   Completion c{flight->done};
@@ -453,9 +491,10 @@ Completion Issue(Handle& h, KVStore& kv, const Keys& keys, const std::vector<py:
   auto o = WrapAll(outs, check_writable, flight, token);
   if (batch) {
     flight->keys = keys;
-    h.Claim(*flight, std::move(spans), ins, outs);
+    h.Claim(*flight, spans, ins, outs);
   }
   token.reset();
+  const uint64_t seq = flight->seq;  // `flight` may move while the GIL is released
   try {
     py::gil_scoped_release nogil;
     schedule(v, o);
@@ -467,6 +506,12 @@ Completion Issue(Handle& h, KVStore& kv, const Keys& keys, const std::vector<py:
     h.Sweep();
     throw;
   }
+  // Scheduled: a wait that begins from now on covers it (Handle::ReleaseKeys).
+  for (auto it = h.inflight.rbegin(); it != h.inflight.rend(); ++it)
+    if (it->seq == seq) {
+      it->sched = ++h.scheduled;
+      break;
+    }
   return c;
 }
 
@@ -590,8 +635,9 @@ PYBIND11_MODULE(_pskv, m) {
                py::gil_scoped_release nogil;  // the final barrier and pending callbacks need it
                p.reset();
              }
-             for (auto& f : h.inflight) h.Release(f);  // read-only flags restored
-             h.inflight.clear();                       // the store and its threads are gone
+             for (auto& f : h.inflight) h.Release(f);
+             h.inflight.clear();  // the store and its threads are gone
+             h.RestoreFlags();    // read-only flags of calls in flight restored
            })
       .def(
           "pending",
@@ -731,31 +777,33 @@ PYBIND11_MODULE(_pskv, m) {
              Use use(h);
              KVStore& kv = use.kv();
              Keys ks = ToKeys(keys);
+             const uint64_t upto = h.scheduled;
              try {
                py::gil_scoped_release nogil;
                WithKeys(ks, [&](const auto& k) { kv.Wait(k); });
              } catch (const TimeoutError&) {
                throw;
              } catch (...) {
-               h.ReleaseKeys(&ks);
+               h.ReleaseKeys(&ks, upto);
                throw;
              }
-             h.ReleaseKeys(&ks);
+             h.ReleaseKeys(&ks, upto);
            })
       .def("wait_all",
            [](Handle& h) {
              Use use(h);
              KVStore& kv = use.kv();
+             const uint64_t upto = h.scheduled;
              try {
                py::gil_scoped_release nogil;
                kv.WaitAll();
              } catch (const TimeoutError&) {
                throw;
              } catch (...) {
-               h.ReleaseKeys(nullptr);
+               h.ReleaseKeys(nullptr, upto);
                throw;
              }
-             h.ReleaseKeys(nullptr);
+             h.ReleaseKeys(nullptr, upto);
            })
       .def("barrier",
            [](Handle& h) {

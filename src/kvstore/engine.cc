@@ -191,6 +191,15 @@ void Engine::Wait(const std::vector<int>* keys, std::chrono::milliseconds timeou
                        " operation(s) still pending (raise PSKV_TIMEOUT if this is expected, "
                        "or check that every worker issues the same pushes)");
   }
+  TakeFailureLocked(keys);
+}
+
+void Engine::TakeFailure(const std::vector<int>* keys) {
+  std::unique_lock<std::mutex> lk(mu_);
+  TakeFailureLocked(keys);
+}
+
+void Engine::TakeFailureLocked(const std::vector<int>* keys) {
   std::exception_ptr first;
   if (keys) {
     for (int k : *keys) {

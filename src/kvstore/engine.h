@@ -50,6 +50,9 @@ class Engine {
   /// TimeoutError after `timeout`; UsageError when called from inside an operation
   /// of this engine (an updater), which would wait for itself.
   void Wait(const std::vector<int>* keys, std::chrono::milliseconds timeout);
+  /// Rethrows (and clears) the first recorded failure of `keys` (all if null), without
+  /// waiting: after WaitIdle, when other threads may have issued operations since.
+  void TakeFailure(const std::vector<int>* keys);
   /// Wait and WaitIdle look again without sleeping for up to `spin` first
   /// (Options::spin_us: a dist store's round trips end tens of µs sooner where a
   /// sleeping thread's core halts); 0 (the default): sleep at once. Before use.
@@ -102,6 +105,8 @@ class Engine {
   void Complete(uint64_t id, std::exception_ptr err);
   bool IsReadyLocked(const Op& op) const;
   bool KeysIdleLocked(const std::vector<int>* keys) const;
+  /// TakeFailure with mu_ held.
+  void TakeFailureLocked(const std::vector<int>* keys);
   /// Waits on cv_idle_ until `keys` (all if null) are idle; false on timeout.
   bool IdleWait(std::unique_lock<std::mutex>& lk, const std::vector<int>* keys,
                 std::chrono::milliseconds timeout);

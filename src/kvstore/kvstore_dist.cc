@@ -592,7 +592,9 @@ class KVStoreDist final : public KVStore {
       interval *= 2;  // back-off
     }
     try {
-      engine_.Wait(keys, milliseconds(0));  // rethrows a recorded failure
+      // Not Wait(keys, 0): another thread may have issued an operation on these keys
+      // since they were idle, which a zero-timeout wait would report as a timeout.
+      engine_.TakeFailure(keys);  // rethrows a recorded failure
     } catch (...) {
       MarkBrokenIf(std::current_exception());
       throw;

@@ -98,7 +98,33 @@ def two_stores(kv):
     kv2.close()
 
 
-SCENARIOS = {'pull_after_init': pull_after_init, 'rounds': rounds, 'pushpull_in_place': pushpull_in_place,
+def threads(kv):
+    """Plain calls of several threads on one key: each is complete and right (a wait
+    that found the key busy again because of another thread once broke the store)."""
+    import threading
+    kv.init('th', np.full(1024, 3, np.float32))
+    errors = []
+
+    def loop():
+        x = np.zeros(1024, np.float32)
+        for _ in range(300):
+            try:
+                kv.pull('th', out=x)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e)[:200])
+                return
+            if not (x == 3).all():
+                errors.append('read %s' % x[0])
+                return
+    ts = [threading.Thread(target=loop) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    check(not errors, 'plain calls of 3 threads: %s' % errors[:3])
+
+
+SCENARIOS = {'threads': threads, 'pull_after_init': pull_after_init, 'rounds': rounds, 'pushpull_in_place': pushpull_in_place,
              'lists': lists, 'broadcast': broadcast, 'row_sparse': row_sparse, 'two_stores': two_stores}
 
 if __name__ == '__main__':

@@ -303,3 +303,63 @@ def test_a_call_refused_when_scheduled_leaves_its_arrays_writable():
         with pytest.raises(pskv.ShapeError):
             b.push('k', g)
         g[0] = 5  # writable again at once
+
+
+def test_another_threads_wait_never_frees_a_batch_call_still_running():
+    """A plain call's wait on a key (another thread) releases only the batch calls
+    scheduled before it began: one scheduled meanwhile stays claimed and read-only."""
+    import sys
+    import time
+    kv = pskv.create('local')
+    kv.init([0, 1], [np.zeros(4, np.float32)] * 2)
+    state = {'busy': 0}
+
+    def upd(k, recv, stored):
+        state['busy'] = recv[0]
+        time.sleep(0.002)
+        stored[:] = recv
+        state['busy'] = 0
+    kv.set_updater(upd)
+    stop = []
+
+    def plain_loop():
+        x = np.zeros(4, np.float32)
+        while not stop:
+            kv.pull(0, out=x)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    t = threading.Thread(target=plain_loop)
+    t.start()
+    bad = 0
+    try:
+        for i in range(150):
+            g = np.full(4, i + 1, np.float32)
+            with kv.batch() as b:
+                b.pushpull(0, g)
+                for _ in range(20):
+                    time.sleep(0)
+                    if g.flags.writeable and state['busy'] == i + 1:  # its update is running
+                        bad += 1
+                        break
+    finally:
+        stop.append(1)
+        t.join(30)
+        sys.setswitchinterval(old)
+    assert bad == 0
+
+
+def test_an_array_subclass_whose_setflags_calls_the_store_is_safe():
+    kv = pskv.create('local')
+    kv.init(list(range(60)), [np.zeros(4, np.float32)] * 60)
+
+    class Arr(np.ndarray):
+        def setflags(self, *a, **k):
+            super().setflags(*a, **k)
+            kv.pull(59, out=np.zeros(4, np.float32))  # a plain call while pskv restores flags
+
+    for _ in range(5):
+        arrs = [np.ones(4, np.float32).view(Arr) for _ in range(50)]
+        with kv.batch() as b:
+            for k, x in enumerate(arrs):
+                b.pull(k, out=[x])
+        assert all(x.flags.writeable for x in arrs)

@@ -109,3 +109,4 @@ def test_dist_sync_reads_right_values_right_after_each_call(workers):
     pytest.importorskip('torch')
     scenarios = 'pull_after_init,rounds,pushpull_in_place,lists,broadcast,row_sparse,two_stores'
     launch_scenarios('stale_check.py', scenarios, workers, delay_ms=100)
+    launch_scenarios('stale_check.py', 'threads', workers, delay_ms=0)
