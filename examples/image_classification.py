@@ -326,15 +326,17 @@ def parse_args(argv=None):
 
 def load(args, log):
     """((x_train, y_train), (x_test, y_test), name) of the chosen data."""
+    # synthetic data: only as many images as will be used
+    syn = dict(n_train=args.train_samples or 50000, n_test=args.test_samples or 10000, seed=args.seed)
     if args.synthetic:
-        return synthetic(seed=args.seed) + ('synthetic',)
+        return synthetic(**syn) + ('synthetic',)
     if args.dataset == 'fashion-mnist':
         return read_fashion_mnist(args.fmnist_dir) + ('fashion-mnist',)
     if cifar_dir(args.data_dir) is None and args.stand_in != 'none':
         log('CIFAR-10 files not in %s: training on the %s stand-in (3x32x32, 10 classes)'
             % (args.data_dir, args.stand_in))
         if args.stand_in == 'synthetic':
-            return synthetic(seed=args.seed) + ('synthetic',)
+            return synthetic(**syn) + ('synthetic',)
         return read_fashion_mnist(args.fmnist_dir) + ('fashion-mnist',)
     return read_cifar10(args.data_dir) + ('cifar10',)
 

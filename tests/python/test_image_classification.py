@@ -146,3 +146,33 @@ def test_seed_command_line_two_workers_on_the_stand_in_and_ddp_side_by_side():
     assert ddp['mode'] == 'ddp-gloo' and ddp['workers'] == 2
     assert abs(ddp['first_loss'] - ps['first_loss']) < 1e-4   # same model, same first batch
     assert ddp['train_loss'] < 0.8 * ddp['first_loss'] and ddp['train_accuracy'] > 0.3, out
+
+
+def test_ddp_under_torchrun_environment_on_synthetic_data():
+    """--ddp with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), no
+    pskv job: 2 processes on loopback learn the synthetic classes in 2 epochs."""
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'), MASTER_ADDR='127.0.0.1',
+               MASTER_PORT=str(port), WORLD_SIZE='2')
+    env.pop('DMLC_ROLE', None)
+    cmd = ['/usr/bin/python3', EXAMPLE, '--ddp', '--synthetic', '--model', 'resnet18', '--width', '0.125',
+           '--train-samples', '1024', '--test-samples', '200', '--batch-size', '32', '--epochs', '2', '--json']
+    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in (0, 1)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=120)[0].decode())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    r = records(outs[0])
+    assert records(outs[1]) == []      # rank 0 reports
+    assert [e['epoch'] for e in r] == [1, 2] and r[0]['mode'] == 'ddp-gloo' and r[0]['workers'] == 2
+    assert r[1]['train_loss'] < 0.8 * r[0]['first_loss'] and r[1]['train_accuracy'] > 0.3, outs[0]
