@@ -52,6 +52,7 @@ bench: build
 	$(BUILD)/pskv-bench reduce --json > bench/results/reduce.json
 	$(BUILD)/pskv-bench pushpull --json > bench/results/pushpull.json
 	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/train/run.py --json > bench/results/train.json
+	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/image_classification_bench.py --out bench/results/image_classification.json
 	/usr/bin/python3 bench/plot.py --out docs/img bench/results/*.json
 
 format:
