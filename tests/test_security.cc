@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -77,6 +78,16 @@ struct Job {
   int sched_port = 0, server_port = 0, worker_port = 0;
   std::string dir;
   pid_t sched = -1, server = -1, worker = -1;
+
+  Job() = default;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  // The job's temporary directory (logs, marker files) goes with it; its processes
+  // were ended by Finish or by the test.
+  ~Job() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
 
   std::map<std::string, std::string> Env(const std::string& role) const {
     std::map<std::string, std::string> e = {{"DMLC_ROLE", role},
