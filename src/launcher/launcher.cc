@@ -550,7 +550,7 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
         std::string dir = ::getcwd(cwd, sizeof cwd) ? cwd : ".";
         std::string path = dir + "/.pskv-secret-" + job_id;
         plan.files[path] = cfg.job_secret + "\n";
-        plan.remove_at_exit.push_back(path);
+        plan.secret_files.push_back(path);
         env["PSKV_JOB_SECRET_FILE"] = path;
       }
       // The jar's path depends on HADOOP_YARN_HOME, which only a shell expands: the
@@ -594,8 +594,8 @@ int Launch(const LaunchConfig& config) {
     for (auto& [path, content] : plan.files) {
       if (path == "#prelude")
         std::printf("# before the job:\n%s", content.c_str());
-      else if (std::find(plan.remove_at_exit.begin(), plan.remove_at_exit.end(), path) !=
-               plan.remove_at_exit.end())
+      else if (std::find(plan.secret_files.begin(), plan.secret_files.end(), path) !=
+               plan.secret_files.end())
         std::printf("# file %s (mode 0600): <secret>\n", path.c_str());
       else
         std::printf("# file %s:\n%s", path.c_str(), content.c_str());
@@ -631,7 +631,10 @@ int Launch(const LaunchConfig& config) {
   so.log_dir = cfg.log_dir;
   so.timestamps = cfg.timestamps;
   int rc = Supervise(plan.children, so);
-  for (auto& path : plan.remove_at_exit) ::unlink(path.c_str());
+  // The job's files (SGE job scripts, YARN's secret file) go with it: `qsub -sync y`
+  // and YARN's client return when their job ended.
+  for (auto& [path, content] : plan.files)
+    if (path != "#prelude") ::unlink(path.c_str());
   return rc;
 }
 

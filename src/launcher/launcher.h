@@ -66,8 +66,10 @@ std::string Version();
 /// write. Pure: used by --dry-run and by the tests of the generated commands.
 struct Plan {
   std::vector<ChildSpec> children;
-  std::map<std::string, std::string> files;  ///< path -> content (written before start)
-  std::vector<std::string> remove_at_exit;   ///< files removed when the job ends (secrets)
+  /// path -> content, written before start and removed when the job ends ("#prelude":
+  /// a command run before the job instead).
+  std::map<std::string, std::string> files;
+  std::vector<std::string> secret_files;  ///< files of `files` --dry-run prints as <secret>
 };
 Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id);
 

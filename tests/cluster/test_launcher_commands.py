@@ -3,6 +3,7 @@ batch systems that cannot run here (SGE, YARN): the launcher runs for real again
 stand-in `qsub` and `yarn` programs that record their arguments and then do what the
 real ones would do with them (qsub runs the job script once per array task; YARN's
 distributed shell runs -shell_command through a shell with the -shell_env values)."""
+import glob
 import os
 import stat
 import subprocess
@@ -113,6 +114,7 @@ def test_sge_script_as_qsub_runs_it(tmp_path):
         for i in $(seq ${t%%-*} ${t##*-}); do SGE_TASK_ID=$i sh "$script" || exit 1; done
     ''')
     env = dict(os.environ, PATH='%s:%s' % (bin_dir, os.environ['PATH']))
+    before = set(glob.glob('/tmp/pskv-*.sh'))
     r = run(['-n', '3', '-s', '2', '--launcher', 'sge', '--no-secret', '--server-command', str(tmp_path / 'record'),
              '--', str(tmp_path / 'record'), 'x y', '$HOME'], env=env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -121,3 +123,5 @@ def test_sge_script_as_qsub_runs_it(tmp_path):
     assert sorted(g.split()[1] for g in workers) == ['task=0', 'task=1', 'task=2'], got
     assert all('[x y][$HOME]' in g and 'workers=3' in g for g in workers), got
     assert sorted(g.split()[1] for g in got if 'role=server' in g) == ['task=0', 'task=1'], got
+    # the job scripts the launcher wrote are gone with the job
+    assert set(glob.glob('/tmp/pskv-*.sh')) <= before, sorted(set(glob.glob('/tmp/pskv-*.sh')) - before)
