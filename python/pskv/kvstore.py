@@ -755,18 +755,24 @@ class KVStore(object):
         self._pull(key, out, priority, True, batch)
 
     def _wait_keys(self, keys):
-        """Waits for the calls on `keys`, releasing them; a failure names the calls."""
-        keys = [int(k) if isinstance(k, np.integer) else k for k in keys]
+        """Waits for the calls on `keys` (None: every key), releasing them; a failure
+        names the calls in flight."""
+        if keys is not None:
+            keys = [int(k) if isinstance(k, np.integer) else k for k in keys]
+        waited = True if keys is None else set(keys)
         try:
-            self._kv.wait(list(keys))
+            if keys is None:
+                self._kv.wait_all()
+            else:
+                self._kv.wait(list(keys))
         except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
             new = self._with_ops(e, keys)
             # A failure is reported once the keys' operations ended; a timeout is not.
-            self._sweep(None if isinstance(e, _pskv.TimeoutError) else set(keys))
+            self._sweep(None if isinstance(e, _pskv.TimeoutError) else waited)
             if new is e:
                 raise
             raise new from None
-        self._sweep(set(keys))
+        self._sweep(waited)
 
     def wait(self, key=None):
         """Blocks until the calls issued on `key` (all keys if None) are done. Calls
@@ -798,15 +804,7 @@ class KVStore(object):
         pskv.Error
             The first error of a call, naming the calls in flight.
         """
-        try:
-            self._kv.wait_all()
-        except Exception as e:  # noqa: BLE001 - re-raised with what was in flight
-            new = self._with_ops(e, None)
-            self._sweep(None if isinstance(e, _pskv.TimeoutError) else True)
-            if new is e:
-                raise
-            raise new from None
-        self._sweep(True)
+        self._wait_keys(None)
 
     def _with_ops(self, e, keys):
         """`e` with the calls in flight on `keys` in its message (pskv errors) or a note."""

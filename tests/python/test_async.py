@@ -14,6 +14,10 @@ import pskv
 from conftest import launch_scenarios, slow_store
 
 
+def failing_updater(key, recv, stored):
+    raise ValueError('updater failed')
+
+
 def launch(scenarios, workers, delay_ms):
     launch_scenarios('async_check.py', scenarios, workers, delay_ms)
 
@@ -121,10 +125,7 @@ def test_batch_end_raises_the_first_failure_naming_the_calls():
     kv = pskv.create('local')
     kv.init('w', np.zeros(2, np.float32))
 
-    def bad(key, recv, stored):
-        raise ValueError('updater failed')
-
-    kv.set_updater(bad)
+    kv.set_updater(failing_updater)
     g = np.ones(2, np.float32)
     with pytest.raises(ValueError, match='updater failed') as e:
         with kv.batch() as b:
@@ -154,10 +155,7 @@ def test_a_block_that_raises_still_waits_and_keeps_its_exception():
             raise KeyboardInterrupt
     assert out.tolist() == [1, 1] and out.flags.writeable  # nothing in flight after the block
 
-    def bad(key, recv, stored):
-        raise ValueError('updater failed')
-
-    kv.set_updater(bad)
+    kv.set_updater(failing_updater)
     with pytest.raises(RuntimeError, match='mine') as e:
         with kv.batch() as b:
             b.push('x', np.ones(2, np.float32))
@@ -169,10 +167,7 @@ def test_close_inside_a_batch_reports_its_failures_at_the_end():
     kv = pskv.create('local')
     kv.init('c', np.zeros(2, np.float32))
 
-    def bad(key, recv, stored):
-        raise ValueError('updater failed')
-
-    kv.set_updater(bad)
+    kv.set_updater(failing_updater)
     with pytest.raises(ValueError, match='updater failed'):
         with kv.batch() as b:
             b.push('c', np.ones(2, np.float32))
