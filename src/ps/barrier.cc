@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/observe.h"  // [observe]
+#include "common/stall.h"
 #include "ps/node_internal.h"
 #include "pskv/error.h"
 
@@ -27,7 +28,7 @@ void Node::HandleBarrier(int sender, int group) {
     if (group == kAllGroup && !IsWorkerId(sender)) return;
     if (!barrier_stall_.count(group)) {
       const auto now = Clock::now();
-      barrier_stall_[group] = Stall{now, now + options_.stall_warning};
+      barrier_stall_[group] = StallSchedule(now, options_.stall_warning);
     }
     return;
   }
@@ -39,7 +40,7 @@ void Node::HandleBarrier(int sender, int group) {
         it == barrier_stall_.end()
             ? 0
             : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                        Clock::now() - it->second.since)
+                                        Clock::now() - it->second.start())
                                         .count());
     obs::Span("barrier", "barrier",
               group == kAllGroup      ? "all nodes"
@@ -75,54 +76,46 @@ void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final)
   }
   auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
   // Bounded by `timeout` (0: none — then by failure detection); says what it is
-  // waiting for every PSKV_STALL_WARNING, backing off.
-  const auto start = Clock::now();
-  const auto deadline = timeout.count() > 0 ? start + timeout : Clock::time_point::max();
+  // waiting for after PSKV_STALL_WARNING, backing off (common/stall.h).
   // The scheduler and servers wait at the final barrier for the whole job: that
   // is no stall. A worker there has finished and waits for the others.
   const bool quiet = role() == Role::kScheduler || (final && role() != Role::kWorker);
-  auto warn_at = options_.stall_warning.count() > 0 && !quiet ? start + options_.stall_warning
-                                                              : Clock::time_point::max();
-  while (!done()) {
-    const auto now = Clock::now();
-    if (now >= deadline)
-      throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
-                         " (some nodes did not reach it; the scheduler's log names them; raise "
-                         "PSKV_TIMEOUT if they are just slow)");
-    if (now >= warn_at) {
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
-      if (final)
-        PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
-                        << " (the scheduler's log names the workers still running)");
-      else
-        PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
-                        << " (the scheduler's log names the nodes it waits for)");
-      warn_at = now + waited;  // back off: 1x, 2x, 4x ...
-    }
-    cv_.wait_until(lk, std::min(deadline, warn_at));
-  }
+  const WaitPlan plan{timeout.count() > 0 ? timeout : WaitPlan::kForever,
+                      quiet ? std::chrono::milliseconds(0) : options_.stall_warning};
+  const bool reached = WaitReporting(
+      plan, [&](Clock::time_point until) { return cv_.wait_until(lk, until, done); },
+      [&](std::chrono::milliseconds waited) {
+        if (final)
+          PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
+                          << " (the scheduler's log names the workers still running)");
+        else
+          PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
+                          << " (the scheduler's log names the nodes it waits for)");
+      });
+  if (!reached)
+    throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
+                       " (some nodes did not reach it; the scheduler's log names them; raise "
+                       "PSKV_TIMEOUT if they are just slow)");
   if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
 }
 
 void Node::WarnStalledBarriers(Clock::time_point now) {
-  if (options_.stall_warning.count() <= 0) return;
-  for (auto& [group, st] : barrier_stall_) {
-    if (now < st.next_warning) continue;
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - st.since);
-    st.next_warning = now + std::max(waited, options_.stall_warning);  // back off: x2
+  for (auto& [group, stall] : barrier_stall_) {
+    if (!stall.Due(now)) continue;
     const auto& arrived = barrier_arrived_[group];
-    std::string missing;
-    int n = 0;
+    ReportList missing;
     for (int id : GroupMembers(group)) {
       if (arrived.count(id) || id == kSchedulerId) continue;
       if (group == kAllGroup && !IsWorkerId(id)) continue;
-      if (n++ < 8) missing += (missing.empty() ? "" : ", ") + NameLocked(id);
+      if (missing.full())
+        missing.Skip();
+      else
+        missing.Add(NameLocked(id));
     }
-    if (n > 8) missing += " and " + std::to_string(n - 8) + " more";
     PSKV_WARN("scheduler: " << (group == kAllGroup ? std::string("end of the job")
                                                    : "barrier of group " + std::to_string(group))
-                            << ": waiting for " << missing << " for " << SecsStr(waited)
-                            << " (PSKV_STALL_WARNING)");
+                            << ": waiting for " << missing.Join() << " for "
+                            << SecsStr(stall.Waited(now)) << " (PSKV_STALL_WARNING)");
   }
 }
 

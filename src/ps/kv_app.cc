@@ -6,6 +6,7 @@
 #include <future>
 
 #include "common/logging.h"
+#include "common/stall.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -259,27 +260,22 @@ void KVWorker::Await(uint64_t ts, const std::shared_ptr<Completion>& c,
                      std::chrono::milliseconds timeout, std::chrono::milliseconds stall,
                      const std::string& what) {
   using namespace std::chrono;
-  const auto start = steady_clock::now();
-  const auto deadline = start + timeout;
-  auto next_report = stall.count() > 0 ? start + stall : steady_clock::time_point::max();
-  milliseconds interval = stall;
-  for (;;) {
-    const auto now = steady_clock::now();
-    if (now >= deadline) break;
-    const auto until = std::min(deadline, next_report);
-    if (c->WaitFor(duration_cast<milliseconds>(until - now) + milliseconds(1))) {
-      if (auto e = c->error()) std::rethrow_exception(e);
-      return;
-    }
-    if (steady_clock::now() >= next_report) {
-      const auto waited = duration_cast<seconds>(steady_clock::now() - start).count();
-      std::string missing = Missing(ts);
-      PSKV_WARN(node_->Tag() << ": " << what << ": waiting for "
-                             << (missing.empty() ? std::string("its completion") : missing)
-                             << " for " << waited << " s");
-      interval *= 2;  // back-off: 1x, 2x, 4x, ... the stall interval
-      next_report = steady_clock::now() + interval;
-    }
+  const WaitPlan plan{timeout, stall};
+  const bool done = WaitReporting(
+      plan,
+      [&](steady_clock::time_point until) {
+        return c->WaitFor(duration_cast<milliseconds>(until - steady_clock::now()) +
+                          milliseconds(1));
+      },
+      [&](milliseconds waited) {
+        std::string missing = Missing(ts);
+        PSKV_WARN(node_->Tag() << ": " << what << ": waiting for "
+                               << (missing.empty() ? std::string("its completion") : missing)
+                               << " for " << duration_cast<seconds>(waited).count() << " s");
+      });
+  if (done) {
+    if (auto e = c->error()) std::rethrow_exception(e);
+    return;
   }
   // Timed out: cancel first (under mu_, so no reply handler can still write into
   // the request's buffers afterwards), then report.
@@ -329,11 +325,15 @@ std::string KVWorker::Missing(uint64_t ts) const {
 
 std::vector<std::string> KVWorker::DescribePending(std::chrono::milliseconds min_age) const {
   using namespace std::chrono;
-  std::vector<std::string> out;
+  ReportList report;
   const auto now = steady_clock::now();
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [ts, r] : pending_) {
     if (now - r.issued < min_age) continue;
+    if (report.full()) {
+      report.Skip();
+      continue;
+    }
     std::string s = (r.flags & kCommand)                     ? "command " + std::to_string(r.cmd)
                     : (r.flags & kPush) && (r.flags & kPull) ? "push-pull"
                     : (r.flags & kPush)                      ? "push"
@@ -341,9 +341,10 @@ std::vector<std::string> KVWorker::DescribePending(std::chrono::milliseconds min
     if (!r.keys.empty()) s += " of ps key " + std::to_string(r.keys.front());
     s += ": waiting for " + MissingLocked(r) + " for " +
          std::to_string(duration_cast<seconds>(now - r.issued).count()) + " s";
-    out.push_back(std::move(s));
-    if (out.size() >= 16) break;  // a report, not a dump
+    report.Add(std::move(s));
   }
+  std::vector<std::string> out = report.items();
+  if (report.omitted() > 0) out.push_back("and " + std::to_string(report.omitted()) + " more");
   return out;
 }
 

@@ -126,7 +126,8 @@ class KVWorker {
   /// empty if it is not pending.
   std::string Missing(uint64_t ts) const;
   /// One line per pending request older than `min_age`: its keys and the servers
-  /// that have not answered (for stall reports).
+  /// that have not answered (for stall reports); at most kReportItems lines, then
+  /// "and N more" (common/stall.h).
   std::vector<std::string> DescribePending(std::chrono::milliseconds min_age) const;
   /// Number of requests in flight.
   size_t Pending() const;

@@ -134,8 +134,14 @@ void Node::Start() {
       }
       return ready_ || failure_ || !refused_.empty();
     };
-    // Polls the transport's handshake outcome every 100 ms (bounded by deadline).
-    while (!settled() && Clock::now() < deadline) cv_.wait_for(lk, 100ms);
+    // The transport's handshake outcome is polled, not signalled: re-check every
+    // 100 ms until the deadline. Silent: the scheduler explains a timeout below.
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    WaitReporting(
+        WaitPlan{left, std::chrono::milliseconds(0), 100ms},
+        [&](Clock::time_point until) { return cv_.wait_until(lk, until, settled); },
+        [](std::chrono::milliseconds) {});
     if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
     std::exception_ptr err;
     if (!refused_.empty()) {

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "common/rate_limit.h"
+#include "common/stall.h"
 #include "protocol/message.h"
 #include "ps/liveness.h"
 #include "ps/resender.h"
@@ -201,10 +202,7 @@ class Node {
   // barriers
   std::map<int, std::set<int>> barrier_arrived_;  // scheduler: nodes at each group's barrier
   std::map<int, uint64_t> barrier_gen_;           // completed barriers per group
-  struct Stall {
-    Clock::time_point since, next_warning;
-  };
-  std::map<int, Stall> barrier_stall_;  // scheduler: open barriers, for stall warnings
+  std::map<int, StallSchedule> barrier_stall_;    // scheduler: open barriers, for stall warnings
   // liveness and resend (own locks)
   Liveness liveness_;
   Resender resender_;
