@@ -4,7 +4,8 @@
 // on success, every accessor is exercised within the validated sizes. The whole
 // input is also decoded as a control payload (protocol/payload.h), whose first
 // byte (the payload kind) chooses the decoder; it too must succeed or throw
-// ProtocolError.
+// ProtocolError. So must the whole input as a path control message
+// (transport/upgrade/control_codec.h) and an offer's details.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -13,11 +14,29 @@
 #include "protocol/message.h"
 #include "protocol/payload.h"
 #include "pskv/error.h"
+#include "transport/upgrade/control_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     pskv::payload::DecodeAny(std::string(reinterpret_cast<const char*>(data), size));
   } catch (const pskv::ProtocolError&) {
+  }
+  const std::string whole(reinterpret_cast<const char*>(data), size);
+  try {
+    namespace up = pskv::upgrade;
+    const up::PathControl c = up::DecodeControl(pskv::Frame::FromString(whole));
+    if (const auto* o = std::get_if<up::Offer>(&c)) {
+      if (o->path == up::PathKind::kRing) (void)up::DecodeRingDetails(o->details);
+      if (o->path == up::PathKind::kTcp) (void)up::DecodeTcpDetails(o->details);
+    }
+  } catch (const pskv::ProtocolError&) {
+  }
+  for (auto* decode : {+[](const std::string& s) { (void)pskv::upgrade::DecodeRingDetails(s); },
+                       +[](const std::string& s) { (void)pskv::upgrade::DecodeTcpDetails(s); }}) {
+    try {
+      decode(whole);
+    } catch (const pskv::ProtocolError&) {
+    }
   }
   std::vector<pskv::Frame> frames;
   size_t pos = 0;

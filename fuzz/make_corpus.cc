@@ -5,6 +5,7 @@
 
 #include "protocol/message.h"
 #include "protocol/payload.h"
+#include "transport/upgrade/control_codec.h"
 
 using namespace pskv;
 
@@ -84,5 +85,24 @@ int main(int argc, char** argv) {
   WriteRaw(dir, "payload_mode", payload::EncodeMode(true));
   WriteRaw(dir, "payload_has_optimizer", payload::EncodeHasOptimizer(false));
   WriteRaw(dir, "payload_barrier_state", payload::EncodeBarrierState(true));
+
+  // Path control messages (the whole input is decoded as one).
+  auto raw = [](const Frame& f) { return std::string(f.data, f.size); };
+  upgrade::Offer ring;
+  ring.path = upgrade::PathKind::kRing;
+  ring.seq = 3;
+  ring.nonce.fill(0xab);
+  ring.details =
+      upgrade::EncodeRingDetails({4242, 17, 18, 8 << 20, "boot-id/4026531992/4026531836"});
+  WriteRaw(dir, "ctl_offer_ring", raw(upgrade::EncodeControl(ring)));
+  upgrade::Offer tcp;
+  tcp.path = upgrade::PathKind::kTcp;
+  tcp.seq = 4;
+  tcp.nonce.fill(0xcd);
+  tcp.details = upgrade::EncodeTcpDetails({0x0100007f, 40123});
+  WriteRaw(dir, "ctl_offer_tcp", raw(upgrade::EncodeControl(tcp)));
+  upgrade::Switch sw;
+  sw.nonce.fill(0xcd);
+  WriteRaw(dir, "ctl_switch", raw(upgrade::EncodeControl(sw)));
   return 0;
 }

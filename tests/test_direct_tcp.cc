@@ -38,7 +38,7 @@ TransportConfig Config(uint64_t token, bool direct = true, const std::string& se
   c.job = 99;
   c.token = token;
   c.shm = TransportConfig::Shm::kOff;  // peers on 127.0.0.1 would otherwise share memory
-  c.direct_tcp = direct;
+  c.tcp_direct = direct;
   return c;
 }
 

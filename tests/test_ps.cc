@@ -435,6 +435,7 @@ TEST(Ps, StrangerFromAnotherJobIsRefused) {
 
 TEST(Ps, ResendDeliversExactlyOnceThroughDropsDuplicatesAndDelays) {
   FaultConfig fc;
+  fc.disturb = CoveredByResend;
   fc.drop = 0.15;
   fc.duplicate = 0.15;
   fc.delay = 0.15;
@@ -453,6 +454,7 @@ TEST(Ps, ResendDeliversExactlyOnceThroughDropsDuplicatesAndDelays) {
 // filled). Without that, the pull returned the value from before the push.
 TEST(Ps, ResendKeepsEachSendersOrder) {
   FaultConfig fc;
+  fc.disturb = CoveredByResend;
   fc.drop = 0.3;
   auto res = RunJob(
       1, 1,
@@ -481,6 +483,7 @@ TEST(Ps, WithoutResendDuplicatesWouldBeAppliedTwice) {
   // The control for the test above: the same fault mix without PS_RESEND breaks
   // the values (or the run), so the resend test is not passing by luck.
   FaultConfig fc;
+  fc.disturb = CoveredByResend;
   fc.duplicate = 1.0;
   auto res = RunJob(
       1, 1,
@@ -563,6 +566,7 @@ TEST(Liveness, EarlyFinisherWaitsForTheRestOfTheJob) {
 // timeout (before: gave up after 10 resends, ~1.1 s at a 100 ms resend timeout).
 TEST(Liveness, ResendSurvivesAPartitionShorterThanTheHeartbeatTimeout) {
   FaultConfig fc;
+  fc.disturb = CoveredByResend;
   fc.partition_peers = {ServerId(0), WorkerId(0)};
   fc.partition_from = std::chrono::steady_clock::now() + 1500ms;
   fc.partition_for = 2500ms;
@@ -588,6 +592,7 @@ TEST(Liveness, ResendSurvivesAPartitionShorterThanTheHeartbeatTimeout) {
 // waiting for PSKV_TIMEOUT.
 TEST(Liveness, LostConnectionToAServerIsNamedWithinTheBound) {
   FaultConfig fc;
+  fc.disturb = CoveredByResend;
   fc.partition_peers = {ServerId(0)};
   // Late enough for the job to have started even under TSan on a loaded machine
   // (the partition must begin while the worker pushes, not during registration).

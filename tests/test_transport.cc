@@ -51,7 +51,7 @@ std::unique_ptr<Transport> Make(const std::string& kind, const TransportConfig& 
   if (kind == "tcp") {  // pskv's direct TCP connections once negotiated
     TransportConfig s = c;
     s.shm = TransportConfig::Shm::kOff;
-    s.direct_tcp = true;
+    s.tcp_direct = true;
     return CreateTransport("shm", s);
   }
   return CreateTransport(kind, c);

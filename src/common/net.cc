@@ -12,23 +12,43 @@
 namespace pskv {
 
 namespace {
-std::string Find(const std::string* want_name, bool skip_loopback) {
+// Calls fn(interface name, flags, dotted address) for every IPv4 address of every
+// interface, in the kernel's order, until fn returns false.
+template <typename F>
+void ForEachIPv4(F&& fn) {
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return "";
-  std::string out;
+  if (getifaddrs(&list) != 0) return;
   for (ifaddrs* a = list; a; a = a->ifa_next) {
     if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
-    if (want_name && *want_name != a->ifa_name) continue;
-    if (skip_loopback && (a->ifa_flags & IFF_LOOPBACK)) continue;
     char buf[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
-    out = buf;
-    break;
+    if (!inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf,
+                   sizeof buf))
+      continue;
+    if (!fn(a->ifa_name, a->ifa_flags, std::string(buf))) break;
   }
   freeifaddrs(list);
+}
+
+std::string Find(const std::string* want_name, bool skip_loopback) {
+  std::string out;
+  ForEachIPv4([&](const char* name, unsigned flags, std::string addr) {
+    if (want_name && *want_name != name) return true;
+    if (skip_loopback && (flags & IFF_LOOPBACK)) return true;
+    out = std::move(addr);
+    return false;
+  });
   return out;
 }
 }  // namespace
+
+std::set<std::string> LocalIPv4Addresses() {
+  std::set<std::string> out;
+  ForEachIPv4([&](const char*, unsigned, std::string addr) {
+    out.insert(std::move(addr));
+    return true;
+  });
+  return out;
+}
 
 std::string InterfaceAddress(const std::string& name) {
   std::string a = Find(&name, false);

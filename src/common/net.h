@@ -1,6 +1,7 @@
 // Small networking helpers.
 #pragma once
 
+#include <set>
 #include <string>
 
 namespace pskv {
@@ -10,6 +11,8 @@ namespace pskv {
 std::string InterfaceAddress(const std::string& name);
 /// The first non-loopback IPv4 address, or "127.0.0.1" if there is none.
 std::string DefaultAddress();
+/// Every IPv4 address of this host's interfaces (loopback included), dotted.
+std::set<std::string> LocalIPv4Addresses();
 /// True if `host` is a dotted IPv4 literal.
 bool IsIPv4Literal(const std::string& host);
 /// True for 127.0.0.0/8 and "localhost".

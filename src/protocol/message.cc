@@ -25,11 +25,7 @@ void AppendChunks(const Frame& v, uint64_t len, std::vector<Frame>& out) {
   std::vector<Frame::Piece> cur;
   uint64_t have = 0;  // bytes in cur
   auto flush = [&] {
-    Frame c;
-    c.size = have;
-    c.owner = v.owner;
-    c.pieces = std::make_shared<const std::vector<Frame::Piece>>(std::move(cur));
-    out.push_back(std::move(c));
+    out.push_back(Frame::Gather(std::move(cur), v.owner));
     cur.clear();
     have = 0;
   };
@@ -156,6 +152,15 @@ Message Decode(std::vector<Frame>&& frames) {
       m.lens = Frame::Copy(m.lens.data, m.lens.size);
   }
   return m;
+}
+
+bool CoveredByResend(const std::vector<Frame>& frames) {
+  if (frames.empty() || frames[0].size != kHeaderSize || frames[0].gathered()) return false;
+  Header h;
+  std::memcpy(&h, frames[0].data, sizeof h);
+  const auto c = static_cast<Control>(h.control);
+  return c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
+         c == Control::kAck;
 }
 
 const char* ControlName(Control c) {

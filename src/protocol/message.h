@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/transport.h"
+#include "common/frame.h"
 
 namespace pskv {
 
@@ -153,6 +153,10 @@ Message Decode(std::vector<Frame>&& frames);
 
 /// "data", "register", ... for log lines.
 const char* ControlName(Control c);
+/// True for an encoded message whose loss, duplication or delay the protocol's
+/// resend layer covers (data, barrier and ack messages; registration has its own
+/// retry): what a fault-injecting transport may disturb (FaultConfig::disturb).
+bool CoveredByResend(const std::vector<Frame>& frames);
 /// Human-readable one-line summary for PS_VERBOSE=2.
 std::string Describe(const Header& h);
 

@@ -81,7 +81,7 @@ void Node::Start() {
            : options_.shm == "1" ? TransportConfig::Shm::kOn
                                  : TransportConfig::Shm::kAuto;
   tc.shm_ring_bytes = static_cast<uint64_t>(options_.shm_ring_bytes);
-  tc.direct_tcp = options_.tcp_direct;
+  tc.tcp_direct = options_.tcp_direct;
   tc.spin = std::chrono::microseconds(options_.spin_us);
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
@@ -98,7 +98,7 @@ void Node::Start() {
           "a secret), or set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE on every node "
           "(docs/security.md)");
   }
-  transport_ = transport_factory_ ? transport_factory_(tc) : CreateTransport("shm", tc);
+  transport_ = transport_factory_ ? transport_factory_(tc) : CreateTransport(kNodeTransport, tc);
   const bool sched = role() == Role::kScheduler;
   if (sched) {
     std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/transport.h"
+#include "common/frame.h"
 
 namespace pskv::framing {
 
@@ -151,12 +151,10 @@ class Parser {
  private:
   bool EndFrame() {
     static const char kEmpty[1] = {0};
-    Frame f;
-    f.data = size_ ? buf_.get() : kEmpty;
-    f.size = size_;
-    f.owner = std::shared_ptr<const void>(buf_, buf_.get());
+    const char* p = size_ ? buf_.get() : kEmpty;
+    std::shared_ptr<const void> owner(buf_, buf_.get());
     buf_.reset();
-    frames_.push_back(std::move(f));
+    frames_.push_back(Frame::Of(p, size_, std::move(owner)));
     st_ = kSize;
     if (frames_.size() < nframes_) return false;
     st_ = kPrefix;

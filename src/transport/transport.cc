@@ -1,95 +1,56 @@
 #include "transport/transport.h"
 
-#include <algorithm>
-#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "pskv/error.h"
-#include "transport/shm/shm_transport.h"
-#include "transport/zmq/zmq_transport.h"
 
 namespace pskv {
 
-Frame Frame::Copy(const void* p, size_t n) {
-  auto buf = std::shared_ptr<char[]>(new char[n ? n : 1]);
-  if (n) std::memcpy(buf.get(), p, n);
-  Frame f;
-  f.data = buf.get();
-  f.size = n;
-  f.owner = std::shared_ptr<const void>(buf, buf.get());
-  return f;
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, TransportCreator> kinds;
+};
+// Function-local: backends register from static initializers of other files,
+// whose order relative to this one is unspecified.
+Registry& TheRegistry() {
+  static Registry* r = new Registry;  // never destroyed: creators may run at exit
+  return *r;
+}
+}  // namespace
+
+bool RegisterTransport(const std::string& kind, TransportCreator create) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> g(r.mu);
+  if (!r.kinds.emplace(kind, std::move(create)).second)
+    throw InternalError("transport kind '" + kind + "' registered twice");
+  return true;
 }
 
-Frame Frame::FromString(std::string s) {
-  auto str = std::make_shared<std::string>(std::move(s));
-  Frame f;
-  f.data = str->data();
-  f.size = str->size();
-  f.owner = str;
-  return f;
-}
-
-Frame Frame::Gather(std::vector<Piece> pieces, std::shared_ptr<const void> owner) {
-  std::erase_if(pieces, [](const Piece& p) { return p.size == 0; });
-  Frame f;
-  for (const Piece& p : pieces) f.size += p.size;
-  f.owner = std::move(owner);
-  f.pieces = std::make_shared<const std::vector<Piece>>(std::move(pieces));
-  return f;
-}
-
-Frame Frame::Slice(size_t offset, size_t n) const {
-  if (offset > size || n > size - offset)
-    throw InternalError("Frame::Slice: bytes [" + std::to_string(offset) + ", " +
-                        std::to_string(offset + n) + ") of a frame of " + std::to_string(size));
-  Frame f;
-  f.owner = owner;
-  f.size = n;
-  if (!pieces) {
-    f.data = data ? data + offset : nullptr;
-    return f;
-  }
-  if (offset == 0 && n == size) {
-    f.pieces = pieces;
-    return f;
-  }
-  std::vector<Piece> out;
-  size_t at = 0;  // offset of the current piece in this frame
-  for (const Piece& p : *pieces) {
-    if (n == 0 || at >= offset + n) break;
-    if (at + p.size > offset) {
-      const size_t from = offset > at ? offset - at : 0;
-      const size_t to = std::min(p.size, offset + n - at);
-      out.push_back({p.data + from, to - from});
-    }
-    at += p.size;
-  }
-  f.pieces = std::make_shared<const std::vector<Piece>>(std::move(out));
-  return f;
-}
-
-void Frame::CopyTo(char* out) const {
-  ForEachPart([&](const char* p, size_t n) {
-    std::memcpy(out, p, n);
-    out += n;
-  });
-}
-
-Frame Frame::Flat() const {
-  if (!pieces) return *this;
-  auto buf = std::shared_ptr<char[]>(new char[size ? size : 1]);
-  CopyTo(buf.get());
-  Frame f;
-  f.data = buf.get();
-  f.size = size;
-  f.owner = std::shared_ptr<const void>(buf, buf.get());
-  return f;
+std::vector<std::string> TransportKinds() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> g(r.mu);
+  std::vector<std::string> out;
+  for (const auto& [kind, create] : r.kinds) out.push_back(kind);
+  return out;
 }
 
 std::unique_ptr<Transport> CreateTransport(const std::string& kind, const TransportConfig& cfg) {
-  if (kind == "zmq" || kind.empty()) return CreateZmqTransport(cfg);
-  if (kind == "shm") return CreateShmTransport(cfg);
-  throw ConfigError("unknown transport '" + kind + "' (DMLC_PS_VAN_TYPE); valid: zmq, shm");
+  TransportCreator create;
+  {
+    Registry& r = TheRegistry();
+    std::lock_guard<std::mutex> g(r.mu);
+    auto it = r.kinds.find(kind.empty() ? std::string("zmq") : kind);
+    if (it != r.kinds.end()) create = it->second;
+  }
+  if (!create) {
+    std::string valid;
+    for (const std::string& k : TransportKinds()) valid += (valid.empty() ? "" : ", ") + k;
+    throw ConfigError("unknown transport '" + kind + "'; valid: " + valid);
+  }
+  return create(cfg);
 }
 
 }  // namespace pskv

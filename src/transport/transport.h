@@ -1,8 +1,10 @@
 // Transport: moves framed messages between nodes. Nothing else — registration,
 // barriers, heartbeats and resend live in the protocol layer above (src/ps).
 //
-// A backend lives in its own folder (zmq/, fault/) and is created by
-// CreateTransport(kind). Contract every backend meets (tests/test_transport.cc
+// A backend lives in its own folder (zmq/, upgrade/, fault/), registers its
+// creator under a kind name (RegisterTransport, from a static initializer in
+// that folder) and is created by CreateTransport(kind): this core never
+// includes a backend's header. Contract every backend meets (tests/test_transport.cc
 // runs the same suite against each):
 //  * Bind() once, before anything else; it returns the "host:port" bound.
 //  * Connect(peer, endpoint, token) may be called again for the same peer with a
@@ -26,57 +28,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/frame.h"
+
 namespace pskv {
-
-/// A view of bytes plus whatever keeps them alive.
-///
-/// An outgoing frame may be *gathered* instead: its bytes are the concatenation of
-/// `pieces` (each piece's memory kept alive by `owner`, like a plain frame's), `data`
-/// is null and `size` is the pieces' total. It saves packing values that live apart
-/// (the keys of a fused message) into one buffer: the transport reads the pieces
-/// where they are. Frames a transport delivers are never gathered. Code reading an
-/// outgoing frame's bytes must go through ForEachPart/CopyTo/Flat, never `data`.
-struct Frame {
-  struct Piece {
-    const char* data = nullptr;
-    size_t size = 0;
-  };
-  const char* data = nullptr;
-  size_t size = 0;
-  std::shared_ptr<const void> owner;
-  /// Set for a gathered frame: its pieces, in order (shared: copying a frame is cheap).
-  std::shared_ptr<const std::vector<Piece>> pieces;
-
-  bool gathered() const { return pieces != nullptr; }
-
-  /// A frame owning a copy of `s`.
-  static Frame Copy(const void* p, size_t n);
-  static Frame FromString(std::string s);
-  /// A gathered frame of `pieces` (empty pieces are dropped), kept alive by `owner`.
-  static Frame Gather(std::vector<Piece> pieces, std::shared_ptr<const void> owner);
-
-  /// Bytes [offset, offset + n) (within size), sharing the owner, without copying: a
-  /// slice of a gathered frame is gathered (the pieces it covers, cut to the range).
-  Frame Slice(size_t offset, size_t n) const;
-  /// Calls fn(ptr, bytes) for the frame's contiguous parts, in order (one for a plain
-  /// frame; none for an empty one).
-  template <typename F>
-  void ForEachPart(F&& fn) const {
-    if (!pieces) {
-      if (size) fn(data, size);
-      return;
-    }
-    for (const Piece& p : *pieces) fn(p.data, p.size);
-  }
-  /// Copies the frame's `size` bytes to `out`.
-  void CopyTo(char* out) const;
-  /// The frame with its bytes contiguous: itself if it is not gathered, else a copy.
-  Frame Flat() const;
-};
 
 /// What a transport needs to know about the job (filled by the Node).
 struct TransportConfig {
@@ -87,9 +46,11 @@ struct TransportConfig {
   /// This node is the job's scheduler: it also accepts credentials addressed to
   /// "the scheduler" (kSchedulerToken), which nodes use before they know its token.
   bool scheduler = false;
-  /// Connections accepted that have not finished the handshake, at most; beyond
-  /// that the oldest are closed. One source address may hold a quarter of them
-  /// (at least 8), so a stranger cannot hold the door shut for the job's nodes.
+  /// Connections accepted that have not finished the handshake, at most, per
+  /// listener (AdmissionPolicy, transport/admission.h: one source address may
+  /// hold a quarter of them, at least 16; beyond that the oldest of the address
+  /// holding the most is closed), so a stranger cannot hold the door shut for the
+  /// job's nodes.
   int max_pending_connections = 64;
   /// A connection that has not finished the handshake by then is closed.
   std::chrono::milliseconds handshake_timeout{10000};
@@ -103,10 +64,10 @@ struct TransportConfig {
   /// does not answer within `keepalive_timeout` is closed and reported down, so
   /// half-open connections are noticed.
   std::chrono::milliseconds keepalive_interval{0}, keepalive_timeout{0};
-  /// For the "shm" backend: an offered ring the peer has not attached this long
+  /// For the "upgrade" backend: an offered ring the peer has not attached this long
   /// after the connection is up (it declined: another host, PSKV_SHM=0) is given up.
   std::chrono::milliseconds shm_attach_deadline{10000};
-  /// For the "shm" backend: Recv looks again without sleeping for this long after
+  /// For the "upgrade" backend: Recv looks again without sleeping for this long after
   /// a message before it sleeps (Options::spin_us); 0: never.
   std::chrono::microseconds spin{0};
   /// Tests only: Connect pauses this long after its socket started connecting (a
@@ -116,16 +77,16 @@ struct TransportConfig {
   /// came (ZAP requests meanwhile at once): a guard thread behind a backlog of
   /// events on a loaded machine.
   std::chrono::milliseconds test_monitor_lag{0};
-  /// For the "shm" backend: shared memory with peers on this host. kOff (offer
+  /// For the "upgrade" backend: shared memory with peers on this host. kOff (offer
   /// none, decline every offer), kAuto (offer to peers whose endpoint is an
   /// address of this host), kOn (offer to every peer; one on another host
   /// declines and TCP is used).
   enum class Shm { kOff, kAuto, kOn } shm = Shm::kOff;
-  /// For the "shm" backend: a direct TCP connection (no ZeroMQ I/O thread on the
+  /// For the "upgrade" backend: a direct TCP connection (no ZeroMQ I/O thread on the
   /// data path) per direction with peers that get no ring, negotiated over the
-  /// authenticated ZeroMQ connection (tcp/direct_tcp.h). Ignored with `encrypt`
-  /// and on the scheduler.
-  bool direct_tcp = false;
+  /// authenticated ZeroMQ connection (tcp/direct_tcp.h; Options::tcp_direct,
+  /// PSKV_TCP_DIRECT). Ignored with `encrypt` and on the scheduler.
+  bool tcp_direct = false;
   /// Bytes of each shared-memory ring (one per direction and co-located pair);
   /// a power of two. Messages larger than the ring stream through it.
   uint64_t shm_ring_bytes = uint64_t{8} << 20;
@@ -169,9 +130,25 @@ class Transport {
   virtual std::string Name() const = 0;
 };
 
-/// Creates a backend: "zmq" (TCP through ZeroMQ), "shm" (ZeroMQ plus shared memory
-/// for peers on this host as cfg.shm says; what nodes use). All nodes of a job use
-/// the same backend: "zmq" does not understand "shm"'s offers.
+using TransportCreator = std::function<std::unique_ptr<Transport>(const TransportConfig&)>;
+
+/// Makes `create` the backend of `kind` (each backend's folder calls it once, from a
+/// static initializer). Returns true, so that it can initialise a namespace-scope
+/// constant. Registering a kind twice is a programming error (InternalError).
+bool RegisterTransport(const std::string& kind, TransportCreator create);
+
+/// The kinds registered, sorted.
+std::vector<std::string> TransportKinds();
+
+/// The backend every node uses: ZeroMQ for the handshake and control, with a
+/// negotiated direct data path per peer where one is available (cfg.shm,
+/// cfg.tcp_direct). "shm" is an older name of the same backend.
+inline constexpr char kNodeTransport[] = "upgrade";
+
+/// Creates a backend: "zmq" (TCP through ZeroMQ), "upgrade" (kNodeTransport) and
+/// whatever else is registered ("" means "zmq"). All nodes of a job use the same
+/// backend: "zmq" does not understand "upgrade"'s offers. ConfigError for an
+/// unknown kind.
 std::unique_ptr<Transport> CreateTransport(const std::string& kind, const TransportConfig& cfg);
 
 }  // namespace pskv

@@ -6,8 +6,6 @@
 #include <random>
 #include <thread>
 
-#include "protocol/message.h"
-
 namespace pskv {
 
 namespace {
@@ -35,7 +33,7 @@ class FaultTransport final : public Transport {
 
   void Send(int peer, std::vector<Frame> frames) override {
     if (Partitioned(peer)) return;
-    if (!Disturbable(frames)) return inner_->Send(peer, std::move(frames));
+    if (!cfg_.disturb || !cfg_.disturb(frames)) return inner_->Send(peer, std::move(frames));
     double r_drop, r_dup, r_delay;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -72,12 +70,6 @@ class FaultTransport final : public Transport {
     if (!cfg_.partition_peers.count(peer)) return false;
     const auto now = std::chrono::steady_clock::now();
     return now >= cfg_.partition_from && now < cfg_.partition_from + cfg_.partition_for;
-  }
-  static bool Disturbable(const std::vector<Frame>& frames) {
-    if (frames.empty() || frames[0].size != kHeaderSize || frames[0].gathered()) return false;
-    auto c = static_cast<Control>(reinterpret_cast<const Header*>(frames[0].data)->control);
-    return c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
-           c == Control::kAck;
   }
   void DelayLoop() {
     std::unique_lock<std::mutex> lk(mu_);

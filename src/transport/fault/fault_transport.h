@@ -1,10 +1,11 @@
 // FaultTransport: wraps another transport and drops, duplicates or delays
 // outgoing messages at random (leveldb's fault-injecting Env, for networks).
-// Only data, barrier and ack messages are disturbed; registration is not (it has
-// its own retry and is not what the resend layer protects).
+// Which messages may be disturbed is the caller's to say (FaultConfig::disturb):
+// the decorator knows nothing of the protocol above it.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -18,6 +19,10 @@ struct FaultConfig {
   double delay = 0;      ///< probability a message is delayed by `delay_time`
   std::chrono::milliseconds delay_time{50};
   uint64_t seed = 1;
+  /// Which outgoing messages drop/duplicate/delay apply to (e.g. the protocol's
+  /// CoveredByResend, protocol/message.h); unset: none of them. Partitions apply
+  /// to every message regardless.
+  std::function<bool(const std::vector<Frame>&)> disturb;
   /// A partition: every message to these peers (control ones too) is dropped
   /// during [partition_from, partition_from + partition_for).
   std::set<int> partition_peers;

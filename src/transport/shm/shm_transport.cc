@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -31,6 +30,7 @@
 #include "transport/framing.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/tcp/direct_tcp.h"
+#include "transport/upgrade/control_codec.h"
 #include "transport/zmq/zmq_transport.h"
 
 // Threads of this backend (the protocol is in shm_transport.h):
@@ -63,30 +63,6 @@ std::atomic_ref<T> A(T& x) {
   return std::atomic_ref<T>(x);
 }
 
-// Control messages travel over ZeroMQ as one frame of this exact size (not the
-// protocol header's 64 bytes), starting with kCtlMagic.
-constexpr char kCtlMagic[8] = {'P', 'S', 'K', 'V', 'S', 'H', 'M', '1'};
-enum : uint32_t { kOffer = 1, kSwitch = 2, kOfferTcp = 3 };
-struct CtlWire {
-  char magic[8];
-  uint32_t type;
-  int32_t pid;
-  int32_t memfd;
-  int32_t pipe;
-  uint64_t capacity;
-  uint8_t nonce[16];
-  char boot_id[64];
-  uint32_t tcp_ip;  // kOfferTcp: where the sender listens (network order; 0: its address)
-  uint16_t tcp_port;
-  // Offers of one node are numbered in the order made: an offer that arrives
-  // after a later one of the same node (it came over another, slower ZeroMQ
-  // connection: the scheduler's temporary and final connections to a node) is
-  // stale and must not replace the later one's path.
-  uint8_t seq[8];
-  uint8_t reserved[2];
-};
-static_assert(sizeof(CtlWire) == 128);
-
 // Incoming rings and direct sockets, at most (further offers are declined).
 constexpr size_t kMaxIncomingRings = 128;
 // Bytes one Send or one writer turn puts into a direct socket before letting go
@@ -118,21 +94,7 @@ std::string ReadBootId() {
     struct stat st {};
     if (::stat(ns, &st) == 0) s += "/" + std::to_string(static_cast<unsigned long>(st.st_ino));
   }
-  return s.size() < sizeof(CtlWire::boot_id) ? s : std::string();
-}
-
-std::set<std::string> LocalAddresses() {
-  std::set<std::string> out;
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) != 0) return out;
-  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    char buf[INET_ADDRSTRLEN];
-    auto* a = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
-    if (::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf)) out.insert(buf);
-  }
-  ::freeifaddrs(ifs);
-  return out;
+  return s.size() < 64 ? s : std::string();
 }
 
 void Signal(int fd) {
@@ -175,7 +137,7 @@ struct In {
   explicit In(uint64_t max_frame) : parser(max_frame) {}
   uint64_t token = 0;
   uint64_t conn = 0;  // the writer's ZeroMQ connection that made the offer
-  uint64_t seq = 0;   // the offer's number (CtlWire::seq)
+  uint64_t seq = 0;   // the offer's number (upgrade::Offer::seq)
   std::string addr;
   shm::Nonce nonce{};
   bool active = false;  // SWITCH arrived: the writer uses this path now
@@ -203,7 +165,7 @@ class ShmTransport final : public Transport {
   explicit ShmTransport(const TransportConfig& cfg)
       : cfg_(cfg),
         boot_id_(ReadBootId()),
-        local_(LocalAddresses()),
+        local_(LocalIPv4Addresses()),
         pid_(::getpid()),
         keys_(cfg.secret, cfg.job),
         listener_(keys_, cfg.handshake_timeout,
@@ -243,7 +205,7 @@ class ShmTransport final : public Transport {
       zmq_fd_ = ZmqReceiveFd(*inner_);
       if (zmq_fd_ >= 0 && !Watch(zmq_fd_, EPOLL_CTL_ADD, EPOLLIN)) zmq_fd_ = -1;
     }
-    if (cfg_.direct_tcp && !cfg_.encrypt && !cfg_.scheduler) {
+    if (cfg_.tcp_direct && !cfg_.encrypt && !cfg_.scheduler) {
       std::lock_guard<std::mutex> g(lst_mu_);
       try {
         listener_.Open(host);
@@ -464,14 +426,11 @@ class ShmTransport final : public Transport {
   // Creates a ring (or, for o.tcp, a nonce for a direct connection) for `peer`
   // and offers it over ZeroMQ. Under o.mu.
   void Offer(int peer, Out& o, bool up) {
-    CtlWire w{};
-    std::memcpy(w.magic, kCtlMagic, sizeof w.magic);
+    upgrade::Offer w;
     if (o.tcp) {
       randombytes_buf(o.nonce.data(), o.nonce.size());
-      w.type = kOfferTcp;
-      std::memcpy(w.nonce, o.nonce.data(), sizeof w.nonce);
-      w.tcp_ip = direct_ip_;
-      w.tcp_port = direct_port_;
+      w.path = upgrade::PathKind::kTcp;
+      w.details = upgrade::EncodeTcpDetails({direct_ip_, direct_port_});
     } else {
       try {
         o.ring = Ring::Create(cfg_.shm_ring_bytes);
@@ -482,16 +441,12 @@ class ShmTransport final : public Transport {
         return;
       }
       o.nonce = o.ring->nonce();
-      w.type = kOffer;
-      w.pid = pid_;
-      w.memfd = o.ring->fd();
-      w.pipe = tx_wr_;
-      w.capacity = o.ring->capacity();
-      std::memcpy(w.nonce, o.ring->nonce().data(), sizeof w.nonce);
-      std::memcpy(w.boot_id, boot_id_.data(), boot_id_.size());
+      w.path = upgrade::PathKind::kRing;
+      w.details =
+          upgrade::EncodeRingDetails({pid_, o.ring->fd(), tx_wr_, o.ring->capacity(), boot_id_});
     }
-    const uint64_t seq = ++offers_;
-    std::memcpy(w.seq, &seq, sizeof w.seq);
+    w.nonce = o.nonce;
+    w.seq = ++offers_;
     o.head = 0;
     o.seen_up = up;
     o.offered_up_at = up ? Clock::now() : Clock::time_point{};
@@ -501,9 +456,9 @@ class ShmTransport final : public Transport {
 
   // Sends an OFFER or SWITCH over ZeroMQ. A failure (the connection is being
   // replaced or was refused) gives the ring up; false then. Under o.mu.
-  bool SendControl(int peer, Out& o, const CtlWire& w) {
+  bool SendControl(int peer, Out& o, const upgrade::PathControl& c) {
     try {
-      inner_->Send(peer, {Frame::Copy(&w, sizeof w)});
+      inner_->Send(peer, {upgrade::EncodeControl(c)});
       return true;
     } catch (const Error&) {
       Teardown(o);
@@ -572,11 +527,7 @@ class ShmTransport final : public Transport {
           return;
         }
       }
-      CtlWire w{};
-      std::memcpy(w.magic, kCtlMagic, sizeof w.magic);
-      w.type = kSwitch;
-      std::memcpy(w.nonce, o.nonce.data(), sizeof w.nonce);
-      if (!SendControl(peer, o, w)) {
+      if (!SendControl(peer, o, upgrade::Switch{o.nonce})) {
         o.state = Out::kDown;
         o.seen_up = false;
         return;
@@ -725,16 +676,18 @@ class ShmTransport final : public Transport {
 
   // An OFFER or SWITCH from the authenticated peer in->peer. Recv thread.
   bool HandleControl(const Received& in) {
-    if (in.frames.size() != 1 || in.frames[0].size != sizeof(CtlWire) ||
-        std::memcmp(in.frames[0].data, kCtlMagic, sizeof kCtlMagic) != 0)
-      return false;
-    CtlWire w;
-    std::memcpy(&w, in.frames[0].data, sizeof w);
-    shm::Nonce nonce;
-    std::memcpy(nonce.data(), w.nonce, nonce.size());
+    if (!upgrade::IsControl(in.frames)) return false;
+    upgrade::PathControl c;
+    try {
+      c = upgrade::DecodeControl(in.frames[0]);
+    } catch (const ProtocolError& e) {
+      PSKV_LOG_LIMITED(limiter_, "ctl/" + in.peer_addr, "WARN",
+                       "ignored a path control message from " << in.peer_addr << ": " << e.what());
+      return true;
+    }
     auto it = in_.find(in.peer);
-    if (w.type == kSwitch) {
-      if (it != in_.end() && it->second->nonce == nonce) {
+    if (const auto* sw = std::get_if<upgrade::Switch>(&c)) {
+      if (it != in_.end() && it->second->nonce == sw->nonce) {
         In& r = *it->second;
         r.active = true;
         if (r.sock >= 0 && r.sst == In::kParked && !StartReading(r))
@@ -742,12 +695,12 @@ class ShmTransport final : public Transport {
       }
       return true;
     }
-    if (w.type != kOffer && w.type != kOfferTcp) return true;
-    uint64_t seq;
-    std::memcpy(&seq, w.seq, sizeof seq);
+    const auto& offer = std::get<upgrade::Offer>(c);
+    if (offer.path != upgrade::PathKind::kRing && offer.path != upgrade::PathKind::kTcp)
+      return true;  // a path this build does not have: declined
     if (it != in_.end()) {
-      if (it->second->seq > seq) return true;  // stale (see CtlWire::seq): declined
-      DropIn(it, nullptr);                     // the peer restarted its side
+      if (it->second->seq > offer.seq) return true;  // stale (see Offer::seq): declined
+      DropIn(it, nullptr);                           // the peer restarted its side
     }
     if (in_.size() >= kMaxIncomingRings) {
       PSKV_LOG_LIMITED(limiter_, "cap", "WARN",
@@ -755,42 +708,52 @@ class ShmTransport final : public Transport {
                                                       << kMaxIncomingRings << " in use");
       return true;
     }
-    if (w.type == kOfferTcp) {
-      AcceptTcpOffer(in, w, nonce, seq);
-      return true;
+    try {
+      if (offer.path == upgrade::PathKind::kTcp)
+        AcceptTcpOffer(in, offer, upgrade::DecodeTcpDetails(offer.details));
+      else
+        AcceptRingOffer(in, offer, upgrade::DecodeRingDetails(offer.details));
+    } catch (const ProtocolError& e) {
+      PSKV_LOG_LIMITED(limiter_, "ctl/" + in.peer_addr, "WARN",
+                       "declined a path offer from " << in.peer_addr << ": " << e.what());
     }
-    w.boot_id[sizeof w.boot_id - 1] = 0;
+    return true;
+  }
+
+  // Maps the offered ring if it is on this host and passes every check.
+  void AcceptRingOffer(const Received& in, const upgrade::Offer& offer,
+                       const upgrade::RingDetails& w) {
     if (cfg_.shm == TransportConfig::Shm::kOff || boot_id_.empty() || boot_id_ != w.boot_id)
-      return true;  // declined: the peer keeps using TCP
+      return;  // declined: the peer keeps using TCP
     std::string why;
     auto r = std::make_unique<In>(cfg_.max_frame);
-    r->ring = Ring::Attach(w.pid, w.memfd, w.capacity, nonce, &why);
+    r->ring = Ring::Attach(w.pid, w.memfd, w.capacity, offer.nonce, &why);
     if (r->ring) r->peer_pipe = shm::OpenPeerPipe(w.pid, w.pipe, &why);
     if (!r->ring || r->peer_pipe < 0) {
       PSKV_LOG_LIMITED(limiter_, "offer/" + in.peer_addr, "WARN",
                        "declined shared memory from " << in.peer_addr << ", using TCP: " << why);
-      return true;
+      return;
     }
     r->token = in.peer;
     r->conn = in.conn;
-    r->seq = seq;
+    r->seq = offer.seq;
     r->addr = in.peer_addr;
-    r->nonce = nonce;
+    r->nonce = offer.nonce;
     Shared* s = r->ring->shared();
     s->consumer_pid = pid_;
     s->consumer_pipe = rx_wr_;
     A(s->attached).store(1, std::memory_order_release);
     in_[in.peer] = std::move(r);
-    return true;
   }
 
   // Connects to where the offering peer listens (the rest happens in Events()).
-  void AcceptTcpOffer(const Received& in, const CtlWire& w, const shm::Nonce& nonce, uint64_t seq) {
-    if (!cfg_.direct_tcp || cfg_.encrypt) return;  // declined: the peer keeps using ZeroMQ
-    uint32_t ip = w.tcp_ip;
+  void AcceptTcpOffer(const Received& in, const upgrade::Offer& offer,
+                      const upgrade::TcpDetails& w) {
+    if (!cfg_.tcp_direct || cfg_.encrypt) return;  // declined: the peer keeps using ZeroMQ
+    uint32_t ip = w.ip;
     if (ip == 0 && ::inet_pton(AF_INET, in.peer_addr.c_str(), &ip) != 1) return;
     std::string why;
-    const int fd = direct::StartConnect(ip, w.tcp_port, &why);
+    const int fd = direct::StartConnect(ip, w.port, &why);
     if (fd < 0) {
       PSKV_LOG_LIMITED(
           limiter_, "tcp/" + in.peer_addr, "WARN",
@@ -800,11 +763,11 @@ class ShmTransport final : public Transport {
     auto r = std::make_unique<In>(cfg_.max_frame);
     r->token = in.peer;
     r->conn = in.conn;
-    r->seq = seq;
+    r->seq = offer.seq;
     r->addr = in.peer_addr;
-    r->nonce = nonce;
+    r->nonce = offer.nonce;
     r->sock = fd;
-    r->reader = std::make_unique<direct::Reader>(cfg_.max_frame, nonce);
+    r->reader = std::make_unique<direct::Reader>(cfg_.max_frame, offer.nonce);
     r->sst = In::kConnecting;
     r->since = Clock::now();
     direct::KeepAlive(fd, cfg_.keepalive_interval, cfg_.keepalive_timeout);
@@ -1109,7 +1072,7 @@ class ShmTransport final : public Transport {
   std::unique_ptr<Transport> inner_;
   RateLimiter limiter_;
   std::atomic<bool> closed_{false}, stop_{false};
-  std::atomic<uint64_t> offers_{0};  // numbers this node's offers (CtlWire::seq)
+  std::atomic<uint64_t> offers_{0};  // numbers this node's offers (upgrade::Offer::seq)
 
   std::mutex lst_mu_;
   direct::Listener listener_;  // under lst_mu_
@@ -1146,6 +1109,13 @@ std::string DataPath(Transport& t, int peer) {
 bool SendsThroughShm(Transport& t, int peer) {
   return DataPath(t, peer) == "shm";
 }
+
+namespace {
+const bool registered = [] {
+  auto create = [](const TransportConfig& cfg) { return CreateShmTransport(cfg); };
+  return RegisterTransport(kNodeTransport, create) && RegisterTransport("shm", create);
+}();
+}  // namespace
 
 int DirectTcpPort(Transport& t) {
   auto* s = dynamic_cast<ShmTransport*>(&t);

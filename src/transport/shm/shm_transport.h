@@ -1,6 +1,6 @@
 // Shared-memory backend: ZeroMQ (TCP) for every handshake and for control; a
 // shared-memory ring per direction for peers on this host; a direct TCP
-// connection per direction for peers on other hosts (cfg.direct_tcp, negotiated
+// connection per direction for peers on other hosts (cfg.tcp_direct, negotiated
 // the same way: tcp/direct_tcp.h), ZeroMQ for the data of the rest.
 //
 // How a ring comes to carry a pair's messages (sender B, receiver A):

@@ -132,10 +132,8 @@ void Listener::Service(const std::function<bool(const Nonce&, int)>& claim) {
   // Those waiting first: a connection that proved itself is never pushed out.
   std::erase_if(unproven_, [&](Unproven& u) { return TryProof(u, claim); });
   // Then new ones (bounded per turn), each read at once: its proof is usually
-  // there already. Only one still silent takes a place; when the places are
-  // taken, the oldest of its address (if the address holds its share) or the
-  // oldest of all goes.
-  const size_t share = std::max<size_t>(16, max_unproven_ / 4);
+  // there already. Only one still silent waits; the admission policy then says
+  // whose oldest goes (the newcomer itself if it is the only one of that address).
   for (int n = 0; n < 64; ++n) {
     sockaddr_in a{};
     socklen_t len = sizeof a;
@@ -147,18 +145,18 @@ void Listener::Service(const std::function<bool(const Nonce&, int)>& claim) {
     u.addr = AddrOf(a);
     u.deadline = Clock::now() + timeout_;
     if (TryProof(u, claim)) continue;
-    const size_t same = std::count_if(unproven_.begin(), unproven_.end(),
-                                      [&](const Unproven& x) { return x.addr == u.addr; });
-    if (same >= share) {
+    unproven_.push_back(std::move(u));  // oldest first
+    for (;;) {
+      std::map<std::string, size_t> waiting;
+      for (const Unproven& x : unproven_) waiting[x.addr]++;
+      const std::optional<std::string> source = admission_.Victim(waiting);
+      if (!source) break;
       for (size_t i = 0; i < unproven_.size(); ++i)
-        if (unproven_[i].addr == u.addr) {
+        if (unproven_[i].addr == *source) {
           Drop(i);
           break;
         }
-    } else if (unproven_.size() >= max_unproven_) {
-      Drop(0);
     }
-    unproven_.push_back(std::move(u));
   }
 }
 

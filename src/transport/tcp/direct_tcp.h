@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/rate_limit.h"
+#include "transport/admission.h"
 #include "transport/auth.h"
 #include "transport/framing.h"
 
@@ -42,7 +43,7 @@ namespace pskv::direct {
 using Nonce = std::array<uint8_t, 16>;
 
 constexpr size_t kProofBytes = 8 + 16 + 64;  // magic, nonce, hex HMAC
-constexpr size_t kMaxUnproven = 32;          // at least; more with Listener's max_unproven
+constexpr size_t kMaxUnproven = 32;          // Listener's default cap
 
 /// HELLO (receiver to sender) or ACK (sender to receiver) for `nonce`.
 std::string Proof(const JobKeys& keys, bool hello, const Nonce& nonce);
@@ -53,13 +54,11 @@ bool CheckProof(const JobKeys& keys, bool hello, const char* p, Nonce* nonce);
 /// themselves yet. Used by one thread (the transport's writer thread).
 class Listener {
  public:
-  /// `max_unproven`: connections that have not proven themselves, at most (at
-  /// least kMaxUnproven); one source address may hold a quarter (at least 16).
+  /// `max_unproven`: connections that have not proven themselves, at most, as
+  /// the node's AdmissionPolicy (transport/admission.h) says for that cap.
   Listener(const JobKeys& keys, std::chrono::milliseconds handshake_timeout,
            size_t max_unproven = kMaxUnproven)
-      : keys_(keys),
-        timeout_(handshake_timeout),
-        max_unproven_(std::max(max_unproven, kMaxUnproven)) {}
+      : keys_(keys), timeout_(handshake_timeout), admission_(max_unproven) {}
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -94,7 +93,7 @@ class Listener {
 
   const JobKeys& keys_;
   const std::chrono::milliseconds timeout_;
-  const size_t max_unproven_;
+  const AdmissionPolicy admission_;
   int fd_ = -1;
   uint16_t port_ = 0;
   uint32_t ip_ = 0;

@@ -23,6 +23,7 @@
 #include "common/logging.h"
 #include "common/rate_limit.h"
 #include "pskv/error.h"
+#include "transport/admission.h"
 #include "transport/auth.h"
 
 // Threads of this backend:
@@ -296,15 +297,12 @@ class ZmqTransport final : public Transport {
         if (!last) Drain(router_);
         return false;
       }
-      Frame f;
-      f.data = static_cast<const char*>(zmq_msg_data(msg));
-      f.size = zmq_msg_size(msg);
-      f.owner = std::shared_ptr<const void>(msg, [](const void* m) {
-        auto* zm = static_cast<zmq_msg_t*>(const_cast<void*>(m));
-        zmq_msg_close(zm);
-        delete zm;
-      });
-      in->frames.push_back(std::move(f));
+      in->frames.push_back(Frame::Of(zmq_msg_data(msg), zmq_msg_size(msg),
+                                     std::shared_ptr<const void>(msg, [](const void* m) {
+                                       auto* zm = static_cast<zmq_msg_t*>(const_cast<void*>(m));
+                                       zmq_msg_close(zm);
+                                       delete zm;
+                                     })));
       if (last) break;
     }
     return true;
@@ -597,10 +595,10 @@ class ZmqTransport final : public Transport {
     pending_[fd] = p;
   }
 
-  // guard_mu_ held; only right after the ROUTER's monitor queue was drained. Over
-  // a source's share or the node's cap, the oldest pending connections of the
-  // address that holds the most are closed — so a stranger holding many
-  // connections loses its own, and the job's nodes still get in.
+  // guard_mu_ held; only right after the ROUTER's monitor queue was drained.
+  // Applies the node's AdmissionPolicy (transport/admission.h) to the pending
+  // connections: over a source's share or the cap, the oldest of the address that
+  // holds the most is closed.
   // Why only then: Admit reads the socket behind an event's fd number when it
   // handles the event, which may be long after ZeroMQ accepted it (this thread
   // lags under load). If that connection was closed meanwhile, the number may
@@ -616,18 +614,16 @@ class ZmqTransport final : public Transport {
   void EnforceCap(bool drained) {
     const auto old = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     for (auto& [f, q] : pending_) q.verified |= drained || q.since < old;
-    const int cap = std::max(1, cfg_.max_pending_connections);
-    const int per_source = std::max(8, cap / 4);
+    const AdmissionPolicy policy(static_cast<size_t>(std::max(1, cfg_.max_pending_connections)));
     for (int round = 0; round < 4096 && !pending_.empty(); ++round) {  // bounded
-      std::map<std::string, int> count;
+      std::map<std::string, size_t> count;
       for (auto& [f, q] : pending_) count[q.ip]++;
-      auto top = std::max_element(count.begin(), count.end(),
-                                  [](auto& a, auto& b) { return a.second < b.second; });
-      const bool alone = top->second > per_source;
-      if (!alone && static_cast<int>(pending_.size()) <= cap) return;
-      const int victim = OldestOf(top->first);
+      const std::optional<std::string> source = policy.Victim(count);
+      if (!source) return;
+      const bool alone = count[*source] > policy.per_source();
+      const int victim = OldestOf(*source);
       if (victim < 0) return;  // none verified yet: after the next drain
-      Evict(victim, alone ? "from " + top->first + " alone" : "in all");
+      Evict(victim, alone ? "from " + *source + " alone" : "in all");
     }
   }
 
@@ -749,6 +745,11 @@ class ZmqTransport final : public Transport {
 std::unique_ptr<Transport> CreateZmqTransport(const TransportConfig& cfg, int wake_fd) {
   return std::make_unique<ZmqTransport>(cfg, wake_fd);
 }
+
+namespace {
+const bool registered =
+    RegisterTransport("zmq", [](const TransportConfig& cfg) { return CreateZmqTransport(cfg); });
+}  // namespace
 
 int ZmqReceiveFd(Transport& zmq) {
   auto* z = dynamic_cast<ZmqTransport*>(&zmq);
