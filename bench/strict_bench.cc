@@ -14,7 +14,6 @@
 #include "bench/bench_util.h"
 #include "bench/syncround_bench.h"
 #include "common/net.h"
-#include "kvstore/dist_server.h"
 #include "pskv/kvstore.h"
 
 namespace pskv::bench {
@@ -31,7 +30,7 @@ struct KvJob {
     for (Role r : {Role::kScheduler, Role::kServer}) {
       Options x = o;
       x.role = r;
-      infra.emplace_back([x] { RunServerOrScheduler(x); });
+      infra.emplace_back([x] { RunServerRoleIfAsked(x); });
     }
     kv.resize(2);
     std::vector<std::thread> ws;

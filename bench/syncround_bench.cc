@@ -20,8 +20,8 @@
 
 #include "bench/bench_util.h"
 #include "kvstore/dist_protocol.h"
-#include "kvstore/inprocess_job.h"
 #include "pskv/error.h"
+#include "tests/support/inprocess_job.h"
 
 namespace pskv::bench {
 

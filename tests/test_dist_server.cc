@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "kvstore/inprocess_job.h"
 #include "pskv/error.h"
 #include "pskv/optimizer.h"
+#include "support/inprocess_job.h"
 
 namespace pskv {
 namespace {

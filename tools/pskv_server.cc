@@ -4,12 +4,9 @@
 #include <cstring>
 
 #include "pskv/error.h"
+#include "pskv/kvstore.h"
 #include "pskv/options.h"
 #include "pskv/tuning.h"
-
-namespace pskv {
-int RunServerOrScheduler(const Options& options);
-}
 
 int main(int argc, char** argv) {
   pskv::TuneAllocatorForLargeMessages();
@@ -30,8 +27,7 @@ int main(int argc, char** argv) {
                    "training program)\n");
       return 2;
     }
-    o.ValidateForDistributed();
-    return pskv::RunServerOrScheduler(o);
+    return *pskv::RunServerRoleIfAsked(o);  // a server or scheduler: it has a value
   } catch (const pskv::Error& e) {
     std::fprintf(stderr, "pskv-server: %s\n", e.what());
     return 2;

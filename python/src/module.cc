@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -35,10 +36,6 @@
 
 namespace py = pybind11;
 using namespace pskv;
-
-namespace pskv {
-int RunServerOrScheduler(const Options& options);
-}
 
 namespace {
 
@@ -570,10 +567,14 @@ PYBIND11_MODULE(_pskv, m) {
   m.def(
       "run_role",
       [] {
-        Options o = Options::FromEnv();
-        o.ValidateForDistributed();
-        py::gil_scoped_release nogil;
-        return RunServerOrScheduler(o);
+        const Options o = Options::FromEnv();
+        std::optional<int> rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = RunServerRoleIfAsked(o);
+        }
+        if (!rc) throw UsageError("run_role: DMLC_ROLE is neither server nor scheduler");
+        return *rc;
       },
       "Runs this process's server/scheduler role until the job ends; returns the exit status.");
   m.def("valid_types", &KVStore::ValidTypes);

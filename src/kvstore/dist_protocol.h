@@ -17,7 +17,7 @@ namespace pskv::dist {
 /// replies are capped at kMaxBody): a pull of the server's first ps key returns the
 /// snapshot taken by kStatesSize, a push to it loads states.
 /// kSparseInit / kSparsePush / kSparsePull carry one row_sparse key per server
-/// (sparse_server.h describes their values).
+/// (dist/server/sparse_server.h describes their values).
 enum class Kind : int {
   kDense = 0,
   kInit = 1,

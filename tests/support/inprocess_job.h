@@ -1,6 +1,6 @@
 // InProcessDistJob: a dist job whose scheduler, one DistServer and W KVWorkers are
 // Nodes of this process, over TCP on 127.0.0.1 — for tests (ASan and TSan see the
-// whole job) and benchmarks. Test scaffolding: not part of the library's API.
+// whole job) and benchmarks.
 #pragma once
 
 #include <chrono>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/net.h"
+#include "kvstore/dist/server/dist_server.h"
 #include "kvstore/dist_protocol.h"
-#include "kvstore/dist_server.h"
 #include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"

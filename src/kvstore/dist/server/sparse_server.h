@@ -1,4 +1,5 @@
-// SparseServer: a dist server's row_sparse keys (issue 15, spec 4.6 "Row-sparse").
+// SparseServer: a dist server's row_sparse keys (MXNet's row_sparse push and
+// row_sparse_pull).
 //
 // Every row_sparse request carries exactly one key: the part of a table this server
 // holds (its row range, dist::PlaceRows). Values (little-endian u64 fields; row ids
@@ -9,10 +10,14 @@
 // Everything is validated (sizes before any allocation, ids ascending and in range,
 // row size and dtype equal to the key's) before the key changes.
 //
-// The slice is stored dense (absent rows are zero rows). Sync mode: a round completes
-// when every worker pushed (an empty push counts, as zeros); the pushes are summed in
-// worker-rank order (union of rows, reproducible), then the optimizer updates only
-// those rows (Optimizer::UpdateRows) or, without one, the slice becomes the sum.
+// The value encoding is decoded in one place (the Decode* functions of
+// sparse_server.cc).
+//
+// The slice is stored dense (absent rows are zero rows). Sync mode: a round
+// (rounds.h) completes when every worker pushed (an empty push counts, as zeros); the
+// pushes are summed in worker-rank order (union of rows, reproducible), then the
+// optimizer updates only those rows (Optimizer::UpdateRows) or, without one, the
+// slice becomes the sum.
 // Async mode: each push is applied at once (an optimizer is required).
 //
 // Threads: a key's state is touched only under its own mutex (so one key is never
@@ -29,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/dist/server/rounds.h"
 #include "ps/kv_app.h"
 #include "pskv/ndarray.h"
 #include "pskv/optimizer.h"
@@ -42,9 +48,8 @@ class SparseServer {
     bool sync = false;
     Optimizer* optimizer = nullptr;  // of the key's store, or null
     int num_workers = 0;
-    std::set<int> done_workers;                   // node ids of finished workers
+    const std::set<int>* done_workers = nullptr;  // node ids of finished workers
     std::function<std::string(int)> worker_name;  // node id -> "worker[1]"
-    std::function<int(int)> rank_of;              // node id -> worker rank
   };
 
   /// True if `wire_key` is a row_sparse key here.
@@ -63,14 +68,16 @@ class SparseServer {
     std::mutex mu;
     NDArray table;  // rows x row_size, the key's dtype
     int64_t rows = 0, row_size = 0;
-    std::set<int> pushed;            // sync round: senders so far
-    std::vector<KVRequest> waiting;  // sync round: their requests
-    int64_t rounds = 0;
+    SyncRound<KVRequest> round;
   };
   void Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype);
   void Apply(int64_t wire_key, Key& k, const std::vector<const KVRequest*>& pushes,
              Optimizer* optimizer);
-  static void FailRound(Key& k, KVServer* srv, ErrorKind kind, const std::string& why);
+  /// A sync push (validated): joins the key's round; the last one applies it.
+  void JoinRound(int64_t wire_key, Key& k, KVRequest&& req, KVServer* srv, const Context& ctx,
+                 std::unique_lock<std::mutex>& lk);
+  static void FailRound(std::vector<SyncRound<KVRequest>::Entry> pushes, KVServer* srv,
+                        ErrorKind kind, const std::string& why);
 
   mutable std::mutex mu_;  // keys_
   std::map<int64_t, std::unique_ptr<Key>> keys_;

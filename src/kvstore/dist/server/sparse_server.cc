@@ -1,4 +1,4 @@
-#include "kvstore/sparse_server.h"
+#include "kvstore/dist/server/sparse_server.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,21 +14,40 @@ namespace {
 
 using dist::Kind;
 
+// ---- The row_sparse value encoding (sparse_server.h), decoded here only. Each
+// decoder checks sizes before it allocates and throws InvalidArgument, ShapeError or
+// KeyError with the reason.
+
 uint64_t U64At(const char* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
 }
 
-// A parsed sparse push: local row ids and rows (an aligned copy).
+// A kSparseInit value: the key's slice, rows x row_size elements of `dtype`.
+NDArray DecodeInit(const Message& m, DType dtype) {
+  const uint64_t len = m.h.vals_len;
+  if (len < 16) throw InvalidArgument("malformed row_sparse init");
+  char head[16];
+  m.CopyVals(0, 16, head);
+  const uint64_t rows = U64At(head), u = U64At(head + 8);
+  const uint64_t es = DTypeSize(dtype);
+  if (rows == 0 || u == 0 || rows > (len - 16) / es / u || 16 + rows * u * es != len)
+    throw ShapeError("row_sparse init of " + std::to_string(rows) + " rows of " +
+                     std::to_string(u) + " elements does not match its " + std::to_string(len) +
+                     " bytes");
+  NDArray table(Shape{static_cast<int64_t>(rows), static_cast<int64_t>(u)}, dtype);
+  m.CopyVals(16, rows * u * es, static_cast<char*>(table.raw()));
+  return table;
+}
+
+// A kSparsePush value: local row ids and rows (an aligned copy).
 struct Rows {
   std::vector<int64_t> ids;
   NDArray data;  // (ids.size() * row_size) elements
 };
 
-// Parses and validates a kSparsePush value against the key; throws InvalidArgument /
-// ShapeError / KeyError with the reason.
-Rows ParsePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype) {
+Rows DecodePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype) {
   const uint64_t len = m.h.vals_len;
   if (len < 16) throw InvalidArgument("row_sparse push shorter than its header");
   char head[16];
@@ -55,6 +74,26 @@ Rows ParsePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype
   return r;
 }
 
+// A kSparsePull value: the local row ids to read.
+std::vector<int64_t> DecodePull(const Message& m, int64_t key_rows) {
+  const uint64_t len = m.h.vals_len;
+  uint64_t n = 0;
+  if (len >= 8) {
+    char head[8];
+    m.CopyVals(0, 8, head);
+    n = U64At(head);
+  }
+  if (len < 8 || n > static_cast<uint64_t>(key_rows) || len != 8 + n * 8)
+    throw InvalidArgument("malformed row_sparse pull");
+  std::vector<int64_t> ids(n);
+  if (n) m.CopyVals(8, n * 8, reinterpret_cast<char*>(ids.data()));
+  for (uint64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= key_rows || (i && ids[i] <= ids[i - 1]))
+      throw KeyError("row ids must be ascending, unique and within the " +
+                     std::to_string(key_rows) + " rows held here");
+  return ids;
+}
+
 }  // namespace
 
 bool SparseServer::Holds(int64_t wire_key) const {
@@ -76,24 +115,15 @@ std::pair<int64_t, bool> SparseServer::WeightInfo(int64_t wire_key) const {
 }
 
 void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype) {
-  const Message& m = req.msg;
-  const uint64_t len = m.h.vals_len;
-  if (!req.push || len < 16)
-    return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse init");
-  char head[16];
-  m.CopyVals(0, 16, head);
-  const uint64_t rows = U64At(head), u = U64At(head + 8);
-  const uint64_t es = DTypeSize(dtype);
-  if (rows == 0 || u == 0 || rows > (len - 16) / es / u || 16 + rows * u * es != len)
-    return srv->RespondError(req, ErrorKind::kShape,
-                             "row_sparse init of " + std::to_string(rows) + " rows of " +
-                                 std::to_string(u) + " elements does not match its " +
-                                 std::to_string(len) + " bytes");
+  if (!req.push) return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse init");
   auto k = std::make_unique<Key>();
-  k->rows = static_cast<int64_t>(rows);
-  k->row_size = static_cast<int64_t>(u);
-  k->table = NDArray(Shape{k->rows, k->row_size}, dtype);
-  m.CopyVals(16, rows * u * es, static_cast<char*>(k->table.raw()));
+  try {
+    k->table = DecodeInit(req.msg, dtype);
+  } catch (const std::exception& e) {
+    return srv->RespondError(req, KindOf(e), e.what());
+  }
+  k->rows = k->table.shape()[0];
+  k->row_size = k->table.shape()[1];
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!keys_.emplace(wire_key, std::move(k)).second)
@@ -109,7 +139,7 @@ void SparseServer::Apply(int64_t wire_key, Key& k, const std::vector<const KVReq
   const Shape shape{k.rows, k.row_size};
   std::vector<RowSparseNDArray> parts;
   for (const KVRequest* r : pushes) {
-    Rows rows = ParsePush(r->msg, k.rows, k.row_size, k.table.dtype());
+    Rows rows = DecodePush(r->msg, k.rows, k.row_size, k.table.dtype());
     NDArray ids(Shape{static_cast<int64_t>(rows.ids.size())}, DType::kInt64);
     std::copy(rows.ids.begin(), rows.ids.end(), ids.data<int64_t>());
     parts.push_back(RowSparseNDArray::FromRows(shape, ids, rows.data));
@@ -122,18 +152,16 @@ void SparseServer::Apply(int64_t wire_key, Key& k, const std::vector<const KVReq
     k.table.Fill(0);
     sparse::Scatter(sum.data(), ids, sum.nnz(), k.row_size, &k.table, false);
   }
-  ++k.rounds;
 }
 
-void SparseServer::FailRound(Key& k, KVServer* srv, ErrorKind kind, const std::string& why) {
-  for (auto& r : k.waiting) {
+void SparseServer::FailRound(std::vector<SyncRound<KVRequest>::Entry> pushes, KVServer* srv,
+                             ErrorKind kind, const std::string& why) {
+  for (auto& p : pushes) {
     try {
-      srv->RespondError(r, kind, why);
+      srv->RespondError(p.push, kind, why);
     } catch (...) {
     }
   }
-  k.waiting.clear();
-  k.pushed.clear();
 }
 
 void SparseServer::Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, const Context& ctx) {
@@ -157,26 +185,18 @@ void SparseServer::Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, cons
                              "key " + key_name + " holds " + DTypeName(k.table.dtype()) +
                                  " but the request carries " + DTypeName(dtype));
   if (kind == Kind::kSparsePull) {
-    const Message& m = req.msg;
-    const uint64_t len = m.h.vals_len;
-    uint64_t n = 0;
-    if (len >= 8) {
-      char head[8];
-      m.CopyVals(0, 8, head);
-      n = U64At(head);
+    if (!req.pull) return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse pull");
+    std::vector<int64_t> ids;
+    try {
+      ids = DecodePull(req.msg, k.rows);
+    } catch (const KeyError& e) {
+      return srv->RespondError(req, ErrorKind::kKey,
+                               "row_sparse pull of key " + key_name + ": " + e.what());
+    } catch (const std::exception& e) {
+      return srv->RespondError(req, KindOf(e), e.what());
     }
-    if (!req.pull || len < 8 || n > static_cast<uint64_t>(k.rows) || len != 8 + n * 8)
-      return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse pull");
-    std::vector<int64_t> ids(n);
-    if (n) m.CopyVals(8, n * 8, reinterpret_cast<char*>(ids.data()));
-    for (uint64_t i = 0; i < n; ++i)
-      if (ids[i] < 0 || ids[i] >= k.rows || (i && ids[i] <= ids[i - 1]))
-        return srv->RespondError(req, ErrorKind::kKey,
-                                 "row_sparse pull of key " + key_name +
-                                     ": row ids must be ascending, unique and within the " +
-                                     std::to_string(k.rows) + " rows held here");
     auto rows = std::make_shared<NDArray>(
-        sparse::Gather(k.table, ids.data(), static_cast<int64_t>(n), k.row_size));
+        sparse::Gather(k.table, ids.data(), static_cast<int64_t>(ids.size()), k.row_size));
     lk.unlock();
     Frame f;
     f.data = static_cast<const char*>(rows->raw());
@@ -189,72 +209,59 @@ void SparseServer::Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, cons
     return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
   // Validate now (the round applies it later): a bad push fails alone.
   try {
-    ParsePush(req.msg, k.rows, k.row_size, k.table.dtype());
+    DecodePush(req.msg, k.rows, k.row_size, k.table.dtype());
   } catch (const std::exception& e) {
     return srv->RespondError(req, KindOf(e), "key " + key_name + ": " + e.what());
   }
-  if (!ctx.sync) {
-    if (!ctx.optimizer)
-      return srv->RespondError(req, ErrorKind::kUsage,
-                               "Updater needs to be set for async mode: call SetOptimizer on "
-                               "the dist_async store before pushing row_sparse key " +
-                                   key_name);
-    try {
-      Apply(wire_key, k, {&req}, ctx.optimizer);
-    } catch (const std::exception& e) {
-      return srv->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
-    }
-    return srv->Respond(req);
-  }
-  if (k.pushed.count(req.sender))
+  if (ctx.sync) return JoinRound(wire_key, k, std::move(req), srv, ctx, lk);
+  if (!ctx.optimizer)
     return srv->RespondError(req, ErrorKind::kUsage,
-                             ctx.worker_name(req.sender) + " pushed row_sparse key " + key_name +
-                                 " twice in one sync round (round " + std::to_string(k.rounds + 1) +
-                                 ")");
-  for (int d : ctx.done_workers)
-    if (!k.pushed.count(d))
-      return srv->RespondError(req, ErrorKind::kUsage,
-                               "key " + key_name + ": " + ctx.worker_name(d) +
-                                   " finished the job without pushing round " +
-                                   std::to_string(k.rounds + 1) +
-                                   "; in sync mode every worker must push every key equally often");
-  k.pushed.insert(req.sender);
-  k.waiting.push_back(std::move(req));
-  if (static_cast<int>(k.pushed.size()) < ctx.num_workers) return;
-  std::vector<KVRequest> round = std::move(k.waiting);
-  k.waiting.clear();
-  k.pushed.clear();
-  std::vector<const KVRequest*> order;
-  for (auto& r : round) order.push_back(&r);
-  std::sort(order.begin(), order.end(), [&](const KVRequest* a, const KVRequest* b) {
-    return ctx.rank_of(a->sender) < ctx.rank_of(b->sender);
-  });
+                             "Updater needs to be set for async mode: call SetOptimizer on "
+                             "the dist_async store before pushing row_sparse key " +
+                                 key_name);
   try {
-    Apply(wire_key, k, order, ctx.optimizer);
+    Apply(wire_key, k, {&req}, ctx.optimizer);
   } catch (const std::exception& e) {
-    k.waiting = std::move(round);
-    FailRound(k, srv, KindOf(e), std::string("update failed: ") + e.what());
+    return srv->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+  }
+  k.round.Advance();
+  srv->Respond(req);
+}
+
+void SparseServer::JoinRound(int64_t wire_key, Key& k, KVRequest&& req, KVServer* srv,
+                             const Context& ctx, std::unique_lock<std::mutex>& lk) {
+  const std::string why =
+      k.round.Refusal(req.sender, *ctx.done_workers,
+                      "row_sparse key " + std::to_string(dist::KeyOf(wire_key)), ctx.worker_name);
+  if (!why.empty()) return srv->RespondError(req, ErrorKind::kUsage, why);
+  const int sender = req.sender;
+  k.round.Join(sender, std::move(req), std::chrono::steady_clock::now());
+  if (!k.round.complete(ctx.num_workers)) return;
+  auto round = k.round.Take();
+  try {
+    Apply(wire_key, k, SyncRound<KVRequest>::RankOrder(round), ctx.optimizer);
+  } catch (const std::exception& e) {
+    FailRound(std::move(round), srv, KindOf(e), std::string("update failed: ") + e.what());
     return;
   }
+  k.round.Advance();
   lk.unlock();
-  for (auto& r : round) srv->Respond(r);
+  for (auto& r : round) srv->Respond(r.push);
 }
 
 void SparseServer::WorkerDone(int id, KVServer* srv,
                               const std::function<std::string(int)>& worker_name) {
-  std::vector<Key*> keys;
+  std::vector<std::pair<int64_t, Key*>> keys;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& [wk, k] : keys_) keys.push_back(k.get());
+    for (auto& [wk, k] : keys_) keys.emplace_back(wk, k.get());
   }
-  for (Key* k : keys) {
+  for (auto& [wk, k] : keys) {
     std::lock_guard<std::mutex> lk(k->mu);
-    if (!k->pushed.empty() && !k->pushed.count(id))
-      FailRound(*k, srv, ErrorKind::kUsage,
-                worker_name(id) + " finished the job without pushing round " +
-                    std::to_string(k->rounds + 1) +
-                    " of a row_sparse key; in sync mode every worker must push every key "
-                    "equally often");
+    if (k->round.NeedsPushFrom(id))
+      FailRound(k->round.Take(), srv, ErrorKind::kUsage,
+                FinishedWithoutPushing("row_sparse key " + std::to_string(dist::KeyOf(wk)),
+                                       worker_name(id), k->round.round()));
   }
 }
 

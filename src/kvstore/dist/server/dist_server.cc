@@ -1,0 +1,247 @@
+// DistServer: dispatch, data requests (validate, then apply) and replies.
+#include "kvstore/dist/server/dist_server.h"
+
+#include <cstring>
+#include <thread>
+
+#include "common/logging.h"
+#include "common/observe.h"  // [observe]
+#include "kvstore/dist_protocol.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+using dist::Kind;
+
+NDArray ValueView(const char* data, uint64_t bytes, DType t) {
+  const int64_t n = static_cast<int64_t>(bytes / DTypeSize(t));
+  if (reinterpret_cast<uintptr_t>(data) % DTypeSize(t) == 0)
+    return NDArray::Wrap(const_cast<char*>(data), {n}, t);
+  NDArray a({n}, t);
+  std::memcpy(a.raw(), data, bytes);
+  return a;
+}
+
+namespace {
+bool IsSparse(Kind k) {
+  return k == Kind::kSparseInit || k == Kind::kSparsePush || k == Kind::kSparsePull;
+}
+}  // namespace
+
+DistServer::DistServer(Node* node)
+    : node_(node),
+      server_(
+          node, [this](KVRequest&& r, KVServer*) { Handle(std::move(r)); },
+          [this](int sender, int head, const std::string& body) {
+            return Command(sender, head, body);
+          }),
+      reducer_(node->options().bigarray_bound, node->options().reduction_threads),
+      serial_(INT64_MAX, 1),
+      keys_(static_cast<size_t>(ShardPoolSize(node->options().server_threads))),
+      pool_(static_cast<int>(keys_.size()), {}, [this](size_t, KVRequest&& r) {
+        try {
+          Process(std::move(r));
+        } catch (const std::exception& e) {
+          PSKV_ERROR(node_->Tag() << ": request handler threw: " << e.what());
+        }
+      }) {
+  if (node_->options().stall_warning.count() > 0)
+    inspector_ = std::thread([this] { InspectLoop(); });
+}
+
+DistServer::~DistServer() {
+  {
+    std::lock_guard<std::mutex> lk(inspect_mu_);
+    stop_ = true;
+  }
+  inspect_cv_.notify_all();
+  if (inspector_.joinable()) inspector_.join();
+  pool_.Stop();  // requests still queued are dropped: the job is ending
+}
+
+size_t DistServer::ShardOf(int64_t wire_key) const {
+  // Consecutive keys (and stores) on different shards.
+  const uint64_t k = static_cast<uint64_t>(wire_key);
+  return static_cast<size_t>(((k & 0xffffffff) + (k >> 32) * 7919) % keys_.size());
+}
+
+DistServer::KeyState* DistServer::FindKey(int64_t wire_key) {
+  auto& keys = keys_[ShardOf(wire_key)];
+  auto it = keys.find(wire_key);
+  return it == keys.end() ? nullptr : &it->second;
+}
+
+void DistServer::ForEachKey(const std::function<void(int64_t, KeyState&)>& fn) {
+  std::map<int64_t, KeyState*> all;
+  for (auto& keys : keys_)
+    for (auto& [k, st] : keys) all.emplace(k, &st);
+  for (auto& [k, st] : all) fn(k, *st);
+}
+
+std::string DistServer::WorkerName(int id) const {
+  return node_->NodeName(id);
+}
+
+void DistServer::LeftBarrier(int id) {
+  std::lock_guard<std::mutex> blk(barrier_mu_);
+  in_barrier_.erase(id);
+}
+
+void DistServer::Detach(KeyState& st) {
+  if (st.token.use_count() > 1) {
+    st.value = st.value.Clone();
+    st.token = std::make_shared<int>(0);
+  }
+}
+
+Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
+  auto it = optimizers_.find(dist::StoreOf(wire_key));
+  return it == optimizers_.end() ? nullptr : it->second.get();
+}
+
+void DistServer::Handle(KVRequest&& req) {
+  const Message& m = req.msg;
+  if (pool_.size() > 1 && dist::CmdKind(req.cmd) != Kind::kStates && m.num_keys() > 0) {
+    // The shard of every key (an out-of-range key fails validation in Process).
+    const KeyRange range = Range();
+    size_t shard = ShardOf(range.DispatchKey(m.key_ptr()[0]));
+    bool one = true;
+    for (uint32_t i = 1; i < m.num_keys() && one; ++i)
+      one = ShardOf(range.DispatchKey(m.key_ptr()[i])) == shard;
+    if (one) {
+      const uint64_t bytes = m.h.vals_len;
+      return pool_.Submit(shard, std::move(req), bytes);
+    }
+  }
+  if (pool_.size() == 1) return pool_.Submit(0, std::move(req), 0);
+  pool_.Exclusive([&] { Process(std::move(req)); });
+}
+
+void DistServer::Process(KVRequest&& req) {
+  if (int d = node_->options().test_reply_delay_ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(d));
+  const Kind kind = dist::CmdKind(req.cmd);
+  if (kind == Kind::kStates) return HandleStates(std::move(req));  // exclusive (Handle)
+  if (IsSparse(kind)) return HandleSparse(std::move(req));         // one key: on its shard
+  std::vector<Item> items;
+  if (auto bad = Validate(req, &items)) return server_.RespondError(req, bad->kind, bad->message);
+  if (kind == Kind::kInit) return ApplyInit(req, items);
+  if (req.push && sync_) return JoinRounds(std::move(req), items);
+  ApplyAsync(req, items);
+}
+
+void DistServer::ApplyInit(const KVRequest& req, const std::vector<Item>& items) {
+  const DType dtype = static_cast<DType>(dist::CmdDType(req.cmd));
+  for (auto& it : items) {
+    KeyState st;
+    st.wire_key = it.key;
+    st.value = NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype);
+    req.msg.CopyVals(it.off, it.len, static_cast<char*>(st.value.raw()));
+    auto& keys = keys_[ShardOf(it.key)];
+    auto at = keys.emplace(it.key, std::move(st)).first;  // validated: a new key
+    auto after = std::next(at);
+    at->second.next = after == keys.end() ? nullptr : &after->second;
+    if (at != keys.begin()) std::prev(at)->second.next = &at->second;
+  }
+  Reply(req, {});
+}
+
+// A pull, or an async push (applied at once).
+void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items) {
+  const Message& m = req.msg;
+  const bool compressed = dist::CmdKind(req.cmd) == Kind::kCompressed;
+  std::vector<std::pair<int64_t, KeyState*>> answer;
+  for (auto& it : items) {
+    KeyState& st = *it.st;
+    if (req.push) {
+      Detach(st);
+      NDArray grad;
+      std::string scratch;
+      const char* data = m.Contiguous(it.off, it.len, &scratch);
+      if (compressed) {
+        grad = NDArray({st.value.size()}, DType::kFloat32);
+        compressor_->Dequantize(reinterpret_cast<const uint8_t*>(data), grad.data<float>(),
+                                st.value.size());
+      } else {
+        grad = ValueView(data, it.len, st.value.dtype());
+      }
+      try {
+        obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len);  // [observe]
+        OptimizerOf(it.key)->Update(dist::OptimizerKey(it.key), grad, &st.value);
+      } catch (const std::exception& e) {
+        // Sizes were validated; an optimizer failure here is a broken state (e.g.
+        // states loaded for another model) and is reported as such.
+        return server_.RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+      }
+      st.round.Advance();
+    }
+    answer.emplace_back(it.key, &st);
+  }
+  Reply(req, answer);
+}
+
+// A row_sparse request: one key (this server's rows of it), handled by sparse_.
+void DistServer::HandleSparse(KVRequest&& req) {
+  const Message& m = req.msg;
+  int64_t key = 0;
+  if (!IsValidDType(dist::CmdDType(req.cmd)) || m.num_keys() != 1 ||
+      !Range().WireKeyOf(m.key_ptr()[0], &key) || dist::ChunkOf(key) != 0)
+    return server_.RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
+  if (FindKey(key))  // on the key's shard (a one-key request) or exclusively
+    return server_.RespondError(
+        req, ErrorKind::kUsage,
+        "key " + std::to_string(dist::KeyOf(key)) +
+            " is dense (storage type default): a row_sparse request for it mixes storage "
+            "types, which MXNet's rule forbids");
+  SparseServer::Context ctx;
+  ctx.sync = sync_;
+  ctx.optimizer = OptimizerOf(key);
+  ctx.num_workers = node_->num_workers();
+  ctx.done_workers = &done_workers_;
+  ctx.worker_name = [this](int id) { return WorkerName(id); };
+  if (req.push && sync_) LeftBarrier(req.sender);
+  sparse_.Handle(key, std::move(req), &server_, ctx);
+}
+
+void DistServer::Reply(const KVRequest& req,
+                       const std::vector<std::pair<int64_t, KeyState*>>& keys) {
+  std::vector<std::pair<int64_t, ReplyOwner>> values;
+  for (auto& [k, st] : keys) values.emplace_back(k, ReplyOwner{st->value, st->token});
+  ReplyValues(req, std::move(values));
+}
+
+void DistServer::ReplyValues(const KVRequest& req,
+                             std::vector<std::pair<int64_t, ReplyOwner>> keys) {
+  // [observe] the reply step (timeline, counters; bytes sent to the worker)
+  uint64_t obs_bytes = 0;
+  if (obs::Enabled() && req.pull)
+    for (auto& k : keys) obs_bytes += k.second.value.nbytes();
+  // (per-peer bytes are counted by the KV layer, for every request)
+  obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes);
+  if (!req.pull || keys.empty()) {
+    server_.Respond(req);
+    return;
+  }
+  std::vector<uint64_t> ks(keys.size()), lens(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ks[i] = dist::PsKey(keys[i].first, node_->rank(), node_->num_servers());
+    lens[i] = keys[i].second.value.nbytes();
+  }
+  Frame f;
+  if (keys.size() == 1) {  // the reply points at the value
+    auto owner = std::make_shared<ReplyOwner>(std::move(keys[0].second));
+    f.data = static_cast<const char*>(owner->value.raw());
+    f.size = owner->value.nbytes();
+    f.owner = std::move(owner);
+  } else {  // several keys: the pieces of one frame point at their values
+    std::vector<Frame::Piece> pieces(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i)
+      pieces[i] = {static_cast<const char*>(keys[i].second.value.raw()), lens[i]};
+    f = Frame::Gather(
+        std::move(pieces),
+        std::make_shared<std::vector<std::pair<int64_t, ReplyOwner>>>(std::move(keys)));
+  }
+  server_.Respond(req, ks, std::move(f), lens);
+}
+
+}  // namespace pskv

@@ -1,0 +1,233 @@
+// DistServer: the server side of the dist KVStore (docs/design.md: "Threads",
+// "Waiting, replies and rounds").
+//
+// Per key (its slice on this server): the value, an optional merge buffer, and the
+// open sync round (rounds.h).
+//
+// Sync mode: a round of key K completes when every worker pushed K exactly once;
+// then the optimizer runs on the sum (or, without an optimizer, the sum becomes the
+// value) and every request of the round is answered. A sync push of several keys (a
+// fused message of small keys) joins each key's round and is answered once, when the
+// last of them completed (or with the first failure). A second push by the same
+// worker in one round is an error; so is a round that can no longer complete because
+// a worker already declared itself done (kWorkerDone): its waiting pushes fail with a
+// message naming that worker, instead of hanging. Async mode: every push is applied
+// at once (an optimizer is required).
+//
+// A request is validated whole (every key: ownership, existence, dtype, size, sync
+// rules; validate.cc) before any key of it is applied, so a bad multi-key request
+// changes nothing.
+//
+// Summation order (PSKV_SUM_ORDER): by default a sync round's pushes are summed in
+// worker-rank order (bit-identical weights from run to run for any number of
+// workers); "arrival" adds each push on arrival. Pushes waiting for their turn keep
+// their receive buffers, which the round holds until it is answered anyway.
+//
+// Stall inspector (inspect.cc): a timer thread logs every sync round open longer than
+// PSKV_STALL_WARNING with the workers it waits for, again at 2x, 4x, .... Workers
+// announce Barrier() entry and exit (kBarrierState); a worker stalled in a wait asks
+// for the round status (kRoundStatus) and learns when a round it waits for needs a
+// worker that is in Barrier() — a deadlock, which it reports.
+//
+// Threads (PSKV_SERVER_THREADS): the keys are sharded over a ShardPool
+// (shard_pool.h) by a hash of the wire key; each shard owns its keys' states
+// (keys_[shard]). The node's receive thread only dispatches: a data request whose keys
+// all belong to one shard is submitted there, so requests for different shards are
+// merged, updated and answered in parallel, and the requests of one key are handled
+// one at a time in arrival order. Everything else runs in an exclusive section of the
+// pool: multi-shard data requests, optimizer-state requests, commands, and the
+// inspector's passes. State written only in exclusive sections (sync_, optimizers_,
+// compressor_, done_workers_, init reports, the states snapshot) is read freely by
+// the shards; in_barrier_ (erased by pushes) has its own lock. Optimizer::Update is
+// safe for different keys at once. Replies are sent from the shard threads
+// (Node::Send is thread-safe).
+//
+// row_sparse keys live in sparse_ (sparse_server.h), never in keys_: their requests
+// carry one key, so they run on that key's shard like any one-shard request.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvstore/compression.h"
+#include "kvstore/dist/server/rounds.h"
+#include "kvstore/dist/server/shard_pool.h"
+#include "kvstore/dist/server/sparse_server.h"
+#include "kvstore/dist/server/validate.h"
+#include "kvstore/reduce.h"
+#include "ps/kv_app.h"
+#include "pskv/optimizer.h"
+
+namespace pskv {
+
+/// Received value bytes as an NDArray of `t`: a view, or a copy if `data` is not
+/// aligned for `t`.
+NDArray ValueView(const char* data, uint64_t bytes, DType t);
+
+class DistServer {
+ public:
+  /// Installs itself as `node`'s request handler; call before node->Start().
+  explicit DistServer(Node* node);
+  ~DistServer();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  /// Keeps a value's memory (and its key's reply token) alive while a reply is sent.
+  struct ReplyOwner {
+    NDArray value;
+    std::shared_ptr<int> token;
+  };
+  /// A sync push (or push-pull) waiting for the rounds of its keys: one key, or
+  /// several (a fused message of independent pushes, possibly of different shards).
+  struct RoundReq {
+    KVRequest req;
+    std::vector<int64_t> keys;  // wire keys, in message order
+    std::vector<uint64_t> offs, lens;
+    std::mutex mu;  // guards the fields below (keys of several shards complete it)
+    size_t left = 0;
+    // Per key of a push-pull, once its round completed: the value the answer points at
+    // (no copy; its token makes a later update of the key copy the value first, Detach).
+    std::vector<std::pair<int64_t, ReplyOwner>> done;
+    std::optional<Failure> failure;
+  };
+  /// Key `index` of a RoundReq, waiting in its key's round.
+  struct Waiter {
+    std::shared_ptr<RoundReq> r;
+    size_t index = 0;
+  };
+  using Round = SyncRound<Waiter>;
+  struct KeyState {
+    NDArray value;
+    NDArray merge;  // float32 when compressed or multi-precision, else value's dtype
+    Round round;
+    std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
+    int64_t wire_key = 0;                                   // (store id << 32) | key
+    // The state of the next key in its shard's map (keys are never removed): the keys
+    // of a request ascend, so this finds the next one without a tree search.
+    KeyState* next = nullptr;
+  };
+  /// One key of a validated data request.
+  struct Item {
+    int64_t key;  // a wire key: chunk, store id and key
+    uint64_t off, len;
+    KeyState* st;  // null for an init
+  };
+  struct InitRecord {
+    std::string name, dtype, shape;
+    int worker = 0;
+  };
+  /// What a command handler gets: the sender, the store the command concerns
+  /// (bits 8.. of the head) and the body.
+  struct Call {
+    int sender;
+    int store;
+    const std::string& body;
+  };
+  using CommandFn = std::string (DistServer::*)(const Call&);
+
+  // ---- dispatch and data requests (dist_server.cc)
+  /// Receive thread: submits a data request to its shard, or runs it exclusively.
+  void Handle(KVRequest&& req);
+  /// Validates and applies one data request (on its shard, or exclusively).
+  void Process(KVRequest&& req);
+  void ApplyInit(const KVRequest& req, const std::vector<Item>& items);
+  void ApplyAsync(const KVRequest& req, const std::vector<Item>& items);
+  void HandleSparse(KVRequest&& req);
+  size_t ShardOf(int64_t wire_key) const;
+  /// The key's state, or null. Only from the key's shard or an exclusive section.
+  KeyState* FindKey(int64_t wire_key);
+  /// Every key's state, in key order (exclusive sections only).
+  void ForEachKey(const std::function<void(int64_t, KeyState&)>& fn);
+  void Reply(const KVRequest& req, const std::vector<std::pair<int64_t, KeyState*>>& keys);
+  /// Answers `req` with the values of `keys` (for a pull), pointing at them: one key
+  /// as a plain frame, several as a gathered one (transport.h): no copy either way.
+  void ReplyValues(const KVRequest& req, std::vector<std::pair<int64_t, ReplyOwner>> keys);
+  /// Before modifying a value: if a reply still references its memory, move to a copy.
+  void Detach(KeyState& st);
+  /// The optimizer of the store that `wire_key` belongs to, or null.
+  Optimizer* OptimizerOf(int64_t wire_key) const;
+  std::string WorkerName(int id) const;
+  /// This server's keys (its rank is known once the node started).
+  KeyRange Range() const { return KeyRange(node_->rank(), node_->num_servers()); }
+  /// Worker `id` is not (or no longer) in Barrier().
+  void LeftBarrier(int id);
+
+  // ---- validation, pass 1 of a data request (validate.cc)
+  /// Checks every key of `req`; fills `items` or says what is wrong.
+  std::optional<Failure> Validate(const KVRequest& req, std::vector<Item>* items);
+  std::optional<Failure> CheckKey(const KVRequest& req, DType dtype, int64_t key,
+                                  const KeyState* st, uint64_t len);
+  std::optional<Failure> CheckPush(const KVRequest& req, int64_t key, const KeyState& st,
+                                   uint64_t len);
+  /// For a chunked key: the hint that every node must use one PSKV_WIRE_CHUNK_BYTES.
+  std::string ChunkHint(int64_t key);
+
+  // ---- sync rounds of dense keys (dense_rounds.cc)
+  /// Each key of a validated sync push joins its round.
+  void JoinRounds(KVRequest&& req, const std::vector<Item>& items);
+  /// `now`: when the request arrived at its handler (opens the round if it is the first).
+  void JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now);
+  /// Adds one push's value bytes for `st` into st.merge (`first`: overwrite instead).
+  void Merge(KeyState& st, const Waiter& w, bool first);
+  void ApplyRound(int64_t key, KeyState& st);
+  /// One key of a round request is done: `st` holds its value, or null with `failure`.
+  void Finish(const Waiter& w, KeyState* st, const Failure* failure);
+  void FailRound(std::vector<Round::Entry> pushes, const Failure& failure);
+
+  // ---- commands (commands.cc; states.cc; inspect.cc)
+  std::string Command(int sender, int head, const std::string& body);
+  std::string SetMode(const Call& c);
+  std::string SetOptimizer(const Call& c);
+  std::string SetCompression(const Call& c);
+  std::string WorkerDone(const Call& c);
+  std::string HasOptimizer(const Call& c);
+  std::string ReportInit(const Call& c);
+  std::string CheckInit(const Call& c);
+  std::string BarrierState(const Call& c);
+  std::string StatesSize(const Call& c);
+  std::string RoundStatus(const Call& c);
+  void HandleStates(KVRequest&& req);
+  /// Workers the open round of `st` waits for, by name.
+  std::string MissingWorkers(const KeyState& st) const;
+  void InspectLoop();
+  void Inspect(Clock::time_point now);
+
+  Node* node_;
+  KVServer server_;
+  Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
+  Reducer serial_;   // no pool: for work already running on reducer_'s pool
+  bool sync_ = false;
+  // Keys are wire keys: (store id << 32) | key (dist_protocol.h); one optimizer
+  // per store of the worker processes (store 0 for single-store jobs).
+  std::map<int, std::unique_ptr<Optimizer>> optimizers_;
+  std::unique_ptr<GradientCompressor> compressor_;
+  SparseServer sparse_;  // row_sparse keys (never in keys_; own locks)
+  std::set<int> done_workers_;
+  std::map<int64_t, InitRecord> init_reports_;   // wire key -> first report (bounded by #keys)
+  std::map<int64_t, Failure> init_conflicts_;    // wire key -> first disagreement
+  std::mutex barrier_mu_;                        // guards in_barrier_
+  std::map<int, Clock::time_point> in_barrier_;  // worker id -> since when
+  std::shared_ptr<const std::string> states_snapshot_;  // taken by kStatesSize
+  int states_store_ = 0;                                // the store of states_snapshot_
+
+  // Each shard's keys: its thread's, or an exclusive section's. Declared before
+  // pool_, whose threads use them.
+  std::vector<std::map<int64_t, KeyState>> keys_;
+  ShardPool<KVRequest> pool_;
+
+  std::mutex inspect_mu_;
+  std::condition_variable inspect_cv_;
+  bool stop_ = false;  // under inspect_mu_
+  std::thread inspector_;
+};
+
+}  // namespace pskv

@@ -1,0 +1,71 @@
+// DistServer: optimizer states as data. kStatesSize snapshots a store's states; a
+// pull of the store's key 0 (Kind::kStates) returns the snapshot and drops it; a push
+// to it loads states after checking them against the stored weights.
+#include <climits>
+
+#include "kvstore/dist/server/dist_server.h"
+#include "kvstore/dist_protocol.h"
+#include "protocol/payload.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+namespace {
+const char kNoOptimizer[] = "no optimizer is set on the servers (call SetOptimizer first)";
+}  // namespace
+
+std::string DistServer::StatesSize(const Call& c) {
+  Optimizer* optimizer = OptimizerOf(dist::WireKey(c.store, 0));
+  if (!optimizer) throw UsageError(kNoOptimizer);
+  states_snapshot_ = std::make_shared<const std::string>(optimizer->SaveStates());
+  states_store_ = c.store;
+  return payload::EncodeStatesSize(states_snapshot_->size());
+}
+
+// In an exclusive section (Handle).
+void DistServer::HandleStates(KVRequest&& req) {
+  const Message& m = req.msg;
+  auto fail = [&](ErrorKind k, const std::string& msg) { server_.RespondError(req, k, msg); };
+  // The request's key is the store's key 0 (WireKey(store, 0)): it names the store.
+  int64_t key = 0;
+  if (m.num_keys() != 1 || !Range().WireKeyOf(m.key_ptr()[0], &key) ||
+      key != dist::WireKey(dist::StoreOf(key), 0))
+    return fail(ErrorKind::kInvalid, "malformed optimizer-states request");
+  const int store = dist::StoreOf(key);
+  Optimizer* optimizer = OptimizerOf(key);
+  if (!optimizer) return fail(ErrorKind::kUsage, kNoOptimizer);
+  if (req.pull) {
+    if (states_store_ != store)
+      return fail(ErrorKind::kUsage, "optimizer states requested for another store's snapshot");
+    auto snap = std::move(states_snapshot_);
+    states_snapshot_.reset();
+    if (!snap) return fail(ErrorKind::kUsage, "optimizer states requested without a snapshot");
+    Frame f;
+    f.data = snap->data();
+    f.size = snap->size();
+    f.owner = snap;
+    return server_.Respond(req, {m.key_ptr()[0]}, std::move(f), {snap->size()});
+  }
+  std::string blob(m.h.vals_len, '\0');
+  m.CopyVals(0, m.h.vals_len, blob.data());
+  try {
+    optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
+      // key, or (chunk << 32) | key for a wire chunk (dist::OptimizerKey)
+      const int64_t k = key & 0xffffffff;
+      const uint64_t chunk = static_cast<uint64_t>(key) >> 32;
+      if (key < 0 || k > INT32_MAX || chunk >= dist::MaxChunks(node_->num_servers()))
+        return {-1, false};
+      const int64_t wk = dist::ChunkKey(dist::WireKey(store, static_cast<int>(k)), chunk);
+      const KeyState* st = FindKey(wk);
+      if (!st) return sparse_.WeightInfo(wk);  // a row_sparse key, or none
+      return {st->value.size(), IsLowPrecision(st->value.dtype())};
+    });
+  } catch (const std::exception& e) {
+    return fail(KindOf(e), node_->Tag() + ": cannot load the optimizer states: " + e.what() +
+                               " (states saved with another PSKV_WIRE_CHUNK_BYTES do not fit: "
+                               "load them with the value they were saved with)");
+  }
+  server_.Respond(req);
+}
+
+}  // namespace pskv
