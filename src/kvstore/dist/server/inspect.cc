@@ -3,15 +3,13 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/stall.h"
 #include "kvstore/dist/server/dist_server.h"
 #include "protocol/payload.h"
 
 namespace pskv {
 
 namespace {
-// A report, not a dump: at most this many open rounds are described.
-constexpr int kMaxReportedRounds = 16;
-
 int64_t Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration_cast<std::chrono::seconds>(d).count();
 }
@@ -80,7 +78,7 @@ std::string DistServer::RoundStatus(const Call& c) {
                         WorkerName(c.sender) +
                         ". Push every key on every worker before a Barrier (or WaitAll on every "
                         "worker before it)"});
-    if (++n > kMaxReportedRounds) return;
+    if (++n > static_cast<int>(kReportItems)) return;  // a report, not a dump
     out.lines.push_back(round + " on " + node_->Tag() + ": waiting for " + MissingWorkers(st) +
                         " for " + std::to_string(Seconds(now - st.round.opened())) + " s");
   });

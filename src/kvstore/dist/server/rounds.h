@@ -19,8 +19,9 @@
 // never complete). NeedsPushFrom(id) says which open rounds a finishing worker
 // breaks; the caller fails them with FinishedWithoutPushing().
 //
-// Stall reports: ReportDue(now, first) is true when the round has been open for
-// `first`, then 2x, 4x, ... (back-off); a new round starts over.
+// Stall reports follow pskv's one stall policy (common/stall.h): ReportDue(now,
+// first) is true when the round has been open for `first`, then each time that time
+// has doubled; a new round starts over.
 //
 // Not thread-safe: owned by its key's state (its shard's thread or an exclusive
 // section; SparseServer: the key's mutex).
@@ -34,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/stall.h"
 #include "kvstore/worker_set.h"
 #include "protocol/message.h"
 
@@ -86,7 +88,7 @@ class SyncRound {
   void Join(int sender, Push push, Clock::time_point now) {
     if (pushed_.empty()) {
       opened_ = now;
-      reports_ = 0;
+      stall_ = StallSchedule();  // scheduled by the first ReportDue of this round
     }
     pushed_.insert(sender);
     waiting_.push_back({sender, std::move(push)});
@@ -128,14 +130,12 @@ class SyncRound {
     if (waiting_.empty()) waiting_.swap(spent);
   }
 
-  /// True when a stall report is due at `now`: the round has been open for `first`,
-  /// 2 `first`, 4 `first`, ... since it opened. Each true moves on to the next.
+  /// True when a stall report is due at `now` for a round open since opened():
+  /// after `first`, then each time the time open has doubled. Each true moves on.
   bool ReportDue(Clock::time_point now, std::chrono::milliseconds first) {
     if (!open()) return false;
-    const auto open_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - opened_);
-    if (open_for < first * (int64_t{1} << std::min(reports_, 20))) return false;
-    ++reports_;
-    return true;
+    if (!stall_.enabled()) stall_ = StallSchedule(opened_, first);
+    return stall_.Due(now);
   }
 
   /// The pushes of `entries` in worker-rank order.
@@ -156,7 +156,7 @@ class SyncRound {
   int64_t completed_ = 0;       // rounds applied
   int merged_ = 0;              // rank order: pushes of ranks [0, merged_) are summed
   Clock::time_point opened_;    // first push of the open round
-  int reports_ = 0;             // stall reports of the open round
+  StallSchedule stall_;         // stall reports of the open round
 };
 
 }  // namespace pskv
