@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/env_table.h"
 #include "support/proc.h"
 
 using namespace pskv::test;
@@ -105,6 +106,43 @@ TEST(Launcher, HeadlineNamesTheProcessThatHung) {
 // in ps, on every host): not for ssh, mpi, slurm, sge or yarn. --dry-run prints
 // every command line the launcher would run, and the environment with secrets
 // masked.
+// Every job-wide variable of the table (common/env_table.h) set in the launcher's
+// environment reaches the nodes of every launcher that starts them elsewhere (the
+// local launcher's children inherit the environment).
+TEST(LauncherDryRun, EveryJobWideVariableReachesEveryNode) {
+  std::map<std::string, std::string> env;
+  for (const pskv::EnvVar& v : pskv::EnvVars()) {
+    if (v.scope != pskv::EnvScope::kJob && v.scope != pskv::EnvScope::kHost) continue;
+    const std::string name = v.name;
+    if (name == "PATH") continue;  // kept as it is (the launcher runs its tools by it)
+    env[name] = name == "PSKV_LOG_LEVEL"   ? "warn"
+                : name == "DMLC_INTERFACE" ? "lo"
+                : v.type == pskv::EnvType::kChoice
+                    ? std::string(v.choices).substr(0, std::string(v.choices).find('|'))
+                    : "1";
+  }
+  std::string dir = TmpDir("forward");
+  std::ofstream(dir + "/hosts") << "127.0.0.1\n";
+  for (std::string launcher : {"ssh", "mpi", "slurm", "sge", "yarn", "kubernetes"}) {
+    std::vector<std::string> args = {"-n", "2", "-s", "1", "--launcher", launcher, "--dry-run"};
+    if (launcher == "ssh" || launcher == "mpi") args.insert(args.end(), {"-H", dir + "/hosts"});
+    if (launcher == "kubernetes") args.insert(args.end(), {"--image", "pskv:test"});
+    args.insert(args.end(), {"--", "prog"});
+    RunResult r = Launch(args, 30s, env);
+    ASSERT_EQ(r.status, 0) << launcher << ": " << r.out;
+    for (auto& [name, value] : env) {
+      if (launcher == "kubernetes" && pskv::FindEnvVar(name)->scope == pskv::EnvScope::kHost) {
+        EXPECT_FALSE(std::regex_search(r.out, std::regex("\\b" + name + "\\b"))) << name;
+        continue;  // a container has its own paths and NICs
+      }
+      EXPECT_TRUE(std::regex_search(r.out, std::regex("\\b" + name + "\\b")))
+          << launcher << " does not pass " << name << " on:\n"
+          << r.out;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LauncherDryRun, SecretNeverOnACommandLine) {
   const std::string secret = "s3cr3t-value-for-the-test";
   std::string dir = TmpDir("secret");

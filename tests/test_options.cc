@@ -5,6 +5,11 @@
 
 #include <cstdlib>
 
+#include <set>
+#include <stdexcept>
+#include <string_view>
+
+#include "common/env_table.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/options.h"
@@ -236,4 +241,111 @@ TEST(Options, RoundIntegrityVariables) {
       EXPECT_NE(std::string(e.what()).find(k), std::string::npos) << e.what();
     }
   }
+}
+
+// ---- the table of environment variables (common/env_table.h)
+
+namespace {
+// A value of `v` that FromEnv accepts.
+std::string ValidSample(const EnvVar& v) {
+  const std::string name = v.name;
+  if (name == "PSKV_LOG_LEVEL") return "warn,ps=info";
+  if (name == "PSKV_JOB_SECRET") return "a-secret-of-enough-length";
+  switch (v.type) {
+    case EnvType::kChoice: {
+      const std::string_view c = v.choices;
+      return std::string(c.substr(0, c.find('|')));
+    }
+    case EnvType::kBool:
+    case EnvType::kSeconds:
+      return "1";
+    case EnvType::kInt:
+    case EnvType::kMillis:
+      return std::to_string(v.hi);  // the bound itself is valid (4096..1 GiB: a power of two)
+    default:
+      return "x";
+  }
+}
+}  // namespace
+
+TEST(EnvTable, EveryEntryIsComplete) {
+  std::set<std::string> seen;
+  for (const EnvVar& v : EnvVars()) {
+    EXPECT_TRUE(seen.insert(v.name).second) << v.name << " twice";
+    if (*v.alias) {
+      EXPECT_TRUE(seen.insert(v.alias).second) << v.alias << " twice";
+    }
+    EXPECT_NE(std::string(v.doc), "") << v.name;
+    EXPECT_NE(std::string(v.default_text), "") << v.name;
+    EXPECT_EQ(FindEnvVar(v.name), &v);
+    if (*v.alias) {
+      EXPECT_EQ(FindEnvVar(v.alias), &v);
+    }
+    const bool numeric =
+        v.type == EnvType::kInt || v.type == EnvType::kMillis || v.type == EnvType::kSeconds;
+    if (numeric) {
+      EXPECT_LE(v.lo, v.hi) << v.name;
+    }
+    EXPECT_EQ(v.type == EnvType::kChoice, *v.choices != '\0') << v.name;
+    // Every variable pskv reads is parsed into Options by its entry.
+    if (v.type == EnvType::kForwarded) {
+      EXPECT_EQ(v.apply, nullptr) << v.name;
+    }
+  }
+  EXPECT_EQ(FindEnvVar("PSKV_NO_SUCH_VARIABLE"), nullptr);
+}
+
+TEST(EnvTable, FromEnvAcceptsEveryEntrysValidValueAndRejectsBadOnesNamingIt) {
+  for (const EnvVar& v : EnvVars()) {
+    if (!v.apply || std::string(v.name) == "PSKV_JOB_SECRET_FILE") continue;  // below
+    {
+      EnvGuard g;
+      g.Set(v.name, ValidSample(v));
+      EXPECT_NO_THROW(Options::FromEnv()) << v.name << "=" << ValidSample(v);
+    }
+    std::vector<std::string> bad;
+    if (v.type == EnvType::kChoice) bad.push_back("not-a-choice");
+    if (v.type == EnvType::kInt || v.type == EnvType::kMillis || v.type == EnvType::kBool ||
+        v.type == EnvType::kSeconds) {
+      bad.push_back("seven");
+      if (v.hi < INT64_MAX) bad.push_back(std::to_string(v.hi + 1));
+      if (v.lo > INT64_MIN) bad.push_back(std::to_string(v.lo - 1));
+    }
+    for (auto& b : bad) {
+      EnvGuard g;
+      g.Set(v.name, b);
+      try {
+        Options::FromEnv();
+        ADD_FAILURE() << v.name << "=" << b << " accepted";
+      } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(v.name), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST(EnvTable, TheNameWinsOverItsAlias) {
+  EnvGuard g;
+  g.Set("PS_DROP_MSG", "5");
+  EXPECT_EQ(Options::FromEnv().drop_percent, 5);
+  g.Set("PSKV_DROP_MSG", "7");
+  EXPECT_EQ(Options::FromEnv().drop_percent, 7);
+}
+
+TEST(EnvTable, EnvValueReadsOnlyVariablesOfTheTable) {
+  EnvGuard g;
+  g.Set("PSKV_SPIN_US", "7");
+  EXPECT_STREQ(EnvValue("PSKV_SPIN_US"), "7");
+  g.Set("PSKV_SPIN_US", "");
+  EXPECT_EQ(EnvValue("PSKV_SPIN_US"), nullptr);  // empty is unset
+  EXPECT_THROW(EnvValue("PSKV_NOT_IN_THE_TABLE"), std::logic_error);
+}
+
+TEST(EnvTable, UpdateOnKVStoreIsReadIntoOptions) {
+  EXPECT_FALSE(Options{}.update_on_kvstore.has_value());
+  EnvGuard g;
+  g.Set("MXNET_UPDATE_ON_KVSTORE", "0");
+  EXPECT_EQ(Options::FromEnv().update_on_kvstore, std::optional<bool>(false));
+  g.Set("MXNET_UPDATE_ON_KVSTORE", "1");
+  EXPECT_EQ(Options::FromEnv().update_on_kvstore, std::optional<bool>(true));
 }

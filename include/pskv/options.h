@@ -1,8 +1,10 @@
 // Options: every tunable of pskv in one plain struct.
 //
-// `Options::FromEnv()` is the only place in pskv that reads environment variables.
-// Everything else takes an Options value explicitly, so several nodes (scheduler,
-// servers, workers) can live in one test process with different options.
+// `Options::FromEnv()` reads the environment, driven by one table of every variable
+// (name, type, range, default, job-wide or per process, doc: src/common/env_table.cc,
+// shown in the README). Everything else takes an Options value explicitly, so several
+// nodes (scheduler, servers, workers) can live in one test process with different
+// options. (pskv-launch reads the same table to forward job-wide variables.)
 //
 // MXNet's and ps-lite's variable names are kept (DMLC_*, PS_*, MXNET_KVSTORE_*);
 // pskv's own additions are prefixed PSKV_. A malformed value (e.g. DMLC_NUM_WORKER=two)
@@ -11,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace pskv {
@@ -156,6 +159,9 @@ struct Options {
   /// so results are bit-identical from run to run; "arrival" adds each push as it
   /// arrives (overlaps the additions with the wait for slower workers).
   bool sum_in_arrival_order = false;
+  /// MXNET_UPDATE_ON_KVSTORE (0/1): whether a Python Trainer built without an explicit
+  /// `update_on_kvstore` updates on the servers; unset: the Trainer's own policy.
+  std::optional<bool> update_on_kvstore;
   /// PSKV_TEST_REPLY_DELAY (ms): test only, a server sleeps this long before handling
   /// each data request (makes replies arrive after a worker's timeout).
   int test_reply_delay_ms = 0;

@@ -210,7 +210,8 @@ class Trainer(object):
         # --- update_on_kvstore, chosen as MXNet's Gluon Trainer does (spec 8.2, 8.3)
         largest = max(p.numel() for p in self._params)
         if update_on_kvstore is None:
-            uok = bool(int(os.environ.get('MXNET_UPDATE_ON_KVSTORE', '1')))
+            from_env = _pskv.update_on_kvstore_from_env()  # MXNET_UPDATE_ON_KVSTORE
+            uok = True if from_env is None else from_env
             if owns_store and not self._dist:
                 uok = False  # one device, no dist: MXNet uses no store at all
             if self.kv.type == 'local' and largest > 16 * 2 ** 20:

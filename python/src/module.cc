@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/env_table.h"
 #include "pskv/data.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
@@ -577,6 +578,29 @@ PYBIND11_MODULE(_pskv, m) {
         return *rc;
       },
       "Runs this process's server/scheduler role until the job ends; returns the exit status.");
+  m.def(
+      "env_table",
+      [] {
+        py::list out;
+        for (const EnvVar& v : EnvVars()) {
+          py::dict d;
+          d["name"] = v.name;
+          d["alias"] = v.alias;
+          d["type"] = EnvTypeName(v.type);
+          d["lo"] = v.lo;
+          d["hi"] = v.hi;
+          d["choices"] = v.choices;
+          d["default"] = v.default_text;
+          d["scope"] = EnvScopeName(v.scope);
+          d["doc"] = v.doc;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every environment variable pskv knows (src/common/env_table.cc), as dicts.");
+  m.def(
+      "update_on_kvstore_from_env", [] { return Options::FromEnv().update_on_kvstore; },
+      "MXNET_UPDATE_ON_KVSTORE as read by Options::FromEnv: True, False or None (unset).");
   m.def("valid_types", &KVStore::ValidTypes);
 
   py::class_<Completion>(m, "Completion")

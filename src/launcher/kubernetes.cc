@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/env_table.h"
 #include "launcher/process.h"
 #include "pskv/error.h"
 
@@ -161,10 +162,11 @@ Y Command(const std::vector<std::string>& argv) {
   return l;
 }
 
-// Settings the launcher forwards from its own environment (not host paths).
+// Settings the launcher forwards from its own environment into pods: the job-wide
+// ones, not those about the launcher's hosts (paths, NIC names: common/env_table.h).
 bool Forwarded(const std::string& k) {
-  return k.rfind("PS_", 0) == 0 || k.rfind("PSKV_", 0) == 0 || k.rfind("MXNET_", 0) == 0 ||
-         k == "OMP_NUM_THREADS";
+  const pskv::EnvVar* v = pskv::FindEnvVar(k);
+  return v && v->scope == pskv::EnvScope::kJob;
 }
 
 }  // namespace

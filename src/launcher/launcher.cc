@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/env_table.h"
 #include "common/net.h"
 #include "launcher/hosts.h"
 #include "launcher/kubernetes.h"
@@ -237,60 +238,38 @@ LaunchConfig ParseArgs(int argc, char** argv) {
     throw InvalidArgument("--apply is for --launcher kubernetes");
 
   // The launcher's own environment (its one place that reads it).
-  if (const char* v = std::getenv("PSKV_LOG_LEVEL")) SetLogLevels(v);
+  if (const char* v = EnvValue("PSKV_LOG_LEVEL")) SetLogLevels(v);
   const bool local = c.launcher == "local";
-  if (const char* v = std::getenv("DMLC_PS_ROOT_URI"))
+  if (const char* v = EnvValue("DMLC_PS_ROOT_URI"))
     c.root_uri = v;
-  else if (const char* h = std::getenv("DMLC_NODE_HOST"))
+  else if (const char* h = EnvValue("DMLC_NODE_HOST"))
     c.root_uri = h;
-  else if (const char* itf = std::getenv("DMLC_INTERFACE"))
+  else if (const char* itf = EnvValue("DMLC_INTERFACE"))
     c.root_uri = InterfaceAddress(itf);
   else
     c.root_uri = local ? "127.0.0.1" : DefaultAddress();
-  if (const char* v = std::getenv("DMLC_PS_ROOT_PORT")) {
+  if (const char* v = EnvValue("DMLC_PS_ROOT_PORT")) {
     char* end = nullptr;
     long x = std::strtol(v, &end, 10);
     if (!*v || *end || x <= 0 || x > 65535)
       throw InvalidArgument(std::string("DMLC_PS_ROOT_PORT='") + v + "' is not a port number");
     c.root_port = static_cast<int>(x);
   }
-  for (const char* k : {"PS_VERBOSE",
-                        "PS_RESEND",
-                        "PS_RESEND_TIMEOUT",
-                        "PS_HEARTBEAT_INTERVAL",
-                        "PS_HEARTBEAT_TIMEOUT",
-                        "PSKV_TIMEOUT",
-                        "PSKV_REGISTER_TIMEOUT",
-                        "PSKV_TIMELINE",
-                        "PSKV_METRICS_PORT",
-                        "PSKV_METRICS_HOST",
-                        "PSKV_METRICS_FILE",
-                        "PSKV_LOG_LEVEL",
-                        "MXNET_KVSTORE_BIGARRAY_BOUND",
-                        "MXNET_KVSTORE_REDUCTION_NTHREADS",
-                        "PSKV_SERVER_THREADS",
-                        "PSKV_FUSION_KEY_BYTES",
-                        "PSKV_FUSION_BYTES",
-                        "PSKV_SHM",
-                        "PSKV_TCP_DIRECT",
-                        "PSKV_SPIN_US",
-                        "DMLC_INTERFACE",
-                        "OMP_NUM_THREADS",
-                        "OPENBLAS_NUM_THREADS",
-                        "LD_LIBRARY_PATH",
-                        "PYTHONPATH",
-                        "PATH"})
-    if (const char* v = std::getenv(k)) c.forward_env[k] = v;
-  if (const char* v = std::getenv("PSKV_JOB_SECRET")) c.job_secret = v;
-  if (const char* path = std::getenv("PSKV_JOB_SECRET_FILE")) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    c.job_secret = ss.str();
-    while (!c.job_secret.empty() && (c.job_secret.back() == '\n' || c.job_secret.back() == '\r'))
-      c.job_secret.pop_back();
-    if (!f || c.job_secret.empty())
-      throw InvalidArgument(std::string("PSKV_JOB_SECRET_FILE='") + path + "' cannot be read");
+  // Every job-wide variable of the table (common/env_table.cc) set here reaches every
+  // node (kHost ones: not in containers, see kubernetes.cc); the launcher sets the
+  // kLauncher ones itself.
+  for (const EnvVar& var : EnvVars())
+    if (var.scope == EnvScope::kJob || var.scope == EnvScope::kHost)
+      if (const char* v = EnvValue(var.name)) c.forward_env[var.name] = v;
+  if (const char* v = EnvValue("PSKV_JOB_SECRET")) c.job_secret = v;
+  if (const char* path = EnvValue("PSKV_JOB_SECRET_FILE")) {
+    if (!c.job_secret.empty())
+      throw InvalidArgument("both PSKV_JOB_SECRET and PSKV_JOB_SECRET_FILE are set: set only one");
+    try {
+      c.job_secret = ReadJobSecretFile(path);  // the same rules as every node's
+    } catch (const ConfigError& e) {
+      throw InvalidArgument(e.what());
+    }
   }
   if (c.no_secret) c.job_secret.clear();
   char buf[4096];
@@ -605,6 +584,17 @@ int Launch(const LaunchConfig& config) {
       for (auto& [k, v] : c.env)
         std::printf("%s=%s ", k.c_str(), IsSecretVar(k) ? "<secret>" : ShellQuote(v).c_str());
       std::printf("%s\n", JoinQuoted(c.argv).c_str());
+      if (!c.stdin_data.empty() && c.stdin_data.find('=') != std::string::npos) {
+        // The environment an ssh child reads on its stdin ("K=V" lines), masked alike.
+        std::printf("[%s] environment on stdin:", c.name.c_str());
+        std::istringstream lines(c.stdin_data);
+        for (std::string l; std::getline(lines, l) && !l.empty();) {
+          const std::string k = l.substr(0, l.find('='));
+          std::printf(" %s=%s", k.c_str(),
+                      IsSecretVar(k) ? "<secret>" : ShellQuote(l.substr(k.size() + 1)).c_str());
+        }
+        std::printf("\n");
+      }
     }
     return 0;
   }

@@ -183,5 +183,61 @@ def test_every_relative_link_resolves():
     assert not broken, broken
 
 
+# ---- the table of environment variables (src/common/env_table.cc) is the one list
+
+ENV_TABLE_HEADER = ['| variable | default | scope | meaning |', '|---|---|---|---|']
+
+
+def env_table():
+    from pskv import _pskv
+    return _pskv.env_table()
+
+
+def readme_env_rows():
+    """The README's configuration table as rendered from the environment table."""
+    return ENV_TABLE_HEADER + ['| `%s` | %s | %s | %s |' % (v['name'], v['default'], v['scope'], v['doc'])
+                               for v in env_table() if v['scope'] != 'test']
+
+
+def test_readme_variable_table_is_the_environment_table():
+    lines = open(os.path.join(ROOT, 'README.md')).read().split('\n')
+    start = lines.index(ENV_TABLE_HEADER[0])
+    end = start
+    while end < len(lines) and lines[end].startswith('|'):
+        end += 1
+    expected = readme_env_rows()
+    assert lines[start:end] == expected, (
+        'README.md\'s variable table differs from src/common/env_table.cc; the table should read:\n' +
+        '\n'.join(expected))
+
+
+# Names of pskv's macros and CMake options, which look like variables but are not.
+NOT_VARIABLES = re.compile(r'^(PSKV_(WARN|INFO|ERROR|DEBUG|LOG_AT|LOG_LIMITED|VERSION)|\w+_)$')
+
+
+def sources(*exts):
+    for top in ('src', 'python', 'tools', 'include'):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith(exts):
+                    yield os.path.join(dirpath, f)
+
+
+def test_every_variable_read_or_named_in_the_code_is_in_the_table():
+    names = {v['name'] for v in env_table()} | {v['alias'] for v in env_table() if v['alias']}
+    unknown, direct = [], []
+    for path in sources('.cc', '.h', '.py', '.pyi'):
+        rel = os.path.relpath(path, ROOT)
+        text = open(path, encoding='utf-8').read()
+        # Only the table reads the environment (EnvValue); Python goes through the binding.
+        if rel != 'src/common/env_table.cc' and re.search(r'\bgetenv\s*\(|os\.environ|os\.getenv', text):
+            direct.append(rel)
+        for name in re.findall(r'\b((?:PSKV|DMLC|PS|MXNET)_[A-Z0-9_]+)\b', text):
+            if name not in names and not NOT_VARIABLES.match(name):
+                unknown.append('%s: %s' % (rel, name))
+    assert not direct, 'read the environment through Options::FromEnv / EnvValue (src/common/env_table.h): %s' % direct
+    assert not unknown, 'not in src/common/env_table.cc: %s' % sorted(set(unknown))
+
+
 def test_snippets_were_found():
     assert len(PY) >= 5 and len(CPP) >= 2 and len(LAUNCH_LINES) >= 3

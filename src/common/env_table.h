@@ -1,0 +1,72 @@
+// The table of every environment variable pskv knows: its one source of truth.
+//
+// Each entry says what the variable is called (and its alias), what it holds (type,
+// range or choices, default), whether it is job-wide or per process, and a one-line
+// doc. The table drives:
+//   - Options::FromEnv (common/options.cc): each entry's `apply` parses and range-checks
+//     its value into Options; cross-field rules are checked after the loop;
+//   - every launcher's forwarding (launcher/launcher.cc): a launcher passes each
+//     kJob (and, to hosts, kHost) variable set in its own environment to every node;
+//   - the README's configuration table, which tests/python/test_docs.py compares
+//     with this table (pskv._pskv.env_table() exposes it to Python), and the check
+//     that no code in src/ or python/ reads or names a variable missing here.
+//
+// Scopes:
+//   kJob      every node of a job must see the same value (or should: a tuning that
+//             differs per node is a surprise); every launcher forwards it.
+//   kHost     the same, but about the hosts (paths, NIC names): forwarded to nodes on
+//             hosts (ssh, mpi, slurm, sge, yarn), not into containers (kubernetes),
+//             whose image has its own.
+//   kProcess  per node (its own address or port); launchers do not forward it.
+//   kLauncher pskv-launch sets it for each node it starts (role, scheduler address,
+//             job size, id, secret); a launcher does not forward its own value.
+//   kTest     a test hook; not documented for users, not forwarded.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "pskv/options.h"
+
+namespace pskv {
+
+enum class EnvScope { kJob, kHost, kProcess, kLauncher, kTest };
+
+/// What a variable's value is. kForwarded: pskv does not read it, a launcher passes
+/// it on (the program's own environment: PATH, PYTHONPATH, OMP_NUM_THREADS, ...).
+enum class EnvType { kInt, kBool, kSeconds, kMillis, kText, kChoice, kForwarded };
+
+struct EnvVar {
+  const char* name;
+  const char* alias;  ///< another accepted name (the later one in the table wins), or ""
+  EnvType type;
+  int64_t lo, hi;            ///< range of kInt/kMillis/kSeconds (seconds: in whole seconds)
+  const char* choices;       ///< kChoice: "a|b|c"; else ""
+  const char* default_text;  ///< for people ("60 s", "auto", "—")
+  EnvScope scope;
+  const char* doc;  ///< one line (Markdown: the README's table shows it as is)
+  /// Parses `value` (set and non-empty) into `o`; throws ConfigError naming the
+  /// variable. Null for variables pskv does not read into Options.
+  void (*apply)(const EnvVar& var, const char* value, Options& o);
+};
+
+/// Every variable, in the README's order.
+std::span<const EnvVar> EnvVars();
+/// The entry called `name` (or with that alias); null if none.
+const EnvVar* FindEnvVar(const std::string& name);
+
+/// The value of a table variable in this process's environment, null when unset or
+/// empty. The one way pskv (library and launcher) reads its environment; `name`
+/// must be in the table (a programming error otherwise: std::logic_error).
+const char* EnvValue(const char* name);
+
+/// Reads the job secret from the file named by PSKV_JOB_SECRET_FILE: a private file
+/// (not readable or writable by group or others, like ssh's keys), at most 4096
+/// bytes, trailing newlines dropped. Throws ConfigError naming the variable.
+std::string ReadJobSecretFile(const char* path);
+
+const char* EnvScopeName(EnvScope s);
+const char* EnvTypeName(EnvType t);
+
+}  // namespace pskv
