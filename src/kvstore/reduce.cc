@@ -121,6 +121,10 @@ void SumRangeLowPrecision(T* d, const std::vector<const T*>& s, int64_t b, int64
 }
 
 void CheckSame(const NDArray& a, const NDArray& dst, const char* what) {
+  for (const NDArray* x : {&a, &dst})
+    if (!x->device().host_accessible())
+      throw UsageError(std::string(what) + " on the CPU cannot read " + x->device().str() +
+                       " memory: copy the array to the host first (NDArray::To)");
   if (a.dtype() != dst.dtype())
     throw ShapeError(std::string(what) + ": dtype " + DTypeName(a.dtype()) + " differs from " +
                      DTypeName(dst.dtype()));

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/dtype_dispatch.h"
+#include "cuda/runtime.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -206,8 +207,51 @@ NDArray::NDArray(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dt
   data_ = p;
 }
 
+NDArray::NDArray(Shape shape, DType dtype, Device device) : NDArray() {
+  if (device.type == Device::Type::kCPU) {
+    *this = NDArray(std::move(shape), dtype);
+    return;
+  }
+  if (device.type != Device::Type::kCUDA && device.type != Device::Type::kCUDAHost)
+    throw InvalidArgument("unknown device type " + std::to_string(static_cast<int>(device.type)));
+  const size_t bytes = NumBytes(shape, dtype);
+  shape_ = std::move(shape);
+  size_ = NumElements(shape_);
+  dtype_ = dtype;
+  device_ = device;
+  owning_ = true;
+  if (device.is_cuda()) {
+    const int id = device.id;
+    data_ = cuda::DeviceAlloc(id, bytes);
+    holder_ = std::shared_ptr<void>(data_, [id](void* p) {
+      try {
+        cuda::DeviceFree(id, p);
+      } catch (...) {  // a deleter must not throw; the device is unusable by now anyway
+      }
+    });
+    auto s = cuda::GetStream(id, cuda::StreamKind::kCompute);
+    cuda::Fill(this, 0.0, s);
+    cuda::StreamSync(s);
+  } else {
+    data_ = cuda::PinnedAlloc(bytes);
+    holder_ = std::shared_ptr<void>(data_, [bytes](void* p) { cuda::PinnedFree(p, bytes); });
+    if (bytes) std::memset(data_, 0, bytes);
+  }
+}
+
 NDArray NDArray::Wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive) {
+  return Wrap(data, std::move(shape), dtype, std::move(keepalive), Device::CPU());
+}
+
+NDArray NDArray::Wrap(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive,
+                      Device device, void* ready_stream) {
+  if (device.type != Device::Type::kCPU && device.type != Device::Type::kCUDA &&
+      device.type != Device::Type::kCUDAHost)
+    throw InvalidArgument("unknown device type " + std::to_string(static_cast<int>(device.type)));
+  if (device.id < 0) throw InvalidArgument("negative device ordinal in " + device.str());
   NDArray a;
+  a.device_ = device;
+  a.ready_stream_ = ready_stream;
   NumBytes(shape, dtype);  // validates the dtype; the bytes fit (offsets cannot wrap)
   a.shape_ = std::move(shape);
   a.size_ = NumElements(a.shape_);
@@ -229,13 +273,41 @@ NDArray NDArray::FromVector(const std::vector<float>& v, Shape shape) {
   return a;
 }
 
+void NDArray::RequireHost(const char* op) const {
+  if (device_.host_accessible()) return;
+  throw UsageError(std::string("NDArray::") + op + " runs on the host, but this array of shape " +
+                   ShapeToString(shape_) + " is on " + device_.str() +
+                   ": copy it to the host first (NDArray::To(Device::CPU()))");
+}
+
+NDArray NDArray::To(Device device) const {
+  NDArray out(shape_, dtype_, device);
+  if (size_ == 0) return out;
+  if (device.host_accessible() && device_.host_accessible()) {
+    std::memcpy(out.data_, data_, nbytes());
+    return out;
+  }
+  const int id = device.is_cuda() ? device.id : device_.id;
+  const auto kind = device.is_cuda() && device_.is_cuda()
+                        ? cuda::StreamKind::kCompute
+                        : (device.is_cuda() ? cuda::StreamKind::kH2D : cuda::StreamKind::kD2H);
+  auto s = cuda::GetStream(id, kind);
+  cuda::WaitStream(id, s, ready_stream_);
+  cuda::CopyAsync(out.data_, device, data_, device_, nbytes(), s);
+  cuda::StreamSync(s);
+  return out;
+}
+
 NDArray NDArray::Clone() const {
+  RequireHost("Clone");
   NDArray c(shape_, dtype_);
   if (size_) std::memcpy(c.data_, data_, nbytes());
   return c;
 }
 
 void NDArray::CopyFrom(const NDArray& src, bool allow_reshape) {
+  RequireHost("CopyFrom");
+  src.RequireHost("CopyFrom");
   if (src.size_ != size_ || (!allow_reshape && src.shape_ != shape_)) {
     throw ShapeError("cannot copy an array of shape " + ShapeToString(src.shape_) +
                      " into one of shape " + ShapeToString(shape_));
@@ -249,12 +321,14 @@ void NDArray::CopyFrom(const NDArray& src, bool allow_reshape) {
 }
 
 NDArray NDArray::AsType(DType dtype) const {
+  RequireHost("AsType");
   NDArray c(shape_, dtype);
   c.CopyFrom(*this);
   return c;
 }
 
 void NDArray::Fill(double v) {
+  RequireHost("Fill");
   DispatchDType(dtype_, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(data_);
@@ -264,6 +338,7 @@ void NDArray::Fill(double v) {
 }
 
 double NDArray::At(int64_t i) const {
+  RequireHost("At");
   if (i < 0 || i >= size_) throw InvalidArgument("index " + std::to_string(i) + " out of range");
   double out = 0;
   DispatchDType(dtype_, [&](auto tag) {
@@ -274,6 +349,7 @@ double NDArray::At(int64_t i) const {
 }
 
 std::vector<double> NDArray::ToDoubles() const {
+  RequireHost("ToDoubles");
   std::vector<double> v(static_cast<size_t>(size_));
   DispatchDType(dtype_, [&](auto tag) {
     using T = typename decltype(tag)::type;
