@@ -293,6 +293,10 @@ const EnvVar kVars[] = {
      "ms a server sleeps before handling each data request", Int<&Options::test_reply_delay_ms>},
     {"PSKV_TEST_DUPLICATE_REPLIES", "", T::kBool, 0, 1, "", "0", S::kTest,
      "1: a server sends every data reply twice", Bool<&Options::test_duplicate_replies>},
+    {"PSKV_CUDA_FAKE_DEVICES", "", T::kInt, 1, 64, "", "unset (real devices)", S::kTest,
+     "k: logical CUDA devices 0..k-1 all map onto GPU 0, so multi-GPU code paths run on one "
+     "GPU; read by the CUDA layer (cuda/runtime.h) when it initialises, not into Options",
+     nullptr},
     {"PSKV_TEST_BOGUS_CREDITS", "", T::kBool, 0, 1, "", "0", S::kTest,
      "1: with every send-window credit a node also sends one for far more messages than it "
      "received",

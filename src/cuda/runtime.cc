@@ -5,21 +5,21 @@
 // State: one process-wide Runtime, built on first use. Its lock guards the lazily
 // created per-device streams, the event pools and the pinned pool; the counters are
 // relaxed atomics. The driver is process-wide, so this is the one place in pskv that
-// keeps a process-wide singleton; PSKV_CUDA_FAKE_DEVICES is read here, once, when CUDA
-// is initialised (the options table in common/options.cc does not cover it yet).
+// keeps a process-wide singleton; PSKV_CUDA_FAKE_DEVICES (a test hook of the table in
+// common/env_table.cc) is read here, once, when CUDA is initialised.
 #include "cuda/runtime.h"
 
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <bit>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "common/dtype_dispatch.h"
+#include "common/env_table.h"
 #include "cuda/kernels.h"
 
 namespace pskv::cuda {
@@ -162,7 +162,7 @@ class Runtime {
  private:
   Runtime() {
     g_initialized.store(true);
-    fake_ = ParseFakeDevices(std::getenv("PSKV_CUDA_FAKE_DEVICES"));
+    fake_ = ParseFakeDevices(EnvValue("PSKV_CUDA_FAKE_DEVICES"));
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {

@@ -41,9 +41,9 @@ using Event = void*;   // cudaEvent_t
 inline constexpr const char* kBuiltWithoutCuda =
     "pskv was built without CUDA (rebuild with PSKV_WITH_CUDA=ON on a machine with nvcc)";
 
-/// The value of PSKV_CUDA_FAKE_DEVICES: null or "" is 0 (off), otherwise an integer in
-/// [1, 64]; ConfigError naming the variable otherwise. The environment variable is read
-/// once, when CUDA is initialised.
+/// The value of PSKV_CUDA_FAKE_DEVICES (common/env_table.cc): null or "" is 0 (off),
+/// otherwise an integer in [1, 64]; ConfigError naming the variable otherwise. The
+/// variable is read once, when CUDA is initialised.
 int ParseFakeDevices(const char* value);
 
 /// Throws DeviceUnavailable unless logical CUDA device `id` is usable (initialises CUDA).
