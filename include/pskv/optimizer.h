@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -160,5 +161,12 @@ class Optimizer {
 
 /// Turns a SaveStates() blob into a dumped one (for states gathered from servers).
 void MarkStatesDumped(std::string* blob);
+
+/// The optimizer configuration saved in states file `fname` with dump_optimizer
+/// (KVStore::SaveOptimizerStates(fname, true), Trainer::SaveStates): of the file's
+/// one blob, or of a dist store's file the first server's. nullopt when the file
+/// carries none. Reads only the file's head; IOError if it cannot be read or is cut
+/// short.
+std::optional<OptimizerConfig> ReadDumpedOptimizerConfig(const std::string& fname);
 
 }  // namespace pskv

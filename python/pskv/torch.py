@@ -37,7 +37,6 @@ parameters need ``update_on_kvstore=True`` (the store holds the table, as in MXN
 """
 import contextlib
 import os
-import struct
 import tempfile
 
 import numpy as np
@@ -731,19 +730,9 @@ def _dense_grad(i, g):
 
 def _states_config(fname):
     """The optimizer configuration inside a dumped states file, or None."""
-    with open(fname, 'rb') as f:
-        head = f.read(1 << 16)
-    if head[:8] == b'PSKVDST1':  # dist v1: server count, then u32-sized blobs
-        head = head[16:]
-    elif head[:8] == b'PSKVDST2':  # dist v2: server count, u64 sizes, then the blobs
-        (n,) = struct.unpack('<I', head[8:12])
-        with open(fname, 'rb') as f:
-            f.seek(12 + 8 * n)
-            head = f.read(1 << 16)
-    if head[:8] != b'PSKVOPT2':
+    text = _pskv.states_file_config(fname)  # the file's format: one codec, in C++
+    if text is None:
         return None
-    (n,) = struct.unpack('<I', head[8:12])
-    text = head[12:12 + n].decode()
     return dict(line.split('=', 1) for line in text.splitlines() if '=' in line)
 
 

@@ -907,6 +907,13 @@ PYBIND11_MODULE(_pskv, m) {
       .def("save_states",
            [](const Optimizer& o, bool dump) { return py::bytes(o.SaveStates(dump)); })
       .def("load_states", [](Optimizer& o, const py::bytes& b) { o.LoadStates(std::string(b)); });
+  // The configuration text saved in a states file with dump_optimizer, or None (the
+  // file formats are read by the library's one codec).
+  m.def("states_file_config", [](const std::string& fname) -> std::optional<std::string> {
+    auto cfg = ReadDumpedOptimizerConfig(fname);
+    if (!cfg) return std::nullopt;
+    return cfg->Serialize();
+  });
 
   // Data-parallel helpers (include/pskv/data.h): the same functions as C++.
   py::module_ d = m.def_submodule("data");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/byte_io.h"
+#include "kvstore/states_file.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -524,70 +525,36 @@ int64_t Optimizer::UpdateCount(int64_t key) const {
   return it == states_.end() ? 0 : it->second->t;
 }
 
-namespace {
-constexpr char kStatesMagic[] = "PSKVOPT1";
-// Same layout; the loader also adopts the saved configuration (MXNet's
-// save_optimizer_states(dump_optimizer=True)).
-constexpr char kDumpedMagic[] = "PSKVOPT2";
-
-void PutArray(ByteWriter& w, const NDArray& a) {
-  w.Put<int64_t>(a.empty() ? -1 : a.size());
-  if (!a.empty()) w.PutBytes(a.raw(), a.nbytes());
-}
-
-NDArray GetArray(ByteReader& r) {
-  int64_t n = r.Get<int64_t>();
-  if (n < 0) return NDArray();
-  if (static_cast<uint64_t>(n) > r.remaining() / 4)
-    throw IOError("optimizer states: truncated array of " + std::to_string(n) + " elements");
-  NDArray a(Shape{n}, DType::kFloat32);
-  r.GetBytes(a.raw(), a.nbytes());
-  return a;
-}
-}  // namespace
-
+// The blob's format: kvstore/states_file.h.
 std::string Optimizer::SaveStates(bool dump_optimizer) const {
   std::lock_guard<std::mutex> lk(mu_);
-  ByteWriter w;
-  w.PutBytes(dump_optimizer ? kDumpedMagic : kStatesMagic, 8);
-  w.PutString(cfg_.Serialize());
-  w.Put<int64_t>(num_update_);
-  w.Put<uint64_t>(states_.size());
-  for (auto& [key, st] : states_) {
-    w.Put<int64_t>(key);
-    w.Put<int64_t>(st->t);
-    w.Put<uint32_t>(static_cast<uint32_t>(st->slots.size()));
-    for (auto& s : st->slots) PutArray(w, s);
-    PutArray(w, st->master);
-  }
-  return w.Take();
+  states::Blob b;
+  b.dumped = dump_optimizer;
+  b.config = cfg_.Serialize();
+  b.num_update = num_update_;
+  b.keys.reserve(states_.size());
+  for (auto& [key, st] : states_) b.keys.push_back({key, st->t, st->slots, st->master});
+  return states::EncodeBlob(b);  // under mu_: one consistent snapshot
 }
 
 void Optimizer::LoadStates(const std::string& blob, const WeightInfo& weights) {
-  ByteReader r(blob.data(), blob.size(), "optimizer states");
-  char magic[8];
-  r.GetBytes(magic, 8);
-  const bool dumped = std::memcmp(magic, kDumpedMagic, 8) == 0;
-  if (!dumped && std::memcmp(magic, kStatesMagic, 8) != 0)
-    throw IOError("not a pskv optimizer-states file (bad magic)");
-  OptimizerConfig saved = OptimizerConfig::Deserialize(r.GetString());
-  if (!dumped && saved.type != cfg_.type)
+  states::Blob b = states::DecodeBlob(blob);
+  OptimizerConfig saved = OptimizerConfig::Deserialize(b.config);
+  if (!b.dumped && saved.type != cfg_.type)
     throw UsageError("optimizer states were saved by '" + saved.type + "' but this store runs '" +
                      cfg_.type + "'");
+  const OptimizerConfig& kind = b.dumped ? saved : cfg_;
   std::map<int64_t, std::unique_ptr<State>> states;
-  int64_t num_update = r.Get<int64_t>();
-  uint64_t count = r.Get<uint64_t>();
-  for (uint64_t i = 0; i < count; ++i) {
-    int64_t key = r.Get<int64_t>();
-    auto st = std::make_unique<State>();
-    st->t = r.Get<int64_t>();
-    uint32_t ns = r.Get<uint32_t>();
-    const OptimizerConfig& kind = dumped ? saved : cfg_;
-    if (ns != static_cast<uint32_t>(NumSlots(kind)))
+  for (states::KeyStates& k : b.keys) {
+    const int64_t key = k.key;
+    const size_t ns = k.slots.size();
+    if (ns != static_cast<size_t>(NumSlots(kind)))
       throw IOError("optimizer states: key " + std::to_string(key) + " has " + std::to_string(ns) +
                     " state buffers, expected " + std::to_string(NumSlots(kind)));
-    for (uint32_t s = 0; s < ns; ++s) st->slots.push_back(GetArray(r));
-    st->master = GetArray(r);
+    auto st = std::make_unique<State>();
+    st->t = k.t;
+    st->slots = std::move(k.slots);
+    st->master = std::move(k.master);
     if (weights) {
       auto [n, low] = weights(key);
       if (n < 0)
@@ -607,16 +574,14 @@ void Optimizer::LoadStates(const std::string& blob, const WeightInfo& weights) {
     }
     states[key] = std::move(st);
   }
-  if (r.remaining() != 0) throw IOError("optimizer states: trailing bytes");
   std::lock_guard<std::mutex> lk(mu_);
   states_ = std::move(states);
-  num_update_ = num_update;
-  if (dumped) cfg_ = std::move(saved);
+  num_update_ = b.num_update;
+  if (b.dumped) cfg_ = std::move(saved);
 }
 
 void MarkStatesDumped(std::string* blob) {
-  if (blob->size() >= 8 && std::memcmp(blob->data(), kStatesMagic, 8) == 0)
-    std::memcpy(blob->data(), kDumpedMagic, 8);
+  states::MarkDumped(blob);
 }
 
 }  // namespace pskv

@@ -82,31 +82,6 @@ struct Trainer::Impl {
 };
 
 namespace {
-// The configuration inside a states file written with dump_optimizer (local blob or
-// the dist file of every server's blob); false if the file carries none.
-bool DumpedConfig(const std::string& fname, OptimizerConfig* cfg) {
-  std::ifstream f(fname, std::ios::binary);
-  if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  // Dist files wrap the servers' blobs: v1 "PSKVDST1", u32 count, u32 size, blob...;
-  // v2 "PSKVDST2", u32 count n, n u64 sizes, blobs. The first blob holds the config.
-  size_t at = 0;
-  if (data.compare(0, 8, "PSKVDST1") == 0) {
-    at = 16;
-  } else if (data.size() >= 12 && data.compare(0, 8, "PSKVDST2") == 0) {
-    uint32_t n;
-    std::memcpy(&n, data.data() + 8, 4);
-    at = 12 + 8 * static_cast<size_t>(n);
-  }
-  if (data.size() < at + 12 || data.compare(at, 8, "PSKVOPT2") != 0) return false;
-  uint32_t len;
-  std::memcpy(&len, data.data() + at + 8, 4);
-  if (data.size() < at + 12 + len)
-    throw IOError("optimizer states file '" + fname + "' is truncated");
-  *cfg = OptimizerConfig::Deserialize(data.substr(at + 12, len));
-  return true;
-}
-
 void WriteFileAtomically(const std::string& fname, const std::string& data) {
   const std::string tmp = fname + ".tmp" + std::to_string(::getpid());
   {
@@ -636,8 +611,7 @@ void Trainer::SaveStates(const std::string& fname) {
 
 void Trainer::LoadStates(const std::string& fname) {
   Impl& m = *impl_;
-  OptimizerConfig saved;
-  const bool dumped = DumpedConfig(fname, &saved);
+  const std::optional<OptimizerConfig> saved = ReadDumpedOptimizerConfig(fname);
   if (m.opt.update_on_kvstore) {
     m.kv->LoadOptimizerStates(fname);
     // Rank 0 loads for the store: no worker may push before the states are in.
@@ -648,7 +622,7 @@ void Trainer::LoadStates(const std::string& fname) {
     ss << f.rdbuf();
     m.local_opt->LoadStates(ss.str());
   }
-  if (dumped) m.cfg = saved;
+  if (saved) m.cfg = *saved;
 }
 
 }  // namespace pskv

@@ -1,0 +1,193 @@
+#include "kvstore/states_file.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "common/byte_io.h"
+#include "pskv/error.h"
+#include "pskv/optimizer.h"
+
+namespace pskv::states {
+
+namespace {
+
+constexpr char kBlobMagic[] = "PSKVOPT1";
+constexpr char kDumpedMagic[] = "PSKVOPT2";
+constexpr char kDistMagic1[] = "PSKVDST1";
+constexpr char kDistMagic2[] = "PSKVDST2";
+constexpr const char* kWhat = "optimizer states";
+
+bool HasMagic(std::string_view bytes, const char* magic) {
+  return bytes.size() >= 8 && std::memcmp(bytes.data(), magic, 8) == 0;
+}
+
+void PutArray(ByteWriter& w, const NDArray& a) {
+  w.Put<int64_t>(a.empty() ? -1 : a.size());
+  if (!a.empty()) w.PutBytes(a.raw(), a.nbytes());
+}
+
+NDArray GetArray(ByteReader& r) {
+  const int64_t n = r.Get<int64_t>();
+  if (n < 0) return NDArray();
+  if (static_cast<uint64_t>(n) > r.remaining() / 4)
+    throw IOError("optimizer states: truncated array of " + std::to_string(n) + " elements");
+  NDArray a(Shape{n}, DType::kFloat32);
+  r.GetBytes(a.raw(), a.nbytes());
+  return a;
+}
+
+uint64_t U64At(std::string_view b, size_t at) {
+  uint64_t v;
+  std::memcpy(&v, b.data() + at, 8);
+  return v;
+}
+uint32_t U32At(std::string_view b, size_t at) {
+  uint32_t v;
+  std::memcpy(&v, b.data() + at, 4);
+  return v;
+}
+
+}  // namespace
+
+std::string EncodeBlob(const Blob& blob) {
+  ByteWriter w;
+  w.PutBytes(blob.dumped ? kDumpedMagic : kBlobMagic, 8);
+  w.PutString(blob.config);
+  w.Put<int64_t>(blob.num_update);
+  w.Put<uint64_t>(blob.keys.size());
+  for (const KeyStates& k : blob.keys) {
+    w.Put<int64_t>(k.key);
+    w.Put<int64_t>(k.t);
+    w.Put<uint32_t>(static_cast<uint32_t>(k.slots.size()));
+    for (const NDArray& s : k.slots) PutArray(w, s);
+    PutArray(w, k.master);
+  }
+  return w.Take();
+}
+
+Blob DecodeBlob(std::string_view bytes) {
+  ByteReader r(bytes.data(), bytes.size(), kWhat);
+  char magic[8];
+  r.GetBytes(magic, 8);
+  Blob b;
+  b.dumped = std::memcmp(magic, kDumpedMagic, 8) == 0;
+  if (!b.dumped && std::memcmp(magic, kBlobMagic, 8) != 0)
+    throw IOError("not a pskv optimizer-states file (bad magic)");
+  b.config = r.GetString();
+  b.num_update = r.Get<int64_t>();
+  const uint64_t count = r.Get<uint64_t>();
+  // A key takes at least 28 bytes (key, t, slot count, master's count).
+  if (count > r.remaining() / 28)
+    throw IOError("optimizer states: " + std::to_string(count) + " keys cannot fit in " +
+                  std::to_string(r.remaining()) + " bytes");
+  b.keys.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    KeyStates k;
+    k.key = r.Get<int64_t>();
+    k.t = r.Get<int64_t>();
+    const uint32_t ns = r.Get<uint32_t>();
+    if (ns > r.remaining() / 8)
+      throw IOError("optimizer states: key " + std::to_string(k.key) + " claims " +
+                    std::to_string(ns) + " state buffers");
+    for (uint32_t s = 0; s < ns; ++s) k.slots.push_back(GetArray(r));
+    k.master = GetArray(r);
+    b.keys.push_back(std::move(k));
+  }
+  if (r.remaining() != 0) throw IOError("optimizer states: trailing bytes");
+  return b;
+}
+
+void MarkDumped(std::string* blob) {
+  if (HasMagic(*blob, kBlobMagic)) std::memcpy(blob->data(), kDumpedMagic, 8);
+}
+
+std::string EncodeDistHeader(const std::vector<uint64_t>& sizes) {
+  ByteWriter w;
+  w.PutBytes(kDistMagic2, 8);
+  w.Put<uint32_t>(static_cast<uint32_t>(sizes.size()));
+  for (uint64_t s : sizes) w.Put<uint64_t>(s);
+  return w.Take();
+}
+
+DistFile DecodeDistFile(std::string_view bytes, const std::string& name) {
+  auto bad = [&](const std::string& why) {
+    return IOError("'" + name + "' is not a pskv dist optimizer-states file: " + why);
+  };
+  const uint64_t size = bytes.size();
+  if (size < 12) throw bad("too short");
+  const uint32_t n = U32At(bytes, 8);
+  DistFile f;
+  if (HasMagic(bytes, kDistMagic2)) {
+    f.version = 2;
+    uint64_t at = 12;
+    if (size < at + 8ull * n) throw bad("truncated");
+    std::vector<uint64_t> sizes(n);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      sizes[i] = U64At(bytes, at + 8ull * i);
+      if (sizes[i] > size) throw bad("bad size");
+      sum += sizes[i];
+    }
+    at += 8ull * n;
+    if (sum != size - at) throw bad("sizes do not add up");
+    for (uint64_t s : sizes) {
+      f.blobs.push_back(bytes.substr(at, s));
+      at += s;
+    }
+  } else if (HasMagic(bytes, kDistMagic1)) {
+    f.version = 1;
+    uint64_t at = 12;
+    if (n > (size - at) / 4) throw bad("truncated");  // each blob has a 4-byte size
+    for (uint32_t i = 0; i < n; ++i) {
+      if (size - at < 4) throw bad("truncated");
+      const uint32_t s = U32At(bytes, at);
+      at += 4;
+      if (s > size - at) throw bad("truncated");
+      f.blobs.push_back(bytes.substr(at, s));
+      at += s;
+    }
+    if (at != size) throw bad("trailing bytes");
+  } else {
+    throw bad("bad magic");
+  }
+  return f;
+}
+
+std::optional<std::string> ReadDumpedConfigText(const std::string& fname) {
+  std::ifstream f(fname, std::ios::binary | std::ios::ate);
+  if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
+  const uint64_t size = static_cast<uint64_t>(f.tellg());
+  auto read = [&](uint64_t at, uint64_t n) {
+    std::string s;
+    if (at >= size) return s;
+    s.resize(std::min(n, size - at));
+    f.seekg(static_cast<std::streamoff>(at));
+    f.read(s.data(), static_cast<std::streamsize>(s.size()));
+    if (!f) throw IOError("cannot read optimizer states file '" + fname + "'");
+    return s;
+  };
+  // Where the first blob starts: 0 for a blob, after the dist header otherwise.
+  const std::string head = read(0, 12);
+  uint64_t at = 0;
+  if (HasMagic(head, kDistMagic1))
+    at = 16;
+  else if (head.size() == 12 && HasMagic(head, kDistMagic2))
+    at = 12 + 8ull * U32At(head, 8);
+  const std::string blob = read(at, 12);
+  if (blob.size() < 12 || !HasMagic(blob, kDumpedMagic)) return std::nullopt;
+  const uint32_t len = U32At(blob, 8);
+  if (size - at - 12 < len) throw IOError("optimizer states file '" + fname + "' is truncated");
+  return read(at + 12, len);
+}
+
+}  // namespace pskv::states
+
+namespace pskv {
+
+std::optional<OptimizerConfig> ReadDumpedOptimizerConfig(const std::string& fname) {
+  auto text = states::ReadDumpedConfigText(fname);
+  if (!text) return std::nullopt;
+  return OptimizerConfig::Deserialize(*text);
+}
+
+}  // namespace pskv
