@@ -1,0 +1,34 @@
+#include "kvstore/dist/worker/collective_init.h"
+
+#include "kvstore/dist_protocol.h"
+
+namespace pskv::dist {
+
+void CollectiveInit(ServerLink& link, const payload::InitReport& report,
+                    const std::function<void(size_t)>& push_rank0) {
+  link.Command(kReportInit, payload::EncodeInitReport(report), {ServerId(0)});
+  std::exception_ptr err;
+  if (link.rank() == 0) {
+    // Rank 0's values initialise the servers; the others' are only checked.
+    payload::InitReport failures;
+    for (size_t i = 0; i < report.entries.size(); ++i) {
+      try {
+        push_rank0(i);
+      } catch (const std::exception& e) {
+        if (!err) err = std::current_exception();
+        failures.failures.push_back({report.entries[i].id, e.what()});
+      }
+    }
+    if (!failures.failures.empty() && !link.broken())
+      link.Command(kReportInit, payload::EncodeInitReport(failures), {ServerId(0)});
+  }
+  if (link.broken() && err) std::rethrow_exception(err);
+  link.WorkerBarrier();
+  std::vector<int64_t> ids;
+  ids.reserve(report.entries.size());
+  for (auto& e : report.entries) ids.push_back(e.id);
+  link.Command(kCheckInit, payload::EncodeCheckInit(ids), {ServerId(0)});
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace pskv::dist

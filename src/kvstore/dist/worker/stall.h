@@ -1,0 +1,22 @@
+// A dist store's Wait: waits for its engine in slices of the stall interval
+// (PSKV_STALL_WARNING, doubling); each stall logs what this worker waits for (its
+// pending requests, the servers' open sync rounds); the TimeoutError names the same.
+// A server reporting a round of a waited key as waiting for a worker that is in
+// Barrier() is a deadlock: TimeoutError at once. Timeouts and failures break the
+// store (ServerLink).
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "kvstore/dist/worker/server_link.h"
+#include "kvstore/engine.h"
+
+namespace pskv::dist {
+
+/// Blocks until every operation on `keys` (null: all keys) completed, then rethrows a
+/// recorded failure; TimeoutError after `timeout`.
+void WaitWithStallReports(Engine& engine, ServerLink& link, const std::vector<int>* keys,
+                          std::chrono::milliseconds timeout);
+
+}  // namespace pskv::dist

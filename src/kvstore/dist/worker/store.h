@@ -1,0 +1,125 @@
+// DistWorkerStore: the worker side of the dist stores (dist_sync, dist_async, and
+// their _device variants on this CPU build), reusable by other store types.
+//
+// Per key: the values a call pushes are reduced locally (LocalReducer, the seam for
+// a store whose arrays live elsewhere), optionally compressed, then sent to the
+// servers holding the key's slices; pulls land in the first output and are copied to
+// the others. Every key's operations run in order on the engine; different keys
+// overlap, higher priority first.
+//
+// The parts, one concern each (this folder):
+//   shared_node      the process's worker node, shared by its stores
+//   server_link      commands, awaited requests, worker barriers, the broken state
+//   key_table        keys, placement, the checks of a call, strict rounds (RoundRules)
+//   collective_init  Init of dense and row_sparse keys
+//   fusion           small keys of one call travel in one message
+//   sparse_worker.cc row_sparse push, pull and init (wire: dist/wire/sparse_codec.h)
+//   stall            Wait with stall reports and deadlock diagnosis
+//   states_transfer  optimizer states between the servers and a states file
+//
+// Blocking: every wait for the servers goes through KVWorker::Await (ServerLink) or,
+// for scheduled operations, through the engine (stall.h). After a timeout or a dead
+// peer the store is broken: closing it aborts at once instead of waiting for the final
+// barrier.
+//
+// Threads: calls may come from several threads. mu_ guards the key table and the
+// strict-rounds state; a key's merge/residual buffers belong to its engine operation.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kvstore/compression.h"
+#include "kvstore/dist/worker/key_table.h"
+#include "kvstore/dist/worker/local_reducer.h"
+#include "kvstore/dist/worker/server_link.h"
+#include "kvstore/dist/worker/shared_node.h"
+#include "kvstore/engine.h"
+#include "pskv/kvstore.h"
+
+namespace pskv::dist {
+
+class DistWorkerStore : public KVStore {
+ public:
+  /// Joins the process's worker node (registering it with the job on first use) and
+  /// meets the other workers. `type` contains "async" for a dist_async store.
+  DistWorkerStore(std::string type, Options options, std::unique_ptr<LocalReducer> reducer);
+  ~DistWorkerStore() override;
+
+  int Rank() const override { return link_->rank(); }
+  int NumWorkers() const override { return node_->num_workers(); }
+  void Barrier() override { link_->WorkerBarrier(); }
+  void SetOptimizer(const OptimizerConfig& config) override;
+  void SetGradientCompression(const CompressionConfig& config) override;
+  /// Neither call is collective: on ranks other than 0 both only WaitAll. In sync
+  /// mode no round can complete while rank 0 is inside, so the states saved or loaded
+  /// are those between two rounds.
+  void SaveOptimizerStates(const std::string& fname, bool dump_optimizer) override;
+  void LoadOptimizerStates(const std::string& fname) override;
+
+  /// Whether creating this store registered the process's worker node, and its name
+  /// in logs ("worker[1]").
+  bool started_node() const { return started_node_; }
+  std::string NodeTag() const { return node_->Tag(); }
+
+ protected:
+  void InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) override;
+  void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                int priority) override;
+  void PullImpl(const std::vector<int>& keys, const std::vector<NDArray>& outs,
+                int priority) override;
+  void PushPullImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                    const std::vector<int>& out_keys, const std::vector<NDArray>& outs,
+                    int priority) override;
+  void WaitImpl(const std::vector<int>* keys, std::chrono::milliseconds timeout) override;
+  void SetUpdaterImpl(Updater) override;
+  // row_sparse keys (sparse_worker.cc): one request per call, one key per server;
+  // every server holding rows gets each push, also an empty one (its part of a sync
+  // round).
+  void InitRowSparseImpl(int key, const RowSparseNDArray& value) override;
+  void PushRowSparseImpl(int key, const std::vector<RowSparseNDArray>& values,
+                         int priority) override;
+  void RowSparsePullImpl(int key, const std::vector<RowSparseNDArray>& outs,
+                         const std::vector<NDArray>& row_ids, int priority) override;
+
+  /// One key's values ready to send: reduced (LocalReducer) and, with gradient
+  /// compression, quantised per server slice. Engine thread. Returns the frame, its
+  /// per-ps-key lengths and the request's cmd.
+  std::tuple<Frame, std::vector<uint64_t>, int> Prepare(KeyMeta& m,
+                                                        const std::vector<NDArray>& vals);
+
+  ServerLink& link() { return *link_; }
+  Engine& engine() { return engine_; }
+  int store_id() const { return store_id_; }
+
+ private:
+  void CheckAsyncHasOptimizer() const;
+  /// The metas of a call's dense keys, checked; with strict rounds (dist_sync) the
+  /// call is also admitted by RoundRules (all checks pass before anything is
+  /// recorded). Takes mu_.
+  std::vector<KeyMeta*> LookUp(const Grouped& groups, const std::vector<NDArray>& arrays,
+                               const char* op, const char* what,
+                               const RoundRules::Step* step = nullptr);
+  /// Whether a push of `nvals` values of `m` may start on the calling thread (Engine):
+  /// only when preparing it is no work (one value, sent as it is) and small enough
+  /// that the transport's copy (shared memory) is cheap too.
+  bool StartsHere(const KeyMeta& m, size_t nvals) const;
+
+  const bool async_;
+  SharedNode::Lease lease_;
+  int store_id_ = 0;
+  bool started_node_ = false;
+  Node* node_ = nullptr;  // lease_'s
+  std::unique_ptr<ServerLink> link_;
+  bool has_server_optimizer_ = false;
+  std::unique_ptr<LocalReducer> reducer_;
+  std::unique_ptr<GradientCompressor> compressor_;
+  std::mutex mu_;
+  dist::KeyTable keys_;
+  Engine engine_;
+};
+
+}  // namespace pskv::dist
