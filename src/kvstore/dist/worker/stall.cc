@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "common/stall.h"
 #include "kvstore/dist_protocol.h"
 #include "protocol/payload.h"
 #include "pskv/error.h"
@@ -58,23 +59,30 @@ std::string Stalled(ServerLink& link, bool final, std::chrono::seconds waited,
 void WaitWithStallReports(Engine& engine, ServerLink& link, const std::vector<int>* keys,
                           std::chrono::milliseconds timeout) {
   using namespace std::chrono;
-  const auto start = steady_clock::now(), deadline = start + timeout;
-  milliseconds interval = link.options().stall_warning;
-  for (;;) {
-    const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
-    const bool last = interval.count() <= 0 || left <= interval;
-    if (engine.WaitIdle(keys, last ? std::max(left, milliseconds(0)) : interval)) break;
-    if (last) {
-      const std::string what =
-          "KVStore wait timed out after " +
-          std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
-          " s (raise PSKV_TIMEOUT if this is expected); " +
-          Stalled(link, true, duration_cast<seconds>(steady_clock::now() - start), keys);
-      link.MarkBroken(what);
-      throw TimeoutError(what);
-    }
-    Stalled(link, false, duration_cast<seconds>(steady_clock::now() - start), keys);
-    interval *= 2;  // back-off
+  const auto start = steady_clock::now();
+  bool idle;
+  if (timeout.count() <= 0) {
+    idle = engine.WaitIdle(keys, milliseconds(0));  // look once
+  } else {
+    WaitPlan plan;
+    plan.timeout = timeout;
+    plan.stall = link.options().stall_warning;
+    idle = WaitReporting(
+        plan,
+        [&](steady_clock::time_point until) {
+          const auto left = duration_cast<milliseconds>(until - steady_clock::now());
+          return engine.WaitIdle(keys, std::max(left, milliseconds(0)));
+        },
+        [&](milliseconds waited) { Stalled(link, false, duration_cast<seconds>(waited), keys); });
+  }
+  if (!idle) {
+    const std::string what =
+        "KVStore wait timed out after " +
+        std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
+        " s (raise PSKV_TIMEOUT if this is expected); " +
+        Stalled(link, true, duration_cast<seconds>(steady_clock::now() - start), keys);
+    link.MarkBroken(what);
+    throw TimeoutError(what);
   }
   try {
     // Not Wait(keys, 0): another thread may have issued an operation on these keys

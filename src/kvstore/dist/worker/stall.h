@@ -1,9 +1,9 @@
-// A dist store's Wait: waits for its engine in slices of the stall interval
-// (PSKV_STALL_WARNING, doubling); each stall logs what this worker waits for (its
-// pending requests, the servers' open sync rounds); the TimeoutError names the same.
-// A server reporting a round of a waited key as waiting for a worker that is in
-// Barrier() is a deadlock: TimeoutError at once. Timeouts and failures break the
-// store (ServerLink).
+// A dist store's Wait: waits for its engine with the stall-report policy of
+// common/stall.h (first after PSKV_STALL_WARNING, then each time the wait doubled);
+// each report logs what this worker waits for (its pending requests, the servers'
+// open sync rounds); the TimeoutError names the same. A server reporting a round of a
+// waited key as waiting for a worker that is in Barrier() is a deadlock: TimeoutError
+// at once. Timeouts and failures break the store (ServerLink).
 #pragma once
 
 #include <chrono>
