@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/net.h"
+#include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist/worker/store.h"
-#include "kvstore/dist_server.h"
 #include "pskv/kvstore.h"
 
 using namespace pskv;

@@ -4,8 +4,8 @@
 
 #include "common/logging.h"
 #include "common/observe.h"  // [observe]
+#include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist/worker/store.h"
-#include "kvstore/dist_server.h"
 #include "pskv/error.h"
 
 namespace pskv {
