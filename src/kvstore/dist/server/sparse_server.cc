@@ -1,8 +1,8 @@
 #include "kvstore/dist/server/sparse_server.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "kvstore/dist/wire/sparse_codec.h"
 #include "kvstore/dist_protocol.h"
 #include "pskv/error.h"
 #include "pskv/row_sparse.h"
@@ -13,85 +13,35 @@ namespace pskv {
 namespace {
 
 using dist::Kind;
+namespace sparse_wire = dist::sparse_wire;
 
-// ---- The row_sparse value encoding (sparse_server.h), decoded here only. Each
-// decoder checks sizes before it allocates and throws InvalidArgument, ShapeError or
-// KeyError with the reason.
-
-uint64_t U64At(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
+// The row_sparse values (layout and checks: kvstore/dist/wire/sparse_codec.h, the
+// codec the workers encode with) read from a received message's pieces.
+sparse_wire::Source ValuesOf(const Message& m) {
+  sparse_wire::Source s;
+  s.size = m.h.vals_len;
+  s.copy = [&m](uint64_t offset, uint64_t len, char* out) { m.CopyVals(offset, len, out); };
+  return s;
 }
 
 // A kSparseInit value: the key's slice, rows x row_size elements of `dtype`.
 NDArray DecodeInit(const Message& m, DType dtype) {
-  const uint64_t len = m.h.vals_len;
-  if (len < 16) throw InvalidArgument("malformed row_sparse init");
-  char head[16];
-  m.CopyVals(0, 16, head);
-  const uint64_t rows = U64At(head), u = U64At(head + 8);
-  const uint64_t es = DTypeSize(dtype);
-  if (rows == 0 || u == 0 || rows > (len - 16) / es / u || 16 + rows * u * es != len)
-    throw ShapeError("row_sparse init of " + std::to_string(rows) + " rows of " +
-                     std::to_string(u) + " elements does not match its " + std::to_string(len) +
-                     " bytes");
-  NDArray table(Shape{static_cast<int64_t>(rows), static_cast<int64_t>(u)}, dtype);
-  m.CopyVals(16, rows * u * es, static_cast<char*>(table.raw()));
+  const sparse_wire::Source v = ValuesOf(m);
+  const sparse_wire::InitHead h = sparse_wire::DecodeInitHead(v, DTypeSize(dtype));
+  NDArray table(Shape{static_cast<int64_t>(h.rows), static_cast<int64_t>(h.row_size)}, dtype);
+  v.copy(16, table.nbytes(), static_cast<char*>(table.raw()));
   return table;
 }
 
 // A kSparsePush value: local row ids and rows (an aligned copy).
-struct Rows {
-  std::vector<int64_t> ids;
-  NDArray data;  // (ids.size() * row_size) elements
-};
-
+using Rows = sparse_wire::PushRows;
 Rows DecodePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype) {
-  const uint64_t len = m.h.vals_len;
-  if (len < 16) throw InvalidArgument("row_sparse push shorter than its header");
-  char head[16];
-  m.CopyVals(0, 16, head);
-  const uint64_t n = U64At(head), u = U64At(head + 8);
-  if (u != static_cast<uint64_t>(row_size))
-    throw ShapeError("row_sparse push has rows of " + std::to_string(u) +
-                     " elements but the key's rows have " + std::to_string(row_size));
-  const uint64_t es = DTypeSize(dtype);
-  // Sizes checked before anything is reserved: n is bounded by the key's rows.
-  if (n > static_cast<uint64_t>(key_rows) || len != 16 + n * 8 + n * u * es)
-    throw ShapeError("row_sparse push of " + std::to_string(n) + " rows has " +
-                     std::to_string(len) + " bytes, which does not match rows of " +
-                     std::to_string(u) + " " + DTypeName(dtype) + " elements");
-  Rows r;
-  r.ids.resize(n);
-  if (n) m.CopyVals(16, n * 8, reinterpret_cast<char*>(r.ids.data()));
-  for (uint64_t i = 0; i < n; ++i)
-    if (r.ids[i] < 0 || r.ids[i] >= key_rows || (i && r.ids[i] <= r.ids[i - 1]))
-      throw KeyError("row_sparse push: row ids must be ascending, unique and within the " +
-                     std::to_string(key_rows) + " rows held here");
-  r.data = NDArray(Shape{static_cast<int64_t>(n * u)}, dtype);
-  if (n) m.CopyVals(16 + n * 8, n * u * es, static_cast<char*>(r.data.raw()));
-  return r;
+  return sparse_wire::DecodePush(ValuesOf(m), key_rows, row_size, dtype);
 }
 
 // A kSparsePull value: the local row ids to read.
 std::vector<int64_t> DecodePull(const Message& m, int64_t key_rows) {
-  const uint64_t len = m.h.vals_len;
-  uint64_t n = 0;
-  if (len >= 8) {
-    char head[8];
-    m.CopyVals(0, 8, head);
-    n = U64At(head);
-  }
-  if (len < 8 || n > static_cast<uint64_t>(key_rows) || len != 8 + n * 8)
-    throw InvalidArgument("malformed row_sparse pull");
-  std::vector<int64_t> ids(n);
-  if (n) m.CopyVals(8, n * 8, reinterpret_cast<char*>(ids.data()));
-  for (uint64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= key_rows || (i && ids[i] <= ids[i - 1]))
-      throw KeyError("row ids must be ascending, unique and within the " +
-                     std::to_string(key_rows) + " rows held here");
-  return ids;
+  return sparse_wire::DecodePull(ValuesOf(m), key_rows);
 }
 
 }  // namespace

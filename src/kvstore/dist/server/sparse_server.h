@@ -2,16 +2,11 @@
 // row_sparse_pull).
 //
 // Every row_sparse request carries exactly one key: the part of a table this server
-// holds (its row range, dist::PlaceRows). Values (little-endian u64 fields; row ids
-// are local to the server's range):
-//   kSparseInit  push      [rows][row_size] then rows*row_size elements (the slice)
-//   kSparsePush  push      [n][row_size][n ids, ascending][n*row_size elements]
-//   kSparsePull  push+pull [n][n ids, ascending]; the reply is n*row_size elements
-// Everything is validated (sizes before any allocation, ids ascending and in range,
-// row size and dtype equal to the key's) before the key changes.
-//
-// The value encoding is decoded in one place (the Decode* functions of
-// sparse_server.cc).
+// holds (its row range, dist::PlaceRows). Its values (kSparseInit, kSparsePush,
+// kSparsePull) have the layout of kvstore/dist/wire/sparse_codec.h, the one codec the
+// workers encode with and this server decodes with: everything is validated (sizes
+// before any allocation, ids ascending and in range, row size and dtype equal to the
+// key's) before the key changes.
 //
 // The slice is stored dense (absent rows are zero rows). Sync mode: a round
 // (rounds.h) completes when every worker pushed (an empty push counts, as zeros); the

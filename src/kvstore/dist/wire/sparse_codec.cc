@@ -115,8 +115,8 @@ std::vector<int64_t> DecodePull(const Source& v, int64_t key_rows) {
   std::vector<int64_t> ids(n);
   if (n) v.copy(8, n * 8, reinterpret_cast<char*>(ids.data()));
   if (!ValidIds(ids, key_rows))
-    throw KeyError("row_sparse pull: row ids must be ascending, unique and within the " +
-                   std::to_string(key_rows) + " rows held here");
+    throw KeyError("row ids must be ascending, unique and within the " + std::to_string(key_rows) +
+                   " rows held here");
   return ids;
 }
 
