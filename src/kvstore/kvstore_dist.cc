@@ -40,7 +40,7 @@ std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Option
   auto store = std::make_unique<dist::DistWorkerStore>(
       type, options,
       std::make_unique<dist::CpuLocalReducer>(options.bigarray_bound, options.reduction_threads));
-  if (store->started_node()) SetLogName(store->NodeTag());  // name log lines after the node
+  // The log name is set when the process's worker node starts (shared_node.cc).
   // ---- end of the process-wide configuration.
   return store;
 }

@@ -125,7 +125,7 @@ DistFile DecodeDistFile(std::string_view bytes, const std::string& name) {
     uint64_t sum = 0;
     for (uint32_t i = 0; i < n; ++i) {
       sizes[i] = U64At(bytes, at + 8ull * i);
-      if (sizes[i] > size) throw bad("bad size");
+      if (sizes[i] > size - sum) throw bad("bad size");  // the sum never exceeds size
       sum += sizes[i];
     }
     at += 8ull * n;

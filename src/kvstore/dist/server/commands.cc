@@ -36,10 +36,11 @@ std::string DistServer::SetMode(const Call& c) {
 }
 
 std::string DistServer::SetOptimizer(const Call& c) {
-  auto& optimizer = optimizers_[c.store];
-  optimizer = std::make_unique<Optimizer>(payload::DecodeOptimizer(c.body));
+  // Built before it is stored: a config that fails to decode leaves no empty entry.
+  auto optimizer = std::make_unique<Optimizer>(payload::DecodeOptimizer(c.body));
   if (node_->options().verbose >= 1)
     PSKV_INFO(node_->Tag() << ": optimizer " << optimizer->config().type);
+  optimizers_[c.store] = std::move(optimizer);
   return {};
 }
 
@@ -67,7 +68,8 @@ std::string DistServer::WorkerDone(const Call& c) {
 }
 
 std::string DistServer::HasOptimizer(const Call& c) {
-  return payload::EncodeHasOptimizer(optimizers_.count(c.store) > 0);
+  auto it = optimizers_.find(c.store);
+  return payload::EncodeHasOptimizer(it != optimizers_.end() && it->second != nullptr);
 }
 
 std::string DistServer::BarrierState(const Call& c) {
