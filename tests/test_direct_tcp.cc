@@ -23,7 +23,7 @@
 #include "support/loopback_dial.h"
 #include "transport/auth.h"
 #include "transport/framing.h"
-#include "transport/shm/shm_transport.h"
+#include "transport/upgrade/upgrading_transport.h"
 #include "transport/tcp/direct_tcp.h"
 #include "transport/transport.h"
 

@@ -24,7 +24,7 @@
 #include "support/loopback_dial.h"
 #include "transport/fault/fault_transport.h"
 #include "transport/shm/shm_ring.h"
-#include "transport/shm/shm_transport.h"
+#include "transport/upgrade/upgrading_transport.h"
 #include "transport/transport.h"
 
 using namespace pskv;

@@ -4,7 +4,8 @@
 // two thread wake-ups per message, which dominated small operations).
 //
 // ZeroMQ stays the authenticated control channel; the direct connection is
-// negotiated over it the way a shared-memory ring is (shm_transport.h):
+// negotiated over it the way a shared-memory ring is (upgrade/data_path.h,
+// tcp/socket_path.h):
 //  1. sender B listens on one port of its own (bound at Bind, same host).
 //  2. B sends an OFFER over its authenticated ZeroMQ connection to A: a random
 //     128-bit nonce and where B listens.

@@ -1,0 +1,266 @@
+#include "transport/shm/ring_path.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <set>
+
+#include "common/net.h"
+#include "pskv/error.h"
+#include "transport/shm/shm_ring.h"
+
+namespace pskv::shm {
+namespace {
+
+using upgrade::Clock;
+using upgrade::InPath;
+using upgrade::OutPath;
+using upgrade::Signal;
+
+template <class T>
+std::atomic_ref<T> A(T& x) {
+  return std::atomic_ref<T>(x);
+}
+
+// Which "host" this process is on, as far as a ring can be shared: the kernel's
+// boot id, and the network and PID namespaces. Processes in other network
+// namespaces of the same kernel (containers, or the cluster tests' namespace
+// "hosts") share /dev/shm and could map a ring, but they are separate machines to
+// the job: their traffic must take the network they were given (rate limits,
+// DMLC_INTERFACE), and a peer in another PID namespace cannot open
+// /proc/<pid>/fd anyway. "" (no shared memory) when the boot id is unreadable.
+std::string ReadBootId() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string s;
+  std::getline(f, s);
+  if (s.empty()) return s;
+  for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
+    struct stat st {};
+    if (::stat(ns, &st) == 0) s += "/" + std::to_string(static_cast<unsigned long>(st.st_ino));
+  }
+  return s.size() < 64 ? s : std::string();
+}
+
+class RingOut final : public OutPath {
+ public:
+  explicit RingOut(std::unique_ptr<Ring> ring, int tx_wake)
+      : ring_(std::move(ring)), tx_wake_(tx_wake) {}
+  ~RingOut() override { Close(false); }
+
+  Taken Accepted(std::string* why) override {
+    Shared* s = ring_->shared();
+    if (!A(s->attached).load(std::memory_order_acquire)) return Taken::kWaiting;
+    peer_pipe_ = OpenPeerPipe(s->consumer_pid, s->consumer_pipe, why);
+    return peer_pipe_ < 0 ? Taken::kRefused : Taken::kTaken;
+  }
+
+  bool ReaderGone(std::string* why) override {
+    if (!A(ring_->shared()->consumer_closed).load(std::memory_order_acquire)) return false;
+    *why = "it stopped reading shared memory";
+    return true;
+  }
+
+  // Copies queued bytes into the ring as far as it has space, at most one ring's
+  // worth per call.
+  Written Write(std::deque<framing::OutMsg>& q, bool from_writer, uint64_t* written,
+                std::string* why) override {
+    Shared* s = ring_->shared();
+    const uint64_t cap = ring_->capacity();
+    *written = 0;
+    for (;;) {
+      const uint64_t tail = A(s->tail).load(std::memory_order_seq_cst);
+      if (tail > head_ || head_ - tail > cap) {  // the reader is not a pskv node
+        *why = "a shared-memory reader wrote an invalid position";
+        return Written::kInvalid;
+      }
+      uint64_t space = cap - (head_ - tail);
+      const uint64_t start = head_;
+      while (space && !q.empty() && *written < cap) {
+        framing::OutMsg& m = q.front();
+        auto [p, len] = m.Piece(m.piece);
+        const uint64_t n = std::min({len - m.offset, space, cap - *written});
+        if (n) ring_->CopyIn(head_, p + m.offset, n);
+        head_ += n;
+        space -= n;
+        *written += n;
+        m.offset += n;
+        if (m.offset == len) {
+          m.offset = 0;
+          if (++m.piece == m.pieces()) q.pop_front();  // releases the owners
+        }
+      }
+      if (head_ != start) {
+        A(s->head).store(head_, std::memory_order_seq_cst);
+        if (A(s->consumer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
+      }
+      if (q.empty()) return Written::kOk;
+      if (*written >= cap) {  // enough for one turn: the writer thread goes on
+        Signal(tx_wake_);
+        return Written::kOk;
+      }
+      // Full: ask the reader for a wake-up (into the writer thread's pipe), then
+      // look once more (it may have freed space before seeing the request).
+      A(s->producer_waiting).store(1, std::memory_order_seq_cst);
+      if (A(s->tail).load(std::memory_order_seq_cst) == tail) return Written::kOk;
+    }
+  }
+
+  void Close(bool switched) override {
+    if (closed_) return;
+    closed_ = true;
+    A(ring_->shared()->producer_closed).store(1, std::memory_order_seq_cst);
+    if (switched) Signal(peer_pipe_);
+    if (peer_pipe_ >= 0) ::close(peer_pipe_);
+    peer_pipe_ = -1;
+  }
+
+ private:
+  std::unique_ptr<Ring> ring_;
+  const int tx_wake_;
+  int peer_pipe_ = -1;  // the reader's wake-up pipe
+  uint64_t head_ = 0;   // private copy of the ring's head
+  bool closed_ = false;
+};
+
+class RingIn final : public InPath {
+ public:
+  RingIn(std::unique_ptr<Ring> ring, int peer_pipe, uint64_t max_frame)
+      : ring_(std::move(ring)), peer_pipe_(peer_pipe), parser_(max_frame) {}
+  ~RingIn() override {
+    Close();
+    if (peer_pipe_ >= 0) ::close(peer_pipe_);
+  }
+
+  Status Activate(const char**) override {
+    active_ = true;
+    return Status::kOk;
+  }
+
+  // Given up by its writer before SWITCH. Nothing written: never switched to
+  // (it went back to the control connection, or its offer passed the attach
+  // deadline) — nothing will come. Data written: its SWITCH is on the way over
+  // the control connection, slower than the ring (a writer that sends its last
+  // messages and closes at once) — the negotiator waits for it, bounded.
+  Status Check(Clock::time_point, const char**) override {
+    Shared* s = ring_->shared();
+    if (!A(s->producer_closed).load(std::memory_order_seq_cst)) return Status::kOk;
+    return A(s->head).load(std::memory_order_seq_cst) == tail_ ? Status::kDrop
+                                                               : Status::kDataWaiting;
+  }
+
+  // Reads what is available. Every value read from shared memory is checked
+  // first.
+  Read Pump(std::vector<Frame>* frames, const char** why) override {
+    Shared* s = ring_->shared();
+    const uint64_t cap = ring_->capacity();
+    const uint64_t head = A(s->head).load(std::memory_order_acquire);
+    if (head < tail_ || head - tail_ > cap) {
+      *why = "invalid write position";
+      return Read::kBad;
+    }
+    const uint64_t start = tail_;
+    bool done = false;
+    while (tail_ != head && !done) {
+      auto [dst, want] = parser_.Want();
+      const uint64_t n = std::min(want, head - tail_);
+      ring_->CopyOut(tail_, dst, n);
+      tail_ += n;
+      done = parser_.Got(n, why);
+      if (*why) return Read::kBad;
+    }
+    if (done) *frames = parser_.Take();
+    if (tail_ != start) {
+      A(s->tail).store(tail_, std::memory_order_seq_cst);
+      if (A(s->producer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
+    }
+    if (done) return Read::kMessage;
+    if (A(s->producer_closed).load(std::memory_order_seq_cst) &&
+        A(s->head).load(std::memory_order_seq_cst) == tail_)
+      return Read::kClosed;  // the writer closed and everything was read
+    return Read::kNothing;
+  }
+
+  bool Arm() override {
+    if (!active_) return false;
+    Shared* s = ring_->shared();
+    A(s->consumer_waiting).store(1, std::memory_order_seq_cst);
+    return A(s->head).load(std::memory_order_seq_cst) != tail_ ||
+           A(s->producer_closed).load(std::memory_order_seq_cst);
+  }
+  void Disarm() override {
+    if (active_) A(ring_->shared()->consumer_waiting).store(0, std::memory_order_relaxed);
+  }
+  bool Ready() const override {
+    return active_ && A(ring_->shared()->head).load(std::memory_order_acquire) != tail_;
+  }
+  void Close() override { A(ring_->shared()->consumer_closed).store(1, std::memory_order_seq_cst); }
+
+ private:
+  std::unique_ptr<Ring> ring_;
+  int peer_pipe_;      // the writer's wake-up pipe
+  uint64_t tail_ = 0;  // private copy of the ring's tail
+  framing::Parser parser_;
+  bool active_ = false;
+};
+
+class RingPath final : public upgrade::DataPath {
+ public:
+  explicit RingPath(const upgrade::PathHost& host)
+      : host_(host), boot_id_(ReadBootId()), local_(LocalIPv4Addresses()) {}
+
+  upgrade::PathKind kind() const override { return upgrade::PathKind::kRing; }
+
+  bool Wants(const std::string& endpoint, uint64_t) const override {
+    const auto mode = host_.cfg->shm;
+    if (boot_id_.empty() || mode == TransportConfig::Shm::kOff) return false;
+    if (mode == TransportConfig::Shm::kOn) return true;
+    const std::string h = endpoint.substr(0, endpoint.rfind(':'));
+    return IsLoopback(h) || local_.count(h) > 0;
+  }
+
+  std::unique_ptr<OutPath> Offer(upgrade::Nonce* nonce, std::string* details,
+                                 std::string* why) override {
+    std::unique_ptr<Ring> ring;
+    try {
+      ring = Ring::Create(host_.cfg->shm_ring_bytes);
+    } catch (const Error& e) {
+      *why = std::string("shared memory unavailable: ") + e.what();
+      return nullptr;
+    }
+    *nonce = ring->nonce();
+    *details = upgrade::EncodeRingDetails(
+        {host_.pid, ring->fd(), host_.tx_wake, ring->capacity(), boot_id_});
+    return std::make_unique<RingOut>(std::move(ring), host_.tx_wake);
+  }
+
+  std::unique_ptr<InPath> Accept(const upgrade::Offer& offer, const std::string& from,
+                                 std::string* why) override {
+    const upgrade::RingDetails d = upgrade::DecodeRingDetails(offer.details);
+    if (host_.cfg->shm == TransportConfig::Shm::kOff || boot_id_.empty() || boot_id_ != d.boot_id)
+      return nullptr;  // declined quietly: the peer keeps using the control connection
+    auto ring = Ring::Attach(d.pid, d.memfd, d.capacity, offer.nonce, why);
+    if (!ring) return nullptr;
+    const int pipe = OpenPeerPipe(d.pid, d.pipe, why);
+    if (pipe < 0) return nullptr;
+    Shared* s = ring->shared();
+    s->consumer_pid = host_.pid;
+    s->consumer_pipe = host_.rx_wake;
+    A(s->attached).store(1, std::memory_order_release);
+    return std::make_unique<RingIn>(std::move(ring), pipe, host_.cfg->max_frame);
+  }
+
+ private:
+  const upgrade::PathHost host_;
+  const std::string boot_id_;
+  const std::set<std::string> local_;
+};
+
+}  // namespace
+
+std::unique_ptr<upgrade::DataPath> CreateRingPath(const upgrade::PathHost& host) {
+  return std::make_unique<RingPath>(host);
+}
+
+}  // namespace pskv::shm

@@ -1,0 +1,36 @@
+// The backend every node uses ("upgrade", kNodeTransport; "shm" is an older
+// name): ZeroMQ (transport/zmq) for every handshake, for control and for
+// liveness, and per peer a faster data path negotiated over it — a shared-memory
+// ring for peers on this host (shm/ring_path.h, cfg.shm), a direct TCP connection
+// for the others (tcp/socket_path.h, cfg.tcp_direct). The negotiation and the
+// contract of a path are in data_path.h; the control messages in control_codec.h.
+//
+// A path is given up (B goes back to ZeroMQ, and offers again later where the
+// path says so) when ZeroMQ reports the peer down, when the path breaks or the
+// reader stops reading because B wrote something invalid, and at
+// Disconnect/Close; A drops a path when B says it closed and A has read
+// everything, or when a message from B arrives over ZeroMQ (B gave the path up:
+// unread messages are lost, never reordered). Dead peers are noticed by the
+// ZeroMQ connection (DownSince), which stays open.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace pskv {
+
+/// The upgrading transport (see above).
+std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg);
+
+/// True when messages from `t` to `peer` currently travel through shared memory
+/// (for tests and benchmarks; false for any other backend).
+bool SendsThroughShm(Transport& t, int peer);
+/// How messages from `t` to `peer` travel now: "shm", "tcp" (direct TCP) or
+/// "zmq" (for tests and benchmarks).
+std::string DataPath(Transport& t, int peer);
+/// The port `t` listens on for direct TCP connections (0: none; for tests).
+int DirectTcpPort(Transport& t);
+
+}  // namespace pskv
