@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "common/env_table.h"
+#include "common/test_hooks.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/options.h"
@@ -272,15 +273,9 @@ TEST(EnvTable, EveryEntryIsComplete) {
   std::set<std::string> seen;
   for (const EnvVar& v : EnvVars()) {
     EXPECT_TRUE(seen.insert(v.name).second) << v.name << " twice";
-    if (*v.alias) {
-      EXPECT_TRUE(seen.insert(v.alias).second) << v.alias << " twice";
-    }
     EXPECT_NE(std::string(v.doc), "") << v.name;
     EXPECT_NE(std::string(v.default_text), "") << v.name;
     EXPECT_EQ(FindEnvVar(v.name), &v);
-    if (*v.alias) {
-      EXPECT_EQ(FindEnvVar(v.alias), &v);
-    }
     const bool numeric =
         v.type == EnvType::kInt || v.type == EnvType::kMillis || v.type == EnvType::kSeconds;
     if (numeric) {
@@ -324,12 +319,27 @@ TEST(EnvTable, FromEnvAcceptsEveryEntrysValidValueAndRejectsBadOnesNamingIt) {
   }
 }
 
-TEST(EnvTable, TheNameWinsOverItsAlias) {
+TEST(EnvTable, TestHooksComeFromTheirVariablesOnly) {
+  const TestHooks none = TestHooks::FromEnv();
+  EXPECT_EQ(none.reply_delay.count(), 0);
+  EXPECT_FALSE(none.duplicate_replies);
+  EXPECT_FALSE(none.bogus_credits);
   EnvGuard g;
-  g.Set("PS_DROP_MSG", "5");
-  EXPECT_EQ(Options::FromEnv().drop_percent, 5);
-  g.Set("PSKV_DROP_MSG", "7");
-  EXPECT_EQ(Options::FromEnv().drop_percent, 7);
+  g.Set("PSKV_TEST_REPLY_DELAY", "250");
+  g.Set("PSKV_TEST_DUPLICATE_REPLIES", "1");
+  g.Set("PSKV_TEST_BOGUS_CREDITS", "1");
+  const TestHooks h = TestHooks::FromEnv();
+  EXPECT_EQ(h.reply_delay.count(), 250);
+  EXPECT_TRUE(h.duplicate_replies);
+  EXPECT_TRUE(h.bogus_credits);
+  EXPECT_NO_THROW(Options::FromEnv());  // not Options' business
+  g.Set("PSKV_TEST_REPLY_DELAY", "soon");
+  EXPECT_THROW(TestHooks::FromEnv(), ConfigError);
+  for (const EnvVar& v : EnvVars()) {
+    if (v.scope == EnvScope::kTest) {
+      EXPECT_EQ(v.apply, nullptr) << v.name << ": a test hook, not an Option";
+    }
+  }
 }
 
 TEST(EnvTable, EnvValueReadsOnlyVariablesOfTheTable) {

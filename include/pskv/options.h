@@ -122,8 +122,6 @@ struct Options {
   /// PSKV_HANDSHAKE_TIMEOUT (s): a connection that has not authenticated within
   /// this time is closed.
   std::chrono::milliseconds handshake_timeout{10000};
-  /// PSKV_DROP_MSG / PS_DROP_MSG: test only, percentage of received data messages to drop.
-  int drop_percent = 0;
   /// PSKV_TIMELINE: write a Chrome trace of every push/pull/pushpull per key to this
   /// path (".<role>.<pid>" is inserted before the extension: one file per process).
   std::string timeline_path;
@@ -162,14 +160,6 @@ struct Options {
   /// MXNET_UPDATE_ON_KVSTORE (0/1): whether a Python Trainer built without an explicit
   /// `update_on_kvstore` updates on the servers; unset: the Trainer's own policy.
   std::optional<bool> update_on_kvstore;
-  /// PSKV_TEST_REPLY_DELAY (ms): test only, a server sleeps this long before handling
-  /// each data request (makes replies arrive after a worker's timeout).
-  int test_reply_delay_ms = 0;
-  /// PSKV_TEST_DUPLICATE_REPLIES (0/1): test only, a server sends every data reply twice.
-  bool test_duplicate_replies = false;
-  /// PSKV_TEST_BOGUS_CREDITS (0/1): test only, with every send-window credit a node
-  /// also sends one for far more messages than it received (which must be dropped).
-  bool test_bogus_credits = false;
 
   /// Reads every variable above from the environment on top of the defaults.
   /// Throws ConfigError naming the variable when a value is malformed.

@@ -585,7 +585,6 @@ PYBIND11_MODULE(_pskv, m) {
         for (const EnvVar& v : EnvVars()) {
           py::dict d;
           d["name"] = v.name;
-          d["alias"] = v.alias;
           d["type"] = EnvTypeName(v.type);
           d["lo"] = v.lo;
           d["hi"] = v.hi;

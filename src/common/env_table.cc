@@ -7,11 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
 
 #include "common/logging.h"
+#include "common/test_hooks.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -19,7 +21,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
-int64_t ParseInt(const EnvVar& e, const char* v) {
+}  // namespace
+
+int64_t EnvInt(const EnvVar& e, const char* v) {
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(v, &end, 10);
@@ -30,6 +34,8 @@ int64_t ParseInt(const EnvVar& e, const char* v) {
   }
   return x;
 }
+
+namespace {
 
 // Seconds given as a decimal number (so tests can use 0.5).
 milliseconds ParseSeconds(const EnvVar& e, const char* v) {
@@ -67,11 +73,11 @@ std::string ParseChoice(const EnvVar& e, const char* v) {
 template <auto M>
 void Int(const EnvVar& e, const char* v, Options& o) {
   using T = std::remove_reference_t<decltype(o.*M)>;
-  o.*M = static_cast<T>(ParseInt(e, v));
+  o.*M = static_cast<T>(EnvInt(e, v));
 }
 template <auto M>
 void Bool(const EnvVar& e, const char* v, Options& o) {
-  o.*M = ParseInt(e, v) != 0;
+  o.*M = EnvInt(e, v) != 0;
 }
 template <auto M>
 void Seconds(const EnvVar& e, const char* v, Options& o) {
@@ -79,7 +85,7 @@ void Seconds(const EnvVar& e, const char* v, Options& o) {
 }
 template <auto M>
 void Millis(const EnvVar& e, const char* v, Options& o) {
-  o.*M = milliseconds(ParseInt(e, v));
+  o.*M = milliseconds(EnvInt(e, v));
 }
 template <auto M>
 void Text(const EnvVar&, const char* v, Options& o) {
@@ -108,7 +114,7 @@ void ApplyLogLevel(const EnvVar&, const char* v, Options& o) {
   o.log_levels = v;
 }
 void ApplyUpdateOnKVStore(const EnvVar& e, const char* v, Options& o) {
-  o.update_on_kvstore = ParseInt(e, v) != 0;
+  o.update_on_kvstore = EnvInt(e, v) != 0;
 }
 
 constexpr int64_t kMaxI64 = INT64_MAX;
@@ -121,186 +127,183 @@ using T = EnvType;
 // In the README's order. Keep each doc to one line: the README shows it as is.
 const EnvVar kVars[] = {
     // ---- the job (the DMLC_* contract; pskv-launch sets these for each node)
-    {"DMLC_ROLE", "", T::kChoice, 0, 0, "scheduler|server|worker", "—", S::kLauncher,
+    {"DMLC_ROLE", T::kChoice, 0, 0, "scheduler|server|worker", "—", S::kLauncher,
      "`scheduler`, `server` or `worker`", ApplyRole},
-    {"DMLC_PS_ROOT_URI", "", T::kText, 0, 0, "", "—", S::kLauncher, "the scheduler's address",
+    {"DMLC_PS_ROOT_URI", T::kText, 0, 0, "", "—", S::kLauncher, "the scheduler's address",
      Text<&Options::root_uri>},
-    {"DMLC_PS_ROOT_PORT", "", T::kInt, 1, 65535, "", "—", S::kLauncher, "the scheduler's port",
+    {"DMLC_PS_ROOT_PORT", T::kInt, 1, 65535, "", "—", S::kLauncher, "the scheduler's port",
      Int<&Options::root_port>},
-    {"DMLC_NUM_SERVER", "", T::kInt, 0, 65536, "", "—", S::kLauncher, "servers in the job",
+    {"DMLC_NUM_SERVER", T::kInt, 0, 65536, "", "—", S::kLauncher, "servers in the job",
      Int<&Options::num_servers>},
-    {"DMLC_NUM_WORKER", "", T::kInt, 0, 65536, "", "—", S::kLauncher, "workers in the job",
+    {"DMLC_NUM_WORKER", T::kInt, 0, 65536, "", "—", S::kLauncher, "workers in the job",
      Int<&Options::num_workers>},
-    {"DMLC_TASK_ID", "", T::kInt, 0, kMaxI64, "", "by address", S::kLauncher,
+    {"DMLC_TASK_ID", T::kInt, 0, kMaxI64, "", "by address", S::kLauncher,
      "orders the ranks within a role", Int<&Options::rank_hint>},
-    {"DMLC_JOB_CLUSTER", "", T::kText, 0, 0, "", "—", S::kLauncher,
+    {"DMLC_JOB_CLUSTER", T::kText, 0, 0, "", "—", S::kLauncher,
      "the launcher that started the job (`local`, `ssh`, `mpi`, ...; MXNet's name); pskv does "
      "not read it",
      nullptr},
-    {"DMLC_INTERFACE", "", T::kText, 0, 0, "", "first NIC", S::kHost,
+    {"DMLC_INTERFACE", T::kText, 0, 0, "", "first NIC", S::kHost,
      "the NIC whose IPv4 address a node binds and advertises (e.g. `ib0`)",
      Text<&Options::interface>},
-    {"DMLC_NODE_HOST", "", T::kText, 0, 0, "", "first NIC", S::kProcess,
+    {"DMLC_NODE_HOST", T::kText, 0, 0, "", "first NIC", S::kProcess,
      "the address a node binds and advertises", Text<&Options::node_host>},
-    {"PORT", "", T::kInt, 0, 65535, "", "any port", S::kProcess, "a node's port",
-     Int<&Options::port>},
+    {"PORT", T::kInt, 0, 65535, "", "any port", S::kProcess, "a node's port", Int<&Options::port>},
     // ---- diagnostics
-    {"PS_VERBOSE", "", T::kInt, 0, 3, "", "0", S::kJob,
+    {"PS_VERBOSE", T::kInt, 0, 3, "", "0", S::kJob,
      "1: connections and registration, 2: every message", Int<&Options::verbose>},
-    {"PSKV_LOG_LEVEL", "", T::kText, 0, 0, "", "info", S::kJob,
+    {"PSKV_LOG_LEVEL", T::kText, 0, 0, "", "info", S::kJob,
      "levels per module: `warn` or `warn,ps=info,launcher=error` (modules `ps`, `kvstore`, "
      "`transport`, `common`, `launcher`; levels `debug`, `info`, `warn`, `error`, `off`); the "
      "launcher reads it too and passes it on",
      ApplyLogLevel},
     // ---- reliability and failure detection
-    {"PS_RESEND", "", T::kBool, 0, 1, "", "0", S::kJob,
+    {"PS_RESEND", T::kBool, 0, 1, "", "0", S::kJob,
      "1: acknowledge and retransmit lost messages (each message is kept as a private copy until "
      "acknowledged: one more copy per byte sent)",
      Bool<&Options::resend>},
-    {"PS_RESEND_TIMEOUT", "", T::kMillis, 1, 3600000, "", "1000 ms", S::kJob,
+    {"PS_RESEND_TIMEOUT", T::kMillis, 1, 3600000, "", "1000 ms", S::kJob,
      "with `PS_RESEND=1`, a message not acknowledged within this many ms is sent again",
      Millis<&Options::resend_timeout>},
-    {"PS_HEARTBEAT_INTERVAL", "", T::kSeconds, 0, kMaxSeconds, "", "1 s", S::kJob,
+    {"PS_HEARTBEAT_INTERVAL", T::kSeconds, 0, kMaxSeconds, "", "1 s", S::kJob,
      "how often nodes send heartbeats", Seconds<&Options::heartbeat_interval>},
-    {"PS_HEARTBEAT_TIMEOUT", "", T::kSeconds, 0, kMaxSeconds, "", "10 s", S::kJob,
+    {"PS_HEARTBEAT_TIMEOUT", T::kSeconds, 0, kMaxSeconds, "", "10 s", S::kJob,
      "a node silent this long is declared dead (failure detection, on by default, unlike "
      "ps-lite); 0 disables it",
      Seconds<&Options::heartbeat_timeout>},
-    {"PSKV_REGISTER_TIMEOUT", "", T::kSeconds, 0, kMaxSeconds, "", "60 s", S::kJob,
+    {"PSKV_REGISTER_TIMEOUT", T::kSeconds, 0, kMaxSeconds, "", "60 s", S::kJob,
      "start-up waits this long for all nodes", Seconds<&Options::register_timeout>},
-    {"PSKV_TIMEOUT", "", T::kSeconds, 0, kMaxSeconds, "", "600 s", S::kJob,
+    {"PSKV_TIMEOUT", T::kSeconds, 0, kMaxSeconds, "", "600 s", S::kJob,
      "timeout of blocking calls (Wait, Barrier, commands)", Seconds<&Options::op_timeout>},
     // ---- security
-    {"PSKV_JOB_ID", "", T::kText, 0, 0, "", "scheduler address", S::kLauncher,
+    {"PSKV_JOB_ID", T::kText, 0, 0, "", "scheduler address", S::kLauncher,
      "nodes of another job are refused", Text<&Options::job_id>},
-    {"PSKV_JOB_SECRET", "", T::kText, 0, 0, "", "set by `pskv-launch`", S::kLauncher,
+    {"PSKV_JOB_SECRET", T::kText, 0, 0, "", "set by `pskv-launch`", S::kLauncher,
      "per-job secret every connection must prove; without one a job is open to anyone who can "
      "reach it ([docs/security.md](docs/security.md))",
      Text<&Options::job_secret>},
-    {"PSKV_JOB_SECRET_FILE", "", T::kText, 0, 0, "", "—", S::kLauncher,
+    {"PSKV_JOB_SECRET_FILE", T::kText, 0, 0, "", "—", S::kLauncher,
      "a private file (mode 600) holding the job secret, instead of `PSKV_JOB_SECRET`",
      ApplySecretFile},
-    {"PSKV_ENCRYPT", "", T::kBool, 0, 1, "", "0", S::kJob,
+    {"PSKV_ENCRYPT", T::kBool, 0, 1, "", "0", S::kJob,
      "1: encrypt everything (ZeroMQ CURVE keyed from the secret)", Bool<&Options::encrypt>},
     // ---- transport
-    {"PSKV_SHM", "", T::kChoice, 0, 0, "0|1|auto", "auto", S::kJob,
+    {"PSKV_SHM", T::kChoice, 0, 0, "0|1|auto", "auto", S::kJob,
      "shared memory between nodes of one host (docs/transport.md): auto, 1 (always offer), 0 "
      "(TCP only)",
      Choice<&Options::shm>},
-    {"PSKV_TCP_DIRECT", "", T::kBool, 0, 1, "", "1", S::kJob,
+    {"PSKV_TCP_DIRECT", T::kBool, 0, 1, "", "1", S::kJob,
      "1: data between nodes that share no memory over pskv's own TCP connections (small "
      "operations ~2x faster; one more port per node, chosen by the kernel); 0: through ZeroMQ "
      "(where only fixed ports are open; docs/transport.md). Not used with `PSKV_ENCRYPT=1`",
      Bool<&Options::tcp_direct>},
-    {"PSKV_SHM_RING_BYTES", "", T::kInt, 4096, kGiB, "", "8 MiB", S::kJob,
+    {"PSKV_SHM_RING_BYTES", T::kInt, 4096, kGiB, "", "8 MiB", S::kJob,
      "size of each shared-memory ring (one per direction and co-located pair; a power of two)",
      Int<&Options::shm_ring_bytes>},
-    {"PSKV_MAX_CONNECTIONS", "", T::kInt, 0, 1 << 20, "", "4×nodes+64", S::kJob,
+    {"PSKV_MAX_CONNECTIONS", T::kInt, 0, 1 << 20, "", "4×nodes+64", S::kJob,
      "connections not yet authenticated a node keeps, at most (one source address: a quarter)",
      Int<&Options::max_pending_connections>},
-    {"PSKV_HANDSHAKE_TIMEOUT", "", T::kSeconds, 0, kMaxSeconds, "", "10 s", S::kJob,
+    {"PSKV_HANDSHAKE_TIMEOUT", T::kSeconds, 0, kMaxSeconds, "", "10 s", S::kJob,
      "a connection not authenticated within this time is closed (must be > 0)",
      Seconds<&Options::handshake_timeout>},
     // ---- sync rounds
-    {"PSKV_STALL_WARNING", "", T::kSeconds, 0, kMaxSeconds, "", "60 s", S::kJob,
+    {"PSKV_STALL_WARNING", T::kSeconds, 0, kMaxSeconds, "", "60 s", S::kJob,
      "a sync round, command or wait stalled this long logs what it waits for (again at 2x, 4x, "
      "...); a worker whose wait stalled this long on a round that needs a push from a worker in "
      "`Barrier()` gets a `TimeoutError` naming both (deadlock). 0 disables",
      Seconds<&Options::stall_warning>},
-    {"PSKV_STRICT_ROUNDS", "", T::kBool, 0, 1, "", "0", S::kJob,
+    {"PSKV_STRICT_ROUNDS", T::kBool, 0, 1, "", "0", S::kJob,
      "1: in `dist_sync`, a pull of a key not pushed in the current round, or a second push in "
      "one round, is a `UsageError` at that call "
      "([docs/mxnet-differences.md](docs/mxnet-differences.md#strict-rounds))",
      Bool<&Options::strict_rounds>},
-    {"PSKV_SUM_ORDER", "", T::kChoice, 0, 0, "rank|arrival", "`rank`", S::kJob,
+    {"PSKV_SUM_ORDER", T::kChoice, 0, 0, "rank|arrival", "`rank`", S::kJob,
      "how a `dist_sync` server sums a round: `rank` (bit-reproducible) or `arrival`",
      ApplySumOrder},
-    {"MXNET_UPDATE_ON_KVSTORE", "", T::kBool, 0, 1, "", "the trainer's policy", S::kJob,
+    {"MXNET_UPDATE_ON_KVSTORE", T::kBool, 0, 1, "", "the trainer's policy", S::kJob,
      "whether a Python `pskv.torch.Trainer` built without `update_on_kvstore` updates the "
      "weights on the servers (1) or on each worker (0); MXNet's variable",
      ApplyUpdateOnKVStore},
     // ---- reduction, fusion and the wire
-    {"MXNET_KVSTORE_BIGARRAY_BOUND", "", T::kInt, 1, kMaxI64, "", "1000000", S::kJob,
+    {"MXNET_KVSTORE_BIGARRAY_BOUND", T::kInt, 1, kMaxI64, "", "1000000", S::kJob,
      "arrays this big are reduced with threads and sliced over all servers",
      Int<&Options::bigarray_bound>},
-    {"MXNET_KVSTORE_REDUCTION_NTHREADS", "", T::kInt, 1, 1024, "", "4", S::kJob,
+    {"MXNET_KVSTORE_REDUCTION_NTHREADS", T::kInt, 1, 1024, "", "4", S::kJob,
      "reduction threads (capped at the number of cores); on a server, they merge the 1 MiB "
      "chunks of a big value in parallel",
      Int<&Options::reduction_threads>},
-    {"PSKV_SERVER_THREADS", "", T::kInt, 0, 256, "",
+    {"PSKV_SERVER_THREADS", T::kInt, 0, 256, "",
      "cores (≤ 8); `pskv-launch` local: "
      "cores / processes",
      S::kJob,
      "a server's threads: its keys are sharded over them (same key, same thread, in arrival "
      "order)",
      Int<&Options::server_threads>},
-    {"PSKV_FUSION_KEY_BYTES", "", T::kInt, 0, kGiB, "", "64 KiB", S::kJob,
+    {"PSKV_FUSION_KEY_BYTES", T::kInt, 0, kGiB, "", "64 KiB", S::kJob,
      "in one `Push`/`Pull`/`PushPull` call, keys of at most this many bytes bound for the same "
      "server travel together in fused messages; 0 disables fusion",
      Int<&Options::fusion_key_bytes>},
-    {"PSKV_FUSION_BYTES", "", T::kInt, 1, kGiB, "", "1 MiB", S::kJob,
+    {"PSKV_FUSION_BYTES", T::kInt, 1, kGiB, "", "1 MiB", S::kJob,
      "the most value bytes one fused message carries", Int<&Options::fusion_bytes>},
-    {"PSKV_INLINE_START_BYTES", "", T::kInt, 0, kGiB, "", "64 KiB", S::kJob,
+    {"PSKV_INLINE_START_BYTES", T::kInt, 0, kGiB, "", "64 KiB", S::kJob,
      "a push, pull or push-pull of one key with at most this many value bytes starts on the "
      "calling thread when nothing else waits to start (one thread hand-off less); 0: always on "
      "the engine's thread",
      Int<&Options::inline_start_bytes>},
-    {"PSKV_SPIN_US", "", T::kInt, 0, 10000, "", "100", S::kJob,
+    {"PSKV_SPIN_US", T::kInt, 0, 10000, "", "100", S::kJob,
      "before sleeping, a node's receive thread (if a message of ≤ 64 KiB came within 20× this) "
      "and a caller waiting on a dist store look again without sleeping for up to this many µs, "
      "yielding the core to any runnable thread between looks: small operations 1.5–3× faster "
      "where idle cores halt; an idle process does not spin; 0: never",
      Int<&Options::spin_us>},
-    {"PSKV_WIRE_CHUNK_BYTES", "", T::kInt, 0, int64_t{1} << 40, "", "256 KiB", S::kJob,
+    {"PSKV_WIRE_CHUNK_BYTES", T::kInt, 0, int64_t{1} << 40, "", "256 KiB", S::kJob,
      "a dense key's slice on a server bigger than this travels as chunks of about this size, "
      "each its own message, so that a more urgent key can overtake it; 0: off; all nodes must "
      "agree ([design](docs/design.md#priorities-on-the-wire))",
      Int<&Options::wire_chunk_bytes>},
-    {"PSKV_WIRE_WINDOW_BYTES", "", T::kInt, 0, int64_t{1} << 40, "", "512 KiB", S::kJob,
+    {"PSKV_WIRE_WINDOW_BYTES", T::kInt, 0, int64_t{1} << 40, "", "512 KiB", S::kJob,
      "per destination, bytes of big messages (≥ 64 KiB) in flight and not yet acknowledged; the "
      "others wait in priority order while smaller messages go at once; 0: off (FIFO)",
      Int<&Options::wire_window_bytes>},
     // ---- observability
-    {"PSKV_TIMELINE", "", T::kText, 0, 0, "", "—", S::kJob,
+    {"PSKV_TIMELINE", T::kText, 0, 0, "", "—", S::kJob,
      "write a Chrome trace (`chrome://tracing`, Perfetto) of every push/pull/pushpull per key: "
      "`trace.json` becomes `trace.<role>.<pid>.json` per process",
      Text<&Options::timeline_path>},
-    {"PSKV_METRICS_PORT", "", T::kInt, 0, 65535, "", "—", S::kJob,
+    {"PSKV_METRICS_PORT", T::kInt, 0, 65535, "", "—", S::kJob,
      "serve Prometheus text at `http://host:PORT/metrics` (the next free port for further "
      "processes on a host; each logs its URL)",
      Int<&Options::metrics_port>},
-    {"PSKV_METRICS_HOST", "", T::kText, 0, 0, "", "127.0.0.1", S::kJob,
+    {"PSKV_METRICS_HOST", T::kText, 0, 0, "", "127.0.0.1", S::kJob,
      "address the (unauthenticated) metrics endpoint binds; 0.0.0.0 for a Prometheus on another "
      "host",
      Text<&Options::metrics_host>},
-    {"PSKV_METRICS_FILE", "", T::kText, 0, 0, "", "—", S::kJob,
+    {"PSKV_METRICS_FILE", T::kText, 0, 0, "", "—", S::kJob,
      "write the same metrics at exit (`.<role>.<pid>` inserted)", Text<&Options::metrics_file>},
     // ---- the program's own environment, passed on by remote launchers
-    {"OMP_NUM_THREADS", "", T::kForwarded, 0, 0, "", "—", S::kJob,
+    {"OMP_NUM_THREADS", T::kForwarded, 0, 0, "", "—", S::kJob,
      "not read by pskv; remote launchers pass it on to the program", nullptr},
-    {"OPENBLAS_NUM_THREADS", "", T::kForwarded, 0, 0, "", "—", S::kJob,
+    {"OPENBLAS_NUM_THREADS", T::kForwarded, 0, 0, "", "—", S::kJob,
      "not read by pskv; remote launchers pass it on to the program", nullptr},
-    {"LD_LIBRARY_PATH", "", T::kForwarded, 0, 0, "", "—", S::kHost,
+    {"LD_LIBRARY_PATH", T::kForwarded, 0, 0, "", "—", S::kHost,
      "not read by pskv; remote launchers pass it on to the program", nullptr},
-    {"PYTHONPATH", "", T::kForwarded, 0, 0, "", "—", S::kHost,
+    {"PYTHONPATH", T::kForwarded, 0, 0, "", "—", S::kHost,
      "not read by pskv; remote launchers pass it on to the program", nullptr},
-    {"PATH", "", T::kForwarded, 0, 0, "", "—", S::kHost,
+    {"PATH", T::kForwarded, 0, 0, "", "—", S::kHost,
      "not read by pskv; remote launchers pass it on to the program", nullptr},
-    // ---- test hooks (tests only)
-    {"PSKV_DROP_MSG", "PS_DROP_MSG", T::kInt, 0, 100, "", "0", S::kTest,
-     "percentage of received data messages a node drops", Int<&Options::drop_percent>},
-    {"PSKV_TEST_REPLY_DELAY", "", T::kInt, 0, 3600000, "", "0", S::kTest,
-     "ms a server sleeps before handling each data request", Int<&Options::test_reply_delay_ms>},
-    {"PSKV_TEST_DUPLICATE_REPLIES", "", T::kBool, 0, 1, "", "0", S::kTest,
-     "1: a server sends every data reply twice", Bool<&Options::test_duplicate_replies>},
-    {"PSKV_CUDA_FAKE_DEVICES", "", T::kInt, 1, 64, "", "unset (real devices)", S::kTest,
+    // ---- test hooks (common/test_hooks.h; not in Options)
+    {"PSKV_TEST_REPLY_DELAY", T::kInt, 0, 3600000, "", "0", S::kTest,
+     "ms a server sleeps before handling each data request", nullptr},
+    {"PSKV_TEST_DUPLICATE_REPLIES", T::kBool, 0, 1, "", "0", S::kTest,
+     "1: a server sends every data reply twice", nullptr},
+    {"PSKV_CUDA_FAKE_DEVICES", T::kInt, 1, 64, "", "unset (real devices)", S::kTest,
      "k: logical CUDA devices 0..k-1 all map onto GPU 0, so multi-GPU code paths run on one "
      "GPU; read by the CUDA layer (cuda/runtime.h) when it initialises, not into Options",
      nullptr},
-    {"PSKV_TEST_BOGUS_CREDITS", "", T::kBool, 0, 1, "", "0", S::kTest,
+    {"PSKV_TEST_BOGUS_CREDITS", T::kBool, 0, 1, "", "0", S::kTest,
      "1: with every send-window credit a node also sends one for far more messages than it "
      "received",
-     Bool<&Options::test_bogus_credits>},
+     nullptr},
 };
 
 }  // namespace
@@ -311,8 +314,20 @@ std::span<const EnvVar> EnvVars() {
 
 const EnvVar* FindEnvVar(const std::string& name) {
   for (const auto& v : kVars)
-    if (name == v.name || (*v.alias && name == v.alias)) return &v;
+    if (name == v.name) return &v;
   return nullptr;
+}
+
+TestHooks TestHooks::FromEnv() {
+  TestHooks h;
+  auto read = [](const char* name) -> std::optional<int64_t> {
+    if (const char* v = EnvValue(name)) return EnvInt(*FindEnvVar(name), v);
+    return std::nullopt;
+  };
+  if (auto v = read("PSKV_TEST_REPLY_DELAY")) h.reply_delay = milliseconds(*v);
+  if (auto v = read("PSKV_TEST_DUPLICATE_REPLIES")) h.duplicate_replies = *v != 0;
+  if (auto v = read("PSKV_TEST_BOGUS_CREDITS")) h.bogus_credits = *v != 0;
+  return h;
 }
 
 const char* EnvValue(const char* name) {

@@ -1,6 +1,6 @@
 // The table of every environment variable pskv knows: its one source of truth.
 //
-// Each entry says what the variable is called (and its alias), what it holds (type,
+// Each entry says what the variable is called, what it holds (type,
 // range or choices, default), whether it is job-wide or per process, and a one-line
 // doc. The table drives:
 //   - Options::FromEnv (common/options.cc): each entry's `apply` parses and range-checks
@@ -20,7 +20,8 @@
 //   kProcess  per node (its own address or port); launchers do not forward it.
 //   kLauncher pskv-launch sets it for each node it starts (role, scheduler address,
 //             job size, id, secret); a launcher does not forward its own value.
-//   kTest     a test hook; not documented for users, not forwarded.
+//   kTest     a test hook (common/test_hooks.h, not in Options); not documented for
+//             users, not forwarded.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,6 @@ enum class EnvType { kInt, kBool, kSeconds, kMillis, kText, kChoice, kForwarded 
 
 struct EnvVar {
   const char* name;
-  const char* alias;  ///< another accepted name (the later one in the table wins), or ""
   EnvType type;
   int64_t lo, hi;            ///< range of kInt/kMillis/kSeconds (seconds: in whole seconds)
   const char* choices;       ///< kChoice: "a|b|c"; else ""
@@ -51,9 +51,12 @@ struct EnvVar {
   void (*apply)(const EnvVar& var, const char* value, Options& o);
 };
 
+/// Parses a whole number in [var.lo, var.hi]; ConfigError naming the variable.
+int64_t EnvInt(const EnvVar& var, const char* value);
+
 /// Every variable, in the README's order.
 std::span<const EnvVar> EnvVars();
-/// The entry called `name` (or with that alias); null if none.
+/// The entry called `name`; null if none.
 const EnvVar* FindEnvVar(const std::string& name);
 
 /// The value of a table variable in this process's environment, null when unset or

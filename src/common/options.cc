@@ -24,13 +24,10 @@ std::string RoleName(Role r) {
 
 Options Options::FromEnv() {
   Options o;
-  // Each variable of the table (common/env_table.cc) in turn; a name wins over its alias.
-  for (const EnvVar& var : EnvVars()) {
-    if (!var.apply) continue;
-    if (*var.alias)
-      if (const char* v = EnvValue(var.alias)) var.apply(var, v, o);
-    if (const char* v = EnvValue(var.name)) var.apply(var, v, o);
-  }
+  // Each variable of the table (common/env_table.cc) in turn.
+  for (const EnvVar& var : EnvVars())
+    if (var.apply)
+      if (const char* v = EnvValue(var.name)) var.apply(var, v, o);
   // Rules across variables, or beyond a range.
   if (!o.job_secret.empty() && o.job_secret.size() < kMinSecretLength)
     throw ConfigError(

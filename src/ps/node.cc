@@ -30,6 +30,7 @@ Node::Node(Options options)
                 std::max<std::chrono::milliseconds>(options_.resend_timeout,
                                                     options_.heartbeat_interval * 2)) {
   options_.ValidateForDistributed();
+  test_hooks_ = TestHooks::FromEnv();
   std::string job = options_.job_id.empty()
                         ? options_.root_uri + ":" + std::to_string(options_.root_port)
                         : options_.job_id;
@@ -83,6 +84,7 @@ void Node::Start() {
   tc.shm_ring_bytes = static_cast<uint64_t>(options_.shm_ring_bytes);
   tc.tcp_direct = options_.tcp_direct;
   tc.spin = std::chrono::microseconds(options_.spin_us);
+  tc.test = test_hooks_;
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
   tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;
@@ -382,7 +384,7 @@ void Node::HandleCredit(int sender, uint64_t count) {
 
 void Node::SendCredit(int sender) {
   const uint64_t count = ++scheduled_received_[sender];
-  if (options_.test_bogus_credits)  // test only: must be dropped by the peer
+  if (test_hooks_.bogus_credits)  // test only: must be dropped by the peer
     SendControl(sender, Control::kCredit, 0, {}, count + (uint64_t{1} << 40));
   SendControl(sender, Control::kCredit, 0, {}, count);
 }
@@ -499,9 +501,9 @@ void Node::Handle(Message&& m, uint64_t token) {
     auto ds = DecodeNodes(m.body);
     if (ds.size() != 1 || ds[0].token != token) return drop("registration for another identity");
   }
-  // A data message before the node table, or one PS_DROP_MSG drops, counts as
-  // never received: no ack, so the sender resends it.
-  if (c == Control::kData && (!ready_ || DropForTest())) return;
+  // A data message before the node table counts as never received: no ack, so the
+  // sender resends it.
+  if (c == Control::kData && !ready_) return;
   // A scheduled message is acknowledged on arrival (once), before it is handled.
   const bool scheduled = c == Control::kData && (m.h.flags & kScheduled);
   if (!m.h.seq) {
@@ -533,14 +535,6 @@ void Node::Handle(Message&& m, uint64_t token) {
   }
   if (!lk.owns_lock()) lk.lock();
   if (auto it = held_.find(sender); it != held_.end() && it->second.empty()) held_.erase(it);
-}
-
-bool Node::DropForTest() {
-  if (options_.drop_percent <= 0) return false;
-  drop_state_ ^= drop_state_ << 13;
-  drop_state_ ^= drop_state_ >> 7;
-  drop_state_ ^= drop_state_ << 17;
-  return static_cast<int>(drop_state_ % 100) < options_.drop_percent;
 }
 
 void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {

@@ -57,6 +57,7 @@
 
 #include "common/rate_limit.h"
 #include "common/stall.h"
+#include "common/test_hooks.h"
 #include "protocol/message.h"
 #include "ps/liveness.h"
 #include "ps/resender.h"
@@ -115,6 +116,10 @@ class Node {
   std::vector<int> ServerIds() const;
   std::vector<int> WorkerIds() const;
   const Options& options() const { return options_; }
+  /// Hooks tests use to disturb this node (common/test_hooks.h): from the process's
+  /// PSKV_TEST_* variables; set_test_hooks (before Start) for nodes made in a test.
+  const TestHooks& test_hooks() const { return test_hooks_; }
+  void set_test_hooks(const TestHooks& h) { test_hooks_ = h; }
   /// "worker[1] at 127.0.0.1:4321" for any node id of the job.
   std::string NodeName(int id) const;
   /// This node's name ("server[0]"), for log lines.
@@ -130,8 +135,6 @@ class Node {
   /// Acts on a message from `sender` that passed every check, in order. Called
   /// with `lk` (on mu_) held; may release it.
   void Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk);
-  /// PS_DROP_MSG: whether to drop this data message (tests only). mu_ held.
-  bool DropForTest();
   /// The node id bound to connection identity `token`, or 0 (unknown). mu_ held.
   int IdOfToken(uint64_t token) const;
   void HandleRegister(const Message& m);
@@ -198,6 +201,7 @@ class Node {
   Clock::time_point refusal_window_;  // refusals sent in the current second
   int refusals_ = 0;
   Clock::time_point start_time_;
+  TestHooks test_hooks_;
   bool registration_timed_out_ = false;
   // barriers
   std::map<int, std::set<int>> barrier_arrived_;  // scheduler: nodes at each group's barrier
@@ -207,7 +211,6 @@ class Node {
   Liveness liveness_;
   Resender resender_;
   bool finished_ = false;  // final barrier passed: no more failure detection
-  uint64_t drop_state_ = 88172645463325252ull;
   // Messages received after a gap in a sender's sequence, until it is filled
   // (at most Resender::kMaxHeld per sender).
   std::map<int, std::map<uint64_t, Message>> held_;

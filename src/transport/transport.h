@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/frame.h"
+#include "common/test_hooks.h"
 
 namespace pskv {
 
@@ -70,13 +71,8 @@ struct TransportConfig {
   /// For the "upgrade" backend: Recv looks again without sleeping for this long after
   /// a message before it sleeps (Options::spin_us); 0: never.
   std::chrono::microseconds spin{0};
-  /// Tests only: Connect pauses this long after its socket started connecting (a
-  /// connecting thread preempted at the worst moment).
-  std::chrono::milliseconds test_connect_pause{0};
-  /// Tests only: the ROUTER's connection events are handled this long after they
-  /// came (ZAP requests meanwhile at once): a guard thread behind a backlog of
-  /// events on a loaded machine.
-  std::chrono::milliseconds test_monitor_lag{0};
+  /// Tests only (connect_pause, monitor_lag; zero in production).
+  TestHooks test;
   /// For the "upgrade" backend: shared memory with peers on this host. kOff (offer
   /// none, decline every offer), kAuto (offer to peers whose endpoint is an
   /// address of this host), kOn (offer to every peer; one on another host

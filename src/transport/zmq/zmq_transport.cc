@@ -176,7 +176,7 @@ class ZmqTransport final : public Transport {
     p->token = token;
     p->conn = ++next_conn_;
     p->sock = NewDealer(peer, endpoint, token, p->conn);
-    if (cfg_.test_connect_pause.count() > 0) std::this_thread::sleep_for(cfg_.test_connect_pause);
+    if (cfg_.test.connect_pause.count() > 0) std::this_thread::sleep_for(cfg_.test.connect_pause);
     peers_.emplace(peer, std::move(p));
   }
 
@@ -478,7 +478,7 @@ class ZmqTransport final : public Transport {
   // The guard thread: ZAP requests and monitor events (see the top of the file).
   void GuardLoop() {
     std::vector<Monitor> monitors;
-    std::chrono::steady_clock::time_point router_events_since{};  // test_monitor_lag
+    std::chrono::steady_clock::time_point router_events_since{};  // test.monitor_lag
     while (!stop_guard_) {
       {
         std::lock_guard<std::mutex> lk(guard_mu_);
@@ -493,7 +493,7 @@ class ZmqTransport final : public Transport {
       std::vector<zmq_pollitem_t> items;
       items.push_back({zap_, 0, ZMQ_POLLIN, 0});
       for (auto& m : monitors) items.push_back({m.sock, 0, ZMQ_POLLIN, 0});
-      const bool lagging = cfg_.test_monitor_lag.count() > 0;
+      const bool lagging = cfg_.test.monitor_lag.count() > 0;
       if (zmq_poll(items.data(), static_cast<int>(items.size()), lagging ? 10 : 100) <= 0) continue;
       if (items[0].revents & ZMQ_POLLIN) HandleZap();
       for (size_t i = 1; i < items.size(); ++i) {
@@ -502,7 +502,7 @@ class ZmqTransport final : public Transport {
           const auto now = std::chrono::steady_clock::now();
           if (router_events_since == std::chrono::steady_clock::time_point{})
             router_events_since = now;
-          if (now - router_events_since < cfg_.test_monitor_lag) continue;
+          if (now - router_events_since < cfg_.test.monitor_lag) continue;
           router_events_since = {};
         }
         HandleEvents(monitors[i - 1]);

@@ -118,7 +118,7 @@ void DistServer::Handle(KVRequest&& req) {
 }
 
 void DistServer::Process(KVRequest&& req) {
-  if (int d = node_->options().test_reply_delay_ms)
+  if (int d = static_cast<int>(node_->test_hooks().reply_delay.count()))
     std::this_thread::sleep_for(std::chrono::milliseconds(d));
   const Kind kind = dist::CmdKind(req.cmd);
   if (kind == Kind::kStates) return HandleStates(std::move(req));  // exclusive (Handle)
