@@ -35,7 +35,7 @@ struct Args {
   std::string optimizer = "sgd";
   int devices = 1;
   std::vector<double> work_load;
-  int update_on_kvstore = -1;  // -1: default (true; false only makes no sense for async)
+  int update_on_kvstore = -1;  // -1: MXNet's policy (pskv/trainer_policy.h)
   std::string gc_type = "none";
   double gc_threshold = 0.5;
   uint64_t seed = 42;
@@ -227,7 +227,7 @@ int Run(const Args& a) {
   std::map<std::string, std::string> op = {{"learning_rate", std::to_string(a.lr)}};
   if (a.optimizer == "sgd" || a.optimizer == "nag") op["momentum"] = "0.9";
   topt.optimizer = pskv::OptimizerConfig::FromParams(a.optimizer, op);
-  topt.update_on_kvstore = a.update_on_kvstore != 0;
+  if (a.update_on_kvstore >= 0) topt.update_on_kvstore = a.update_on_kvstore != 0;
   topt.global_batch_size = a.batch_size * nw;  // the loss below is summed over the batch
   // Overlap communication with backward (no accumulation or clipping here).
   topt.push_in_backward = a.devices == 1;
@@ -242,7 +242,7 @@ int Run(const Args& a) {
         "%lld batches per epoch, optimizer %s lr %g, update_on_kvstore %d\n",
         a.network.c_str(), kv->Type().c_str(), nw, a.devices, static_cast<long long>(a.batch_size),
         static_cast<long long>(epoch_size), a.optimizer.c_str(), a.lr,
-        topt.update_on_kvstore ? 1 : 0);
+        trainer.update_on_kvstore() ? 1 : 0);
   double last_acc = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
     auto order = pskv::data::EpochOrder(train.count, nw, rank, a.batch_size, epoch_size, a.seed,

@@ -234,6 +234,21 @@ TEST(Trainer, AllreduceGradsThenUpdate) {
   EXPECT_THROW(u.Update(), pskv::UsageError);
 }
 
+// update_on_kvstore left unset: MXNet's policy (pskv/trainer_policy.h), the same as
+// Python's Trainer (tests/trainer_scenarios.json runs both).
+TEST(Trainer, UnsetUpdateOnKVStoreFollowsTheStoreOptions) {
+  auto o = Opts(true);
+  o.update_on_kvstore.reset();
+  auto kv = pskv::KVStore::Create("local");
+  EXPECT_TRUE(Trainer({Scalar()}, kv.get(), o).update_on_kvstore());
+  pskv::Options off;
+  off.update_on_kvstore = false;  // MXNET_UPDATE_ON_KVSTORE=0
+  auto kv2 = pskv::KVStore::Create("local", off);
+  Trainer t({Scalar()}, kv2.get(), o);
+  EXPECT_FALSE(t.update_on_kvstore());
+  EXPECT_EQ(t.optimizer_config().rescale_grad, 1.0);  // global_batch_size 1
+}
+
 TEST(Trainer, WeightsLoadedAfterAStepResetALocalStore) {
   auto kv = pskv::KVStore::Create("local");
   auto w = Scalar(1);

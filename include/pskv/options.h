@@ -157,8 +157,9 @@ struct Options {
   /// so results are bit-identical from run to run; "arrival" adds each push as it
   /// arrives (overlaps the additions with the wait for slower workers).
   bool sum_in_arrival_order = false;
-  /// MXNET_UPDATE_ON_KVSTORE (0/1): whether a Python Trainer built without an explicit
-  /// `update_on_kvstore` updates on the servers; unset: the Trainer's own policy.
+  /// MXNET_UPDATE_ON_KVSTORE (0/1): whether a Trainer (C++ or Python) given this
+  /// store and no `update_on_kvstore` lets the store run the optimizer; unset: true.
+  /// The rest of the policy: ResolveUpdateOnKVStore (pskv/trainer_policy.h).
   std::optional<bool> update_on_kvstore;
 
   /// Reads every variable above from the environment on top of the defaults.

@@ -47,26 +47,23 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "pskv/kvstore.h"
+#include "pskv/trainer_policy.h"
 
 namespace pskv {
-
-enum class LossReduction {
-  kUnset,  ///< kSum if global_batch_size > 0; otherwise Step(batch_size) is required
-  kMean,
-  kSum,
-};
 
 struct TrainerOptions {
   /// The optimizer; its rescale_grad is multiplied by the loss scale (see above).
   OptimizerConfig optimizer;
-  /// C++ has no "None": the default true is MXNet's choice for a dist store
-  /// (MXNET_UPDATE_ON_KVSTORE unset). dist_async requires true.
-  bool update_on_kvstore = true;
+  /// Whether the store runs the optimizer; unset: MXNet's policy
+  /// (ResolveUpdateOnKVStore in pskv/trainer_policy.h: MXNET_UPDATE_ON_KVSTORE,
+  /// default true; true with sparse parameters or an async store).
+  std::optional<bool> update_on_kvstore;
   LossReduction loss_reduction = LossReduction::kUnset;
   /// Samples per step over all workers and devices (LossReduction::kSum).
   int64_t global_batch_size = 0;
@@ -141,6 +138,9 @@ class Trainer {
   void SaveStates(const std::string& fname);
   void LoadStates(const std::string& fname);
   bool update_on_kvstore() const;
+  /// The optimizer configuration the store or the local updater runs (the loss
+  /// scale inside rescale_grad, multipliers and buffers by key).
+  const OptimizerConfig& optimizer_config() const;
   /// Number of Step()/Update() calls so far.
   int64_t steps() const { return steps_; }
 

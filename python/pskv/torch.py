@@ -171,25 +171,12 @@ class Trainer(object):
         self._dist = 'dist' in self.kv.type
         n = self.kv.num_workers
 
-        # --- loss scaling (see the module docstring)
-        if loss_reduction is None and global_batch_size is not None:
-            loss_reduction = 'sum'
+        # --- loss scaling (see the module docstring; include/pskv/trainer_policy.h)
         if loss_reduction is not None and loss_reduction not in _REDUCTIONS:
             raise _pskv.InvalidArgument("loss_reduction must be 'mean' or 'sum', got %r" % (loss_reduction,))
-        if loss_reduction == 'mean' and global_batch_size is not None:
-            raise _pskv.InvalidArgument("global_batch_size is for loss_reduction='sum'; with 'mean' the "
-                                        'gradients are divided by the number of workers')
         if global_batch_size is not None and global_batch_size <= 0:
             raise _pskv.InvalidArgument('global_batch_size must be > 0 (samples per step over all workers)')
-        self._reduction = loss_reduction
-        if loss_reduction == 'mean':
-            self._scale = 1.0 / n
-        elif global_batch_size is not None:
-            self._scale = 1.0 / global_batch_size
-        else:
-            self._scale = None  # Gluon style: every step(batch_size) gives it
-        self._rescale = float(optimizer.rescale_grad)  # the optimizer's own factor, kept
-        self._shipped = self._scale if self._scale is not None else 1.0
+        self._loss = _pskv.trainer.LossScale(loss_reduction, global_batch_size or 0, n)
 
         # --- sparse parameters: row_sparse keys, updated on the store
         self._sparse = [i for i, p in enumerate(self._params) if id(p) in sparse_ids]
@@ -197,30 +184,15 @@ class Trainer(object):
             if self._params[i].dim() < 1:
                 raise _pskv.InvalidArgument('a sparse parameter needs rows (at least one dimension)')
         if self._sparse:
-            if update_on_kvstore is False:
-                raise _pskv.UsageError('sparse parameters need update_on_kvstore=True: the store holds the table '
-                                       'and updates only the pushed rows (MXNet does the same)')
             if compression_params:
                 raise _pskv.UsageError('gradient compression for row_sparse storage type is not supported '
                                        '(MXNet\'s rule); drop compression_params or the sparse parameters')
-            update_on_kvstore = True
         self._sparse_set = set(self._sparse)
 
-        # --- update_on_kvstore, chosen as MXNet's Gluon Trainer does (spec 8.2, 8.3)
-        largest = max(p.numel() for p in self._params)
-        if update_on_kvstore is None:
-            from_env = _pskv.update_on_kvstore_from_env()  # MXNET_UPDATE_ON_KVSTORE
-            uok = True if from_env is None else from_env
-            if owns_store and not self._dist:
-                uok = False  # one device, no dist: MXNet uses no store at all
-            if self.kv.type == 'local' and largest > 16 * 2 ** 20:
-                uok = False
-            if 'async' in self.kv.type:
-                uok = True
-            update_on_kvstore = uok
-        if 'async' in self.kv.type and not update_on_kvstore:
-            raise _pskv.UsageError('Please set update_on_kvstore=True when training in async mode.')
-        self._uok = bool(update_on_kvstore)
+        # --- update_on_kvstore: MXNet's Gluon Trainer policy (include/pskv/trainer_policy.h)
+        self._uok = _pskv.trainer.update_on_kvstore(
+            update_on_kvstore, self.kv.type, self.kv._kv.update_on_kvstore_default, owns_store,
+            max(p.numel() for p in self._params), bool(self._sparse))
 
         # --- keys: this Trainer's range of the store (several Trainers may share one)
         self._buffers = list(buffers) if buffers is not None else module_buffers
@@ -249,13 +221,10 @@ class Trainer(object):
                     raise _pskv.InvalidArgument('optimizer multiplier of index %d: the Trainer has %d parameters '
                                                 '(indices 0..%d)' % (i, P, P - 1))
                 table[i] = table.get(i, 1.0) * m
-        if lr_mult:
-            params_cfg['lr_mult'] = _fmt_mults({self._keys[i]: v for i, v in lr_mult.items()})
-        if wd_mult:
-            params_cfg['wd_mult'] = _fmt_mults({self._keys[i]: v for i, v in wd_mult.items()})
-        if self._buf_keys:
-            params_cfg['sum_keys'] = ','.join(str(k) for k in self._buf_keys)
-        self._cfg = params_cfg
+        # What the store or the local updater runs, rescale_grad included (one
+        # definition with the C++ Trainer).
+        self._cfg = _pskv.trainer.optimizer_config(self._name, params_cfg, self._loss.shipped, self._base, P,
+                                                   lr_mult, wd_mult, B)
         self._compression = bool(compression_params)
         if compression_params:
             self.kv.set_gradient_compression(compression_params)
@@ -288,7 +257,7 @@ class Trainer(object):
         self._pushed = [False] * P
         self._hold = {}
         if self._push_in_backward:
-            if self._scale is None:
+            if self._loss.scale == 0:
                 raise _pskv.UsageError('push_in_backward=True needs the loss scale at construction: give '
                                        "loss_reduction='mean' or global_batch_size")
             for i, p in enumerate(self._params):
@@ -300,7 +269,6 @@ class Trainer(object):
     # ------------------------------------------------------------ configuration
     def _config(self, **override):
         cfg = dict(self._cfg)
-        cfg['rescale_grad'] = repr(self._rescale * self._shipped)
         cfg.update({k: str(v) for k, v in override.items()})
         return cfg
 
@@ -405,21 +373,11 @@ class Trainer(object):
 
     # ------------------------------------------------------------ steps
     def _ratio(self, batch_size):
-        if batch_size is not None:
-            if self._reduction == 'mean':
-                raise _pskv.UsageError("step(batch_size) with loss_reduction='mean': the gradients are already "
-                                       'means; call step() without batch_size')
-            if batch_size <= 0:
-                raise _pskv.InvalidArgument('batch_size must be > 0')
-            scale = 1.0 / batch_size
-        elif self._scale is None:
-            raise _pskv.UsageError(
-                "the loss scale is unknown: pass step(batch_size) (Gluon; the summed gradients are divided by "
-                "it), or construct the Trainer with loss_reduction='mean' (mean losses) or "
-                "global_batch_size=... (losses summed over the batch)")
-        else:
-            scale = self._scale
-        return scale / self._shipped
+        if batch_size is None:
+            return self._loss.ratio(0)
+        if batch_size <= 0 and self._loss.reduction != 'mean':
+            raise _pskv.InvalidArgument('batch_size must be > 0')
+        return self._loss.ratio(max(int(batch_size), 1))  # with 'mean': the gradients are already means
 
     def _check_weights(self):
         """Weights changed outside the Trainer after a step (e.g. load_state_dict):
@@ -714,8 +672,9 @@ class Trainer(object):
         else:
             with open(fname, 'rb') as f:
                 self._updater.load_states(f.read())
-        if cfg is not None:
-            self._cfg['learning_rate'] = cfg.get('learning_rate', self._cfg['learning_rate'])
+        if cfg is not None:  # the store or updater now runs the saved optimizer (C++: the same)
+            self._name = cfg.pop('type', self._name)
+            self._cfg = cfg
 
 
 def _dense_grad(i, g):

@@ -38,6 +38,10 @@
 namespace py = pybind11;
 using namespace pskv;
 
+namespace pskv {
+void BindTrainerPolicy(py::module_& parent);  // trainer_policy.cc
+}  // namespace pskv
+
 namespace {
 
 DType FromNumpy(const py::dtype& dt) {
@@ -597,9 +601,6 @@ PYBIND11_MODULE(_pskv, m) {
         return out;
       },
       "Every environment variable pskv knows (src/common/env_table.cc), as dicts.");
-  m.def(
-      "update_on_kvstore_from_env", [] { return Options::FromEnv().update_on_kvstore; },
-      "MXNET_UPDATE_ON_KVSTORE as read by Options::FromEnv: True, False or None (unset).");
   m.def("valid_types", &KVStore::ValidTypes);
 
   py::class_<Completion>(m, "Completion")
@@ -676,6 +677,11 @@ PYBIND11_MODULE(_pskv, m) {
       .def_property_readonly(
           "fusion_key_bytes", [](Handle& h) { return h.kv().options().fusion_key_bytes; },
           "PSKV_FUSION_KEY_BYTES: keys up to this size travel fused within one call.")
+      .def_property_readonly(
+          "update_on_kvstore_default",
+          [](Handle& h) { return h.kv().options().update_on_kvstore.value_or(true); },
+          "MXNET_UPDATE_ON_KVSTORE as this store read it (unset: True): a Trainer's default "
+          "before the rest of the policy (include/pskv/trainer_policy.h).")
       .def("init",
            [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
              Use use(h);
@@ -913,6 +919,8 @@ PYBIND11_MODULE(_pskv, m) {
     if (!cfg) return std::nullopt;
     return cfg->Serialize();
   });
+
+  BindTrainerPolicy(m);
 
   // Data-parallel helpers (include/pskv/data.h): the same functions as C++.
   py::module_ d = m.def_submodule("data");

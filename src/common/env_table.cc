@@ -221,8 +221,9 @@ const EnvVar kVars[] = {
      "how a `dist_sync` server sums a round: `rank` (bit-reproducible) or `arrival`",
      ApplySumOrder},
     {"MXNET_UPDATE_ON_KVSTORE", T::kBool, 0, 1, "", "the trainer's policy", S::kJob,
-     "whether a Python `pskv.torch.Trainer` built without `update_on_kvstore` updates the "
-     "weights on the servers (1) or on each worker (0); MXNet's variable",
+     "whether a Trainer (C++ or Python) given no `update_on_kvstore` updates the weights "
+     "on the servers (1) or on each worker (0), before the rest of MXNet's policy "
+     "(`include/pskv/trainer_policy.h`); read when the store is created; MXNet's variable",
      ApplyUpdateOnKVStore},
     // ---- reduction, fusion and the wire
     {"MXNET_KVSTORE_BIGARRAY_BOUND", T::kInt, 1, kMaxI64, "", "1000000", S::kJob,

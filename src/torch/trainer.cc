@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "pskv/error.h"
+#include "pskv/trainer_policy.h"
 
 namespace pskv {
 
@@ -58,9 +60,8 @@ struct Trainer::Impl {
   std::vector<NDArray> weights0;         // views of replica 0's parameters
   OptimizerConfig cfg;                   // what the store or local_opt runs
   std::unique_ptr<Optimizer> local_opt;  // update_on_kvstore = false
-  double user_rescale = 1;               // the optimizer's own rescale_grad
-  double scale = 0;                      // loss scale from the options; 0: Step(batch_size)
-  double shipped = 1;                    // the scale inside cfg.rescale_grad
+  std::optional<LossScale> loss;         // set by the constructor
+  bool uok = true;                       // update_on_kvstore, resolved
   bool dist = false;
   std::mutex mu;              // pushed, hold (hooks run on autograd's thread)
   std::vector<bool> pushed;   // this step, by parameter
@@ -137,55 +138,29 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
     if (r.size() != P) throw InvalidArgument("every replica must have the same parameters");
   const int n = kv->NumWorkers();
   m.dist = kv->Type().find("dist") != std::string::npos;
-  if (kv->Type().find("async") != std::string::npos && !m.opt.update_on_kvstore)
-    throw UsageError("Please set update_on_kvstore=true when training in async mode");
+  for (size_t i : m.opt.sparse_params)
+    if (i >= P)
+      throw InvalidArgument("sparse parameter index " + std::to_string(i) + ", but there are " +
+                            std::to_string(P) + " parameters");
+  UpdatePlacement where;
+  where.requested = m.opt.update_on_kvstore;
+  where.store_type = kv->Type();
+  where.env_default = kv->options().update_on_kvstore.value_or(true);
+  where.devices = static_cast<int>(R);
+  for (auto& p : m.replicas[0]) where.largest_param = std::max(where.largest_param, p.numel());
+  where.sparse_params = !m.opt.sparse_params.empty();
+  m.uok = ResolveUpdateOnKVStore(where);
   // Loss scale (see the header).
-  if (m.opt.global_batch_size < 0)
-    throw InvalidArgument(
-        "TrainerOptions::global_batch_size must be > 0 (samples per step over all workers)");
-  if (m.opt.loss_reduction == LossReduction::kUnset && m.opt.global_batch_size > 0)
-    m.opt.loss_reduction = LossReduction::kSum;
-  if (m.opt.loss_reduction == LossReduction::kMean) {
-    if (m.opt.global_batch_size > 0)
-      throw InvalidArgument(
-          "global_batch_size is for LossReduction::kSum; with kMean the gradients are divided by "
-          "the number of workers and replicas");
-    m.scale = 1.0 / (static_cast<double>(n) * static_cast<double>(R));
-  } else if (m.opt.global_batch_size > 0) {
-    m.scale = 1.0 / static_cast<double>(m.opt.global_batch_size);
-  }
-  m.shipped = m.scale > 0 ? m.scale : 1.0;
-  m.user_rescale = m.opt.optimizer.rescale_grad;
+  m.loss.emplace(m.opt.loss_reduction, m.opt.global_batch_size, n, static_cast<int>(R));
   if (m.opt.broadcast_buffers && n > 1) m.buffers = m.opt.buffers;
-
-  m.cfg = m.opt.optimizer;
-  m.cfg.rescale_grad = m.user_rescale * m.shipped;
-  m.cfg.lr_mult.clear();
-  m.cfg.wd_mult.clear();
-  for (auto* mults : {&m.opt.lr_mult, &m.opt.wd_mult})
-    for (auto& [i, x] : *mults) {
-      if (i >= P)
-        throw InvalidArgument("lr_mult/wd_mult of parameter " + std::to_string(i) +
-                              ", but there are " + std::to_string(P) + " parameters");
-      (mults == &m.opt.lr_mult ? m.cfg.lr_mult
-                               : m.cfg.wd_mult)[m.opt.key_offset + static_cast<int64_t>(i)] = x;
-    }
-  for (size_t j = 0; j < m.buffers.size(); ++j)
-    m.cfg.sum_keys.insert(m.opt.key_offset + static_cast<int64_t>(P + j));
-  m.cfg.Validate();
-  if (m.opt.update_on_kvstore) {
+  m.cfg = TrainerOptimizerConfig(m.opt.optimizer, m.loss->shipped(), m.opt.key_offset, P,
+                                 m.opt.lr_mult, m.opt.wd_mult, m.buffers.size());
+  if (m.uok) {
     kv->SetOptimizer(m.cfg);
   } else {
     m.local_opt = std::make_unique<Optimizer>(m.cfg);
   }
   for (size_t i : m.opt.sparse_params) {
-    if (i >= P)
-      throw InvalidArgument("sparse parameter index " + std::to_string(i) + ", but there are " +
-                            std::to_string(P) + " parameters");
-    if (!m.opt.update_on_kvstore)
-      throw UsageError(
-          "sparse parameters need update_on_kvstore=true: the store holds the table and updates "
-          "only the pushed rows (MXNet does the same)");
     if (R != 1) throw InvalidArgument("sparse parameters work with a single replica");
     if (m.replicas[0][i].dim() < 1)
       throw InvalidArgument("a sparse parameter needs rows (at least one dimension)");
@@ -227,7 +202,7 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
   m.RecordVersions();
   if (m.opt.push_in_backward) {
     if (R != 1) throw InvalidArgument("push_in_backward works with a single replica");
-    if (m.scale == 0)
+    if (m.loss->scale() == 0)
       throw UsageError(
           "push_in_backward needs the loss scale at construction: set loss_reduction=kMean or "
           "global_batch_size");
@@ -279,32 +254,12 @@ void Trainer::OnGrad(size_t i, const torch::Tensor& grad) {
   m.kv->PushPull(m.Key(i), {g}, {m.out[i]}, static_cast<int>(i));
 }
 
-namespace {
-double Ratio(const Trainer::Impl& m, int64_t batch_size) {
-  double scale = m.scale;
-  if (batch_size < 0) throw InvalidArgument("batch_size must be > 0");
-  if (batch_size > 0) {
-    if (m.opt.loss_reduction == LossReduction::kMean)
-      throw UsageError(
-          "Step(batch_size) with LossReduction::kMean: the gradients are already means; call "
-          "Step() without batch_size");
-    scale = 1.0 / static_cast<double>(batch_size);
-  } else if (scale == 0) {
-    throw UsageError(
-        "the loss scale is unknown: call Step(batch_size) (Gluon; the summed gradients are "
-        "divided by it), or set TrainerOptions::loss_reduction=kMean (mean losses) or "
-        "global_batch_size (losses summed over the batch)");
-  }
-  return scale / m.shipped;
-}
-}  // namespace
-
 // Weights changed outside the Trainer after a step (e.g. loaded from a checkpoint)
 // while the store holds them: MXNet re-creates a local store, and refuses for dist.
 static void CheckWeights(Trainer::Impl& m) {
   bool changed = false;
   for (size_t i = 0; i < m.P(); ++i) changed |= m.replicas[0][i]._version() != m.versions[i];
-  if (changed && m.opt.update_on_kvstore && m.stepped) {
+  if (changed && m.uok && m.stepped) {
     if (m.dist)
       throw UsageError(
           "Cannot reset distributed KVStore: parameters were changed outside the Trainer after a "
@@ -472,10 +427,10 @@ void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& ro
     if (!m.Sparse(i))
       throw InvalidArgument("Step: row_ids for parameter " + std::to_string(i) +
                             ", which is not a sparse parameter of this Trainer");
-  const double ratio = Ratio(m, batch_size);
+  const double ratio = m.loss->Ratio(batch_size);
   CheckWeights(m);
   const size_t P = m.P();
-  if (!m.opt.update_on_kvstore) {
+  if (!m.uok) {
     Allreduce(m);
     UpdateLocal(m, ratio);
   } else {
@@ -539,7 +494,7 @@ void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& ro
 
 void Trainer::AllreduceGrads() {
   Impl& m = *impl_;
-  if (m.opt.update_on_kvstore)
+  if (m.uok)
     throw UsageError(
         "AllreduceGrads() is for update_on_kvstore=false (the store runs the optimizer "
         "otherwise): set update_on_kvstore=false, or call Step()");
@@ -550,10 +505,9 @@ void Trainer::AllreduceGrads() {
 
 void Trainer::Update(int64_t batch_size) {
   Impl& m = *impl_;
-  if (m.opt.update_on_kvstore)
-    throw UsageError("Update() is for update_on_kvstore=false: call Step() instead");
+  if (m.uok) throw UsageError("Update() is for update_on_kvstore=false: call Step() instead");
   if (!m.reduced) throw UsageError("Update() needs AllreduceGrads() first (or call Step())");
-  UpdateLocal(m, Ratio(m, batch_size));
+  UpdateLocal(m, m.loss->Ratio(batch_size));
   SyncBuffers(m);
   Finish(m);
   ++steps_;
@@ -564,7 +518,11 @@ double Trainer::learning_rate() const {
 }
 
 bool Trainer::update_on_kvstore() const {
-  return impl_->opt.update_on_kvstore;
+  return impl_->uok;
+}
+
+const OptimizerConfig& Trainer::optimizer_config() const {
+  return impl_->cfg;
 }
 
 void Trainer::SetLearningRate(double lr) {
@@ -572,7 +530,7 @@ void Trainer::SetLearningRate(double lr) {
   OptimizerConfig next = m.cfg;
   next.learning_rate = lr;
   next.Validate();
-  if (!m.opt.update_on_kvstore) {
+  if (!m.uok) {
     auto fresh = std::make_unique<Optimizer>(next);
     fresh->LoadStates(m.local_opt->SaveStates());
     m.local_opt = std::move(fresh);
@@ -600,7 +558,7 @@ void Trainer::SetLearningRate(double lr) {
 
 void Trainer::SaveStates(const std::string& fname) {
   Impl& m = *impl_;
-  if (m.opt.update_on_kvstore) {
+  if (m.uok) {
     m.kv->SaveOptimizerStates(fname, /*dump_optimizer=*/true);
     // Rank 0 writes the file: when this returns on any worker, the file is complete.
     m.kv->Barrier();
@@ -612,7 +570,7 @@ void Trainer::SaveStates(const std::string& fname) {
 void Trainer::LoadStates(const std::string& fname) {
   Impl& m = *impl_;
   const std::optional<OptimizerConfig> saved = ReadDumpedOptimizerConfig(fname);
-  if (m.opt.update_on_kvstore) {
+  if (m.uok) {
     m.kv->LoadOptimizerStates(fname);
     // Rank 0 loads for the store: no worker may push before the states are in.
     m.kv->Barrier();
