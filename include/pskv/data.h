@@ -30,7 +30,7 @@ ImageDataset ReadMnistDir(const std::string& dir, bool train);
 /// unless 0 <= part_index < num_parts.
 std::pair<int64_t, int64_t> PartitionRange(int64_t count, int num_parts, int part_index);
 
-/// Batches per epoch that every worker runs in sync mode (spec 7.2):
+/// Batches per epoch that every worker runs in sync mode (as MXNet):
 /// ceil(floor(num_examples / num_workers) / batch_size).
 int64_t EpochSize(int64_t num_examples, int num_workers, int64_t batch_size);
 
@@ -41,11 +41,11 @@ int64_t EpochSize(int64_t num_examples, int num_workers, int64_t batch_size);
 std::vector<int64_t> EpochOrder(int64_t count, int num_parts, int part_index, int64_t batch_size,
                                 int64_t epoch_size, uint64_t seed, int epoch, bool shuffle);
 
-/// Slices of a batch of `size` over k devices (spec 7.3): the first size % k
+/// Slices of a batch of `size` over k devices (as Gluon's split_data): the first size % k
 /// slices get one more. `even_split` requires size % k == 0 (InvalidArgument).
 std::vector<std::pair<int64_t, int64_t>> SplitBatch(int64_t size, int k, bool even_split = true);
 
-/// Slices of a batch by per-device workloads (spec 7.4): b_i = round(w_i*b/sum w)
+/// Slices of a batch by per-device workloads (as MXNet's workload split): b_i = round(w_i*b/sum w)
 /// (round half to even), any deficit added to the last device; InvalidArgument if
 /// a slice is empty ("Too many slices").
 std::vector<std::pair<int64_t, int64_t>> SplitByWorkload(int64_t batch,

@@ -55,7 +55,8 @@ using Updater = std::function<void(int key, const NDArray& recv, NDArray* stored
 using StrUpdater =
     std::function<void(const std::string& key, const NDArray& recv, NDArray* stored)>;
 
-/// Gradient compression settings (spec 2.11). `type` is "none", "2bit" or "1bit".
+/// Gradient compression settings (MXNet's; docs/mxnet-differences.md).
+/// `type` is "none", "2bit" or "1bit".
 struct CompressionConfig {
   std::string type = "none";
   float threshold = 0.5f;
@@ -125,7 +126,7 @@ class KVStore {
   void Broadcast(const std::string& key, const NDArray& value, const std::vector<NDArray>& outs,
                  int priority = 0);
 
-  // ---- row_sparse keys (MXNet's stype 'row_sparse', spec 2.9): an embedding table
+  // ---- row_sparse keys (MXNet's stype 'row_sparse', docs/sparse.md): an embedding table
   // ---- whose gradients touch few rows. A key initialised with a RowSparseNDArray is
   // ---- row_sparse for its whole life; pushes carry only the rows that have
   // ---- gradients, and RowSparsePull fetches only the rows asked for.
@@ -146,7 +147,7 @@ class KVStore {
   // (no rows) counts as a push of zeros (in dist_sync it completes the worker's part
   // of the round).
   // Dist stores: rows of a table of at least MXNET_KVSTORE_BIGARRAY_BOUND elements are
-  // sliced over all servers by row range (spec 4.5.3); smaller tables live on one.
+  // sliced over all servers by row range (docs/sparse.md); smaller tables live on one.
   void Init(int key, const RowSparseNDArray& value);
   void Init(const std::string& key, const RowSparseNDArray& value);
   void Push(int key, const std::vector<RowSparseNDArray>& values, int priority = 0);

@@ -22,7 +22,7 @@ enum class Role { kWorker, kServer, kScheduler };
 std::string RoleName(Role r);
 
 struct Options {
-  // ---- single-machine reduction (spec 3.6) ----
+  // ---- single-machine reduction ----
   /// MXNET_KVSTORE_BIGARRAY_BOUND: arrays with at least this many elements are
   /// reduced with several threads and, in dist mode, sliced over all servers.
   int64_t bigarray_bound = 1000000;
@@ -63,7 +63,7 @@ struct Options {
   /// first, then in order). Smaller messages go at once. 0: off (FIFO as sent).
   int64_t wire_window_bytes = int64_t{512} << 10;
 
-  // ---- parameter-server contract (spec 4.1) ----
+  // ---- parameter-server contract (ps-lite's DMLC_* variables) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.
   Role role = Role::kWorker;
   bool role_set = false;

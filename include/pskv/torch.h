@@ -33,7 +33,7 @@
 // NoSync(), and do not modify .grad before Step(); a second backward without Step()
 // throws UsageError. Parameters with requires_grad=false are skipped. Only CPU
 // tensors are supported on this build.
-// Sparse parameters (issue 15): the weight of an Embedding(sparse=true) (found by the
+// Sparse parameters (docs/sparse.md): the weight of an Embedding(sparse=true) (found by the
 // Module constructor, or listed in TrainerOptions::sparse_params) is a row_sparse
 // key: Step() pushes the rows of its sparse gradient, the store's optimizer updates
 // only those rows (lazy update), and the rows of the next batch (Step's `row_ids`,

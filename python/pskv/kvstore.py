@@ -65,7 +65,7 @@ def _torch_watch(*values):
 
 
 def _flatten(key, value, sparse_keys=None, output=False):
-    """(key, value) in any of MXNet's shapes -> parallel flat lists (spec 2.3).
+    """(key, value) in any of MXNet's shapes -> parallel flat lists (as MXNet).
 
     With `sparse_keys` (a container of the store's row_sparse keys), row_sparse values
     (RowSparseArray, torch sparse tensors, and ``(data, indices)`` pairs of a row_sparse

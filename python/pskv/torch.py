@@ -28,7 +28,7 @@ pushed by a hook as backward produces it; then run all micro-batches but the las
 inside ``with trainer.no_sync():``, and do not modify ``.grad`` between backward and
 ``step()``. A second backward without ``step()`` is an error in that mode.
 
-Sparse parameters (issue 15): the weight of ``nn.Embedding(..., sparse=True)`` (found
+Sparse parameters (docs/sparse.md): the weight of ``nn.Embedding(..., sparse=True)`` (found
 in a module given as `params`, or listed in `sparse_params`) is a row_sparse key: its
 sparse gradient is pushed as the rows it has, the store's optimizer updates only those
 rows (lazy update), and ``step(row_ids=...)`` pulls the rows the next batch needs

@@ -1,4 +1,4 @@
-// Gradient compression (spec 2.11): 2-bit and 1-bit quantisation with residual
+// Gradient compression (docs/mxnet-differences.md): 2-bit and 1-bit quantisation with residual
 // error feedback, in MXNet's exact packed bit layout.
 //
 // 2-bit, threshold t > 0:  r += g; r >= t -> code 0b11 (+t), r -= t

@@ -64,9 +64,9 @@ struct Slice {
   int64_t offset, len;
 };
 
-/// Key placement (spec 4.5.1): a key of fewer than `bound` elements lives on one
-/// server chosen by (key * 9973) mod S (64-bit arithmetic, MXNet used int); a
-/// bigger key is cut into S contiguous slices, slice i having
+/// Key placement (docs/design.md, "Key placement"): a key of fewer than `bound`
+/// elements lives on one server chosen by (key * 9973) mod S (64-bit arithmetic,
+/// MXNet used int); a bigger key is cut into S contiguous slices, slice i having
 /// round(N(i+1)/S) - round(N i/S) elements.
 inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t bound) {
   std::vector<Slice> out;

@@ -11,7 +11,7 @@
 namespace pskv {
 
 /// Groups parallel (key, array) lists by key: ascending keys, arrays of one key in
-/// the order given (spec 2.3).
+/// the order given (MXNet's grouping of key/value lists).
 inline std::map<int, std::vector<NDArray>> GroupByKey(const std::vector<int>& keys,
                                                       const std::vector<NDArray>& arrays) {
   std::map<int, std::vector<NDArray>> g;

@@ -145,7 +145,7 @@ void KVStoreLocal::PushPullImpl(const std::vector<int>& keys, const std::vector<
   }
   for (auto& [k, e] : entries) all.push_back(k);
   // One operation over all keys: every push (which reads the inputs) runs before
-  // any output is written, even when outputs alias inputs of other keys (spec 2.7).
+  // any output is written, even when outputs alias inputs of other keys (as MXNet).
   engine_.PushSync(all, priority, [this, pushes, pulls, entries] {
     for (auto& [k, vals] : pushes) DoPush(k, *entries.at(k), vals);
     for (auto& [k, dst] : pulls)

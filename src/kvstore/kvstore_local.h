@@ -2,7 +2,7 @@
 //
 // `device` on this CPU-only build reduces on the CPU exactly like `local`; the
 // differences are MXNet's: `device` accepts gradient compression (each source
-// value is quantised with its own residual, dequantised and summed, spec 2.11.4).
+// value is quantised with its own residual, dequantised and summed).
 //
 // Thread model: the caller's thread validates arguments against the key table
 // (under meta_mu_) and schedules work on the engine; the engine's dispatcher thread

@@ -6,8 +6,8 @@
 // throw ProtocolError naming the payload and the problem; an unknown kind or version
 // is a ProtocolError saying which versions are understood.
 //
-// A field is added by bumping the kind's version: decoders keep reading the old
-// versions they list in kVersions.
+// Every kind is at version kVersion (one number for all kinds); a decoder
+// refuses any other. Adding a field therefore changes kVersion for every kind.
 #pragma once
 
 #include <cstdint>

@@ -2,15 +2,16 @@
 // server-side request handler interface (KVServer).
 //
 // Keys are uint64 "ps keys"; the key space is split evenly over the servers
-// (server i owns [i*step, (i+1)*step), step = 2^64/S, spec 4.5). A request's keys
-// must be strictly ascending; the worker slices it into one message per server
-// that owns some of its keys. Values are raw bytes with a length in bytes per key.
+// (server i owns [i*step, (i+1)*step), step = 2^64/S; docs/design.md, "Key
+// placement"). A request's keys must be strictly ascending; the worker slices it
+// into one message per server that owns some of its keys. Values are raw bytes
+// with a length in bytes per key.
 //
 // Buffers: a Push's `vals` frame (plain or gathered) is sent without copying (its
 // owner is held until sent). A Pull writes the answer straight from the receive buffer into `out`,
 // which must stay valid until the callback has run. Every callback runs exactly
 // once — on success, on an error reply, or when the job fails — on the node's
-// customer thread (or the calling thread if nothing needed sending).
+// receive thread (or the calling thread if nothing needed sending).
 //
 // Replies are matched to messages, not counted: a request completes when every
 // message it sent has been answered exactly once, by the server it went to (each
@@ -192,7 +193,8 @@ struct KVRequest {
 class KVServer {
  public:
   /// Must eventually call Respond or RespondError for every request (the sync
-  /// server holds requests until a round completes). Runs on the customer thread.
+  /// server holds requests until a round completes). Runs on the node's receive
+  /// thread, or on a DistServer shard thread when the server dispatches to shards.
   using Handler = std::function<void(KVRequest&& req, KVServer* server)>;
   /// Runs a command; returns the reply body; an exception becomes an error reply.
   using CommandHandler = std::function<std::string(int sender, int head, const std::string& body)>;

@@ -542,8 +542,8 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
   switch (c) {
     case Control::kData: {
       lk.unlock();
-      // Run the handler right here: one hop less per message than a separate
-      // customer thread, and messages are still handled one at a time, in order.
+      // Run the handler right here (no separate handler thread: one hop less per
+      // message); messages are still handled one at a time, in order.
       if (data_handler_) {
         // (The receive thread counts as deaf while it is here: Liveness.)
         try {

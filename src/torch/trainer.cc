@@ -185,7 +185,7 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
       outs.push_back(TensorView(r[i].detach()));
     }
     m.weights0.push_back(outs[0]);
-    // Rank 0's weights become everyone's (spec 8.4 step 2).
+    // Rank 0's weights become everyone's (as Gluon's Trainer does).
     kv->Broadcast(m.Key(i), outs[0], outs, -static_cast<int>(i));
     // Only gradients pushed in backward are answered into a buffer (Step pulls
     // straight into the parameters).

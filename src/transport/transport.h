@@ -1,10 +1,12 @@
 // Transport: moves framed messages between nodes. Nothing else — registration,
 // barriers, heartbeats and resend live in the protocol layer above (src/ps).
 //
-// A backend lives in its own folder (zmq/, upgrade/, fault/), registers its
-// creator under a kind name (RegisterTransport, from a static initializer in
-// that folder) and is created by CreateTransport(kind): this core never
-// includes a backend's header. Contract every backend meets (tests/test_transport.cc
+// A backend lives in its own folder (zmq/, upgrade/), registers its creator
+// under a kind name (RegisterTransport, from a static initializer in that
+// folder) and is created by CreateTransport(kind): this core never includes a
+// backend's header. shm/ and tcp/ are data paths plugged into upgrade/
+// (upgrade/data_path.h), not transports; fault/ wraps any transport
+// (CreateFaultTransport, for tests). Contract every backend meets (tests/test_transport.cc
 // runs the same suite against each):
 //  * Bind() once, before anything else; it returns the "host:port" bound.
 //  * Connect(peer, endpoint, token) may be called again for the same peer with a
