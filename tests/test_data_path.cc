@@ -8,10 +8,13 @@
 #include <thread>
 #include <vector>
 
+#include "support/transport_util.h"
 #include "transport/transport.h"
 #include "transport/upgrade/upgrading_transport.h"
 
 using namespace pskv;
+using pskv::testing::RecvWithin;
+using pskv::testing::Str;
 using namespace std::chrono_literals;
 
 namespace {
@@ -28,17 +31,6 @@ std::unique_ptr<Transport> With(const std::string& path, uint64_t token, bool on
   c.tcp_direct = path == "tcp" && on;
   c.shm_attach_deadline = 1s;
   return CreateTransport(kNodeTransport, c);
-}
-
-bool RecvWithin(Transport& t, Received* in, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end)
-    if (t.Recv(in, 50ms)) return true;
-  return false;
-}
-
-std::string Str(const Frame& f) {
-  return std::string(f.data, f.size);
 }
 
 std::string Pattern(size_t n, int seed) {

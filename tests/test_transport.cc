@@ -22,12 +22,15 @@
 
 #include "common/net.h"
 #include "support/loopback_dial.h"
+#include "support/transport_util.h"
 #include "transport/fault/fault_transport.h"
 #include "transport/shm/shm_ring.h"
-#include "transport/upgrade/upgrading_transport.h"
 #include "transport/transport.h"
+#include "transport/upgrade/upgrading_transport.h"
 
 using namespace pskv;
+using pskv::testing::RecvWithin;
+using pskv::testing::Str;
 using namespace std::chrono_literals;
 
 namespace {
@@ -55,18 +58,6 @@ std::unique_ptr<Transport> Make(const std::string& kind, const TransportConfig& 
     return CreateTransport("shm", s);
   }
   return CreateTransport(kind, c);
-}
-
-// Receives one message within `limit` (bounded polling).
-bool RecvWithin(Transport& t, Received* in, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end)
-    if (t.Recv(in, 50ms)) return true;
-  return false;
-}
-
-std::string Str(const Frame& f) {
-  return std::string(f.data, f.size);
 }
 
 class TransportSuite : public ::testing::TestWithParam<std::string> {};

@@ -4,80 +4,18 @@
 //  * the sum adds in Reducer::Sum's order: acc = ((s0+s1)+s2)+s3, then for every further
 //    group of up to four sources acc = acc + (((g0+g1)+g2)+g3);
 //  * float16/bfloat16 load as float32, add left to right over all sources and round
-//    once, with the same conversion functions as the CPU (ported below, NaN payloads
-//    included);
+//    once, with the CPU's own conversion functions (common/float16_bits.h, compiled for
+//    both), NaN payloads included;
 //  * the file is compiled with --fmad=false, so no multiply-add is contracted.
 // Every kernel is a grid-stride loop over elements; each thread reads element i of all
 // sources before writing element i of dst, so dst may alias a source.
 #include <cstdint>
 
+#include "common/float16_bits.h"
 #include "cuda/kernels.h"
 
 namespace pskv::cuda::kernels {
 namespace {
-
-// ---- 16-bit float conversions: the same bit manipulations as ndarray.cc.
-__device__ inline float HalfToFloatD(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t man = h & 0x3ff;
-  uint32_t u;
-  if (exp == 0) {
-    if (man == 0) {
-      u = sign;
-    } else {
-      exp = 127 - 15 + 1;
-      while ((man & 0x400) == 0) {
-        man <<= 1;
-        --exp;
-      }
-      man &= 0x3ff;
-      u = sign | (exp << 23) | (man << 13);
-    }
-  } else if (exp == 0x1f) {
-    u = sign | 0x7f800000u | (man << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  return __uint_as_float(u);
-}
-
-__device__ inline uint16_t FloatToHalfD(float f) {
-  uint32_t u = __float_as_uint(f);
-  uint32_t sign = (u >> 16) & 0x8000;
-  uint32_t absu = u & 0x7fffffffu;
-  if (absu >= 0x7f800000u)
-    return static_cast<uint16_t>(sign | 0x7c00 | (absu > 0x7f800000u ? 0x200 : 0));
-  if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);
-  if (absu < 0x38800000u) {
-    if (absu < 0x33000000u) return static_cast<uint16_t>(sign);
-    uint32_t exp = absu >> 23;
-    uint32_t man = (absu & 0x7fffff) | 0x800000;
-    uint32_t shift = 126 - exp;
-    uint32_t res = man >> shift;
-    uint32_t rem = man & ((1u << shift) - 1);
-    uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (res & 1))) ++res;
-    return static_cast<uint16_t>(sign | res);
-  }
-  uint32_t exp = (absu >> 23) - 127 + 15;
-  uint32_t man = absu & 0x7fffff;
-  uint32_t res = (exp << 10) | (man >> 13);
-  uint32_t rem = man & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (res & 1))) ++res;
-  return static_cast<uint16_t>(sign | res);
-}
-
-__device__ inline float BF16ToFloatD(uint16_t b) {
-  return __uint_as_float(static_cast<uint32_t>(b) << 16);
-}
-
-__device__ inline uint16_t FloatToBF16D(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  uint32_t rounding = 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>((u + rounding) >> 16);
-}
 
 // Storage types of the 16-bit floats (distinct types over the same bits).
 struct Half {
@@ -98,14 +36,14 @@ struct Acc {
 template <>
 struct Acc<Half> {
   using type = float;
-  __device__ static float Load(Half v) { return HalfToFloatD(v.bits); }
-  __device__ static Half Store(float v) { return Half{FloatToHalfD(v)}; }
+  __device__ static float Load(Half v) { return fp16::HalfToFloat(v.bits); }
+  __device__ static Half Store(float v) { return Half{fp16::FloatToHalf(v)}; }
 };
 template <>
 struct Acc<BF16> {
   using type = float;
-  __device__ static float Load(BF16 v) { return BF16ToFloatD(v.bits); }
-  __device__ static BF16 Store(float v) { return BF16{FloatToBF16D(v)}; }
+  __device__ static float Load(BF16 v) { return fp16::BFloat16ToFloat(v.bits); }
+  __device__ static BF16 Store(float v) { return BF16{fp16::FloatToBFloat16(v)}; }
 };
 
 template <typename T>

@@ -212,7 +212,7 @@ def test_readme_variable_table_is_the_environment_table():
 
 
 # Names of pskv's macros and CMake options, which look like variables but are not.
-NOT_VARIABLES = re.compile(r'^(PSKV_(WARN|INFO|ERROR|DEBUG|LOG_AT|LOG_LIMITED|VERSION|WITH_CUDA)|\w+_)$')
+NOT_VARIABLES = re.compile(r'^(PSKV_(WARN|INFO|ERROR|DEBUG|LOG_AT|LOG_LIMITED|VERSION|WITH_CUDA|HOST_DEVICE)|\w+_)$')
 
 
 def sources(*exts):
