@@ -64,7 +64,8 @@ TEST(ControlCodec, ProtocolMessagesAreNotControlMessages) {
   m.h.control = static_cast<uint8_t>(pskv::Control::kHeartbeat);
   EXPECT_FALSE(IsControl(Encode(m)));
   Message d;
-  d.body = std::string(upgrade::kMagic, sizeof upgrade::kMagic);  // even with the magic in a later frame
+  d.body =
+      std::string(upgrade::kMagic, sizeof upgrade::kMagic);  // even with the magic in a later frame
   EXPECT_FALSE(IsControl(Encode(d)));
   EXPECT_FALSE(IsControl({Of("PSKV")}));
   EXPECT_FALSE(IsControl({EncodeControl(Switch{}), Of("x")}));  // one frame only

@@ -23,9 +23,9 @@
 #include "support/loopback_dial.h"
 #include "transport/auth.h"
 #include "transport/framing.h"
-#include "transport/upgrade/upgrading_transport.h"
 #include "transport/tcp/direct_tcp.h"
 #include "transport/transport.h"
+#include "transport/upgrade/upgrading_transport.h"
 
 using namespace pskv;
 using namespace std::chrono_literals;
