@@ -21,6 +21,7 @@
 #include "common/dtype_dispatch.h"
 #include "common/env_table.h"
 #include "cuda/kernels.h"
+#include "ndarray/layout_check.h"
 
 namespace pskv::cuda {
 namespace {
@@ -214,15 +215,6 @@ int CommonDevice(const std::vector<const NDArray*>& arrays, const char* what) {
   return d.id;
 }
 
-void CheckSameShape(const NDArray& a, const NDArray& dst, const char* what) {
-  if (a.dtype() != dst.dtype())
-    throw ShapeError(std::string(what) + ": dtype " + DTypeName(a.dtype()) + " differs from " +
-                     DTypeName(dst.dtype()));
-  if (a.size() != dst.size())
-    throw ShapeError(std::string(what) + ": " + std::to_string(a.size()) + " elements where " +
-                     std::to_string(dst.size()) + " are expected");
-}
-
 void Launched(cudaError_t e, const char* what) {
   Check(e, what);
   g_counters.kernel_launches.fetch_add(1, std::memory_order_relaxed);
@@ -381,7 +373,7 @@ void Sum(const std::vector<NDArray>& srcs, NDArray* dst, Stream s) {
                           " sources, got " + std::to_string(srcs.size()));
   std::vector<const NDArray*> all{dst};
   for (const auto& a : srcs) {
-    CheckSameShape(a, *dst, "reduce");
+    CheckSameLayout(a, *dst, "reduce");
     all.push_back(&a);
   }
   const int id = CommonDevice(all, "cuda::Sum");

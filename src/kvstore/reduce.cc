@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/dtype_dispatch.h"
+#include "ndarray/layout_check.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -125,12 +126,7 @@ void CheckSame(const NDArray& a, const NDArray& dst, const char* what) {
     if (!x->device().host_accessible())
       throw UsageError(std::string(what) + " on the CPU cannot read " + x->device().str() +
                        " memory: copy the array to the host first (NDArray::To)");
-  if (a.dtype() != dst.dtype())
-    throw ShapeError(std::string(what) + ": dtype " + DTypeName(a.dtype()) + " differs from " +
-                     DTypeName(dst.dtype()));
-  if (a.size() != dst.size())
-    throw ShapeError(std::string(what) + ": " + std::to_string(a.size()) + " elements where " +
-                     std::to_string(dst.size()) + " are expected");
+  CheckSameLayout(a, dst, what);
 }
 
 }  // namespace

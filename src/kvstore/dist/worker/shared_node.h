@@ -50,7 +50,6 @@ class SharedNode {
   struct Lease {
     std::shared_ptr<SharedNode> node;
     int store_id = 0;
-    bool started_node = false;  // this call registered the node with the job
   };
   /// Joins (creating and starting it if needed) the worker node of `options`
   /// (scheduler address, rank hint) for a store of kind `async`; `type` names it in

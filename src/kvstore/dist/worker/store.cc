@@ -53,7 +53,6 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
   engine_.SetWaitSpin(std::chrono::microseconds(options_.spin_us));
   lease_ = SharedNode::Join(options_, async_, type_);
   store_id_ = lease_.store_id;
-  started_node_ = lease_.started_node;
   node_ = lease_.node->node();
   link_ = std::make_unique<ServerLink>(node_, lease_.node->worker(), options_, store_id_);
   if (node_->rank() == 0 && store_id_ == 0)

@@ -60,11 +60,6 @@ class DistWorkerStore : public KVStore {
   void SaveOptimizerStates(const std::string& fname, bool dump_optimizer) override;
   void LoadOptimizerStates(const std::string& fname) override;
 
-  /// Whether creating this store registered the process's worker node, and its name
-  /// in logs ("worker[1]").
-  bool started_node() const { return started_node_; }
-  std::string NodeTag() const { return node_->Tag(); }
-
  protected:
   void InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) override;
   void PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
@@ -111,7 +106,6 @@ class DistWorkerStore : public KVStore {
   const bool async_;
   SharedNode::Lease lease_;
   int store_id_ = 0;
-  bool started_node_ = false;
   Node* node_ = nullptr;  // lease_'s
   std::unique_ptr<ServerLink> link_;
   bool has_server_optimizer_ = false;
