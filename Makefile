@@ -28,8 +28,9 @@ demo: build
 	$(BUILD)/pskv-launch -n 2 -s 1 --timeout 900 -- $(BUILD)/train_fmnist --kv-store dist_sync --epochs 3 \
 	  --min-accuracy 0.88
 
+# A test that fails beside the others runs once more alone (scripts/run-tests.sh).
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	scripts/run-tests.sh $(BUILD) $(JOBS)
 
 # ASan + UBSan build of the core tests.
 sanitize: deps
