@@ -324,58 +324,31 @@ void Node::Send(int to, Message m) {
   if (!ready_) throw UsageError("Node::Send before the node is registered");
   m.h.control = static_cast<uint8_t>(Control::kData);
   m.h.flags &= static_cast<uint8_t>(~kScheduled);
-  if (options_.wire_window_bytes <= 0 || m.h.vals_len < kScheduledMinBytes || to >= 1000000)
-    return SendFrames(to, m);
+  if (!schedule_.Schedules(m.h.vals_len) || to >= 1000000) return SendFrames(to, m);
   m.h.flags |= kScheduled;
-  Lane& lane = lanes_[to];
-  if (lane.queue.size() >= kMaxQueuedPerPeer) {
+  if (!schedule_.Enqueue(to, m)) {
     // Bounded: an overfull queue degrades to sending at once (never blocks, never fails).
     PSKV_LOG_LIMITED(limiter_, "sendqueue", "WARN",
-                     Tag() << ": more than " << kMaxQueuedPerPeer << " big messages wait for "
-                           << NameLocked(to) << "; sending without priority order");
+                     Tag() << ": more than " << SendSchedule::kMaxQueued
+                           << " big messages wait for " << NameLocked(to)
+                           << "; sending without priority order");
     const uint64_t bytes = m.h.vals_len;
     SendFrames(to, m);
-    lane.in_flight += bytes;
-    lane.unacked.push_back(bytes);
-    ++lane.sent;
+    schedule_.Sent(to, bytes);
     return;
   }
-  lane.queue.emplace(std::make_pair(-static_cast<int64_t>(m.h.priority), send_order_++),
-                     std::move(m));
-  PumpLocked(to, lane);
-}
-
-void Node::PumpLocked(int to, Lane& lane) {
-  const auto window = static_cast<uint64_t>(options_.wire_window_bytes);
-  while (!lane.queue.empty()) {
-    auto it = lane.queue.begin();
-    const uint64_t bytes = it->second.h.vals_len;
-    if (lane.in_flight > 0 && lane.in_flight + bytes > window) return;
-    Message m = std::move(it->second);
-    lane.queue.erase(it);
-    SendFrames(to, m);  // counted once sent: a failed send never holds window credit
-    lane.in_flight += bytes;
-    lane.unacked.push_back(bytes);
-    ++lane.sent;
-  }
+  schedule_.Pump(to, [&](Message& q) { SendFrames(to, q); });
 }
 
 void Node::HandleCredit(int sender, uint64_t count) {
-  auto it = lanes_.find(sender);
-  if (it == lanes_.end() || count > it->second.sent) {
+  if (!schedule_.Credit(sender, count)) {
     PSKV_LOG_LIMITED(limiter_, std::to_string(sender) + "/credit", "WARN",
                      Tag() << ": dropped a credit from " << NameLocked(sender) << " for " << count
                            << " messages: fewer were sent to it");
     return;
   }
-  Lane& lane = it->second;
-  while (lane.credited < count) {  // cumulative: a stale or repeated credit changes nothing
-    lane.in_flight -= lane.unacked.front();
-    lane.unacked.pop_front();
-    ++lane.credited;
-  }
   try {
-    PumpLocked(sender, lane);
+    schedule_.Pump(sender, [&](Message& q) { SendFrames(sender, q); });
   } catch (const std::exception& e) {
     PSKV_LOG_LIMITED(limiter_, "pump", "WARN",
                      Tag() << ": cannot send to " << NameLocked(sender) << ": " << e.what());
@@ -383,7 +356,7 @@ void Node::HandleCredit(int sender, uint64_t count) {
 }
 
 void Node::SendCredit(int sender) {
-  const uint64_t count = ++scheduled_received_[sender];
+  const uint64_t count = schedule_.Received(sender);
   if (test_hooks_.bogus_credits)  // test only: must be dropped by the peer
     SendControl(sender, Control::kCredit, 0, {}, count + (uint64_t{1} << 40));
   SendControl(sender, Control::kCredit, 0, {}, count);
@@ -606,7 +579,7 @@ void Node::Fail(std::exception_ptr e) {
     if (failure_ || finished_) return;
     failure_ = e;
     handlers = failure_handlers_;
-    lanes_.clear();  // queued sends fail with their requests (the failure handlers)
+    schedule_.DropQueues();  // queued sends fail with their requests (the failure handlers)
   }
   cv_.notify_all();
   try {
@@ -622,8 +595,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     held_.erase(dead_id);
-    lanes_.erase(dead_id);
-    scheduled_received_.erase(dead_id);
+    schedule_.Forget(dead_id);
   }
   if (role() == Role::kScheduler) {
     std::lock_guard<std::mutex> lk(mu_);

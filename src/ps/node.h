@@ -21,20 +21,11 @@
 // heartbeat_timeout + heartbeat_interval (default 10 s + 1 s) — faster when the
 // process exits rather than hangs.
 //
-// Send scheduling (PSKV_WIRE_WINDOW_BYTES > 0; P3 / ByteScheduler style): a data
-// message of at least kScheduledMinBytes value bytes is "scheduled": per
-// destination, at most the window's bytes of scheduled messages are in the
-// transport unacknowledged (at least one); the others wait in a queue ordered by
-// header priority (higher first, then in the order sent). Smaller messages go at
-// once, so a small urgent request overtakes a big transfer, and a big urgent one
-// waits for at most a window. The receiver acknowledges scheduled messages as soon
-// as they arrive, before any handler runs (kCredit: a cumulative count per
-// sender), never when they are answered: a sync server answers a push only when
-// every worker pushed, so reply-released credit could deadlock two workers whose
-// windows hold pushes the other's round needs. Credits travel like data (resent
-// and deduplicated with PS_RESEND); a credit for more messages than were sent is
-// dropped. Queues are bounded (kMaxQueuedPerPeer; beyond it messages go at once)
-// and dropped when the job fails (their requests fail with the job's error).
+// Send scheduling (PSKV_WIRE_WINDOW_BYTES > 0): big data messages go through a
+// per-destination window and priority queue (ps/send_schedule.h); the receiver
+// credits them on arrival (kCredit), before any handler runs. Credits travel like
+// data (resent and deduplicated with PS_RESEND). Queues are dropped when the job
+// fails (their requests fail with the job's error).
 //
 // Threads: a receive thread (decodes, handles control messages, runs the data
 // handler — one message at a time, in arrival order) and a timer thread
@@ -61,6 +52,7 @@
 #include "protocol/message.h"
 #include "ps/liveness.h"
 #include "ps/resender.h"
+#include "ps/send_schedule.h"
 #include "pskv/options.h"
 #include "transport/transport.h"
 
@@ -145,16 +137,6 @@ class Node {
   void SchedulerCompleteRegistration();
   void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0);
   void SendFrames(int to, Message& m);
-  /// Send scheduling (mu_ held): a destination's window and queue.
-  struct Lane {
-    uint64_t in_flight = 0;        // value bytes of scheduled messages not yet credited
-    std::deque<uint64_t> unacked;  // their sizes, oldest first
-    uint64_t sent = 0;             // scheduled messages sent to the peer so far
-    uint64_t credited = 0;         // of which the peer acknowledged receiving
-    std::map<std::pair<int64_t, uint64_t>, Message> queue;  // by (-priority, order)
-  };
-  /// Sends the queue's head messages while the window has room (mu_ held).
-  void PumpLocked(int to, Lane& lane);
   /// A kCredit from `sender` saying it received `count` scheduled messages.
   void HandleCredit(int sender, uint64_t count);
   /// Receiver side: acknowledge one more scheduled message from `sender`.
@@ -214,19 +196,9 @@ class Node {
   // Messages received after a gap in a sender's sequence, until it is filled
   // (at most Resender::kMaxHeld per sender).
   std::map<int, std::map<uint64_t, Message>> held_;
-  RateLimiter limiter_;  // warnings about what peers sent
-  // send scheduling (under mu_)
-  std::map<int, Lane> lanes_;
-  std::map<int, uint64_t> scheduled_received_;  // per sender (what kCredit reports)
-  uint64_t send_order_ = 0;
+  RateLimiter limiter_;                                // warnings about what peers sent
+  SendSchedule schedule_{options_.wire_window_bytes};  // under mu_
 
- public:
-  /// Data messages with at least this many value bytes are scheduled (see above).
-  static constexpr uint64_t kScheduledMinBytes = uint64_t{64} << 10;
-  /// Scheduled messages queued per destination, at most; beyond, they go at once.
-  static constexpr size_t kMaxQueuedPerPeer = size_t{1} << 16;
-
- private:
   std::atomic<bool> stop_{false};
   bool started_ = false, stopped_ = false;
   std::thread recv_thread_, timer_thread_;
