@@ -1,0 +1,375 @@
+// KVWorker: requests sliced by server key ranges, replies matched to them
+// (ps/kv_app.h).
+#include "common/logging.h"
+#include "common/observe.h"  // [observe]
+#include "common/stall.h"
+#include "ps/kv_app.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+// ------------------------------------------------------------------ worker
+
+KVWorker::KVWorker(Node* node) : node_(node) {
+  node_->SetDataHandler([this](Message&& m) { OnMessage(std::move(m)); });
+  node_->AddFailureHandler([this](std::exception_ptr e) { OnFailure(e); });
+}
+
+size_t KVWorker::Pending() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return pending_.size();
+}
+
+uint64_t KVWorker::Push(const std::vector<uint64_t>& keys, Frame vals,
+                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
+  return Issue(keys, std::move(vals), lens, nullptr, {}, {}, cmd, kPush, std::move(cb), priority);
+}
+
+uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, char* out,
+                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
+  std::vector<uint64_t> zero(keys.size(), 0);
+  return Issue(keys, Frame{}, zero, out, {}, lens, cmd, kPull, std::move(cb), priority);
+}
+
+uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, std::vector<char*> outs,
+                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
+  std::vector<uint64_t> zero(keys.size(), 0);
+  return Issue(keys, Frame{}, zero, nullptr, std::move(outs), lens, cmd, kPull, std::move(cb),
+               priority);
+}
+
+uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
+                            const std::vector<uint64_t>& lens, char* out,
+                            const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
+                            int priority) {
+  return Issue(keys, std::move(vals), lens, out, {}, out_lens, cmd, kPush | kPull, std::move(cb),
+               priority);
+}
+
+uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
+                            const std::vector<uint64_t>& lens, std::vector<char*> outs,
+                            const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
+                            int priority) {
+  return Issue(keys, std::move(vals), lens, nullptr, std::move(outs), out_lens, cmd, kPush | kPull,
+               std::move(cb), priority);
+}
+
+uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
+                         const std::vector<uint64_t>& lens, char* out, std::vector<char*> outs,
+                         const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
+                         int priority) {
+  if (keys.size() != lens.size() || ((out || !outs.empty()) && out_lens.size() != keys.size()) ||
+      (!outs.empty() && outs.size() != keys.size()))
+    throw InternalError("KVWorker: keys and lens differ in length");
+  uint64_t total = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i && keys[i] <= keys[i - 1])
+      throw InternalError("KVWorker: keys must be strictly ascending");
+    total += lens[i];
+  }
+  if (total != vals.size) throw InternalError("KVWorker: lens do not add up to the values' size");
+  const int S = node_->num_servers();
+  std::vector<uint64_t> offsets(keys.size() + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i) offsets[i + 1] = offsets[i] + lens[i];
+
+  Request req;
+  req.cmd = cmd;
+  req.flags = flags;
+  req.cb = std::move(cb);
+  req.out = out;
+  req.outs = std::move(outs);
+  req.keys = keys;
+  req.out_lens = out_lens;
+  req.out_offsets.assign(keys.size() + 1, 0);
+  for (size_t i = 0; i < out_lens.size(); ++i)
+    req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
+  // One message per server's keys; with wire chunks, a server's keys are cut into
+  // messages of about `chunk` bytes (sent or answered) at key boundaries.
+  const uint64_t chunk = static_cast<uint64_t>(node_->options().wire_chunk_bytes);
+  auto key_bytes = [&](size_t k) {
+    return std::max(lens[k], out_lens.empty() ? uint64_t{0} : out_lens[k]);
+  };
+  std::vector<std::pair<int, Message>> msgs;
+  std::vector<Part> parts;
+  size_t i = 0;
+  for (int r = 0; r < S && i < keys.size(); ++r) {
+    auto [begin, end] = ServerRange(r, S);
+    size_t j = i;
+    while (j < keys.size() && keys[j] >= begin && (keys[j] < end || r + 1 == S)) ++j;
+    for (size_t a = i; a < j;) {
+      size_t b = a + 1;
+      uint64_t bytes = key_bytes(a);
+      while (b < j && (chunk == 0 || bytes + key_bytes(b) <= chunk)) bytes += key_bytes(b++);
+      Message m;
+      m.h.flags = kRequest | flags;
+      m.h.head = cmd;
+      m.h.priority = priority;
+      m.h.num_keys = static_cast<uint32_t>(b - a);
+      m.h.vals_len = offsets[b] - offsets[a];
+      m.keys = U64Frame(std::vector<uint64_t>(keys.begin() + static_cast<long>(a),
+                                              keys.begin() + static_cast<long>(b)));
+      m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(a),
+                                              lens.begin() + static_cast<long>(b)));
+      m.vals = vals.Slice(offsets[a], offsets[b] - offsets[a]);
+      parts.push_back(Part{ServerId(r), Slice{a, b - a}});
+      msgs.emplace_back(ServerId(r), std::move(m));
+      a = b;
+    }
+    i = j;
+  }
+  Callback done_now;
+  uint64_t ts;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ts = next_ts_;
+    next_ts_ += std::max<size_t>(msgs.size(), 1);
+    if (msgs.empty()) {
+      done_now = std::move(req.cb);
+    } else {
+      req.num_parts = msgs.size();
+      for (size_t p = 0; p < parts.size(); ++p) req.waiting.emplace(ts + p, parts[p]);
+      pending_.emplace(ts, std::move(req));
+    }
+  }
+  if (done_now) {
+    done_now(nullptr);
+    return ts;
+  }
+  for (size_t p = 0; p < msgs.size(); ++p) {
+    auto& [to, m] = msgs[p];
+    m.h.timestamp = ts + p;
+    if (obs::Enabled()) obs::CountPeer(node_->NodeName(to), "out", m.h.vals_len);  // [observe]
+    try {
+      node_->Send(to, std::move(m));
+    } catch (...) {
+      Fail(ts, std::current_exception());
+      return ts;
+    }
+  }
+  return ts;
+}
+
+std::vector<std::string> KVWorker::Command(int head, const std::string& body,
+                                           std::chrono::milliseconds timeout,
+                                           const std::vector<int>& to) {
+  auto done = std::make_shared<Completion>();
+  Request req;
+  const std::vector<int> ids = to.empty() ? node_->ServerIds() : to;
+  req.cmd = head;
+  req.flags = kCommand;
+  auto bodies =
+      std::make_shared<std::vector<std::string>>(static_cast<size_t>(node_->num_servers()));
+  req.bodies = bodies;
+  req.cb = Completion::Callback(done);
+  uint64_t ts;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ts = next_ts_;
+    next_ts_ += std::max<size_t>(ids.size(), 1);
+    req.num_parts = ids.size();
+    for (size_t p = 0; p < ids.size(); ++p) req.waiting.emplace(ts + p, Part{ids[p], {}});
+    pending_.emplace(ts, std::move(req));
+  }
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const int id = ids[p];
+    Message m;
+    m.h.flags = kRequest | kCommand;
+    m.h.head = head;
+    m.h.timestamp = ts + p;
+    m.body = body;
+    try {
+      node_->Send(id, std::move(m));
+    } catch (...) {
+      Fail(ts, std::current_exception());
+      break;
+    }
+  }
+  Await(ts, done, timeout, node_->options().stall_warning, "command " + std::to_string(head));
+  return std::move(*bodies);
+}
+
+void KVWorker::Await(uint64_t ts, const std::shared_ptr<Completion>& c,
+                     std::chrono::milliseconds timeout, std::chrono::milliseconds stall,
+                     const std::string& what) {
+  using namespace std::chrono;
+  const WaitPlan plan{timeout, stall};
+  const bool done = WaitReporting(
+      plan,
+      [&](steady_clock::time_point until) {
+        return c->WaitFor(duration_cast<milliseconds>(until - steady_clock::now()) +
+                          milliseconds(1));
+      },
+      [&](milliseconds waited) {
+        std::string missing = Missing(ts);
+        PSKV_WARN(node_->Tag() << ": " << what << ": waiting for "
+                               << (missing.empty() ? std::string("its completion") : missing)
+                               << " for " << duration_cast<seconds>(waited).count() << " s");
+      });
+  if (done) {
+    if (auto e = c->error()) std::rethrow_exception(e);
+    return;
+  }
+  // Timed out: cancel first (under mu_, so no reply handler can still write into
+  // the request's buffers afterwards), then report.
+  std::string missing = Missing(ts);
+  if (!Cancel(ts)) {
+    // Completed in the meantime: its callback runs right after the entry is removed
+    // (outside the lock); wait for it, briefly.
+    if (c->WaitFor(milliseconds(1000))) {
+      if (auto e = c->error()) std::rethrow_exception(e);
+      return;
+    }
+  }
+  throw TimeoutError(what + ": no answer from " +
+                     (missing.empty() ? std::string("the servers") : missing) + " within " +
+                     std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
+                     " s (raise PSKV_TIMEOUT if this is expected)");
+}
+
+bool KVWorker::Cancel(uint64_t ts) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return pending_.erase(ts) > 0;
+}
+
+std::string KVWorker::MissingLocked(const Request& r) const {
+  std::set<int> ids;
+  for (auto& [ts, part] : r.waiting) ids.insert(part.server);
+  std::string out;
+  for (int id : ids) {
+    if (!out.empty()) out += ", ";
+    out += node_->NodeName(id);
+  }
+  return out;
+}
+
+std::map<uint64_t, KVWorker::Request>::iterator KVWorker::FindLocked(uint64_t reply_ts) {
+  auto it = pending_.upper_bound(reply_ts);
+  if (it == pending_.begin()) return pending_.end();
+  --it;
+  return reply_ts - it->first < it->second.num_parts ? it : pending_.end();
+}
+
+std::string KVWorker::Missing(uint64_t ts) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = pending_.find(ts);
+  return it == pending_.end() ? std::string() : MissingLocked(it->second);
+}
+
+std::vector<std::string> KVWorker::DescribePending(std::chrono::milliseconds min_age) const {
+  using namespace std::chrono;
+  ReportList report;
+  const auto now = steady_clock::now();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [ts, r] : pending_) {
+    if (now - r.issued < min_age) continue;
+    if (report.full()) {
+      report.Skip();
+      continue;
+    }
+    std::string s = (r.flags & kCommand)                     ? "command " + std::to_string(r.cmd)
+                    : (r.flags & kPush) && (r.flags & kPull) ? "push-pull"
+                    : (r.flags & kPush)                      ? "push"
+                                                             : "pull";
+    if (!r.keys.empty()) s += " of ps key " + std::to_string(r.keys.front());
+    s += ": waiting for " + MissingLocked(r) + " for " +
+         std::to_string(duration_cast<seconds>(now - r.issued).count()) + " s";
+    report.Add(std::move(s));
+  }
+  std::vector<std::string> out = report.items();
+  if (report.omitted() > 0) out.push_back("and " + std::to_string(report.omitted()) + " more");
+  return out;
+}
+
+void KVWorker::Fail(uint64_t ts, std::exception_ptr e) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = pending_.find(ts);
+  if (it == pending_.end()) return;  // completed or failed already
+  it->second.error = e;
+  Finish(ts, lk);
+}
+
+void KVWorker::Finish(uint64_t ts, std::unique_lock<std::mutex>& lk) {
+  auto it = pending_.find(ts);
+  Request req = std::move(it->second);
+  pending_.erase(it);
+  lk.unlock();
+  if (req.cb) req.cb(req.error);
+  lk.lock();
+}
+
+void KVWorker::OnMessage(Message&& m) {
+  if (m.h.flags & kRequest) {
+    PSKV_WARN(node_->Tag() << ": a worker received a request; dropped");
+    return;
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = FindLocked(m.h.timestamp);
+  if (it == pending_.end()) return;  // timed out or failed already
+  const uint64_t id = it->first;
+  Request& req = it->second;
+  auto part = req.waiting.find(m.h.timestamp);
+  if (part == req.waiting.end() || part->second.server != m.h.sender) {
+    // A duplicate, or an answer from a server that was not asked: never counted.
+    if (node_->options().verbose >= 1)
+      PSKV_WARN(node_->Tag() << ": ignored a duplicate or unexpected reply from "
+                             << node_->NodeName(m.h.sender) << " to request " << m.h.timestamp);
+    return;
+  }
+  const Slice s = part->second.slice;
+  req.waiting.erase(part);
+  const std::string who = node_->NodeName(m.h.sender);
+  if (obs::Enabled()) {  // [observe] per-peer bytes, requests and latency
+    obs::CountPeer(who, "in", m.h.vals_len);
+    obs::CountPeerOp(who,
+                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - req.issued)
+                                               .count()),
+                     (m.h.flags & kError) != 0);
+  }
+  if (m.h.flags & kError) {
+    if (!req.error) req.error = MakeError(static_cast<ErrorKind>(m.h.head), who + ": " + m.body);
+  } else if (m.h.flags & kCommand) {
+    int r = RankOfId(m.h.sender);
+    if (req.bodies && IsServerId(m.h.sender) && r < static_cast<int>(req.bodies->size()))
+      (*req.bodies)[static_cast<size_t>(r)] = m.body;
+  } else if ((req.out || !req.outs.empty()) && (m.h.flags & kPull)) {
+    std::string problem;
+    if (m.h.num_keys != s.count) {
+      problem = "an answer with " + std::to_string(m.h.num_keys) + " keys, expected " +
+                std::to_string(s.count);
+    } else {
+      for (size_t k = 0; k < s.count && problem.empty(); ++k) {
+        if (m.key_ptr()[k] != req.keys[s.first + k])
+          problem = "an answer for other keys";
+        else if (m.len_ptr()[k] != req.out_lens[s.first + k])
+          problem = "an answer of " + std::to_string(m.len_ptr()[k]) + " bytes for key " +
+                    std::to_string(req.keys[s.first + k]) + ", expected " +
+                    std::to_string(req.out_lens[s.first + k]);
+      }
+      if (problem.empty() && req.out) {
+        m.CopyVals(0, m.h.vals_len, req.out + req.out_offsets[s.first]);
+      } else if (problem.empty()) {  // scattered: each key to its own output
+        uint64_t at = 0;
+        for (size_t k = 0; k < s.count; ++k) {
+          const uint64_t len = req.out_lens[s.first + k];
+          m.CopyVals(at, len, req.outs[s.first + k]);
+          at += len;
+        }
+      }
+    }
+    if (!problem.empty() && !req.error)
+      req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));
+  }
+  if (req.waiting.empty()) Finish(id, lk);
+}
+
+void KVWorker::OnFailure(std::exception_ptr e) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!pending_.empty()) {
+    auto ts = pending_.begin()->first;
+    pending_.begin()->second.error = e;
+    Finish(ts, lk);
+  }
+}
+
+}  // namespace pskv
