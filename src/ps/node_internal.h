@@ -1,6 +1,7 @@
 // Helpers shared by the files that implement Node (node.cc: lifecycle, sending,
-// receiving, failures; membership.cc: registration, node table, identities and
-// groups; barrier.cc: barriers and their stall warnings). Not part of any API.
+// failures; node_receive.cc: receiving; membership.cc: registration, node table,
+// identities and groups; barrier.cc: barriers and their stall warnings). Not part
+// of any API.
 #pragma once
 
 #include <chrono>
