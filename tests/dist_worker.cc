@@ -494,6 +494,81 @@ void ChunkEqual(KVStore& kv, int rounds) {
   kv.Barrier();
 }
 
+// Run with PSKV_SERVER_WEIGHTS=w0,w1,... (uneven, a 0 among them): big keys split by
+// those shares sum element-dependent values exactly, give the same bits as the even
+// split under adam (float32 and float16, chunked or not), and their optimizer states
+// round-trip through a file but do not fit a store whose keys are split evenly.
+void Placement(KVStore& kv, int rounds) {
+  Options even_opts = Options::FromEnv();
+  CHECK_TRUE(even_opts.server_weights.find(',') != std::string::npos,
+             "run with PSKV_SERVER_WEIGHTS=w0,w1,...");
+  even_opts.server_weights = "even";
+  auto even = KVStore::Create("dist_sync", even_opts);
+  auto sums = KVStore::Create("dist_sync", Options::FromEnv());  // no optimizer: the sum
+  const int r = kv.Rank(), n = kv.NumWorkers();
+  const Shape wide = {1000, 3};  // above the bound of 1000: sliced by the shares
+  sums->Init(5, Full(wide, 0));
+  for (int round = 0; round < rounds; ++round) {
+    NDArray v(wide);
+    for (int64_t i = 0; i < v.size(); ++i) v.data<float>()[i] = static_cast<float>(i + r + round);
+    sums->PushPull(5, {v}, {});
+    sums->WaitAll();
+    bool exact = true;
+    for (int64_t i = 0; i < v.size(); ++i)
+      exact &= v.data<float>()[i] == static_cast<float>(n * (i + round) + n * (n - 1) / 2);
+    CHECK_TRUE(exact, "element-dependent sums of round " + std::to_string(round));
+  }
+  auto opt = OptimizerConfig::FromParams(
+      "adam", {{"learning_rate", "0.01"}, {"wd", "0.001"}, {"multi_precision", "1"}});
+  const std::vector<int> keys = {0, 1, 2};
+  const std::vector<Shape> shapes = {{300, 100}, {7}, {40, 50}};
+  const std::vector<DType> types = {DType::kFloat32, DType::kFloat32, DType::kFloat16};
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<NDArray> init;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    NDArray a(shapes[j]);
+    for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
+    init.push_back(a.AsType(types[j]));
+  }
+  for (KVStore* s : {&kv, even.get()}) {
+    s->SetOptimizer(opt);
+    s->Init(keys, init);
+  }
+  std::mt19937 grng(99 + static_cast<unsigned>(r));
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<NDArray> grads;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      NDArray g(shapes[j]);
+      for (int64_t i = 0; i < g.size(); ++i) g.data<float>()[i] = u(grng);
+      grads.push_back(g.AsType(types[j]));
+    }
+    for (KVStore* s : {&kv, even.get()}) s->Push(keys, grads);
+    kv.WaitAll();
+    even->WaitAll();
+  }
+  for (size_t j = 0; j < keys.size(); ++j) {
+    NDArray a(shapes[j], types[j]), b(shapes[j], types[j]);
+    kv.Pull(keys[j], {a});
+    even->Pull(keys[j], {b});
+    kv.WaitAll();
+    even->WaitAll();
+    CHECK_TRUE(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0,
+               "key " + std::to_string(keys[j]) + " differs between uneven and even splits");
+    CHECK_TRUE(std::memcmp(a.raw(), init[j].raw(), a.nbytes()) != 0,
+               "key " + std::to_string(keys[j]) + " was updated");
+  }
+  const std::string f = "/tmp/pskv_states_placement_" + std::to_string(::getpid());
+  kv.SaveOptimizerStates(f);
+  if (r == 0) {
+    kv.LoadOptimizerStates(f);
+    CHECK_TRUE(Throws([&] { even->LoadOptimizerStates(f); }, "PSKV_SERVER_WEIGHTS"),
+               "loading unevenly split states into an evenly split store");
+    std::remove(f.c_str());
+  }
+  kv.Barrier();
+}
+
 // Optimizer states saved by a store without wire chunks do not fit a store with
 // them (the chunks' states are smaller): loading is an error saying why, and the
 // chunked store's states are untouched.
@@ -1335,6 +1410,7 @@ int main(int argc, char** argv) {
           {"wire_opposite", {"dist_sync", WireOpposite}},
           {"chunk_equal", {"dist_sync", ChunkEqual}},
           {"states_other_chunks", {"dist_sync", StatesOtherChunks}},
+          {"placement", {"dist_sync", Placement}},
       };
   auto it = kScenarios.find(scenario);
   if (it == kScenarios.end()) {

@@ -234,3 +234,21 @@ TEST(DistKVStoreWire, MultiPrecisionSmallChunks) {
 TEST(DistKVStoreWire, AsyncSmallChunks) {
   EXPECT_EQ(Launch(4, 2, "async", kSmallChunks, 10), 0);
 }
+
+// Big keys split by PSKV_SERVER_WEIGHTS (uneven, one server holding none of them).
+const char* kUneven = "--env PSKV_SERVER_WEIGHTS=3,0,1";
+TEST(DistKVStorePlacement, UnevenSharesSumExactlyAndEqualTheEvenSplit) {
+  EXPECT_EQ(Launch(3, 3, "placement", kUneven), 0);
+}
+TEST(DistKVStorePlacement, UnevenSharesInSmallChunks) {
+  EXPECT_EQ(Launch(3, 3, "placement", std::string(kUneven) + " " + kSmallChunks, 3), 0);
+}
+TEST(DistKVStorePlacement, SyncFusionAndCompressionWithUnevenShares) {
+  EXPECT_EQ(Launch(4, 3, "sync", "--env PSKV_SERVER_WEIGHTS=1,0,2"), 0);
+  EXPECT_EQ(Launch(4, 3, "compression", "--env PSKV_SERVER_WEIGHTS=1,0,2"), 0);
+  EXPECT_EQ(Launch(3, 3, "fused", "--env PSKV_SERVER_WEIGHTS=1,0,2", 3), 0);
+  EXPECT_EQ(Launch(4, 2, "sparse_sync", "--env PSKV_SERVER_WEIGHTS=1,3"), 0);
+}
+TEST(DistKVStorePlacement, AWeightCountOtherThanTheServersIsAnError) {
+  EXPECT_NE(Launch(2, 2, "sync", "--env PSKV_SERVER_WEIGHTS=1,2,3", 1), 0);
+}

@@ -143,6 +143,41 @@ TEST(Options, MissingDistributedVariableIsNamed) {
   }
 }
 
+TEST(Options, ServerWeightsAreAutoEvenOrOneWholeNumberPerServer) {
+  EXPECT_EQ(Options().server_weights, "auto");
+  for (const char* ok : {"auto", "even", "1,0,3", "7", "0,1000000"}) {
+    EnvGuard g;
+    g.Set("PSKV_SERVER_WEIGHTS", ok);
+    EXPECT_EQ(Options::FromEnv().server_weights, ok);
+  }
+  for (const char* bad : {"Auto", "1,,2", "1,-2", "0,0", "1.5,1", "1,2,", "1000001", " 1"}) {
+    EnvGuard g;
+    g.Set("PSKV_SERVER_WEIGHTS", bad);
+    try {
+      Options::FromEnv();
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("PSKV_SERVER_WEIGHTS"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(ParseServerWeights("1,0,3"), (std::vector<int64_t>{1, 0, 3}));
+  // One weight per server: checked where the job's size is known.
+  Options o;
+  o.root_uri = "127.0.0.1";
+  o.root_port = 1;
+  o.num_servers = 3;
+  o.num_workers = 1;
+  o.server_weights = "1,1,3";
+  EXPECT_NO_THROW(o.ValidateForDistributed());
+  o.server_weights = "1,3";
+  try {
+    o.ValidateForDistributed();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 weights for 3 servers"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Options, JobSecretFromTheEnvironmentOrAPrivateFile) {
   {
     EnvGuard g;
@@ -252,6 +287,7 @@ std::string ValidSample(const EnvVar& v) {
   const std::string name = v.name;
   if (name == "PSKV_LOG_LEVEL") return "warn,ps=info";
   if (name == "PSKV_JOB_SECRET") return "a-secret-of-enough-length";
+  if (name == "PSKV_SERVER_WEIGHTS") return "1,0,3";
   switch (v.type) {
     case EnvType::kChoice: {
       const std::string_view c = v.choices;

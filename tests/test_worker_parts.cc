@@ -21,7 +21,7 @@ std::unique_ptr<KeyMeta> Dense(int key, int64_t n, int servers = 1, int64_t boun
   m->shape = {n};
   m->dtype = DType::kFloat32;
   m->size = n;
-  PlaceDense(m.get(), 0, servers, bound, 1 << 20, nullptr);
+  PlaceDense(m.get(), 0, servers, bound, {}, 1 << 20, nullptr);
   return m;
 }
 

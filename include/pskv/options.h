@@ -51,6 +51,15 @@ struct Options {
   /// tens of µs where an idle core halts (docs/performance.md, item 7). An idle
   /// process does not spin. 0: never spin.
   int64_t spin_us = 100;
+  /// PSKV_SERVER_WEIGHTS: how much of each big dense key (at least bigarray_bound
+  /// elements) every server holds. "auto" (default): shares that balance the bytes on
+  /// the hosts' links, from where the node table says the nodes run — a server on a
+  /// host with workers gets less than one on a host of its own, whose link carries no
+  /// worker's traffic (docs/performance.md, "Across hosts"); even when all nodes share
+  /// one host or the layout is symmetric. "even": every server the same. Or one
+  /// whole-number weight per server rank, "1,1,3,3" (0: none of the big keys).
+  /// Every worker must agree (the workers name which elements each server holds).
+  std::string server_weights = "auto";
   /// PSKV_WIRE_CHUNK_BYTES: a dense key's slice on a server bigger than this is
   /// cut into chunks of about this many bytes, each its own ps key and message, so
   /// that a more urgent key's messages can overtake it between chunks (the servers

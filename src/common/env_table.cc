@@ -113,6 +113,11 @@ void ApplyLogLevel(const EnvVar&, const char* v, Options& o) {
   CheckLogLevels(v);  // ConfigError naming the variable; applied where the node starts
   o.log_levels = v;
 }
+void ApplyServerWeights(const EnvVar&, const char* v, Options& o) {
+  const std::string s = v;
+  if (s != "auto" && s != "even") ParseServerWeights(s);  // ConfigError if malformed
+  o.server_weights = s;
+}
 void ApplyUpdateOnKVStore(const EnvVar& e, const char* v, Options& o) {
   o.update_on_kvstore = EnvInt(e, v) != 0;
 }
@@ -229,6 +234,12 @@ const EnvVar kVars[] = {
     {"MXNET_KVSTORE_BIGARRAY_BOUND", T::kInt, 1, kMaxI64, "", "1000000", S::kJob,
      "arrays this big are reduced with threads and sliced over all servers",
      Int<&Options::bigarray_bound>},
+    {"PSKV_SERVER_WEIGHTS", T::kText, 0, 0, "", "`auto`", S::kJob,
+     "how much of each big dense key every server holds: `auto` (shares that balance the "
+     "hosts' links: a server on a host with workers gets less than one on a host of its own; "
+     "[performance](docs/performance.md#across-hosts-dense-pushpull-against-the-parameter-server-"
+     "bound)), `even`, or one whole-number weight per server rank (`1,1,3,3`)",
+     ApplyServerWeights},
     {"MXNET_KVSTORE_REDUCTION_NTHREADS", T::kInt, 1, 1024, "", "4", S::kJob,
      "reduction threads (capped at the number of cores); on a server, they merge the 1 MiB "
      "chunks of a big value in parallel",
@@ -337,6 +348,31 @@ const char* EnvValue(const char* name) {
                            " is not in the environment table (common/env_table.cc)");
   const char* v = std::getenv(name);
   return (v && *v) ? v : nullptr;
+}
+
+std::vector<int64_t> ParseServerWeights(const std::string& value) {
+  std::vector<int64_t> w;
+  int64_t total = 0;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = value.find(',', at);
+    const std::string part = value.substr(at, comma == std::string::npos ? comma : comma - at);
+    const bool digits = !part.empty() && part.size() <= 7 &&
+                        part.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t x = digits ? std::stoll(part) : -1;
+    if (x < 0 || x > 1000000)
+      throw ConfigError("environment variable PSKV_SERVER_WEIGHTS='" + value +
+                        "' is not `auto`, `even` or a list of whole numbers in [0, 1000000], "
+                        "one per server rank (e.g. `1,1,3,3`)");
+    w.push_back(x);
+    total += x;
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (total == 0)
+    throw ConfigError("environment variable PSKV_SERVER_WEIGHTS='" + value +
+                      "' gives every server weight 0: at least one must hold the big keys");
+  return w;
 }
 
 std::string ReadJobSecretFile(const char* path) {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "pskv/options.h"
 
@@ -63,6 +64,11 @@ const EnvVar* FindEnvVar(const std::string& name);
 /// empty. The one way pskv (library and launcher) reads its environment; `name`
 /// must be in the table (a programming error otherwise: std::logic_error).
 const char* EnvValue(const char* name);
+
+/// PSKV_SERVER_WEIGHTS' list form "w0,w1,...": whole numbers in [0, 1000000], at
+/// least one positive. ConfigError naming the variable otherwise (also for "auto"
+/// and "even", which are not lists).
+std::vector<int64_t> ParseServerWeights(const std::string& value);
 
 /// Reads the job secret from the file named by PSKV_JOB_SECRET_FILE: a private file
 /// (not readable or writable by group or others, like ssh's keys), at most 4096

@@ -67,6 +67,13 @@ void Options::ValidateForDistributed() const {
     throw ConfigError(
         "PSKV_ENCRYPT=1 needs a job secret: set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE "
         "(pskv-launch sets one for every job)");
+  if (!server_weights.empty() && server_weights != "auto" && server_weights != "even") {
+    const size_t given = ParseServerWeights(server_weights).size();
+    if (given != static_cast<size_t>(num_servers))
+      throw ConfigError("PSKV_SERVER_WEIGHTS='" + server_weights + "' gives " +
+                        std::to_string(given) + " weights for " + std::to_string(num_servers) +
+                        " servers (DMLC_NUM_SERVER): give one per server rank");
+  }
   if (heartbeat_timeout.count() > 0 && heartbeat_timeout < 2 * heartbeat_interval)
     throw ConfigError("PS_HEARTBEAT_TIMEOUT must be at least twice PS_HEARTBEAT_INTERVAL");
 }

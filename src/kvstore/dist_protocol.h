@@ -64,14 +64,35 @@ struct Slice {
   int64_t offset, len;
 };
 
+/// Units of a server's share of a big key: shares are whole numbers summing to this.
+constexpr int64_t kShareUnits = int64_t{1} << 20;
+
 /// Key placement (docs/design.md, "Key placement"): a key of fewer than `bound`
 /// elements lives on one server chosen by (key * 9973) mod S (64-bit arithmetic,
-/// MXNet used int); a bigger key is cut into S contiguous slices, slice i having
-/// round(N(i+1)/S) - round(N i/S) elements.
-inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t bound) {
+/// MXNet used int); a bigger key is cut into S contiguous slices, one per server in
+/// rank order. Evenly (`shares` empty): slice i has round(N(i+1)/S) - round(N i/S)
+/// elements. With `shares` (one per server, summing to kShareUnits:
+/// kvstore/dist/worker/server_shares.h): slice i ends at floor(N C(i+1) / kShareUnits),
+/// C(i) being the sum of the first i shares; a server with share 0 gets an empty
+/// slice. Whole-number arithmetic: every worker computes the same slices.
+inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t bound,
+                                   const std::vector<int64_t>& shares = {}) {
   std::vector<Slice> out;
   if (n < bound || num_servers == 1) {
     out.push_back({static_cast<int>((static_cast<int64_t>(key) * 9973) % num_servers), 0, n});
+    return out;
+  }
+  if (!shares.empty()) {
+    // floor(n c / U) without overflow: n = qU + r, so n c / U = q c + r c / U.
+    auto cut = [&](int64_t c) {
+      return (n / kShareUnits) * c + (n % kShareUnits) * c / kShareUnits;
+    };
+    int64_t c = 0;
+    for (int i = 0; i < num_servers; ++i) {
+      const int64_t begin = cut(c);
+      c += shares[static_cast<size_t>(i)];
+      out.push_back({i, begin, cut(c) - begin});
+    }
     return out;
   }
   for (int i = 0; i < num_servers; ++i) {

@@ -38,6 +38,12 @@ std::string Node::NodeName(int id) const {
   return NameLocked(id);
 }
 
+std::string Node::HostOf(int id) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? std::string() : it->second.host;
+}
+
 std::vector<int> Node::ServerIds() const {
   std::vector<int> v;
   for (int r = 0; r < options_.num_servers; ++r) v.push_back(ServerId(r));

@@ -112,6 +112,9 @@ class Node {
   /// PSKV_TEST_* variables; set_test_hooks (before Start) for nodes made in a test.
   const TestHooks& test_hooks() const { return test_hooks_; }
   void set_test_hooks(const TestHooks& h) { test_hooks_ = h; }
+  /// The address node `id` advertised (its host in the node table, the same on
+  /// every node once started); "" if unknown.
+  std::string HostOf(int id) const;
   /// "worker[1] at 127.0.0.1:4321" for any node id of the job.
   std::string NodeName(int id) const;
   /// This node's name ("server[0]"), for log lines.

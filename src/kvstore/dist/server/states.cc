@@ -61,9 +61,12 @@ void DistServer::HandleStates(KVRequest&& req) {
       return {st->value.size(), IsLowPrecision(st->value.dtype())};
     });
   } catch (const std::exception& e) {
-    return fail(KindOf(e), node_->Tag() + ": cannot load the optimizer states: " + e.what() +
-                               " (states saved with another PSKV_WIRE_CHUNK_BYTES do not fit: "
-                               "load them with the value they were saved with)");
+    return fail(KindOf(e),
+                node_->Tag() + ": cannot load the optimizer states: " + e.what() +
+                    " (states saved with another PSKV_WIRE_CHUNK_BYTES, or another split "
+                    "of big keys over the servers (PSKV_SERVER_WEIGHTS, where the "
+                    "nodes run), do not fit: load them with the settings and layout "
+                    "they were saved with)");
   }
   server_.Respond(req);
 }

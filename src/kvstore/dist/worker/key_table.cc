@@ -8,9 +8,10 @@
 namespace pskv::dist {
 
 void PlaceDense(KeyMeta* m, int store_id, int num_servers, int64_t bigarray_bound,
-                int64_t wire_chunk_bytes, const std::function<int64_t(int64_t)>& comp_bytes) {
+                const std::vector<int64_t>& shares, int64_t wire_chunk_bytes,
+                const std::function<int64_t(int64_t)>& comp_bytes) {
   const int S = num_servers;
-  for (auto& c : ChunkSlices(PlaceKey(m->key, m->size, S, bigarray_bound),
+  for (auto& c : ChunkSlices(PlaceKey(m->key, m->size, S, bigarray_bound, shares),
                              static_cast<int64_t>(DTypeSize(m->dtype)), wire_chunk_bytes, S)) {
     const Slice s{c.server, c.offset, c.len};
     m->slices.push_back(s);

@@ -43,12 +43,15 @@ struct KeyMeta {
   KeyMeta* next = nullptr;
 };
 
-/// Places a dense key of `store_id` over `num_servers` (MXNet's placement, each
-/// server's slice cut into wire chunks: one ps key and message per chunk).
+/// Places a dense key of `store_id` over `num_servers` (dist_protocol.h, PlaceKey:
+/// a big key split by `shares`, evenly if empty; each server's slice cut into wire
+/// chunks: one ps key and message per chunk; servers with an empty slice get none).
 /// `comp_bytes`, if set, gives the compressed bytes of a slice of n elements.
 void PlaceDense(KeyMeta* m, int store_id, int num_servers, int64_t bigarray_bound,
-                int64_t wire_chunk_bytes, const std::function<int64_t(int64_t)>& comp_bytes);
-/// Places a row_sparse key of `store_id` by row ranges (one ps key per range).
+                const std::vector<int64_t>& shares, int64_t wire_chunk_bytes,
+                const std::function<int64_t(int64_t)>& comp_bytes);
+/// Places a row_sparse key of `store_id` by row ranges (one ps key per range). Always
+/// evenly: a row_sparse key's traffic is the rows a step touches, not its size.
 void PlaceRowSparse(KeyMeta* m, int store_id, int num_servers, int64_t bigarray_bound);
 
 /// A call's arrays by key, without copying them: keys ascending, each key's arrays as

@@ -6,6 +6,7 @@
 #include "common/observe.h"  // [observe]
 #include "kvstore/dist/worker/collective_init.h"
 #include "kvstore/dist/worker/fusion.h"
+#include "kvstore/dist/worker/server_shares.h"
 #include "kvstore/dist/worker/stall.h"
 #include "kvstore/dist/worker/states_transfer.h"
 #include "kvstore/dist_protocol.h"
@@ -42,6 +43,24 @@ KVWorker::Callback CopyToAll(const std::vector<NDArray>& dst, Engine::Done done)
   };
 }
 
+// The shares of big keys per server (server_shares.h) from the node table, which
+// every worker received alike from the scheduler.
+std::vector<int64_t> PlacementShares(const Options& o, const Node& node) {
+  HostLayout layout;
+  for (int id : node.ServerIds()) layout.server_hosts.push_back(node.HostOf(id));
+  for (int id : node.WorkerIds()) layout.worker_hosts.push_back(node.HostOf(id));
+  std::vector<int64_t> shares = ServerShares(o.server_weights, layout);
+  if (o.verbose >= 1 && node.rank() == 0) {
+    std::string s;
+    for (int64_t x : shares) s += (s.empty() ? "" : ",") + std::to_string(x);
+    PSKV_INFO(node.Tag() << ": big keys split over the servers "
+                         << (shares.empty() ? "evenly" : "by shares " + s + " (of 1048576)")
+                         << "; busiest link " << MaxLinkLoad(layout, shares)
+                         << " x the key's bytes per push+pull");
+  }
+  return shares;
+}
+
 }  // namespace
 
 DistWorkerStore::DistWorkerStore(std::string type, Options options,
@@ -55,6 +74,7 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
   store_id_ = lease_.store_id;
   node_ = lease_.node->node();
   link_ = std::make_unique<ServerLink>(node_, lease_.node->worker(), options_, store_id_);
+  shares_ = PlacementShares(options_, *node_);
   if (node_->rank() == 0 && store_id_ == 0)
     link_->worker()->Command(kSetMode, payload::EncodeMode(!async_), options_.op_timeout);
   node_->Barrier(kWorkerGroup, options_.op_timeout);
@@ -138,7 +158,7 @@ void DistWorkerStore::InitImpl(const std::vector<int>& keys, const std::vector<N
       m->shape = values[i].shape();
       m->dtype = values[i].dtype();
       m->size = values[i].size();
-      PlaceDense(m.get(), store_id_, node_->num_servers(), options_.bigarray_bound,
+      PlaceDense(m.get(), store_id_, node_->num_servers(), options_.bigarray_bound, shares_,
                  options_.wire_chunk_bytes, comp_bytes);
       if (compressor_) m->residual = NDArray({m->size}, DType::kFloat32);
       created.push_back(keys_.Add(std::move(m)));

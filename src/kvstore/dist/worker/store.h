@@ -106,7 +106,8 @@ class DistWorkerStore : public KVStore {
   const bool async_;
   SharedNode::Lease lease_;
   int store_id_ = 0;
-  Node* node_ = nullptr;  // lease_'s
+  Node* node_ = nullptr;         // lease_'s
+  std::vector<int64_t> shares_;  // of a big dense key per server (PlaceKey); empty: even
   std::unique_ptr<ServerLink> link_;
   bool has_server_optimizer_ = false;
   std::unique_ptr<LocalReducer> reducer_;

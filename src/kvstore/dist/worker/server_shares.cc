@@ -1,0 +1,175 @@
+#include "kvstore/dist/worker/server_shares.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/env_table.h"
+#include "pskv/error.h"
+
+namespace pskv::dist {
+namespace {
+
+constexpr int64_t U = kShareUnits;
+
+// A host of the layout: its workers and its servers' ranks.
+struct Host {
+  int64_t workers = 0;
+  std::vector<int> servers;
+};
+
+// Hosts in order of first appearance (servers by rank, then workers); false if a
+// node's host is unknown.
+bool HostsOf(const HostLayout& l, std::vector<Host>* hosts) {
+  std::map<std::string, size_t> index;
+  auto at = [&](const std::string& label) -> Host& {
+    auto it = index.emplace(label, hosts->size()).first;
+    if (it->second == hosts->size()) hosts->emplace_back();
+    return (*hosts)[it->second];
+  };
+  for (size_t r = 0; r < l.server_hosts.size(); ++r) {
+    if (l.server_hosts[r].empty()) return false;
+    at(l.server_hosts[r]).servers.push_back(static_cast<int>(r));
+  }
+  for (const auto& w : l.worker_hosts) {
+    if (w.empty()) return false;
+    ++at(w).workers;
+  }
+  return true;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The units W a host's servers may hold with its link's load
+// a U + (n - 2a) W <= T: [*lo, *hi] within [0, U]; false if none.
+bool Allowed(const Host& h, int64_t n, int64_t T, int64_t* lo, int64_t* hi) {
+  const int64_t base = h.workers * U, c = n - 2 * h.workers;
+  *lo = 0;
+  *hi = h.servers.empty() ? 0 : U;
+  if (c > 0) {
+    if (base > T) return false;
+    *hi = std::min(*hi, (T - base) / c);
+  } else if (c == 0 || h.servers.empty()) {
+    if (base > T) return false;
+  } else if (base > T) {  // the load falls as the host holds more
+    *lo = CeilDiv(base - T, -c);
+    if (*lo > U) return false;
+  }
+  return true;
+}
+
+bool Feasible(const std::vector<Host>& hosts, int64_t n, int64_t T, std::vector<int64_t>* lo,
+              std::vector<int64_t>* hi) {
+  int64_t sum_lo = 0, sum_hi = 0;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (!Allowed(hosts[i], n, T, &(*lo)[i], &(*hi)[i])) return false;
+    sum_lo += (*lo)[i];
+    sum_hi += (*hi)[i];
+  }
+  return sum_lo <= U && U <= sum_hi;
+}
+
+}  // namespace
+
+std::vector<int64_t> LinkBalancedShares(const HostLayout& layout) {
+  std::vector<Host> hosts;
+  const auto n = static_cast<int64_t>(layout.worker_hosts.size());
+  const auto S = static_cast<int64_t>(layout.server_hosts.size());
+  if (n == 0 || S <= 1 || !HostsOf(layout, &hosts)) return {};
+  // The least busiest-link load T (in units of M / U) some shares allow: loads are
+  // linear in each host's units, so feasibility is monotone in T. T = nU always is.
+  std::vector<int64_t> lo(hosts.size()), hi(hosts.size());
+  int64_t low = 0, high = n * U;
+  while (low < high) {
+    const int64_t mid = low + (high - low) / 2;
+    if (Feasible(hosts, n, mid, &lo, &hi))
+      high = mid;
+    else
+      low = mid + 1;
+  }
+  const int64_t T = high;
+  // The even split when it is as good: exactly, load_h S = a U S + c U s_h <= T S.
+  bool even_ok = true;
+  for (const Host& h : hosts) {
+    const int64_t s = static_cast<int64_t>(h.servers.size());
+    even_ok &= h.workers * U * S + (n - 2 * h.workers) * U * s <= T * S;
+  }
+  if (even_ok) return {};
+  // Any units within [lo, hi] per host reach T; the units beyond the lows go to the
+  // hosts in proportion to their room (hosts alike get alike), the floors' remainder
+  // one unit each to the first hosts with room left.
+  Feasible(hosts, n, T, &lo, &hi);
+  std::vector<int64_t> units = lo;
+  int64_t left = U, room = 0;
+  for (size_t i = 0; i < hosts.size(); ++i) left -= lo[i], room += hi[i] - lo[i];
+  const int64_t spread = left;
+  for (size_t i = 0; i < hosts.size() && room > 0; ++i) {
+    const int64_t add = (hi[i] - lo[i]) * spread / room;  // <= 2^20 * 2^20 before dividing
+    units[i] += add;
+    left -= add;
+  }
+  for (size_t i = 0; i < hosts.size() && left > 0; ++i)
+    if (units[i] < hi[i]) ++units[i], --left;
+  // A host's units split evenly over its servers (the first ones get the remainder).
+  std::vector<int64_t> shares(static_cast<size_t>(S), 0);
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const auto& sv = hosts[i].servers;
+    for (size_t j = 0; j < sv.size(); ++j)
+      shares[static_cast<size_t>(sv[j])] =
+          units[i] / static_cast<int64_t>(sv.size()) +
+          (static_cast<int64_t>(j) < units[i] % static_cast<int64_t>(sv.size()) ? 1 : 0);
+  }
+  return shares;
+}
+
+std::vector<int64_t> SharesFromWeights(const std::vector<int64_t>& weights) {
+  int64_t total = 0;
+  for (int64_t w : weights) {
+    if (w < 0) throw InvalidArgument("server weights must not be negative");
+    total += w;
+  }
+  if (total <= 0) throw InvalidArgument("server weights must not all be 0");
+  if (std::all_of(weights.begin(), weights.end(), [&](int64_t w) { return w == weights[0]; }))
+    return {};
+  std::vector<int64_t> shares;
+  int64_t left = U;
+  for (int64_t w : weights) {
+    shares.push_back(w * U / total);
+    left -= shares.back();
+  }
+  for (size_t i = 0; i < shares.size() && left > 0; ++i)
+    if (weights[i] > 0) ++shares[i], --left;
+  return shares;
+}
+
+std::vector<int64_t> ServerShares(const std::string& spec, const HostLayout& layout) {
+  if (spec == "even") return {};
+  if (spec.empty() || spec == "auto") return LinkBalancedShares(layout);
+  const std::vector<int64_t> w = ParseServerWeights(spec);
+  if (w.size() != layout.server_hosts.size())
+    throw ConfigError("PSKV_SERVER_WEIGHTS='" + spec + "' gives " + std::to_string(w.size()) +
+                      " weights for " + std::to_string(layout.server_hosts.size()) +
+                      " servers: give one per server rank");
+  return SharesFromWeights(w);
+}
+
+double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares) {
+  std::vector<Host> hosts;
+  const auto n = static_cast<int64_t>(layout.worker_hosts.size());
+  const auto S = static_cast<double>(layout.server_hosts.size());
+  if (!HostsOf(layout, &hosts)) return 0;
+  double worst = 0;
+  for (const Host& h : hosts) {
+    double w = 0;
+    for (int r : h.servers)
+      w += shares.empty()
+               ? 1.0 / S
+               : static_cast<double>(shares[static_cast<size_t>(r)]) / static_cast<double>(U);
+    worst = std::max(worst,
+                     static_cast<double>(h.workers) + static_cast<double>(n - 2 * h.workers) * w);
+  }
+  return worst;
+}
+
+}  // namespace pskv::dist

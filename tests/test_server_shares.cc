@@ -1,0 +1,143 @@
+// Shares of big keys per server (kvstore/dist/worker/server_shares.h) and the
+// slices PlaceKey cuts from them (dist_protocol.h).
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kvstore/dist/worker/server_shares.h"
+#include "pskv/error.h"
+
+using namespace pskv;
+using namespace pskv::dist;
+
+namespace {
+
+constexpr int64_t U = kShareUnits;
+
+// n worker hosts, each with one worker and one server, and k hosts with one server
+// only: the launcher's layout for -n n -s n+k on n+k hosts (servers on every host,
+// workers cycling from the first).
+HostLayout WorkersAndServerHosts(int n, int k) {
+  HostLayout l;
+  for (int h = 0; h < n + k; ++h) l.server_hosts.push_back("10.0.0." + std::to_string(h + 1));
+  for (int h = 0; h < n; ++h) l.worker_hosts.push_back("10.0.0." + std::to_string(h + 1));
+  return l;
+}
+
+int64_t Sum(const std::vector<int64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), int64_t{0});
+}
+
+}  // namespace
+
+TEST(ServerShares, ServersOnTheWorkerHostsSplitEvenly) {
+  // k = 0: all-reduce's bound 2(n-1)/n, which the even split reaches.
+  for (int n : {2, 3, 4, 7}) {
+    const HostLayout l = WorkersAndServerHosts(n, 0);
+    EXPECT_TRUE(LinkBalancedShares(l).empty()) << n;
+    EXPECT_NEAR(MaxLinkLoad(l, {}), 2.0 * (n - 1) / n, 1e-12);
+  }
+}
+
+TEST(ServerShares, TwoExtraServerHostsHoldThreeTimesACoLocatedServersShare) {
+  // n = 4, k = 2: co-located (n-k)/(n^2+kn-2k) = 0.1, the others 2(n-1)/20 = 0.3;
+  // to the unit: the least T (busiest link, units of M/U) is 1258292, where the
+  // co-located servers may hold 104858 and the others 314573 (2 units of room).
+  const HostLayout l = WorkersAndServerHosts(4, 2);
+  const auto s = LinkBalancedShares(l);
+  EXPECT_EQ(s, (std::vector<int64_t>{104858, 104858, 104858, 104858, 314572, 314572}));
+  EXPECT_EQ(Sum(s), U);
+  EXPECT_NEAR(MaxLinkLoad(l, s), 1.2, 1e-5);        // t_opt = 2n(n-1)/(n^2+kn-2k) = 24/20
+  EXPECT_NEAR(MaxLinkLoad(l, {}), 8.0 / 6, 1e-12);  // even: (S+n-2)/S
+}
+
+TEST(ServerShares, AsManyServerHostsAsWorkersTakeEverything) {
+  // n = k = 4: the co-located servers get nothing, the step needs M/B (t_opt, 24/24).
+  const HostLayout l = WorkersAndServerHosts(4, 4);
+  const auto s = LinkBalancedShares(l);
+  EXPECT_EQ(s, (std::vector<int64_t>{0, 0, 0, 0, U / 4, U / 4, U / 4, U / 4}));
+  EXPECT_DOUBLE_EQ(MaxLinkLoad(l, s), 1.0);
+  EXPECT_DOUBLE_EQ(MaxLinkLoad(l, {}), 1.25);
+}
+
+TEST(ServerShares, MoreServerHostsThanWorkersShareTheKeyEvenly) {
+  // n = 3, k = 5: nothing co-located; the five others alike (not one filled first).
+  const HostLayout l = WorkersAndServerHosts(3, 5);
+  const auto s = LinkBalancedShares(l);
+  EXPECT_EQ(s, (std::vector<int64_t>{0, 0, 0, 209716, 209715, 209715, 209715, 209715}));
+  EXPECT_NEAR(MaxLinkLoad(l, s), 1.0, 1e-5);
+  // n = 2: every split loads the worker links with M; even is as good.
+  EXPECT_TRUE(LinkBalancedShares(WorkersAndServerHosts(2, 4)).empty());
+}
+
+TEST(ServerShares, DegenerateLayoutsSplitEvenly) {
+  HostLayout one;  // everything on one host: no link at all
+  one.server_hosts = {"127.0.0.1", "127.0.0.1", "127.0.0.1"};
+  one.worker_hosts = {"127.0.0.1", "127.0.0.1"};
+  EXPECT_TRUE(LinkBalancedShares(one).empty());
+  HostLayout unknown = WorkersAndServerHosts(4, 4);
+  unknown.server_hosts[5] = "";
+  EXPECT_TRUE(LinkBalancedShares(unknown).empty());
+  HostLayout single = WorkersAndServerHosts(4, 0);
+  single.server_hosts.resize(1);
+  EXPECT_TRUE(LinkBalancedShares(single).empty());
+  EXPECT_TRUE(LinkBalancedShares(HostLayout{{"a", "b"}, {}}).empty());
+  // One worker with a server beside it: the co-located server holds everything.
+  HostLayout lone{{"a", "b", "c"}, {"a"}};
+  EXPECT_EQ(LinkBalancedShares(lone), (std::vector<int64_t>{U, 0, 0}));
+  EXPECT_DOUBLE_EQ(MaxLinkLoad(lone, LinkBalancedShares(lone)), 0.0);
+}
+
+TEST(ServerShares, TwoServersOnAHostShareItsUnits) {
+  // Servers 0 and 2 on the extra host, 1 and 3 on the worker hosts (n = 2 + 1 worker
+  // on the extra host's neighbour): whatever the split, a host's units are split
+  // evenly over its servers and the total is U.
+  HostLayout l{{"x", "a", "x", "b"}, {"a", "b", "c"}};
+  const auto s = LinkBalancedShares(l);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(Sum(s), U);
+  EXPECT_LE(std::abs(s[0] - s[2]), 1);
+  EXPECT_LT(MaxLinkLoad(l, s), MaxLinkLoad(l, {}));
+}
+
+TEST(ServerShares, WeightsGivenByTheUser) {
+  EXPECT_EQ(SharesFromWeights({1, 0, 3}), (std::vector<int64_t>{U / 4, 0, 3 * U / 4}));
+  EXPECT_EQ(SharesFromWeights({1, 2}), (std::vector<int64_t>{349526, 699050}));
+  EXPECT_TRUE(SharesFromWeights({5, 5, 5}).empty());  // equal: the even split
+  EXPECT_THROW(SharesFromWeights({0, 0}), InvalidArgument);
+  EXPECT_THROW(SharesFromWeights({1, -1}), InvalidArgument);
+  const HostLayout l = WorkersAndServerHosts(2, 1);
+  EXPECT_TRUE(ServerShares("even", l).empty());
+  EXPECT_EQ(ServerShares("auto", l), LinkBalancedShares(l));
+  EXPECT_EQ(ServerShares("0,1,1", l), (std::vector<int64_t>{0, U / 2, U / 2}));
+  EXPECT_THROW(ServerShares("1,1", l), ConfigError);
+}
+
+TEST(ServerShares, PlaceKeyCutsContiguousSlicesByShare) {
+  const std::vector<int64_t> shares = {104858, 104858, 104858, 104858, 314572, 314572};
+  for (int64_t n : {int64_t{1000}, int64_t{16} << 20, (int64_t{1} << 40) + 12345}) {
+    const auto slices = PlaceKey(7, n, 6, 1000, shares);
+    ASSERT_EQ(slices.size(), 6u);
+    int64_t at = 0;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      EXPECT_EQ(slices[i].server, static_cast<int>(i));
+      EXPECT_EQ(slices[i].offset, at);
+      // floor(n C / U) at both ends: within one element of the share.
+      EXPECT_NEAR(static_cast<double>(slices[i].len),
+                  static_cast<double>(n) * static_cast<double>(shares[i]) / U, 1.0);
+      at += slices[i].len;
+    }
+    EXPECT_EQ(at, n);
+  }
+  // A share of 0 is an empty slice, which ChunkSlices leaves out.
+  const auto slices = PlaceKey(7, 4000, 4, 1000, {0, U / 2, 0, U / 2});
+  EXPECT_EQ(slices[0].len, 0);
+  EXPECT_EQ(slices[2].len, 0);
+  EXPECT_EQ(slices[1].len + slices[3].len, 4000);
+  const auto chunks = ChunkSlices(slices, 4, 1024, 4);
+  for (const Chunk& c : chunks) EXPECT_TRUE(c.server == 1 || c.server == 3);
+  // Small keys ignore the shares; no shares is the even split.
+  EXPECT_EQ(PlaceKey(7, 999, 4, 1000, {0, U / 2, 0, U / 2}).size(), 1u);
+  const auto even = PlaceKey(7, 4000, 4, 1000);
+  for (const Slice& s : even) EXPECT_EQ(s.len, 1000);
+}
