@@ -25,6 +25,7 @@
 #include "transport/tcp/socket_path.h"
 #include "transport/upgrade/control_codec.h"
 #include "transport/upgrade/data_path.h"
+#include "transport/upgrade/incoming_paths.h"
 #include "transport/zmq/zmq_transport.h"
 
 // Threads of this backend (the negotiation is in data_path.h):
@@ -34,7 +35,7 @@
 //  * the writer thread moves pending bytes into paths when they have room; it
 //    sleeps on this process's tx pipe (ring readers write to it) and on what the
 //    paths ask it to watch (POLLOUT of sockets, the direct TCP listener);
-//  * the Recv caller owns the incoming paths (in_, under in_mu_ only so that
+//  * the Recv caller owns the incoming paths (incoming_, under in_mu_ only so that
 //    Close from another thread is safe) and the inner transport's Recv; it
 //    sleeps in one epoll set holding ZeroMQ's descriptor, the rx pipe that ring
 //    writers use and the paths' descriptors.
@@ -55,18 +56,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using upgrade::Clock;
-using upgrade::InPath;
 using upgrade::OutPath;
 using upgrade::Signal;
 
-// Incoming paths, at most (further offers are declined).
-constexpr size_t kMaxIncomingPaths = 128;
 // Spin (TransportConfig::spin) only after messages of at most this many bytes.
 constexpr uint64_t kSpinAfterBytes = 64 << 10;
-// Data on a path whose SWITCH has not come after this: the SWITCH was lost (ZeroMQ
-// drops what is in flight when its connection breaks); the path is dropped, the
-// sender's next write fails or finds the reader gone, and it goes back to ZeroMQ.
-constexpr auto kSwitchGrace = std::chrono::seconds(5);
 // A path that broke (a failed write, a failed OFFER or SWITCH) is offered again
 // after this, once the control connection is up.
 constexpr auto kRetryBroken = std::chrono::seconds(1);
@@ -97,18 +91,6 @@ struct Out {
   Clock::time_point retry_after{};    // kDown: no new offer before then
   Clock::time_point offered_up_at{};  // kOffered: when the connection was first seen up
   std::deque<OutMsg> pending;
-};
-
-// The consumer side of one incoming path.
-struct In {
-  uint64_t token = 0;
-  uint64_t conn = 0;  // the writer's ZeroMQ connection that made the offer
-  uint64_t seq = 0;   // the offer's number (upgrade::Offer::seq)
-  std::string addr;
-  upgrade::Nonce nonce{};
-  bool active = false;                  // SWITCH arrived: the writer uses this path now
-  Clock::time_point data_waiting_at{};  // data waits for its SWITCH since then
-  std::unique_ptr<InPath> path;
 };
 
 class UpgradingTransport final : public Transport {
@@ -285,12 +267,8 @@ class UpgradingTransport final : public Transport {
         }
       }
       NoteMessage(*in);
-      if (HandleControl(*in)) continue;
-      // A message over the ZeroMQ connection whose path is active: the peer gave
-      // that path up. (Not one over another of its connections: a node may hold
-      // two to this one, and only one of them has a direct path.)
-      auto r = in_.find(in->peer);
-      if (r != in_.end() && r->second->active && r->second->conn == in->conn) DropIn(r, nullptr);
+      if (incoming_.HandleControl(*in)) continue;
+      incoming_.CameOverControl(*in);
       return true;
     }
   }
@@ -327,8 +305,7 @@ class UpgradingTransport final : public Transport {
     }
     {
       std::lock_guard<std::mutex> lk(in_mu_);
-      in_.clear();  // each path stops reading (a ring is marked closed)
-      fds_.clear();
+      incoming_.Clear();  // each path stops reading (a ring is marked closed)
     }
     inner_->Close(linger);
     for (int* fd : {&rx_rd_, &rx_wr_, &tx_rd_, &tx_wr_, &epfd_}) {
@@ -532,83 +509,11 @@ class UpgradingTransport final : public Transport {
 
   // ---------------------------------------------------------------- consumer
 
-  // An OFFER or SWITCH from the authenticated peer in->peer. Recv thread.
-  bool HandleControl(const Received& in) {
-    if (!upgrade::IsControl(in.frames)) return false;
-    upgrade::PathControl c;
-    try {
-      c = upgrade::DecodeControl(in.frames[0]);
-    } catch (const ProtocolError& e) {
-      PSKV_LOG_LIMITED(limiter_, "ctl/" + in.peer_addr, "WARN",
-                       "ignored a path control message from " << in.peer_addr << ": " << e.what());
-      return true;
-    }
-    auto it = in_.find(in.peer);
-    if (const auto* sw = std::get_if<upgrade::Switch>(&c)) {
-      if (it != in_.end() && it->second->nonce == sw->nonce) {
-        In& r = *it->second;
-        r.active = true;
-        const char* why = nullptr;
-        if (r.path->Activate(&why) == InPath::Status::kDrop) DropIn(it, why);
-      }
-      return true;
-    }
-    const auto& offer = std::get<upgrade::Offer>(c);
-    upgrade::DataPath* kind = nullptr;
-    for (auto& k : kinds_)
-      if (k->kind() == offer.path) kind = k.get();
-    if (!kind) return true;  // a path this build does not have: declined
-    if (it != in_.end()) {
-      if (it->second->seq > offer.seq) return true;  // stale (see Offer::seq): declined
-      DropIn(it, nullptr);                           // the peer restarted its side
-    }
-    if (in_.size() >= kMaxIncomingPaths) {
-      PSKV_LOG_LIMITED(limiter_, "cap", "WARN",
-                       "declined a direct path from " << in.peer_addr << ": already "
-                                                      << kMaxIncomingPaths << " in use");
-      return true;
-    }
-    std::string why;
-    std::unique_ptr<InPath> path;
-    try {
-      path = kind->Accept(offer, in.peer_addr, &why);
-    } catch (const ProtocolError& e) {
-      why = e.what();
-    }
-    if (!path) {
-      if (!why.empty())
-        PSKV_LOG_LIMITED(limiter_, "offer/" + in.peer_addr, "WARN",
-                         "declined " << upgrade::PathName(offer.path) << " from " << in.peer_addr
-                                     << ", using ZeroMQ: " << why);
-      return true;
-    }
-    auto r = std::make_unique<In>();
-    r->token = in.peer;
-    r->conn = in.conn;
-    r->seq = offer.seq;
-    r->addr = in.peer_addr;
-    r->nonce = offer.nonce;
-    r->path = std::move(path);
-    if (r->path->fd() >= 0) fds_[r->path->fd()] = in.peer;
-    in_[in.peer] = std::move(r);
-    return true;
-  }
-
   bool Watch(int fd, int op, uint32_t events) {
     epoll_event ev{};
     ev.events = events;
     ev.data.fd = fd;
     return ::epoll_ctl(epfd_, op, fd, &ev) == 0;
-  }
-
-  void DropIn(std::map<uint64_t, std::unique_ptr<In>>::iterator it, const char* why) {
-    if (why)
-      PSKV_LOG_LIMITED(limiter_, "bad/" + it->second->addr, "WARN",
-                       "dropped the direct path from " << it->second->addr << ": " << why);
-    In& r = *it->second;
-    if (r.path->fd() >= 0) fds_.erase(r.path->fd());
-    r.path->Close();
-    in_.erase(it);
   }
 
   // Handles what the epoll set reports for the paths' descriptors. Recv thread.
@@ -628,12 +533,7 @@ class UpgradingTransport final : public Transport {
         Drain(rx_rd_);  // a ring writer's wake-up: the rings are looked at below
         continue;
       }
-      auto s = fds_.find(evs[i].data.fd);
-      if (s == fds_.end()) continue;
-      auto it = in_.find(s->second);
-      if (it == in_.end() || it->second->path->fd() != s->first) continue;
-      const char* why = nullptr;
-      if (it->second->path->OnEvent(evs[i].events, &why) == InPath::Status::kDrop) DropIn(it, why);
+      incoming_.OnEvent(evs[i].data.fd, evs[i].events);
     }
     return zmq;
   }
@@ -663,11 +563,10 @@ class UpgradingTransport final : public Transport {
         events_fresh_ = true;
         return true;
       }
-      for (auto& [tok, r] : in_)
-        if (r->active && r->path->Ready()) {
-          spun_zmq_ = false;
-          return true;
-        }
+      if (incoming_.AnyReady()) {
+        spun_zmq_ = false;
+        return true;
+      }
       ::sched_yield();
     }
     return false;
@@ -675,66 +574,17 @@ class UpgradingTransport final : public Transport {
 
   // One complete message from any active path (round robin). Recv thread.
   bool PumpAll(Received* out) {
-    if (in_.empty()) return false;
+    if (incoming_.size() == 0) return false;
     if (!std::exchange(events_fresh_, false)) Events();
-    auto it = in_.upper_bound(last_token_);
-    for (size_t n = in_.size(); n > 0 && !in_.empty(); --n) {
-      if (it == in_.end()) it = in_.begin();
-      auto cur = it++;
-      In& r = *cur->second;
-      const char* why = nullptr;
-      if (!r.active) {
-        const auto now = Clock::now();
-        switch (r.path->Check(now, &why)) {
-          case InPath::Status::kOk:
-            break;
-          case InPath::Status::kDrop:
-            DropIn(cur, why);
-            break;
-          case InPath::Status::kDataWaiting:
-            // Data came ahead of its SWITCH: wait for the SWITCH, bounded (it is
-            // lost when the control connection broke meanwhile).
-            if (r.data_waiting_at == Clock::time_point{})
-              r.data_waiting_at = now;
-            else if (now - r.data_waiting_at > kSwitchGrace)
-              DropIn(cur, "data came but its SWITCH did not (lost with a broken connection)");
-            break;
-        }
-        continue;
-      }
-      switch (r.path->Pump(&out->frames, &why)) {
-        case InPath::Read::kNothing:
-          continue;
-        case InPath::Read::kClosed:
-          DropIn(cur, nullptr);  // the writer closed and everything was read
-          continue;
-        case InPath::Read::kBad:
-          DropIn(cur, why);
-          continue;
-        case InPath::Read::kMessage:
-          break;
-      }
-      NoteMessage(*out);
-      out->peer = r.token;
-      out->conn = r.conn;
-      out->peer_addr = r.addr;
-      last_token_ = cur->first;
-      return true;
-    }
-    return false;
+    if (!incoming_.Pump(out)) return false;
+    NoteMessage(*out);
+    return true;
   }
 
   // Before sleeping: asks every path for a wake-up. True if data arrived
   // meanwhile (then do not sleep).
-  bool Arm() {
-    bool data = false;
-    for (auto& [tok, r] : in_) data |= r->path->Arm();
-    if (data) Disarm();
-    return data;
-  }
-  void Disarm() {
-    for (auto& [tok, r] : in_) r->path->Disarm();
-  }
+  bool Arm() { return incoming_.Arm(); }
+  void Disarm() { incoming_.Disarm(); }
 
   TransportConfig cfg_;
   const JobKeys keys_;
@@ -751,10 +601,8 @@ class UpgradingTransport final : public Transport {
   std::map<int, std::unique_ptr<Out>> outs_;
   std::thread writer_;
 
-  std::mutex in_mu_;
-  std::map<uint64_t, std::unique_ptr<In>> in_;  // by the writer's token
-  std::map<int, uint64_t> fds_;                 // a path's descriptor -> token
-  uint64_t last_token_ = 0;
+  std::mutex in_mu_;  // the Recv caller's: incoming_ and what follows
+  upgrade::IncomingPaths incoming_{kinds_, limiter_};
   bool zmq_first_ = false;
   int zmq_fd_ = -1;            // ZeroMQ's receiving socket's ZMQ_FD (in the epoll set)
   bool events_fresh_ = false;  // the epoll set was just read (by the sleep)
