@@ -8,7 +8,7 @@ ifeq ($(CI),true)
   CMAKE_ARGS += -DPSKV_WERROR=ON
 endif
 
-.PHONY: all deps build demo test sanitize tsan bench fuzz format clean
+.PHONY: all deps build demo test sanitize tsan bench bench-cluster fuzz format clean
 
 all: build
 
@@ -54,6 +54,15 @@ bench: build
 	$(BUILD)/pskv-bench pushpull --json > bench/results/pushpull.json
 	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/train/run.py --json > bench/results/train.json
 	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/image_classification_bench.py --out bench/results/image_classification.json
+	/usr/bin/python3 bench/plot.py --out docs/img bench/results/*.json
+
+# Across hosts (root: a cluster of network namespaces, tests/cluster/netns_cluster.py;
+# about 25 minutes): push+pull against the parameter-server bound and DDP-gloo.
+bench-cluster: build
+	mkdir -p bench/results
+	rm -f bench/results/cluster_scaling.json
+	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/cluster/scaling.py --ddp --even-repeat 1 \
+	  --servers-series 1,2,4 --out bench/results/cluster_scaling.json
 	/usr/bin/python3 bench/plot.py --out docs/img bench/results/*.json
 
 format:

@@ -6,6 +6,10 @@
   pushpull.png  push+pull GB/s per message size against the raw-transport ceiling
   reduce.png    reduction GB/s per array size against the memory-bandwidth ceiling
   sparse.png    samples/s and bytes per step: row_sparse vs dense pushes vs DDP (bench/sparse_bench.py)
+  cluster_scaling.png  push+pull step time across namespace hosts / the parameter-server
+                bound t_opt, per link rate, k and M: pskv, pskv with an even split, DDP-gloo
+                (bench/cluster/scaling.py)
+  cluster_servers.png  step time against the number of server hosts (the O(m/n) claim)
 
     bench/plot.py --out docs/img build/bench/*.json
 
@@ -95,12 +99,74 @@ def plot_sparse(recs, out, plt):
     plt.close(fig)
 
 
+def plot_cluster(recs, out, plt):
+    rates = list(dict.fromkeys(r['rate'] for r in recs))  # in the order measured
+    fig, axes = plt.subplots(1, len(rates), figsize=(6 * len(rates), 4.2), squeeze=False)
+    for ax, rate in zip(axes[0], rates):
+        rows = sorted([r for r in recs if r['rate'] == rate], key=lambda r: (r['extra_servers'], r['model_bytes']))
+        x = list(range(len(rows)))
+        labels = ['k=%d\n%s' % (r['extra_servers'], human_bytes(r['model_bytes'])) for r in rows]
+
+        def bars(key, lo, hi, off, color, label):
+            xs = [i + off for i, r in zip(x, rows) if key in r]
+            ys = [r[key] / r['t_opt_s'] for r in rows if key in r]
+            if not xs:
+                return
+            err = None
+            if lo:
+                err = [[(r[key] - r.get(lo, r[key])) / r['t_opt_s'] for r in rows if key in r],
+                       [(r.get(hi, r[key]) - r[key]) / r['t_opt_s'] for r in rows if key in r]]
+            ax.bar(xs, ys, 0.27, yerr=err, capsize=2, color=color, label=label)
+
+        bars('pskv_s', 'pskv_min_s', 'pskv_max_s', -0.27, '#4477aa', 'pskv (link-balanced shares)')
+        bars('pskv_even_s', 'pskv_even_min_s', 'pskv_even_max_s', 0, '#88ccee', 'pskv, even split')
+        bars('ddp_gloo_s', 'ddp_min_s', 'ddp_max_s', 0.27, '#999999', 'DDP gloo (4 worker hosts)')
+        ax.axhline(1.0, color='#cc3311', ls='--', label='t_opt = 2n(n-1)M / ((n²+kn-2k)B)')
+        ax.axhline(1.1, color='#cc3311', ls=':', lw=0.8, label='t_opt + 10 %')
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_ylabel('step time / t_opt')
+        ax.set_title('push+pull, n=%d workers, %s links (B = %.0f MB/s)' % (
+            rows[0]['workers'], rate, rows[0]['link_bytes_per_s'] / 1e6), fontsize=10)
+        ax.legend(fontsize=7, loc='upper left')
+        ax.set_ylim(0, max(2.0, ax.get_ylim()[1]))
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def plot_servers(recs, out, plt):
+    recs = sorted(recs, key=lambda r: r['servers'])
+    s = [r['servers'] for r in recs]
+    n, m, b = recs[0]['workers'], recs[0]['model_bytes'], recs[0]['link_bytes_per_s']
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.errorbar(s, [r['pskv_s'] for r in recs], yerr=[[r['pskv_s'] - r['pskv_min_s'] for r in recs],
+                                                     [r['pskv_max_s'] - r['pskv_s'] for r in recs]],
+                fmt='o-', color='#4477aa', capsize=3, label='pskv, measured')
+    ax.plot(s, [r['t_bound_s'] for r in recs], 's--', color='#cc3311', label='bound max(1, n/S) M/B')
+    fine = [x / 10 for x in range(int(min(s) * 10), int(max(s) * 10) + 1)]
+    ax.plot(fine, [n * m / (x * b) for x in fine], ':', color='#999999', label='n M / (S B): O(m/n)')
+    ax.set_xticks(s)
+    ax.set_xlabel('server hosts S (servers on hosts of their own)')
+    ax.set_ylabel('push+pull step time (s)')
+    ax.set_title('%d workers, %s per step, %s links' % (n, human_bytes(m), recs[0]['rate']), fontsize=10)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--out', default='.', help='directory for the PNG files')
     ap.add_argument('files', nargs='+', help='files of JSON lines')
     a = ap.parse_args(argv)
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit('bench/plot.py needs matplotlib: `apt-get install python3-matplotlib` (Debian), run with '
+                 '/usr/bin/python3; the JSON results do not need it')
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     recs = load(a.files)
@@ -122,6 +188,14 @@ def main(argv=None):
     if sp:
         written.append(os.path.join(a.out, 'sparse.png'))
         plot_sparse(sp, written[-1], plt)
+    cl = [r for r in recs if r.get('bench') == 'cluster_scaling']
+    if cl:
+        written.append(os.path.join(a.out, 'cluster_scaling.png'))
+        plot_cluster(cl, written[-1], plt)
+    cs = [r for r in recs if r.get('bench') == 'cluster_servers']
+    if cs:
+        written.append(os.path.join(a.out, 'cluster_servers.png'))
+        plot_servers(cs, written[-1], plt)
     if not written:
         sys.exit('bench/plot.py: no benchmark records in %s' % ' '.join(a.files))
     for w in written:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Dense push+pull across namespace "hosts" against the parameter-server bound, and
-against PyTorch DDP (gloo ring all-reduce) on the same hosts and links (issue 26,
-deliverable 3). Needs root (tests/cluster/netns_cluster.py builds the cluster).
+against PyTorch DDP (gloo ring all-reduce) on the same hosts and links. Needs root
+(tests/cluster/netns_cluster.py builds the cluster).
 
 For n workers, k extra server hosts (k = 0: a server on every worker host) and links
 of rate B, a step moving a model of M bytes (every worker pushes M and pulls M) takes
@@ -10,22 +10,32 @@ at least
     t_opt = 2 n (n - 1) M / ((n^2 + k n - 2 k) B)        (k = 0: 2 (n - 1) M / (n B),
                                                           all-reduce's bound)
 
-B is measured in the same run (one TCP stream between two hosts through the rate
-limit). Each configuration is a fresh cluster of n + k hosts on one rate-limited
-network; pskv runs under pskv-launch over ssh with a server on every host (workers
-on hosts 0 .. n-1 by the cycling rule, the k extra hosts serve only), DDP with n
-processes on the worker hosts.
+which pskv reaches only with a split of big keys that gives the extra hosts' servers
+more (PSKV_SERVER_WEIGHTS=auto, the default: src/kvstore/dist/worker/server_shares.h);
+an even split's bound is t_even. B is measured in the same run (one TCP stream
+between two hosts through the rate limit). Each k is a fresh cluster of n + k hosts
+on one rate-limited network; pskv runs under pskv-launch over ssh with a server on
+every host (workers on hosts 0 .. n-1 by the cycling rule, the k extra hosts serve
+only), DDP with n processes on the worker hosts. Every configuration runs --repeat
+jobs (median and range of their median steps); each row also gives the machine's CPU
+busy fraction during the steps (2 cores for all the hosts: near 1.0, the cores are
+the limit, not the links) and the bytes each host link carried per step.
+
+--servers-series S1,S2,.. adds the seed's O(m/n) claim: n workers on their own hosts
+and S servers on S other hosts (bound max(1, n/S) M/B), step time against S.
 
     bench/cluster/scaling.py [--workers 4] [--servers 0,2,4] [--sizes 4MB,64MB]
-        [--rates 100mbit,1gbit] [--steps 5] [--ddp] [--json]
+        [--rates 100mbit,1gbit] [--steps 3] [--repeat 3] [--ddp [--ddp-at 0,4]]
+        [--even-repeat N] [--servers-series 1,2,4] [--json] [--out FILE]
 
-Prints one JSON object per configuration (--json) or a table; ratios: measured /
-t_opt, and pskv vs DDP.
+`make bench-cluster` runs the whole set into bench/results/cluster_scaling.json and
+plots it (bench/plot.py: docs/img/cluster_scaling.png, cluster_servers.png).
 """
 import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -86,59 +96,84 @@ g = np.ones(elems, np.float32)
 w = np.zeros(elems, np.float32)
 kv.init(0, w)
 kv.pushpull(0, g, out=w)  # warm-up: connections, buffers
+
+
+def cpu():  # the machine's busy and total jiffies (one kernel for all the hosts)
+    f = [int(x) for x in open('/proc/stat').readline().split()[1:]]
+    return sum(f) - f[3] - f[4], sum(f)
+
+
 times = []
+c0 = cpu()
 for _ in range(steps):
     kv.barrier()
     t = time.perf_counter()
     kv.pushpull(0, g, out=w)
     times.append(time.perf_counter() - t)
+c1 = cpu()
 assert float(w[0]) == kv.num_workers and float(w[-1]) == kv.num_workers, (w[0], w[-1])
 if kv.rank == 0:
-    print('RESULT ' + json.dumps(sorted(times)[len(times) // 2]), flush=True)
+    busy = (c1[0] - c0[0]) / max(1, c1[1] - c0[1])
+    print('RESULT ' + json.dumps([sorted(times)[len(times) // 2], busy]), flush=True)
 kv.close()
 '''
 
 DDP = r'''
-import os, sys, time, torch, torch.distributed as dist
+import json, os, sys, time, torch, torch.distributed as dist
 dist.init_process_group('gloo', init_method='tcp://%s:29500' % os.environ['MASTER'],
                         rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD']))
 elems, steps = int(sys.argv[1]), int(sys.argv[2])
 t = torch.ones(elems)
 dist.all_reduce(t)
+
+
+def cpu():
+    f = [int(x) for x in open('/proc/stat').readline().split()[1:]]
+    return sum(f) - f[3] - f[4], sum(f)
+
+
 times = []
+c0 = cpu()
 for _ in range(steps):
     t.fill_(1.0)
     dist.barrier()
     s = time.perf_counter()
     dist.all_reduce(t)
     times.append(time.perf_counter() - s)
+c1 = cpu()
 assert float(t[0]) == dist.get_world_size()
 if dist.get_rank() == 0:
-    print('RESULT %r' % sorted(times)[len(times) // 2], flush=True)
+    busy = (c1[0] - c0[0]) / max(1, c1[1] - c0[1])
+    print('RESULT ' + json.dumps([sorted(times)[len(times) // 2], busy]), flush=True)
 dist.destroy_process_group()
 '''
 
 
-def run_pskv(c, n, k, elems, steps):
+def result(out):
+    return json.loads([line for line in out.splitlines() if 'RESULT ' in line][-1].split('RESULT ', 1)[1])
+
+
+def run_pskv(c, hosts, workers, servers, elems, steps, **env_kw):
+    """One pskv job: `servers` servers and `workers` workers on `hosts` by the cycling
+    rule (servers on the first hosts). Returns (median step s, machine CPU busy
+    fraction during the steps, per host [rx, tx] bytes of the whole job)."""
     script = os.path.join(c.tmp, 'scaling_worker.py')
     with open(script, 'w') as f:
         f.write(WORKER)
-    # A server on every host (n + k), as the bound assumes (BytePS's layout: the k extra
-    # hosts add server bandwidth); big keys are split evenly over the servers. The
-    # cycling rule puts the workers on hosts 0 .. n-1, the k extra hosts serve only.
-    servers = n + k
-    hosts = c.hosts
     argv = [os.path.join(build_dir(), 'pskv-launch'), '-H', c.hostfile(hosts), '--timeout', '900'] + \
-        c.launcher_ssh_args() + ['-n', str(n), '-s', str(servers), '--', '/usr/bin/python3', script,
+        c.launcher_ssh_args() + ['-n', str(workers), '-s', str(servers), '--', '/usr/bin/python3', script,
                                  str(elems), str(steps)]
-    r = subprocess.run(c.hosts[0].argv(argv), env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=1000, cwd=c.tmp)
+    before = [h.counters() for h in c.hosts]
+    r = subprocess.run(c.hosts[0].argv(argv), env=env(**env_kw), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=1000, cwd=c.tmp)
     if r.returncode != 0:
         raise SystemExit('pskv job failed:\n' + r.stdout[-3000:])
-    return json.loads([line for line in r.stdout.splitlines() if 'RESULT ' in line][-1].split('RESULT ', 1)[1])
+    after = [h.counters() for h in c.hosts]
+    step, busy = result(r.stdout)
+    return step, busy, [[a[0] - b[0], a[1] - b[1]] for a, b in zip(after, before)]
 
 
-def run_ddp(c, n, k, elems, steps):
+def run_ddp(c, n, elems, steps):
     script = os.path.join(c.tmp, 'scaling_ddp.py')
     with open(script, 'w') as f:
         f.write(DDP)
@@ -156,7 +191,7 @@ def run_ddp(c, n, k, elems, steps):
         raise SystemExit('DDP job did not finish within 900 s')
     if any(p.returncode for p in procs):
         raise SystemExit('DDP job failed:\n' + '\n'.join(o[-1500:] for o in outs))
-    return float([line for line in outs[0].splitlines() if 'RESULT ' in line][-1].split('RESULT ', 1)[1])
+    return result(outs[0])
 
 
 def t_opt(n, k, m, b):
@@ -181,51 +216,128 @@ def parse_size(s):
     return int(s)
 
 
+def spread(xs):
+    """median, min, max rounded"""
+    return round(statistics.median(xs), 4), round(min(xs), 4), round(max(xs), 4)
+
+
+def emit(row, args, text):
+    if args.out:
+        with open(args.out, 'a') as f:
+            f.write(json.dumps(row) + '\n')
+    print(json.dumps(row) if args.json else text, flush=True)
+
+
+def grid_config(c, args, n, k, rate, b, size):
+    """pskv (auto shares) and, where asked, DDP and pskv with an even split, each
+    --repeat times: one JSON row with medians and ranges."""
+    m = parse_size(size)
+    elems, steps = m // 4, args.steps
+    row = {'bench': 'cluster_scaling', 'workers': n, 'extra_servers': k, 'rate': rate,
+           'link_bytes_per_s': round(b), 'model_bytes': m, 'steps': steps, 'repeats': args.repeat,
+           't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
+    runs, busy, links = [], [], []
+    for _ in range(args.repeat):
+        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps)
+        runs.append(t)
+        busy.append(u)
+        links.append(lk)
+    row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'] = spread(runs)
+    row['pskv_runs_s'] = [round(x, 4) for x in runs]
+    row['pskv_vs_t_opt'] = round(row['pskv_s'] / row['t_opt_s'], 3)
+    row['cpu_busy'] = round(statistics.median(busy), 3)
+    # Bytes each host link carried per push+pull, in units of M (the whole job over
+    # its steps + 1 warm-up; rank 0's host also sent the initial value once).
+    mid = links[runs.index(sorted(runs)[len(runs) // 2])]
+    row['link_tx_per_step_M'] = [round(tx / (m * (steps + 1)), 3) for _, tx in mid]
+    row['link_rx_per_step_M'] = [round(rx / (m * (steps + 1)), 3) for rx, _ in mid]
+    if k > 0 and args.even_repeat:
+        ev = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='even')[0]
+              for _ in range(args.even_repeat)]
+        row['pskv_even_s'], row['pskv_even_min_s'], row['pskv_even_max_s'] = spread(ev)
+        row['pskv_even_vs_t_even_split'] = round(row['pskv_even_s'] / row['t_even_split_s'], 3)
+    if k in args.ddp_at:
+        dd, dbusy = [], []
+        for _ in range(args.repeat):
+            t, u = run_ddp(c, n, elems, steps)
+            dd.append(t)
+            dbusy.append(u)
+        row['ddp_gloo_s'], row['ddp_min_s'], row['ddp_max_s'] = spread(dd)
+        row['ddp_runs_s'] = [round(x, 4) for x in dd]
+        row['ddp_cpu_busy'] = round(statistics.median(dbusy), 3)
+        row['ddp_vs_t_opt_k0'] = round(row['ddp_gloo_s'] / t_opt(n, 0, m, b), 3)
+        row['pskv_speedup_vs_ddp'] = round(row['ddp_gloo_s'] / row['pskv_s'], 3)
+    text = ('%-8s k=%d M=%-5s B=%.1f MB/s  t_opt %.3f s  pskv %.3f s [%.3f-%.3f] (%.2f x t_opt, cpu %.0f%%)%s%s'
+            % (rate, k, size, b / 1e6, row['t_opt_s'], row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'],
+               row['pskv_vs_t_opt'], 100 * row['cpu_busy'],
+               '  even %.3f s' % row['pskv_even_s'] if 'pskv_even_s' in row else '',
+               '  ddp-gloo %.3f s (pskv %.2f x faster)' % (row['ddp_gloo_s'], row['pskv_speedup_vs_ddp'])
+               if 'ddp_gloo_s' in row else ''))
+    emit(row, args, text)
+    return row
+
+
+def servers_series(c, args, n, rate, b):
+    """The seed's O(m/n) claim: n workers on hosts of their own, S servers on S other
+    hosts; a step needs max(1, n/S) M/B (each server host receives n M/S and sends
+    as much; each worker link M)."""
+    m = parse_size(args.series_size)
+    extra = c.hosts[n:]
+    for s in [int(x) for x in args.servers_series.split(',')]:
+        if s > len(extra):
+            continue
+        hosts = extra[:s] + c.hosts[:n]  # the cycling rule: servers first
+        runs, busy = [], []
+        for _ in range(args.repeat):
+            t, u, _ = run_pskv(c, hosts, n, s, m // 4, args.steps)
+            runs.append(t)
+            busy.append(u)
+        row = {'bench': 'cluster_servers', 'workers': n, 'servers': s, 'rate': rate, 'link_bytes_per_s': round(b),
+               'model_bytes': m, 'steps': args.steps, 'repeats': args.repeat,
+               't_bound_s': round(max(1.0, n / s) * m / b, 4)}
+        row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'] = spread(runs)
+        row['pskv_runs_s'] = [round(x, 4) for x in runs]
+        row['pskv_vs_bound'] = round(row['pskv_s'] / row['t_bound_s'], 3)
+        row['cpu_busy'] = round(statistics.median(busy), 3)
+        emit(row, args, '%-8s %d workers, %d server hosts, M=%s: bound %.3f s, pskv %.3f s [%.3f-%.3f] (%.2f x)' % (
+            rate, n, s, args.series_size, row['t_bound_s'], row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'],
+            row['pskv_vs_bound']))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--workers', type=int, default=4)
     ap.add_argument('--servers', default='0,2,4', help='extra server hosts k (0: servers on the worker hosts)')
     ap.add_argument('--sizes', default='4MB,64MB')
     ap.add_argument('--rates', default='100mbit,1gbit')
-    ap.add_argument('--steps', type=int, default=5)
-    ap.add_argument('--ddp', action='store_true', help='also PyTorch DDP (gloo all-reduce), k = 0 layout')
+    ap.add_argument('--steps', type=int, default=3, help='timed steps per job (median)')
+    ap.add_argument('--repeat', type=int, default=3, help='jobs per configuration (median and range)')
+    ap.add_argument('--ddp', action='store_true', help='also PyTorch DDP (gloo ring all-reduce) on the worker hosts')
+    ap.add_argument('--ddp-at', default='0,4', help='with --ddp: the k whose clusters run DDP too')
+    ap.add_argument('--even-repeat', type=int, default=0,
+                    help='for k > 0, also this many jobs with PSKV_SERVER_WEIGHTS=even')
+    ap.add_argument('--servers-series', default='',
+                    help='server counts S (e.g. 1,2,4) for the step time against servers: S hosts that only '
+                         'serve, in the cluster of the largest k, at the first rate')
+    ap.add_argument('--series-size', default='4MB')
     ap.add_argument('--json', action='store_true')
     ap.add_argument('--out', help='also append the JSON lines to this file (e.g. bench/results/cluster_scaling.json)')
     args = ap.parse_args()
+    args.ddp_at = [int(x) for x in args.ddp_at.split(',')] if args.ddp else []
     why = netns_cluster.why_unavailable()
     if why:
         raise SystemExit('bench/cluster/scaling.py: ' + why)
     n = args.workers
-    rows = []
-    for rate in args.rates.split(','):
-        for k in [int(x) for x in args.servers.split(',')]:
+    ks = [int(x) for x in args.servers.split(',')]
+    rates = args.rates.split(',')
+    for rate in rates:
+        for k in ks:
             with netns_cluster.Cluster(hosts=n + k, networks={'net': rate}) as c:
                 b = link_rate(c)
                 for size in args.sizes.split(','):
-                    m = parse_size(size)
-                    elems = m // 4
-                    row = {'bench': 'cluster_scaling', 'workers': n, 'extra_servers': k, 'rate': rate,
-                           'link_bytes_per_s': round(b), 'model_bytes': m, 'steps': args.steps,
-                           't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
-                    row['pskv_s'] = round(run_pskv(c, n, k, elems, args.steps), 4)
-                    row['pskv_vs_t_opt'] = round(row['pskv_s'] / row['t_opt_s'], 3)
-                    row['pskv_vs_t_even_split'] = round(row['pskv_s'] / row['t_even_split_s'], 3)
-                    if args.ddp and k == 0:
-                        row['ddp_gloo_s'] = round(run_ddp(c, n, k, elems, args.steps), 4)
-                        row['ddp_vs_t_opt'] = round(row['ddp_gloo_s'] / row['t_opt_s'], 3)
-                        row['pskv_speedup_vs_ddp'] = round(row['ddp_gloo_s'] / row['pskv_s'], 3)
-                    rows.append(row)
-                    if args.out:
-                        with open(args.out, 'a') as f:
-                            f.write(json.dumps(row) + '\n')
-                    print(json.dumps(row) if args.json else
-                          '%-8s k=%d M=%-5s B=%.1f MB/s  t_opt %.3f s  even split %.3f s  pskv %.3f s (%.2f x t_opt, '
-                          '%.2f x even)%s' % (
-                              rate, k, size, b / 1e6, row['t_opt_s'], row['t_even_split_s'], row['pskv_s'],
-                              row['pskv_vs_t_opt'], row['pskv_vs_t_even_split'],
-                              '  ddp-gloo %.3f s (%.2f x)' % (row['ddp_gloo_s'], row['ddp_vs_t_opt'])
-                              if 'ddp_gloo_s' in row else ''), flush=True)
-    return rows
+                    grid_config(c, args, n, k, rate, b, size)
+                if args.servers_series and rate == rates[0] and k == max(ks):
+                    servers_series(c, args, n, rate, b)
 
 
 if __name__ == '__main__':
