@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   opt.wd_mult = {{3, 0.0}};
   opt.sum_keys = {8, 9};
   WriteRaw(dir, "payload_optimizer", payload::EncodeOptimizer(opt));
+  opt.rule_params = {{"wd_lh", 0.5}};  // a registered rule's own parameter
+  WriteRaw(dir, "payload_optimizer_rule_params", payload::EncodeOptimizer(opt));
   CompressionConfig comp;
   comp.type = "2bit";
   comp.threshold = 0.25f;

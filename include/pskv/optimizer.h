@@ -26,6 +26,7 @@
 // the dense rule on the whole table with a gradient that is zero in the other rows.
 // Multi-precision (`multi_precision=true`): float16/bfloat16 weights get a float32
 // master copy in the state; the update runs on the master and is cast back.
+// More rules can be registered by name (pskv/update_rule.h).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,8 @@
 #include "pskv/ndarray.h"
 
 namespace pskv {
+
+struct UpdateRule;
 
 /// Learning-rate schedule (MXNet's lr_scheduler module). `num_update` counts from 1.
 struct LRSchedule {
@@ -59,8 +62,24 @@ struct LRSchedule {
   double Rate(double base_lr, int64_t num_update) const;
 };
 
+/// One parameter OptimizerConfig::FromParams takes, described for users (Python's
+/// list of parameters, messages).
+struct OptimizerParamInfo {
+  std::string name;
+  std::string alias;          ///< MXNet's other name, or empty
+  std::string type;           ///< "float", "int", "bool", "string", "ints", "key:float", "keys"
+  std::string default_value;  ///< in the text form
+  std::string range;          ///< "must be in [0, 1)", or empty
+  std::string doc;
+};
+
+/// The fields are listed once, with names, ranges and docs, in one table
+/// (src/protocol/optimizer_fields.h) that drives the text form, the dist payload,
+/// Validate and Params(); the defaults are the initialisers below.
 struct OptimizerConfig {
-  std::string type = "sgd";  ///< sgd, nag, adam, adamw, rmsprop, adagrad
+  /// sgd, nag, adam, adamw, rmsprop, adagrad, or a type registered with
+  /// RegisterUpdateRule (pskv/update_rule.h)
+  std::string type = "sgd";
   double learning_rate = 0.01;
   double wd = 0.0;
   double rescale_grad = 1.0;
@@ -82,6 +101,13 @@ struct OptimizerConfig {
   /// every worker): no update rule, no state; the pushed sum becomes the stored
   /// value, as in a store without optimizer. Parameter form: "8,9,10".
   std::set<int64_t> sum_keys;
+  /// Hyper-parameters that the rule of `type` declares itself (UpdateRule::params),
+  /// by name; one that is not set has the rule's default. Parameter form: the name.
+  std::map<std::string, double> rule_params;
+
+  /// The value of the rule's parameter `name`: rule_params' or the rule's default.
+  /// InvalidArgument if the rule of `type` declares no such parameter.
+  double Param(const std::string& name) const;
 
   /// Text form, one `name=value` per line; round-trips exactly (doubles in %.17g).
   std::string Serialize() const;
@@ -94,6 +120,11 @@ struct OptimizerConfig {
                                     const std::map<std::string, std::string>& params);
   /// Throws InvalidArgument for an unknown type or out-of-range hyper-parameter.
   void Validate() const;
+  /// The parameters FromParams takes for `type`: the shared fields in the order of
+  /// the text form, then the parameters of the rule of `type` (none for "").
+  static std::vector<OptimizerParamInfo> Params(const std::string& type = "");
+  /// The optimizer types that can run here: the built-in ones, then the registered.
+  static std::vector<std::string> Types();
 };
 
 /// Per-key optimizer state plus the update rule. Thread-safe: updates of different
@@ -154,6 +185,7 @@ class Optimizer {
   Step BeginStep(int64_t key, const NDArray& weight);
 
   OptimizerConfig cfg_;
+  const UpdateRule* rule_ = nullptr;  ///< of cfg_.type (pskv/update_rule.h)
   mutable std::mutex mu_;
   std::map<int64_t, std::unique_ptr<State>> states_;
   int64_t num_update_ = 0;

@@ -299,9 +299,10 @@ def create(name, **kwargs):
     Parameters
     ----------
     name : str
-        sgd, nag, adam, adamw, rmsprop or adagrad (any case).
+        sgd, nag, adam, adamw, rmsprop or adagrad (any case), or a type whose update
+        rule was registered in C++ (``pskv/update_rule.h``; its exact name).
     **kwargs
-        The optimizer's parameters.
+        The optimizer's parameters (:func:`params` lists them).
 
     Returns
     -------
@@ -312,8 +313,29 @@ def create(name, **kwargs):
     pskv.InvalidArgument
         An unknown name (the message lists the valid ones).
     """
-    try:
-        cls = _REGISTRY[name.lower()]
-    except KeyError:
-        raise _pskv.InvalidArgument("unknown optimizer '%s'; valid: %s" % (name, ', '.join(sorted(_REGISTRY))))
-    return cls(**kwargs)
+    cls = _REGISTRY.get(name.lower())
+    if cls is not None:
+        return cls(**kwargs)
+    types = _pskv.optimizer_types()
+    if name in types:
+        opt = Optimizer(**kwargs)
+        opt.name = name
+        return opt
+    raise _pskv.InvalidArgument("unknown optimizer '%s'; valid: %s" % (name, ', '.join(sorted(set(_REGISTRY) | set(types)))))
+
+
+def params(name=''):
+    """The parameters the C++ core accepts, from its one table of optimizer fields.
+
+    Parameters
+    ----------
+    name : str, optional
+        An optimizer type: its rule's own parameters are listed too.
+
+    Returns
+    -------
+    list of dict
+        ``name``, ``alias``, ``type``, ``default`` (text form), ``range`` and ``doc``
+        of each parameter, in the order of the configuration's text form.
+    """
+    return _pskv.optimizer_params(name)

@@ -912,6 +912,26 @@ PYBIND11_MODULE(_pskv, m) {
       .def("save_states",
            [](const Optimizer& o, bool dump) { return py::bytes(o.SaveStates(dump)); })
       .def("load_states", [](Optimizer& o, const py::bytes& b) { o.LoadStates(std::string(b)); });
+  // The optimizer's parameters from the one field table (plus the parameters of the
+  // rule of `type`): Python checks and documents its optimizers against this list.
+  m.def(
+      "optimizer_params",
+      [](const std::string& type) {
+        py::list out;
+        for (const OptimizerParamInfo& p : OptimizerConfig::Params(type)) {
+          py::dict d;
+          d["name"] = p.name;
+          d["alias"] = p.alias;
+          d["type"] = p.type;
+          d["default"] = p.default_value;
+          d["range"] = p.range;
+          d["doc"] = p.doc;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("type") = "");
+  m.def("optimizer_types", &OptimizerConfig::Types);
   // The configuration text saved in a states file with dump_optimizer, or None (the
   // file formats are read by the library's one codec).
   m.def("states_file_config", [](const std::string& fname) -> std::optional<std::string> {

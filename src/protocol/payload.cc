@@ -1,6 +1,7 @@
 #include "protocol/payload.h"
 
 #include "common/byte_io.h"
+#include "protocol/optimizer_fields.h"
 #include "pskv/error.h"
 
 namespace pskv::payload {
@@ -55,6 +56,7 @@ class Reader {
            " bytes remaining");
     return n;
   }
+  size_t Remaining() const { return r_.remaining(); }
   void End() {
     if (r_.remaining()) Fail(std::to_string(r_.remaining()) + " trailing bytes");
   }
@@ -135,81 +137,88 @@ std::vector<NodeDesc> DecodeNodeList(const std::string& body) {
 
 // ---------------------------------------------------------------- optimizer
 
-namespace {
-void PutMap(ByteWriter& w, const std::map<int64_t, double>& m) {
-  w.Put<uint32_t>(static_cast<uint32_t>(m.size()));
-  for (auto& [k, v] : m) {
-    w.Put<int64_t>(k);
-    w.Put<double>(v);
-  }
-}
-std::map<int64_t, double> GetMap(Reader& r, const char* what) {
-  std::map<int64_t, double> m;
-  const size_t n = r.GetCount(16, what);
-  for (size_t i = 0; i < n; ++i) {
-    const auto k = r.Get<int64_t>();
-    if (!m.emplace(k, r.Get<double>()).second)
-      r.Fail(std::string(what) + ": key " + std::to_string(k) + " twice");
-  }
-  return m;
-}
-}  // namespace
-
+// The fields in the order of the table (protocol/optimizer_fields.h): strings,
+// doubles, int64s, booleans as one byte; lists and key sets as a u32 count then the
+// int64s; per-key multipliers as a u32 count then (int64 key, double) pairs. Then,
+// only when the config has any, the rule's own parameters: a u32 count then
+// (string name, double) pairs; a config without them encodes as it did before they
+// existed, so every such payload (and the fuzz seeds) keeps its bytes.
 std::string EncodeOptimizer(const OptimizerConfig& c) {
   ByteWriter w = Begin(Kind::kOptimizer);
-  w.PutString(c.type);
-  for (double d : {c.learning_rate, c.wd, c.rescale_grad, c.clip_gradient, c.momentum, c.beta1,
-                   c.beta2, c.epsilon, c.rho})
-    w.Put<double>(d);
-  w.Put<uint8_t>(c.centered ? 1 : 0);
-  w.Put<uint8_t>(c.multi_precision ? 1 : 0);
-  w.Put<uint8_t>(c.lazy_update ? 1 : 0);
-  const LRSchedule& s = c.lr_schedule;
-  w.PutString(s.type);
-  w.Put<int64_t>(s.step);
-  w.Put<uint32_t>(static_cast<uint32_t>(s.steps.size()));
-  for (int64_t v : s.steps) w.Put<int64_t>(v);
-  w.Put<double>(s.factor);
-  w.Put<double>(s.stop_factor_lr);
-  w.Put<int64_t>(s.max_update);
-  w.Put<double>(s.final_lr);
-  w.Put<int64_t>(s.warmup_steps);
-  w.Put<double>(s.warmup_begin_lr);
-  PutMap(w, c.lr_mult);
-  PutMap(w, c.wd_mult);
-  w.Put<uint32_t>(static_cast<uint32_t>(c.sum_keys.size()));
-  for (int64_t k : c.sum_keys) w.Put<int64_t>(k);
+  for (const OptimizerField& f : OptimizerFields())
+    std::visit(FieldVisitor{
+                   [&](std::string* x) { w.PutString(*x); },
+                   [&](double* x) { w.Put<double>(*x); },
+                   [&](int64_t* x) { w.Put<int64_t>(*x); },
+                   [&](bool* x) { w.Put<uint8_t>(*x ? 1 : 0); },
+                   [&](std::vector<int64_t>* x) {
+                     w.Put<uint32_t>(static_cast<uint32_t>(x->size()));
+                     for (int64_t v : *x) w.Put<int64_t>(v);
+                   },
+                   [&](std::map<int64_t, double>* x) {
+                     w.Put<uint32_t>(static_cast<uint32_t>(x->size()));
+                     for (auto& [k, v] : *x) {
+                       w.Put<int64_t>(k);
+                       w.Put<double>(v);
+                     }
+                   },
+                   [&](std::set<int64_t>* x) {
+                     w.Put<uint32_t>(static_cast<uint32_t>(x->size()));
+                     for (int64_t k : *x) w.Put<int64_t>(k);
+                   },
+               },
+               f.Of(c));
+  if (!c.rule_params.empty()) {
+    w.Put<uint32_t>(static_cast<uint32_t>(c.rule_params.size()));
+    for (auto& [name, v] : c.rule_params) {
+      w.PutString(name);
+      w.Put<double>(v);
+    }
+  }
   return w.Take();
 }
 
 OptimizerConfig DecodeOptimizer(const std::string& body) {
   Reader r(body, Kind::kOptimizer);
   OptimizerConfig c;
-  c.type = r.GetString(kMaxName);
-  for (double* d : {&c.learning_rate, &c.wd, &c.rescale_grad, &c.clip_gradient, &c.momentum,
-                    &c.beta1, &c.beta2, &c.epsilon, &c.rho})
-    *d = r.Get<double>();
-  c.centered = r.GetBool();
-  c.multi_precision = r.GetBool();
-  c.lazy_update = r.GetBool();
-  LRSchedule& s = c.lr_schedule;
-  s.type = r.GetString(kMaxName);
-  s.step = r.Get<int64_t>();
-  const size_t nsteps = r.GetCount(8, "lr steps");
-  s.steps.reserve(nsteps);
-  for (size_t i = 0; i < nsteps; ++i) s.steps.push_back(r.Get<int64_t>());
-  s.factor = r.Get<double>();
-  s.stop_factor_lr = r.Get<double>();
-  s.max_update = r.Get<int64_t>();
-  s.final_lr = r.Get<double>();
-  s.warmup_steps = r.Get<int64_t>();
-  s.warmup_begin_lr = r.Get<double>();
-  c.lr_mult = GetMap(r, "lr_mult entries");
-  c.wd_mult = GetMap(r, "wd_mult entries");
-  const size_t nsum = r.GetCount(8, "sum keys");
-  for (size_t i = 0; i < nsum; ++i) {
-    const auto k = r.Get<int64_t>();
-    if (!c.sum_keys.insert(k).second) r.Fail("sum key " + std::to_string(k) + " twice");
+  for (const OptimizerField& f : OptimizerFields()) {
+    const std::string what(f.elements);
+    std::visit(FieldVisitor{
+                   [&](std::string* x) { *x = r.GetString(kMaxName); },
+                   [&](double* x) { *x = r.Get<double>(); },
+                   [&](int64_t* x) { *x = r.Get<int64_t>(); },
+                   [&](bool* x) { *x = r.GetBool(); },
+                   [&](std::vector<int64_t>* x) {
+                     const size_t n = r.GetCount(8, what.c_str());
+                     x->reserve(n);
+                     for (size_t i = 0; i < n; ++i) x->push_back(r.Get<int64_t>());
+                   },
+                   [&](std::map<int64_t, double>* x) {
+                     const size_t n = r.GetCount(16, what.c_str());
+                     for (size_t i = 0; i < n; ++i) {
+                       const auto k = r.Get<int64_t>();
+                       if (!x->emplace(k, r.Get<double>()).second)
+                         r.Fail(what + ": key " + std::to_string(k) + " twice");
+                     }
+                   },
+                   [&](std::set<int64_t>* x) {
+                     const size_t n = r.GetCount(8, what.c_str());
+                     for (size_t i = 0; i < n; ++i) {
+                       const auto k = r.Get<int64_t>();
+                       if (!x->insert(k).second)
+                         r.Fail(std::string(f.element) + " " + std::to_string(k) + " twice");
+                     }
+                   },
+               },
+               f.Of(c));
+  }
+  if (r.Remaining() >= 4) {  // the section's count; fewer bytes are trailing bytes
+    const size_t n = r.GetCount(4 + 8, "rule parameters");
+    for (size_t i = 0; i < n; ++i) {
+      std::string name = r.GetString(kMaxName);
+      if (!c.rule_params.emplace(name, r.Get<double>()).second)
+        r.Fail("rule parameter '" + name + "' twice");
+    }
   }
   r.End();
   return c;

@@ -7,7 +7,9 @@
 // is a ProtocolError saying which versions are understood.
 //
 // Every kind is at version kVersion (one number for all kinds); a decoder
-// refuses any other. Adding a field therefore changes kVersion for every kind.
+// refuses any other. Adding a field therefore changes kVersion for every kind. One
+// extension point keeps v1's bytes: the optimizer config may end with the update
+// rule's own parameters, written only when there are any (EncodeOptimizer).
 #pragma once
 
 #include <cstdint>
@@ -68,7 +70,9 @@ struct RoundStatus {
 std::string EncodeNodeList(const std::vector<NodeDesc>& nodes);
 std::vector<NodeDesc> DecodeNodeList(const std::string& body);
 
-/// Every field of the config (Validate() is the receiver's business).
+/// Every field of the config (Validate() is the receiver's business): the rows of
+/// protocol/optimizer_fields.h in order, then (only if any) the rule parameters:
+/// u32 count, (string name, double) each.
 std::string EncodeOptimizer(const OptimizerConfig& cfg);
 OptimizerConfig DecodeOptimizer(const std::string& body);
 
