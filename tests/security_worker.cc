@@ -5,6 +5,8 @@
 //   security_worker READY_FILE GO_FILE      exit 0 = values exact
 //   security_worker --hang-rank R           rank R hangs; the others wait at a barrier
 //                                           (for the launcher's "who hung" headline)
+//   security_worker --no-push-rank R        rank R never pushes; the others wait for a
+//                                           sync round that needs its push
 #include <unistd.h>
 
 #include <chrono>
@@ -37,6 +39,17 @@ int main(int argc, char** argv) {
     auto kv = KVStore::Create("dist_sync");
     if (kv->Rank() == std::atoi(argv[2])) std::this_thread::sleep_for(std::chrono::minutes(10));
     kv->Barrier();
+    return 0;
+  }
+  if (argc == 3 && std::string(argv[1]) == "--no-push-rank") {
+    auto kv = KVStore::Create("dist_sync");
+    NDArray w(Shape{4}, DType::kFloat32);
+    w.Fill(1);
+    kv->Init(0, w);
+    if (kv->Rank() == std::atoi(argv[2])) std::this_thread::sleep_for(std::chrono::minutes(10));
+    kv->Push(0, {w});
+    kv->Pull(0, {w});
+    kv->WaitAll();
     return 0;
   }
   if (argc != 3) {

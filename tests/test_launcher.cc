@@ -102,6 +102,32 @@ TEST(Launcher, HeadlineNamesTheProcessThatHung) {
   EXPECT_NE(r.out.find("appears hung"), std::string::npos) << r.out;
 }
 
+// The same with every log line off: the launcher learns who hung from the processes'
+// status records (PSKV_STATUS), not from their log text.
+TEST(Launcher, HungProcessIsNamedFromStatusRecordsNotLogText) {
+  RunResult r = Launch({"-n", "2", "-s", "1", "--timeout", "4", "--env", "PSKV_STALL_WARNING=1",
+                        "--env", "PSKV_LOG_LEVEL=off", "--", SECURITY_WORKER, "--hang-rank", "1"},
+                       60s);
+  EXPECT_EQ(r.status, 124) << r.out;
+  EXPECT_EQ(r.out.find("waiting for worker["), std::string::npos) << "logs are off:\n" << r.out;
+  EXPECT_NE(r.out.find("pskv-launch: worker 1 (pid "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("appears hung: scheduler was waiting for it"), std::string::npos) << r.out;
+}
+
+// A worker that never pushes: worker 0 waits for the server, whose sync round waits for
+// worker 1. The headline follows the chain to worker 1, not to the server.
+TEST(Launcher, WorkerThatNeverPushesIsNamedThroughTheServer) {
+  RunResult r = Launch({"-n", "2", "-s", "1", "--timeout", "5", "--env", "PSKV_STALL_WARNING=1",
+                        "--", SECURITY_WORKER, "--no-push-rank", "1"},
+                       60s);
+  EXPECT_EQ(r.status, 124) << r.out;
+  EXPECT_NE(r.out.find("pskv-launch: worker 1 (pid "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("appears hung: server 0 was waiting for it"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worker 0: waiting for server 0 (wait, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("server 0: waiting for worker 1 (sync round of key "), std::string::npos)
+      << r.out;
+}
+
 // The job secret never appears on a command line (argv is visible to every user
 // in ps, on every host): not for ssh, mpi, slurm, sge or yarn. --dry-run prints
 // every command line the launcher would run, and the environment with secrets

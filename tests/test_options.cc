@@ -288,6 +288,7 @@ std::string ValidSample(const EnvVar& v) {
   if (name == "PSKV_LOG_LEVEL") return "warn,ps=info";
   if (name == "PSKV_JOB_SECRET") return "a-secret-of-enough-length";
   if (name == "PSKV_SERVER_WEIGHTS") return "1,0,3";
+  if (name == "PSKV_STATUS") return "stderr";
   switch (v.type) {
     case EnvType::kChoice: {
       const std::string_view c = v.choices;
@@ -336,6 +337,7 @@ TEST(EnvTable, FromEnvAcceptsEveryEntrysValidValueAndRejectsBadOnesNamingIt) {
     }
     std::vector<std::string> bad;
     if (v.type == EnvType::kChoice) bad.push_back("not-a-choice");
+    if (std::string(v.name) == "PSKV_STATUS") bad = {"fd:1", "file:/tmp/status"};
     if (v.type == EnvType::kInt || v.type == EnvType::kMillis || v.type == EnvType::kBool ||
         v.type == EnvType::kSeconds) {
       bad.push_back("seven");

@@ -147,6 +147,10 @@ struct Options {
   /// PSKV_METRICS_FILE: write the same counters to this file at exit (".<role>.<pid>"
   /// inserted as for the timeline).
   std::string metrics_file;
+  /// PSKV_STATUS: where the node writes its status records for its launcher ("fd:N":
+  /// a socket pskv-launch passed down; "stderr": tagged lines among the output;
+  /// "": none). Set by pskv-launch; docs/design.md, "Status channel".
+  std::string status_channel;
 
   // ---- round integrity and stall inspection (dist stores) ----
   /// PSKV_STRICT_ROUNDS (0/1): in dist_sync, a worker's per-key calls must form

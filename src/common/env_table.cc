@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/logging.h"
+#include "common/status_record.h"
 #include "common/test_hooks.h"
 #include "pskv/error.h"
 
@@ -118,6 +119,10 @@ void ApplyServerWeights(const EnvVar&, const char* v, Options& o) {
   if (s != "auto" && s != "even") ParseServerWeights(s);  // ConfigError if malformed
   o.server_weights = s;
 }
+void ApplyStatus(const EnvVar&, const char* v, Options& o) {
+  StatusChannel::Validate(v);  // ConfigError naming the variable; opened where the node starts
+  o.status_channel = v;
+}
 void ApplyUpdateOnKVStore(const EnvVar& e, const char* v, Options& o) {
   o.update_on_kvstore = EnvInt(e, v) != 0;
 }
@@ -162,6 +167,10 @@ const EnvVar kVars[] = {
      "`transport`, `common`, `launcher`; levels `debug`, `info`, `warn`, `error`, `off`); the "
      "launcher reads it too and passes it on",
      ApplyLogLevel},
+    {"PSKV_STATUS", T::kText, 0, 0, "", "set by `pskv-launch`", S::kLauncher,
+     "where a node writes its status records for the launcher (`fd:N` or `stderr`), which "
+     "names a hung or failed process from them ([docs/design.md](docs/design.md#status-channel))",
+     ApplyStatus},
     // ---- reliability and failure detection
     {"PS_RESEND", T::kBool, 0, 1, "", "0", S::kJob,
      "1: acknowledge and retransmit lost messages (each message is kept as a private copy until "

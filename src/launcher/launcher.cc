@@ -324,7 +324,8 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
                                  : std::vector<std::string>{"/bin/sh", "-c", cfg.server_command};
 
   // The scheduler always runs here, next to the launcher.
-  plan.children.push_back({"scheduler", server_argv, role_env("scheduler", -1), false, {}});
+  plan.children.push_back(
+      {"scheduler", server_argv, role_env("scheduler", -1), false, {}, false, StatusVia::kSocket});
 
   if (cfg.launcher == "local") {
     // Like torchrun: processes sharing this host's cores must not each start a
@@ -342,11 +343,21 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const std::string share = std::to_string(std::max(1u, cores / static_cast<unsigned>(n)));
     for (int s = 0; s < S; ++s)
-      plan.children.push_back(
-          {"server " + std::to_string(s), server_argv, role_env("server", n + s), false, {}});
+      plan.children.push_back({"server " + std::to_string(s),
+                               server_argv,
+                               role_env("server", n + s),
+                               false,
+                               {},
+                               false,
+                               StatusVia::kSocket});
     for (int w = 0; w < n; ++w)
-      plan.children.push_back(
-          {"worker " + std::to_string(w), cfg.command, role_env("worker", w), false, {}});
+      plan.children.push_back({"worker " + std::to_string(w),
+                               cfg.command,
+                               role_env("worker", w),
+                               false,
+                               {},
+                               false,
+                               StatusVia::kSocket});
     if (!user_set("OPENBLAS_NUM_THREADS"))
       for (auto& c : plan.children)
         c.env["OPENBLAS_NUM_THREADS"] = c.name.rfind("worker", 0) == 0 ? share : "1";
@@ -401,6 +412,7 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       // the network (a host file names hosts by their ssh network; DMLC_INTERFACE
       // may choose a faster one, and DMLC_NODE_HOST would override it).
       if (!env.count("DMLC_INTERFACE")) env["DMLC_NODE_HOST"] = h.name;
+      env["PSKV_STATUS"] = "stderr";  // status records among its output (ssh forwards it)
       // The environment travels on ssh's stdin, one K=V per line and an empty line,
       // so no value (the job secret above all) appears on a command line or in ps.
       std::string env_lines;
@@ -428,7 +440,7 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
       argv.push_back(h.name);
       argv.push_back("bash -c " + ShellQuote(script));
       std::string name = server ? "server " + std::to_string(i) : "worker " + std::to_string(i - S);
-      plan.children.push_back({name, argv, {}, true, env_lines});
+      plan.children.push_back({name, argv, {}, true, env_lines, false, StatusVia::kOutput});
     }
     if (!cfg.sync_dst_dir.empty()) {
       // rsync runs before the job: recorded as files-to-run in the plan's prelude.
@@ -484,6 +496,9 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     env.erase("PSKV_JOB_SECRET");
     for (auto& [k, v] : cfg.forward_env)
       if (k != "PATH") env.emplace(k, v);
+    // mpirun and srun forward their processes' output: status records travel in it.
+    // qsub and YARN keep it in the batch system's files, out of the launcher's reach.
+    if (cfg.launcher == "mpi" || cfg.launcher == "slurm") env["PSKV_STATUS"] = "stderr";
     const auto& prog = role == "worker" ? cfg.command : server_argv;
     std::vector<std::string> argv;
     if (cfg.launcher == "mpi") {
@@ -551,8 +566,10 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     for (auto& a : prog) argv.push_back(a);
     return argv;
   };
-  plan.children.push_back({"servers", group("server", S), secret_env, false, {}});
-  plan.children.push_back({"workers", group("worker", n), secret_env, false, {}});
+  const StatusVia via =
+      cfg.launcher == "mpi" || cfg.launcher == "slurm" ? StatusVia::kOutput : StatusVia::kNone;
+  plan.children.push_back({"servers", group("server", S), secret_env, false, {}, false, via});
+  plan.children.push_back({"workers", group("worker", n), secret_env, false, {}, false, via});
   return plan;
 }
 
@@ -563,6 +580,7 @@ int Launch(const LaunchConfig& config) {
   // environment: a PSKV_JOB_SECRET_FILE given to the launcher must not reach them
   // too (a node refuses both at once), nor an old secret in --no-secret mode.
   ::unsetenv("PSKV_JOB_SECRET_FILE");
+  ::unsetenv("PSKV_STATUS");  // a channel of whoever started the launcher, not of its children
   if (cfg.no_secret) ::unsetenv("PSKV_JOB_SECRET");
   std::random_device rd;
   char id[32];

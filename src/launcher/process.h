@@ -18,6 +18,13 @@
 
 namespace pskv::launcher {
 
+/// Where a child's status records (common/status_record.h) come from.
+enum class StatusVia {
+  kNone,    ///< nowhere: the child reports nothing the launcher can read
+  kSocket,  ///< a socket made for it, named in its PSKV_STATUS (local children)
+  kOutput,  ///< tagged lines of its output (remote children: PSKV_STATUS=stderr)
+};
+
 struct ChildSpec {
   std::string name;                        ///< "worker 1": printed as "[worker 1] ..."
   std::vector<std::string> argv;           ///< argv[0] is looked up in PATH
@@ -27,6 +34,10 @@ struct ChildSpec {
   /// which must not appear on any command line). Small: at most a pipe buffer.
   std::string stdin_data;
   bool close_stdin = false;  ///< close the pipe after stdin_data (the child reads to EOF)
+  /// kSocket: Supervise makes the socket and sets PSKV_STATUS=fd:N; kOutput: the plan
+  /// set PSKV_STATUS=stderr where the child runs. Tagged lines of a kSocket or kNone
+  /// child's output are output, not records.
+  StatusVia status = StatusVia::kNone;
 };
 
 struct ChildResult {
@@ -38,6 +49,7 @@ struct ChildResult {
   double seconds = 0;    ///< wall time from start to exit
   std::string log_file;  ///< SuperviseOptions::log_dir/<name>.log, or ""
   std::deque<std::string> last_lines;
+  std::string status_text;  ///< its last status record, described ("waiting for worker 1 (...)")
 };
 
 struct SuperviseOptions {
@@ -62,7 +74,10 @@ void Say(const std::string& msg, bool timestamp = true, LogLevel level = LogLeve
 /// Runs all children to completion. Returns the launcher's exit status: 0 if
 /// every child exited 0, else the first failure's status (124 on timeout,
 /// 128+signal when the launcher itself was interrupted). Prints which child failed,
-/// its status and its last lines. `results` receives every child's outcome.
+/// its status and its last lines; when the others were waiting for a process still
+/// running, the headline names it ("worker 1 (pid N) appears hung: scheduler was
+/// waiting for it"), from the children's status records (launcher/status_board.h),
+/// never from their output text. `results` receives every child's outcome.
 int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
               std::vector<ChildResult>* results = nullptr);
 

@@ -50,6 +50,7 @@ void Node::HandleBarrier(int sender, int group) {
               0, now - waited, now);
   }
   barrier_stall_.erase(group);
+  status_.Resumed("barrier/" + std::to_string(group));
   for (int id : GroupMembers(group)) {
     if (id == kSchedulerId) {
       barrier_gen_[group]++;
@@ -82,9 +83,13 @@ void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final)
   const bool quiet = role() == Role::kScheduler || (final && role() != Role::kWorker);
   const WaitPlan plan{timeout.count() > 0 ? timeout : WaitPlan::kForever,
                       quiet ? std::chrono::milliseconds(0) : options_.stall_warning};
+  // The record names no node: only the scheduler knows who is missing (its own
+  // record names them).
+  StatusWait stall_status(&status_);
   const bool reached = WaitReporting(
       plan, [&](Clock::time_point until) { return cv_.wait_until(lk, until, done); },
       [&](std::chrono::milliseconds waited) {
+        stall_status.Report(final ? "final barrier" : "barrier", {}, 0, waited);
         if (final)
           PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
                           << " (the scheduler's log names the workers still running)");
@@ -92,10 +97,13 @@ void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final)
           PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
                           << " (the scheduler's log names the nodes it waits for)");
       });
-  if (!reached)
-    throw TimeoutError(Tag() + ": barrier timed out after " + SecsStr(timeout) +
-                       " (some nodes did not reach it; the scheduler's log names them; raise "
-                       "PSKV_TIMEOUT if they are just slow)");
+  if (!reached) {
+    const std::string why = Tag() + ": barrier timed out after " + SecsStr(timeout) +
+                            " (some nodes did not reach it; the scheduler's log names them; "
+                            "raise PSKV_TIMEOUT if they are just slow)";
+    stall_status.Fail("TimeoutError", why);
+    throw TimeoutError(why);
+  }
   if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
 }
 
@@ -104,14 +112,20 @@ void Node::WarnStalledBarriers(Clock::time_point now) {
     if (!stall.Due(now)) continue;
     const auto& arrived = barrier_arrived_[group];
     ReportList missing;
+    std::vector<NodeRef> refs;
     for (int id : GroupMembers(group)) {
       if (arrived.count(id) || id == kSchedulerId) continue;
       if (group == kAllGroup && !IsWorkerId(id)) continue;
-      if (missing.full())
+      if (missing.full()) {
         missing.Skip();
-      else
+      } else {
         missing.Add(NameLocked(id));
+        refs.push_back(NodeRefOf(id));
+      }
     }
+    status_.Waiting("barrier/" + std::to_string(group),
+                    group == kAllGroup ? "end of the job" : "barrier", std::move(refs),
+                    static_cast<int64_t>(missing.omitted()), stall.Waited(now));
     PSKV_WARN("scheduler: " << (group == kAllGroup ? std::string("end of the job")
                                                    : "barrier of group " + std::to_string(group))
                             << ": waiting for " << missing.Join() << " for "

@@ -130,6 +130,9 @@ class KVWorker {
   /// that have not answered (for stall reports); at most kReportItems lines, then
   /// "and N more" (common/stall.h).
   std::vector<std::string> DescribePending(std::chrono::milliseconds min_age) const;
+  /// The servers request `ts` still waits for (ts 0: every pending request), as
+  /// status records name them.
+  std::vector<NodeRef> WaitedServers(uint64_t ts = 0) const;
   /// Number of requests in flight.
   size_t Pending() const;
 

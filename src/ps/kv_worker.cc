@@ -193,6 +193,7 @@ void KVWorker::Await(uint64_t ts, const std::shared_ptr<Completion>& c,
                      const std::string& what) {
   using namespace std::chrono;
   const WaitPlan plan{timeout, stall};
+  StatusWait status(&node_->status());
   const bool done = WaitReporting(
       plan,
       [&](steady_clock::time_point until) {
@@ -200,6 +201,7 @@ void KVWorker::Await(uint64_t ts, const std::shared_ptr<Completion>& c,
                           milliseconds(1));
       },
       [&](milliseconds waited) {
+        status.Report(what, WaitedServers(ts), 0, waited);
         std::string missing = Missing(ts);
         PSKV_WARN(node_->Tag() << ": " << what << ": waiting for "
                                << (missing.empty() ? std::string("its completion") : missing)
@@ -220,10 +222,12 @@ void KVWorker::Await(uint64_t ts, const std::shared_ptr<Completion>& c,
       return;
     }
   }
-  throw TimeoutError(what + ": no answer from " +
-                     (missing.empty() ? std::string("the servers") : missing) + " within " +
-                     std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
-                     " s (raise PSKV_TIMEOUT if this is expected)");
+  const std::string why = what + ": no answer from " +
+                          (missing.empty() ? std::string("the servers") : missing) + " within " +
+                          std::to_string(duration_cast<milliseconds>(timeout).count() / 1000.0) +
+                          " s (raise PSKV_TIMEOUT if this is expected)";
+  status.Fail("TimeoutError", why);
+  throw TimeoutError(why);
 }
 
 bool KVWorker::Cancel(uint64_t ts) {
@@ -239,6 +243,19 @@ std::string KVWorker::MissingLocked(const Request& r) const {
     if (!out.empty()) out += ", ";
     out += node_->NodeName(id);
   }
+  return out;
+}
+
+std::vector<NodeRef> KVWorker::WaitedServers(uint64_t ts) const {
+  std::set<int> ids;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [t, r] : pending_)
+      if (ts == 0 || t == ts)
+        for (auto& [part_ts, part] : r.waiting) ids.insert(part.server);
+  }
+  std::vector<NodeRef> out;
+  for (int id : ids) out.push_back(NodeRefOf(id));
   return out;
 }
 

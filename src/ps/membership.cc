@@ -33,6 +33,11 @@ std::string Node::NameLocked(int id) const {
   return n;
 }
 
+NodeRef NodeRefOf(int id) {
+  if (id == kSchedulerId) return {"scheduler", 0};
+  return {IsServerId(id) ? "server" : "worker", RankOfId(id)};
+}
+
 std::string Node::NodeName(int id) const {
   std::lock_guard<std::mutex> lk(mu_);
   return NameLocked(id);
@@ -209,6 +214,7 @@ void Node::HandleNodeTable(const Message& m) {
       throw ProtocolError("node table not sent by the scheduler it names");
   id_ = self->id;
   rank_ = self->rank;
+  status_.SetRank(rank_);
   for (auto& d : all) {
     nodes_[d.id] = d;
     id_of_token_[d.token] = d.id;

@@ -116,6 +116,13 @@ void Node::Start() {
     transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port),
                         kSchedulerToken);
   }
+  {
+    std::string why;
+    status_.Configure(StatusChannel::Open(options_.status_channel, &why), RoleName(role()), host_);
+    if (!why.empty()) PSKV_WARN(Tag() << ": " << why);
+    if (sched) status_.SetRank(0);
+    status_.SetPhase(StatusPhase::kRegistering);
+  }
   start_time_ = Clock::now();
   if (options_.verbose >= 1)
     PSKV_INFO(Tag() << ": bound " << host_ << ":" << port_ << ", job " << std::hex << job_);
@@ -173,6 +180,7 @@ void Node::Start() {
     }
     if (err) {
       lk.unlock();
+      status_.Failed(ErrorKindName(err), ErrorMessage(err));
       if (sched && !ready_) {
         // Tell the nodes that did register, so they fail now with the reason.
         std::string why;
@@ -209,10 +217,12 @@ void Node::Start() {
   try {
     Barrier(kAllGroup, options_.register_timeout);
   } catch (...) {
+    status_.Failed(ErrorKindName(std::current_exception()), ErrorMessage(std::current_exception()));
     StopThreads(200ms);
     stopped_ = true;
     throw;
   }
+  status_.SetPhase(StatusPhase::kRunning);
 }
 
 // ------------------------------------------------------------------ stop
@@ -258,6 +268,10 @@ void Node::Finalize(std::chrono::milliseconds timeout) {
     finished_ = true;
   }
   // Linger so that the last barrier releases reach every node before we close.
+  if (err)
+    status_.Failed(ErrorKindName(err), ErrorMessage(err));
+  else
+    status_.SetPhase(StatusPhase::kFinished);
   StopThreads(err ? 200ms : 2000ms);
   stopped_ = true;
   if (err) std::rethrow_exception(err);
@@ -364,7 +378,7 @@ void Node::SendCredit(int sender) {
 
 // ------------------------------------------------------------------ failures
 
-void Node::Fail(std::exception_ptr e) {
+void Node::Fail(std::exception_ptr e, int culprit) {
   liveness_.Stop();
   std::vector<FailureHandler> handlers;
   {
@@ -375,6 +389,8 @@ void Node::Fail(std::exception_ptr e) {
     schedule_.DropQueues();  // queued sends fail with their requests (the failure handlers)
   }
   cv_.notify_all();
+  status_.Failed(ErrorKindName(e), ErrorMessage(e),
+                 culprit ? std::vector<NodeRef>{NodeRefOf(culprit)} : std::vector<NodeRef>{});
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
@@ -402,7 +418,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
       }
     }
   }
-  Fail(std::make_exception_ptr(NodeFailure(reason)));
+  Fail(std::make_exception_ptr(NodeFailure(reason)), dead_id);
 }
 
 void Node::TimerLoop() {

@@ -48,6 +48,7 @@
 
 #include "common/rate_limit.h"
 #include "common/stall.h"
+#include "common/status_reporter.h"
 #include "common/test_hooks.h"
 #include "protocol/message.h"
 #include "ps/liveness.h"
@@ -57,6 +58,9 @@
 #include "transport/transport.h"
 
 namespace pskv {
+
+/// A node id as status records name it ("worker.1", "server.0", "scheduler.0").
+NodeRef NodeRefOf(int id);
 
 class Node {
  public:
@@ -121,6 +125,9 @@ class Node {
   std::string Tag() const;
   /// The failure that broke the job (null while healthy).
   std::exception_ptr failure() const;
+  /// This node's status records for its launcher (PSKV_STATUS; common/status_reporter.h):
+  /// the node reports its phases; waits that stall report through it.
+  StatusReporter& status() { return status_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -144,7 +151,8 @@ class Node {
   void HandleCredit(int sender, uint64_t count);
   /// Receiver side: acknowledge one more scheduled message from `sender`.
   void SendCredit(int sender);
-  void Fail(std::exception_ptr e);
+  /// `culprit`: the node id the failure blames (a dead peer), 0 if none.
+  void Fail(std::exception_ptr e, int culprit = 0);
   void FailNode(int dead_id, const std::string& reason);
   bool IsResendable(Control c) const;
   /// Scheduler, mu_ held: logs barriers waiting longer than PSKV_STALL_WARNING,
@@ -195,6 +203,7 @@ class Node {
   // liveness and resend (own locks)
   Liveness liveness_;
   Resender resender_;
+  StatusReporter status_;  // own lock, taken after mu_ (never the other way)
   bool finished_ = false;  // final barrier passed: no more failure detection
   // Messages received after a gap in a sender's sequence, until it is filled
   // (at most Resender::kMaxHeld per sender).

@@ -197,8 +197,9 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kNodeFailed: {
       std::string reason = m.body;
+      const int culprit = nodes_.count(m.h.head) ? m.h.head : 0;
       lk.unlock();
-      Fail(std::make_exception_ptr(NodeFailure(reason)));
+      Fail(std::make_exception_ptr(NodeFailure(reason)), culprit);
       return;
     }
     case Control::kAck:  // handled above

@@ -1,6 +1,7 @@
 // DistServer: stalled sync rounds. The inspector thread logs them (with back-off);
 // kRoundStatus describes them to a stalled worker, with the deadlocks it is part of.
 #include <algorithm>
+#include <set>
 
 #include "common/logging.h"
 #include "common/stall.h"
@@ -40,11 +41,29 @@ void DistServer::InspectLoop() {
 // In an exclusive section. Logs stalled rounds, with back-off, naming the workers they
 // wait for (and whether those are in Barrier(); the waiting workers detect that
 // deadlock themselves, see RoundStatus, since only they know that they are blocked).
+//
+// The status record (common/status_reporter.h) says the same: while a round has been
+// open longer than PSKV_STALL_WARNING, this server is waiting for the workers that
+// have not pushed it (reported when a log line is due); once none is, it no longer is.
 void DistServer::Inspect(Clock::time_point now) {
   const auto first = node_->options().stall_warning;
   std::lock_guard<std::mutex> blk(barrier_mu_);
+  bool stalled = false, due = false;
+  std::set<int> missing;
+  std::string what;
+  Clock::time_point oldest = now;
   ForEachKey([&](int64_t key, KeyState& st) {
+    if (first.count() > 0 && st.round.open() && now - st.round.opened() >= first) {
+      stalled = true;
+      for (int id : node_->WorkerIds())
+        if (!st.round.pushed(id)) missing.insert(id);
+      if (st.round.opened() <= oldest) {
+        oldest = st.round.opened();
+        what = "sync round of key " + std::to_string(key);
+      }
+    }
     if (!st.round.ReportDue(now, first)) return;
+    due = true;
     std::string barrier;
     for (auto& [w, since] : in_barrier_)
       if (!st.round.pushed(w))
@@ -54,6 +73,14 @@ void DistServer::Inspect(Clock::time_point now) {
                            << MissingWorkers(st) << " for " << Seconds(now - st.round.opened())
                            << " s" << barrier);
   });
+  if (due && stalled) {
+    std::vector<NodeRef> refs;
+    for (int id : missing) refs.push_back(NodeRefOf(id));
+    node_->status().Waiting("rounds", what, std::move(refs), 0,
+                            std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest));
+  } else if (!stalled) {
+    node_->status().Resumed("rounds");
+  }
 }
 
 // Lines describing open rounds; for a round the asking worker has pushed (it waits for

@@ -60,6 +60,7 @@ void WaitWithStallReports(Engine& engine, ServerLink& link, const std::vector<in
                           std::chrono::milliseconds timeout) {
   using namespace std::chrono;
   const auto start = steady_clock::now();
+  StatusWait status(&link.node()->status());
   bool idle;
   if (timeout.count() <= 0) {
     idle = engine.WaitIdle(keys, milliseconds(0));  // look once
@@ -73,7 +74,15 @@ void WaitWithStallReports(Engine& engine, ServerLink& link, const std::vector<in
           const auto left = duration_cast<milliseconds>(until - steady_clock::now());
           return engine.WaitIdle(keys, std::max(left, milliseconds(0)));
         },
-        [&](milliseconds waited) { Stalled(link, false, duration_cast<seconds>(waited), keys); });
+        [&](milliseconds waited) {
+          status.Report("wait", link.worker()->WaitedServers(), 0, waited);
+          try {
+            Stalled(link, false, duration_cast<seconds>(waited), keys);
+          } catch (const TimeoutError& e) {  // a deadlock
+            status.Fail("TimeoutError", e.what());
+            throw;
+          }
+        });
   }
   if (!idle) {
     const std::string what =
@@ -82,6 +91,7 @@ void WaitWithStallReports(Engine& engine, ServerLink& link, const std::vector<in
         " s (raise PSKV_TIMEOUT if this is expected); " +
         Stalled(link, true, duration_cast<seconds>(steady_clock::now() - start), keys);
     link.MarkBroken(what);
+    status.Fail("TimeoutError", what);
     throw TimeoutError(what);
   }
   try {

@@ -1,0 +1,320 @@
+// Supervise (launcher/process.h): one loop that reaps children, reads their output and
+// status records, and stops the whole job on the first failure, a timeout or a signal;
+// then the end-of-job summary.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "launcher/child.h"
+
+namespace pskv::launcher {
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  unsigned char c = static_cast<unsigned char>(sig);
+  ssize_t r = ::write(g_signal_pipe[1], &c, 1);
+  (void)r;
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.2f s" : "%.1f s", s);
+  return buf;
+}
+
+void Close(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+class Supervisor {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Supervisor(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts)
+      : opts_(opts), kids_(specs.size()), board_(Names(specs)), start_(Clock::now()) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      kids_[i].index = i;
+      kids_[i].spec = specs[i];
+      kids_[i].result.name = specs[i].name;
+    }
+  }
+
+  int Run(std::vector<ChildResult>* results);
+
+ private:
+  static std::vector<std::string> Names(const std::vector<ChildSpec>& specs) {
+    std::vector<std::string> names;
+    for (auto& s : specs) names.push_back(s.name);
+    return names;
+  }
+  void StartAll();
+  void Reap();
+  void Poll();
+  void StopAll(int sig);
+  /// The headline's "X (pid N) appears hung: Y was waiting for it", from the status
+  /// records (launcher/status_board.h); "" when no running process is waited for.
+  std::string HungHeadline(const Child* who) const;
+  void BeginFailure(int status, const std::string& why, const Child* who);
+  std::string Summary() const;
+
+  const SuperviseOptions& opts_;
+  std::vector<Child> kids_;
+  StatusBoard board_;
+  const Clock::time_point start_;
+  int status_ = 0;
+  bool failing_ = false;
+  Clock::time_point kill_at_{};
+};
+
+void Supervisor::StopAll(int sig) {
+  for (auto& k : kids_)
+    if (!k.exited && k.pid > 0) {
+      ::kill(-k.pid, sig);
+      k.result.stopped_by_us = true;
+    }
+}
+
+std::string Supervisor::HungHeadline(const Child* who) const {
+  std::vector<bool> alive;
+  for (auto& k : kids_) alive.push_back(!k.exited && k.pid > 0);
+  auto b = board_.Hung(alive, who ? std::optional<size_t>(who->index) : std::nullopt);
+  if (!b) return {};
+  const Child& h = kids_[b->hung];
+  const std::string pid = "pid " + std::to_string(h.pid);
+  return (b->node == h.spec.name ? b->node + " (" + pid
+                                 : b->node + " (in " + h.spec.name + ", " + pid) +
+         ") appears hung: " + b->by + " was waiting for it";
+}
+
+void Supervisor::BeginFailure(int status, const std::string& why, const Child* who) {
+  if (failing_) return;
+  failing_ = true;
+  status_ = status;
+  const std::string h = HungHeadline(who);
+  std::string msg = (h.empty() ? why : h + "; " + why) + "; stopping the job";
+  // Its output was forwarded line by line already (a traceback is printed once):
+  // point at it instead of repeating it, unless nothing was shown.
+  if (who && !who->result.last_lines.empty()) {
+    if (opts_.quiet) {
+      msg += "\nlast lines of " + who->spec.name + ":";
+      for (auto& l : who->result.last_lines) msg += "\n    " + l;
+    } else {
+      msg += "\nits output is above, prefixed [" + who->spec.name + "]";
+    }
+    if (!who->result.log_file.empty()) msg += "; full log: " + who->result.log_file;
+  }
+  Say(msg, opts_.timestamps, LogLevel::kError);
+  StopAll(SIGTERM);
+  kill_at_ = Clock::now() + opts_.grace;
+}
+
+void Supervisor::StartAll() {
+  for (auto& k : kids_) {
+    if (!opts_.log_dir.empty()) {
+      k.result.log_file = opts_.log_dir + "/" + LogFileName(k.spec.name);
+      k.log_fd = ::open(k.result.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
+    k.start_time = Clock::now();
+    k.pid = Spawn(k);
+    k.result.pid = k.pid;
+    if (k.pid < 0) {
+      k.exited = true;
+      BeginFailure(1, "cannot start " + k.spec.name + ": " + std::strerror(errno), nullptr);
+      break;
+    }
+  }
+}
+
+void Supervisor::Reap() {
+  for (;;) {
+    int st;
+    pid_t p = ::waitpid(-1, &st, WNOHANG);
+    if (p <= 0) return;
+    for (auto& k : kids_) {
+      if (k.pid != p) continue;
+      k.exited = true;
+      k.exit_time = Clock::now();
+      k.result.seconds = std::chrono::duration<double>(k.exit_time - k.start_time).count();
+      k.result.signaled = WIFSIGNALED(st);
+      k.result.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      Close(k.in_fd);
+      ::kill(-k.pid, SIGKILL);  // whatever it left behind in its group
+      if (k.result.status != 0 && !k.result.stopped_by_us) {
+        PumpOutput(k, opts_, board_);
+        if (k.status_fd >= 0) PumpStatus(k, board_);  // its last words
+        std::string how = k.result.signaled
+                              ? "was killed by signal " + std::to_string(k.result.status - 128) +
+                                    " (" + strsignal(k.result.status - 128) + ")"
+                              : "exited with status " + std::to_string(k.result.status);
+        BeginFailure(k.result.status, k.spec.name + " (pid " + std::to_string(p) + ") " + how, &k);
+      }
+    }
+  }
+}
+
+void Supervisor::Poll() {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Child*, bool>> owners;  // (child, is its status socket)
+  fds.push_back({g_signal_pipe[0], POLLIN, 0});
+  owners.push_back({nullptr, false});
+  for (auto& k : kids_) {
+    if (k.out_fd >= 0) {
+      fds.push_back({k.out_fd, POLLIN, 0});
+      owners.push_back({&k, false});
+    }
+    if (k.status_fd >= 0) {
+      fds.push_back({k.status_fd, POLLIN, 0});
+      owners.push_back({&k, true});
+    }
+  }
+  ::poll(fds.data(), fds.size(), 50);
+  if (fds[0].revents & POLLIN) {
+    unsigned char sig = 0;
+    while (::read(g_signal_pipe[0], &sig, 1) == 1)
+      BeginFailure(128 + sig, std::string("received ") + strsignal(sig), nullptr);
+  }
+  for (size_t i = 1; i < fds.size(); ++i) {
+    auto [k, status] = owners[i];
+    int& fd = status ? k->status_fd : k->out_fd;
+    const bool ready = fds[i].revents & (POLLIN | POLLHUP | POLLERR);
+    if (ready) {
+      if (!(status ? PumpStatus(*k, board_) : PumpOutput(*k, opts_, board_))) Close(fd);
+    } else if (k->exited && Clock::now() - k->exit_time > std::chrono::seconds(1)) {
+      // The child exited but something that left its process group still holds
+      // the pipe (or the socket): stop reading it.
+      if (status)
+        PumpStatus(*k, board_);
+      else
+        PumpOutput(*k, opts_, board_);
+      Close(fd);
+    }
+  }
+}
+
+int Supervisor::Run(std::vector<ChildResult>* results) {
+  if (g_signal_pipe[0] < 0) {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int, old_term, old_hup;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
+  signal(SIGPIPE, SIG_IGN);
+
+  int launcher_log = -1;
+  if (!opts_.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opts_.log_dir, ec);
+    const std::string path = opts_.log_dir + "/launcher.log";
+    launcher_log = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (launcher_log < 0) {
+      Say("cannot write " + path + ": " + std::strerror(errno) +
+              " (--log-dir must name a writable directory)",
+          opts_.timestamps, LogLevel::kError);
+      return 2;
+    }
+    SetLauncherLog(launcher_log);
+  }
+  StartAll();
+  for (;;) {
+    Reap();
+    bool alive = false, open = false;
+    for (auto& k : kids_) {
+      alive |= !k.exited && k.pid > 0;
+      open |= k.out_fd >= 0 || k.status_fd >= 0;
+    }
+    if (!alive && !open) break;
+    if (failing_ && alive && Clock::now() >= kill_at_) StopAll(SIGKILL);
+    if (!failing_ && opts_.timeout.count() > 0 && Clock::now() - start_ > opts_.timeout)
+      BeginFailure(124, "timeout of " + std::to_string(opts_.timeout.count() / 1000) + " s reached",
+                   nullptr);
+    Poll();
+  }
+  for (auto& k : kids_)
+    if (k.pid > 0) ::kill(-k.pid, SIGKILL);
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  for (auto& k : kids_) k.result.status_text = board_.Describe(k.index);
+  if (opts_.summary)
+    Say(Summary(), opts_.timestamps, status_ == 0 ? LogLevel::kInfo : LogLevel::kError);
+  for (auto& k : kids_) Close(k.log_fd);
+  if (launcher_log >= 0) {
+    SetLauncherLog(-1);
+    ::close(launcher_log);
+  }
+  if (results) {
+    results->clear();
+    for (auto& k : kids_) results->push_back(k.result);
+  }
+  return status_;
+}
+
+// Every process, how it ended, its wall time; for a failed job, what each process
+// that did not finish said last about itself.
+std::string Supervisor::Summary() const {
+  const double total = std::chrono::duration<double>(Clock::now() - start_).count();
+  size_t width = 7;
+  for (auto& k : kids_) width = std::max(width, k.spec.name.size());
+  std::string text = status_ == 0 ? "job succeeded in " + Seconds(total) + ": all " +
+                                        std::to_string(kids_.size()) + " processes exited 0"
+                                  : "job FAILED (exit status " + std::to_string(status_) +
+                                        ") after " + Seconds(total);
+  char row[512];
+  std::snprintf(row, sizeof row, "\n  %-*s %8s  %-28s %9s", static_cast<int>(width), "process",
+                "pid", "status", "wall");
+  text += row;
+  std::string reported;
+  for (auto& k : kids_) {
+    std::string how;
+    if (k.pid < 0)
+      how = "not started";
+    else if (!k.exited)
+      how = "left running (killed)";
+    else if (k.result.stopped_by_us)
+      how = k.result.status == 0 ? "exited 0 (stopped)"
+            : k.result.signaled
+                ? std::string("stopped (") + sigabbrev_np(k.result.status - 128) + ")"
+                : "exited " + std::to_string(k.result.status) + " (stopped)";
+    else if (k.result.signaled)
+      how = std::string("killed by SIG") + sigabbrev_np(k.result.status - 128);
+    else
+      how = k.result.status == 0 ? "exited 0"
+                                 : "exited " + std::to_string(k.result.status) + "  <-- failed";
+    std::snprintf(row, sizeof row, "\n  %-*s %8d  %-28s %9s", static_cast<int>(width),
+                  k.spec.name.c_str(), static_cast<int>(k.pid), how.c_str(),
+                  Seconds(k.result.seconds).c_str());
+    text += row;
+    const std::string& st = k.result.status_text;
+    if (status_ != 0 && !st.empty() && st != "finished")
+      reported += "\n  " + k.spec.name + ": " + (st.size() > 300 ? st.substr(0, 300) + "..." : st);
+  }
+  if (!reported.empty()) text += "\nlast status reported:" + reported;
+  if (!opts_.log_dir.empty()) text += "\nlogs: " + opts_.log_dir + "/";
+  return text;
+}
+
+}  // namespace
+
+int Supervise(const std::vector<ChildSpec>& specs, const SuperviseOptions& opts,
+              std::vector<ChildResult>* results) {
+  Supervisor s(specs, opts);
+  return s.Run(results);
+}
+
+}  // namespace pskv::launcher
