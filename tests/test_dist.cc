@@ -211,7 +211,7 @@ TEST(DistKVStoreWire, ChunkedValuesAreBitIdenticalServerThreads) {
       Launch(2, 2, "chunk_equal", std::string("--env PSKV_WIRE_CHUNK_BYTES=4096 ") + kThreads, 4),
       0);
 }
-TEST(DistKVStoreWire, StatesSavedWithOtherChunksAreRefused) {
+TEST(DistKVStoreWire, StatesSavedWithOtherChunksLoad) {
   EXPECT_EQ(Launch(2, 2, "states_other_chunks", "--env PSKV_WIRE_CHUNK_BYTES=4096"), 0);
 }
 // The scenarios above with every sliced key in chunks of 1 KiB (several per slice).

@@ -171,7 +171,10 @@ TEST(StatesFile, DumpedConfigOfEveryFormat) {
   Put<uint32_t>(&v1, static_cast<uint32_t>(a.size()));
   v1 += a;
   const std::vector<std::pair<std::string, std::string>> files = {
-      {"blob", a}, {"v2", states::EncodeDistHeader({a.size()}) + a}, {"v1", v1}};
+      {"blob", a},
+      {"v3", "PSKVDST3" + a},
+      {"v2", states::EncodeDistHeader({a.size()}) + a},
+      {"v1", v1}};
   for (auto& [tag, bytes] : files) {
     const std::string path = TempFile(tag, bytes);
     EXPECT_EQ(states::ReadDumpedConfigText(path), dumped.config) << tag;

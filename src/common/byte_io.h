@@ -50,6 +50,13 @@ class ByteReader {
     std::memcpy(out, p_ + pos_, n);
     pos_ += n;
   }
+  /// The next n bytes in place (valid while the underlying range is), skipped.
+  const char* GetView(size_t n) {
+    Need(n);
+    const char* at = p_ + pos_;
+    pos_ += n;
+    return at;
+  }
   std::string GetString(size_t max_len = 1 << 24) {
     uint32_t len = Get<uint32_t>();
     if (len > max_len) Fail("string of " + std::to_string(len) + " bytes is too long");

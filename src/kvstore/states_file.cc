@@ -21,19 +21,29 @@ bool HasMagic(std::string_view bytes, const char* magic) {
   return bytes.size() >= 8 && std::memcmp(bytes.data(), magic, 8) == 0;
 }
 
-void PutArray(ByteWriter& w, const NDArray& a) {
-  w.Put<int64_t>(a.empty() ? -1 : a.size());
-  if (!a.empty()) w.PutBytes(a.raw(), a.nbytes());
+// The blob after a "PSKVDST3" head (whole keys), else the bytes as they are.
+std::string_view InnerBlob(std::string_view bytes) {
+  return HasMagic(bytes, kWholeKeysMagic.data()) ? bytes.substr(8) : bytes;
 }
 
-NDArray GetArray(ByteReader& r) {
+ArrayView GetArray(ByteReader& r) {
   const int64_t n = r.Get<int64_t>();
-  if (n < 0) return NDArray();
+  if (n < 0) return ArrayView();
   if (static_cast<uint64_t>(n) > r.remaining() / 4)
     throw IOError("optimizer states: truncated array of " + std::to_string(n) + " elements");
-  NDArray a(Shape{n}, DType::kFloat32);
-  r.GetBytes(a.raw(), a.nbytes());
+  return {r.GetView(static_cast<size_t>(n) * 4), n};
+}
+
+NDArray Copy(const ArrayView& v) {
+  if (v.n < 0) return NDArray();
+  NDArray a(Shape{v.n}, DType::kFloat32);
+  std::memcpy(a.raw(), v.data, a.nbytes());
   return a;
+}
+
+void PutArray(BlobWriter& w, const NDArray& a) {
+  w.ArrayHead(a.empty() ? -1 : a.size());
+  if (!a.empty()) w.Bytes(a.raw(), a.nbytes());
 }
 
 uint64_t U64At(std::string_view b, size_t at) {
@@ -49,27 +59,43 @@ uint32_t U32At(std::string_view b, size_t at) {
 
 }  // namespace
 
+void BlobWriter::Head(bool dumped, const std::string& config, int64_t num_update,
+                      uint64_t num_keys) {
+  out_(dumped ? kDumpedMagic : kBlobMagic, 8);
+  Put<uint32_t>(static_cast<uint32_t>(config.size()));
+  out_(config.data(), config.size());
+  Put<int64_t>(num_update);
+  Put<uint64_t>(num_keys);
+}
+
+void BlobWriter::Key(int64_t key, int64_t t, uint32_t num_slots) {
+  Put<int64_t>(key);
+  Put<int64_t>(t);
+  Put<uint32_t>(num_slots);
+}
+
+void BlobWriter::ArrayHead(int64_t n) {
+  Put<int64_t>(n);
+}
+
 std::string EncodeBlob(const Blob& blob) {
-  ByteWriter w;
-  w.PutBytes(blob.dumped ? kDumpedMagic : kBlobMagic, 8);
-  w.PutString(blob.config);
-  w.Put<int64_t>(blob.num_update);
-  w.Put<uint64_t>(blob.keys.size());
+  std::string out;
+  BlobWriter w([&out](const char* p, size_t n) { out.append(p, n); });
+  w.Head(blob.dumped, blob.config, blob.num_update, blob.keys.size());
   for (const KeyStates& k : blob.keys) {
-    w.Put<int64_t>(k.key);
-    w.Put<int64_t>(k.t);
-    w.Put<uint32_t>(static_cast<uint32_t>(k.slots.size()));
+    w.Key(k.key, k.t, static_cast<uint32_t>(k.slots.size()));
     for (const NDArray& s : k.slots) PutArray(w, s);
     PutArray(w, k.master);
   }
-  return w.Take();
+  return out;
 }
 
-Blob DecodeBlob(std::string_view bytes) {
+BlobView IndexBlob(std::string_view all) {
+  const std::string_view bytes = InnerBlob(all);
   ByteReader r(bytes.data(), bytes.size(), kWhat);
   char magic[8];
   r.GetBytes(magic, 8);
-  Blob b;
+  BlobView b;
   b.dumped = std::memcmp(magic, kDumpedMagic, 8) == 0;
   if (!b.dumped && std::memcmp(magic, kBlobMagic, 8) != 0)
     throw IOError("not a pskv optimizer-states file (bad magic)");
@@ -82,18 +108,37 @@ Blob DecodeBlob(std::string_view bytes) {
                   std::to_string(r.remaining()) + " bytes");
   b.keys.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
-    KeyStates k;
+    KeyView k;
     k.key = r.Get<int64_t>();
     k.t = r.Get<int64_t>();
     const uint32_t ns = r.Get<uint32_t>();
     if (ns > r.remaining() / 8)
       throw IOError("optimizer states: key " + std::to_string(k.key) + " claims " +
                     std::to_string(ns) + " state buffers");
+    k.slots.reserve(ns);
     for (uint32_t s = 0; s < ns; ++s) k.slots.push_back(GetArray(r));
     k.master = GetArray(r);
     b.keys.push_back(std::move(k));
   }
   if (r.remaining() != 0) throw IOError("optimizer states: trailing bytes");
+  return b;
+}
+
+Blob DecodeBlob(std::string_view bytes) {
+  BlobView v = IndexBlob(bytes);
+  Blob b;
+  b.dumped = v.dumped;
+  b.config = std::move(v.config);
+  b.num_update = v.num_update;
+  b.keys.reserve(v.keys.size());
+  for (const KeyView& k : v.keys) {
+    KeyStates ks;
+    ks.key = k.key;
+    ks.t = k.t;
+    for (const ArrayView& s : k.slots) ks.slots.push_back(Copy(s));
+    ks.master = Copy(k.master);
+    b.keys.push_back(std::move(ks));
+  }
   return b;
 }
 
@@ -107,6 +152,10 @@ std::string EncodeDistHeader(const std::vector<uint64_t>& sizes) {
   w.Put<uint32_t>(static_cast<uint32_t>(sizes.size()));
   for (uint64_t s : sizes) w.Put<uint64_t>(s);
   return w.Take();
+}
+
+bool IsPerServerDistFile(std::string_view bytes) {
+  return HasMagic(bytes, kDistMagic1) || HasMagic(bytes, kDistMagic2);
 }
 
 DistFile DecodeDistFile(std::string_view bytes, const std::string& name) {
@@ -169,7 +218,9 @@ std::optional<std::string> ReadDumpedConfigText(const std::string& fname) {
   // Where the first blob starts: 0 for a blob, after the dist header otherwise.
   const std::string head = read(0, 12);
   uint64_t at = 0;
-  if (HasMagic(head, kDistMagic1))
+  if (HasMagic(head, kWholeKeysMagic.data()))
+    at = 8;
+  else if (HasMagic(head, kDistMagic1))
     at = 16;
   else if (head.size() == 12 && HasMagic(head, kDistMagic2))
     at = 12 + 8ull * U32At(head, 8);

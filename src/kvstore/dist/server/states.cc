@@ -63,10 +63,10 @@ void DistServer::HandleStates(KVRequest&& req) {
   } catch (const std::exception& e) {
     return fail(KindOf(e),
                 node_->Tag() + ": cannot load the optimizer states: " + e.what() +
-                    " (states saved with another PSKV_WIRE_CHUNK_BYTES, or another split "
-                    "of big keys over the servers (PSKV_SERVER_WEIGHTS, where the "
-                    "nodes run), do not fit: load them with the settings and layout "
-                    "they were saved with)");
+                    " (a per-server states file (PSKVDST1/2) saved with another "
+                    "PSKV_WIRE_CHUNK_BYTES or another split of big keys over the servers "
+                    "(PSKV_SERVER_WEIGHTS) does not fit: load it with the settings it was "
+                    "saved with)");
   }
   server_.Respond(req);
 }

@@ -68,6 +68,13 @@ KeyMeta* KeyTable::Add(std::unique_ptr<KeyMeta> m) {
   return at->second.get();
 }
 
+std::vector<const KeyMeta*> KeyTable::All() const {
+  std::vector<const KeyMeta*> out;
+  out.reserve(keys_.size());
+  for (const auto& [key, m] : keys_) out.push_back(m.get());
+  return out;
+}
+
 KeyMeta& KeyTable::Find(int key, const char* op) {
   auto it = keys_.find(key);
   if (it == keys_.end())

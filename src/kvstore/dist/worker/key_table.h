@@ -81,6 +81,8 @@ class KeyTable {
 
   bool Has(int key) const { return keys_.count(key) > 0; }
   bool empty() const { return keys_.empty(); }
+  /// Every key's meta, by key.
+  std::vector<const KeyMeta*> All() const;
   /// Adds a key's meta (its `key` set) and links it to its neighbours.
   KeyMeta* Add(std::unique_ptr<KeyMeta> m);
   /// The key's meta; KeyError (naming `op`) if it was never inited.

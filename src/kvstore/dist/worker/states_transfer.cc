@@ -1,7 +1,8 @@
 #include "kvstore/dist/worker/states_transfer.h"
 
-#include <algorithm>
-#include <cstring>
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <memory>
 
@@ -12,7 +13,31 @@
 
 namespace pskv::dist {
 
-void SaveServerStates(ServerLink& link, const std::string& fname, bool dump_optimizer) {
+states::Layout LayoutOf(const std::vector<const KeyMeta*>& metas, int num_servers) {
+  states::Layout out;
+  out.reserve(metas.size());
+  for (const KeyMeta* m : metas) {
+    states::KeyLayout k;
+    k.key = m->key;
+    k.size = m->size;
+    if (m->sparse) {
+      // The server's optimizer keeps a row range's state under the key itself.
+      for (const RowRange& r : m->ranges)
+        k.parts.push_back({r.server, m->key, r.begin * m->row_size, r.count * m->row_size});
+    } else {
+      for (size_t i = 0; i < m->slices.size(); ++i) {
+        const Slice& s = m->slices[i];
+        const uint64_t wire = m->ps_keys[i] - KVWorker::ServerRange(s.server, num_servers).first;
+        k.parts.push_back({s.server, OptimizerKey(static_cast<int64_t>(wire)), s.offset, s.len});
+      }
+    }
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+void SaveServerStates(ServerLink& link, const LayoutFor& layout, const std::string& fname,
+                      bool dump_optimizer) {
   const int S = link.node()->num_servers();
   const int store = link.store_id();
   auto sizes = link.Command(StoreCommand(kStatesSize, store), "");
@@ -30,24 +55,32 @@ void SaveServerStates(ServerLink& link, const std::string& fname, bool dump_opti
   auto ts = link.worker()->Pull(keys, buf.get(), lens, MakeCmd(Kind::kStates, DType::kUInt8),
                                 [done, buf](std::exception_ptr e) { done->Set(e); });
   link.Await(ts, done, "saving optimizer states");
-  if (dump_optimizer) {
-    uint64_t off = 0;
-    for (auto l : lens) {  // the mark is in the blob's first 8 bytes
-      std::string head(buf.get() + off, std::min<uint64_t>(l, 8));
-      states::MarkDumped(&head);
-      std::memcpy(buf.get() + off, head.data(), head.size());
-      off += l;
-    }
+  std::vector<std::string_view> blobs;
+  uint64_t off = 0;
+  for (uint64_t l : lens) {
+    blobs.emplace_back(buf.get() + off, l);
+    off += l;
   }
-  std::ofstream f(fname, std::ios::binary | std::ios::trunc);
-  const std::string head = states::EncodeDistHeader(lens);
-  f.write(head.data(), static_cast<std::streamsize>(head.size()));
-  f.write(buf.get(), static_cast<std::streamsize>(total));
-  f.close();
+  const std::string tmp = fname + ".tmp" + std::to_string(::getpid());
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
   if (!f) throw IOError("cannot write optimizer states to '" + fname + "'");
+  try {
+    states::GatherWholeKeys(blobs, layout(S), dump_optimizer, [&f](const char* p, size_t n) {
+      f.write(p, static_cast<std::streamsize>(n));
+    });
+  } catch (...) {
+    f.close();
+    std::remove(tmp.c_str());
+    throw;
+  }
+  f.close();
+  if (!f || std::rename(tmp.c_str(), fname.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw IOError("cannot write optimizer states to '" + fname + "'");
+  }
 }
 
-void LoadServerStates(ServerLink& link, const std::string& fname) {
+void LoadServerStates(ServerLink& link, const LayoutFor& layout, const std::string& fname) {
   std::ifstream f(fname, std::ios::binary | std::ios::ate);
   if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
   const auto file_size = static_cast<uint64_t>(f.tellg());
@@ -56,27 +89,50 @@ void LoadServerStates(ServerLink& link, const std::string& fname) {
   if (!f.read(data->data(), static_cast<std::streamsize>(file_size)))
     throw IOError("cannot read optimizer states file '" + fname + "'");
   const int S = link.node()->num_servers();
-  const states::DistFile file = states::DecodeDistFile(*data, fname);
-  if (file.blobs.size() != static_cast<size_t>(S))
-    throw UsageError("the optimizer states were saved from " + std::to_string(file.blobs.size()) +
-                     " servers but this job has " + std::to_string(S) +
-                     "; restore with the same number of servers");
-  // The servers' blobs as one buffer (a version 2 file holds them so already).
+  // What to send: every server's blob back to back, from byte `at` of `send`.
+  auto send = data;
+  uint64_t at = 0;
   std::vector<uint64_t> lens;
-  for (auto b : file.blobs) lens.push_back(b.size());
-  uint64_t at = static_cast<uint64_t>(file.blobs[0].data() - data->data());
-  if (file.version != 2) {
-    auto packed = std::make_shared<std::string>();
-    for (auto b : file.blobs) packed->append(b);
-    data = packed;
-    at = 0;
+  if (states::IsPerServerDistFile(*data)) {
+    const states::DistFile file = states::DecodeDistFile(*data, fname);
+    const int saved = static_cast<int>(file.blobs.size());
+    if (saved == S) {  // as saved (a version 2 file holds the blobs back to back already)
+      for (auto b : file.blobs) lens.push_back(b.size());
+      at = static_cast<uint64_t>(file.blobs[0].data() - data->data());
+      if (file.version != 2) {
+        send = std::make_shared<std::string>();
+        for (auto b : file.blobs) send->append(b);
+        at = 0;
+      }
+    } else {
+      // Put the keys back together as the saving job placed them, then re-slice.
+      std::string whole;
+      try {
+        states::GatherWholeKeys(file.blobs, layout(saved), false,
+                                [&whole](const char* p, size_t n) { whole.append(p, n); });
+      } catch (const InternalError& e) {
+        throw UsageError("the optimizer states in '" + fname + "' were saved by " +
+                         std::to_string(saved) + " servers in a per-server format that " +
+                         "does not fit this store's keys (" + e.what() + "); load them with " +
+                         std::to_string(saved) + " servers");
+      }
+      states::BlobView view = states::IndexBlob(whole);
+      // The per-server format marks every blob: the file's first says for all.
+      view.dumped = states::IndexBlob(file.blobs[0]).dumped;
+      send = std::make_shared<std::string>();
+      lens = states::SplitWholeKeys(view, layout(S), S, send.get());
+    }
+  } else {
+    send = std::make_shared<std::string>();
+    lens = states::SplitWholeKeys(states::IndexBlob(*data), layout(S), S, send.get());
+    data.reset();
   }
   std::vector<uint64_t> keys;
   for (int r = 0; r < S; ++r) keys.push_back(PsKey(WireKey(link.store_id(), 0), r, S));
   Frame vals;
-  vals.data = data->data() + at;
-  vals.size = data->size() - at;
-  vals.owner = data;
+  vals.data = send->data() + at;
+  vals.size = send->size() - at;
+  vals.owner = send;
   auto done = std::make_shared<Completion>();
   auto ts = link.worker()->Push(keys, vals, lens, MakeCmd(Kind::kStates, DType::kUInt8),
                                 Completion::Callback(done));

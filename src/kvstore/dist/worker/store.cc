@@ -132,7 +132,8 @@ void DistWorkerStore::SaveOptimizerStates(const std::string& fname, bool dump_op
   if (!has_server_optimizer_)
     throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
   if (node_->rank() != 0) return;  // rank 0 writes the file
-  SaveServerStates(*link_, fname, dump_optimizer);
+  SaveServerStates(
+      *link_, [this](int S) { return StatesLayout(S); }, fname, dump_optimizer);
 }
 
 void DistWorkerStore::LoadOptimizerStates(const std::string& fname) {
@@ -140,7 +141,34 @@ void DistWorkerStore::LoadOptimizerStates(const std::string& fname) {
   if (node_->rank() != 0) return;  // rank 0 alone loads
   if (!has_server_optimizer_)
     throw UsageError("no optimizer is set on the servers (call SetOptimizer first)");
-  LoadServerStates(*link_, fname);
+  LoadServerStates(
+      *link_, [this](int S) { return StatesLayout(S); }, fname);
+}
+
+states::Layout DistWorkerStore::StatesLayout(int num_servers) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<const KeyMeta*> metas = keys_.All();
+  if (num_servers == node_->num_servers()) return LayoutOf(metas, num_servers);
+  // Another job's placement (a file of a per-server format): the same functions with
+  // its number of servers, big keys split evenly (the shares of that job are unknown).
+  std::vector<std::unique_ptr<KeyMeta>> placed;
+  for (const KeyMeta*& m : metas) {
+    auto p = std::make_unique<KeyMeta>();
+    p->key = m->key;
+    p->dtype = m->dtype;
+    p->size = m->size;
+    p->sparse = m->sparse;
+    p->rows = m->rows;
+    p->row_size = m->row_size;
+    if (m->sparse)
+      PlaceRowSparse(p.get(), store_id_, num_servers, options_.bigarray_bound);
+    else
+      PlaceDense(p.get(), store_id_, num_servers, options_.bigarray_bound, {},
+                 options_.wire_chunk_bytes, {});
+    m = p.get();
+    placed.push_back(std::move(p));
+  }
+  return LayoutOf(metas, num_servers);
 }
 
 void DistWorkerStore::InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) {

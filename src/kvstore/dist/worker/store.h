@@ -38,6 +38,7 @@
 #include "kvstore/dist/worker/server_link.h"
 #include "kvstore/dist/worker/shared_node.h"
 #include "kvstore/engine.h"
+#include "kvstore/states_layout.h"
 #include "pskv/kvstore.h"
 
 namespace pskv::dist {
@@ -92,6 +93,9 @@ class DistWorkerStore : public KVStore {
 
  private:
   void CheckAsyncHasOptimizer() const;
+  /// Where the optimizer states of this store's keys live over `num_servers` servers
+  /// (states_transfer.h). Takes mu_.
+  states::Layout StatesLayout(int num_servers);
   /// The metas of a call's dense keys, checked; with strict rounds (dist_sync) the
   /// call is also admitted by RoundRules (all checks pass before anything is
   /// recorded). Takes mu_.
