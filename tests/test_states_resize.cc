@@ -16,12 +16,16 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 #include <vector>
 
 #include "common/net.h"
 #include "kvstore/dist/server/role_main.h"
+#include "kvstore/dist/worker/states_transfer.h"
+#include "kvstore/states_file.h"
 #include "pskv/kvstore.h"
 #include "pskv/row_sparse.h"
 
@@ -31,6 +35,7 @@ namespace {
 
 constexpr int kWorkers = 2, kSteps = 3, kMore = 3;
 constexpr int kSparse = 4;
+constexpr int64_t kBound = 64, kChunkBytes = 512;
 struct KeySpec {
   Shape shape;
   DType dtype;
@@ -141,8 +146,8 @@ void RunDistJob(int servers, const std::function<void(KVStore&)>& body) {
   o.num_servers = servers;
   o.num_workers = kWorkers;
   o.role_set = true;
-  o.bigarray_bound = 64;
-  o.wire_chunk_bytes = 512;  // key 0's slices travel in several chunks
+  o.bigarray_bound = kBound;
+  o.wire_chunk_bytes = kChunkBytes;  // key 0's slices travel in several chunks
   std::vector<std::thread> infra;
   for (int i = 0; i <= servers; ++i) {
     Options x = o;
@@ -202,6 +207,36 @@ std::string TempPath(const std::string& tag) {
       .string();
 }
 
+// The file the per-server format ("PSKVDST2") held for the same states saved by
+// `servers` servers: each server's blob, as its optimizer wrote it.
+std::string PerServerFile(const std::string& whole_file, int servers) {
+  std::ifstream in(whole_file, std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(in)), {});
+  std::vector<std::unique_ptr<dist::KeyMeta>> metas;
+  std::vector<const dist::KeyMeta*> ptrs;
+  for (int k = 0; k < static_cast<int>(kKeys.size()); ++k) {
+    auto m = std::make_unique<dist::KeyMeta>();
+    const KeySpec& s = kKeys[static_cast<size_t>(k)];
+    m->key = k;
+    m->dtype = s.dtype;
+    m->size = NumElements(s.shape);
+    if (k == kSparse) {
+      m->sparse = true;
+      m->rows = s.shape[0];
+      m->row_size = s.shape[1];
+      dist::PlaceRowSparse(m.get(), 0, servers, kBound);
+    } else {
+      dist::PlaceDense(m.get(), 0, servers, kBound, {}, kChunkBytes, {});
+    }
+    ptrs.push_back(m.get());
+    metas.push_back(std::move(m));
+  }
+  std::string blobs;
+  const auto sizes = states::SplitWholeKeys(states::IndexBlob(whole), dist::LayoutOf(ptrs, servers),
+                                            servers, &blobs);
+  return states::EncodeDistHeader(sizes) + blobs;
+}
+
 }  // namespace
 
 TEST(StatesResize, TwoServersStatesContinueOnThreeOneTwoServersAndLocally) {
@@ -220,17 +255,30 @@ TEST(StatesResize, TwoServersStatesContinueOnThreeOneTwoServersAndLocally) {
     kv.SaveOptimizerStates(file);
   });
   ASSERT_EQ(saved.size(), kKeys.size());
-  for (int servers : {3, 1, 2}) {
-    const Weights resumed = RunAndPull(servers, [&](KVStore& kv, Weights* w) {
-      kv.SetOptimizer(Adam());
-      InitAll(kv, saved);
-      kv.LoadOptimizerStates(file);
-      kv.Barrier();  // rank 0 loads; nobody pushes before it is done
-      Train(kv, {kv.Rank()}, kSteps, kSteps + kMore);
-      *w = PullAll(kv);
-    });
-    ExpectBitwiseEqual(resumed, reference, std::to_string(servers) + " servers");
+  // The per-server format of older versions loads too: as it is with 2 servers,
+  // re-sliced from the 2-server placement otherwise.
+  const std::string old_file = TempPath("old");
+  {
+    std::ofstream out(old_file, std::ios::binary | std::ios::trunc);
+    const std::string bytes = PerServerFile(file, 2);
+    ASSERT_EQ(bytes.substr(0, 8), "PSKVDST2");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
+  for (const std::string& f : {file, old_file})
+    for (int servers : {3, 1, 2}) {
+      const Weights resumed = RunAndPull(servers, [&](KVStore& kv, Weights* w) {
+        kv.SetOptimizer(Adam());
+        InitAll(kv, saved);
+        kv.LoadOptimizerStates(f);
+        kv.Barrier();  // rank 0 loads; nobody pushes before it is done
+        Train(kv, {kv.Rank()}, kSteps, kSteps + kMore);
+        *w = PullAll(kv);
+      });
+      ExpectBitwiseEqual(
+          resumed, reference,
+          std::to_string(servers) + " servers, " + (f == file ? "PSKVDST3" : "PSKVDST2"));
+    }
+  std::filesystem::remove(old_file);
   auto local = KVStore::Create("local");
   local->SetOptimizer(Adam());
   InitAll(*local, saved);

@@ -181,6 +181,10 @@ class KVStore {
   /// `dump_optimizer`: the file also carries the optimizer (MXNet's flag), and
   /// loading it replaces the store's optimizer configuration (learning rate, ...)
   /// by the saved one; without it, loading keeps the current configuration.
+  /// Files hold whole keys: states saved by a dist job load into a dist job with
+  /// any number of servers, or into a local store, and the reverse (load after Init:
+  /// KeyError / ShapeError for keys that are not the store's, nothing loaded).
+  /// A dist store's save writes a temporary file renamed at the end.
   virtual void SaveOptimizerStates(const std::string& fname, bool dump_optimizer = false);
   virtual void LoadOptimizerStates(const std::string& fname);
 

@@ -885,6 +885,10 @@ class KVStore(object):
     def load_optimizer_states(self, fname):
         """Loads optimizer states written by :meth:`save_optimizer_states` (every worker calls it).
 
+        The file holds whole keys: states saved by a dist job load into a job with any
+        number of servers, or into a local store, and the reverse. Call it after
+        ``init`` of the keys (rank 0 loads in dist mode).
+
         Parameters
         ----------
         fname : str
