@@ -5,7 +5,7 @@
 // doc. The table drives:
 //   - Options::FromEnv (common/options.cc): each entry's `apply` parses and range-checks
 //     its value into Options; cross-field rules are checked after the loop;
-//   - every launcher's forwarding (launcher/launcher.cc): a launcher passes each
+//   - every launcher's forwarding (launcher/cli.cc): a launcher passes each
 //     kJob (and, to hosts, kHost) variable set in its own environment to every node;
 //   - the README's configuration table, which tests/python/test_docs.py compares
 //     with this table (pskv._pskv.env_table() exposes it to Python), and the check
