@@ -145,7 +145,7 @@ TEST(Options, MissingDistributedVariableIsNamed) {
 
 TEST(Options, ServerWeightsAreAutoEvenOrOneWholeNumberPerServer) {
   EXPECT_EQ(Options().server_weights, "auto");
-  for (const char* ok : {"auto", "even", "1,0,3", "7", "0,1000000"}) {
+  for (const char* ok : {"auto", "even", "balanced", "1,0,3", "7", "0,1000000"}) {
     EnvGuard g;
     g.Set("PSKV_SERVER_WEIGHTS", ok);
     EXPECT_EQ(Options::FromEnv().server_weights, ok);

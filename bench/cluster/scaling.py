@@ -11,7 +11,8 @@ at least
                                                           all-reduce's bound)
 
 which pskv reaches only with a split of big keys that gives the extra hosts' servers
-more (PSKV_SERVER_WEIGHTS=auto, the default: src/kvstore/dist/worker/server_shares.h);
+more (PSKV_SERVER_WEIGHTS=balanced, src/kvstore/dist/worker/server_shares.h; the
+default, auto, uses them only where k >= n and the even split, measured beside, otherwise);
 an even split's bound is t_even. B is measured in the same run (one TCP stream
 between two hosts through the rate limit). Each k is a fresh cluster of n + k hosts
 on one rate-limited network; pskv runs under pskv-launch over ssh with a server on
@@ -238,7 +239,7 @@ def grid_config(c, args, n, k, rate, b, size):
            't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
     runs, busy, links = [], [], []
     for _ in range(args.repeat):
-        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps)
+        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced')
         runs.append(t)
         busy.append(u)
         links.append(lk)

@@ -116,7 +116,8 @@ void ApplyLogLevel(const EnvVar&, const char* v, Options& o) {
 }
 void ApplyServerWeights(const EnvVar&, const char* v, Options& o) {
   const std::string s = v;
-  if (s != "auto" && s != "even") ParseServerWeights(s);  // ConfigError if malformed
+  if (s != "auto" && s != "even" && s != "balanced")
+    ParseServerWeights(s);  // ConfigError if malformed
   o.server_weights = s;
 }
 void ApplyStatus(const EnvVar&, const char* v, Options& o) {
@@ -244,10 +245,12 @@ const EnvVar kVars[] = {
      "arrays this big are reduced with threads and sliced over all servers",
      Int<&Options::bigarray_bound>},
     {"PSKV_SERVER_WEIGHTS", T::kText, 0, 0, "", "`auto`", S::kJob,
-     "how much of each big dense key every server holds: `auto` (shares that balance the "
-     "hosts' links: a server on a host with workers gets less than one on a host of its own; "
-     "[performance](docs/performance.md#across-hosts-dense-pushpull-against-the-parameter-server-"
-     "bound)), `even`, or one whole-number weight per server rank (`1,1,3,3`)",
+     "how much of each big dense key every server holds: `balanced` (shares that balance the "
+     "hosts' links: a server on a host with workers gets less than one on a host of its own), "
+     "`auto` (`balanced` where it leaves the servers on worker hosts nothing, else `even`: "
+     "measured faster, [performance](docs/performance.md#across-hosts-dense-pushpull-against-"
+     "the-parameter-server-bound)), `even`, or one whole-number weight per server rank "
+     "(`1,1,3,3`)",
      ApplyServerWeights},
     {"MXNET_KVSTORE_REDUCTION_NTHREADS", T::kInt, 1, 1024, "", "4", S::kJob,
      "reduction threads (capped at the number of cores); on a server, they merge the 1 MiB "
@@ -370,9 +373,10 @@ std::vector<int64_t> ParseServerWeights(const std::string& value) {
                         part.find_first_not_of("0123456789") == std::string::npos;
     const int64_t x = digits ? std::stoll(part) : -1;
     if (x < 0 || x > 1000000)
-      throw ConfigError("environment variable PSKV_SERVER_WEIGHTS='" + value +
-                        "' is not `auto`, `even` or a list of whole numbers in [0, 1000000], "
-                        "one per server rank (e.g. `1,1,3,3`)");
+      throw ConfigError(
+          "environment variable PSKV_SERVER_WEIGHTS='" + value +
+          "' is not `auto`, `even`, `balanced` or a list of whole numbers in [0, 1000000], "
+          "one per server rank (e.g. `1,1,3,3`)");
     w.push_back(x);
     total += x;
     if (comma == std::string::npos) break;

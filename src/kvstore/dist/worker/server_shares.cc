@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "common/env_table.h"
 #include "pskv/error.h"
@@ -145,7 +146,19 @@ std::vector<int64_t> SharesFromWeights(const std::vector<int64_t>& weights) {
 
 std::vector<int64_t> ServerShares(const std::string& spec, const HostLayout& layout) {
   if (spec == "even") return {};
-  if (spec.empty() || spec == "auto") return LinkBalancedShares(layout);
+  if (spec == "balanced") return LinkBalancedShares(layout);
+  if (spec.empty() || spec == "auto") {
+    // Measured (docs/performance.md, "Across hosts"): the balanced shares win where
+    // they move every byte off the worker hosts (k >= n); where a co-located server
+    // keeps a smaller share (0 < k < n), TCP's per-flow fairness leaves the bigger
+    // flows to the extra hosts last and the step is slower than the even split.
+    std::vector<int64_t> shares = LinkBalancedShares(layout);
+    const std::set<std::string> worker_hosts(layout.worker_hosts.begin(),
+                                             layout.worker_hosts.end());
+    for (size_t r = 0; r < shares.size(); ++r)
+      if (shares[r] > 0 && worker_hosts.count(layout.server_hosts[r])) return {};
+    return shares;
+  }
   const std::vector<int64_t> w = ParseServerWeights(spec);
   if (w.size() != layout.server_hosts.size())
     throw ConfigError("PSKV_SERVER_WEIGHTS='" + spec + "' gives " + std::to_string(w.size()) +

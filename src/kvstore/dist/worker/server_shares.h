@@ -51,9 +51,10 @@ std::vector<int64_t> LinkBalancedShares(const HostLayout& layout);
 /// servers with a positive weight. Empty (the even split) when the weights are equal.
 std::vector<int64_t> SharesFromWeights(const std::vector<int64_t>& weights);
 
-/// The shares Options::server_weights (PSKV_SERVER_WEIGHTS) asks for: "auto"
-/// (LinkBalancedShares), "even" (empty) or a list of weights, one per server rank
-/// (ConfigError if their number differs from the servers').
+/// The shares Options::server_weights (PSKV_SERVER_WEIGHTS) asks for: "balanced"
+/// (LinkBalancedShares), "auto" (LinkBalancedShares where they leave the servers on
+/// worker hosts nothing, else even: measured faster so), "even" (empty) or a list of
+/// weights, one per server rank (ConfigError if their number differs from the servers').
 std::vector<int64_t> ServerShares(const std::string& spec, const HostLayout& layout);
 
 /// The busiest host link's bytes one way in a push+pull of a key of one byte with
