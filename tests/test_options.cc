@@ -169,6 +169,10 @@ TEST(Options, ServerWeightsAreAutoEvenOrOneWholeNumberPerServer) {
   o.num_workers = 1;
   o.server_weights = "1,1,3";
   EXPECT_NO_THROW(o.ValidateForDistributed());
+  for (const char* keyword : {"auto", "even", "balanced"}) {
+    o.server_weights = keyword;
+    EXPECT_NO_THROW(o.ValidateForDistributed()) << keyword;
+  }
   o.server_weights = "1,3";
   try {
     o.ValidateForDistributed();

@@ -116,8 +116,7 @@ void ApplyLogLevel(const EnvVar&, const char* v, Options& o) {
 }
 void ApplyServerWeights(const EnvVar&, const char* v, Options& o) {
   const std::string s = v;
-  if (s != "auto" && s != "even" && s != "balanced")
-    ParseServerWeights(s);  // ConfigError if malformed
+  if (!IsServerWeightsKeyword(s)) ParseServerWeights(s);  // ConfigError if malformed
   o.server_weights = s;
 }
 void ApplyStatus(const EnvVar&, const char* v, Options& o) {
@@ -360,6 +359,10 @@ const char* EnvValue(const char* name) {
                            " is not in the environment table (common/env_table.cc)");
   const char* v = std::getenv(name);
   return (v && *v) ? v : nullptr;
+}
+
+bool IsServerWeightsKeyword(const std::string& value) {
+  return value == "auto" || value == "even" || value == "balanced";
 }
 
 std::vector<int64_t> ParseServerWeights(const std::string& value) {

@@ -66,9 +66,12 @@ const EnvVar* FindEnvVar(const std::string& name);
 const char* EnvValue(const char* name);
 
 /// PSKV_SERVER_WEIGHTS' list form "w0,w1,...": whole numbers in [0, 1000000], at
-/// least one positive. ConfigError naming the variable otherwise (also for "auto"
-/// and "even", which are not lists).
+/// least one positive. ConfigError naming the variable otherwise (also for the
+/// keywords, which are not lists).
 std::vector<int64_t> ParseServerWeights(const std::string& value);
+/// Whether `value` is one of PSKV_SERVER_WEIGHTS' keywords ("auto", "even",
+/// "balanced") rather than a list of weights.
+bool IsServerWeightsKeyword(const std::string& value);
 
 /// Reads the job secret from the file named by PSKV_JOB_SECRET_FILE: a private file
 /// (not readable or writable by group or others, like ssh's keys), at most 4096

@@ -67,7 +67,7 @@ void Options::ValidateForDistributed() const {
     throw ConfigError(
         "PSKV_ENCRYPT=1 needs a job secret: set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE "
         "(pskv-launch sets one for every job)");
-  if (!server_weights.empty() && server_weights != "auto" && server_weights != "even") {
+  if (!server_weights.empty() && !IsServerWeightsKeyword(server_weights)) {
     const size_t given = ParseServerWeights(server_weights).size();
     if (given != static_cast<size_t>(num_servers))
       throw ConfigError("PSKV_SERVER_WEIGHTS='" + server_weights + "' gives " +
