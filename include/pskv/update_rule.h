@@ -7,7 +7,7 @@
 // update (once per row for a lazy row-sparse update), never per element.
 //
 // Adding an optimizer (docs/design.md, "Add an optimizer"; followed once in
-// tests/test_optimizer_add.cc): write one file with the rule's functions and
+// tests/kvstore/test_optimizer_add.cc): write one file with the rule's functions and
 //   RegisterUpdateRule("name", {slots, update, lazy_rows, {{"param", default, ...}}});
 // built-in rules are listed in src/kvstore/optimizer_rules.cc. The rule's own
 // hyper-parameters (RuleParam) travel in OptimizerConfig::rule_params: through

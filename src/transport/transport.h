@@ -6,7 +6,7 @@
 // folder) and is created by CreateTransport(kind): this core never includes a
 // backend's header. shm/ and tcp/ are data paths plugged into upgrade/
 // (upgrade/data_path.h), not transports; fault/ wraps any transport
-// (CreateFaultTransport, for tests). Contract every backend meets (tests/test_transport.cc
+// (CreateFaultTransport, for tests). Contract every backend meets (tests/transport/test_transport.cc
 // runs the same suite against each):
 //  * Bind() once, before anything else; it returns the "host:port" bound.
 //  * Connect(peer, endpoint, token) may be called again for the same peer with a

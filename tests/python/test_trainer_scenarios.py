@@ -1,5 +1,5 @@
 """The C++ and the Python Trainer agree: every scenario of tests/trainer_scenarios.json
-runs over both front ends (tests/trainer_scenario.cc, trainer_scenario.py), which
+runs over both front ends (tests/frontends/trainer_scenario.cc, trainer_scenario.py), which
 must report bit-identical weights and buffers, the same update_on_kvstore, learning
 rate and optimizer configuration, write byte-identical states files, and meet the
 scenario's `expect`. Both run the same operations in the same order on the same

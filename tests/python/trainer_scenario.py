@@ -1,5 +1,5 @@
 """One scenario of tests/trainer_scenarios.json with pskv.torch.Trainer: the Python
-twin of tests/trainer_scenario.cc (keep them line for line equivalent).
+twin of tests/frontends/trainer_scenario.cc (keep them line for line equivalent).
 
     trainer_scenario.py SCENARIO_FILE OUT_DIR   -> OUT_DIR/py<rank>.json
 """

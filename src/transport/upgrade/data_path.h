@@ -5,7 +5,7 @@
 // and a direct TCP socket (tcp/socket_path.h). A new one (RDMA, CMA, GPU IPC) is
 // a folder implementing these three classes, a PathKind number, an entry in
 // UpgradingTransport's list of paths, and passing DataPathSuite and
-// TransportSuite (tests/test_transport.cc; docs/transport.md, "Add a data path").
+// TransportSuite (tests/transport/test_transport.cc; docs/transport.md, "Add a data path").
 //
 // The negotiation, for sender B and receiver A (the negotiator runs it; a path
 // only answers its questions):

@@ -1,5 +1,5 @@
 // Distributed KVStore: real processes on 127.0.0.1 started by pskv-launch, running
-// tests/dist_worker.cc scenarios; each test asserts the launcher's exit status.
+// tests/dist/dist_worker.cc scenarios; each test asserts the launcher's exit status.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 

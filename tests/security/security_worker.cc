@@ -1,4 +1,4 @@
-// The victim of tests/test_security.cc: one dist_sync worker that initialises
+// The victim of tests/security/test_security.cc: one dist_sync worker that initialises
 // key 0 to ones, signals READY_FILE, waits for GO_FILE (while the test attacks the
 // job), then checks that nothing changed its weights and that the job still works.
 //
