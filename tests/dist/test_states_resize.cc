@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "common/net.h"
-#include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist/worker/states_transfer.h"
 #include "kvstore/states_file.h"
 #include "pskv/kvstore.h"
 #include "pskv/row_sparse.h"
+#include "support/store_job.h"
 
 using namespace pskv;
 
@@ -140,36 +140,14 @@ void Train(KVStore& kv, const std::vector<int>& ranks, int from, int to) {
 
 // Runs a dist_sync job of `servers` servers; `body` runs on each worker's store.
 void RunDistJob(int servers, const std::function<void(KVStore&)>& body) {
-  Options o = Options::FromEnv();
-  o.root_uri = "127.0.0.1";
-  o.root_port = FreePort();
-  o.num_servers = servers;
-  o.num_workers = kWorkers;
-  o.role_set = true;
+  Options o = StoreJobOptions(servers, kWorkers);
   o.bigarray_bound = kBound;
   o.wire_chunk_bytes = kChunkBytes;  // key 0's slices travel in several chunks
-  std::vector<std::thread> infra;
-  for (int i = 0; i <= servers; ++i) {
-    Options x = o;
-    x.role = i == 0 ? Role::kScheduler : Role::kServer;
-    infra.emplace_back([x] { EXPECT_EQ(RunServerOrScheduler(x), 0); });
-  }
-  std::vector<std::thread> workers;
-  for (int w = 0; w < kWorkers; ++w)
-    workers.emplace_back([&, w] {
-      Options x = o;
-      x.role = Role::kWorker;
-      x.rank_hint = w;
-      try {
-        std::unique_ptr<KVStore> kv = KVStore::Create("dist_sync", x);
-        body(*kv);
-        kv->Barrier();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << servers << " servers, worker " << w << ": " << e.what();
-      }
-    });
-  for (auto& t : workers) t.join();
-  for (auto& t : infra) t.join();
+  RunStoreJob(o, [&](int, const Options& x) {
+    std::unique_ptr<KVStore> kv = KVStore::Create("dist_sync", x);
+    body(*kv);
+    kv->Barrier();
+  });
 }
 
 Weights Initial() {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/net.h"
-#include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist/worker/store.h"
 #include "pskv/kvstore.h"
+#include "support/store_job.h"
 
 using namespace pskv;
 
@@ -55,60 +55,38 @@ NDArray Filled(int64_t n, float v) {
 // Runs a job whose workers use stores made by `make`; returns each worker's pulled
 // values, round after round, key after key.
 std::vector<std::vector<float>> RunJob(const Factory& make) {
-  Options o = Options::FromEnv();
-  o.root_uri = "127.0.0.1";
-  o.root_port = FreePort();
-  o.num_servers = 2;
-  o.num_workers = kWorkers;
-  o.role_set = true;
+  Options o = StoreJobOptions(2, kWorkers);
   o.bigarray_bound = 16;
-  std::vector<std::thread> infra;
-  for (int i = 0; i < 3; ++i) {
-    Options x = o;
-    x.role = i == 0 ? Role::kScheduler : Role::kServer;
-    infra.emplace_back([x] { EXPECT_EQ(RunServerOrScheduler(x), 0); });
-  }
   std::vector<std::vector<float>> pulled(kWorkers);
-  std::vector<std::thread> workers;
-  for (int w = 0; w < kWorkers; ++w)
-    workers.emplace_back([&, w] {
-      Options x = o;
-      x.role = Role::kWorker;
-      x.rank_hint = w;
-      try {
-        std::unique_ptr<KVStore> kv = make(x);
-        const int r = kv->Rank();
-        for (int k = 0; k < 3; ++k) kv->Init(k, Filled(kSizes[static_cast<size_t>(k)], 0));
-        for (int round = 0; round < kRounds; ++round) {
-          // Three values per key: the local reduce runs for every key.
-          std::vector<int> keys;
-          std::vector<NDArray> vals, outs;
-          for (int k = 0; k < 3; ++k)
-            for (int j = 0; j < 3; ++j) {
-              keys.push_back(k);
-              vals.push_back(Filled(kSizes[static_cast<size_t>(k)],
-                                    static_cast<float>((r + 1) * (j + 1) + round + k)));
-            }
-          std::vector<int> out_keys = {0, 1, 2};
-          for (int k = 0; k < 3; ++k) outs.push_back(NDArray({kSizes[static_cast<size_t>(k)]}));
-          if (round == 1) {
-            kv->PushPull(keys, vals, out_keys, outs);
-          } else {
-            kv->Push(keys, vals);
-            kv->Pull(out_keys, outs);
-          }
-          kv->WaitAll();
-          for (auto& a : outs)
-            for (int64_t i = 0; i < a.size(); ++i)
-              pulled[static_cast<size_t>(w)].push_back(a.data<float>()[i]);
+  RunStoreJob(o, [&](int w, const Options& x) {
+    std::unique_ptr<KVStore> kv = make(x);
+    const int r = kv->Rank();
+    for (int k = 0; k < 3; ++k) kv->Init(k, Filled(kSizes[static_cast<size_t>(k)], 0));
+    for (int round = 0; round < kRounds; ++round) {
+      // Three values per key: the local reduce runs for every key.
+      std::vector<int> keys;
+      std::vector<NDArray> vals, outs;
+      for (int k = 0; k < 3; ++k)
+        for (int j = 0; j < 3; ++j) {
+          keys.push_back(k);
+          vals.push_back(Filled(kSizes[static_cast<size_t>(k)],
+                                static_cast<float>((r + 1) * (j + 1) + round + k)));
         }
-        kv->Barrier();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "worker " << w << ": " << e.what();
+      std::vector<int> out_keys = {0, 1, 2};
+      for (int k = 0; k < 3; ++k) outs.push_back(NDArray({kSizes[static_cast<size_t>(k)]}));
+      if (round == 1) {
+        kv->PushPull(keys, vals, out_keys, outs);
+      } else {
+        kv->Push(keys, vals);
+        kv->Pull(out_keys, outs);
       }
-    });
-  for (auto& t : workers) t.join();
-  for (auto& t : infra) t.join();
+      kv->WaitAll();
+      for (auto& a : outs)
+        for (int64_t i = 0; i < a.size(); ++i)
+          pulled[static_cast<size_t>(w)].push_back(a.data<float>()[i]);
+    }
+    kv->Barrier();
+  });
   return pulled;
 }
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/net.h"
-#include "kvstore/dist/server/role_main.h"
 #include "pskv/kvstore.h"
 #include "pskv/update_rule.h"
+#include "support/store_job.h"
 
 using namespace pskv;
 
@@ -144,54 +144,32 @@ TEST(OptimizerAdd, RegisteredRuleRunsInALocalStore) {
 
 TEST(OptimizerAdd, RegisteredRuleRunsInADistSyncJob) {
   RegisterSignum();
-  Options o = Options::FromEnv();
-  o.root_uri = "127.0.0.1";
-  o.root_port = FreePort();
-  o.num_servers = 2;
-  o.num_workers = kWorkers;
-  o.role_set = true;
+  Options o = StoreJobOptions(2, kWorkers);
   o.bigarray_bound = 16;
-  std::vector<std::thread> infra;
-  for (int i = 0; i < 3; ++i) {
-    Options x = o;
-    x.role = i == 0 ? Role::kScheduler : Role::kServer;
-    infra.emplace_back([x] { EXPECT_EQ(RunServerOrScheduler(x), 0); });
-  }
   std::vector<std::vector<float>> pulled(kWorkers);
-  std::vector<std::thread> workers;
-  for (int w = 0; w < kWorkers; ++w)
-    workers.emplace_back([&, w] {
-      Options x = o;
-      x.role = Role::kWorker;
-      x.rank_hint = w;
-      try {
-        auto kv = KVStore::Create("dist_sync", x);
-        const int r = kv->Rank();
-        kv->SetOptimizer(SignumConfig());  // rank 0 ships it to the servers
-        for (int k = 0; k < 2; ++k) kv->Init(k, Initial(k));
-        for (int round = 0; round < kRounds; ++round) {
-          std::vector<int> keys = {0, 1};
-          std::vector<NDArray> grads, outs;
-          for (int k = 0; k < 2; ++k) {
-            NDArray g({kSizes[static_cast<size_t>(k)]});
-            for (int64_t i = 0; i < g.size(); ++i) g.data<float>()[i] = Grad(r, round, k, i);
-            grads.push_back(g);
-            outs.push_back(NDArray({kSizes[static_cast<size_t>(k)]}));
-          }
-          kv->Push(keys, grads);
-          kv->Pull(keys, outs);
-          kv->WaitAll();
-          for (auto& a : outs)
-            for (int64_t i = 0; i < a.size(); ++i)
-              pulled[static_cast<size_t>(w)].push_back(a.data<float>()[i]);
-        }
-        kv->Barrier();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "worker " << w << ": " << e.what();
+  RunStoreJob(o, [&](int w, const Options& x) {
+    auto kv = KVStore::Create("dist_sync", x);
+    const int r = kv->Rank();
+    kv->SetOptimizer(SignumConfig());  // rank 0 ships it to the servers
+    for (int k = 0; k < 2; ++k) kv->Init(k, Initial(k));
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<int> keys = {0, 1};
+      std::vector<NDArray> grads, outs;
+      for (int k = 0; k < 2; ++k) {
+        NDArray g({kSizes[static_cast<size_t>(k)]});
+        for (int64_t i = 0; i < g.size(); ++i) g.data<float>()[i] = Grad(r, round, k, i);
+        grads.push_back(g);
+        outs.push_back(NDArray({kSizes[static_cast<size_t>(k)]}));
       }
-    });
-  for (auto& t : workers) t.join();
-  for (auto& t : infra) t.join();
+      kv->Push(keys, grads);
+      kv->Pull(keys, outs);
+      kv->WaitAll();
+      for (auto& a : outs)
+        for (int64_t i = 0; i < a.size(); ++i)
+          pulled[static_cast<size_t>(w)].push_back(a.data<float>()[i]);
+    }
+    kv->Barrier();
+  });
   const std::vector<float> want = Reference();
   EXPECT_EQ(pulled[0], want);
   EXPECT_EQ(pulled[1], want);

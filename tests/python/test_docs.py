@@ -118,7 +118,7 @@ def test_python_snippet_runs(doc, line, lang, tags, code, tmp_path):
 @pytest.mark.parametrize('doc,line,lang,tags,code', CPP, ids=['%s:%d' % (b[0], b[1]) for b in CPP])
 def test_cpp_snippet_compiles_and_runs(doc, line, lang, tags, code, tmp_path):
     if 'norun' in tags:
-        assert re.search(r'tests/\w+\.cc', open(os.path.join(ROOT, doc)).read()), 'say which test runs it'
+        assert re.search(r'tests/[\w/]+\.cc', open(os.path.join(ROOT, doc)).read()), 'say which test runs it'
         pytest.skip('excerpt of a tested file')
     includes = [l for l in code.split('\n') if l.startswith('#include')]
     body = [l for l in code.split('\n') if not l.startswith('#include')]
