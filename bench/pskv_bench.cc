@@ -26,6 +26,7 @@
 #include "bench/syncround_bench.h"
 #include "kvstore/reduce.h"
 #include "pskv/options.h"
+#include "pskv/process.h"
 #include "pskv/tuning.h"
 
 namespace {
@@ -147,6 +148,12 @@ static int RunAndPlot(int argc, char** argv, const std::string& dir) {
 
 int main(int argc, char** argv) {
   pskv::TuneAllocatorForLargeMessages();
+  try {
+    pskv::ConfigureProcess();  // PSKV_LOG_LEVEL (the benchmarks' jobs live in this process)
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pskv-bench: %s\n", e.what());
+    return 2;
+  }
   if (argc < 2 || HasFlag(argc, argv, "--help")) {
     std::printf(
         "usage: pskv-bench reduce [--json] [--min-elements N] [--max-elements N]\n"

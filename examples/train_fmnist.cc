@@ -21,6 +21,7 @@
 #include "pskv/data.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
+#include "pskv/process.h"
 #include "pskv/torch.h"
 #include "pskv/tuning.h"
 
@@ -312,6 +313,8 @@ int main(int argc, char** argv) {
   try {
     // Started as a server or the scheduler (pskv-launch --server-command)? Run that.
     if (auto rc = pskv::RunServerRoleIfAsked()) return *rc;
+    // A worker: log levels, log name, timeline and metrics as the PSKV_* variables say.
+    pskv::ConfigureProcess();
     return Run(Parse(argc, argv));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_fmnist: %s\n", e.what());

@@ -79,6 +79,10 @@ class KVStore {
   /// also started as a server or scheduler (pskv-launch --server-command) begins
   /// main with `if (auto rc = pskv::RunServerRoleIfAsked()) return *rc;` (MXNet ran
   /// the role inside `import mxnet` and exited; Python's pskv.create still does).
+  ///
+  /// Creating a store changes no process-wide setting: PSKV_LOG_LEVEL, PSKV_TIMELINE
+  /// and PSKV_METRICS_* take effect in programs that call pskv::ConfigureProcess
+  /// (pskv/process.h).
   static std::unique_ptr<KVStore> Create(const std::string& type = "local");
   static std::unique_ptr<KVStore> Create(const std::string& type, const Options& options);
   /// The type strings Create accepts.
@@ -245,6 +249,10 @@ class KVStore {
 /// the job ends and returns the process's exit status (0 clean end, 1 the job
 /// failed — the reason is logged). For a worker, or without DMLC_ROLE: nullopt at
 /// once. Throws ConfigError for a malformed environment.
+///
+/// The process becomes that server or scheduler until the job ends, so this is a
+/// program-level call: before running the role it configures the process
+/// (ConfigureProcess, pskv/process.h: log levels and name, timeline, metrics).
 std::optional<int> RunServerRoleIfAsked();
 std::optional<int> RunServerRoleIfAsked(const Options& options);
 

@@ -14,8 +14,9 @@ Examples
 Values are numpy arrays or PyTorch CPU tensors (shared, never copied). Every call is
 complete when it returns; ``with kv.batch():`` issues many calls that travel together
 and are waited for once, at the end of the block (see :meth:`pskv.KVStore.batch`). Submodules:
-:mod:`pskv.optimizer`, :mod:`pskv.lr_scheduler`, :mod:`pskv.data` and
-:mod:`pskv.torch` (imported on demand: it needs PyTorch).
+:mod:`pskv.optimizer`, :mod:`pskv.lr_scheduler`, :mod:`pskv.data`, :mod:`pskv.process`
+(:func:`pskv.configure_process`: logging, metrics and the allocator are the program's)
+and :mod:`pskv.torch` (imported on demand: it needs PyTorch).
 """
 import sys as _sys
 
@@ -45,7 +46,9 @@ from . import lr_scheduler  # noqa: F401
 from . import data  # noqa: F401
 from . import sparse  # noqa: F401
 from .sparse import RowSparseArray, row_sparse_array  # noqa: F401
+from . import process  # noqa: F401
+from .process import configure_process  # noqa: F401
 
-__all__ = ["__version__", "create", "KVStore", "RowSparseArray", "row_sparse_array", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
+__all__ = ["__version__", "create", "KVStore", "configure_process", "process", "RowSparseArray", "row_sparse_array", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
            "KeyError", "ShapeError", "UsageError", "ConfigError", "TimeoutError", "ProtocolError", "NodeFailure",
            "IOError"]

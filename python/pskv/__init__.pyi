@@ -6,6 +6,8 @@ from ._pskv import (ConfigError as ConfigError, Error as Error, InvalidArgument 
 from .kvstore import KVStore as KVStore, create as create
 from . import sparse as sparse
 from .sparse import RowSparseArray as RowSparseArray, row_sparse_array as row_sparse_array
+from . import process as process
+from .process import configure_process as configure_process
 
 __version__: str
 __all__: list[str]

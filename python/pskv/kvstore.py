@@ -8,6 +8,7 @@ import weakref
 import numpy as np
 
 from . import _pskv
+from . import process as _process
 from . import sparse as _sparse
 from .optimizer import Optimizer
 
@@ -983,6 +984,10 @@ def create(name='local', blocking=None):
     In a process started with DMLC_ROLE=server or scheduler, a dist type runs that
     role until the job ends and then exits (as ``import mxnet`` did).
 
+    The first dist store of a process that did not call :func:`pskv.configure_process`
+    calls it (logging, timeline and metrics as the ``PSKV_*`` variables say; the
+    allocator untouched): the one process-wide setting the package makes by itself.
+
     Every call of the store is complete when it returns (its outputs hold the result,
     its inputs may be reused); :meth:`KVStore.batch` issues many calls that travel
     together and are waited for once.
@@ -1021,6 +1026,8 @@ def create(name='local', blocking=None):
         sys.stderr.flush()
         sys.exit(_pskv.run_role())
     _close_deferred()
+    if 'dist' in name.lower():
+        _process._configure_once()  # the package's one implicit process-wide call
     kv = KVStore(_pskv.KVStore.create(name))
     _open_stores.add(kv)
     return kv

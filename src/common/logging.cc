@@ -19,6 +19,9 @@ std::string& Name() {
   static std::string name = "pskv";
   return name;
 }
+bool g_follow_node = false;   // guarded by NameMu()
+bool g_adopted_node = false;  // guarded by NameMu()
+thread_local const LogScope* t_scope = nullptr;
 }  // namespace
 
 void SetLogName(const std::string& name) {
@@ -29,6 +32,31 @@ void SetLogName(const std::string& name) {
 std::string LogName() {
   std::lock_guard<std::mutex> lk(NameMu());
   return Name();
+}
+
+void SetLogNameFollowingNode(const std::string& until) {
+  std::lock_guard<std::mutex> lk(NameMu());
+  g_follow_node = true;
+  if (!g_adopted_node) Name() = until;
+}
+
+void AdoptNodeLogName(const std::string& tag) {
+  std::lock_guard<std::mutex> lk(NameMu());
+  if (!g_follow_node || g_adopted_node) return;
+  g_adopted_node = true;
+  Name() = tag;
+}
+
+LogScope::LogScope(std::function<std::string()> name) : name_(std::move(name)), outer_(t_scope) {
+  t_scope = this;
+}
+
+LogScope::~LogScope() {
+  t_scope = outer_;
+}
+
+std::string LineName() {
+  return t_scope ? t_scope->name_() : LogName();
 }
 
 namespace {
@@ -101,7 +129,7 @@ bool LogEnabled(const char* file, LogLevel level) {
 }
 
 void LogLine(const char* level, const std::string& msg) {
-  std::string line = "[" + LogName() + "] " + level + ": " + msg + "\n";
+  std::string line = "[" + LineName() + "] " + level + ": " + msg + "\n";
   // One write() so that lines of concurrent threads do not interleave.
   ssize_t r = ::write(STDERR_FILENO, line.data(), line.size());
   (void)r;

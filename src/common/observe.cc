@@ -266,6 +266,8 @@ void Configure(const Options& options, const std::string& role) {
   State& s = S();
   std::lock_guard<std::mutex> lk(s.mu);
   if (s.configured) return;
+  if (options.timeline_path.empty() && options.metrics_port <= 0 && options.metrics_file.empty())
+    return;  // asks for nothing: a later call may still enable something
   s.configured = true;
   s.role = role;
   if (!options.timeline_path.empty()) {

@@ -24,7 +24,8 @@
 namespace pskv::obs {
 
 /// Enables what `options` asks for (timeline_path, metrics_port, metrics_file) for
-/// this process; `role` names it in the trace. Idempotent: the first call wins.
+/// this process; `role` names it in the trace. Idempotent: the first call that asks
+/// for something wins. Process-wide: called by programs (pskv/process.h).
 /// The timeline file is `timeline_path` with ".<role>.<pid>" inserted before its
 /// extension (several processes of a job may share a directory). Throws IOError when
 /// the timeline cannot be written or no port near metrics_port can be bound.

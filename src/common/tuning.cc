@@ -2,7 +2,15 @@
 
 #include <malloc.h>
 
+#include <atomic>
+
+#include "common/process.h"
+
 namespace pskv {
+
+namespace {
+std::atomic<bool> g_tuned{false};
+}  // namespace
 
 void TuneAllocatorForLargeMessages() {
   static const bool done = [] {
@@ -11,6 +19,11 @@ void TuneAllocatorForLargeMessages() {
     return true;
   }();
   (void)done;
+  g_tuned.store(true, std::memory_order_release);
+}
+
+bool AllocatorTuned() {
+  return g_tuned.load(std::memory_order_acquire);
 }
 
 }  // namespace pskv

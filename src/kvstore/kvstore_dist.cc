@@ -3,16 +3,24 @@
 #include "kvstore/kvstore_dist.h"
 
 #include "common/logging.h"
-#include "common/observe.h"  // [observe]
 #include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist/worker/store.h"
 #include "pskv/error.h"
+#include "pskv/process.h"
 
 namespace pskv {
 
 std::optional<int> RunServerRoleIfAsked(const Options& options) {
   if (!options.role_set || options.role == Role::kWorker) return std::nullopt;
   options.ValidateForDistributed();
+  // The process becomes this server or scheduler: the program asked, so the
+  // process-wide settings are made here (kvstore.h).
+  try {
+    ConfigureProcess(options);
+  } catch (const std::exception& e) {
+    PSKV_ERROR("the job failed: " << e.what());
+    return 1;
+  }
   return RunServerOrScheduler(options);
 }
 
@@ -32,17 +40,11 @@ std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Option
                      "pskv-server (pskv-launch does), or begin main with `if (auto rc = "
                      "pskv::RunServerRoleIfAsked()) return *rc;`");
   options.ValidateForDistributed();
-  // ---- Process-wide logging and observability, configured by creating a store
-  // ---- (the only such place in the dist store; kept together so it can move to
-  // ---- the programs as one piece).
-  if (!options.log_levels.empty()) SetLogLevels(options.log_levels);  // [observe] PSKV_LOG_LEVEL
-  obs::Configure(options, "worker");  // [observe] PSKV_TIMELINE, PSKV_METRICS_PORT
-  auto store = std::make_unique<dist::DistWorkerStore>(
+  // No process-wide setting changes here (pskv/process.h): PSKV_LOG_LEVEL,
+  // PSKV_TIMELINE and PSKV_METRICS_* are the program's, through ConfigureProcess.
+  return std::make_unique<dist::DistWorkerStore>(
       type, options,
       std::make_unique<dist::CpuLocalReducer>(options.bigarray_bound, options.reduction_threads));
-  // The log name is set when the process's worker node starts (shared_node.cc).
-  // ---- end of the process-wide configuration.
-  return store;
 }
 
 }  // namespace pskv

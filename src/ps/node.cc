@@ -54,7 +54,8 @@ void Node::AddFailureHandler(FailureHandler h) {
 
 std::string Node::Tag() const {
   if (role() == Role::kScheduler) return "scheduler";
-  return RoleName(role()) + "[" + (rank_ >= 0 ? std::to_string(rank_) : "?") + "]";
+  const int rank = rank_.load();
+  return RoleName(role()) + "[" + (rank >= 0 ? std::to_string(rank) : "?") + "]";
 }
 
 std::exception_ptr Node::failure() const {
@@ -213,6 +214,7 @@ void Node::Start() {
     }
     liveness_.Start(silent, connected);
   }
+  AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
   try {
     Barrier(kAllGroup, options_.register_timeout);
@@ -422,6 +424,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
 }
 
 void Node::TimerLoop() {
+  LogScope named([this] { return Tag(); });  // lines of this thread carry the node's name
   auto next_hb = Clock::now();
   auto next_reg = Clock::now();
   auto nap = std::min<std::chrono::milliseconds>(50ms, options_.resend_timeout);

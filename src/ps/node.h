@@ -170,7 +170,9 @@ class Node {
   std::string host_;
   int port_ = 0;
   int id_ = 0;
-  int rank_ = -1;
+  // Set once by registration; read by Tag() from any thread (the log name of the
+  // node's threads, common/logging.h LogScope).
+  std::atomic<int> rank_{-1};
 
   TransportFactory transport_factory_;
   std::unique_ptr<Transport> transport_;

@@ -12,6 +12,7 @@ namespace pskv {
 using namespace std::chrono_literals;
 
 void Node::ReceiveLoop() {
+  LogScope named([this] { return Tag(); });  // lines of this thread carry the node's name
   Received in;
   while (!stop_) {
     bool got;

@@ -23,6 +23,7 @@
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/options.h"
+#include "pskv/process.h"
 #include "pskv/row_sparse.h"
 #include "pskv/tuning.h"
 
@@ -1437,6 +1438,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    pskv::ConfigureProcess();  // PSKV_LOG_LEVEL, PSKV_TIMELINE, PSKV_METRICS_* of the tests
     auto kv = KVStore::Create(it->second.first);
     g_tag = "worker " + std::to_string(kv->Rank());
     it->second.second(*kv, rounds);

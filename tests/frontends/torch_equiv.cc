@@ -9,6 +9,7 @@
 
 #include "pskv/data.h"
 #include "pskv/error.h"
+#include "pskv/process.h"
 #include "pskv/torch.h"
 
 int main(int argc, char** argv) {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string out = argv[1];
+    pskv::ConfigureProcess();
     auto kv = pskv::KVStore::Create(argv[2]);
     const bool uok = std::atoi(argv[3]) != 0;
     const int64_t b = std::atoll(argv[4]);

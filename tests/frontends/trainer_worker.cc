@@ -9,6 +9,7 @@
 
 #include "pskv/data.h"
 #include "pskv/error.h"
+#include "pskv/process.h"
 #include "pskv/torch.h"
 
 namespace {
@@ -203,6 +204,7 @@ int main(int argc, char** argv) {
   }
   try {
     torch::set_num_threads(1);
+    pskv::ConfigureProcess();
     auto kv = pskv::KVStore::Create("dist_sync");
     const bool uok = std::atoi(argv[2]) != 0;
     const std::string what = argv[1];

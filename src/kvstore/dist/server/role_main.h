@@ -7,8 +7,9 @@
 namespace pskv {
 
 /// Runs this process's role (options.role must be server or scheduler) until the
-/// job ends. Returns the process exit status: 0 on a clean end, 1 on a failure
-/// (which is printed).
+/// job ends. Changes no process-wide setting (the public RunServerRoleIfAsked
+/// configures the process first). Returns the process exit status: 0 on a clean
+/// end, 1 on a failure (which is printed).
 int RunServerOrScheduler(const Options& options);
 
 }  // namespace pskv

@@ -91,9 +91,6 @@ SharedNode::Lease SharedNode::Join(const Options& options, bool async, const std
     try {
       sn.node_->Start();
       sn.started_ = true;
-      // [process-wide] log lines are named after this process's worker node from here
-      // on (the store's own start-up commands and barrier included).
-      SetLogName(sn.node_->Tag());
     } catch (...) {
       sn.start_error_ = std::current_exception();
     }
