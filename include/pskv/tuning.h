@@ -1,6 +1,7 @@
 // Process-wide settings that make pskv faster, applied only when a program asks:
-// the library itself never changes process-wide state. pskv's own programs
-// (pskv-server, pskv-bench, train_fmnist) and the Python module call this.
+// the library itself never changes process-wide state (pskv/process.h). pskv's own
+// programs (pskv-server, pskv-bench, train_fmnist) call this; Python programs through
+// pskv.configure_process(tune_allocator=True).
 #pragma once
 
 namespace pskv {

@@ -39,13 +39,20 @@ def public_api(mod):
             out.append((name, obj))
         elif inspect.isclass(obj):
             out.append((name, obj))
-            for mname, m in vars(obj).items():
-                if mname.startswith('_') and mname != '__init__':
+            # Its own methods and those it inherits from pskv's classes (a class may be
+            # put together from parts in private modules, as KVStore is).
+            seen = set()
+            for klass in obj.__mro__:
+                if not klass.__module__.startswith('pskv'):
                     continue
-                if isinstance(m, property):
-                    out.append((name + '.' + mname, m))
-                elif inspect.isfunction(m) and mname != '__init__':
-                    out.append((name + '.' + mname, m))
+                for mname, m in vars(klass).items():
+                    if mname in seen or (mname.startswith('_') and mname != '__init__'):
+                        continue
+                    seen.add(mname)
+                    if isinstance(m, property):
+                        out.append((name + '.' + mname, m))
+                    elif inspect.isfunction(m) and mname != '__init__':
+                        out.append((name + '.' + mname, m))
     return out
 
 
