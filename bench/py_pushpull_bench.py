@@ -67,6 +67,7 @@ def worker(args):
         return trainer_worker(args)
     import numpy as np
     import pskv
+    pskv.configure_process(tune_allocator=True)  # PSKV_* logging/metrics; allocator for big tensors
     kv = pskv.create('dist_sync')
     shapes = parse_shapes(args.shapes)
     grads = [np.full(s, 1.0, np.float32) for s in shapes]
@@ -115,6 +116,7 @@ def trainer_worker(args):
     import torch
     import pskv
     import pskv.torch
+    pskv.configure_process(tune_allocator=True)  # PSKV_* logging/metrics; allocator for big tensors
     kv = pskv.create('dist_sync')
     params = [torch.zeros(s, requires_grad=True) for s in parse_shapes(args.shapes)]
     trainer = pskv.torch.Trainer(params, pskv.optimizer.SGD(learning_rate=0.1), kv, loss_reduction='mean')

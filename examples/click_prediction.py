@@ -85,6 +85,7 @@ def main():
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    pskv.configure_process(tune_allocator=True)  # PSKV_* logging/metrics; allocator for big tensors
     kv = pskv.create(args.kv_store)
     gen = Generator(args.rows)
     model = CTR(args.rows, args.dim, sparse=not args.dense)

@@ -258,6 +258,7 @@ def ddp_rendezvous():
         raise SystemExit('--ddp needs a launcher: torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or '
                          'pskv-launch (DMLC_*)')
     import pskv
+    pskv.configure_process(tune_allocator=True)  # PSKV_* logging/metrics; allocator for big tensors
     kv = pskv.create('dist_sync')      # a server/scheduler process never returns from here
     rank, world = kv.rank, kv.num_workers
     iface = os.environ.get('DMLC_INTERFACE')
@@ -348,6 +349,7 @@ def main(argv=None):
     else:
         import pskv
         import pskv.torch
+        pskv.configure_process(tune_allocator=True)  # PSKV_* logging/metrics; allocator for big tensors
         kv = pskv.create(args.kvstore)     # a server/scheduler process never returns from here
         rank, nw = kv.rank, kv.num_workers
 

@@ -74,6 +74,7 @@ def main():
     ap.add_argument('--max-batches', type=int, default=0)
     args = ap.parse_args()
 
+    pskv.configure_process(tune_allocator=True)  # PSKV_* logging/metrics; allocator for big tensors
     kv = pskv.create(args.kv_store)  # a server/scheduler process never returns from here
     rank, nw = kv.rank, kv.num_workers
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // nw))
