@@ -36,8 +36,6 @@ rows (lazy update), and ``step(row_ids=...)`` pulls the rows the next batch need
 parameters need ``update_on_kvstore=True`` (the store holds the table, as in MXNet).
 """
 import contextlib
-import os
-import tempfile
 
 import numpy as np
 import torch as _torch
@@ -47,6 +45,10 @@ from .kvstore import KVStore, create
 from . import optimizer as _opt
 from . import sparse as _sparse_mod
 from .data import epoch_size, partition_range  # noqa: F401  (re-exported for convenience)
+from ._torch_checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
+from ._torch_data import Sampler, shard  # noqa: F401
+from ._trainer_sparse import TrainerSparse
+from ._trainer_states import TrainerStates
 
 _REDUCTIONS = ('mean', 'sum')
 _UNSET = object()
@@ -69,7 +71,7 @@ def _fmt_mults(m):
     return ','.join('%d:%r' % (k, float(v)) for k, v in sorted(m.items()))
 
 
-class Trainer(object):
+class Trainer(TrainerStates, TrainerSparse):
     """Gluon's Trainer for torch parameters, over a pskv store.
 
     The store keys of this Trainer are consecutive ints, parameters first. Rank 0's
@@ -305,37 +307,6 @@ class Trainer(object):
         """
         return self._config()
 
-    def set_learning_rate(self, lr):
-        """Sets the base learning rate; the optimizer states (momentum, ...) are kept,
-        also on the servers of a dist store (call it on every worker).
-
-        Parameters
-        ----------
-        lr : float
-            The new base learning rate.
-        """
-        self._cfg['learning_rate'] = repr(float(lr))
-        self._reconfigure()
-
-    def _reconfigure(self):
-        """Installs self._cfg, keeping the optimizer states."""
-        if not self._uok:
-            blob = self._updater.save_states(False)
-            self._updater = _pskv.Optimizer(self._name, self._config())
-            self._updater.load_states(blob)
-            return
-        # The store's SetOptimizer starts from fresh states: carry them over through a
-        # states file (written and read by rank 0 only).
-        fd, path = tempfile.mkstemp(prefix='pskv_states_')
-        os.close(fd)
-        try:
-            self.kv.save_optimizer_states(path)
-            self._ship_optimizer()
-            self.kv.load_optimizer_states(path)
-            self.kv.barrier()  # rank 0 loads: nobody pushes before it is done
-        finally:
-            os.unlink(path)
-
     # ------------------------------------------------------------ backward hooks
     def _make_hook(self, i):
         def hook(grad):
@@ -410,53 +381,6 @@ class Trainer(object):
         if ratio != 1.0:
             g = g * ratio
         return g.detach().contiguous()
-
-    def _pull_rows(self, i, row_ids):
-        """Rows `row_ids` of sparse parameter i from the store into the local weight."""
-        pending = self.kv._row_sparse_start(self._keys[i], row_ids, i)
-        self.kv.wait(self._keys[i])
-        self._apply_rows(i, pending)
-
-    def _apply_rows(self, i, pending):
-        """Writes a finished row pull (kv._row_sparse_start) into the local weight."""
-        out = self.kv._row_sparse_result(self._keys[i], pending)
-        if len(out.indices):
-            with _torch.no_grad():
-                idx = _torch.from_numpy(out.indices)
-                self._params[i].data.index_copy_(0, idx, _torch.from_numpy(out.data).to(self._params[i].dtype))
-        if hasattr(self, '_versions'):  # the Trainer's own write, not a change from outside
-            self._versions[i] = self._params[i]._version
-
-    def row_sparse_pull(self, param, row_ids):
-        """Refreshes rows `row_ids` of a sparse parameter from the store (e.g. the
-        rows of the next batch, MXNet's ``param.row_sparse_data(row_id)``).
-
-        Parameters
-        ----------
-        param : torch.Tensor
-            A sparse parameter of this Trainer.
-        row_ids : array-like of int
-            Row ids (any order, repeats allowed).
-        """
-        for i in self._sparse:
-            if self._params[i] is param:
-                return self._pull_rows(i, np.asarray(row_ids, dtype=np.int64).reshape(-1))
-        raise _pskv.InvalidArgument('row_sparse_pull: not a sparse parameter of this Trainer')
-
-    def _push_sparse(self, batch, i, ratio):
-        """Pushes the rows of sparse parameter i's gradient; returns their ids."""
-        p = self._params[i]
-        g = p.grad
-        if g is None:
-            g = _torch.sparse_coo_tensor(_torch.zeros((1, 0), dtype=_torch.int64),
-                                         _torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype), tuple(p.shape))
-        elif not g.is_sparse:
-            g = g.to_sparse(1)  # a dense gradient (e.g. accumulated densely): its nonzero rows
-        if ratio != 1.0:
-            g = g * ratio
-        g = g.coalesce()
-        batch.push(self._keys[i], g, priority=i)  # an empty push takes part in the round
-        return g.indices()[0].numpy()
 
     def step(self, batch_size=None, ignore_stale_grad=False, row_ids=None):
         """Exchanges the gradients in .grad, updates the parameters and clears .grad.
@@ -635,47 +559,6 @@ class Trainer(object):
         for p in self._params:
             p.grad = None
 
-    # ------------------------------------------------------------ states
-    def save_states(self, fname):
-        """Saves the optimizer states with the optimizer (learning rate, ...).
-
-        With update_on_kvstore (dist too) the store gathers them: call on every worker;
-        rank 0 writes the file.
-
-        Parameters
-        ----------
-        fname : str
-            The file to write.
-        """
-        if self._uok:
-            self.kv.save_optimizer_states(fname, dump_optimizer=True)
-            self.kv.barrier()  # rank 0 writes: the file is complete when this returns
-            return
-        tmp = '%s.tmp%d' % (fname, os.getpid())
-        with open(tmp, 'wb') as f:
-            f.write(self._updater.save_states(True))
-        os.replace(tmp, fname)  # workers writing the same path do not interleave
-
-    def load_states(self, fname):
-        """Loads what :meth:`save_states` wrote: the states and the saved optimizer
-        configuration (call on every worker).
-
-        Parameters
-        ----------
-        fname : str
-            The file to read.
-        """
-        cfg = _states_config(fname)
-        if self._uok:
-            self.kv.load_optimizer_states(fname)
-            self.kv.barrier()  # rank 0 loads: nobody pushes before the states are in
-        else:
-            with open(fname, 'rb') as f:
-                self._updater.load_states(f.read())
-        if cfg is not None:  # the store or updater now runs the saved optimizer (C++: the same)
-            self._name = cfg.pop('type', self._name)
-            self._cfg = cfg
-
 
 def _dense_grad(i, g):
     """True; a sparse gradient of a parameter not declared sparse is a UsageError."""
@@ -687,150 +570,4 @@ def _dense_grad(i, g):
     return True
 
 
-def _states_config(fname):
-    """The optimizer configuration inside a dumped states file, or None."""
-    text = _pskv.states_file_config(fname)  # the file's format: one codec, in C++
-    if text is None:
-        return None
-    return dict(line.split('=', 1) for line in text.splitlines() if '=' in line)
-
-
 DistributedOptimizer = Trainer
-
-
-def shard(dataset, rank, num_workers):
-    """The part of `dataset` for worker `rank` (Gluon's shard: the first
-    ``len % num_workers`` parts get one sample more).
-
-    Parameters
-    ----------
-    dataset : torch.utils.data.Dataset
-        A dataset with ``len()``.
-    rank : int
-        This worker's rank.
-    num_workers : int
-        The number of workers.
-
-    Returns
-    -------
-    torch.utils.data.Subset
-    """
-    n = len(dataset)
-    q, r = divmod(n, num_workers)
-    start = q * rank + min(rank, r)
-    end = start + q + (1 if rank < r else 0)
-    return _torch.utils.data.Subset(dataset, range(start, end))
-
-
-class Sampler(_torch.utils.data.Sampler):
-    """Indices of this worker's part of a dataset for torch.utils.data.DataLoader.
-
-    MXNet's partitioning (records [floor(n*p/k), floor(n*(p+1)/k)), as MNISTIter's
-    num_parts/part_index) and exactly epoch_size(n, k, batch_size) batches per epoch
-    on every worker (wrapping around like ResizeIter), so sync training never waits
-    for a worker that ran out of data. Shuffled per epoch with `seed` (call
-    set_epoch(e) like DistributedSampler). Same order as the C++ pskv::data::EpochOrder.
-
-    Parameters
-    ----------
-    length : int or sized
-        The dataset, or its length.
-    batch_size : int
-        Per-worker batch size.
-    num_parts : int, optional
-        Workers (``kv.num_workers``).
-    part_index : int, optional
-        This worker (``kv.rank``).
-    shuffle : bool, optional
-        Shuffle every epoch.
-    seed : int, optional
-        The shuffle's seed (the same on every worker).
-    epoch_size : int, optional
-        Batches per epoch; default :func:`pskv.data.epoch_size`.
-
-    Examples
-    --------
-    >>> sampler = pskv.torch.Sampler(len(ds), batch_size=64, num_parts=kv.num_workers,
-    ...                              part_index=kv.rank)   # doctest: +SKIP
-    >>> loader = DataLoader(ds, batch_size=64, sampler=sampler)   # doctest: +SKIP
-    """
-
-    def __init__(self, length, batch_size, num_parts=1, part_index=0, shuffle=True, seed=0,
-                 epoch_size=None):
-        from . import data
-        if hasattr(length, '__len__'):
-            length = len(length)
-        partition_range(length, num_parts, part_index)  # validates
-        self.length, self.batch_size = int(length), int(batch_size)
-        self.num_parts, self.part_index = int(num_parts), int(part_index)
-        self.shuffle, self.seed, self.epoch = bool(shuffle), int(seed), 0
-        self.epoch_size = epoch_size if epoch_size is not None else data.epoch_size(length, num_parts, batch_size)
-
-    def set_epoch(self, epoch):
-        """Selects the epoch whose order the next iteration yields.
-
-        Parameters
-        ----------
-        epoch : int
-            The epoch number.
-        """
-        self.epoch = int(epoch)
-
-    def __iter__(self):
-        from . import data
-        return iter(data.epoch_order(self.length, self.num_parts, self.part_index, self.batch_size,
-                                     self.epoch_size, self.seed, self.epoch, self.shuffle))
-
-    def __len__(self):
-        return self.epoch_size * self.batch_size
-
-
-def save_checkpoint(prefix, model, trainer, **meta):
-    """The dist checkpoint recipe, save side: call on every worker.
-
-    The optimizer states are gathered collectively; rank 0 writes `prefix.pt` (model
-    state_dict and `meta`) and `prefix.states` (optimizer states and optimizer).
-    Returns after the files are complete on every worker.
-
-    Parameters
-    ----------
-    prefix : str
-        Path prefix of the two files.
-    model : torch.nn.Module
-        The model.
-    trainer : Trainer
-        Its Trainer.
-    **meta
-        Saved with the model, e.g. ``epoch=3``.
-    """
-    trainer.save_states(prefix + '.states')
-    if trainer.kv.rank == 0:
-        tmp = '%s.pt.tmp%d' % (prefix, os.getpid())
-        _torch.save({'model': model.state_dict(), 'meta': meta}, tmp)
-        os.replace(tmp, prefix + '.pt')
-    trainer.kv.barrier()
-
-
-def load_checkpoint(prefix, model):
-    """The resume side, part 1: call on every worker BEFORE creating the Trainer.
-
-    The Trainer broadcasts these weights and the store starts from them. Part 2,
-    after creating the Trainer: ``trainer.load_states(prefix + '.states')``.
-
-    Parameters
-    ----------
-    prefix : str
-        Path prefix given to :func:`save_checkpoint`.
-    model : torch.nn.Module
-        Receives the saved weights.
-
-    Returns
-    -------
-    dict or None
-        The saved `meta`, or None if there is no checkpoint.
-    """
-    if not os.path.exists(prefix + '.pt'):
-        return None
-    saved = _torch.load(prefix + '.pt')
-    model.load_state_dict(saved['model'])
-    return saved['meta']
