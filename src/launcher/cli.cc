@@ -228,7 +228,7 @@ LaunchConfig ParseArgs(int argc, char** argv) {
     c.root_port = static_cast<int>(x);
   }
   // Every job-wide variable of the table (common/env_table.cc) set here reaches every
-  // node (kHost ones: not in containers, see kubernetes.cc); the launcher sets the
+  // node (kHost ones: not in containers, see plans/kubernetes.cc); the launcher sets the
   // kLauncher ones itself.
   for (const EnvVar& var : EnvVars())
     if (var.scope == EnvScope::kJob || var.scope == EnvScope::kHost)

@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "launcher/kubernetes.h"
+#include "launcher/plans/kubernetes.h"
 #include "launcher/plans/plan.h"
 #include "pskv/error.h"
 #include "transport/auth.h"

@@ -36,7 +36,7 @@ struct LaunchConfig {
   bool timestamps = true;  ///< prefix forwarded lines with the time
   std::vector<std::string> command;
 
-  // --launcher kubernetes (see kubernetes.h)
+  // --launcher kubernetes (see plans/kubernetes.h)
   std::string k8s_image, k8s_namespace = "default", k8s_job_name, k8s_kind = "job";
   std::string k8s_cpu, k8s_memory;
   bool k8s_apply = false;

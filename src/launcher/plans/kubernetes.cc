@@ -1,4 +1,4 @@
-#include "launcher/kubernetes.h"
+#include "launcher/plans/kubernetes.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
