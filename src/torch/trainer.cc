@@ -11,88 +11,15 @@
 #include <sstream>
 
 #include "pskv/error.h"
+#include "pskv/row_sparse.h"
 #include "pskv/trainer_policy.h"
+#include "trainer_impl.h"
 
 namespace pskv {
 
-namespace {
-DType ToDType(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat:
-      return DType::kFloat32;
-    case torch::kDouble:
-      return DType::kFloat64;
-    case torch::kHalf:
-      return DType::kFloat16;
-    case torch::kBFloat16:
-      return DType::kBFloat16;
-    case torch::kInt:
-      return DType::kInt32;
-    case torch::kLong:
-      return DType::kInt64;
-    case torch::kChar:
-      return DType::kInt8;
-    case torch::kByte:
-      return DType::kUInt8;
-    default:
-      throw InvalidArgument(std::string("unsupported tensor dtype ") +
-                            c10::toString(t.scalar_type()));
-  }
-}
-}  // namespace
-
-NDArray TensorView(const torch::Tensor& t) {
-  if (!t.device().is_cpu()) throw InvalidArgument("pskv on this build handles CPU tensors only");
-  if (!t.is_contiguous())
-    throw InvalidArgument("TensorView needs a contiguous tensor (call .contiguous())");
-  Shape shape(t.sizes().begin(), t.sizes().end());
-  auto keep = std::make_shared<torch::Tensor>(t);
-  return NDArray::Wrap(t.data_ptr(), shape, ToDType(t), keep);
-}
-
-struct Trainer::Impl {
-  KVStore* kv;
-  TrainerOptions opt;
-  std::vector<std::vector<torch::Tensor>> replicas;
-  std::vector<torch::Tensor> buffers;  // kept equal to rank 0's (broadcast_buffers)
-  std::vector<NDArray> out;  // push_in_backward only: pulled weights (update_on_kvstore) or sums
-  std::vector<NDArray> buffer_out;       // the buffers' exchange
-  std::vector<NDArray> weights0;         // views of replica 0's parameters
-  OptimizerConfig cfg;                   // what the store or local_opt runs
-  std::unique_ptr<Optimizer> local_opt;  // update_on_kvstore = false
-  std::optional<LossScale> loss;         // set by the constructor
-  bool uok = true;                       // update_on_kvstore, resolved
-  bool dist = false;
-  std::mutex mu;              // pushed, hold (hooks run on autograd's thread)
-  std::vector<bool> pushed;   // this step, by parameter
-  std::vector<NDArray> hold;  // pushed gradients, alive until the step ends
-  bool no_sync = false;
-  bool reduced = false;  // AllreduceGrads() ran, Update() may follow
-  bool stepped = false;
-  std::vector<int64_t> versions;  // replica 0's parameter versions after our writes
-
-  size_t P() const { return weights0.size(); }
-  int Key(size_t i) const { return opt.key_offset + static_cast<int>(i); }
-  int BufferKey(size_t j) const { return opt.key_offset + static_cast<int>(P() + j); }
-  bool Active(size_t i) const { return replicas[0][i].requires_grad(); }
-  bool Sparse(size_t i) const { return opt.sparse_params.count(i) > 0; }
-  void RecordVersions() {
-    versions.clear();
-    for (auto& p : replicas[0]) versions.push_back(p._version());
-  }
-};
-
-namespace {
-void WriteFileAtomically(const std::string& fname, const std::string& data) {
-  const std::string tmp = fname + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!f) throw IOError("cannot write '" + tmp + "'");
-  }
-  std::filesystem::rename(tmp, fname);  // workers writing the same path do not interleave
-}
-}  // namespace
+using trainer_detail::PullRows;
+using trainer_detail::PushRows;
+using trainer_detail::RowIds;
 
 Trainer::Trainer(std::vector<torch::Tensor> params, KVStore* kv, TrainerOptions options)
     : Trainer(std::vector<std::vector<torch::Tensor>>{std::move(params)}, kv, std::move(options)) {}
@@ -110,14 +37,6 @@ TrainerOptions WithBuffers(torch::nn::Module& module, TrainerOptions o) {
   }
   return o;
 }
-
-// A torch tensor of row ids as an int64 NDArray (copied).
-NDArray RowIds(const torch::Tensor& ids) {
-  return TensorView(ids.detach().to(torch::kLong).reshape({-1}).contiguous()).Clone();
-}
-
-// Rows `ids` of sparse parameter i, pulled from the store into the tensor.
-void PullRows(Trainer::Impl& m, size_t i, const NDArray& ids);
 }  // namespace
 
 Trainer::Trainer(torch::nn::Module& module, KVStore* kv, TrainerOptions options)
@@ -349,50 +268,6 @@ static void Finish(Trainer::Impl& m) {
 }
 
 namespace {
-void PullRows(Trainer::Impl& m, size_t i, const NDArray& ids) {
-  const torch::Tensor& w = m.replicas[0][i];
-  RowSparseNDArray out(m.weights0[i].shape(), m.weights0[i].dtype());
-  m.kv->RowSparsePull(m.Key(i), {out}, {ids});
-  m.kv->Wait(std::vector<int>{m.Key(i)});
-  if (out.nnz() == 0) return;
-  torch::NoGradGuard no_grad;
-  auto idx = torch::from_blob(out.indices().raw(), {out.nnz()}, torch::kLong);
-  std::vector<int64_t> rs(w.sizes().begin(), w.sizes().end());
-  rs[0] = out.nnz();
-  auto rows = torch::from_blob(out.data().raw(), rs, w.options().requires_grad(false));
-  w.detach().index_copy_(0, idx, rows);
-}
-
-// Pushes the rows of sparse parameter i's gradient (also none: its part of a sync
-// round); returns their ids.
-NDArray PushRows(Trainer::Impl& m, size_t i, double ratio) {
-  const torch::Tensor& p = m.replicas[0][i];
-  const Shape shape(p.sizes().begin(), p.sizes().end());
-  torch::Tensor g = p.grad();
-  RowSparseNDArray rsp(shape, m.weights0[i].dtype());
-  if (g.defined()) {
-    g = g.detach();
-    if (!g.is_sparse()) g = g.to_sparse(1);  // a dense gradient: its nonzero rows
-    if (ratio != 1.0) g = g * ratio;
-    g = g.coalesce();
-    rsp = RowSparseNDArray::FromRows(shape, RowIds(g.indices()[0]),
-                                     TensorView(g.values().contiguous()));
-  }
-  m.kv->Push(m.Key(i), std::vector<RowSparseNDArray>{rsp}, static_cast<int>(i));
-  return rsp.indices();
-}
-}  // namespace
-
-void Trainer::RowSparsePull(size_t index, const torch::Tensor& row_ids) {
-  Impl& m = *impl_;
-  if (!m.Sparse(index))
-    throw InvalidArgument("RowSparsePull: parameter " + std::to_string(index) +
-                          " is not a sparse parameter of this Trainer");
-  PullRows(m, index, RowIds(row_ids));
-  m.RecordVersions();  // our own write, not a change from outside
-}
-
-namespace {
 // The small parameters of one Step, pushed+pulled by one call.
 struct SmallBatch {
   std::vector<int> keys, out_keys;
@@ -511,76 +386,6 @@ void Trainer::Update(int64_t batch_size) {
   SyncBuffers(m);
   Finish(m);
   ++steps_;
-}
-
-double Trainer::learning_rate() const {
-  return impl_->cfg.learning_rate;
-}
-
-bool Trainer::update_on_kvstore() const {
-  return impl_->uok;
-}
-
-const OptimizerConfig& Trainer::optimizer_config() const {
-  return impl_->cfg;
-}
-
-void Trainer::SetLearningRate(double lr) {
-  Impl& m = *impl_;
-  OptimizerConfig next = m.cfg;
-  next.learning_rate = lr;
-  next.Validate();
-  if (!m.uok) {
-    auto fresh = std::make_unique<Optimizer>(next);
-    fresh->LoadStates(m.local_opt->SaveStates());
-    m.local_opt = std::move(fresh);
-  } else {
-    // SetOptimizer starts from fresh states: carry them over through a states file
-    // (rank 0 writes and reads it).
-    char path[] = "/tmp/pskv_states_XXXXXX";
-    int fd = ::mkstemp(path);
-    if (fd < 0) throw IOError("cannot create a temporary file for the optimizer states");
-    ::close(fd);
-    try {
-      m.kv->SaveOptimizerStates(path);
-      m.kv->SetOptimizer(next);
-      m.kv->LoadOptimizerStates(path);
-      // The store's load is rank 0's alone: no worker may push before it is done.
-      m.kv->Barrier();
-    } catch (...) {
-      std::remove(path);
-      throw;
-    }
-    std::remove(path);
-  }
-  m.cfg = next;
-}
-
-void Trainer::SaveStates(const std::string& fname) {
-  Impl& m = *impl_;
-  if (m.uok) {
-    m.kv->SaveOptimizerStates(fname, /*dump_optimizer=*/true);
-    // Rank 0 writes the file: when this returns on any worker, the file is complete.
-    m.kv->Barrier();
-  } else {
-    WriteFileAtomically(fname, m.local_opt->SaveStates(/*dump_optimizer=*/true));
-  }
-}
-
-void Trainer::LoadStates(const std::string& fname) {
-  Impl& m = *impl_;
-  const std::optional<OptimizerConfig> saved = ReadDumpedOptimizerConfig(fname);
-  if (m.uok) {
-    m.kv->LoadOptimizerStates(fname);
-    // Rank 0 loads for the store: no worker may push before the states are in.
-    m.kv->Barrier();
-  } else {
-    std::ifstream f(fname, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    m.local_opt->LoadStates(ss.str());
-  }
-  if (saved) m.cfg = *saved;
 }
 
 }  // namespace pskv
