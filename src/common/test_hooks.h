@@ -1,10 +1,14 @@
 // Hooks that let tests disturb a node, kept out of the public Options.
 //
-// Production never sets them (all zero). Real processes started by tests get them from
-// the environment (the kTest variables of common/env_table.cc: PSKV_TEST_*), read when
-// a Node is made; in-process tests set them on a node or a TransportConfig directly.
-// Message drops, delays and duplicates on the wire are the FaultTransport decorator's
-// job (transport/fault), not a hook's.
+// Production never sets them (all zero), and no message of a production node looks at
+// them: processes started by tests get them from the environment (the kTest variables
+// of common/env_table.cc: PSKV_TEST_*), read when a Node is made; in-process tests set
+// them on a node (Node::set_test_hooks) before it starts. They are applied around the
+// production code, chosen once: a Node's Start wraps its transport in the
+// disturbances of ps/test_disturbance.h, a DistServer picks its request path when it
+// is made. Drops, delays and duplicates of any message on the wire are the
+// FaultTransport decorator's (transport/fault); interleavings inside the ZeroMQ
+// backend are TransportConfig::Seams.
 #pragma once
 
 #include <chrono>
@@ -20,12 +24,6 @@ struct TestHooks {
   /// PSKV_TEST_BOGUS_CREDITS: with every send-window credit a node also sends one for
   /// far more messages than it received (which the peer must drop).
   bool bogus_credits = false;
-  /// Transport: Connect pauses this long after its socket started connecting (a
-  /// connecting thread preempted at the worst moment).
-  std::chrono::milliseconds connect_pause{0};
-  /// Transport: the ROUTER's connection events are handled this long after they came
-  /// (ZAP requests meanwhile at once): a guard thread behind a backlog of events.
-  std::chrono::milliseconds monitor_lag{0};
 
   /// The PSKV_TEST_* variables of this process's environment; ConfigError naming a
   /// malformed one.

@@ -137,8 +137,7 @@ void KVServer::Respond(const KVRequest& req, const std::vector<uint64_t>& keys, 
     r.h.vals_len = vals.size;
     r.vals = std::move(vals);
   }
-  if (node_->test_hooks().duplicate_replies) node_->Send(req.sender, r);  // test only
-  if (req.received_us) {                                                  // [observe]
+  if (req.received_us) {  // [observe]
     obs::CountPeer(node_->NodeName(req.sender), "out", r.h.vals_len);
     obs::CountPeerOp(node_->NodeName(req.sender), obs::NowUs() - req.received_us);
   }

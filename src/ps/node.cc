@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "ps/node_internal.h"
+#include "ps/test_disturbance.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -85,7 +86,6 @@ void Node::Start() {
   tc.shm_ring_bytes = static_cast<uint64_t>(options_.shm_ring_bytes);
   tc.tcp_direct = options_.tcp_direct;
   tc.spin = std::chrono::microseconds(options_.spin_us);
-  tc.test = test_hooks_;
   // The largest frame the protocol can legally carry (message.h): a value chunk,
   // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
   tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;
@@ -101,7 +101,9 @@ void Node::Start() {
           "a secret), or set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE on every node "
           "(docs/security.md)");
   }
-  transport_ = transport_factory_ ? transport_factory_(tc) : CreateTransport(kNodeTransport, tc);
+  transport_ = DisturbForTests(
+      transport_factory_ ? transport_factory_(tc) : CreateTransport(kNodeTransport, tc),
+      test_hooks_);
   const bool sched = role() == Role::kScheduler;
   if (sched) {
     std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";
@@ -372,10 +374,7 @@ void Node::HandleCredit(int sender, uint64_t count) {
 }
 
 void Node::SendCredit(int sender) {
-  const uint64_t count = schedule_.Received(sender);
-  if (test_hooks_.bogus_credits)  // test only: must be dropped by the peer
-    SendControl(sender, Control::kCredit, 0, {}, count + (uint64_t{1} << 40));
-  SendControl(sender, Control::kCredit, 0, {}, count);
+  SendControl(sender, Control::kCredit, 0, {}, schedule_.Received(sender));
 }
 
 // ------------------------------------------------------------------ failures

@@ -114,6 +114,8 @@ class Node {
   const Options& options() const { return options_; }
   /// Hooks tests use to disturb this node (common/test_hooks.h): from the process's
   /// PSKV_TEST_* variables; set_test_hooks (before Start) for nodes made in a test.
+  /// Read once, never per message: Start wraps the transport in their disturbances
+  /// (ps/test_disturbance.h), a DistServer picks its request path when made.
   const TestHooks& test_hooks() const { return test_hooks_; }
   void set_test_hooks(const TestHooks& h) { test_hooks_ = h; }
   /// The address node `id` advertised (its host in the node table, the same on

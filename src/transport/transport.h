@@ -36,7 +36,6 @@
 #include <vector>
 
 #include "common/frame.h"
-#include "common/test_hooks.h"
 
 namespace pskv {
 
@@ -73,8 +72,18 @@ struct TransportConfig {
   /// For the "upgrade" backend: Recv looks again without sleeping for this long after
   /// a message before it sleeps (Options::spin_us); 0: never.
   std::chrono::microseconds spin{0};
-  /// Tests only (connect_pause, monitor_lag; zero in production).
-  TestHooks test;
+  /// Test seams of the ZeroMQ backend (zero in production): interleavings a real
+  /// scheduler produces only rarely, widened so that a test can rely on them. Looked
+  /// at once per Connect and per turn of the guard thread (zmq/guard.h), never per
+  /// message; disturbances of messages are the fault decorator's (fault/).
+  struct Seams {
+    /// Connect pauses this long after its socket started connecting (a connecting
+    /// thread preempted at the worst moment).
+    std::chrono::milliseconds connect_pause{0};
+    /// The bound socket's connection events are handled this long after they came
+    /// (ZAP requests meanwhile at once): a guard thread behind a backlog of events.
+    std::chrono::milliseconds monitor_lag{0};
+  } seams;
   /// For the "upgrade" backend: shared memory with peers on this host. kOff (offer
   /// none, decline every offer), kAuto (offer to peers whose endpoint is an
   /// address of this host), kOn (offer to every peer; one on another host

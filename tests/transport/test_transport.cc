@@ -377,7 +377,7 @@ TEST(ZmqGuard, ALaggingGuardNeverClosesAnAuthenticatedConnection) {
   }
   TransportConfig ca = Config(11);
   ca.max_pending_connections = 8;  // 8 per source address
-  ca.test.monitor_lag = 1s;
+  ca.seams.monitor_lag = 1s;
   auto a = CreateTransport("zmq", ca);
   const std::string ea = a->Bind("127.0.0.1", 0);
   const int port = std::stoi(ea.substr(ea.rfind(':') + 1));
@@ -407,7 +407,7 @@ TEST(ZmqGuard, ALaggingGuardNeverClosesAnAuthenticatedConnection) {
 // the server was fine.
 TEST_P(TransportSuite, EveryNewConnectionIsReportedUp) {
   TransportConfig cb = Config(22);
-  cb.test.connect_pause = 200ms;  // the handshake (< 1 ms here) finishes meanwhile
+  cb.seams.connect_pause = 200ms;  // the handshake (< 1 ms here) finishes meanwhile
   auto a = Make(GetParam(), Config(11)), c = Make(GetParam(), Config(33)), b = Make(GetParam(), cb);
   const std::string ea = a->Bind("127.0.0.1", 0), ec = c->Bind("127.0.0.1", 0);
   // Each Connect names another endpoint, so it replaces the socket: a new

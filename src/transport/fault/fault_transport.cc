@@ -1,5 +1,6 @@
 #include "transport/fault/fault_transport.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -33,6 +34,8 @@ class FaultTransport final : public Transport {
 
   void Send(int peer, std::vector<Frame> frames) override {
     if (Partitioned(peer)) return;
+    if (cfg_.also_send)
+      if (auto extra = cfg_.also_send(frames)) inner_->Send(peer, std::move(*extra));
     if (!cfg_.disturb || !cfg_.disturb(frames)) return inner_->Send(peer, std::move(frames));
     double r_drop, r_dup, r_delay;
     {
@@ -55,14 +58,18 @@ class FaultTransport final : public Transport {
   }
 
   void Close(std::chrono::milliseconds linger) override {
+    const auto end = std::chrono::steady_clock::now() + linger;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stop_) return;
       stop_ = true;
+      stop_by_ = end;
     }
     cv_.notify_all();
     delayer_.join();
-    inner_->Close(linger);
+    inner_->Close(std::max(std::chrono::milliseconds(0),
+                           std::chrono::duration_cast<std::chrono::milliseconds>(
+                               end - std::chrono::steady_clock::now())));
   }
 
  private:
@@ -73,7 +80,9 @@ class FaultTransport final : public Transport {
   }
   void DelayLoop() {
     std::unique_lock<std::mutex> lk(mu_);
-    while (!stop_) {
+    // Messages are due in the order queued (one delay_time for all). After Close:
+    // only those due by stop_by_ are still sent.
+    while (!stop_ || (!delayed_.empty() && delayed_.front().due <= stop_by_)) {
       if (delayed_.empty()) {
         cv_.wait(lk);
         continue;
@@ -107,6 +116,7 @@ class FaultTransport final : public Transport {
   std::mt19937_64 rng_;
   std::deque<Delayed> delayed_;
   bool stop_ = false;
+  std::chrono::steady_clock::time_point stop_by_{};  // Close's linger ends
   std::thread delayer_;
 };
 

@@ -1,12 +1,16 @@
 // FaultTransport: wraps another transport and drops, duplicates or delays
-// outgoing messages at random (leveldb's fault-injecting Env, for networks).
-// Which messages may be disturbed is the caller's to say (FaultConfig::disturb):
-// the decorator knows nothing of the protocol above it.
+// outgoing messages at random (leveldb's fault-injecting Env, for networks), or
+// sends extra messages derived from them. Which messages may be disturbed is the
+// caller's to say (FaultConfig::disturb, FaultConfig::also_send): the decorator
+// knows nothing of the protocol above it. Tests install it; production code
+// never branches on a fault (the Node wraps its transport once, at Start, when a
+// test asks for disturbances: ps/test_disturbance.h).
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "transport/transport.h"
@@ -31,7 +35,15 @@ struct FaultConfig {
   /// During the partition, also report the connection to those peers as down
   /// (what the real transport's keep-alive reports for a lost connection).
   bool partition_reports_down = false;
+  /// Before each outgoing message (outside a partition), `also_send` may return
+  /// another message, which is sent first: a forged or renumbered variant the
+  /// layer above derives from it (ps/test_disturbance.h). Unset: nothing extra.
+  std::function<std::optional<std::vector<Frame>>(const std::vector<Frame>&)> also_send;
 };
+
+/// The wrapped transport. Close(linger) still sends the delayed messages that fall
+/// due within `linger` (in order), then closes the inner transport with what is
+/// left of `linger`.
 
 std::unique_ptr<Transport> CreateFaultTransport(std::unique_ptr<Transport> inner, FaultConfig cfg);
 

@@ -84,7 +84,7 @@ bool ZmqGuard::Retired(const Monitor& m) const {
 // The guard thread: ZAP requests and monitor events.
 void ZmqGuard::Loop() {
   std::vector<Monitor> monitors;
-  std::chrono::steady_clock::time_point router_events_since{};  // test.monitor_lag
+  std::chrono::steady_clock::time_point router_events_since{};  // seams.monitor_lag
   while (!stop_) {
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -99,7 +99,7 @@ void ZmqGuard::Loop() {
     std::vector<zmq_pollitem_t> items;
     items.push_back({zap_, 0, ZMQ_POLLIN, 0});
     for (auto& m : monitors) items.push_back({m.sock, 0, ZMQ_POLLIN, 0});
-    const bool lagging = cfg_.test.monitor_lag.count() > 0;
+    const bool lagging = cfg_.seams.monitor_lag.count() > 0;
     if (zmq_poll(items.data(), static_cast<int>(items.size()), lagging ? 10 : 100) <= 0) continue;
     if (items[0].revents & ZMQ_POLLIN) HandleZap();
     for (size_t i = 1; i < items.size(); ++i) {
@@ -108,7 +108,7 @@ void ZmqGuard::Loop() {
         const auto now = std::chrono::steady_clock::now();
         if (router_events_since == std::chrono::steady_clock::time_point{})
           router_events_since = now;
-        if (now - router_events_since < cfg_.test.monitor_lag) continue;
+        if (now - router_events_since < cfg_.seams.monitor_lag) continue;
         router_events_since = {};
       }
       HandleEvents(monitors[i - 1]);

@@ -143,7 +143,7 @@ class ZmqTransport final : public Transport {
     p->token = token;
     p->conn = ++next_conn_;
     p->sock = NewDealer(peer, endpoint, token, p->conn);
-    if (cfg_.test.connect_pause.count() > 0) std::this_thread::sleep_for(cfg_.test.connect_pause);
+    if (cfg_.seams.connect_pause.count() > 0) std::this_thread::sleep_for(cfg_.seams.connect_pause);
     peers_.emplace(peer, std::move(p));
   }
 

@@ -26,6 +26,18 @@ namespace {
 bool IsSparse(Kind k) {
   return k == Kind::kSparseInit || k == Kind::kSparsePush || k == Kind::kSparsePull;
 }
+
+// The request path: `process`, or, when a test asks for late replies
+// (TestHooks::reply_delay, common/test_hooks.h), `process` after that long a sleep.
+// Chosen once, so that no request of a production server looks at the hook.
+std::function<void(KVRequest&&)> WithReplyDelay(std::chrono::milliseconds delay,
+                                                std::function<void(KVRequest&&)> process) {
+  if (delay.count() <= 0) return process;
+  return [delay, process = std::move(process)](KVRequest&& r) {
+    std::this_thread::sleep_for(delay);
+    process(std::move(r));
+  };
+}
 }  // namespace
 
 DistServer::DistServer(Node* node)
@@ -37,10 +49,12 @@ DistServer::DistServer(Node* node)
           }),
       reducer_(node->options().bigarray_bound, node->options().reduction_threads),
       serial_(INT64_MAX, 1),
+      process_(WithReplyDelay(node->test_hooks().reply_delay,
+                              [this](KVRequest&& r) { Process(std::move(r)); })),
       keys_(static_cast<size_t>(ShardPoolSize(node->options().server_threads))),
       pool_(static_cast<int>(keys_.size()), {}, [this](size_t, KVRequest&& r) {
         try {
-          Process(std::move(r));
+          process_(std::move(r));
         } catch (const std::exception& e) {
           PSKV_ERROR(node_->Tag() << ": request handler threw: " << e.what());
         }
@@ -114,12 +128,10 @@ void DistServer::Handle(KVRequest&& req) {
     }
   }
   if (pool_.size() == 1) return pool_.Submit(0, std::move(req), 0);
-  pool_.Exclusive([&] { Process(std::move(req)); });
+  pool_.Exclusive([&] { process_(std::move(req)); });
 }
 
 void DistServer::Process(KVRequest&& req) {
-  if (int d = static_cast<int>(node_->test_hooks().reply_delay.count()))
-    std::this_thread::sleep_for(std::chrono::milliseconds(d));
   const Kind kind = dist::CmdKind(req.cmd);
   if (kind == Kind::kStates) return HandleStates(std::move(req));  // exclusive (Handle)
   if (IsSparse(kind)) return HandleSparse(std::move(req));         // one key: on its shard

@@ -219,8 +219,10 @@ class DistServer {
   std::shared_ptr<const std::string> states_snapshot_;  // taken by kStatesSize
   int states_store_ = 0;                                // the store of states_snapshot_
 
-  // Each shard's keys: its thread's, or an exclusive section's. Declared before
+  // What runs a data request (Process; WithReplyDelay in dist_server.cc). It and
+  // each shard's keys (its thread's, or an exclusive section's) are declared before
   // pool_, whose threads use them.
+  std::function<void(KVRequest&&)> process_;
   std::vector<std::map<int64_t, KeyState>> keys_;
   ShardPool<KVRequest> pool_;
 
