@@ -19,7 +19,8 @@
 //     path (OutPath::Write).
 //  4. A: on SWITCH, InPath::Activate; from then on A reads the path
 //     (InPath::Read). Before SWITCH, InPath::Check says whether data already
-//     waits (it came ahead of its SWITCH; bounded by a grace period).
+//     waits (it came ahead of its SWITCH; A waits for the SWITCH until B is cut
+//     off, incoming_paths.h).
 // Order: everything B sent over the control connection before SWITCH is older
 // than anything on the path; a message over the control connection after the
 // switch means B gave the path up (A drops it; unread messages are lost, never

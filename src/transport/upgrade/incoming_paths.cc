@@ -115,12 +115,9 @@ bool IncomingPaths::Pump(Received* out) {
           Drop(cur, why);
           break;
         case InPath::Status::kDataWaiting:
-          // Data came ahead of its SWITCH: wait for the SWITCH, bounded (it is
-          // lost when the control connection broke meanwhile).
-          if (r.data_waiting_at == Clock::time_point{})
-            r.data_waiting_at = now;
-          else if (now - r.data_waiting_at > kSwitchGrace)
-            Drop(cur, "data came but its SWITCH did not (lost with a broken connection)");
+          // Data came ahead of its SWITCH: wait for the SWITCH (see Pump).
+          if (cut_off_ && cut_off_(r.token))
+            Drop(cur, "data came but its SWITCH did not, and the writer is cut off");
           break;
       }
       continue;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -24,15 +25,15 @@ class IncomingPaths {
  public:
   /// Incoming paths, at most (further offers are declined).
   static constexpr size_t kMaxPaths = 128;
-  /// Data on a path whose SWITCH has not come after this: the SWITCH was lost
-  /// (ZeroMQ drops what is in flight when its connection breaks); the path is
-  /// dropped, the writer's next write fails or finds the reader gone, and it goes
-  /// back to ZeroMQ.
-  static constexpr auto kSwitchGrace = std::chrono::seconds(5);
+  /// Whether the writer proving `token` is known cut off: this node's own control
+  /// connection to it has been down for a while (the transport's answer; false
+  /// when it holds none). Then a SWITCH that has not come never will.
+  using CutOff = std::function<bool(uint64_t token)>;
 
   /// `kinds`: the transport's paths (outlive this object).
-  IncomingPaths(const std::vector<std::unique_ptr<DataPath>>& kinds, RateLimiter& limiter)
-      : kinds_(kinds), limiter_(limiter) {}
+  IncomingPaths(const std::vector<std::unique_ptr<DataPath>>& kinds, RateLimiter& limiter,
+                CutOff cut_off)
+      : kinds_(kinds), limiter_(limiter), cut_off_(std::move(cut_off)) {}
 
   /// Handles `in` if it is an OFFER or SWITCH (from the authenticated in.peer):
   /// true then, and the message is consumed.
@@ -44,6 +45,11 @@ class IncomingPaths {
   bool OnEvent(int fd, uint32_t events);
   /// One complete message from any active path (round robin), with its peer,
   /// connection and address; looks at paths still waiting for their SWITCH too.
+  /// Data that came ahead of its SWITCH waits for it as long as the writer may still
+  /// send it — however late ZeroMQ delivers it (a flooded or starved node), since
+  /// dropping the path would lose the data. It is dropped only when the writer
+  /// is cut off (CutOff: its SWITCH was lost with a broken connection) or gives the
+  /// path up (its new OFFER replaces it).
   bool Pump(Received* out);
   /// Whether an active path has data visible without a system call (spinning).
   bool AnyReady() const;
@@ -62,8 +68,7 @@ class IncomingPaths {
     uint64_t seq = 0;   // the offer's number (Offer::seq)
     std::string addr;
     Nonce nonce{};
-    bool active = false;                  // SWITCH arrived: the writer uses this path now
-    Clock::time_point data_waiting_at{};  // data waits for its SWITCH since then
+    bool active = false;  // SWITCH arrived: the writer uses this path now
     std::unique_ptr<InPath> path;
   };
   using Map = std::map<uint64_t, std::unique_ptr<In>>;
@@ -72,6 +77,7 @@ class IncomingPaths {
 
   const std::vector<std::unique_ptr<DataPath>>& kinds_;
   RateLimiter& limiter_;
+  CutOff cut_off_;
   Map in_;                       // by the writer's token
   std::map<int, uint64_t> fds_;  // a path's descriptor -> token
   uint64_t last_token_ = 0;      // round robin

@@ -39,8 +39,9 @@
 //    Close from another thread is safe) and the inner transport's Recv; it
 //    sleeps in one epoll set holding ZeroMQ's descriptor, the rx pipe that ring
 //    writers use and the paths' descriptors.
-// Lock order: a DataPath's own lock (the listener), then peers_mu_, then an
-// Out's mu, then the inner transport's locks. in_mu_ is never held with the others.
+// Lock order: in_mu_, then a DataPath's own lock (the listener), then peers_mu_,
+// then an Out's mu, then the inner transport's locks. The Recv thread takes
+// peers_mu_ (shared) under in_mu_ only to ask whether a writer is cut off.
 
 namespace pskv {
 
@@ -64,6 +65,10 @@ constexpr uint64_t kSpinAfterBytes = 64 << 10;
 // A path that broke (a failed write, a failed OFFER or SWITCH) is offered again
 // after this, once the control connection is up.
 constexpr auto kRetryBroken = std::chrono::seconds(1);
+// A writer whose control connection (this node's to it) has been down this long is
+// cut off: a SWITCH of its that has not come never will (IncomingPaths::CutOff).
+// Longer than a reconnection, which ZeroMQ makes at once.
+constexpr auto kCutOffAfter = std::chrono::seconds(5);
 
 // Empties a wake-up pipe — bounded: a peer that keeps writing into it cannot keep
 // the caller here (what is left makes the next poll return at once; the paths'
@@ -95,7 +100,8 @@ struct Out {
 
 class UpgradingTransport final : public Transport {
  public:
-  explicit UpgradingTransport(const TransportConfig& cfg) : cfg_(cfg), keys_(cfg.secret, cfg.job) {
+  UpgradingTransport(const TransportConfig& cfg, const ControlWrapper& wrap)
+      : cfg_(cfg), keys_(cfg.secret, cfg.job) {
     int rx[2], tx[2];
     if (::pipe2(rx, O_NONBLOCK | O_CLOEXEC) != 0) throw IOError("pipe2 failed");
     if (::pipe2(tx, O_NONBLOCK | O_CLOEXEC) != 0) {
@@ -114,7 +120,9 @@ class UpgradingTransport final : public Transport {
       ev.events = EPOLLIN;
       ev.data.fd = rx_rd_;
       if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, rx_rd_, &ev) != 0) throw IOError("epoll_ctl failed");
-      inner_ = CreateZmqTransport(cfg, epfd_);
+      auto zmq = CreateZmqTransport(cfg, epfd_);
+      zmq_ = zmq.get();
+      inner_ = wrap ? wrap(std::move(zmq)) : std::move(zmq);
       upgrade::PathHost host;
       host.cfg = &cfg_;
       host.keys = &keys_;
@@ -138,7 +146,7 @@ class UpgradingTransport final : public Transport {
     std::string ep = inner_->Bind(host, port);
     {
       std::lock_guard<std::mutex> g(in_mu_);
-      zmq_fd_ = ZmqReceiveFd(*inner_);
+      zmq_fd_ = ZmqReceiveFd(*zmq_);
       if (zmq_fd_ >= 0 && !Watch(zmq_fd_, EPOLL_CTL_ADD, EPOLLIN)) zmq_fd_ = -1;
     }
     for (auto& k : kinds_) k->Bind(host);
@@ -584,14 +592,27 @@ class UpgradingTransport final : public Transport {
   // Before sleeping: asks every path for a wake-up. True if data arrived
   // meanwhile (then do not sleep).
   bool Arm() { return incoming_.Arm(); }
+
+  // IncomingPaths::CutOff: this node's control connection to the node proving
+  // `token` has been down for kCutOffAfter. Recv thread, under in_mu_.
+  bool CutOff(uint64_t token) {
+    std::shared_lock<std::shared_mutex> lk(peers_mu_);
+    for (auto& [id, o] : outs_) {
+      if (o->token != token) continue;
+      const auto since = inner_->DownSince(id);
+      return since != Clock::time_point{} && Clock::now() - since > kCutOffAfter;
+    }
+    return false;
+  }
   void Disarm() { incoming_.Disarm(); }
 
   TransportConfig cfg_;
   const JobKeys keys_;
-  int rx_rd_ = -1, rx_wr_ = -1;  // wakes the Recv thread (in the epoll set)
-  int tx_rd_ = -1, tx_wr_ = -1;  // wakes the writer thread
-  int epfd_ = -1;                // ZeroMQ's descriptor, the rx pipe, the paths' descriptors
-  std::unique_ptr<Transport> inner_;
+  int rx_rd_ = -1, rx_wr_ = -1;       // wakes the Recv thread (in the epoll set)
+  int tx_rd_ = -1, tx_wr_ = -1;       // wakes the writer thread
+  int epfd_ = -1;                     // ZeroMQ's descriptor, the rx pipe, the paths' descriptors
+  std::unique_ptr<Transport> inner_;  // the control connection: ZeroMQ (zmq_), or a test's wrapper
+  Transport* zmq_ = nullptr;
   std::vector<std::unique_ptr<upgrade::DataPath>> kinds_;  // fixed after construction
   RateLimiter limiter_;
   std::atomic<bool> closed_{false}, stop_{false};
@@ -602,7 +623,8 @@ class UpgradingTransport final : public Transport {
   std::thread writer_;
 
   std::mutex in_mu_;  // the Recv caller's: incoming_ and what follows
-  upgrade::IncomingPaths incoming_{kinds_, limiter_};
+  upgrade::IncomingPaths incoming_{kinds_, limiter_,
+                                   [this](uint64_t token) { return CutOff(token); }};
   bool zmq_first_ = false;
   int zmq_fd_ = -1;            // ZeroMQ's receiving socket's ZMQ_FD (in the epoll set)
   bool events_fresh_ = false;  // the epoll set was just read (by the sleep)
@@ -614,7 +636,12 @@ class UpgradingTransport final : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg) {
-  return std::make_unique<UpgradingTransport>(cfg);
+  return std::make_unique<UpgradingTransport>(cfg, nullptr);
+}
+
+std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg,
+                                              const ControlWrapper& wrap) {
+  return std::make_unique<UpgradingTransport>(cfg, wrap);
 }
 
 std::string DataPath(Transport& t, int peer) {

@@ -10,10 +10,13 @@
 // reader stops reading because B wrote something invalid, and at
 // Disconnect/Close; A drops a path when B says it closed and A has read
 // everything, or when a message from B arrives over ZeroMQ (B gave the path up:
-// unread messages are lost, never reordered). Dead peers are noticed by the
+// unread messages are lost, never reordered). Data that came ahead of its SWITCH
+// waits for it, however late, until B is cut off (A's own connection to B down for
+// seconds) or offers again (incoming_paths.h). Dead peers are noticed by the
 // ZeroMQ connection (DownSince), which stays open.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +26,14 @@ namespace pskv {
 
 /// The upgrading transport (see above).
 std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg);
+
+/// Wraps the control connection (ZeroMQ) of an upgrading transport.
+using ControlWrapper = std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>)>;
+/// For tests: the upgrading transport whose control messages — its own OFFERs and
+/// SWITCHes too — go through `wrap(zmq)` (e.g. a FaultTransport delaying them).
+/// Receiving still sleeps on ZeroMQ's own descriptor.
+std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg,
+                                              const ControlWrapper& wrap);
 
 /// True when messages from `t` to `peer` currently travel through shared memory
 /// (for tests and benchmarks; false for any other backend).
