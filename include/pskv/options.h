@@ -71,6 +71,11 @@ struct Options {
   /// acknowledged receiving; more wait in a queue ordered by priority (higher
   /// first, then in order). Smaller messages go at once. 0: off (FIFO as sent).
   int64_t wire_window_bytes = int64_t{512} << 10;
+  /// PSKV_WIRE_AHEAD_BYTES: per server, the bytes of one key's pushed pieces a
+  /// worker has sent that the server has not answered yet; the next pieces wait
+  /// for answers (a worker runs at most this far ahead of the slowest one on each
+  /// server; docs/design.md, "Priorities on the wire"). 0: off (all at once).
+  int64_t wire_ahead_bytes = int64_t{1} << 20;
 
   // ---- parameter-server contract (ps-lite's DMLC_* variables) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

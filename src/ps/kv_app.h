@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "ps/node.h"
+#include "ps/push_pacer.h"
 
 namespace pskv {
 
@@ -88,16 +89,20 @@ class KVWorker {
   explicit KVWorker(Node* node);
 
   /// Pushes vals (sum(lens) bytes) for keys; `cmd` is passed to the servers.
-  /// Returns the request's id (for Await / Cancel).
+  /// Returns the request's id (for Await / Cancel). `ahead` > 0 paces the request's
+  /// messages (ps/push_pacer.h: at most `ahead` bytes per server unanswered), which
+  /// is deadlock-free only for the pieces of one key.
   uint64_t Push(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
-                int cmd, Callback cb, int priority = 0);
+                int cmd, Callback cb, int priority = 0, uint64_t ahead = 0);
   /// Pulls into `out` (sum(lens) bytes).
   uint64_t Pull(const std::vector<uint64_t>& keys, char* out, const std::vector<uint64_t>& lens,
                 int cmd, Callback cb, int priority = 0);
   /// Push then pull in one round trip; the answer (out_lens per key) goes to out.
+  /// `ahead` as for Push.
   uint64_t PushPull(const std::vector<uint64_t>& keys, Frame vals,
                     const std::vector<uint64_t>& lens, char* out,
-                    const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority = 0);
+                    const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority = 0,
+                    uint64_t ahead = 0);
   /// Pull and PushPull scattering the answer: key i's bytes go to outs[i] (each valid
   /// until the callback has run), straight from the receive buffer.
   uint64_t Pull(const std::vector<uint64_t>& keys, std::vector<char*> outs,
@@ -163,10 +168,12 @@ class KVWorker {
     std::vector<char*> outs;  // per key, instead of `out` (scattering pulls)
     std::vector<uint64_t> keys, out_lens, out_offsets;
     std::shared_ptr<std::vector<std::string>> bodies;  // command replies by server rank
+    std::unique_ptr<PushPacer> pacer;                  // paced requests only
+    std::map<uint64_t, std::pair<int, Message>> held;  // by timestamp: (server, message) unsent
   };
   uint64_t Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
                  char* out, std::vector<char*> outs, const std::vector<uint64_t>& out_lens, int cmd,
-                 uint8_t flags, Callback cb, int priority);
+                 uint8_t flags, Callback cb, int priority, uint64_t ahead = 0);
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);

@@ -21,8 +21,10 @@ size_t KVWorker::Pending() const {
 }
 
 uint64_t KVWorker::Push(const std::vector<uint64_t>& keys, Frame vals,
-                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority) {
-  return Issue(keys, std::move(vals), lens, nullptr, {}, {}, cmd, kPush, std::move(cb), priority);
+                        const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority,
+                        uint64_t ahead) {
+  return Issue(keys, std::move(vals), lens, nullptr, {}, {}, cmd, kPush, std::move(cb), priority,
+               ahead);
 }
 
 uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, char* out,
@@ -41,9 +43,9 @@ uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, std::vector<char*> ou
 uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
                             const std::vector<uint64_t>& lens, char* out,
                             const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
-                            int priority) {
+                            int priority, uint64_t ahead) {
   return Issue(keys, std::move(vals), lens, out, {}, out_lens, cmd, kPush | kPull, std::move(cb),
-               priority);
+               priority, ahead);
 }
 
 uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
@@ -57,7 +59,7 @@ uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
 uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
                          const std::vector<uint64_t>& lens, char* out, std::vector<char*> outs,
                          const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
-                         int priority) {
+                         int priority, uint64_t ahead) {
   if (keys.size() != lens.size() || ((out || !outs.empty()) && out_lens.size() != keys.size()) ||
       (!outs.empty() && outs.size() != keys.size()))
     throw InternalError("KVWorker: keys and lens differ in length");
@@ -128,6 +130,14 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     } else {
       req.num_parts = msgs.size();
       for (size_t p = 0; p < parts.size(); ++p) req.waiting.emplace(ts + p, parts[p]);
+      if (ahead > 0 && msgs.size() > 1) req.pacer = std::make_unique<PushPacer>(ahead);
+      for (size_t p = 0; req.pacer && p < msgs.size(); ++p) {
+        auto& [to, m] = msgs[p];
+        if (req.pacer->Add(p, to, m.h.vals_len)) continue;
+        m.h.timestamp = ts + p;
+        req.held.emplace(ts + p, std::make_pair(to, std::move(m)));
+        to = -1;  // sent when the pacer releases it (OnMessage)
+      }
       pending_.emplace(ts, std::move(req));
     }
   }
@@ -137,6 +147,7 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   }
   for (size_t p = 0; p < msgs.size(); ++p) {
     auto& [to, m] = msgs[p];
+    if (to < 0) continue;
     m.h.timestamp = ts + p;
     if (obs::Enabled()) obs::CountPeer(node_->NodeName(to), "out", m.h.vals_len);  // [observe]
     try {
@@ -334,6 +345,13 @@ void KVWorker::OnMessage(Message&& m) {
   }
   const Slice s = part->second.slice;
   req.waiting.erase(part);
+  std::vector<std::pair<int, Message>> go;  // paced messages this answer releases
+  if (req.pacer)
+    for (size_t p : req.pacer->Answered(m.h.timestamp - id)) {
+      auto h = req.held.find(id + p);
+      go.push_back(std::move(h->second));
+      req.held.erase(h);
+    }
   const std::string who = node_->NodeName(m.h.sender);
   if (obs::Enabled()) {  // [observe] per-peer bytes, requests and latency
     obs::CountPeer(who, "in", m.h.vals_len);
@@ -378,6 +396,16 @@ void KVWorker::OnMessage(Message&& m) {
       req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));
   }
   if (req.waiting.empty()) Finish(id, lk);
+  lk.unlock();
+  for (auto& [to, msg] : go) {
+    if (obs::Enabled()) obs::CountPeer(node_->NodeName(to), "out", msg.h.vals_len);  // [observe]
+    try {
+      node_->Send(to, std::move(msg));
+    } catch (...) {
+      Fail(id, std::current_exception());
+      return;
+    }
+  }
 }
 
 void KVWorker::OnFailure(std::exception_ptr e) {
