@@ -89,6 +89,7 @@ WORKER = r'''
 import json, os, sys, time
 import numpy as np
 import pskv
+pskv.configure_process(tune_allocator=True)  # as the examples: the allocator for big arrays
 kv = pskv.create('dist_sync')
 if os.environ.get('DMLC_ROLE', 'worker') != 'worker':
     sys.exit(0)

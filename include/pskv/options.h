@@ -75,7 +75,7 @@ struct Options {
   /// worker has sent that the server has not answered yet; the next pieces wait
   /// for answers (a worker runs at most this far ahead of the slowest one on each
   /// server; docs/design.md, "Priorities on the wire"). 0: off (all at once).
-  int64_t wire_ahead_bytes = int64_t{1} << 20;
+  int64_t wire_ahead_bytes = int64_t{512} << 10;
 
   // ---- parameter-server contract (ps-lite's DMLC_* variables) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

@@ -288,7 +288,7 @@ const EnvVar kVars[] = {
      "per destination, bytes of big messages (≥ 64 KiB) in flight and not yet acknowledged; the "
      "others wait in priority order while smaller messages go at once; 0: off (FIFO)",
      Int<&Options::wire_window_bytes>},
-    {"PSKV_WIRE_AHEAD_BYTES", T::kInt, 0, int64_t{1} << 40, "", "1 MiB", S::kJob,
+    {"PSKV_WIRE_AHEAD_BYTES", T::kInt, 0, int64_t{1} << 40, "", "512 KiB", S::kJob,
      "per server, bytes of one key's pushed pieces a worker sent that the server has not yet "
      "answered; later pieces wait for answers, so no worker runs further ahead of the slowest "
      "one and sync rounds complete steadily; 0: off (all pieces at once)",
