@@ -6,7 +6,8 @@ namespace's inode and its addresses (`ip -4 -o addr`).
     cluster_worker.py sum ELEMENTS ROUNDS [SECONDS]
         dist_sync: every round each worker pushpulls ELEMENTS float32 of value rank+1 on
         key 0 (the store keeps the round's sum: n(n+1)/2, checked exactly); with
-        SECONDS, rounds go on (20 ms apart) until that much time has passed.
+        SECONDS, rounds go on (20 ms apart) until that much time has passed on any
+        worker (the workers vote on key 1 after each round, so all end together).
         Creates $PSKV_TEST_MARKER_DIR/worker<rank> once initialised.
     cluster_worker.py loop
         pushpull until the store fails; prints the error and exits 1.
@@ -46,8 +47,9 @@ def main(argv):
     if argv[1] == 'sum':
         rounds = int(argv[3])
         end = time.time() + float(argv[4]) if len(argv) > 4 else None
+        kv.init(1, np.zeros(1, np.float32))  # the workers' votes to stop
         i = 0
-        while i < rounds or (end and time.time() < end):
+        while True:
             v = np.full(elements, r + 1, np.float32)
             kv.pushpull(0, v)
             kv.wait_all()
@@ -55,6 +57,13 @@ def main(argv):
                 print('worker %d: round %d: got %s, want %s' % (r, i, v[v != want][:3], want), flush=True)
                 return 1
             i += 1
+            # Every worker ends after the same round: each votes, and the sum says
+            # whether any of them is done (each clock alone could differ by a round).
+            vote = np.full(1, 1.0 if i >= rounds and (end is None or time.time() >= end) else 0.0, np.float32)
+            kv.pushpull(1, vote)
+            kv.wait_all()
+            if vote[0] > 0:
+                break
             if end:
                 time.sleep(0.02)
         print('worker %d: %d rounds of %d elements, all sums exact' % (r, i, elements), flush=True)
