@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
   WriteRaw(dir, "payload_mode", payload::EncodeMode(true));
   WriteRaw(dir, "payload_has_optimizer", payload::EncodeHasOptimizer(false));
   WriteRaw(dir, "payload_barrier_state", payload::EncodeBarrierState(true));
+  payload::RangeTableData table;
+  table.version = 2;
+  table.ranges = {{9, {11}}, {11, {9}}};
+  WriteRaw(dir, "payload_range_table", payload::EncodeRangeTable(table));
 
   // Path control messages (the whole input is decoded as one).
   auto raw = [](const Frame& f) { return std::string(f.data, f.size); };

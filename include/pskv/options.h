@@ -76,6 +76,10 @@ struct Options {
   /// for answers (a worker runs at most this far ahead of the slowest one on each
   /// server; docs/design.md, "Priorities on the wire"). 0: off (all at once).
   int64_t wire_ahead_bytes = int64_t{512} << 10;
+  /// PSKV_REPLICAS: besides its primary, this many other servers hold a copy of each
+  /// server's key range (docs/fault-tolerance.md); at most num_servers - 1 are used.
+  /// 0 (default): a dead server ends the job. All nodes of a job must agree.
+  int replicas = 0;
 
   // ---- parameter-server contract (ps-lite's DMLC_* variables) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

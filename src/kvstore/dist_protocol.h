@@ -26,6 +26,9 @@ enum class Kind : int {
   kSparseInit = 4,
   kSparsePush = 5,
   kSparsePull = 6,
+  // primary -> replica: a completed sync round's sum of one key (dtype: the sum's);
+  // body: round (i64), then per pushing worker its id (i32) and push count (u64)
+  kReplicate = 7,
 };
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);

@@ -74,7 +74,10 @@ enum class Control : uint8_t {
   // receiver -> sender of kScheduled data messages: timestamp = how many of them
   // (from that sender) this node has received so far; releases window credit.
   kCredit = 10,
-  kMaxControl = 10,
+  // scheduler -> node: body = the range table (payload kind 11), after a server's
+  // death was survived by its replicas (ps/range_table.h)
+  kRangeTable = 11,
+  kMaxControl = 11,
 };
 
 enum Flags : uint8_t {

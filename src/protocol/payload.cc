@@ -91,6 +91,8 @@ const char* KindName(Kind k) {
       return "has-optimizer reply";
     case Kind::kBarrierState:
       return "barrier state";
+    case Kind::kRangeTable:
+      return "range table";
   }
   return "unknown";
 }
@@ -385,6 +387,36 @@ bool DecodeBarrierState(const std::string& body) {
   return DecodeFlag(Kind::kBarrierState, body);
 }
 
+// ---------------------------------------------------------------- range table
+
+std::string EncodeRangeTable(const RangeTableData& t) {
+  ByteWriter w = Begin(Kind::kRangeTable);
+  w.Put<uint64_t>(t.version);
+  w.Put<uint32_t>(static_cast<uint32_t>(t.ranges.size()));
+  for (const auto& r : t.ranges) {
+    w.Put<int32_t>(r.primary);
+    w.Put<uint32_t>(static_cast<uint32_t>(r.replicas.size()));
+    for (int32_t id : r.replicas) w.Put<int32_t>(id);
+  }
+  return w.Take();
+}
+
+RangeTableData DecodeRangeTable(const std::string& body) {
+  Reader r(body, Kind::kRangeTable);
+  RangeTableData t;
+  t.version = r.Get<uint64_t>();
+  const size_t n = r.GetCount(8, "ranges");
+  t.ranges.resize(n);
+  for (auto& range : t.ranges) {
+    range.primary = r.Get<int32_t>();
+    const size_t k = r.GetCount(4, "replicas");
+    range.replicas.reserve(k);
+    for (size_t i = 0; i < k; ++i) range.replicas.push_back(r.Get<int32_t>());
+  }
+  r.End();
+  return t;
+}
+
 void DecodeAny(const std::string& body) {
   if (body.empty()) throw ProtocolError("payload: empty");
   switch (static_cast<Kind>(static_cast<uint8_t>(body[0]))) {
@@ -417,6 +449,9 @@ void DecodeAny(const std::string& body) {
       return;
     case Kind::kBarrierState:
       (void)DecodeBarrierState(body);
+      return;
+    case Kind::kRangeTable:
+      (void)DecodeRangeTable(body);
       return;
   }
   throw ProtocolError("payload: unknown kind " + std::to_string(static_cast<uint8_t>(body[0])) +

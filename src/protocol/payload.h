@@ -33,7 +33,8 @@ enum class Kind : uint8_t {
   kMode = 8,           ///< kSetMode: sync flag
   kHasOptimizer = 9,   ///< kHasOptimizer reply: flag
   kBarrierState = 10,  ///< kBarrierState: entering (1) or leaving (0) Barrier()
-  kMaxKind = 10,
+  kRangeTable = 11,    ///< kRangeTable, kNodeTable's follower: RangeTableData
+  kMaxKind = 11,
 };
 /// The version every encoder writes (each kind is at version 1 so far).
 constexpr uint8_t kVersion = 1;
@@ -96,6 +97,20 @@ bool DecodeMode(const std::string& body);  ///< true = sync
 
 std::string EncodeHasOptimizer(bool has);
 bool DecodeHasOptimizer(const std::string& body);
+
+/// The range table (ps/range_table.h): its version and, per key range (server
+/// rank i's share of the ps key space), the node id of its primary and of its
+/// replicas in promotion order.
+struct RangeHolders {
+  int32_t primary = 0;
+  std::vector<int32_t> replicas;
+};
+struct RangeTableData {
+  uint64_t version = 0;
+  std::vector<RangeHolders> ranges;
+};
+std::string EncodeRangeTable(const RangeTableData& t);
+RangeTableData DecodeRangeTable(const std::string& body);
 
 std::string EncodeBarrierState(bool enter);
 bool DecodeBarrierState(const std::string& body);  ///< true = entering

@@ -85,7 +85,10 @@ KVServer::KVServer(Node* node, Handler handler, CommandHandler command_handler)
 }
 
 void KVServer::OnMessage(Message&& m) {
-  if (!(m.h.flags & kRequest)) return;
+  if (!(m.h.flags & kRequest)) {
+    if (reply_handler_) reply_handler_(std::move(m));
+    return;
+  }
   KVRequest req;
   req.sender = m.h.sender;
   req.timestamp = m.h.timestamp;

@@ -33,6 +33,14 @@
 //
 // Bookkeeping is bounded: a request's entry is removed when it completes or is
 // cancelled.
+//
+// Replicated servers (PSKV_REPLICAS >= 1; docs/fault-tolerance.md): a message goes to
+// its key range's current primary in the node's range table. Each message keeps a
+// copy of itself (its frames, not their bytes) until answered; when a newer table
+// names another primary for its range, it is sent again, unchanged, to that one (a
+// command to a server that left the job counts as answered). A push message carries
+// in its body one u64 per key: how many pushes of that ps key this worker has issued,
+// this one included, so that a server can recognise a retried push it already applied.
 #pragma once
 
 #include <chrono>
@@ -155,6 +163,8 @@ class KVWorker {
   struct Part {
     int server = 0;
     Slice slice;
+    int range = -1;  // the key range of its keys (-1: a command)
+    Message resend;  // with replicated servers: the message, to send it again
   };
   struct Request {
     uint64_t num_parts = 0;            // timestamps [id, id + num_parts)
@@ -176,6 +186,8 @@ class KVWorker {
                  uint8_t flags, Callback cb, int priority, uint64_t ahead = 0);
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
+  /// A newer range table: messages whose range moved are sent to the new primary.
+  void OnRangeTable(const RangeTable& table);
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);
   std::string MissingLocked(const Request& r) const;
   /// Completes request `ts` (if still pending) with error `e`.
@@ -184,9 +196,12 @@ class KVWorker {
   std::map<uint64_t, Request>::iterator FindLocked(uint64_t reply_ts);
 
   Node* node_;
+  const bool replicated_;
   mutable std::mutex mu_;
   uint64_t next_ts_ = 1;
   std::map<uint64_t, Request> pending_;
+  RangeTable table_;                            // replicated: the node's, as last applied
+  std::map<uint64_t, uint64_t> pushes_of_key_;  // replicated: pushes issued per ps key
 };
 
 /// A request as the server's handler sees it.
@@ -210,6 +225,9 @@ class KVServer {
   using CommandHandler = std::function<std::string(int sender, int head, const std::string& body)>;
 
   KVServer(Node* node, Handler handler, CommandHandler command_handler);
+  /// Answers to requests this server sent (a primary's replication to its replicas),
+  /// on the receive thread; without one they are dropped. Set before node->Start().
+  void SetReplyHandler(std::function<void(Message&&)> h) { reply_handler_ = std::move(h); }
 
   void Respond(const KVRequest& req, const std::vector<uint64_t>& keys = {}, Frame vals = {},
                const std::vector<uint64_t>& lens = {});
@@ -221,6 +239,7 @@ class KVServer {
   Node* node_;
   Handler handler_;
   CommandHandler command_handler_;
+  std::function<void(Message&&)> reply_handler_;
 };
 
 /// Frame of a uint64 array (copied).

@@ -10,9 +10,13 @@ namespace pskv {
 
 // ------------------------------------------------------------------ worker
 
-KVWorker::KVWorker(Node* node) : node_(node) {
+KVWorker::KVWorker(Node* node) : node_(node), replicated_(node->replicated()) {
   node_->SetDataHandler([this](Message&& m) { OnMessage(std::move(m)); });
   node_->AddFailureHandler([this](std::exception_ptr e) { OnFailure(e); });
+  if (replicated_) {
+    table_ = node_->range_table();
+    node_->AddRangeTableHandler([this](const RangeTable& t) { OnRangeTable(t); });
+  }
 }
 
 size_t KVWorker::Pending() const {
@@ -113,7 +117,7 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
       m.lens = U64Frame(std::vector<uint64_t>(lens.begin() + static_cast<long>(a),
                                               lens.begin() + static_cast<long>(b)));
       m.vals = vals.Slice(offsets[a], offsets[b] - offsets[a]);
-      parts.push_back(Part{ServerId(r), Slice{a, b - a}});
+      parts.push_back(Part{ServerId(r), Slice{a, b - a}, r, {}});
       msgs.emplace_back(ServerId(r), std::move(m));
       a = b;
     }
@@ -125,12 +129,27 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     std::lock_guard<std::mutex> lk(mu_);
     ts = next_ts_;
     next_ts_ += std::max<size_t>(msgs.size(), 1);
+    if (replicated_) {
+      for (size_t p = 0; p < msgs.size(); ++p) {
+        auto& [to, m] = msgs[p];
+        to = parts[p].server = table_.Primary(parts[p].range);
+        m.h.timestamp = ts + p;
+        if (flags & kPush) {
+          std::vector<uint64_t> counts;
+          for (size_t k = parts[p].slice.first; k < parts[p].slice.first + parts[p].slice.count;
+               ++k)
+            counts.push_back(++pushes_of_key_[keys[k]]);
+          m.body.assign(reinterpret_cast<const char*>(counts.data()), counts.size() * 8);
+        }
+        parts[p].resend = m;
+      }
+    }
     if (msgs.empty()) {
       done_now = std::move(req.cb);
     } else {
       req.num_parts = msgs.size();
-      for (size_t p = 0; p < parts.size(); ++p) req.waiting.emplace(ts + p, parts[p]);
-      if (ahead > 0 && msgs.size() > 1) req.pacer = std::make_unique<PushPacer>(ahead);
+      for (size_t p = 0; p < parts.size(); ++p) req.waiting.emplace(ts + p, std::move(parts[p]));
+      if (ahead > 0 && msgs.size() > 1 && !replicated_) req.pacer = std::make_unique<PushPacer>(ahead);
       for (size_t p = 0; req.pacer && p < msgs.size(); ++p) {
         auto& [to, m] = msgs[p];
         if (req.pacer->Add(p, to, m.h.vals_len)) continue;
@@ -153,6 +172,9 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     try {
       node_->Send(to, std::move(m));
     } catch (...) {
+      // Replicated: a server that left is replaced by the next range table, which
+      // sends the message again; only the job's failure fails the request.
+      if (replicated_ && !node_->failure()) continue;
       Fail(ts, std::current_exception());
       return ts;
     }
@@ -165,7 +187,7 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
                                            const std::vector<int>& to) {
   auto done = std::make_shared<Completion>();
   Request req;
-  const std::vector<int> ids = to.empty() ? node_->ServerIds() : to;
+  const std::vector<int> ids = to.empty() ? node_->LiveServerIds() : to;
   req.cmd = head;
   req.flags = kCommand;
   auto bodies =
@@ -178,7 +200,7 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
     ts = next_ts_;
     next_ts_ += std::max<size_t>(ids.size(), 1);
     req.num_parts = ids.size();
-    for (size_t p = 0; p < ids.size(); ++p) req.waiting.emplace(ts + p, Part{ids[p], {}});
+    for (size_t p = 0; p < ids.size(); ++p) req.waiting.emplace(ts + p, Part{ids[p], {}, -1, {}});
     pending_.emplace(ts, std::move(req));
   }
   for (size_t p = 0; p < ids.size(); ++p) {
@@ -404,6 +426,43 @@ void KVWorker::OnMessage(Message&& m) {
     } catch (...) {
       Fail(id, std::current_exception());
       return;
+    }
+  }
+}
+
+void KVWorker::OnRangeTable(const RangeTable& table) {
+  std::vector<std::pair<int, Message>> again;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!table_.Apply(table)) return;
+    std::vector<uint64_t> finished;
+    for (auto& [id, req] : pending_) {
+      for (auto it = req.waiting.begin(); it != req.waiting.end();) {
+        Part& part = it->second;
+        if (part.range < 0) {  // a command: a server that left the job never answers
+          if (!table_.Holds(part.server)) {
+            it = req.waiting.erase(it);
+            continue;
+          }
+        } else if (table_.Primary(part.range) != part.server) {
+          part.server = table_.Primary(part.range);
+          again.emplace_back(part.server, part.resend);
+        }
+        ++it;
+      }
+      if (req.waiting.empty()) finished.push_back(id);
+    }
+    for (uint64_t id : finished)
+      if (pending_.count(id)) Finish(id, lk);
+  }
+  if (!again.empty())
+    PSKV_WARN(node_->Tag() << ": sending " << again.size()
+                           << " unanswered message(s) again to the new primaries of their ranges");
+  for (auto& [to, m] : again) {
+    try {
+      node_->Send(to, std::move(m));
+    } catch (const std::exception& e) {
+      PSKV_WARN(node_->Tag() << ": " << e.what());
     }
   }
 }

@@ -26,6 +26,12 @@ void Liveness::Start(const std::vector<int>& silent_watch, const std::vector<int
   on_ = timeout_.count() > 0;
 }
 
+void Liveness::Forget(int id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  last_heard_.erase(id);
+  connected_.erase(std::remove(connected_.begin(), connected_.end(), id), connected_.end());
+}
+
 void Liveness::Heard(int id) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = last_heard_.find(id);

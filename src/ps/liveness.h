@@ -43,6 +43,8 @@ class Liveness {
   /// Starts watching `silent_watch` for silence and `connected` for connection loss.
   void Start(const std::vector<int>& silent_watch, const std::vector<int>& connected);
   void Stop() { on_ = false; }
+  /// Stops watching peer `id` (it left the job and the job goes on without it).
+  void Forget(int id);
   void Heard(int id);
   /// The receive thread got a message (stops listening) / calls Recv again.
   void Deaf(Clock::time_point now = Clock::now());

@@ -62,7 +62,8 @@ std::vector<int> Node::WorkerIds() const {
 }
 
 int Node::GroupSize(int group) const {
-  return ((group & kSchedulerGroup) ? 1 : 0) + ((group & kServerGroup) ? options_.num_servers : 0) +
+  const int servers = options_.num_servers - static_cast<int>(departed_.size());
+  return ((group & kSchedulerGroup) ? 1 : 0) + ((group & kServerGroup) ? servers : 0) +
          ((group & kWorkerGroup) ? options_.num_workers : 0);
 }
 
@@ -70,7 +71,8 @@ std::vector<int> Node::GroupMembers(int group) const {
   std::vector<int> v;
   if (group & kSchedulerGroup) v.push_back(kSchedulerId);
   if (group & kServerGroup)
-    for (int id : ServerIds()) v.push_back(id);
+    for (int id : ServerIds())
+      if (!departed_.count(id)) v.push_back(id);
   if (group & kWorkerGroup)
     for (int id : WorkerIds()) v.push_back(id);
   return v;
@@ -219,7 +221,10 @@ void Node::HandleNodeTable(const Message& m) {
     nodes_[d.id] = d;
     id_of_token_[d.token] = d.id;
     if (d.id == kSchedulerId || d.id == id_) continue;
-    const bool talks = role() == Role::kWorker ? IsServerId(d.id) : IsWorkerId(d.id);
+    // Replicated servers also send to each other (their ranges' copies).
+    const bool talks = role() == Role::kWorker
+                           ? IsServerId(d.id)
+                           : IsWorkerId(d.id) || (replicated_ && IsServerId(d.id));
     if (talks) transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
   }
   ready_ = true;

@@ -32,6 +32,8 @@ Node::Node(Options options)
                                                     options_.heartbeat_interval * 2)) {
   options_.ValidateForDistributed();
   test_hooks_ = TestHooks::FromEnv();
+  replicated_ = options_.replicas > 0 && options_.num_servers >= 2;
+  if (replicated_) ranges_ = RangeTable::Initial(options_.num_servers, options_.replicas);
   std::string job = options_.job_id.empty()
                         ? options_.root_uri + ":" + std::to_string(options_.root_port)
                         : options_.job_id;
@@ -311,7 +313,7 @@ void Node::Abort(const std::string& reason) {
 bool Node::IsResendable(Control c) const {
   return options_.resend &&
          (c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
-          c == Control::kNodeFailed || c == Control::kCredit);
+          c == Control::kNodeFailed || c == Control::kCredit || c == Control::kRangeTable);
 }
 
 // Called with mu_ held.
@@ -401,6 +403,15 @@ void Node::Fail(std::exception_ptr e, int culprit) {
 }
 
 void Node::FailNode(int dead_id, const std::string& reason) {
+  if (replicated_ && IsServerId(dead_id) && role() != Role::kScheduler) {
+    // The scheduler decides whether the job survives a server (its range table);
+    // this node stops watching it and waits for the verdict.
+    liveness_.Forget(dead_id);
+    PSKV_WARN(Tag() << ": " << reason << "; waiting for the scheduler's range table");
+    return;
+  }
+  std::string why = reason;
+  if (replicated_ && IsServerId(dead_id) && SurviveServer(dead_id, &why)) return;
   resender_.Forget(dead_id);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -414,12 +425,12 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     for (auto& [id, d] : nodes_) {
       if (id == kSchedulerId || id == dead_id) continue;
       try {
-        SendControl(id, Control::kNodeFailed, dead_id, reason);
+        SendControl(id, Control::kNodeFailed, dead_id, why);
       } catch (...) {
       }
     }
   }
-  Fail(std::make_exception_ptr(NodeFailure(reason)), dead_id);
+  Fail(std::make_exception_ptr(NodeFailure(why)), dead_id);
 }
 
 void Node::TimerLoop() {

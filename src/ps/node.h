@@ -52,6 +52,7 @@
 #include "common/test_hooks.h"
 #include "protocol/message.h"
 #include "ps/liveness.h"
+#include "ps/range_table.h"
 #include "ps/resender.h"
 #include "ps/send_schedule.h"
 #include "pskv/options.h"
@@ -66,6 +67,7 @@ class Node {
  public:
   using DataHandler = std::function<void(Message&&)>;
   using FailureHandler = std::function<void(std::exception_ptr)>;
+  using RangeTableHandler = std::function<void(const RangeTable&)>;
   using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportConfig&)>;
 
   /// `options.role` decides the role; ValidateForDistributed() is checked.
@@ -80,6 +82,9 @@ class Node {
   /// (control messages, e.g. barrier releases, wait behind it).
   void SetDataHandler(DataHandler h) { data_handler_ = std::move(h); }
   void AddFailureHandler(FailureHandler h);
+  /// Runs (on the receive thread, without the node's lock) each time a newer range
+  /// table is applied (replicated servers only: docs/fault-tolerance.md).
+  void AddRangeTableHandler(RangeTableHandler h);
 
   /// Registers and passes the start-up barrier. Throws TimeoutError (what is
   /// missing), NodeFailure, ProtocolError (refused) or IOError.
@@ -110,6 +115,13 @@ class Node {
   int num_workers() const { return options_.num_workers; }
   int num_servers() const { return options_.num_servers; }
   std::vector<int> ServerIds() const;
+  /// The servers still in the job: all of them, less those whose death the range
+  /// table survived.
+  std::vector<int> LiveServerIds() const;
+  /// The current range table; empty when PSKV_REPLICAS is 0 (or there is one server).
+  RangeTable range_table() const;
+  /// True when servers replicate their ranges, so a server's death is survived.
+  bool replicated() const { return replicated_; }
   std::vector<int> WorkerIds() const;
   const Options& options() const { return options_; }
   /// Hooks tests use to disturb this node (common/test_hooks.h): from the process's
@@ -156,6 +168,14 @@ class Node {
   /// `culprit`: the node id the failure blames (a dead peer), 0 if none.
   void Fail(std::exception_ptr e, int culprit = 0);
   void FailNode(int dead_id, const std::string& reason);
+  /// Scheduler, replicated job: server `dead_id` is gone; promotes its ranges'
+  /// replicas and publishes the table. False if some range has no copy left (then
+  /// `reason` names the ranges lost and the job fails).
+  bool SurviveServer(int dead_id, std::string* reason);
+  /// A kRangeTable from the scheduler.
+  void HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk);
+  /// Scheduler, mu_ held: releases barriers that a departure completed.
+  void ReleaseCompletedBarriers();
   bool IsResendable(Control c) const;
   /// Scheduler, mu_ held: logs barriers waiting longer than PSKV_STALL_WARNING,
   /// naming the nodes that have not arrived (backing off).
@@ -183,6 +203,12 @@ class Node {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::vector<FailureHandler> failure_handlers_;
+  std::vector<RangeTableHandler> range_handlers_;
+  // Replicated servers (PSKV_REPLICAS >= 1 and S >= 2): the range table and the
+  // servers that left it (dead, their ranges taken over).
+  bool replicated_ = false;
+  RangeTable ranges_;
+  std::set<int> departed_;
   std::exception_ptr failure_;
   std::map<int, NodeDesc> nodes_;        // the node table, by id
   std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)

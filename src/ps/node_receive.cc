@@ -93,6 +93,7 @@ void Node::Handle(Message&& m, uint64_t token) {
     case Control::kBarrierDone:
     case Control::kNodeFailed:
     case Control::kRefuse:
+    case Control::kRangeTable:
       if (sender != kSchedulerId) return drop("only the scheduler sends this");
       break;
     case Control::kRegister:
@@ -102,7 +103,9 @@ void Node::Handle(Message&& m, uint64_t token) {
       break;
     case Control::kData:
     case Control::kCredit: {
-      const bool ok = role() == Role::kServer   ? IsWorkerId(sender)
+      // Servers replicating their ranges also talk to each other.
+      const bool ok = role() == Role::kServer
+                          ? IsWorkerId(sender) || (replicated_ && IsServerId(sender))
                       : role() == Role::kWorker ? IsServerId(sender)
                                                 : false;
       if (!ok) return drop("data between these roles is not part of the protocol");
@@ -204,6 +207,9 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     }
     case Control::kAck:  // handled above
+      return;
+    case Control::kRangeTable:
+      if (role() != Role::kScheduler) HandleRangeTable(m, lk);
       return;
     case Control::kCredit:
       HandleCredit(sender, m.h.timestamp);

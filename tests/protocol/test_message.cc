@@ -200,6 +200,6 @@ TEST(Message, SchedulingFlagAndCreditControl) {
   H(g).flags = kRequest | 64;
   EXPECT_THROW(Decode(std::move(g)), ProtocolError);
   auto h = Encode(c);
-  H(h).control = static_cast<uint8_t>(Control::kCredit) + 1;
+  H(h).control = static_cast<uint8_t>(Control::kMaxControl) + 1;
   EXPECT_THROW(Decode(std::move(h)), ProtocolError);
 }

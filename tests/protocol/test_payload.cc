@@ -70,11 +70,15 @@ std::vector<std::string> AllPayloads() {
   RoundStatus st;
   st.deadlocks = {{5, "deadlock"}};
   st.lines = {"a", ""};
+  RangeTableData table;
+  table.version = 3;
+  table.ranges = {{9, {11}}, {11, {}}};
   return {EncodeNodeList({d}),      EncodeOptimizer(SampleOptimizer()),
           EncodeCompression(comp),  EncodeInitReport(rep),
           EncodeCheckInit({1, -2}), EncodeRoundStatus(st),
           EncodeStatesSize(77),     EncodeMode(true),
-          EncodeHasOptimizer(true), EncodeBarrierState(false)};
+          EncodeHasOptimizer(true), EncodeBarrierState(false),
+          EncodeRangeTable(table)};
 }
 
 }  // namespace

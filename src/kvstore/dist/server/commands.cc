@@ -57,7 +57,7 @@ std::string DistServer::SetCompression(const Call& c) {
 std::string DistServer::WorkerDone(const Call& c) {
   done_workers_.insert(c.sender);
   LeftBarrier(c.sender);
-  sparse_.WorkerDone(c.sender, &server_, [this](int id) { return WorkerName(id); });
+  sparse_.WorkerDone(c.sender, server_, [this](int id) { return WorkerName(id); });
   ForEachKey([&](int64_t key, KeyState& st) {
     if (st.round.NeedsPushFrom(c.sender))
       FailRound(st.round.Take(), {ErrorKind::kUsage,

@@ -14,7 +14,7 @@ void DistServer::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
   // Answered once all its keys' rounds completed (one key, or several: a fused
   // message of independent pushes).
   if (items.empty())
-    return server_.RespondError(req, ErrorKind::kInvalid, "a sync push without keys");
+    return server_->RespondError(req, ErrorKind::kInvalid, "a sync push without keys");
   LeftBarrier(req.sender);  // a push from a worker means it left any barrier it was in
   auto r = std::make_shared<RoundReq>();
   r->req = std::move(req);
@@ -28,6 +28,11 @@ void DistServer::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
     r->lens.push_back(it.len);
   }
   if (r->req.pull) r->done.resize(items.size());
+  const std::string& body = r->req.msg.body;
+  if (!body.empty() && body.size() == items.size() * sizeof(uint64_t)) {  // push counts
+    r->counts.resize(items.size());
+    std::memcpy(r->counts.data(), body.data(), body.size());
+  }
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < items.size(); ++i)
     JoinRound(items[i].key, *items[i].st, Waiter{r, i}, now);
@@ -39,8 +44,16 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_poin
   const int sender = w.r->req.sender;
   const uint64_t bytes = w.r->lens[w.index];
   const int workers = node_->num_workers();
+  if (!w.r->counts.empty()) {
+    // A push this key already holds (retried after a failover: its primary replicated
+    // the round but died before answering): answered from the value, not applied.
+    auto it = st.applied_push.find(sender);
+    if (it != st.applied_push.end() && w.r->counts[w.index] <= it->second)
+      return Finish(w, &st, nullptr);
+  }
   st.round.Join(sender, std::move(w), now);
   std::vector<Round::Entry> done;
+  std::vector<int> replicas;
   try {
     obs::StepScope obs_merge("merge", dist::KeyOf(key), bytes);  // [observe]
     st.round.Merge(node_->options().sum_in_arrival_order ? SumOrder::kArrival : SumOrder::kRank,
@@ -48,8 +61,15 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_poin
     if (!st.round.complete(workers)) return;  // answered when the round completes
     done = st.round.Take();
     obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
+    replicas = ReplicaTargets(done.front().push.r->req);
+    NDArray sum = replicas.empty() ? NDArray() : st.merge.Clone();  // ApplyRound may take it
+    const int64_t round = st.round.round();
     ApplyRound(key, st);
     st.round.Advance();
+    for (auto& x : done)
+      if (!x.push.r->counts.empty()) st.applied_push[x.sender] = x.push.r->counts[x.push.index];
+    if (!replicas.empty())
+      return Replicate(key, st, replicas, std::move(sum), round, std::move(done));
   } catch (const std::exception& e) {
     const Failure failure{KindOf(e), std::string("update failed: ") + e.what()};
     FailRound(done.empty() ? st.round.Take() : std::move(done), failure);
@@ -66,11 +86,21 @@ void DistServer::FailRound(std::vector<Round::Entry> pushes, const Failure& fail
 // One key of a sync request is done: `st` holds its new value, or null when its
 // round failed. The last key answers the request (one reply for all its keys).
 void DistServer::Finish(const Waiter& w, KeyState* st, const Failure* failure) {
+  if (!st) return FinishWith(w, nullptr, failure);
+  if (!w.r->req.pull) {  // nothing to answer with: no reference to take
+    const ReplyOwner none;
+    return FinishWith(w, &none, nullptr);
+  }
+  const ReplyOwner value{st->value, st->token};
+  FinishWith(w, &value, failure);
+}
+
+void DistServer::FinishWith(const Waiter& w, const ReplyOwner* value, const Failure* failure) {
   RoundReq& r = *w.r;
   {
     std::lock_guard<std::mutex> lk(r.mu);
-    if (st) {
-      if (r.req.pull) r.done[w.index] = {r.keys[w.index], ReplyOwner{st->value, st->token}};
+    if (value) {
+      if (r.req.pull) r.done[w.index] = {r.keys[w.index], *value};
     } else if (!r.failure) {
       r.failure = *failure;
     }
@@ -78,7 +108,7 @@ void DistServer::Finish(const Waiter& w, KeyState* st, const Failure* failure) {
   }
   try {
     if (r.failure)
-      server_.RespondError(r.req, r.failure->kind, r.failure->message);
+      server_->RespondError(r.req, r.failure->kind, r.failure->message);
     else
       ReplyValues(r.req, std::move(r.done));
   } catch (const std::exception& e) {

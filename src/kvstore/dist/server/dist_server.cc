@@ -40,13 +40,19 @@ std::function<void(KVRequest&&)> WithReplyDelay(std::chrono::milliseconds delay,
 }
 }  // namespace
 
-DistServer::DistServer(Node* node)
+DistServer::DistServer(Node* node) : DistServer(node, nullptr, -1, nullptr) {}
+
+DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* replicator)
     : node_(node),
-      server_(
-          node, [this](KVRequest&& r, KVServer*) { Handle(std::move(r)); },
-          [this](int sender, int head, const std::string& body) {
-            return Command(sender, head, body);
-          }),
+      own_server_(server ? nullptr
+                         : std::make_unique<KVServer>(
+                               node, [this](KVRequest&& r, KVServer*) { Handle(std::move(r)); },
+                               [this](int sender, int head, const std::string& body) {
+                                 return Command(sender, head, body);
+                               })),
+      server_(server ? server : own_server_.get()),
+      range_(range),
+      replicator_(replicator),
       reducer_(node->options().bigarray_bound, node->options().reduction_threads),
       serial_(INT64_MAX, 1),
       process_(WithReplyDelay(node->test_hooks().reply_delay,
@@ -134,9 +140,10 @@ void DistServer::Handle(KVRequest&& req) {
 void DistServer::Process(KVRequest&& req) {
   const Kind kind = dist::CmdKind(req.cmd);
   if (kind == Kind::kStates) return HandleStates(std::move(req));  // exclusive (Handle)
+  if (kind == Kind::kReplicate) return ApplyReplica(req);          // one key: on its shard
   if (IsSparse(kind)) return HandleSparse(std::move(req));         // one key: on its shard
   std::vector<Item> items;
-  if (auto bad = Validate(req, &items)) return server_.RespondError(req, bad->kind, bad->message);
+  if (auto bad = Validate(req, &items)) return server_->RespondError(req, bad->kind, bad->message);
   if (kind == Kind::kInit) return ApplyInit(req, items);
   if (req.push && sync_) return JoinRounds(std::move(req), items);
   ApplyAsync(req, items);
@@ -155,6 +162,7 @@ void DistServer::ApplyInit(const KVRequest& req, const std::vector<Item>& items)
     at->second.next = after == keys.end() ? nullptr : &after->second;
     if (at != keys.begin()) std::prev(at)->second.next = &at->second;
   }
+  if (auto to = ReplicaTargets(req); !to.empty()) return ForwardInit(req, to);
   Reply(req, {});
 }
 
@@ -183,7 +191,7 @@ void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items
       } catch (const std::exception& e) {
         // Sizes were validated; an optimizer failure here is a broken state (e.g.
         // states loaded for another model) and is reported as such.
-        return server_.RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+        return server_->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
       }
       st.round.Advance();
     }
@@ -198,9 +206,9 @@ void DistServer::HandleSparse(KVRequest&& req) {
   int64_t key = 0;
   if (!IsValidDType(dist::CmdDType(req.cmd)) || m.num_keys() != 1 ||
       !Range().WireKeyOf(m.key_ptr()[0], &key) || dist::ChunkOf(key) != 0)
-    return server_.RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
+    return server_->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse request");
   if (FindKey(key))  // on the key's shard (a one-key request) or exclusively
-    return server_.RespondError(
+    return server_->RespondError(
         req, ErrorKind::kUsage,
         "key " + std::to_string(dist::KeyOf(key)) +
             " is dense (storage type default): a row_sparse request for it mixes storage "
@@ -212,7 +220,7 @@ void DistServer::HandleSparse(KVRequest&& req) {
   ctx.done_workers = &done_workers_;
   ctx.worker_name = [this](int id) { return WorkerName(id); };
   if (req.push && sync_) LeftBarrier(req.sender);
-  sparse_.Handle(key, std::move(req), &server_, ctx);
+  sparse_.Handle(key, std::move(req), server_, ctx);
 }
 
 void DistServer::Reply(const KVRequest& req,
@@ -231,12 +239,12 @@ void DistServer::ReplyValues(const KVRequest& req,
   // (per-peer bytes are counted by the KV layer, for every request)
   obs::StepScope obs_step("reply", keys.size() == 1 ? dist::KeyOf(keys[0].first) : -1, obs_bytes);
   if (!req.pull || keys.empty()) {
-    server_.Respond(req);
+    server_->Respond(req);
     return;
   }
   std::vector<uint64_t> ks(keys.size()), lens(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    ks[i] = dist::PsKey(keys[i].first, node_->rank(), node_->num_servers());
+    ks[i] = dist::PsKey(keys[i].first, RangeIndex(), node_->num_servers());
     lens[i] = keys[i].second.value.nbytes();
   }
   Frame f;
@@ -253,7 +261,7 @@ void DistServer::ReplyValues(const KVRequest& req,
         std::move(pieces),
         std::make_shared<std::vector<std::pair<int64_t, ReplyOwner>>>(std::move(keys)));
   }
-  server_.Respond(req, ks, std::move(f), lens);
+  server_->Respond(req, ks, std::move(f), lens);
 }
 
 }  // namespace pskv

@@ -44,6 +44,17 @@
 //
 // row_sparse keys live in sparse_ (sparse_server.h), never in keys_: their requests
 // carry one key, so they run on that key's shard like any one-shard request.
+//
+// Replicated servers (PSKV_REPLICAS >= 1, docs/fault-tolerance.md): a DistServer
+// holds one key range (its `range`); a server process runs one per range it holds,
+// as primary or replica (ReplicaHost, replicated_server.h), sharing its KVServer.
+// As primary, a completed dense sync round is sent to the range's replicas as the
+// round's sum (kReplicate, replica_rounds.cc), and the round's pushes are answered
+// only when every replica acknowledged it; an init is forwarded the same way. A
+// replica applies the sum with the same code (same bits). Each key remembers, per
+// worker, the count of its last applied push (sent by the worker, kv_app.h), so a
+// push retried after a failover that the state already holds is answered from the
+// value, never applied twice.
 #pragma once
 
 #include <chrono>
@@ -59,6 +70,7 @@
 #include <vector>
 
 #include "kvstore/compression.h"
+#include "kvstore/dist/server/replication.h"
 #include "kvstore/dist/server/rounds.h"
 #include "kvstore/dist/server/shard_pool.h"
 #include "kvstore/dist/server/sparse_server.h"
@@ -77,7 +89,18 @@ class DistServer {
  public:
   /// Installs itself as `node`'s request handler; call before node->Start().
   explicit DistServer(Node* node);
+  /// One key range (`range`) of a replicated server: requests come from `host`
+  /// (HandleRequest, RunCommand), which owns `server`; `replicator` sends this
+  /// range's rounds to its replicas. Call once the node has started.
+  DistServer(Node* node, KVServer* server, int range, Replicator* replicator);
   ~DistServer();
+
+  /// A hosted instance's request (the host's KVServer handler).
+  void HandleRequest(KVRequest&& req) { Handle(std::move(req)); }
+  /// A hosted instance's command; returns the reply body.
+  std::string RunCommand(int sender, int head, const std::string& body) {
+    return Command(sender, head, body);
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -92,7 +115,8 @@ class DistServer {
     KVRequest req;
     std::vector<int64_t> keys;  // wire keys, in message order
     std::vector<uint64_t> offs, lens;
-    std::mutex mu;  // guards the fields below (keys of several shards complete it)
+    std::vector<uint64_t> counts;  // per key: the worker's push count (replicated; else empty)
+    std::mutex mu;                 // guards the fields below (keys of several shards complete it)
     size_t left = 0;
     // Per key of a push-pull, once its round completed: the value the answer points at
     // (no copy; its token makes a later update of the key copy the value first, Detach).
@@ -111,6 +135,8 @@ class DistServer {
     Round round;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
     int64_t wire_key = 0;                                   // (store id << 32) | key
+    // Replicated: per worker id, the push count of its last push applied to this key.
+    std::map<int, uint64_t> applied_push;
     // The state of the next key in its shard's map (keys are never removed): the keys
     // of a request ascend, so this finds the next one without a tree search.
     KeyState* next = nullptr;
@@ -157,7 +183,9 @@ class DistServer {
   Optimizer* OptimizerOf(int64_t wire_key) const;
   std::string WorkerName(int id) const;
   /// This server's keys (its rank is known once the node started).
-  KeyRange Range() const { return KeyRange(node_->rank(), node_->num_servers()); }
+  KeyRange Range() const { return KeyRange(RangeIndex(), node_->num_servers()); }
+  /// The key range this instance holds: its own for a plain server.
+  int RangeIndex() const { return range_ >= 0 ? range_ : node_->rank(); }
   /// Worker `id` is not (or no longer) in Barrier().
   void LeftBarrier(int id);
 
@@ -181,6 +209,21 @@ class DistServer {
   void ApplyRound(int64_t key, KeyState& st);
   /// One key of a round request is done: `st` holds its value, or null with `failure`.
   void Finish(const Waiter& w, KeyState* st, const Failure* failure);
+  /// The same with the value to answer (null with `failure`).
+  void FinishWith(const Waiter& w, const ReplyOwner* value, const Failure* failure);
+
+  // ---- replication (replica_rounds.cc)
+  /// The servers to copy this range's changes to: none unless this instance is
+  /// hosted and `req` came from a worker.
+  std::vector<int> ReplicaTargets(const KVRequest& req) const;
+  /// Primary: sends round `round` of `key` (its sum, before it was applied) and the
+  /// pushes' counts to `to`; answers `done` once every one acknowledged.
+  void Replicate(int64_t key, KeyState& st, const std::vector<int>& to, NDArray sum, int64_t round,
+                 std::vector<Round::Entry> done);
+  /// Replica: applies a kReplicate request (a round's sum) and acknowledges it.
+  void ApplyReplica(const KVRequest& req);
+  /// Primary: `req` (an init, applied here) sent on to `to`; answered when they did.
+  void ForwardInit(const KVRequest& req, const std::vector<int>& to);
   void FailRound(std::vector<Round::Entry> pushes, const Failure& failure);
 
   // ---- commands (commands.cc; states.cc; inspect.cc)
@@ -202,9 +245,12 @@ class DistServer {
   void Inspect(Clock::time_point now);
 
   Node* node_;
-  KVServer server_;
-  Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
-  Reducer serial_;   // no pool: for work already running on reducer_'s pool
+  std::unique_ptr<KVServer> own_server_;  // a plain server's (null when hosted)
+  KVServer* server_;
+  int range_ = -1;                    // hosted: the range held; -1: the node's rank
+  Replicator* replicator_ = nullptr;  // hosted only
+  Reducer reducer_;                   // its pool is shared by the shards (calls are serialised)
+  Reducer serial_;                    // no pool: for work already running on reducer_'s pool
   bool sync_ = false;
   // Keys are wire keys: (store id << 32) | key (dist_protocol.h); one optimizer
   // per store of the worker processes (store 0 for single-store jobs).

@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "kvstore/dist/server/dist_server.h"
+#include "kvstore/dist/server/replicated_server.h"
 #include "ps/node.h"
 
 namespace pskv {
@@ -12,7 +13,11 @@ int RunServerOrScheduler(const Options& options) {
   try {
     Node node(options);
     std::unique_ptr<DistServer> server;
-    if (options.role == Role::kServer) server = std::make_unique<DistServer>(&node);
+    std::unique_ptr<ReplicaHost> host;  // replicated servers (PSKV_REPLICAS)
+    if (options.role == Role::kServer && node.replicated())
+      host = std::make_unique<ReplicaHost>(&node);
+    else if (options.role == Role::kServer)
+      server = std::make_unique<DistServer>(&node);
     node.Start();
     node.Finalize(std::chrono::milliseconds(0));
     return 0;

@@ -25,7 +25,7 @@ std::string DistServer::StatesSize(const Call& c) {
 // In an exclusive section (Handle).
 void DistServer::HandleStates(KVRequest&& req) {
   const Message& m = req.msg;
-  auto fail = [&](ErrorKind k, const std::string& msg) { server_.RespondError(req, k, msg); };
+  auto fail = [&](ErrorKind k, const std::string& msg) { server_->RespondError(req, k, msg); };
   // The request's key is the store's key 0 (WireKey(store, 0)): it names the store.
   int64_t key = 0;
   if (m.num_keys() != 1 || !Range().WireKeyOf(m.key_ptr()[0], &key) ||
@@ -44,7 +44,7 @@ void DistServer::HandleStates(KVRequest&& req) {
     f.data = snap->data();
     f.size = snap->size();
     f.owner = snap;
-    return server_.Respond(req, {m.key_ptr()[0]}, std::move(f), {snap->size()});
+    return server_->Respond(req, {m.key_ptr()[0]}, std::move(f), {snap->size()});
   }
   std::string blob(m.h.vals_len, '\0');
   m.CopyVals(0, m.h.vals_len, blob.data());
@@ -68,7 +68,7 @@ void DistServer::HandleStates(KVRequest&& req) {
                     "(PSKV_SERVER_WEIGHTS) does not fit: load it with the settings it was "
                     "saved with)");
   }
-  server_.Respond(req);
+  server_->Respond(req);
 }
 
 }  // namespace pskv

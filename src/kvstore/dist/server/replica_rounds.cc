@@ -1,0 +1,139 @@
+// DistServer: copying a range's changes to its replicas, and applying them there
+// (dist_server.h, "Replicated servers"; docs/fault-tolerance.md).
+#include <cstring>
+
+#include "common/byte_io.h"
+#include "common/logging.h"
+#include "kvstore/dist/server/dist_server.h"
+#include "kvstore/dist_protocol.h"
+
+namespace pskv {
+
+using dist::Kind;
+
+std::vector<int> DistServer::ReplicaTargets(const KVRequest& req) const {
+  // Only a worker's request is copied on: what a primary sends is applied, not sent
+  // on again.
+  if (!replicator_ || !IsWorkerId(req.sender)) return {};
+  return replicator_->Targets(RangeIndex());
+}
+
+void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to, NDArray sum,
+                           int64_t round, std::vector<Round::Entry> done) {
+  ByteWriter body;
+  body.Put<int64_t>(round);
+  for (auto& x : done) {
+    body.Put<int32_t>(x.sender);
+    body.Put<uint64_t>(x.push.r->counts.empty() ? 0 : x.push.r->counts[x.push.index]);
+  }
+  Message m;
+  m.h.flags = kPush;
+  m.h.head = dist::MakeCmd(Kind::kReplicate, sum.dtype());
+  m.h.num_keys = 1;
+  m.h.vals_len = sum.nbytes();
+  m.keys = U64Frame({dist::PsKey(key, RangeIndex(), node_->num_servers())});
+  m.lens = U64Frame({sum.nbytes()});
+  auto owner = std::make_shared<NDArray>(std::move(sum));
+  m.vals = Frame::Of(owner->raw(), owner->nbytes(), owner);
+  m.body = body.Take();
+  // Answered with the value the round produced (held here: the key's shard may
+  // update it again only after these pushes were answered).
+  auto value = std::make_shared<ReplyOwner>(ReplyOwner{st.value, st.token});
+  auto pushes = std::make_shared<std::vector<Round::Entry>>(std::move(done));
+  replicator_->Send(to, std::move(m), [this, value, pushes](std::exception_ptr e) {
+    if (!e) {
+      for (auto& x : *pushes) FinishWith(x.push, value.get(), nullptr);
+      return;
+    }
+    Failure failure{ErrorKind::kIO, "replication failed"};
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      failure = {KindOf(ex), std::string("replication failed: ") + ex.what()};
+    }
+    for (auto& x : *pushes) FinishWith(x.push, nullptr, &failure);
+  });
+}
+
+void DistServer::ApplyReplica(const KVRequest& req) {
+  const Message& m = req.msg;
+  auto fail = [&](const std::string& why) {
+    server_->RespondError(req, ErrorKind::kInvalid, "replication: " + why);
+  };
+  int64_t key = 0;
+  if (!IsServerId(req.sender) || m.num_keys() != 1 || !Range().WireKeyOf(m.key_ptr()[0], &key))
+    return fail("malformed request");
+  KeyState* st = FindKey(key);
+  if (!st) return fail("key " + std::to_string(dist::KeyOf(key)) + " is not held here");
+  const int dt = dist::CmdDType(req.cmd);
+  if (!IsValidDType(dt) || m.len_ptr()[0] % DTypeSize(static_cast<DType>(dt)) ||
+      static_cast<int64_t>(m.len_ptr()[0] / DTypeSize(static_cast<DType>(dt))) != st->value.size())
+    return fail("a sum of another size");
+  ByteReader r(m.body.data(), m.body.size(), "replicated round");
+  int64_t round = 0;
+  std::vector<std::pair<int, uint64_t>> counts;
+  try {
+    round = r.Get<int64_t>();
+    while (r.remaining() > 0) {
+      const int id = r.Get<int32_t>();
+      counts.emplace_back(id, r.Get<uint64_t>());
+    }
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  // Rounds arrive in order: the primary sends round r + 1 only after this replica
+  // acknowledged round r. A round already held is acknowledged again (a new primary
+  // re-sending it), never applied twice.
+  if (round < st->round.round()) return server_->Respond(req);
+  if (round > st->round.round())
+    return fail("round " + std::to_string(round) + " of key " + std::to_string(dist::KeyOf(key)) +
+                " before round " + std::to_string(st->round.round()));
+  st->merge = NDArray({st->value.size()}, static_cast<DType>(dt));
+  m.CopyVals(0, m.len_ptr()[0], static_cast<char*>(st->merge.raw()));
+  try {
+    ApplyRound(key, *st);
+  } catch (const std::exception& e) {
+    return server_->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+  }
+  st->round.Advance();
+  for (auto& [id, count] : counts)
+    if (count) st->applied_push[id] = count;
+  server_->Respond(req);
+}
+
+void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
+  const Message& in = req.msg;
+  Message m;
+  m.h.flags = kPush;
+  m.h.head = req.cmd;
+  m.h.num_keys = in.h.num_keys;
+  m.h.vals_len = in.h.vals_len;
+  m.keys = in.keys;
+  m.lens = in.lens;
+  auto chunks = std::make_shared<std::vector<Frame>>(in.chunks);
+  std::vector<Frame::Piece> pieces;
+  for (auto& c : *chunks) pieces.push_back({c.data, c.size});
+  if (!pieces.empty()) m.vals = Frame::Gather(std::move(pieces), chunks);
+  auto answer = std::make_shared<KVRequest>();
+  answer->sender = req.sender;
+  answer->timestamp = req.timestamp;
+  answer->cmd = req.cmd;
+  answer->priority = req.priority;
+  answer->push = req.push;
+  answer->pull = req.pull;
+  answer->received_us = req.received_us;
+  replicator_->Send(to, std::move(m), [this, answer](std::exception_ptr e) {
+    try {
+      if (!e) return server_->Respond(*answer);
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        server_->RespondError(*answer, KindOf(ex), std::string("replication failed: ") + ex.what());
+      }
+    } catch (const std::exception& ex) {
+      PSKV_WARN(node_->Tag() << ": " << ex.what());
+    }
+  });
+}
+
+}  // namespace pskv

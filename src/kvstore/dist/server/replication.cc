@@ -1,0 +1,97 @@
+// Replicator (dist/server/replication.h).
+#include "kvstore/dist/server/replication.h"
+
+#include "common/logging.h"
+#include "ps/kv_app.h"
+
+namespace pskv {
+
+Replicator::Replicator(Node* node) : node_(node), table_(node->range_table()) {
+  node_->AddRangeTableHandler([this](const RangeTable& t) { OnRangeTable(t); });
+  node_->AddFailureHandler([this](std::exception_ptr e) { OnFailure(e); });
+}
+
+std::vector<int> Replicator::Targets(int range) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<int> out;
+  if (range < 0 || range >= table_.num_ranges()) return out;
+  const int self = node_->id();
+  if (table_.Primary(range) != self) out.push_back(table_.Primary(range));
+  for (int id : table_.Replicas(range))
+    if (id != self) out.push_back(id);
+  return out;
+}
+
+size_t Replicator::Pending() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return pending_.size();
+}
+
+void Replicator::Send(const std::vector<int>& to, Message m, Done done) {
+  if (to.empty()) return done(nullptr);
+  uint64_t ts;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ts = next_ts_++;
+    Request r;
+    r.waiting.insert(to.begin(), to.end());
+    r.done = std::move(done);
+    pending_.emplace(ts, std::move(r));
+  }
+  m.h.flags |= kRequest;
+  m.h.timestamp = ts;
+  for (int id : to) {
+    try {
+      node_->Send(id, m);
+    } catch (const std::exception& e) {
+      // A replica that is gone is dropped by the next range table; the job's failure
+      // fails every request (OnFailure).
+      PSKV_WARN(node_->Tag() << ": replication to " << node_->NodeName(id) << ": " << e.what());
+    }
+  }
+}
+
+void Replicator::OnReply(Message&& m) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = pending_.find(m.h.timestamp);
+  if (it == pending_.end() || !it->second.waiting.erase(m.h.sender)) return;  // duplicate
+  if ((m.h.flags & kError) && !it->second.error)
+    it->second.error = MakeError(static_cast<ErrorKind>(m.h.head),
+                                 "replica " + node_->NodeName(m.h.sender) + ": " + m.body);
+  FinishReady(lk);
+}
+
+void Replicator::OnRangeTable(const RangeTable& t) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!table_.Apply(t)) return;
+  for (auto& [ts, r] : pending_)
+    for (auto it = r.waiting.begin(); it != r.waiting.end();)
+      it = table_.Holds(*it) ? std::next(it) : r.waiting.erase(it);
+  FinishReady(lk);
+}
+
+void Replicator::OnFailure(std::exception_ptr e) {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (auto& [ts, r] : pending_) {
+    r.waiting.clear();
+    if (!r.error) r.error = e;
+  }
+  FinishReady(lk);
+}
+
+void Replicator::FinishReady(std::unique_lock<std::mutex>& lk) {
+  std::vector<Request> ready;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.waiting.empty()) {
+      ready.push_back(std::move(it->second));
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  lk.unlock();
+  for (auto& r : ready) r.done(r.error);
+  lk.lock();
+}
+
+}  // namespace pskv

@@ -1,0 +1,61 @@
+// Replicator: a primary server's requests to the replicas of its key ranges, and
+// their answers (docs/fault-tolerance.md, "Replication on the servers").
+//
+// Send() sends one request to several replicas and runs its `done` exactly once:
+// when every one answered (an error answer makes it an error), or with the job's
+// failure. A replica that leaves the job (a newer range table no longer lists it)
+// counts as having answered: the range goes on without it. Which servers replicate
+// a range comes from the node's range table (ps/range_table.h).
+//
+// Threads: Send from any thread (the shard threads); answers, range tables and the
+// job's failure arrive on the node's receive thread. `done` runs without the lock.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "ps/node.h"
+
+namespace pskv {
+
+class Replicator {
+ public:
+  using Done = std::function<void(std::exception_ptr)>;
+  /// Subscribes to `node`'s range tables and failure; call before node->Start().
+  explicit Replicator(Node* node);
+
+  /// The servers other than this one that hold a copy of `range` (its primary and
+  /// replicas, less this node and servers that left).
+  std::vector<int> Targets(int range) const;
+  /// Sends request `m` to each of `to`; `done` runs once, as above.
+  void Send(const std::vector<int>& to, Message m, Done done);
+  /// An answer to one of our requests (the KVServer's reply handler).
+  void OnReply(Message&& m);
+  /// Requests in flight.
+  size_t Pending() const;
+
+ private:
+  struct Request {
+    std::set<int> waiting;  // servers that have not answered
+    std::exception_ptr error;
+    Done done;
+  };
+  void OnRangeTable(const RangeTable& t);
+  void OnFailure(std::exception_ptr e);
+  /// Runs the done of every request that waits for nobody (mu_ held on entry, taken
+  /// again on return).
+  void FinishReady(std::unique_lock<std::mutex>& lk);
+
+  Node* node_;
+  mutable std::mutex mu_;
+  RangeTable table_;
+  uint64_t next_ts_ = 1;
+  std::map<uint64_t, Request> pending_;
+};
+
+}  // namespace pskv

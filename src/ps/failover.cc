@@ -1,0 +1,107 @@
+// Node, part 5: surviving a server's death when servers replicate their key ranges
+// (docs/fault-tolerance.md). The scheduler promotes replicas in its range table
+// (ps/range_table.h) and publishes it (kRangeTable); every node applies the newer
+// table, counts the dead server out of barriers and commands, and tells its range
+// table handlers (the KV layer re-routes requests, servers take over ranges).
+#include <algorithm>
+
+#include "common/logging.h"
+#include "ps/node.h"
+#include "pskv/error.h"
+
+namespace pskv {
+
+void Node::AddRangeTableHandler(RangeTableHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  range_handlers_.push_back(std::move(h));
+}
+
+RangeTable Node::range_table() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return ranges_;
+}
+
+std::vector<int> Node::LiveServerIds() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<int> v;
+  for (int id : ServerIds())
+    if (!departed_.count(id)) v.push_back(id);
+  return v;
+}
+
+bool Node::SurviveServer(int dead_id, std::string* reason) {
+  std::vector<RangeTableHandler> handlers;
+  RangeTable table;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failure_ || finished_) return false;
+    if (departed_.count(dead_id)) return true;  // handled already
+    RangeTable next = ranges_;
+    const auto removal = next.Remove(dead_id);
+    if (!removal.lost.empty()) {
+      std::string lost;
+      for (int r : removal.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+      *reason += " (no live copy left of key range" +
+                 std::string(removal.lost.size() > 1 ? "s " : " ") + lost + ")";
+      return false;
+    }
+    ranges_ = next;
+    departed_.insert(dead_id);
+    held_.erase(dead_id);
+    schedule_.Forget(dead_id);
+    for (auto& [group, arrived] : barrier_arrived_) arrived.erase(dead_id);
+    PSKV_WARN(Tag() << ": " << *reason
+                    << "; its key ranges continue on their replicas: " << ranges_.Describe());
+    const std::string body = payload::EncodeRangeTable(ranges_.ToData());
+    for (auto& [id, d] : nodes_) {
+      if (id == kSchedulerId || departed_.count(id)) continue;
+      try {
+        SendControl(id, Control::kRangeTable, 0, body);
+      } catch (...) {
+      }
+    }
+    ReleaseCompletedBarriers();
+    handlers = range_handlers_;
+    table = ranges_;
+  }
+  liveness_.Forget(dead_id);
+  resender_.Forget(dead_id);
+  for (auto& h : handlers) h(table);
+  return true;
+}
+
+void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) {
+  if (!replicated_) return;
+  RangeTable next;
+  try {
+    next = RangeTable::FromData(payload::DecodeRangeTable(m.body), options_.num_servers);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "range table", "WARN", Tag() << ": dropped: " << e.what());
+    return;
+  }
+  if (!ranges_.Apply(next)) return;  // not newer
+  std::vector<int> gone;
+  for (int id : ServerIds())
+    if (!ranges_.Holds(id) && departed_.insert(id).second) gone.push_back(id);
+  for (int id : gone) {
+    held_.erase(id);
+    schedule_.Forget(id);
+  }
+  if (options_.verbose >= 1) PSKV_INFO(Tag() << ": range table " << ranges_.Describe());
+  auto handlers = range_handlers_;
+  RangeTable table = ranges_;
+  lk.unlock();
+  for (int id : gone) {
+    liveness_.Forget(id);
+    resender_.Forget(id);
+  }
+  for (auto& h : handlers) h(table);
+}
+
+void Node::ReleaseCompletedBarriers() {
+  for (auto& [group, arrived] : barrier_arrived_)
+    if (!arrived.empty() && static_cast<int>(arrived.size()) >= GroupSize(group))
+      HandleBarrier(*arrived.begin(), group);
+}
+
+}  // namespace pskv

@@ -1,0 +1,178 @@
+// Lose a server, lose nothing (docs/fault-tolerance.md): a dist_sync job with
+// PSKV_REPLICAS=1, real processes over real ZeroMQ, one server killed with SIGKILL at
+// a chosen round; the job finishes and every worker's final weights are bitwise-equal
+// to the undisturbed job's (rank-order sums, Adam with weight decay and a schedule, a
+// key sliced over both servers and cut into chunks, fused small keys).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "support/proc.h"
+#include "support/test_util.h"
+
+using namespace pskv::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kRounds = 12;
+
+struct Run {
+  std::string dir, log;
+  pid_t scheduler = 0;
+  std::vector<pid_t> servers, workers;
+};
+
+std::map<std::string, std::string> Env(int port, const std::string& role, int replicas) {
+  return {{"DMLC_ROLE", role},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+          {"DMLC_NUM_SERVER", "2"},
+          {"DMLC_NUM_WORKER", "2"},
+          {"PSKV_REPLICAS", std::to_string(replicas)},
+          {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
+          {"PSKV_WIRE_CHUNK_BYTES", "262144"},
+          // Fast detection of the silent (killed) server.
+          {"PS_HEARTBEAT_INTERVAL", "0.2"},
+          {"PS_HEARTBEAT_TIMEOUT", "1.5"},
+          {"PSKV_TIMEOUT", "60"}};
+}
+
+Run Start(const std::string& name, int reply_delay_ms, int replicas) {
+  Run j;
+  j.dir = (std::filesystem::temp_directory_path() /
+           ("pskv_failover_" + name + "_" + std::to_string(::getpid())))
+              .string();
+  std::filesystem::remove_all(j.dir);
+  std::filesystem::create_directories(j.dir);
+  j.log = j.dir + "/log";
+  const int port = FreePort();
+  j.scheduler = Spawn({PSKV_SERVER}, Env(port, "scheduler", replicas), j.log);
+  for (int s = 0; s < 2; ++s) {
+    auto env = Env(port, "server", replicas);
+    env["DMLC_TASK_ID"] = std::to_string(s);
+    if (reply_delay_ms) env["PSKV_TEST_REPLY_DELAY"] = std::to_string(reply_delay_ms);
+    j.servers.push_back(Spawn({PSKV_SERVER}, env, j.log));
+  }
+  for (int w = 0; w < 2; ++w)
+    j.workers.push_back(Spawn({FAILOVER_WORKER, std::to_string(kRounds), j.dir},
+                              Env(port, "worker", replicas), j.log));
+  return j;
+}
+
+void Stop(const Run& j) {
+  std::vector<pid_t> all = {j.scheduler};
+  all.insert(all.end(), j.servers.begin(), j.servers.end());
+  all.insert(all.end(), j.workers.begin(), j.workers.end());
+  for (pid_t p : all) {
+    ::kill(-p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs the job; kills server `victim` (-1: none) once worker 0 finished round
+// `after`; returns each worker's final weights (empty on failure, with the test failed).
+std::vector<std::string> RunJob(const std::string& name, int victim, int after,
+                                int reply_delay_ms = 0, double* stall_ms = nullptr,
+                                int replicas = 1) {
+  Run j = Start(name, reply_delay_ms, replicas);
+  std::vector<std::string> weights;
+  if (victim >= 0) {
+    if (!WaitFile(j.dir + "/w0.r" + std::to_string(after), 60s)) {
+      ADD_FAILURE() << "round " << after << " never finished; log:\n" << ReadFile(j.log);
+      Stop(j);
+      return {};
+    }
+    ::kill(j.servers[static_cast<size_t>(victim)], SIGKILL);
+  }
+  for (size_t w = 0; w < j.workers.size(); ++w) {
+    auto st = WaitExit(j.workers[w], 90s);
+    if (!st || *st != 0) {
+      ADD_FAILURE() << name << ": worker " << w << " "
+                    << (st ? "exited " + std::to_string(*st) : std::string("hung")) << "; log:\n"
+                    << ReadFile(j.log);
+      Stop(j);
+      return {};
+    }
+    weights.push_back(Slurp(j.dir + "/w" + std::to_string(w) + ".weights"));
+  }
+  // The rest of the job ends too: the scheduler and the surviving servers exit 0.
+  std::vector<pid_t> rest = {j.scheduler};
+  for (size_t s = 0; s < j.servers.size(); ++s)
+    if (static_cast<int>(s) != victim) rest.push_back(j.servers[s]);
+  for (pid_t p : rest) {
+    auto st = WaitExit(p, 30s);
+    EXPECT_TRUE(st.has_value() && *st == 0)
+        << name << ": pid " << p << " " << (st ? std::to_string(*st) : "hung") << "; log:\n"
+        << ReadFile(j.log);
+  }
+  if (stall_ms) {  // the slowest round of worker 0: the one the kill stalled
+    std::ifstream t(j.dir + "/w0.times");
+    double ms = 0, worst = 0;
+    while (t >> ms) worst = std::max(worst, ms);
+    *stall_ms = worst;
+  }
+  Stop(j);
+  std::filesystem::remove_all(j.dir);
+  return weights;
+}
+
+const std::vector<std::string>& Undisturbed() {
+  static const std::vector<std::string> w = RunJob("undisturbed", -1, 0);
+  return w;
+}
+
+void ExpectEqualWeights(const std::vector<std::string>& got, const std::string& what) {
+  const auto& want = Undisturbed();
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(got.size(), 2u) << what;
+  EXPECT_EQ(want[0], want[1]) << "the workers of the undisturbed job disagree";
+  for (size_t w = 0; w < 2; ++w) {
+    ASSERT_EQ(got[w].size(), want[w].size()) << what;
+    EXPECT_TRUE(got[w] == want[w])
+        << what << ": worker " << w << "'s final weights differ from the undisturbed job's";
+  }
+}
+
+}  // namespace
+
+// Between rounds (the workers are computing the next gradients), each server.
+TEST(Failover, KillServerBetweenRoundsLosesNothing) {
+  for (int victim : {1, 0}) {
+    double stall = 0;
+    auto w = RunJob("between" + std::to_string(victim), victim, 3 + victim, 0, &stall);
+    ExpectEqualWeights(w, "server " + std::to_string(victim) + " killed after round " +
+                              std::to_string(3 + victim));
+    std::printf("[ stall ] kill of server %d: slowest round %.0f ms (heartbeat timeout 1.5 s)\n",
+                victim, stall);
+  }
+}
+
+// Inside rounds: every request waits 30 ms in the servers, so the kill lands while
+// pushes, merges, replication or pulls are in flight (push-pull and push-then-pull
+// rounds alternate).
+TEST(Failover, KillServerInsideRoundsLosesNothing) {
+  int n = 0;
+  for (int victim : {0, 1})
+    for (int after : {2, 5}) {
+      auto w = RunJob("inside" + std::to_string(n++), victim, after, 30);
+      ExpectEqualWeights(w, "server " + std::to_string(victim) + " killed during round " +
+                                std::to_string(after + 1));
+    }
+}
+
+// The undisturbed job with replicas gives the bits of the job without (replication
+// never changes a value).
+TEST(Failover, ReplicasDoNotChangeTheResult) {
+  ExpectEqualWeights(RunJob("unreplicated", -1, 0, 0, nullptr, 0), "PSKV_REPLICAS=0");
+}
