@@ -149,7 +149,8 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     } else {
       req.num_parts = msgs.size();
       for (size_t p = 0; p < parts.size(); ++p) req.waiting.emplace(ts + p, std::move(parts[p]));
-      if (ahead > 0 && msgs.size() > 1 && !replicated_) req.pacer = std::make_unique<PushPacer>(ahead);
+      if (ahead > 0 && msgs.size() > 1 && !replicated_)
+        req.pacer = std::make_unique<PushPacer>(ahead);
       for (size_t p = 0; req.pacer && p < msgs.size(); ++p) {
         auto& [to, m] = msgs[p];
         if (req.pacer->Add(p, to, m.h.vals_len)) continue;

@@ -6,8 +6,8 @@
 // folder) and is created by CreateTransport(kind): this core never includes a
 // backend's header. shm/ and tcp/ are data paths plugged into upgrade/
 // (upgrade/data_path.h), not transports; fault/ wraps any transport
-// (CreateFaultTransport, for tests). Contract every backend meets (tests/transport/test_transport.cc
-// runs the same suite against each):
+// (CreateFaultTransport, for tests). Contract every backend meets
+// (tests/transport/test_transport.cc runs the same suite against each):
 //  * Bind() once, before anything else; it returns the "host:port" bound.
 //  * Connect(peer, endpoint, token) may be called again for the same peer with a
 //    new endpoint; `token` is the identity the peer will have to prove (the
