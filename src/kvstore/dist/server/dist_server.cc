@@ -141,7 +141,11 @@ void DistServer::Process(KVRequest&& req) {
   const Kind kind = dist::CmdKind(req.cmd);
   if (kind == Kind::kStates) return HandleStates(std::move(req));  // exclusive (Handle)
   if (kind == Kind::kReplicate) return ApplyReplica(req);          // one key: on its shard
-  if (IsSparse(kind)) return HandleSparse(std::move(req));         // one key: on its shard
+  if (IsSparse(kind)) {
+    if (replicator_)  // a replica would keep stale rows: refuse rather than diverge
+      return server_->RespondError(req, ErrorKind::kUsage, NotReplicated("row_sparse keys"));
+    return HandleSparse(std::move(req));  // one key: on its shard
+  }
   std::vector<Item> items;
   if (auto bad = Validate(req, &items)) return server_->RespondError(req, bad->kind, bad->message);
   if (kind == Kind::kInit) return ApplyInit(req, items);

@@ -81,6 +81,15 @@
 
 namespace pskv {
 
+/// The refusal of what replicated servers (PSKV_REPLICAS > 0) do not copy to their
+/// replicas yet (docs/fault-tolerance.md): `what` is not replicated.
+inline std::string NotReplicated(const std::string& what) {
+  return what +
+         " with PSKV_REPLICAS > 0 is not supported yet (its state would not reach the "
+         "replicas, and a promoted replica would serve stale values): set PSKV_REPLICAS=0 for this "
+         "job (docs/fault-tolerance.md)";
+}
+
 /// Received value bytes as an NDArray of `t`: a view, or a copy if `data` is not
 /// aligned for `t`.
 NDArray ValueView(const char* data, uint64_t bytes, DType t);

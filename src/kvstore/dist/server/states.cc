@@ -46,6 +46,8 @@ void DistServer::HandleStates(KVRequest&& req) {
     f.owner = snap;
     return server_->Respond(req, {m.key_ptr()[0]}, std::move(f), {snap->size()});
   }
+  // A load reaches the primary only: its replicas would keep other states.
+  if (replicator_) return fail(ErrorKind::kUsage, NotReplicated("loading optimizer states"));
   std::string blob(m.h.vals_len, '\0');
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {

@@ -1,0 +1,104 @@
+// What replicated servers (PSKV_REPLICAS > 0) do not copy to their replicas yet is
+// refused with a UsageError naming PSKV_REPLICAS, never run with replicas that would
+// diverge (docs/fault-tolerance.md): dist_async, row_sparse keys, loading optimizer
+// states. Scheduler, 2 servers and 2 workers as threads of this process.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "pskv/error.h"
+#include "pskv/kvstore.h"
+#include "pskv/row_sparse.h"
+#include "support/store_job.h"
+
+using namespace pskv;
+
+namespace {
+
+constexpr int kWorkers = 2;
+
+Options Replicated() {
+  Options o = StoreJobOptions(2, kWorkers);
+  o.replicas = 1;
+  return o;
+}
+
+template <class F>
+std::string UsageMessage(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a UsageError: ") + e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(ReplicasRefuse, AsyncModeIsRefused) {
+  RunStoreJob(Replicated(), [](int, const Options& x) {
+    const std::string what = UsageMessage([&] { auto kv = KVStore::Create("dist_async", x); });
+    EXPECT_NE(what.find("PSKV_REPLICAS"), std::string::npos) << what;
+  });
+}
+
+namespace {
+
+// Dense keys work; the refused call is each job's last (the refusal may break the store).
+void DenseRoundThen(const Options& x, const std::function<void(KVStore&)>& last) {
+  auto kv = KVStore::Create("dist_sync", x);
+  OptimizerConfig sgd;
+  sgd.type = "sgd";
+  sgd.learning_rate = 0.1;
+  kv->SetOptimizer(sgd);
+  NDArray w({8});
+  w.Fill(1.0f);
+  kv->Init(0, w);
+  NDArray g({8});
+  g.Fill(1.0f);
+  kv->PushPull(0, {g}, {w});
+  kv->WaitAll();
+  EXPECT_FLOAT_EQ(w.data<float>()[0], 1.0f - 0.1f * kWorkers);
+  last(*kv);
+}
+
+}  // namespace
+
+TEST(ReplicasRefuse, RowSparseKeysAreRefused) {
+  RunStoreJob(Replicated(), [](int, const Options& x) {
+    DenseRoundThen(x, [](KVStore& kv) {
+      NDArray rows({4, 2});
+      rows.Fill(0.0f);
+      const std::string what = UsageMessage([&] {
+        kv.Init(1, RowSparseNDArray::FromDense(rows));  // collective: rank 0 pushes
+        kv.WaitAll();
+      });
+      if (kv.Rank() == 0) {
+        EXPECT_NE(what.find("row_sparse keys with PSKV_REPLICAS"), std::string::npos) << what;
+      }
+    });
+  });
+}
+
+TEST(ReplicasRefuse, LoadingOptimizerStatesIsRefused) {
+  const std::string states = ::testing::TempDir() + "/replicas_refuse.states";
+  RunStoreJob(Replicated(), [&](int, const Options& x) {
+    DenseRoundThen(x, [&](KVStore& kv) {
+      kv.SaveOptimizerStates(states);  // rank 0 writes; saving is not refused
+      kv.Barrier();
+      const std::string what = UsageMessage([&] {
+        kv.LoadOptimizerStates(states);  // rank 0 alone loads
+        kv.WaitAll();
+      });
+      if (kv.Rank() == 0) {
+        EXPECT_NE(what.find("loading optimizer states with PSKV_REPLICAS"), std::string::npos)
+            << what;
+      }
+    });
+  });
+  std::remove(states.c_str());
+}
