@@ -113,15 +113,22 @@ struct OptimizerConfig {
   std::string Serialize() const;
   /// Parses Serialize()'s output; unknown names or bad values are InvalidArgument.
   static OptimizerConfig Deserialize(const std::string& text);
-  /// Builds a config from string parameters (Python kwargs, CLI): names as the
+  /// The configuration of `type` with its rule's defaults (UpdateRule::field_defaults,
+  /// e.g. adam's learning_rate 0.001); the initialisers above are those of sgd. Prefer
+  /// it to setting `type` on a default-constructed config. InvalidArgument for an
+  /// unknown type.
+  static OptimizerConfig For(const std::string& type);
+  /// Builds a config from string parameters (Python kwargs, CLI), starting from
+  /// For(type): names as the
   /// fields above, plus `lr_scheduler`, `lr_step`, `lr_steps` ("10,20"), `lr_factor`,
   /// `max_update`, `final_lr`, `warmup_steps`, `warmup_begin_lr`.
   static OptimizerConfig FromParams(const std::string& type,
                                     const std::map<std::string, std::string>& params);
   /// Throws InvalidArgument for an unknown type or out-of-range hyper-parameter.
   void Validate() const;
-  /// The parameters FromParams takes for `type`: the shared fields in the order of
-  /// the text form, then the parameters of the rule of `type` (none for "").
+  /// The parameters FromParams takes for `type`, with For(type)'s defaults: the shared
+  /// fields in the order of the text form, then the parameters of the rule of `type`
+  /// (none for "").
   static std::vector<OptimizerParamInfo> Params(const std::string& type = "");
   /// The optimizer types that can run here: the built-in ones, then the registered.
   static std::vector<std::string> Types();

@@ -24,6 +24,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "pskv/optimizer.h"
@@ -61,6 +62,11 @@ struct UpdateRule {
   bool (*lazy_rows)(const OptimizerConfig&) = nullptr;
   /// The rule's own hyper-parameters, read with OptimizerConfig::RuleParam.
   std::vector<RuleParam> params{};
+  /// Defaults of shared fields of OptimizerConfig (by name; numbers only) that differ
+  /// for this rule from the field's initialiser, e.g. adam's learning_rate 0.001
+  /// (MXNet's per-optimizer defaults). OptimizerConfig::For and FromParams apply them;
+  /// Params lists them, and Python's optimizer classes read them from there.
+  std::vector<std::pair<std::string, double>> field_defaults{};
 };
 
 /// rescale_grad, then clip_gradient (if > 0): the gradient every rule starts from.
@@ -76,7 +82,8 @@ struct ScaledGrad {
 
 /// Adds a rule for `type`. InvalidArgument if the type is taken, the rule lacks
 /// slots or update, or a parameter is named like a field of OptimizerConfig (or
-/// twice), or its default is outside its range. Thread-safe; register before
+/// twice), or its default is outside its range, or a field default names no numeric
+/// field of OptimizerConfig or lies outside that field's range. Thread-safe; register before
 /// creating optimizers of the type.
 void RegisterUpdateRule(const std::string& type, UpdateRule rule);
 /// The rule of `type`, or nullptr. The pointer stays valid for the process.

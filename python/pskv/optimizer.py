@@ -33,7 +33,7 @@ class Optimizer(object):
     """
     name = None
 
-    def __init__(self, learning_rate=0.01, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+    def __init__(self, learning_rate=None, wd=None, rescale_grad=None, clip_gradient=None,
                  multi_precision=False, lr_scheduler=None, param_idx2name=None, **kwargs):
         for k in ('lr_mult', 'wd_mult'):
             if k in kwargs:
@@ -44,9 +44,16 @@ class Optimizer(object):
         self.lr_mult = {}  # key (int) or name (str) -> multiplier of the learning rate
         self.wd_mult = {}  # likewise for the weight decay
         self.set_wd_mult({})  # MXNet's: no decay for named biases and betas from the start
-        self.learning_rate = learning_rate
-        self.wd = wd
-        self.rescale_grad = rescale_grad
+        if 'lr' in kwargs:  # MXNet's alias
+            if learning_rate is not None:
+                raise _pskv.InvalidArgument('give learning_rate or lr, not both')
+            learning_rate = kwargs.pop('lr')
+            self.kwargs.pop('lr')
+        # Left out (None): the type's defaults, from the C++ core (OptimizerConfig::For).
+        kind = self.name or 'sgd'
+        self.learning_rate = _default(kind, 'learning_rate') if learning_rate is None else learning_rate
+        self.wd = _default(kind, 'wd') if wd is None else wd
+        self.rescale_grad = _default(kind, 'rescale_grad') if rescale_grad is None else rescale_grad
         self.clip_gradient = clip_gradient
         self.multi_precision = multi_precision
         self.lr_scheduler = lr_scheduler
@@ -175,6 +182,21 @@ def _check_mults(what, mults, ok):
     return out
 
 
+def _default(name, field):
+    """The default of `field` for optimizer type `name`, as the C++ core sets it
+    (OptimizerConfig::For: the field's initialiser or the rule's own default)."""
+    for p in _pskv.optimizer_params(name):
+        if p['name'] == field:
+            return float(p['default'])
+    raise _pskv.InvalidArgument("optimizer '%s' has no parameter '%s'" % (name, field))
+
+
+def _given(**kwargs):
+    """The keyword arguments the caller gave (not None): the others keep the C++
+    core's defaults for the optimizer's type, which the core applies itself."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
 def _fmt(v):
     if isinstance(v, bool):
         return '1' if v else '0'
@@ -189,7 +211,7 @@ class SGD(Optimizer):
     Parameters
     ----------
     momentum : float, optional
-        Momentum (0: none).
+        Momentum (default 0: none).
     lazy_update : bool, optional
         Row-sparse gradients update only their rows (weight decay and momentum of the
         other rows untouched), as MXNet's ``lazy_update=True`` (the default).
@@ -198,8 +220,8 @@ class SGD(Optimizer):
     """
     name = 'sgd'
 
-    def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
-        super().__init__(momentum=momentum, lazy_update=lazy_update, **kwargs)
+    def __init__(self, momentum=None, lazy_update=None, **kwargs):
+        super().__init__(**_given(momentum=momentum, lazy_update=lazy_update), **kwargs)
 
 
 class NAG(Optimizer):
@@ -214,8 +236,8 @@ class NAG(Optimizer):
     """
     name = 'nag'
 
-    def __init__(self, momentum=0.0, **kwargs):
-        super().__init__(momentum=momentum, **kwargs)
+    def __init__(self, momentum=None, **kwargs):
+        super().__init__(**_given(momentum=momentum), **kwargs)
 
 
 class Adam(Optimizer):
@@ -224,18 +246,21 @@ class Adam(Optimizer):
     Parameters
     ----------
     learning_rate : float, optional
-        The base learning rate.
+        The base learning rate (default 0.001).
     beta1, beta2 : float, optional
-        Decay rates of the first and second moments.
+        Decay rates of the first and second moments (0.9, 0.999).
     epsilon : float, optional
-        Added to the denominator.
+        Added to the denominator (1e-8).
     **kwargs
         See :class:`Optimizer`.
+
+    Defaults left out (None) are the C++ core's for the type (``pskv.optimizer.params('adam')``).
     """
     name = 'adam'
 
-    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, **kwargs):
-        super().__init__(learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, **kwargs)
+    def __init__(self, learning_rate=None, beta1=None, beta2=None, epsilon=None, **kwargs):
+        super().__init__(learning_rate=learning_rate, **_given(beta1=beta1, beta2=beta2, epsilon=epsilon),
+                         **kwargs)
 
 
 class AdamW(Adam):
@@ -255,23 +280,25 @@ class RMSProp(Optimizer):
     Parameters
     ----------
     learning_rate : float, optional
-        The base learning rate.
+        The base learning rate (default 0.001).
     rho : float, optional
-        Decay rate of the squared-gradient average.
+        Decay rate of the squared-gradient average (0.9).
     epsilon : float, optional
-        Added to the denominator.
+        Added to the denominator (1e-8).
     centered : bool, optional
-        Graves' centered variant.
+        Graves' centered variant (False).
     momentum : float, optional
-        Momentum.
+        Momentum (0).
     **kwargs
         See :class:`Optimizer`.
+
+    Defaults left out (None) are the C++ core's for the type (``pskv.optimizer.params('rmsprop')``).
     """
     name = 'rmsprop'
 
-    def __init__(self, learning_rate=0.001, rho=0.9, epsilon=1e-8, centered=False, momentum=0.0, **kwargs):
-        super().__init__(learning_rate=learning_rate, rho=rho, epsilon=epsilon, centered=centered,
-                         momentum=momentum, **kwargs)
+    def __init__(self, learning_rate=None, rho=None, epsilon=None, centered=None, momentum=None, **kwargs):
+        super().__init__(learning_rate=learning_rate,
+                         **_given(rho=rho, epsilon=epsilon, centered=centered, momentum=momentum), **kwargs)
 
 
 class AdaGrad(Optimizer):
@@ -280,14 +307,14 @@ class AdaGrad(Optimizer):
     Parameters
     ----------
     epsilon : float, optional
-        Added to the denominator.
+        Added to the denominator (default 1e-7, the C++ core's for the type).
     **kwargs
         See :class:`Optimizer`.
     """
     name = 'adagrad'
 
-    def __init__(self, epsilon=1e-7, **kwargs):
-        super().__init__(epsilon=epsilon, **kwargs)
+    def __init__(self, epsilon=None, **kwargs):
+        super().__init__(**_given(epsilon=epsilon), **kwargs)
 
 
 _REGISTRY = {c.name: c for c in (SGD, NAG, Adam, AdamW, RMSProp, AdaGrad)}
@@ -318,8 +345,9 @@ def create(name, **kwargs):
         return cls(**kwargs)
     types = _pskv.optimizer_types()
     if name in types:
-        opt = Optimizer(**kwargs)
-        opt.name = name
+        opt = Optimizer.__new__(Optimizer)
+        opt.name = name  # before __init__, which reads the type's defaults
+        opt.__init__(**kwargs)
         return opt
     raise _pskv.InvalidArgument("unknown optimizer '%s'; valid: %s" % (name, ', '.join(sorted(set(_REGISTRY) | set(types)))))
 

@@ -105,10 +105,20 @@ OptimizerConfig OptimizerConfig::Deserialize(const std::string& text) {
   return c;
 }
 
-OptimizerConfig OptimizerConfig::FromParams(const std::string& type,
-                                            const std::map<std::string, std::string>& params) {
+OptimizerConfig OptimizerConfig::For(const std::string& type) {
   OptimizerConfig c;
   c.type = type;
+  if (const UpdateRule* rule = FindUpdateRule(type))
+    for (auto& [name, value] : rule->field_defaults)
+      *std::get<double*>(FindOptimizerField(name)->Of(c)) = value;  // checked when registered
+  else
+    c.Validate();  // throws; the message lists the valid types
+  return c;
+}
+
+OptimizerConfig OptimizerConfig::FromParams(const std::string& type,
+                                            const std::map<std::string, std::string>& params) {
+  OptimizerConfig c = For(type);
   const UpdateRule* rule = FindUpdateRule(type);
   for (auto& [k, v] : params) {
     if (k == "type") throw InvalidArgument("give the optimizer type as the name, not a parameter");
@@ -178,7 +188,7 @@ void OptimizerConfig::Validate() const {
 
 std::vector<OptimizerParamInfo> OptimizerConfig::Params(const std::string& type) {
   std::vector<OptimizerParamInfo> out;
-  const OptimizerConfig defaults;
+  const OptimizerConfig defaults = FindUpdateRule(type) ? For(type) : OptimizerConfig{};
   for (auto& f : OptimizerFields()) {
     if (f.name == "type") continue;
     OptimizerParamInfo p{std::string(f.name), std::string(f.alias), std::string(FieldKind(f)), "",

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <variant>
 
 #include "protocol/optimizer_fields.h"
 #include "pskv/error.h"
@@ -145,11 +146,16 @@ Registry& Rules() {
     add("sgd",
         {[](const OptimizerConfig& c) { return c.momentum > 0 ? 1 : 0; }, Sgd, LazyIfAsked, {}});
     add("nag", {OneSlot, Nag, nullptr, {}});
-    add("adam", {TwoSlots, AdamRule<false>, LazyIfAsked, {}});
-    add("adamw", {TwoSlots, AdamRule<true>, nullptr, {}});
-    add("rmsprop",
-        {[](const OptimizerConfig& c) { return c.centered ? 3 : 1; }, RmsProp, nullptr, {}});
-    add("adagrad", {OneSlot, AdaGrad, Always, {}});
+    // MXNet's per-optimizer defaults where they differ from OptimizerConfig's.
+    const std::vector<std::pair<std::string, double>> lr_1e3{{"learning_rate", 0.001}};
+    add("adam", {TwoSlots, AdamRule<false>, LazyIfAsked, {}, lr_1e3});
+    add("adamw", {TwoSlots, AdamRule<true>, nullptr, {}, lr_1e3});
+    add("rmsprop", {[](const OptimizerConfig& c) { return c.centered ? 3 : 1; },
+                    RmsProp,
+                    nullptr,
+                    {},
+                    lr_1e3});
+    add("adagrad", {OneSlot, AdaGrad, Always, {}, {{"epsilon", 1e-7}}});
     return reg;
   }();
   return *r;
@@ -171,6 +177,13 @@ void RegisterUpdateRule(const std::string& type, UpdateRule rule) {
     if (!(p.default_value >= p.lo && p.default_value <= p.hi))
       throw InvalidArgument("update rule '" + type + "': the default of '" + p.name +
                             "' is outside its range");
+  }
+  OptimizerConfig probe;
+  for (auto& [name, value] : rule.field_defaults) {
+    const OptimizerField* f = FindOptimizerField(name);
+    if (!f || !std::holds_alternative<double*>(f->Of(probe)) || !f->range.Contains(value))
+      throw InvalidArgument("update rule '" + type + "': the default of '" + name +
+                            "' names no numeric field of every optimizer or is outside its range");
   }
   Registry& r = Rules();
   std::unique_lock lk(r.mu);

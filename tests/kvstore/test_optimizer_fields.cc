@@ -195,8 +195,47 @@ TEST(OptimizerRules, RegistrationIsChecked) {
                InvalidArgument);
   EXPECT_THROW(RegisterUpdateRule("fields_test_d", {slots, update, nullptr, {{"k", -1, 0, 1}}}),
                InvalidArgument);
+  using D = std::vector<std::pair<std::string, double>>;
+  EXPECT_THROW(RegisterUpdateRule("fields_test_e", {slots, update, nullptr, {}, D{{"nope", 1}}}),
+               InvalidArgument);  // no such field
+  EXPECT_THROW(
+      RegisterUpdateRule("fields_test_f", {slots, update, nullptr, {}, D{{"lr_steps", 1}}}),
+      InvalidArgument);  // not a number field
+  EXPECT_THROW(
+      RegisterUpdateRule("fields_test_g", {slots, update, nullptr, {}, D{{"momentum", 1.5}}}),
+      InvalidArgument);  // outside the field's range
   EXPECT_EQ(FindUpdateRule("fields_test_a"), nullptr);
   EXPECT_EQ(FindUpdateRule("fields_test_d"), nullptr);
+  EXPECT_EQ(FindUpdateRule("fields_test_g"), nullptr);
+}
+
+// MXNet's per-optimizer defaults are the rule's, written once (optimizer_rules.cc):
+// For, FromParams and Params agree, and a given value wins.
+TEST(OptimizerRules, EachTypeHasItsOwnDefaults) {
+  EXPECT_EQ(OptimizerConfig::For("sgd").learning_rate, 0.01);
+  EXPECT_EQ(OptimizerConfig::For("nag").learning_rate, 0.01);
+  for (const char* t : {"adam", "adamw", "rmsprop"}) {
+    EXPECT_EQ(OptimizerConfig::For(t).learning_rate, 0.001) << t;
+    EXPECT_EQ(OptimizerConfig::FromParams(t, {}).learning_rate, 0.001) << t;
+  }
+  EXPECT_EQ(OptimizerConfig::For("adagrad").epsilon, 1e-7);
+  EXPECT_EQ(OptimizerConfig::For("adam").epsilon, 1e-8);
+  EXPECT_EQ(OptimizerConfig::FromParams("adam", {{"lr", "0.5"}}).learning_rate, 0.5);
+  EXPECT_EQ(OptimizerConfig::FromParams("adagrad", {{"epsilon", "1e-3"}}).epsilon, 1e-3);
+  auto default_of = [](const std::string& type, const std::string& name) {
+    for (auto& p : OptimizerConfig::Params(type))
+      if (p.name == name) return std::stod(p.default_value);
+    ADD_FAILURE() << name;
+    return 0.0;
+  };
+  EXPECT_EQ(default_of("adam", "learning_rate"), 0.001);
+  EXPECT_EQ(default_of("sgd", "learning_rate"), 0.01);
+  EXPECT_EQ(default_of("", "learning_rate"), 0.01);
+  EXPECT_EQ(default_of("adagrad", "epsilon"), 1e-7);
+  EXPECT_THROW(OptimizerConfig::For("lamb"), InvalidArgument);
+  // The defaults survive the text form (servers get the whole configuration).
+  EXPECT_EQ(OptimizerConfig::Deserialize(OptimizerConfig::For("adam").Serialize()).learning_rate,
+            0.001);
 }
 
 TEST(OptimizerRules, RuleParametersTravelThroughEveryCodec) {

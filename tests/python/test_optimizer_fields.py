@@ -94,3 +94,22 @@ def test_updater_runs_the_rule_of_the_table_defaults():
     w = np.ones(3, dtype=np.float32)
     opt.create('sgd', lr=0.5).create_updater()(0, np.full(3, 2, dtype=np.float32), w)
     np.testing.assert_array_equal(w, np.zeros(3, dtype=np.float32))
+
+
+@pytest.mark.parametrize('name', sorted(opt._REGISTRY))
+def test_python_defaults_are_the_cores(name):
+    # A Python optimizer left at its defaults configures the core exactly as the
+    # core's own defaults for the type (OptimizerConfig::For): one source of truth.
+    o = opt.create(name)
+    assert _pskv.Optimizer(o.name, o.params()).serialize() == _pskv.Optimizer(name, {}).serialize()
+    lr = float([p for p in opt.params(name) if p['name'] == 'learning_rate'][0]['default'])
+    assert o.learning_rate == lr
+    assert opt.create(name, learning_rate=0.25).learning_rate == 0.25
+    assert opt.create(name, lr=0.25).learning_rate == 0.25  # MXNet's alias
+
+
+def test_per_type_defaults_are_mxnets():
+    assert opt.Adam().learning_rate == 0.001 and opt.RMSProp().learning_rate == 0.001
+    assert opt.SGD().learning_rate == 0.01
+    text = _pskv.Optimizer('adagrad', opt.AdaGrad().params()).serialize()
+    assert '\nepsilon=9.9999999999999995e-08\n' in '\n' + text, text
