@@ -188,6 +188,10 @@ class KVWorker {
   void OnFailure(std::exception_ptr e);
   /// A newer range table: messages whose range moved are sent to the new primary.
   void OnRangeTable(const RangeTable& table);
+  /// Replicated: sends each message of a request issued at `ts` to its range's
+  /// primary, numbers its pushes per key and keeps a copy to send again.
+  void RouteLocked(const std::vector<uint64_t>& keys, uint8_t flags, uint64_t ts,
+                   std::vector<std::pair<int, Message>>& msgs, std::vector<Part>& parts);
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);
   std::string MissingLocked(const Request& r) const;
   /// Completes request `ts` (if still pending) with error `e`.
