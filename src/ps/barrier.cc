@@ -19,7 +19,9 @@ using node_internal::SecsStr;
 void Node::HandleBarrier(int sender, int group) {
   if (group <= 0 || group > kAllGroup)
     throw ProtocolError("bad barrier group " + std::to_string(group));
-  // Count distinct nodes, not requests (a duplicated message must not count twice).
+  // Count distinct nodes, not requests (a duplicated message must not count twice),
+  // and only nodes still in the job: GroupSize no longer counts a departed server.
+  if (departed_.count(sender)) return;
   auto& arrived = barrier_arrived_[group];
   arrived.insert(sender);
   if (static_cast<int>(arrived.size()) < GroupSize(group)) {

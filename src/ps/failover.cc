@@ -21,6 +21,12 @@ RangeTable Node::range_table() const {
   return ranges_;
 }
 
+std::pair<int, uint64_t> Node::RangePrimary(int range) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (range < 0 || range >= ranges_.num_ranges()) return {-1, ranges_.version()};
+  return {ranges_.Primary(range), ranges_.version()};
+}
+
 std::vector<int> Node::LiveServerIds() const {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<int> v;
@@ -47,6 +53,8 @@ bool Node::SurviveServer(int dead_id, std::string* reason) {
     }
     ranges_ = next;
     departed_.insert(dead_id);
+    removal_reason_[dead_id] = *reason;
+    TellRemovedLocked(dead_id);
     held_.erase(dead_id);
     schedule_.Forget(dead_id);
     for (auto& [group, arrived] : barrier_arrived_) arrived.erase(dead_id);
@@ -94,8 +102,33 @@ void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) 
   for (int id : gone) {
     liveness_.Forget(id);
     resender_.Forget(id);
+    transport_->Disconnect(id);  // what it still sends is dropped (Handle)
   }
   for (auto& h : handlers) h(table);
+}
+
+void Node::TellRemovedLocked(int id) {
+  // Repeated for what the removed node sends later (it may have missed the first
+  // notice: a partition), at most once a second. Unsequenced, so that it is never
+  // held back behind messages the resender forgot when the node was removed.
+  const auto now = Clock::now();
+  auto& last = removed_told_[id];
+  if (last != Clock::time_point{} && now - last < std::chrono::seconds(1)) return;
+  last = now;
+  Message m;
+  m.h.control = static_cast<uint8_t>(Control::kNodeFailed);
+  m.h.head = id;
+  m.h.sender = id_;
+  m.h.recver = id;
+  m.h.job = job_;
+  m.body = removal_reason_[id];
+  try {
+    transport_->Send(id, Encode(m));
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "removed", "WARN",
+                     Tag() << ": could not tell " << NameLocked(id)
+                           << " that it was removed from the job: " << e.what());
+  }
 }
 
 void Node::ReleaseCompletedBarriers() {

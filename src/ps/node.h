@@ -120,6 +120,9 @@ class Node {
   std::vector<int> LiveServerIds() const;
   /// The current range table; empty when PSKV_REPLICAS is 0 (or there is one server).
   RangeTable range_table() const;
+  /// The current primary of key range `range` (-1 if there is no such range) and the
+  /// version of the range table that says so.
+  std::pair<int, uint64_t> RangePrimary(int range) const;
   /// True when servers replicate their ranges, so a server's death is survived.
   bool replicated() const { return replicated_; }
   std::vector<int> WorkerIds() const;
@@ -174,6 +177,10 @@ class Node {
   bool SurviveServer(int dead_id, std::string* reason);
   /// A kRangeTable from the scheduler.
   void HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk);
+  /// Scheduler, mu_ held: tells departed server `id` (still running, or it would not
+  /// matter) that it was removed from the job, so that it stops (kNodeFailed naming
+  /// itself).
+  void TellRemovedLocked(int id);
   /// Scheduler, mu_ held: releases barriers that a departure completed.
   void ReleaseCompletedBarriers();
   bool IsResendable(Control c) const;
@@ -209,6 +216,8 @@ class Node {
   bool replicated_ = false;
   RangeTable ranges_;
   std::set<int> departed_;
+  std::map<int, std::string> removal_reason_;      // scheduler: why each departed
+  std::map<int, Clock::time_point> removed_told_;  // scheduler: last told it was removed
   std::exception_ptr failure_;
   std::map<int, NodeDesc> nodes_;        // the node table, by id
   std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)

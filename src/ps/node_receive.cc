@@ -87,6 +87,13 @@ void Node::Handle(Message&& m, uint64_t token) {
     return drop("header's sender differs from the connection's identity");
   }
   m.h.sender = sender;  // from here on, the bound identity is the sender
+  if (departed_.count(sender)) {
+    // A server the job went on without, yet still running (frozen and resumed, or cut
+    // off from the scheduler only): nothing it sends counts any more — no data, no
+    // barrier arrival, no ack. The scheduler tells it that it was removed.
+    if (sched) TellRemovedLocked(sender);
+    return drop("the sender was removed from the job");
+  }
   // Control messages only from the node entitled to send them.
   switch (c) {
     case Control::kNodeTable:
@@ -201,6 +208,10 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kNodeFailed: {
       std::string reason = m.body;
+      if (m.h.head == id_ && replicated_)
+        reason = Tag() + " was removed from the job by the scheduler (" + m.body +
+                 "); the job goes on without this server, whose key ranges continue on their "
+                 "replicas: this process stops";
       const int culprit = nodes_.count(m.h.head) ? m.h.head : 0;
       lk.unlock();
       Fail(std::make_exception_ptr(NodeFailure(reason)), culprit);

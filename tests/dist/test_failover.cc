@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "support/proc.h"
 #include "support/test_util.h"
@@ -82,9 +83,12 @@ std::string Slurp(const std::string& path) {
 
 // Runs the job; kills server `victim` (-1: none) once worker 0 finished round
 // `after`; returns each worker's final weights (empty on failure, with the test failed).
+// With `freeze`, the victim is stopped (SIGSTOP) instead, for longer than the
+// heartbeat timeout, then resumed: declared dead meanwhile, it must change nothing
+// and exit non-zero saying that it was removed from the job.
 std::vector<std::string> RunJob(const std::string& name, int victim, int after,
                                 int reply_delay_ms = 0, double* stall_ms = nullptr,
-                                int replicas = 1) {
+                                int replicas = 1, bool freeze = false) {
   Run j = Start(name, reply_delay_ms, replicas);
   std::vector<std::string> weights;
   if (victim >= 0) {
@@ -93,7 +97,14 @@ std::vector<std::string> RunJob(const std::string& name, int victim, int after,
       Stop(j);
       return {};
     }
-    ::kill(j.servers[static_cast<size_t>(victim)], SIGKILL);
+    const pid_t v = j.servers[static_cast<size_t>(victim)];
+    if (freeze) {
+      ::kill(v, SIGSTOP);
+      std::this_thread::sleep_for(4s);  // heartbeat timeout 1.5 s: declared dead by now
+      ::kill(v, SIGCONT);
+    } else {
+      ::kill(v, SIGKILL);
+    }
   }
   for (size_t w = 0; w < j.workers.size(); ++w) {
     auto st = WaitExit(j.workers[w], 90s);
@@ -114,6 +125,17 @@ std::vector<std::string> RunJob(const std::string& name, int victim, int after,
     auto st = WaitExit(p, 30s);
     EXPECT_TRUE(st.has_value() && *st == 0)
         << name << ": pid " << p << " " << (st ? std::to_string(*st) : "hung") << "; log:\n"
+        << ReadFile(j.log);
+  }
+  if (freeze) {
+    auto st = WaitExit(j.servers[static_cast<size_t>(victim)], 30s);
+    EXPECT_TRUE(st.has_value() && *st != 0)
+        << name << ": the resumed server " << (st ? "exited " + std::to_string(*st) : "hung")
+        << "; log:\n"
+        << ReadFile(j.log);
+    EXPECT_NE(ReadFile(j.log).find("server[" + std::to_string(victim) +
+                                   "] was removed from the job by the scheduler"),
+              std::string::npos)
         << ReadFile(j.log);
   }
   if (stall_ms) {  // the slowest round of worker 0: the one the kill stalled
@@ -175,4 +197,15 @@ TEST(Failover, KillServerInsideRoundsLosesNothing) {
 // never changes a value).
 TEST(Failover, ReplicasDoNotChangeTheResult) {
   ExpectEqualWeights(RunJob("unreplicated", -1, 0, 0, nullptr, 0), "PSKV_REPLICAS=0");
+}
+
+// A server frozen (SIGSTOP) long enough to be declared dead, then resumed: the job
+// went on without it; whatever it still sends (the round it was replicating, replies,
+// barrier arrivals) is dropped, and it stops with an error saying it was removed.
+TEST(Failover, FrozenServerDeclaredDeadChangesNothingWhenResumed) {
+  int n = 0;
+  for (int victim : {0, 1}) {
+    auto w = RunJob("frozen" + std::to_string(n++), victim, 3, 30, nullptr, 1, true);
+    ExpectEqualWeights(w, "server " + std::to_string(victim) + " frozen during round 4");
+  }
 }

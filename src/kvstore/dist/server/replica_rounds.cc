@@ -21,6 +21,7 @@ std::vector<int> DistServer::ReplicaTargets(const KVRequest& req) const {
 void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to, NDArray sum,
                            int64_t round, std::vector<Round::Entry> done) {
   ByteWriter body;
+  body.Put<uint64_t>(replicator_->version());
   body.Put<int64_t>(round);
   for (auto& x : done) {
     body.Put<int32_t>(x.sender);
@@ -70,17 +71,30 @@ void DistServer::ApplyReplica(const KVRequest& req) {
       static_cast<int64_t>(m.len_ptr()[0] / DTypeSize(static_cast<DType>(dt))) != st->value.size())
     return fail("a sum of another size");
   ByteReader r(m.body.data(), m.body.size(), "replicated round");
+  uint64_t version = 0;
   int64_t round = 0;
   std::vector<std::pair<int, uint64_t>> counts;
   try {
+    version = r.Get<uint64_t>();
     round = r.Get<int64_t>();
     while (r.remaining() > 0) {
       const int id = r.Get<int32_t>();
+      if (!IsWorkerId(id) || RankOfId(id) >= node_->num_workers())
+        return fail("a push count of node id " + std::to_string(id) +
+                    ", which is not a worker of this job");
       counts.emplace_back(id, r.Get<uint64_t>());
     }
   } catch (const std::exception& e) {
     return fail(e.what());
   }
+  // Only the range's primary replicates it: per this node's range table, or per a
+  // newer one that promoted the sender and has not reached this node yet. A server
+  // the job went on without never gets here (Node drops what it sends).
+  const auto [primary, known] = node_->RangePrimary(RangeIndex());
+  if (req.sender != primary && version <= known)
+    return fail("a round of key range " + std::to_string(RangeIndex()) + " from " +
+                node_->NodeName(req.sender) + ", which is not its primary in range table v" +
+                std::to_string(known));
   // Rounds arrive in order: the primary sends round r + 1 only after this replica
   // acknowledged round r. A round already held is acknowledged again (a new primary
   // re-sending it), never applied twice.

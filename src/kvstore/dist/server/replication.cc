@@ -22,6 +22,11 @@ std::vector<int> Replicator::Targets(int range) const {
   return out;
 }
 
+uint64_t Replicator::version() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return table_.version();
+}
+
 size_t Replicator::Pending() const {
   std::lock_guard<std::mutex> lk(mu_);
   return pending_.size();

@@ -36,6 +36,10 @@ class Replicator {
   void Send(const std::vector<int>& to, Message m, Done done);
   /// An answer to one of our requests (the KVServer's reply handler).
   void OnReply(Message&& m);
+  /// The version of the range table this replicator routes by (sent with each
+  /// replicated round: a replica that has not applied that table yet still takes the
+  /// round from a newly promoted primary).
+  uint64_t version() const;
   /// Requests in flight.
   size_t Pending() const;
 

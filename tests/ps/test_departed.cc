@@ -1,0 +1,130 @@
+// A server the job went on without (docs/fault-tolerance.md, "Replicated servers"),
+// yet still running: nothing it sends counts, and the scheduler tells it to stop.
+// Every node is a thread of this process over real ZeroMQ; server 1 is cut off from
+// the scheduler (both directions) long enough to be declared dead, then the
+// partition heals.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "ps/node.h"
+#include "pskv/error.h"
+#include "support/test_util.h"
+#include "transport/fault/fault_transport.h"
+
+using namespace pskv;
+using namespace std::chrono_literals;
+using test::FreePort;
+using test::NodeOptions;
+
+namespace {
+
+std::string What(std::exception_ptr e) {
+  if (!e) return "";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+}
+
+}  // namespace
+
+// Server 1 arrives at a barrier of the servers while it is cut off (its arrival is
+// resent once the partition heals): by then the scheduler has removed it, so its
+// arrival must not stand in for server 2's, which never comes. Server 1 itself is
+// told that it was removed from the job.
+TEST(Departed, RemovedServerNeitherCountsInBarriersNorGoesOn) {
+  const int port = FreePort(), S = 3;
+  const auto cut_from = std::chrono::steady_clock::now() + 3s;
+  const auto cut_for = 3s;
+  auto cut = [&](int peer) {
+    return [=](const TransportConfig& tc) {
+      FaultConfig fc;
+      fc.partition_peers = {peer};
+      fc.partition_from = cut_from;
+      fc.partition_for = cut_for;
+      return CreateFaultTransport(CreateTransport("zmq", tc), fc);
+    };
+  };
+  auto make = [&](Role role, int rank) {
+    Options o = NodeOptions(role, port, S, 1);
+    o.replicas = 1;
+    o.rank_hint = rank;
+    if (role == Role::kScheduler) o.heartbeat_timeout = 1500ms;
+    auto node = std::make_unique<Node>(o);
+    if (role == Role::kScheduler) node->SetTransportFactory(cut(ServerId(1)));
+    return node;
+  };
+  std::exception_ptr sched_error, worker_error, server_errors[3];
+  std::string barrier_of_server0 = "released", removed;
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    try {
+      auto node = make(Role::kScheduler, -1);
+      node->Start();
+      node->Finalize(0ms);
+    } catch (...) {
+      sched_error = std::current_exception();
+    }
+  });
+  for (int s = 0; s < S; ++s)
+    threads.emplace_back([&, s] {
+      try {
+        Options o = NodeOptions(Role::kServer, port, S, 1);
+        o.replicas = 1;
+        o.rank_hint = s;
+        if (s == 1) {
+          o.heartbeat_timeout = 60s;  // it must not give up on the scheduler itself
+          o.resend = true;            // its barrier arrival goes out again after the cut
+          o.resend_timeout = 100ms;
+        }
+        Node node(o);
+        if (s == 1) node.SetTransportFactory(cut(kSchedulerId));
+        node.Start();
+        ASSERT_EQ(node.rank(), s);
+        if (s == 1) {
+          std::this_thread::sleep_until(cut_from + 200ms);
+          try {
+            node.Barrier(kServerGroup, 20s);
+            removed = "its barrier was released";
+          } catch (const NodeFailure& e) {
+            removed = e.what();
+          }
+          return;
+        }
+        if (s == 0) {
+          std::this_thread::sleep_until(cut_from + cut_for + 1s);
+          try {
+            node.Barrier(kServerGroup, 2s);  // server 2 never arrives
+          } catch (const TimeoutError& e) {
+            barrier_of_server0 = e.what();
+          }
+        }
+        node.Finalize(30s);
+      } catch (...) {
+        server_errors[s] = std::current_exception();
+      }
+    });
+  threads.emplace_back([&] {
+    try {
+      Options o = NodeOptions(Role::kWorker, port, S, 1);
+      o.replicas = 1;
+      Node node(o);
+      node.Start();
+      std::this_thread::sleep_until(cut_from + cut_for + 4s);
+      node.Finalize(30s);
+    } catch (...) {
+      worker_error = std::current_exception();
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_NE(barrier_of_server0.find("barrier timed out"), std::string::npos)
+      << "server 0's barrier of the servers: " << barrier_of_server0;
+  EXPECT_NE(removed.find("server[1] was removed from the job by the scheduler"), std::string::npos)
+      << removed;
+  EXPECT_FALSE(sched_error) << What(sched_error);
+  EXPECT_FALSE(worker_error) << What(worker_error);
+  EXPECT_FALSE(server_errors[0]) << What(server_errors[0]);
+  EXPECT_FALSE(server_errors[2]) << What(server_errors[2]);
+}
