@@ -146,13 +146,21 @@ class Optimizer {
   /// (same element count; grad is converted to float32 if needed). A key
   /// (c << 32) | k with c >= 1 (a dist server's chunk c of key k) has its own state
   /// and k's lr_mult, wd_mult and sum_keys entry.
-  void Update(int64_t key, const NDArray& grad, NDArray* weight);
+  ///
+  /// `schedule_at` (optional) pins the learning-rate schedule: when it points at 0,
+  /// the update uses the optimizer-wide update count as usual and stores that count
+  /// there; when it points at n > 0, the update's rate is the schedule's at n and the
+  /// optimizer-wide count becomes at least n. A replica of a dist server repeats its
+  /// primary's updates this way with the primary's rates, whatever order its keys'
+  /// updates interleave in (docs/fault-tolerance.md). A sum key leaves it unchanged.
+  void Update(int64_t key, const NDArray& grad, NDArray* weight, int64_t* schedule_at = nullptr);
   /// Applies one update for `key` from a row-sparse gradient: `grad_rows` holds
   /// n rows of `row_size` elements for the ascending, unique row ids `ids` of
   /// `weight` (a table of rows of `row_size` elements). See the header comment for
   /// which rows change. Counts as one update of the key (Adam's bias correction).
+  /// `schedule_at`: as for Update.
   void UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDArray& grad_rows,
-                  int64_t row_size, NDArray* weight);
+                  int64_t row_size, NDArray* weight, int64_t* schedule_at = nullptr);
 
   /// Serialises all per-key states (and the config) to bytes / restores them.
   /// LoadStates keeps this optimizer's configuration, unless the blob was saved
@@ -189,7 +197,7 @@ class Optimizer {
     double lr = 0, wd = 0;
     int64_t t = 0;
   };
-  Step BeginStep(int64_t key, const NDArray& weight);
+  Step BeginStep(int64_t key, const NDArray& weight, int64_t* schedule_at);
 
   OptimizerConfig cfg_;
   const UpdateRule* rule_ = nullptr;  ///< of cfg_.type (pskv/update_rule.h)

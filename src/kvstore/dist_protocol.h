@@ -27,8 +27,20 @@ enum class Kind : int {
   kSparsePush = 5,
   kSparsePull = 6,
   // primary -> replica: a completed sync round's sum of one key (dtype: the sum's);
-  // body: round (i64), then per pushing worker its id (i32) and push count (u64)
+  // body: the sender's range-table version (u64), round (i64), then per pushing
+  // worker its id (i32) and push count (u64)
   kReplicate = 7,
+  // primary -> replica: async pushes as the primary applied them (dtype: the
+  // gradients'; values: each key's gradient); body: the sender's range-table version
+  // (u64), the pushing worker's id (i32), then per key its apply sequence (i64: the
+  // pushes applied to it before, + 1), the optimizer-wide update count its rate came
+  // from (i64) and the push count (u64)
+  kReplicateAsync = 8,
+  // primary -> replica: a completed sync round of a row_sparse key (dtype: the key's):
+  // value: the round's summed rows in the kSparsePush layout (sparse_codec.h); body:
+  // the sender's range-table version (u64), round (i64), the update count its rate
+  // came from (i64), then per pushing worker its id (i32) and push count (u64)
+  kReplicateSparse = 9,
 };
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);

@@ -47,7 +47,7 @@ int64_t ParamKey(int64_t key) {
 }
 }  // namespace
 
-Optimizer::Step Optimizer::BeginStep(int64_t key, const NDArray& weight) {
+Optimizer::Step Optimizer::BeginStep(int64_t key, const NDArray& weight, int64_t* schedule_at) {
   Step s;
   s.wd = cfg_.wd;
   {
@@ -55,14 +55,21 @@ Optimizer::Step Optimizer::BeginStep(int64_t key, const NDArray& weight) {
     s.state = &GetState(key, weight);
     s.t = ++s.state->t;
     num_update_ = std::max(num_update_, s.t);
-    s.lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, num_update_);
+    int64_t at = num_update_;
+    if (schedule_at && *schedule_at > 0) {
+      at = *schedule_at;
+      num_update_ = std::max(num_update_, at);
+    } else if (schedule_at) {
+      *schedule_at = at;
+    }
+    s.lr = cfg_.lr_schedule.Rate(cfg_.learning_rate, at);
   }
   if (auto it = cfg_.lr_mult.find(ParamKey(key)); it != cfg_.lr_mult.end()) s.lr *= it->second;
   if (auto it = cfg_.wd_mult.find(ParamKey(key)); it != cfg_.wd_mult.end()) s.wd *= it->second;
   return s;
 }
 
-void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
+void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight, int64_t* schedule_at) {
   if (grad.size() != weight->size())
     throw ShapeError("optimizer update of key " + std::to_string(key) + ": gradient has " +
                      std::to_string(grad.size()) + " elements, weight has " +
@@ -72,7 +79,7 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
                      /*allow_reshape=*/true);
     return;
   }
-  auto [st, lr, wd, t] = BeginStep(key, *weight);
+  auto [st, lr, wd, t] = BeginStep(key, *weight, schedule_at);
   const UpdateStep step{lr, wd, t};
   const auto update = rule_->update;
   NDArray g32 = grad.dtype() == DType::kFloat32 ? grad : grad.AsType(DType::kFloat32);
@@ -92,7 +99,7 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight) {
 }
 
 void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDArray& grad_rows,
-                           int64_t row_size, NDArray* weight) {
+                           int64_t row_size, NDArray* weight, int64_t* schedule_at) {
   int64_t grad_elements;
   if (row_size <= 0 || n < 0 || weight->size() % row_size != 0 ||
       __builtin_mul_overflow(n, row_size, &grad_elements) || grad_rows.size() != grad_elements)
@@ -114,9 +121,9 @@ void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDA
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(static_cast<char*>(dense.raw()) + static_cast<size_t>(ids[i]) * rb,
                   static_cast<const char*>(rows.raw()) + static_cast<size_t>(i) * rb, rb);
-    return Update(key, dense, weight);
+    return Update(key, dense, weight, schedule_at);
   }
-  auto [st, lr, wd, t] = BeginStep(key, *weight);
+  auto [st, lr, wd, t] = BeginStep(key, *weight, schedule_at);
   const UpdateStep step{lr, wd, t};
   const auto update = rule_->update;
   NDArray g32 =

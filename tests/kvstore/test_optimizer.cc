@@ -333,3 +333,34 @@ TEST(Optimizer, ChunkStateKeysUseTheirKeysMultipliers) {
   neg.Update(-3, gv, &v);
   EXPECT_EQ(v.At(0), 1.0);
 }
+
+// A replica repeats its primary's updates with the primary's rates (schedule_at,
+// docs/fault-tolerance.md): whatever order its keys' updates interleave in, the
+// weights and the saved states are the primary's, bit for bit. Without the pin the
+// step schedule (the largest count over all keys) gives key 1 another rate here.
+TEST(Optimizer, PinnedScheduleRepeatsAnotherOrdersRates) {
+  const auto cfg = Cfg(
+      "sgd",
+      {{"learning_rate", "1"}, {"lr_scheduler", "factor"}, {"lr_factor", "0.5"}, {"lr_step", "2"}});
+  Optimizer primary(cfg), replica(cfg), unpinned(cfg);
+  NDArray p0 = W(0), p1 = W(0), r0 = W(0), r1 = W(0), u0 = W(0), u1 = W(0);
+  // Primary: key 0 three times, then key 1 (its rate comes from count 3).
+  std::vector<int64_t> at;
+  for (int i = 0; i < 3; ++i) {
+    int64_t a = 0;
+    primary.Update(0, W(1), &p0, &a);
+    at.push_back(a);
+  }
+  int64_t a1 = 0;
+  primary.Update(1, W(1), &p1, &a1);
+  EXPECT_EQ(a1, 3);
+  // Replica: key 1 first, with the primary's count; then key 0's updates.
+  replica.Update(1, W(1), &r1, &a1);
+  for (int i = 0; i < 3; ++i) replica.Update(0, W(1), &r0, &at[static_cast<size_t>(i)]);
+  EXPECT_EQ(r0.At(0), p0.At(0));
+  EXPECT_EQ(r1.At(0), p1.At(0));
+  EXPECT_EQ(replica.SaveStates(), primary.SaveStates());
+  // The same order without the pin: key 1 gets the rate of count 1.
+  unpinned.Update(1, W(1), &u1);
+  EXPECT_NE(u1.At(0), p1.At(0));
+}

@@ -31,10 +31,7 @@ std::string DistServer::Command(int sender, int head, const std::string& body) {
 }
 
 std::string DistServer::SetMode(const Call& c) {
-  const bool sync = payload::DecodeMode(c.body);
-  // Asynchronous updates are not replicated: a promoted replica would serve stale weights.
-  if (replicator_ && !sync) throw UsageError(NotReplicated("dist_async"));
-  sync_ = sync;
+  sync_ = payload::DecodeMode(c.body);
   return {};
 }
 

@@ -24,7 +24,8 @@ NDArray ValueView(const char* data, uint64_t bytes, DType t) {
 
 namespace {
 bool IsSparse(Kind k) {
-  return k == Kind::kSparseInit || k == Kind::kSparsePush || k == Kind::kSparsePull;
+  return k == Kind::kSparseInit || k == Kind::kSparsePush || k == Kind::kSparsePull ||
+         k == Kind::kReplicateSparse;
 }
 
 // The request path: `process`, or, when a test asks for late replies
@@ -141,9 +142,11 @@ void DistServer::Process(KVRequest&& req) {
   const Kind kind = dist::CmdKind(req.cmd);
   if (kind == Kind::kStates) return HandleStates(std::move(req));  // exclusive (Handle)
   if (kind == Kind::kReplicate) return ApplyReplica(req);          // one key: on its shard
+  if (kind == Kind::kReplicateAsync) return ApplyAsyncReplica(req);
   if (IsSparse(kind)) {
-    if (replicator_)  // a replica would keep stale rows: refuse rather than diverge
-      return server_->RespondError(req, ErrorKind::kUsage, NotReplicated("row_sparse keys"));
+    if (replicator_ && !sync_ && kind == Kind::kSparsePush)  // only sync rounds are copied
+      return server_->RespondError(req, ErrorKind::kUsage,
+                                   NotReplicated("row_sparse pushes in dist_async"));
     return HandleSparse(std::move(req));  // one key: on its shard
   }
   std::vector<Item> items;
@@ -170,14 +173,28 @@ void DistServer::ApplyInit(const KVRequest& req, const std::vector<Item>& items)
   Reply(req, {});
 }
 
-// A pull, or an async push (applied at once).
+// A pull, or an async push (applied at once). Replicated: the pushes applied are
+// copied to the range's replicas (replica_async.cc) and the request is answered once
+// they acknowledged them; a push the key already holds (a retry after a failover)
+// is answered from the value, not applied again.
 void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items) {
   const Message& m = req.msg;
   const bool compressed = dist::CmdKind(req.cmd) == Kind::kCompressed;
-  std::vector<std::pair<int64_t, KeyState*>> answer;
-  for (auto& it : items) {
+  const std::vector<uint64_t> counts =
+      req.push ? PushCounts(req, items.size()) : std::vector<uint64_t>{};
+  const std::vector<int> to = req.push ? ReplicaTargets(req) : std::vector<int>{};
+  AsyncCopy copy;
+  if (!to.empty()) {
+    copy.dtype = compressed ? DType::kFloat32 : static_cast<DType>(dist::CmdDType(req.cmd));
+    copy.body.Put<uint64_t>(replicator_->version());
+    copy.body.Put<int32_t>(req.sender);
+  }
+  std::vector<std::pair<int64_t, ReplyOwner>> answer;
+  std::optional<Failure> failure;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
     KeyState& st = *it.st;
-    if (req.push) {
+    if (req.push && !AlreadyApplied(st, req.sender, counts, i)) {
       Detach(st);
       NDArray grad;
       std::string scratch;
@@ -189,19 +206,41 @@ void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items
       } else {
         grad = ValueView(data, it.len, st.value.dtype());
       }
+      int64_t schedule_at = 0;  // the update count the rate came from (for the replicas)
       try {
         obs::StepScope obs_step("update", dist::KeyOf(it.key), it.len);  // [observe]
-        OptimizerOf(it.key)->Update(dist::OptimizerKey(it.key), grad, &st.value);
+        OptimizerOf(it.key)->Update(dist::OptimizerKey(it.key), grad, &st.value, &schedule_at);
       } catch (const std::exception& e) {
         // Sizes were validated; an optimizer failure here is a broken state (e.g.
         // states loaded for another model) and is reported as such.
-        return server_->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+        failure = Failure{KindOf(e), std::string("update failed: ") + e.what()};
+        break;
       }
+      const int64_t seq = st.round.round();
       st.round.Advance();
+      if (!counts.empty()) st.applied_push[req.sender] = counts[i];
+      if (!to.empty()) {
+        copy.keys.push_back(dist::PsKey(it.key, RangeIndex(), node_->num_servers()));
+        copy.lens.push_back(grad.nbytes());
+        copy.body.Put<int64_t>(seq);
+        copy.body.Put<int64_t>(schedule_at);
+        copy.body.Put<uint64_t>(counts.empty() ? 0 : counts[i]);
+        if (compressed) {
+          copy.pieces.push_back({static_cast<const char*>(grad.raw()), grad.nbytes()});
+          copy.owned.push_back(std::move(grad));
+        } else {  // the request's own bytes (ReplicateAsync keeps its buffers)
+          m.ForEachPiece(it.off, it.len, [&](const char* p, uint64_t bytes, uint64_t) {
+            copy.pieces.push_back({p, bytes});
+          });
+        }
+      }
     }
-    answer.emplace_back(it.key, &st);
+    if (req.pull) answer.emplace_back(it.key, ReplyOwner{st.value, st.token});
   }
-  Reply(req, answer);
+  if (!copy.keys.empty())
+    return ReplicateAsync(req, to, std::move(copy), std::move(answer), std::move(failure));
+  if (failure) return server_->RespondError(req, failure->kind, failure->message);
+  ReplyValues(req, std::move(answer));
 }
 
 // A row_sparse request: one key (this server's rows of it), handled by sparse_.
@@ -217,7 +256,24 @@ void DistServer::HandleSparse(KVRequest&& req) {
         "key " + std::to_string(dist::KeyOf(key)) +
             " is dense (storage type default): a row_sparse request for it mixes storage "
             "types, which MXNet's rule forbids");
+  if (dist::CmdKind(req.cmd) == Kind::kReplicateSparse) {
+    std::string why = IsServerId(req.sender) ? NotFromPrimary(req) : "not from a server";
+    if (!why.empty())
+      return server_->RespondError(req, ErrorKind::kInvalid, "row_sparse replication: " + why);
+    return sparse_.ApplyCopy(key, std::move(req), server_, OptimizerOf(key),
+                             [this](int id) { return IsJobWorker(id); });
+  }
   SparseServer::Context ctx;
+  const Kind kind = dist::CmdKind(req.cmd);
+  std::vector<int> to;
+  if (kind == Kind::kSparseInit || kind == Kind::kSparsePush) to = ReplicaTargets(req);
+  if (!to.empty()) {
+    ctx.replicate = [this, to](Message copy, Replicator::Done done) {
+      replicator_->Send(to, std::move(copy), std::move(done));
+    };
+    ctx.table_version = replicator_->version();
+    ctx.answer_init = [this, to](const KVRequest& init) { ForwardInit(init, to); };
+  }
   ctx.sync = sync_;
   ctx.optimizer = OptimizerOf(key);
   ctx.num_workers = node_->num_workers();

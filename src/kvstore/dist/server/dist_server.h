@@ -54,7 +54,11 @@
 // replica applies the sum with the same code (same bits). Each key remembers, per
 // worker, the count of its last applied push (sent by the worker, kv_app.h), so a
 // push retried after a failover that the state already holds is answered from the
-// value, never applied twice.
+// value, never applied twice. Async pushes (replica_async.cc) are applied by the
+// primary and sent on as the gradients it applied, each with the key's apply
+// sequence and the update count its learning rate came from, so that a replica
+// repeats the same updates in the same order with the same rates (same bits); the
+// push is answered when every replica acknowledged it.
 #pragma once
 
 #include <chrono>
@@ -69,6 +73,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/byte_io.h"
 #include "kvstore/compression.h"
 #include "kvstore/dist/server/replication.h"
 #include "kvstore/dist/server/rounds.h"
@@ -231,9 +236,38 @@ class DistServer {
                  std::vector<Round::Entry> done);
   /// Replica: applies a kReplicate request (a round's sum) and acknowledges it.
   void ApplyReplica(const KVRequest& req);
-  /// Primary: `req` (an init, applied here) sent on to `to`; answered when they did.
+  /// Primary: `req` (an init, dense or row_sparse, applied here) sent on to `to`;
+  /// answered when they did.
   void ForwardInit(const KVRequest& req, const std::vector<int>& to);
   void FailRound(std::vector<Round::Entry> pushes, const Failure& failure);
+
+  // ---- replication of async pushes (replica_async.cc)
+  /// The async pushes of one request that a primary applied, as its replicas apply them.
+  struct AsyncCopy {
+    DType dtype = DType::kFloat32;     // of the gradients
+    std::vector<uint64_t> keys, lens;  // ps keys, gradient bytes
+    std::vector<Frame::Piece> pieces;  // the gradients (in the request's buffers or `owned`)
+    std::vector<NDArray> owned;        // gradients made here (dequantized)
+    ByteWriter body;                   // the sender; per key: sequence, update count, count
+  };
+  /// The push counts a replicated job's worker sent with `req` (one per key), or empty.
+  static std::vector<uint64_t> PushCounts(const KVRequest& req, size_t num_keys);
+  /// True if `st` already holds key `index` of a push with `counts` (a retry).
+  static bool AlreadyApplied(const KeyState& st, int sender, const std::vector<uint64_t>& counts,
+                             size_t index);
+  /// Primary: sends `copy` to `to`; answers `req` with `answer` (or `failure`) once
+  /// every one acknowledged.
+  void ReplicateAsync(const KVRequest& req, const std::vector<int>& to, AsyncCopy copy,
+                      std::vector<std::pair<int64_t, ReplyOwner>> answer,
+                      std::optional<Failure> failure);
+  /// Replica: why `req`, a replicated change (its body starts with the sender's
+  /// range-table version), may not be applied here, or "": only the range's primary
+  /// replicates it.
+  std::string NotFromPrimary(const KVRequest& req) const;
+  /// True if `id` is a worker of this job (push counts name only those).
+  bool IsJobWorker(int id) const;
+  /// Replica: applies a kReplicateAsync request and acknowledges it.
+  void ApplyAsyncReplica(const KVRequest& req);
 
   // ---- commands (commands.cc; states.cc; inspect.cc)
   std::string Command(int sender, int head, const std::string& body);

@@ -1,6 +1,9 @@
 #include "kvstore/dist/server/sparse_server.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "common/byte_io.h"
 
 #include "kvstore/dist/wire/sparse_codec.h"
 #include "kvstore/dist_protocol.h"
@@ -35,6 +38,13 @@ NDArray DecodeInit(const Message& m, DType dtype) {
 
 // A kSparsePush value: local row ids and rows (an aligned copy).
 using Rows = sparse_wire::PushRows;
+
+// The push count a replicated job's worker sent with a row_sparse push (kv_app.h), or 0.
+uint64_t PushCount(const KVRequest& req) {
+  uint64_t count = 0;
+  if (req.msg.body.size() == sizeof count) std::memcpy(&count, req.msg.body.data(), sizeof count);
+  return count;
+}
 Rows DecodePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype) {
   return sparse_wire::DecodePush(ValuesOf(m), key_rows, row_size, dtype);
 }
@@ -64,7 +74,8 @@ std::pair<int64_t, bool> SparseServer::WeightInfo(int64_t wire_key) const {
   return {k->table.size(), IsLowPrecision(k->table.dtype())};
 }
 
-void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype) {
+void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype,
+                        const Context& ctx) {
   if (!req.push) return srv->RespondError(req, ErrorKind::kInvalid, "malformed row_sparse init");
   auto k = std::make_unique<Key>();
   try {
@@ -81,11 +92,11 @@ void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType 
                                "duplicate init of key " + std::to_string(dist::KeyOf(wire_key)));
     count_.store(keys_.size(), std::memory_order_release);
   }
+  if (ctx.answer_init) return ctx.answer_init(req);
   srv->Respond(req);
 }
 
-void SparseServer::Apply(int64_t wire_key, Key& k, const std::vector<const KVRequest*>& pushes,
-                         Optimizer* optimizer) {
+RowSparseNDArray SparseServer::SumOf(const Key& k, const std::vector<const KVRequest*>& pushes) {
   const Shape shape{k.rows, k.row_size};
   std::vector<RowSparseNDArray> parts;
   for (const KVRequest* r : pushes) {
@@ -94,14 +105,69 @@ void SparseServer::Apply(int64_t wire_key, Key& k, const std::vector<const KVReq
     std::copy(rows.ids.begin(), rows.ids.end(), ids.data<int64_t>());
     parts.push_back(RowSparseNDArray::FromRows(shape, ids, rows.data));
   }
-  RowSparseNDArray sum = sparse::Sum(parts);
+  return sparse::Sum(parts);
+}
+
+void SparseServer::ApplySum(int64_t wire_key, Key& k, const RowSparseNDArray& sum,
+                            Optimizer* optimizer, int64_t* schedule_at) {
   const int64_t* ids = sum.indices().data<int64_t>();
   if (optimizer) {
-    optimizer->UpdateRows(dist::KeyOf(wire_key), ids, sum.nnz(), sum.data(), k.row_size, &k.table);
+    optimizer->UpdateRows(dist::KeyOf(wire_key), ids, sum.nnz(), sum.data(), k.row_size, &k.table,
+                          schedule_at);
   } else {  // no optimizer: the slice becomes the sum (MXNet's assignment)
     k.table.Fill(0);
     sparse::Scatter(sum.data(), ids, sum.nnz(), k.row_size, &k.table, false);
   }
+}
+
+void SparseServer::Replicate(const Key& k, const RowSparseNDArray& sum, int64_t round,
+                             int64_t schedule_at, std::vector<SyncRound<KVRequest>::Entry> pushes,
+                             KVServer* srv, const Context& ctx) {
+  const uint64_t row_bytes = static_cast<uint64_t>(k.row_size) * DTypeSize(k.table.dtype());
+  const uint64_t n = static_cast<uint64_t>(sum.nnz());
+  const uint64_t bytes = sparse_wire::PushBytes(n, row_bytes);
+  std::shared_ptr<char[]> buf(new char[bytes]);
+  sparse_wire::EncodePush(buf.get(), static_cast<uint64_t>(k.row_size),
+                          sum.indices().data<int64_t>(), n, 0, sum.data().raw(), row_bytes);
+  ByteWriter body;
+  body.Put<uint64_t>(ctx.table_version);
+  body.Put<int64_t>(round);
+  body.Put<int64_t>(schedule_at);
+  for (auto& e : pushes) {
+    body.Put<int32_t>(e.sender);
+    body.Put<uint64_t>(PushCount(e.push));
+  }
+  const KVRequest& first = pushes.front().push;
+  Message m;
+  m.h.flags = kPush;
+  m.h.head = dist::MakeCmd(Kind::kReplicateSparse, k.table.dtype());
+  m.h.num_keys = 1;
+  m.h.vals_len = bytes;
+  m.keys = U64Frame({first.msg.key_ptr()[0]});
+  m.lens = U64Frame({bytes});
+  m.vals = Frame::Of(std::move(buf), bytes);
+  m.body = body.Take();
+  auto answer = std::make_shared<std::vector<SyncRound<KVRequest>::Entry>>(std::move(pushes));
+  ctx.replicate(std::move(m), [srv, answer](std::exception_ptr e) {
+    if (!e) {
+      for (auto& r : *answer) {
+        try {
+          srv->Respond(r.push);
+        } catch (...) {
+        }
+      }
+      return;
+    }
+    std::string why = "replication failed";
+    ErrorKind kind = ErrorKind::kIO;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      why += std::string(": ") + ex.what();
+      kind = KindOf(ex);
+    }
+    FailRound(std::move(*answer), srv, kind, why);
+  });
 }
 
 void SparseServer::FailRound(std::vector<SyncRound<KVRequest>::Entry> pushes, KVServer* srv,
@@ -118,7 +184,7 @@ void SparseServer::Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, cons
   const Kind kind = dist::CmdKind(req.cmd);
   const DType dtype = static_cast<DType>(dist::CmdDType(req.cmd));
   const std::string key_name = std::to_string(dist::KeyOf(wire_key));
-  if (kind == Kind::kSparseInit) return Init(wire_key, std::move(req), srv, dtype);
+  if (kind == Kind::kSparseInit) return Init(wire_key, std::move(req), srv, dtype, ctx);
   Key* kp;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -170,7 +236,7 @@ void SparseServer::Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, cons
                              "the dist_async store before pushing row_sparse key " +
                                  key_name);
   try {
-    Apply(wire_key, k, {&req}, ctx.optimizer);
+    ApplySum(wire_key, k, SumOf(k, {&req}), ctx.optimizer, nullptr);
   } catch (const std::exception& e) {
     return srv->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
   }
@@ -180,23 +246,92 @@ void SparseServer::Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, cons
 
 void SparseServer::JoinRound(int64_t wire_key, Key& k, KVRequest&& req, KVServer* srv,
                              const Context& ctx, std::unique_lock<std::mutex>& lk) {
+  const int sender = req.sender;
+  if (const uint64_t count = PushCount(req)) {
+    // A push this key already holds (retried after a failover: its primary replicated
+    // the round but died before answering): answered, not applied.
+    auto it = k.applied_push.find(sender);
+    if (it != k.applied_push.end() && count <= it->second) return srv->Respond(req);
+  }
   const std::string why =
-      k.round.Refusal(req.sender, *ctx.done_workers,
+      k.round.Refusal(sender, *ctx.done_workers,
                       "row_sparse key " + std::to_string(dist::KeyOf(wire_key)), ctx.worker_name);
   if (!why.empty()) return srv->RespondError(req, ErrorKind::kUsage, why);
-  const int sender = req.sender;
   k.round.Join(sender, std::move(req), std::chrono::steady_clock::now());
   if (!k.round.complete(ctx.num_workers)) return;
   auto round = k.round.Take();
+  const int64_t number = k.round.round();
+  RowSparseNDArray sum;
+  int64_t schedule_at = 0;
   try {
-    Apply(wire_key, k, SyncRound<KVRequest>::RankOrder(round), ctx.optimizer);
+    sum = SumOf(k, SyncRound<KVRequest>::RankOrder(round));
+    ApplySum(wire_key, k, sum, ctx.optimizer, &schedule_at);
   } catch (const std::exception& e) {
     FailRound(std::move(round), srv, KindOf(e), std::string("update failed: ") + e.what());
     return;
   }
   k.round.Advance();
+  for (auto& r : round)
+    if (const uint64_t count = PushCount(r.push)) k.applied_push[r.sender] = count;
+  // Sent under the key's lock: one key's rounds reach the replicas in order.
+  if (ctx.replicate) return Replicate(k, sum, number, schedule_at, std::move(round), srv, ctx);
   lk.unlock();
   for (auto& r : round) srv->Respond(r.push);
+}
+
+void SparseServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, Optimizer* optimizer,
+                             const std::function<bool(int)>& is_worker) {
+  const Message& m = req.msg;
+  auto fail = [&](const std::string& why) {
+    srv->RespondError(req, ErrorKind::kInvalid, "row_sparse replication: " + why);
+  };
+  Key* kp;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = keys_.find(wire_key);
+    kp = it == keys_.end() ? nullptr : it->second.get();
+  }
+  if (!kp) return fail("key " + std::to_string(dist::KeyOf(wire_key)) + " is not held here");
+  Key& k = *kp;
+  std::lock_guard<std::mutex> lk(k.mu);
+  if (dist::CmdDType(req.cmd) != static_cast<int>(k.table.dtype())) return fail("another dtype");
+  int64_t round = 0, schedule_at = 0;
+  std::vector<std::pair<int, uint64_t>> counts;
+  try {
+    ByteReader r(m.body.data(), m.body.size(), "replicated row_sparse round");
+    (void)r.Get<uint64_t>();  // the sender's range-table version (checked by the caller)
+    round = r.Get<int64_t>();
+    schedule_at = r.Get<int64_t>();
+    while (r.remaining() > 0) {
+      const int id = r.Get<int32_t>();
+      if (!is_worker(id))
+        return fail("a push count of node id " + std::to_string(id) +
+                    ", which is not a worker of this job");
+      counts.emplace_back(id, r.Get<uint64_t>());
+    }
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  // Rounds arrive in order (the primary sends round r + 1 only after this replica
+  // acknowledged round r); a round already held is acknowledged, never applied twice.
+  if (round < k.round.round()) return srv->Respond(req);
+  if (round > k.round.round())
+    return fail("round " + std::to_string(round) + " of key " +
+                std::to_string(dist::KeyOf(wire_key)) + " before round " +
+                std::to_string(k.round.round()));
+  try {
+    Rows rows = DecodePush(m, k.rows, k.row_size, k.table.dtype());
+    NDArray ids(Shape{static_cast<int64_t>(rows.ids.size())}, DType::kInt64);
+    std::copy(rows.ids.begin(), rows.ids.end(), ids.data<int64_t>());
+    ApplySum(wire_key, k, RowSparseNDArray::FromRows(Shape{k.rows, k.row_size}, ids, rows.data),
+             optimizer, &schedule_at);
+  } catch (const std::exception& e) {
+    return srv->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+  }
+  k.round.Advance();
+  for (auto& [id, count] : counts)
+    if (count) k.applied_push[id] = count;
+  srv->Respond(req);
 }
 
 void SparseServer::WorkerDone(int id, KVServer* srv,

@@ -15,6 +15,17 @@
 // slice becomes the sum.
 // Async mode: each push is applied at once (an optimizer is required).
 //
+// Replicated servers (docs/fault-tolerance.md): as a primary (Context::replicate set),
+// a completed round is applied, then its sum (kReplicateSparse: the summed rows in
+// the push layout of sparse_codec.h, the round number, the update count the rate came
+// from, each pusher's push count, after the sender's range-table version) goes to
+// the range's replicas, and the round's
+// pushes are answered when every replica acknowledged it; an init is forwarded
+// (Context::answer_init). A replica applies the sum with the same UpdateRows (same
+// bits; ApplyCopy). Each key remembers the push count of each worker's last applied
+// push, so a push retried after a failover that the key holds is answered, not
+// applied again. Async pushes are not replicated (the DistServer refuses them).
+//
 // Threads: a key's state is touched only under its own mutex (so one key is never
 // updated concurrently, whatever thread runs the handler; different keys may run in
 // parallel); the key table is under mu_ (lookups and inserts only).
@@ -33,6 +44,7 @@
 #include "ps/kv_app.h"
 #include "pskv/ndarray.h"
 #include "pskv/optimizer.h"
+#include "pskv/row_sparse.h"
 
 namespace pskv {
 
@@ -45,6 +57,13 @@ class SparseServer {
     int num_workers = 0;
     const std::set<int>* done_workers = nullptr;  // node ids of finished workers
     std::function<std::string(int)> worker_name;  // node id -> "worker[1]"
+    /// Primary of a replicated range: sends a round's copy to the replicas; `done`
+    /// runs once they all acknowledged it (or with the error). Null otherwise.
+    std::function<void(Message copy, std::function<void(std::exception_ptr)> done)> replicate;
+    /// Primary of a replicated range: answers an init applied here once its replicas
+    /// applied it too. Null: answered at once.
+    std::function<void(const KVRequest& init)> answer_init;
+    uint64_t table_version = 0;  // with `replicate`: sent first in each copy
   };
 
   /// True if `wire_key` is a row_sparse key here.
@@ -55,6 +74,11 @@ class SparseServer {
   /// Handles one row_sparse request for `wire_key` (kind and dtype from its cmd);
   /// answers it now or, for a sync push, when the round completes.
   void Handle(int64_t wire_key, KVRequest&& req, KVServer* srv, const Context& ctx);
+  /// Replica: applies a kReplicateSparse request (a round's sum) for `wire_key` and
+  /// acknowledges it.
+  /// `is_worker(id)`: id is a worker of this job. The caller checked the sender.
+  void ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, Optimizer* optimizer,
+                 const std::function<bool(int)>& is_worker);
   /// A worker finished: open rounds that still need its push fail with a message.
   void WorkerDone(int id, KVServer* srv, const std::function<std::string(int)>& worker_name);
 
@@ -64,10 +88,19 @@ class SparseServer {
     NDArray table;  // rows x row_size, the key's dtype
     int64_t rows = 0, row_size = 0;
     SyncRound<KVRequest> round;
+    std::map<int, uint64_t> applied_push;  // replicated: worker id -> last applied push count
   };
-  void Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype);
-  void Apply(int64_t wire_key, Key& k, const std::vector<const KVRequest*>& pushes,
-             Optimizer* optimizer);
+  void Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype, const Context& ctx);
+  /// The sum of `pushes` (in their order), validated against the key.
+  static RowSparseNDArray SumOf(const Key& k, const std::vector<const KVRequest*>& pushes);
+  /// Updates the key's rows from `sum` (Optimizer::UpdateRows; `schedule_at` as there).
+  static void ApplySum(int64_t wire_key, Key& k, const RowSparseNDArray& sum, Optimizer* optimizer,
+                       int64_t* schedule_at);
+  /// Primary: sends the round just applied (`sum`, `round`, its `pushes`) to the
+  /// replicas; the pushes are answered when they acknowledged it.
+  static void Replicate(const Key& k, const RowSparseNDArray& sum, int64_t round,
+                        int64_t schedule_at, std::vector<SyncRound<KVRequest>::Entry> pushes,
+                        KVServer* srv, const Context& ctx);
   /// A sync push (validated): joins the key's round; the last one applies it.
   void JoinRound(int64_t wire_key, Key& k, KVRequest&& req, KVServer* srv, const Context& ctx,
                  std::unique_lock<std::mutex>& lk);

@@ -75,13 +75,6 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
   node_ = lease_.node->node();
   link_ = std::make_unique<ServerLink>(node_, lease_.node->worker(), options_, store_id_);
   shares_ = PlacementShares(options_, *node_);
-  // Asynchronous updates are not replicated (docs/fault-tolerance.md): every worker
-  // refuses, before any of them sets the mode (the servers refuse it too).
-  if (async_ && node_->replicated())
-    throw UsageError(type_ +
-                     " with PSKV_REPLICAS > 0 is not supported yet (asynchronous updates are "
-                     "not copied to the replicas, and a promoted replica would serve stale "
-                     "weights): use dist_sync, or set PSKV_REPLICAS=0 (docs/fault-tolerance.md)");
   if (node_->rank() == 0 && store_id_ == 0)
     link_->worker()->Command(kSetMode, payload::EncodeMode(!async_), options_.op_timeout);
   node_->Barrier(kWorkerGroup, options_.op_timeout);

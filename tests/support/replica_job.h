@@ -1,0 +1,141 @@
+// A job of real processes with replicated servers (PSKV_REPLICAS) for kill tests:
+// a scheduler, servers (pskv-server) and workers (a test program given OUT_DIR as its
+// last argument), over real ZeroMQ on loopback, with fast failure detection. One
+// server can be killed with SIGKILL once a worker wrote a marker file to OUT_DIR.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/proc.h"
+#include "support/test_util.h"
+
+namespace pskv::test {
+
+struct ReplicaJobSpec {
+  std::string name;                 // names the job's temporary directory
+  std::string server;               // pskv-server
+  std::vector<std::string> worker;  // the worker's argv; OUT_DIR is appended
+  int servers = 2, workers = 2, replicas = 1;
+  int reply_delay_ms = 0;                  // PSKV_TEST_REPLY_DELAY of the servers
+  std::map<std::string, std::string> env;  // more variables for every process
+};
+
+struct ReplicaJobResult {
+  bool ok = false;
+  std::vector<std::string> weights;  // OUT_DIR/w<rank>.weights of each worker
+  double slowest_ms = 0;             // the largest line of OUT_DIR/w0.times
+};
+
+namespace replica_job_detail {
+
+inline std::map<std::string, std::string> Env(const ReplicaJobSpec& s, int port,
+                                              const std::string& role) {
+  std::map<std::string, std::string> e = {{"DMLC_ROLE", role},
+                                          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                          {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+                                          {"DMLC_NUM_SERVER", std::to_string(s.servers)},
+                                          {"DMLC_NUM_WORKER", std::to_string(s.workers)},
+                                          {"PSKV_REPLICAS", std::to_string(s.replicas)},
+                                          {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
+                                          {"PSKV_WIRE_CHUNK_BYTES", "262144"},
+                                          // Fast detection of the silent (killed) server.
+                                          {"PS_HEARTBEAT_INTERVAL", "0.2"},
+                                          {"PS_HEARTBEAT_TIMEOUT", "1.5"},
+                                          {"PSKV_TIMEOUT", "60"}};
+  for (auto& [k, v] : s.env) e[k] = v;
+  return e;
+}
+
+inline std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace replica_job_detail
+
+/// Runs the job; if `victim` >= 0, kills server `victim` once OUT_DIR/`marker` exists.
+/// Every worker must exit 0, and the scheduler and the surviving servers too; else
+/// the test fails (with the job's log) and the result is not ok.
+inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
+                                      const std::string& marker = "") {
+  using namespace std::chrono_literals;
+  namespace d = replica_job_detail;
+  ReplicaJobResult res;
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("pskv_replica_" + s.name + "_" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/log";
+  const int port = FreePort();
+  const pid_t scheduler = Spawn({s.server}, d::Env(s, port, "scheduler"), log);
+  std::vector<pid_t> servers, workers;
+  for (int i = 0; i < s.servers; ++i) {
+    auto env = d::Env(s, port, "server");
+    env["DMLC_TASK_ID"] = std::to_string(i);
+    if (s.reply_delay_ms) env["PSKV_TEST_REPLY_DELAY"] = std::to_string(s.reply_delay_ms);
+    servers.push_back(Spawn({s.server}, env, log));
+  }
+  std::vector<std::string> argv = s.worker;
+  argv.push_back(dir);
+  for (int i = 0; i < s.workers; ++i)
+    workers.push_back(Spawn(argv, d::Env(s, port, "worker"), log));
+  auto stop = [&] {
+    std::vector<pid_t> all = {scheduler};
+    all.insert(all.end(), servers.begin(), servers.end());
+    all.insert(all.end(), workers.begin(), workers.end());
+    for (pid_t p : all) {
+      ::kill(-p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+  };
+  if (victim >= 0) {
+    if (!WaitFile(dir + "/" + marker, 60s)) {
+      ADD_FAILURE() << s.name << ": " << marker << " never written; log:\n" << ReadFile(log);
+      stop();
+      return res;
+    }
+    ::kill(servers[static_cast<size_t>(victim)], SIGKILL);
+  }
+  for (size_t w = 0; w < workers.size(); ++w) {
+    auto st = WaitExit(workers[w], 90s);
+    if (!st || *st != 0) {
+      ADD_FAILURE() << s.name << ": worker " << w << " "
+                    << (st ? "exited " + std::to_string(*st) : std::string("hung")) << "; log:\n"
+                    << ReadFile(log);
+      stop();
+      return res;
+    }
+    res.weights.push_back(d::Slurp(dir + "/w" + std::to_string(w) + ".weights"));
+  }
+  bool rest_ok = true;
+  std::vector<pid_t> rest = {scheduler};
+  for (size_t i = 0; i < servers.size(); ++i)
+    if (static_cast<int>(i) != victim) rest.push_back(servers[i]);
+  for (pid_t p : rest) {
+    auto st = WaitExit(p, 30s);
+    if (!st || *st != 0) rest_ok = false;
+    EXPECT_TRUE(st.has_value() && *st == 0)
+        << s.name << ": pid " << p << " " << (st ? std::to_string(*st) : "hung") << "; log:\n"
+        << ReadFile(log);
+  }
+  std::ifstream t(dir + "/w0.times");
+  double ms = 0;
+  while (t >> ms) res.slowest_ms = std::max(res.slowest_ms, ms);
+  stop();
+  std::filesystem::remove_all(dir);
+  res.ok = rest_ok;
+  return res;
+}
+
+}  // namespace pskv::test
