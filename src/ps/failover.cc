@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "ps/node.h"
+#include "ps/node_internal.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -76,6 +77,33 @@ bool Node::SurviveServer(int dead_id, std::string* reason) {
   resender_.Forget(dead_id);
   for (auto& h : handlers) h(table);
   return true;
+}
+
+void Node::CheckSuspects(Clock::time_point now) {
+  // A server this node lost that the scheduler keeps (it still hears from it): a
+  // partition between the two. Waiting for a table that never comes would end only
+  // at PSKV_TIMEOUT; after as long again as this node's own detection took, fail.
+  const auto grace = options_.heartbeat_timeout + options_.heartbeat_interval;
+  std::pair<int, std::string> lost;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = suspects_.begin(); it != suspects_.end();) {
+      if (departed_.count(it->first)) {
+        it = suspects_.erase(it);
+      } else if (!lost.first && now - it->second.since > grace) {
+        lost = {it->first, it->second.reason};
+        ++it;
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (!lost.first) return;
+  const std::string why = lost.second + ", yet the scheduler still counts " + NodeName(lost.first) +
+                          " in the job " + node_internal::SecsStr(grace) +
+                          " later: a network partition between this node and that server "
+                          "(check the network between the two hosts)";
+  Fail(std::make_exception_ptr(NodeFailure(why)), lost.first);
 }
 
 void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) {

@@ -405,8 +405,14 @@ void Node::Fail(std::exception_ptr e, int culprit) {
 void Node::FailNode(int dead_id, const std::string& reason) {
   if (replicated_ && IsServerId(dead_id) && role() != Role::kScheduler) {
     // The scheduler decides whether the job survives a server (its range table);
-    // this node stops watching it and waits for the verdict.
+    // this node stops watching it and waits for the verdict, for a bounded time
+    // (CheckSuspects).
     liveness_.Forget(dead_id);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (departed_.count(dead_id)) return;
+      suspects_.emplace(dead_id, Suspect{Clock::now(), reason});
+    }
     PSKV_WARN(Tag() << ": " << reason << "; waiting for the scheduler's range table");
     return;
   }
@@ -469,6 +475,7 @@ void Node::TimerLoop() {
       }
       if (role() == Role::kScheduler && ready_ && !finished_) WarnStalledBarriers(now);
     }
+    CheckSuspects(now);
     // Failure detection: silence (heartbeats) and lost connections.
     auto [dead, why] = liveness_.Check(now, *transport_, [this](int id) { return NodeName(id); });
     if (dead) {

@@ -181,6 +181,9 @@ class Node {
   /// matter) that it was removed from the job, so that it stops (kNodeFailed naming
   /// itself).
   void TellRemovedLocked(int id);
+  /// Replicated, not the scheduler: fails this node when a server it found gone has
+  /// not left the range table within the heartbeat bound (timer thread).
+  void CheckSuspects(Clock::time_point now);
   /// Scheduler, mu_ held: releases barriers that a departure completed.
   void ReleaseCompletedBarriers();
   bool IsResendable(Control c) const;
@@ -216,6 +219,11 @@ class Node {
   bool replicated_ = false;
   RangeTable ranges_;
   std::set<int> departed_;
+  struct Suspect {
+    Clock::time_point since;  // when this node found the server gone
+    std::string reason;
+  };
+  std::map<int, Suspect> suspects_;                // replicated: servers lost here, not yet removed
   std::map<int, std::string> removal_reason_;      // scheduler: why each departed
   std::map<int, Clock::time_point> removed_told_;  // scheduler: last told it was removed
   std::exception_ptr failure_;

@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "ps/kv_app.h"
 #include "ps/node.h"
 #include "pskv/error.h"
 #include "support/test_util.h"
@@ -127,4 +128,77 @@ TEST(Departed, RemovedServerNeitherCountsInBarriersNorGoesOn) {
   EXPECT_FALSE(worker_error) << What(worker_error);
   EXPECT_FALSE(server_errors[0]) << What(server_errors[0]);
   EXPECT_FALSE(server_errors[2]) << What(server_errors[2]);
+}
+
+// A worker that cannot reach a primary while the scheduler still hears from it (a
+// one-sided partition: no range table will ever remove that server) fails within
+// about twice the heartbeat bound, naming the server, instead of waiting for the
+// request's timeout.
+TEST(Departed, OneSidedPartitionFromAPrimaryFailsWithinTheBound) {
+  const int port = FreePort(), S = 2;
+  const auto cut_from = std::chrono::steady_clock::now() + 3s;
+  auto make = [&](Role role) {
+    Options o = NodeOptions(role, port, S, 1);
+    o.replicas = 1;
+    o.heartbeat_timeout = 1500ms;
+    return o;
+  };
+  std::string seen;
+  std::chrono::steady_clock::duration took{};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    try {
+      Node node(make(Role::kScheduler));
+      node.Start();
+      node.Finalize(0ms);
+    } catch (...) {
+    }
+  });
+  for (int s = 0; s < S; ++s)
+    threads.emplace_back([&] {
+      try {
+        Node node(make(Role::kServer));
+        node.Start();
+        node.Finalize(30s);
+      } catch (...) {
+      }
+    });
+  threads.emplace_back([&] {
+    try {
+      Node node(make(Role::kWorker));
+      node.SetTransportFactory([&](const TransportConfig& tc) {
+        FaultConfig fc;
+        fc.partition_peers = {ServerId(0)};
+        fc.partition_from = cut_from;
+        fc.partition_for = 60s;
+        fc.partition_reports_down = true;
+        return CreateFaultTransport(CreateTransport("zmq", tc), fc);
+      });
+      KVWorker w(&node);
+      node.Start();
+      std::this_thread::sleep_until(cut_from + 100ms);
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<float> v(4, 1.0f);
+      auto done = std::make_shared<Completion>();
+      const uint64_t key = KVWorker::ServerRange(0, S).first + 1;
+      const uint64_t ts =
+          w.Push({key}, Frame::Copy(v.data(), 16), {16}, 0, Completion::Callback(done));
+      try {
+        w.Await(ts, done, 20s, 0ms, "push");
+        seen = "the push completed";
+      } catch (const NodeFailure& e) {
+        seen = e.what();
+      } catch (const TimeoutError& e) {
+        seen = e.what();
+      }
+      took = std::chrono::steady_clock::now() - t0;
+      node.Finalize(1s);
+    } catch (...) {
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_NE(seen.find("server[0]"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("network partition"), std::string::npos) << seen;
+  // Detection (1.7 s after the connection is down) plus as long again.
+  EXPECT_LT(took, 8s) << seen;
 }
