@@ -198,22 +198,58 @@ struct Chunk {
   int64_t offset, len;
   uint64_t index;  // chunk number within its server's slice
 };
-/// Cuts each slice into chunks of about `chunk_bytes` (0: one chunk per slice),
-/// balanced, at most MaxChunks(num_servers) per slice. Empty slices are left out.
+/// The lengths of the chunks a slice of `len` elements travels in, at most `per`
+/// elements each (per >= 1) and at most `max_chunks` of them. A slice longer than
+/// `per` starts and ends with a ramp of smaller chunks, per/8, per/4, per/2 from
+/// either end (a step is taken while at least four times its length stays between
+/// the two ramps), and its middle is cut into balanced chunks of at most `per`: a sync server can
+/// answer a chunk only once every worker's copy of it arrived, so the first chunk's
+/// size sets when the answers start (the pipeline's fill) and the last one's how
+/// long they run after the last push (its drain); docs/design.md, "Wire chunks".
+/// Where the ramp would need more than `max_chunks`, balanced chunks only.
+inline std::vector<int64_t> ChunkLengths(int64_t len, int64_t per, uint64_t max_chunks) {
+  if (len <= 0) return {};
+  per = std::max<int64_t>(1, per);
+  max_chunks = std::max<uint64_t>(1, max_chunks);
+  if (len <= per) return {len};
+  auto balanced = [](int64_t total, int64_t n, std::vector<int64_t>* out) {
+    const int64_t each = (total + n - 1) / n;
+    for (int64_t at = 0; at < total; at += each) out->push_back(std::min(each, total - at));
+  };
+  std::vector<int64_t> ramp;  // one end's chunks, smallest first
+  int64_t middle = len;
+  for (int64_t step = per / 8; step >= 1 && step < per && middle >= 6 * step; step *= 2) {
+    ramp.push_back(step);
+    middle -= 2 * step;
+  }
+  const int64_t n_middle = (middle + per - 1) / per;
+  std::vector<int64_t> out;
+  if (2 * ramp.size() + static_cast<uint64_t>(n_middle) > max_chunks) {
+    balanced(len, std::min<int64_t>((len + per - 1) / per, static_cast<int64_t>(max_chunks)), &out);
+    return out;
+  }
+  out.assign(ramp.begin(), ramp.end());
+  balanced(middle, n_middle, &out);
+  out.insert(out.end(), ramp.rbegin(), ramp.rend());
+  return out;
+}
+
+/// Cuts each slice into chunks of about `chunk_bytes` (0: one chunk per slice) by
+/// ChunkLengths, at most MaxChunks(num_servers) per slice. Empty slices are left out.
 inline std::vector<Chunk> ChunkSlices(const std::vector<Slice>& slices, int64_t elem_bytes,
                                       int64_t chunk_bytes, int num_servers) {
   std::vector<Chunk> out;
   for (const Slice& s : slices) {
     if (s.len == 0) continue;
-    int64_t n = 1;
-    if (chunk_bytes > 0) {
-      const int64_t per = std::max<int64_t>(1, chunk_bytes / std::max<int64_t>(1, elem_bytes));
-      n = std::min<int64_t>((s.len + per - 1) / per, static_cast<int64_t>(MaxChunks(num_servers)));
+    const int64_t per = chunk_bytes > 0
+                            ? std::max<int64_t>(1, chunk_bytes / std::max<int64_t>(1, elem_bytes))
+                            : s.len;
+    uint64_t c = 0;
+    int64_t at = 0;
+    for (int64_t len : ChunkLengths(s.len, per, MaxChunks(num_servers))) {
+      out.push_back({s.server, s.offset + at, len, c++});
+      at += len;
     }
-    const int64_t each = (s.len + n - 1) / n;
-    for (int64_t c = 0, at = 0; at < s.len; ++c, at += each)
-      out.push_back(
-          {s.server, s.offset + at, std::min(each, s.len - at), static_cast<uint64_t>(c)});
   }
   return out;
 }

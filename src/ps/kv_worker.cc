@@ -125,6 +125,7 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   }
   Callback done_now;
   uint64_t ts;
+  std::vector<size_t> order;  // paced: the messages' send order (PushPacer::SendOrder)
   {
     std::lock_guard<std::mutex> lk(mu_);
     ts = next_ts_;
@@ -135,8 +136,12 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     } else {
       req.num_parts = msgs.size();
       for (size_t p = 0; p < parts.size(); ++p) req.waiting.emplace(ts + p, std::move(parts[p]));
-      if (ahead > 0 && msgs.size() > 1 && !replicated_)
-        req.pacer = std::make_unique<PushPacer>(ahead);
+      if (ahead > 0 && msgs.size() > 1 && !replicated_) {
+        std::vector<std::pair<int, uint64_t>> plan;
+        for (auto& [to, m] : msgs) plan.emplace_back(to, m.h.vals_len);
+        req.pacer = std::make_unique<PushPacer>(ahead, plan);
+        order = req.pacer->SendOrder();
+      }
       for (size_t p = 0; req.pacer && p < msgs.size(); ++p) {
         auto& [to, m] = msgs[p];
         if (req.pacer->Add(p, to, m.h.vals_len)) continue;
@@ -151,7 +156,8 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     done_now(nullptr);
     return ts;
   }
-  for (size_t p = 0; p < msgs.size(); ++p) {
+  for (size_t q = 0; q < msgs.size(); ++q) {
+    const size_t p = order.empty() ? q : order[q];
     auto& [to, m] = msgs[p];
     if (to < 0) continue;
     m.h.timestamp = ts + p;

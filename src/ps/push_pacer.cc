@@ -1,6 +1,34 @@
 #include "ps/push_pacer.h"
 
+#include <algorithm>
+
 namespace pskv {
+
+PushPacer::PushPacer(uint64_t ahead, const std::vector<std::pair<int, uint64_t>>& plan)
+    : ahead_(ahead) {
+  std::map<int, uint64_t> total;
+  uint64_t most = 0;
+  for (auto& [server, bytes] : plan) most = std::max(most, total[server] += bytes);
+  // Where each message's middle lies in its server's part, as a fraction.
+  std::vector<std::pair<long double, size_t>> at;
+  std::map<int, uint64_t> before;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const auto [server, bytes] = plan[i];
+    const long double mid = static_cast<long double>(before[server]) + bytes / 2.0L;
+    before[server] += bytes;
+    at.emplace_back(total[server] ? mid / static_cast<long double>(total[server]) : 0.0L, i);
+  }
+  std::stable_sort(at.begin(), at.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [fraction, i] : at) order_.push_back(i);
+  if (most == 0) return;
+  for (auto& [server, bytes] : total) {
+    // ahead * bytes / most without overflow (both can be large): in long double.
+    const long double part = static_cast<long double>(ahead) * static_cast<long double>(bytes) /
+                             static_cast<long double>(most);
+    lanes_[server].ahead = std::max<uint64_t>(1, static_cast<uint64_t>(part));
+  }
+}
 
 bool PushPacer::Add(size_t index, int server, uint64_t bytes) {
   Lane& lane = lanes_[server];

@@ -356,36 +356,5 @@ TEST(DistServerAnswers, HeldAnswersKeepTheirValuesWhileLaterPushesChangeTheKeys)
   }
 }
 
-// Chunking: each server's slice is covered exactly, in balanced chunks, within the
-// chunk range of the servers' key ranges; ps keys are unique and on their server.
-TEST(DistProtocol, ChunkSlicesCoverEachSliceWithinTheKeyRange) {
-  for (int S : {1, 2, 3, 7}) {
-    const int64_t n = 1000003;
-    auto slices = dist::PlaceKey(42, n, S, 1000);
-    auto chunks = dist::ChunkSlices(slices, 4, 65536, S);
-    std::set<uint64_t> keys;
-    int64_t covered = 0;
-    for (auto& c : chunks) {
-      EXPECT_LE(c.len * 4, 65536);
-      EXPECT_LT(c.index, dist::MaxChunks(S));
-      const uint64_t k = dist::PsKey(dist::ChunkKey(dist::WireKey(3, 42), c.index), c.server, S);
-      auto [b, e] = KVWorker::ServerRange(c.server, S);
-      EXPECT_TRUE(k >= b && k < e);
-      keys.insert(k);
-      covered += c.len;
-    }
-    EXPECT_EQ(covered, n);
-    EXPECT_EQ(keys.size(), chunks.size());
-    EXPECT_EQ(dist::ChunkSlices(slices, 4, 0, S).size(), static_cast<size_t>(S));
-  }
-  // More chunks than the range holds: fewer, bigger chunks.
-  auto few = dist::ChunkSlices({{0, 0, int64_t{1} << 30}}, 4, 4096, 1 << 10);
-  EXPECT_EQ(few.size(), dist::MaxChunks(1 << 10));
-  EXPECT_EQ(dist::StoreOf(dist::ChunkKey(dist::WireKey(3, 42), 9)), 3);
-  EXPECT_EQ(dist::KeyOf(dist::ChunkKey(dist::WireKey(3, 42), 9)), 42);
-  EXPECT_EQ(dist::OptimizerKey(dist::ChunkKey(dist::WireKey(3, 42), 0)), 42);
-  EXPECT_EQ(dist::OptimizerKey(dist::ChunkKey(dist::WireKey(3, 42), 9)), (int64_t{9} << 32) | 42);
-}
-
 }  // namespace
 }  // namespace pskv

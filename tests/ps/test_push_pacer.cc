@@ -54,6 +54,37 @@ TEST(PushPacer, AnAnswerReleasesAsManyAsFit) {
   EXPECT_EQ(p.Answered(2), std::vector<size_t>{5});
 }
 
+// An uneven split (link-balanced shares): each server's unanswered bytes are held
+// in proportion to its part of the request, the biggest part getting `ahead`.
+TEST(PushPacer, AnUnevenSplitPacesEachServerInProportionToItsPart) {
+  // Server 1: 6 messages of 100 bytes; server 2: 2 of 100 (a third); ahead 300.
+  std::vector<std::pair<int, uint64_t>> plan;
+  for (int i = 0; i < 6; ++i) plan.emplace_back(1, 100);
+  for (int i = 0; i < 2; ++i) plan.emplace_back(2, 100);
+  PushPacer p(300, plan);
+  std::vector<bool> now;
+  for (size_t i = 0; i < plan.size(); ++i) now.push_back(p.Add(i, plan[i].first, plan[i].second));
+  EXPECT_EQ(now, (std::vector<bool>{true, true, true, false, false, false, true, false}));
+  EXPECT_EQ(p.Answered(6), std::vector<size_t>{7});
+  EXPECT_EQ(p.Answered(0), std::vector<size_t>{3});
+  // An even split paces every server alike, as the plain pacer does.
+  PushPacer even(200, {{1, 100}, {2, 100}, {1, 100}, {2, 100}, {1, 100}, {2, 100}});
+  PushPacer plain(200);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(even.Add(i, 1 + static_cast<int>(i % 2), 100),
+              plain.Add(i, 1 + static_cast<int>(i % 2), 100));
+  // What goes at once leaves interleaved by how far into its server's part each
+  // message lies (server 1: 4 x 100 bytes, server 2: 2 x 200), not server by server.
+  PushPacer mixed(1000, {{1, 100}, {1, 100}, {1, 100}, {1, 100}, {2, 200}, {2, 200}});
+  EXPECT_EQ(mixed.SendOrder(), (std::vector<size_t>{0, 4, 1, 2, 5, 3}));
+  EXPECT_TRUE(plain.SendOrder().empty());
+  // Tiny parts still send one message at a time.
+  PushPacer tiny(100, {{1, 1000000}, {2, 10}, {2, 10}});
+  EXPECT_TRUE(tiny.Add(0, 1, 1000000));
+  EXPECT_TRUE(tiny.Add(1, 2, 10));
+  EXPECT_FALSE(tiny.Add(2, 2, 10));
+}
+
 // Workers push the pieces of one key (over `servers` servers) through their own
 // pacers; a server answers piece i once every worker's piece i arrived (a sync
 // round); messages in flight arrive in a random order. Every round completes (no

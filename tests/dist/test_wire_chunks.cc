@@ -1,0 +1,84 @@
+// Wire chunks (dist_protocol.h): the lengths a server's slice of a dense key is cut
+// into (ChunkLengths: ramps of small chunks at both ends, balanced chunks between)
+// and the chunks' ps keys inside their servers' key ranges (ChunkSlices).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "kvstore/dist_protocol.h"
+
+namespace pskv {
+namespace {
+
+// A slice of several chunks starts and ends with per/8, per/4, per/2 (as far as the
+// slice allows), the middle balanced within one element and at most `per`; the
+// lengths rise to the middle and fall after it, and cover the slice exactly.
+TEST(DistProtocol, ChunkLengthsRampUpAndDownAroundBalancedMiddle) {
+  const int64_t per = 65536;  // 256 KiB of float32
+  // 1 MiB of float32 (the k = 4, 4 MiB slice): 3 ramp steps each side.
+  EXPECT_EQ(dist::ChunkLengths(262144, per, 1000),
+            (std::vector<int64_t>{8192, 16384, 32768, 49152, 49152, 49152, 32768, 16384, 8192}));
+  // Just over one chunk: one ramp step each side, the rest in one middle chunk.
+  EXPECT_EQ(dist::ChunkLengths(per + 1, per, 1000),
+            (std::vector<int64_t>{8192, per + 1 - 16384, 8192}));
+  // A slice of at most one chunk is one chunk (small keys are unchanged).
+  EXPECT_EQ(dist::ChunkLengths(per, per, 1000), (std::vector<int64_t>{per}));
+  EXPECT_EQ(dist::ChunkLengths(5, per, 1000), (std::vector<int64_t>{5}));
+  EXPECT_TRUE(dist::ChunkLengths(0, per, 1000).empty());
+  // Chunks too small to ramp (per < 8): balanced chunks only.
+  EXPECT_EQ(dist::ChunkLengths(10, 4, 1000), (std::vector<int64_t>{4, 4, 2}));
+  for (int64_t len : {per + 1, 2 * per - 7, 3 * per, int64_t{1000003}, 64 * per + 5}) {
+    const auto l = dist::ChunkLengths(len, per, 1000);
+    ASSERT_GE(l.size(), 3u) << len;
+    EXPECT_EQ(std::accumulate(l.begin(), l.end(), int64_t{0}), len);
+    EXPECT_EQ(l.front(), per / 8) << len;
+    EXPECT_EQ(l.back(), per / 8) << len;
+    const auto peak = std::max_element(l.begin(), l.end());
+    EXPECT_LE(*peak, per);
+    EXPECT_TRUE(std::is_sorted(l.begin(), peak + 1)) << len;
+    EXPECT_TRUE(std::is_sorted(l.rbegin(), std::make_reverse_iterator(peak))) << len;
+    // the two ramps mirror each other
+    for (size_t i = 0; i < l.size() && l[i] < per / 2 + 1 && l[i] != *peak; ++i)
+      EXPECT_EQ(l[i], l[l.size() - 1 - i]) << len << " at " << i;
+  }
+  // Where the ramp does not fit in max_chunks: balanced chunks, as many as allowed.
+  EXPECT_EQ(dist::ChunkLengths(4 * per, per, 4), (std::vector<int64_t>(4, per)));
+  EXPECT_EQ(dist::ChunkLengths(100 * per, per, 7).size(), 7u);
+}
+
+// Chunking: each server's slice is covered exactly, in balanced chunks, within the
+// chunk range of the servers' key ranges; ps keys are unique and on their server.
+TEST(DistProtocol, ChunkSlicesCoverEachSliceWithinTheKeyRange) {
+  for (int S : {1, 2, 3, 7}) {
+    const int64_t n = 1000003;
+    auto slices = dist::PlaceKey(42, n, S, 1000);
+    auto chunks = dist::ChunkSlices(slices, 4, 65536, S);
+    std::set<uint64_t> keys;
+    int64_t covered = 0;
+    for (auto& c : chunks) {
+      EXPECT_LE(c.len * 4, 65536);
+      EXPECT_LT(c.index, dist::MaxChunks(S));
+      const uint64_t k = dist::PsKey(dist::ChunkKey(dist::WireKey(3, 42), c.index), c.server, S);
+      auto [b, e] = KVWorker::ServerRange(c.server, S);
+      EXPECT_TRUE(k >= b && k < e);
+      keys.insert(k);
+      covered += c.len;
+    }
+    EXPECT_EQ(covered, n);
+    EXPECT_EQ(keys.size(), chunks.size());
+    EXPECT_EQ(dist::ChunkSlices(slices, 4, 0, S).size(), static_cast<size_t>(S));
+  }
+  // More chunks than the range holds: fewer, bigger chunks.
+  auto few = dist::ChunkSlices({{0, 0, int64_t{1} << 30}}, 4, 4096, 1 << 10);
+  EXPECT_EQ(few.size(), dist::MaxChunks(1 << 10));
+  EXPECT_EQ(dist::StoreOf(dist::ChunkKey(dist::WireKey(3, 42), 9)), 3);
+  EXPECT_EQ(dist::KeyOf(dist::ChunkKey(dist::WireKey(3, 42), 9)), 42);
+  EXPECT_EQ(dist::OptimizerKey(dist::ChunkKey(dist::WireKey(3, 42), 0)), 42);
+  EXPECT_EQ(dist::OptimizerKey(dist::ChunkKey(dist::WireKey(3, 42), 9)), (int64_t{9} << 32) | 42);
+}
+
+}  // namespace
+}  // namespace pskv
