@@ -62,7 +62,7 @@ constexpr int kAllGroup = kSchedulerGroup | kServerGroup | kWorkerGroup;
 
 enum class Control : uint8_t {
   kData = 0,         // a KV request/response or a command
-  kRegister = 1,     // node -> scheduler: body = NodeDesc
+  kRegister = 1,     // node -> scheduler: body = NodeDesc, head = its PSKV_REPLICAS
   kNodeTable = 2,    // scheduler -> node: body = all NodeDescs
   kBarrier = 3,      // node -> scheduler: head = group
   kBarrierDone = 4,  // scheduler -> node: head = group

@@ -148,14 +148,27 @@ void Node::HandleRegister(const Message& m) {
     }
     reply_to(next_temp_id_++);
     pending_[d.token] = d;
+    if (m.h.head != options_.replicas && replicas_mismatch_.empty())
+      replicas_mismatch_ = "PSKV_REPLICAS differs between the nodes of this job: " +
+                           RoleName(static_cast<Role>(d.role)) + " at " + d.host + ":" +
+                           std::to_string(d.port) + " set " + std::to_string(m.h.head) +
+                           ", the scheduler " + std::to_string(options_.replicas) +
+                           " (set the same PSKV_REPLICAS on every node)";
     if (options_.verbose >= 1)
       PSKV_INFO("scheduler: " << RoleName(static_cast<Role>(d.role)) << " at " << d.host << ":"
                               << d.port << " registered (" << pending_.size() << " of "
                               << options_.num_servers + options_.num_workers << ")");
   }
   SendControl(temp_ids_[d.token], Control::kHeartbeat);  // "registration received"
-  if (static_cast<int>(pending_.size()) == options_.num_servers + options_.num_workers)
-    SchedulerCompleteRegistration();
+  if (static_cast<int>(pending_.size()) < options_.num_servers + options_.num_workers) return;
+  if (!replicas_mismatch_.empty()) {
+    // Every node has registered: all of them are told (Start refuses them with it).
+    PSKV_ERROR("scheduler: " << replicas_mismatch_);
+    failure_ = std::make_exception_ptr(ConfigError(replicas_mismatch_));
+    cv_.notify_all();
+    return;
+  }
+  SchedulerCompleteRegistration();
 }
 
 void Node::SchedulerCompleteRegistration() {

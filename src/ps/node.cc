@@ -158,7 +158,9 @@ void Node::Start() {
         [](std::chrono::milliseconds) {});
     if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
     std::exception_ptr err;
-    if (!refused_.empty()) {
+    if (sched && !ready_ && !replicas_mismatch_.empty()) {
+      err = std::make_exception_ptr(ConfigError(replicas_mismatch_));
+    } else if (!refused_.empty()) {
       err = std::make_exception_ptr(
           ProtocolError(Tag() + " was refused by the scheduler at " + options_.root_uri + ":" +
                         std::to_string(options_.root_port) + ": " + refused_));
@@ -462,7 +464,9 @@ void Node::TimerLoop() {
           d.port = port_;
           d.token = token_;
           d.rank_hint = options_.rank_hint;
-          SendControl(kSchedulerId, Control::kRegister, 0, EncodeNodes({d}));
+          // The header's head carries this node's PSKV_REPLICAS: every node of a job
+          // must set the same (HandleRegister).
+          SendControl(kSchedulerId, Control::kRegister, options_.replicas, EncodeNodes({d}));
           next_reg = now + kRegisterRetry;
         }
         if (role() != Role::kScheduler && ready_ && !finished_ &&

@@ -233,6 +233,7 @@ class Node {
   bool ready_ = false;
   bool scheduler_seen_ = false;
   std::string refused_;
+  std::string replicas_mismatch_;  // scheduler: a registrant's PSKV_REPLICAS differs
   // scheduler registration state
   std::map<uint64_t, NodeDesc> pending_;  // by token
   std::map<uint64_t, int> temp_ids_;      // token -> temporary peer id for replies

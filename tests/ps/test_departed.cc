@@ -1,8 +1,8 @@
-// A server the job went on without (docs/fault-tolerance.md, "Replicated servers"),
-// yet still running: nothing it sends counts, and the scheduler tells it to stop.
-// Every node is a thread of this process over real ZeroMQ; server 1 is cut off from
-// the scheduler (both directions) long enough to be declared dead, then the
-// partition heals.
+// Membership of a job with replicated servers (docs/fault-tolerance.md, "Replicated
+// servers"): every node must agree on PSKV_REPLICAS; a server the job went on without
+// yet still running changes nothing and is told to stop; a node cut off from a server
+// the scheduler keeps fails within a bound. Every node is a thread of this process
+// over real ZeroMQ.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -201,4 +201,31 @@ TEST(Departed, OneSidedPartitionFromAPrimaryFailsWithinTheBound) {
   EXPECT_NE(seen.find("network partition"), std::string::npos) << seen;
   // Detection (1.7 s after the connection is down) plus as long again.
   EXPECT_LT(took, 8s) << seen;
+}
+
+// One server set another PSKV_REPLICAS than the rest: every node fails at startup
+// with an error naming the variable (none waits for the registration timeout).
+TEST(Departed, ReplicasSettingThatDiffersFailsEveryNodeAtStartup) {
+  const int port = FreePort(), S = 2;
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      const Role role = i == 0 ? Role::kScheduler : i < 3 ? Role::kServer : Role::kWorker;
+      Options o = NodeOptions(role, port, S, 1);
+      o.replicas = i == 2 ? 0 : 1;
+      o.register_timeout = 60s;
+      try {
+        Node node(o);
+        node.Start();
+        errors[static_cast<size_t>(i)] = "started";
+        node.Finalize(1s);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(i)] += e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) EXPECT_NE(e.find("PSKV_REPLICAS differs"), std::string::npos) << e;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
 }
