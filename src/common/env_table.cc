@@ -334,6 +334,10 @@ const EnvVar kVars[] = {
      "k: logical CUDA devices 0..k-1 all map onto GPU 0, so multi-GPU code paths run on one "
      "GPU; read by the CUDA layer (cuda/runtime.h) when it initialises, not into Options",
      nullptr},
+    {"PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS", T::kInt, 0, 1000000000, "", "0", S::kTest,
+     "n: a primary server process exits (status 137) once n of its key rounds were "
+     "replicated, before their pushes are answered",
+     nullptr},
     {"PSKV_TEST_BOGUS_CREDITS", T::kBool, 0, 1, "", "0", S::kTest,
      "1: with every send-window credit a node also sends one for far more messages than it "
      "received",
@@ -361,6 +365,7 @@ TestHooks TestHooks::FromEnv() {
   if (auto v = read("PSKV_TEST_REPLY_DELAY")) h.reply_delay = milliseconds(*v);
   if (auto v = read("PSKV_TEST_DUPLICATE_REPLIES")) h.duplicate_replies = *v != 0;
   if (auto v = read("PSKV_TEST_BOGUS_CREDITS")) h.bogus_credits = *v != 0;
+  if (auto v = read("PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS")) h.exit_after_replicated_rounds = *v;
   return h;
 }
 

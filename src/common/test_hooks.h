@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace pskv {
 
@@ -24,6 +25,10 @@ struct TestHooks {
   /// PSKV_TEST_BOGUS_CREDITS: with every send-window credit a node also sends one for
   /// far more messages than it received (which the peer must drop).
   bool bogus_credits = false;
+  /// PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS: a primary server process exits at once
+  /// (status 137, as if killed) when its replicas have acknowledged this many key
+  /// rounds, before any push of that round is answered (0: never).
+  int64_t exit_after_replicated_rounds = 0;
 
   /// The PSKV_TEST_* variables of this process's environment; ConfigError naming a
   /// malformed one.

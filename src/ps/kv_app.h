@@ -163,8 +163,8 @@ class KVWorker {
   struct Part {
     int server = 0;
     Slice slice;
-    int range = -1;  // the key range of its keys (-1: a command)
-    Message resend;  // with replicated servers: the message, to send it again
+    int range = -1;                   // the key range of its keys (-1: a command)
+    std::unique_ptr<Message> resend;  // replicated servers only: the message, to send again
   };
   struct Request {
     uint64_t num_parts = 0;            // timestamps [id, id + num_parts)

@@ -18,7 +18,7 @@ void KVWorker::RouteLocked(const std::vector<uint64_t>& keys, uint8_t flags, uin
         counts.push_back(++pushes_of_key_[keys[k]]);
       m.body.assign(reinterpret_cast<const char*>(counts.data()), counts.size() * 8);
     }
-    parts[p].resend = m;
+    parts[p].resend = std::make_unique<Message>(m);
   }
 }
 
@@ -38,7 +38,7 @@ void KVWorker::OnRangeTable(const RangeTable& table) {
           }
         } else if (table_.Primary(part.range) != part.server) {
           part.server = table_.Primary(part.range);
-          again.emplace_back(part.server, part.resend);
+          again.emplace_back(part.server, *part.resend);
         }
         ++it;
       }

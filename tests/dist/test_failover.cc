@@ -42,7 +42,14 @@ std::map<std::string, std::string> Env(int port, const std::string& role, int re
           {"PSKV_TIMEOUT", "60"}};
 }
 
-Run Start(const std::string& name, int reply_delay_ms, int replicas) {
+// Disturbances besides a kill -9.
+struct Extra {
+  bool freeze = false;            // SIGSTOP, then SIGCONT, instead of SIGKILL
+  int exit_after_replicated = 0;  // the victim exits by itself (PSKV_TEST_EXIT_AFTER_...)
+};
+
+Run Start(const std::string& name, int reply_delay_ms, int replicas, int victim = -1,
+          Extra extra = {}) {
   Run j;
   j.dir = (std::filesystem::temp_directory_path() /
            ("pskv_failover_" + name + "_" + std::to_string(::getpid())))
@@ -56,6 +63,8 @@ Run Start(const std::string& name, int reply_delay_ms, int replicas) {
     auto env = Env(port, "server", replicas);
     env["DMLC_TASK_ID"] = std::to_string(s);
     if (reply_delay_ms) env["PSKV_TEST_REPLY_DELAY"] = std::to_string(reply_delay_ms);
+    if (s == victim && extra.exit_after_replicated)
+      env["PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS"] = std::to_string(extra.exit_after_replicated);
     j.servers.push_back(Spawn({PSKV_SERVER}, env, j.log));
   }
   for (int w = 0; w < 2; ++w)
@@ -83,15 +92,18 @@ std::string Slurp(const std::string& path) {
 
 // Runs the job; kills server `victim` (-1: none) once worker 0 finished round
 // `after`; returns each worker's final weights (empty on failure, with the test failed).
-// With `freeze`, the victim is stopped (SIGSTOP) instead, for longer than the
+// With `extra.freeze`, the victim is stopped (SIGSTOP) instead, for longer than the
 // heartbeat timeout, then resumed: declared dead meanwhile, it must change nothing
-// and exit non-zero saying that it was removed from the job.
+// and exit non-zero saying that it was removed from the job. With
+// `extra.exit_after_replicated`, it exits by itself at that point; `log` (if given)
+// receives the job's log.
 std::vector<std::string> RunJob(const std::string& name, int victim, int after,
                                 int reply_delay_ms = 0, double* stall_ms = nullptr,
-                                int replicas = 1, bool freeze = false) {
-  Run j = Start(name, reply_delay_ms, replicas);
+                                int replicas = 1, Extra extra = {}, std::string* log = nullptr) {
+  const bool freeze = extra.freeze;
+  Run j = Start(name, reply_delay_ms, replicas, victim, extra);
   std::vector<std::string> weights;
-  if (victim >= 0) {
+  if (victim >= 0 && !extra.exit_after_replicated) {
     if (!WaitFile(j.dir + "/w0.r" + std::to_string(after), 60s)) {
       ADD_FAILURE() << "round " << after << " never finished; log:\n" << ReadFile(j.log);
       Stop(j);
@@ -138,6 +150,7 @@ std::vector<std::string> RunJob(const std::string& name, int victim, int after,
               std::string::npos)
         << ReadFile(j.log);
   }
+  if (log) *log = ReadFile(j.log);
   if (stall_ms) {  // the slowest round of worker 0: the one the kill stalled
     std::ifstream t(j.dir + "/w0.times");
     double ms = 0, worst = 0;
@@ -205,7 +218,45 @@ TEST(Failover, ReplicasDoNotChangeTheResult) {
 TEST(Failover, FrozenServerDeclaredDeadChangesNothingWhenResumed) {
   int n = 0;
   for (int victim : {0, 1}) {
-    auto w = RunJob("frozen" + std::to_string(n++), victim, 3, 30, nullptr, 1, true);
+    auto w = RunJob("frozen" + std::to_string(n++), victim, 3, 30, nullptr, 1, Extra{true, 0});
     ExpectEqualWeights(w, "server " + std::to_string(victim) + " frozen during round 4");
   }
+}
+
+// The primary of range 0 dies right after its replica acknowledged a round, before
+// answering any of that round's pushes: every worker sends them again to the promoted
+// replica, which already holds the round and answers them from its state, without
+// applying them a second time (the server says how many it answered so).
+TEST(Failover, PushesOfAReplicatedRoundAreAnsweredFromStateNotReapplied) {
+  std::string log;
+  auto w = RunJob("replicated_then_died", 0, 0, 0, nullptr, 1, Extra{false, 9}, &log);
+  ExpectEqualWeights(w, "server 0 exited after its 9th replicated round");
+  EXPECT_NE(log.find("exiting after 9 replicated rounds"), std::string::npos) << log;
+  const auto at = log.find("retried push(es) from the state without applying them again");
+  ASSERT_NE(at, std::string::npos) << log;
+  const auto line = log.rfind("answered ", at);
+  ASSERT_NE(line, std::string::npos) << log;
+  EXPECT_GT(std::stoll(log.substr(line + 9)), 0) << log.substr(line, at - line);
+}
+
+// R = 1 with S = 2: both servers killed, key ranges 0 and 1 have no copy left. The job
+// fails, every worker within the heartbeat bound, the reason naming the ranges lost.
+TEST(Failover, NoLiveCopyLeftFailsTheJobNamingTheRangesLost) {
+  auto j = Start("no_copy_left", 0, 1);
+  ASSERT_TRUE(WaitFile(j.dir + "/w0.r3", 60s)) << ReadFile(j.log);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(j.servers[0], SIGKILL);
+  ::kill(j.servers[1], SIGKILL);
+  for (pid_t p : {j.workers[0], j.workers[1], j.scheduler}) {
+    auto st = WaitExit(p, 30s);
+    EXPECT_TRUE(st.has_value() && *st != 0)
+        << "pid " << p << " " << (st ? "exited " + std::to_string(*st) : std::string("hung"))
+        << "; log:\n"
+        << ReadFile(j.log);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s);
+  const std::string log = ReadFile(j.log);
+  EXPECT_NE(log.find("no live copy left of key range"), std::string::npos) << log;
+  Stop(j);
+  std::filesystem::remove_all(j.dir);
 }

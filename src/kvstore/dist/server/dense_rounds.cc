@@ -29,7 +29,8 @@ void DistServer::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
   }
   if (r->req.pull) r->done.resize(items.size());
   const std::string& body = r->req.msg.body;
-  if (!body.empty() && body.size() == items.size() * sizeof(uint64_t)) {  // push counts
+  if (replicator_ && !body.empty() &&
+      body.size() == items.size() * sizeof(uint64_t)) {  // push counts (replicated only)
     r->counts.resize(items.size());
     std::memcpy(r->counts.data(), body.data(), body.size());
   }
@@ -48,8 +49,10 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_poin
     // A push this key already holds (retried after a failover: its primary replicated
     // the round but died before answering): answered from the value, not applied.
     auto it = st.applied_push.find(sender);
-    if (it != st.applied_push.end() && w.r->counts[w.index] <= it->second)
+    if (it != st.applied_push.end() && w.r->counts[w.index] <= it->second) {
+      answered_from_state_.fetch_add(1, std::memory_order_relaxed);
       return Finish(w, &st, nullptr);
+    }
   }
   st.round.Join(sender, std::move(w), now);
   std::vector<Round::Entry> done;
@@ -88,19 +91,19 @@ void DistServer::FailRound(std::vector<Round::Entry> pushes, const Failure& fail
 void DistServer::Finish(const Waiter& w, KeyState* st, const Failure* failure) {
   if (!st) return FinishWith(w, nullptr, failure);
   if (!w.r->req.pull) {  // nothing to answer with: no reference to take
-    const ReplyOwner none;
+    ReplyOwner none;
     return FinishWith(w, &none, nullptr);
   }
-  const ReplyOwner value{st->value, st->token};
+  ReplyOwner value{st->value, st->token};
   FinishWith(w, &value, failure);
 }
 
-void DistServer::FinishWith(const Waiter& w, const ReplyOwner* value, const Failure* failure) {
+void DistServer::FinishWith(const Waiter& w, ReplyOwner* value, const Failure* failure) {
   RoundReq& r = *w.r;
   {
     std::lock_guard<std::mutex> lk(r.mu);
     if (value) {
-      if (r.req.pull) r.done[w.index] = {r.keys[w.index], *value};
+      if (r.req.pull) r.done[w.index] = {r.keys[w.index], std::move(*value)};
     } else if (!r.failure) {
       r.failure = *failure;
     }

@@ -71,6 +71,10 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
 }
 
 DistServer::~DistServer() {
+  if (const uint64_t n = answered_from_state_.load())
+    PSKV_WARN(node_->Tag() << ": key range " << RangeIndex() << ": answered " << n
+                           << " retried push(es) from the state without applying them again "
+                              "(their rounds were replicated before their primary died)");
   {
     std::lock_guard<std::mutex> lk(inspect_mu_);
     stop_ = true;

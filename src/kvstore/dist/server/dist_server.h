@@ -61,6 +61,7 @@
 // push is answered when every replica acknowledged it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -223,8 +224,8 @@ class DistServer {
   void ApplyRound(int64_t key, KeyState& st);
   /// One key of a round request is done: `st` holds its value, or null with `failure`.
   void Finish(const Waiter& w, KeyState* st, const Failure* failure);
-  /// The same with the value to answer (null with `failure`).
-  void FinishWith(const Waiter& w, const ReplyOwner* value, const Failure* failure);
+  /// The same with the value to answer (null with `failure`), moved from.
+  void FinishWith(const Waiter& w, ReplyOwner* value, const Failure* failure);
 
   // ---- replication (replica_rounds.cc)
   /// The servers to copy this range's changes to: none unless this instance is
@@ -292,8 +293,11 @@ class DistServer {
   KVServer* server_;
   int range_ = -1;                    // hosted: the range held; -1: the node's rank
   Replicator* replicator_ = nullptr;  // hosted only
-  Reducer reducer_;                   // its pool is shared by the shards (calls are serialised)
-  Reducer serial_;                    // no pool: for work already running on reducer_'s pool
+  // Replicated: pushes answered from the state without applying them again (retried
+  // after a failover; logged when the server ends), and rounds replicated so far.
+  std::atomic<uint64_t> answered_from_state_{0}, replicated_rounds_{0};
+  Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
+  Reducer serial_;   // no pool: for work already running on reducer_'s pool
   bool sync_ = false;
   // Keys are wire keys: (store id << 32) | key (dist_protocol.h); one optimizer
   // per store of the worker processes (store 0 for single-store jobs).

@@ -1,5 +1,7 @@
 // DistServer: copying a range's changes to its replicas, and applying them there
 // (dist_server.h, "Replicated servers"; docs/fault-tolerance.md).
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/byte_io.h"
@@ -43,7 +45,16 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   auto pushes = std::make_shared<std::vector<Round::Entry>>(std::move(done));
   replicator_->Send(to, std::move(m), [this, value, pushes](std::exception_ptr e) {
     if (!e) {
-      for (auto& x : *pushes) FinishWith(x.push, value.get(), nullptr);
+      const int64_t exit_after = node_->test_hooks().exit_after_replicated_rounds;
+      if (exit_after > 0 && static_cast<int64_t>(++replicated_rounds_) >= exit_after) {
+        std::fprintf(stderr, "%s: exiting after %lld replicated rounds (test hook)\n",
+                     node_->Tag().c_str(), static_cast<long long>(exit_after));
+        std::_Exit(137);
+      }
+      for (auto& x : *pushes) {
+        ReplyOwner answer = *value;  // each push's answer holds its own reference
+        FinishWith(x.push, &answer, nullptr);
+      }
       return;
     }
     Failure failure{ErrorKind::kIO, "replication failed"};
