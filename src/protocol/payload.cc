@@ -93,6 +93,8 @@ const char* KindName(Kind k) {
       return "barrier state";
     case Kind::kRangeTable:
       return "range table";
+    case Kind::kRangeStatesSizes:
+      return "range states sizes";
   }
   return "unknown";
 }
@@ -417,6 +419,31 @@ RangeTableData DecodeRangeTable(const std::string& body) {
   return t;
 }
 
+// ---------------------------------------------------------------- range states sizes
+
+std::string EncodeRangeStatesSizes(const RangeStatesSizes& sizes) {
+  ByteWriter w = Begin(Kind::kRangeStatesSizes);
+  w.Put<uint32_t>(static_cast<uint32_t>(sizes.size()));
+  for (const auto& [range, bytes] : sizes) {
+    w.Put<int32_t>(range);
+    w.Put<uint64_t>(bytes);
+  }
+  return w.Take();
+}
+
+RangeStatesSizes DecodeRangeStatesSizes(const std::string& body) {
+  Reader r(body, Kind::kRangeStatesSizes);
+  const size_t n = r.GetCount(12, "ranges");
+  RangeStatesSizes out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t range = r.Get<int32_t>();
+    out.emplace_back(range, r.Get<uint64_t>());
+  }
+  r.End();
+  return out;
+}
+
 void DecodeAny(const std::string& body) {
   if (body.empty()) throw ProtocolError("payload: empty");
   switch (static_cast<Kind>(static_cast<uint8_t>(body[0]))) {
@@ -452,6 +479,9 @@ void DecodeAny(const std::string& body) {
       return;
     case Kind::kRangeTable:
       (void)DecodeRangeTable(body);
+      return;
+    case Kind::kRangeStatesSizes:
+      (void)DecodeRangeStatesSizes(body);
       return;
   }
   throw ProtocolError("payload: unknown kind " + std::to_string(static_cast<uint8_t>(body[0])) +

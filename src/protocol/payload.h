@@ -23,18 +23,19 @@
 namespace pskv::payload {
 
 enum class Kind : uint8_t {
-  kNodeList = 1,       ///< registration / node table: NodeDesc list
-  kOptimizer = 2,      ///< kSetOptimizer: OptimizerConfig
-  kCompression = 3,    ///< kSetCompression: CompressionConfig
-  kInitReport = 4,     ///< kReportInit: InitReport
-  kCheckInit = 5,      ///< kCheckInit: wire ids
-  kRoundStatus = 6,    ///< kRoundStatus reply: RoundStatus
-  kStatesSize = 7,     ///< kStatesSize reply: u64 bytes
-  kMode = 8,           ///< kSetMode: sync flag
-  kHasOptimizer = 9,   ///< kHasOptimizer reply: flag
-  kBarrierState = 10,  ///< kBarrierState: entering (1) or leaving (0) Barrier()
-  kRangeTable = 11,    ///< kRangeTable, kNodeTable's follower: RangeTableData
-  kMaxKind = 11,
+  kNodeList = 1,           ///< registration / node table: NodeDesc list
+  kOptimizer = 2,          ///< kSetOptimizer: OptimizerConfig
+  kCompression = 3,        ///< kSetCompression: CompressionConfig
+  kInitReport = 4,         ///< kReportInit: InitReport
+  kCheckInit = 5,          ///< kCheckInit: wire ids
+  kRoundStatus = 6,        ///< kRoundStatus reply: RoundStatus
+  kStatesSize = 7,         ///< kStatesSize reply: u64 bytes
+  kMode = 8,               ///< kSetMode: sync flag
+  kHasOptimizer = 9,       ///< kHasOptimizer reply: flag
+  kBarrierState = 10,      ///< kBarrierState: entering (1) or leaving (0) Barrier()
+  kRangeTable = 11,        ///< kRangeTable, kNodeTable's follower: RangeTableData
+  kRangeStatesSizes = 12,  ///< kStatesSize reply of a replicated server: RangeStatesSizes
+  kMaxKind = 12,
 };
 /// The version every encoder writes (each kind is at version 1 so far).
 constexpr uint8_t kVersion = 1;
@@ -111,6 +112,12 @@ struct RangeTableData {
 };
 std::string EncodeRangeTable(const RangeTableData& t);
 RangeTableData DecodeRangeTable(const std::string& body);
+
+/// kStatesSize reply of a server with replicated key ranges (PSKV_REPLICAS >= 1):
+/// (range, bytes of its states snapshot) for each range the server is primary of.
+using RangeStatesSizes = std::vector<std::pair<int32_t, uint64_t>>;
+std::string EncodeRangeStatesSizes(const RangeStatesSizes& sizes);
+RangeStatesSizes DecodeRangeStatesSizes(const std::string& body);
 
 std::string EncodeBarrierState(bool enter);
 bool DecodeBarrierState(const std::string& body);  ///< true = entering

@@ -26,12 +26,14 @@ struct ReplicaJobSpec {
   int servers = 2, workers = 2, replicas = 1;
   int reply_delay_ms = 0;                  // PSKV_TEST_REPLY_DELAY of the servers
   std::map<std::string, std::string> env;  // more variables for every process
+  std::vector<std::string> collect;        // more files of OUT_DIR to return
 };
 
 struct ReplicaJobResult {
   bool ok = false;
-  std::vector<std::string> weights;  // OUT_DIR/w<rank>.weights of each worker
-  double slowest_ms = 0;             // the largest line of OUT_DIR/w0.times
+  std::vector<std::string> weights;          // OUT_DIR/w<rank>.weights of each worker
+  double slowest_ms = 0;                     // the largest line of OUT_DIR/w0.times
+  std::map<std::string, std::string> files;  // ReplicaJobSpec::collect, by name
 };
 
 namespace replica_job_detail {
@@ -129,6 +131,7 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
         << s.name << ": pid " << p << " " << (st ? std::to_string(*st) : "hung") << "; log:\n"
         << ReadFile(log);
   }
+  for (const std::string& name : s.collect) res.files[name] = d::Slurp(dir + "/" + name);
   std::ifstream t(dir + "/w0.times");
   double ms = 0;
   while (t >> ms) res.slowest_ms = std::max(res.slowest_ms, ms);

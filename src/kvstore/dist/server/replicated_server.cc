@@ -2,6 +2,8 @@
 #include "kvstore/dist/server/replicated_server.h"
 
 #include "common/logging.h"
+#include "kvstore/dist_protocol.h"
+#include "protocol/payload.h"
 
 namespace pskv {
 
@@ -53,6 +55,7 @@ void ReplicaHost::Handle(KVRequest&& req) {
 
 std::string ReplicaHost::Command(int sender, int head, const std::string& body) {
   Ensure();
+  if ((head & 0xff) == dist::kStatesSize) return StatesSizes(sender, head, body);
   std::string own;
   std::exception_ptr own_error;
   for (auto& [r, server] : ranges_) {
@@ -65,6 +68,23 @@ std::string ReplicaHost::Command(int sender, int head, const std::string& body) 
   }
   if (own_error) std::rethrow_exception(own_error);
   return own;
+}
+
+// Every range's DistServer takes its snapshot (a replica's is pulled if it is
+// promoted before the pull); the reply lists the sizes of the ranges this node is
+// the primary of, so that a save after a failover reads the promoted ranges too.
+std::string ReplicaHost::StatesSizes(int sender, int head, const std::string& body) {
+  payload::RangeStatesSizes sizes;
+  for (auto& [r, server] : ranges_) {
+    const bool primary = node_->RangePrimary(r).first == node_->id();
+    try {
+      std::string reply = server->RunCommand(sender, head, body);
+      if (primary) sizes.emplace_back(r, payload::DecodeStatesSize(reply));
+    } catch (...) {
+      if (primary) throw;
+    }
+  }
+  return payload::EncodeRangeStatesSizes(sizes);
 }
 
 }  // namespace pskv

@@ -5,7 +5,8 @@
 //    (a worker's request for a range this node has become primary of, after a
 //    failover, included);
 //  * a command runs on every range's DistServer (each keeps its own optimizer,
-//    mode, ...) and is answered with its own range's reply;
+//    mode, ...) and is answered with its own range's reply (kStatesSize: with the
+//    sizes of every range it is primary of);
 //  * answers to this node's replication requests go to the Replicator.
 // The DistServers are made when the first message arrives (the node's rank, hence
 // its ranges, is known only once it started).
@@ -34,6 +35,9 @@ class ReplicaHost {
   DistServer* ForKey(uint64_t ps_key);
   void Handle(KVRequest&& req);
   std::string Command(int sender, int head, const std::string& body);
+  /// kStatesSize: every range snapshots its states; the reply is the sizes of the
+  /// ranges this node is primary of (payload::RangeStatesSizes).
+  std::string StatesSizes(int sender, int head, const std::string& body);
 
   Node* node_;
   KVServer server_;

@@ -1,6 +1,7 @@
 // DistServer: optimizer states as data. kStatesSize snapshots a store's states; a
 // pull of the store's key 0 (Kind::kStates) returns the snapshot and drops it; a push
-// to it loads states after checking them against the stored weights.
+// to it loads states after checking them against the stored weights (on a replicated
+// range's primary, then on its replicas, before the answer).
 #include <climits>
 
 #include "kvstore/dist/server/dist_server.h"
@@ -46,8 +47,6 @@ void DistServer::HandleStates(KVRequest&& req) {
     f.owner = snap;
     return server_->Respond(req, {m.key_ptr()[0]}, std::move(f), {snap->size()});
   }
-  // A load reaches the primary only: its replicas would keep other states.
-  if (replicator_) return fail(ErrorKind::kUsage, NotReplicated("loading optimizer states"));
   std::string blob(m.h.vals_len, '\0');
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {
@@ -70,6 +69,8 @@ void DistServer::HandleStates(KVRequest&& req) {
                     "(PSKV_SERVER_WEIGHTS) does not fit: load it with the settings it was "
                     "saved with)");
   }
+  // Replicated: every copy of the range loads the same states before the answer.
+  if (auto to = ReplicaTargets(req); !to.empty()) return ForwardInit(req, to);
   server_->Respond(req);
 }
 

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "kvstore/dist_protocol.h"
 #include "kvstore/states_file.h"
@@ -36,17 +38,57 @@ states::Layout LayoutOf(const std::vector<const KeyMeta*>& metas, int num_server
   return out;
 }
 
+namespace {
+
+// Replicated servers' kStatesSize replies (one per live server; empty for a server
+// that left) into each range's size; false if a range is missing.
+bool RangeStatesSizes(const std::vector<std::string>& bodies, std::vector<uint64_t>* lens) {
+  std::vector<bool> known(lens->size(), false);
+  for (const std::string& body : bodies) {
+    if (body.empty()) continue;
+    for (const auto& [range, bytes] : payload::DecodeRangeStatesSizes(body)) {
+      if (range < 0 || static_cast<size_t>(range) >= lens->size())
+        throw ProtocolError("optimizer states sizes of key range " + std::to_string(range) +
+                            ", which this job does not have");
+      (*lens)[static_cast<size_t>(range)] = bytes;
+      known[static_cast<size_t>(range)] = true;
+    }
+  }
+  for (bool k : known)
+    if (!k) return false;
+  return true;
+}
+
+}  // namespace
+
 void SaveServerStates(ServerLink& link, const LayoutFor& layout, const std::string& fname,
                       bool dump_optimizer) {
   const int S = link.node()->num_servers();
   const int store = link.store_id();
-  auto sizes = link.Command(StoreCommand(kStatesSize, store), "");
-  std::vector<uint64_t> keys, lens;
+  std::vector<uint64_t> keys, lens(static_cast<size_t>(S), 0);
+  if (link.node()->replicated()) {
+    // Each live server names the ranges it is primary of (after a failover, the
+    // promoted ones too); the pulls below go to the ranges' primaries. A server that
+    // died during the command leaves its ranges unnamed until the survivors have the
+    // new range table: asked again, briefly.
+    const auto until = std::chrono::steady_clock::now() + link.options().op_timeout;
+    while (!RangeStatesSizes(link.Command(StoreCommand(kStatesSize, store), ""), &lens)) {
+      if (std::chrono::steady_clock::now() >= until)
+        throw NodeFailure(
+            "saving optimizer states: a key range has no live primary that "
+            "reports its states (the range table did not settle within "
+            "PSKV_TIMEOUT); save again");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } else {
+    auto sizes = link.Command(StoreCommand(kStatesSize, store), "");
+    for (int r = 0; r < S; ++r)
+      lens[static_cast<size_t>(r)] = payload::DecodeStatesSize(sizes[static_cast<size_t>(r)]);
+  }
   uint64_t total = 0;
   for (int r = 0; r < S; ++r) {
     keys.push_back(PsKey(WireKey(store, 0), r, S));
-    lens.push_back(payload::DecodeStatesSize(sizes[static_cast<size_t>(r)]));
-    total += lens.back();
+    total += lens[static_cast<size_t>(r)];
   }
   auto buf = std::shared_ptr<char[]>(new char[total ? total : 1]);
   auto done = std::make_shared<Completion>();
