@@ -124,6 +124,17 @@ std::string EncodeStatus(const StatusRecord& r) {
   if (r.waited_ms > 0) field("waited_ms", std::to_string(r.waited_ms));
   if (!r.kind.empty()) field("kind", r.kind, 64);
   if (!r.message.empty()) field("msg", r.message);
+  if (r.replicas > 0) field("replicas", std::to_string(r.replicas));
+  if (r.detect_ms > 0) field("detect_ms", std::to_string(r.detect_ms));
+  if (!r.departed.empty()) {
+    std::string refs;
+    size_t n = 0;
+    for (auto& d : r.departed) {
+      if (n == kMaxRefs || !ValidRole(d.role)) continue;
+      refs += (n++ ? "," : "") + d.role + "." + std::to_string(d.rank);
+    }
+    if (n) field("departed", refs, refs.size());
+  }
   out.pop_back();  // the last space
   return out;
 }
@@ -181,13 +192,16 @@ std::optional<StatusRecord> DecodeStatus(std::string_view line) {
       !text("msg", r.message))
     return std::nullopt;
   if (!number("pid", 0, INT64_MAX, r.pid) || !number("more", 0, INT64_MAX, r.more) ||
-      !number("waited_ms", 0, INT64_MAX, r.waited_ms))
+      !number("waited_ms", 0, INT64_MAX, r.waited_ms) ||
+      !number("replicas", 0, kMaxRank, r.replicas) ||
+      !number("detect_ms", 0, INT64_MAX, r.detect_ms))
     return std::nullopt;
-  if (auto it = fields.find("missing"); it != fields.end()) {
-    auto refs = Refs(it->second);
-    if (!refs) return std::nullopt;
-    r.missing = std::move(*refs);
-  }
+  for (auto [key, to] : {std::pair{"missing", &r.missing}, std::pair{"departed", &r.departed}})
+    if (auto it = fields.find(key); it != fields.end()) {
+      auto refs = Refs(it->second);
+      if (!refs) return std::nullopt;
+      *to = std::move(*refs);
+    }
   return r;
 }
 

@@ -17,7 +17,13 @@
 //   @pskv-status/1 role=worker rank=1 host=10.0.0.2 pid=42 phase=waiting wait=push
 //       missing=server.0,worker.3 more=0 waited_ms=4000
 //
-// (one line). Fields are key=value separated by single spaces; values are
+// (one line). The scheduler's records also describe the job as a whole: `replicas=R`
+// (its servers replicate their key ranges: a server's death is survived while every
+// range keeps a copy), `detect_ms=N` (a dead node is declared dead within N ms; 0:
+// detection is off) and `departed=server.1,...` (nodes declared dead that the job
+// continues without; docs/fault-tolerance.md, "The launcher").
+//
+// Fields are key=value separated by single spaces; values are
 // percent-encoded (every byte outside [A-Za-z0-9._:,/+-] as %XX), so a record is
 // printable ASCII without spaces inside a value. `missing` lists node references
 // "role.rank" (at most kMaxRefs; `more` counts the rest).
@@ -60,6 +66,10 @@ struct StatusRecord {
   int64_t waited_ms = 0;         ///< waiting: how long so far
   std::string kind;              ///< failed: the error's kind ("NodeFailure", "TimeoutError")
   std::string message;           ///< failed: the error's message (at most kMaxMessageBytes)
+  // The scheduler only: the job as a whole.
+  int64_t replicas = 0;           ///< copies of each key range besides its primary (0: none)
+  int64_t detect_ms = 0;          ///< a dead node is declared dead within this (0: never)
+  std::vector<NodeRef> departed;  ///< declared dead, the job goes on (at most kMaxRefs)
   bool operator==(const StatusRecord&) const = default;
 };
 

@@ -59,6 +59,20 @@ void StatusReporter::Resumed(const std::string& key) {
   if (base_ != StatusPhase::kFailed) EmitLocked();
 }
 
+void StatusReporter::SetJob(int64_t replicas, int64_t detect_ms) {
+  std::lock_guard<std::mutex> lk(mu_);
+  replicas_ = replicas;
+  detect_ms_ = detect_ms;
+}
+
+void StatusReporter::Departed(const NodeRef& node) {
+  if (!channel_.enabled()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (std::find(departed_.begin(), departed_.end(), node) != departed_.end()) return;
+  departed_.push_back(node);
+  EmitLocked();
+}
+
 StatusRecord StatusReporter::Snapshot() const {
   std::lock_guard<std::mutex> lk(mu_);
   return SnapshotLocked();
@@ -71,6 +85,9 @@ StatusRecord StatusReporter::SnapshotLocked() const {
   r.host = host_;
   r.pid = ::getpid();
   r.phase = base_;
+  r.replicas = replicas_;
+  r.detect_ms = detect_ms_;
+  r.departed = departed_;
   if (base_ == StatusPhase::kFailed) {
     r.kind = kind_;
     r.message = message_;

@@ -51,6 +51,13 @@ class StatusReporter {
   /// The wait under `key` ended (no effect if it never reported).
   void Resumed(const std::string& key);
 
+  /// The scheduler's view of the job, in every later record: servers keep `replicas`
+  /// copies of each key range besides its primary; a dead node is declared dead within
+  /// `detect_ms` (0: never). Emits nothing by itself.
+  void SetJob(int64_t replicas, int64_t detect_ms);
+  /// The job continues without `node`, declared dead (the scheduler survived it).
+  void Departed(const NodeRef& node);
+
   /// The record of the current state (for tests and for the writer).
   StatusRecord Snapshot() const;
 
@@ -74,6 +81,8 @@ class StatusReporter {
   std::vector<NodeRef> culprits_;
   std::map<std::string, Wait> waits_;
   uint64_t reports_ = 0;
+  int64_t replicas_ = 0, detect_ms_ = 0;
+  std::vector<NodeRef> departed_;
 };
 
 /// A wait that reports itself to `reporter` (may be null) under a key unique to this

@@ -46,6 +46,9 @@ struct ChildResult {
   int status = 0;  ///< exit code, or 128 + signal
   bool signaled = false;
   bool stopped_by_us = false;
+  /// A server the job went on without: it died (or was stopped after the scheduler
+  /// declared it dead) and the scheduler's range table kept every key range alive.
+  bool survived = false;
   double seconds = 0;    ///< wall time from start to exit
   std::string log_file;  ///< SuperviseOptions::log_dir/<name>.log, or ""
   std::deque<std::string> last_lines;

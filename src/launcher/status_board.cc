@@ -54,6 +54,19 @@ const StatusRecord* StatusBoard::Latest(size_t child) const {
   return best;
 }
 
+std::vector<NodeRef> StatusBoard::NodesOf(size_t child) const {
+  std::vector<NodeRef> nodes;
+  for (auto& r : reporters_)
+    if (r.child == child && r.record.rank >= 0) nodes.push_back({r.record.role, r.record.rank});
+  return nodes;
+}
+
+std::optional<std::pair<size_t, const StatusRecord*>> StatusBoard::Scheduler() const {
+  for (auto& r : reporters_)
+    if (r.record.role == "scheduler") return std::pair{r.child, &r.record};
+  return std::nullopt;
+}
+
 std::string StatusBoard::Describe(size_t child) const {
   const StatusRecord* r = Latest(child);
   if (!r) return {};

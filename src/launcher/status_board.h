@@ -56,6 +56,12 @@ class StatusBoard {
   /// failed: whom was it waiting for?); none: every node's.
   std::optional<Blame> Hung(const std::vector<bool>& alive, std::optional<size_t> from) const;
 
+  /// The nodes that reported from child `child` with a rank, in order of first record.
+  std::vector<NodeRef> NodesOf(size_t child) const;
+  /// The child the scheduler reported from and its latest record; nullopt before it
+  /// reported.
+  std::optional<std::pair<size_t, const StatusRecord*>> Scheduler() const;
+
   /// "worker 1" for worker.1, "scheduler" for scheduler.0.
   static std::string NodeName(const NodeRef& ref);
 

@@ -1,5 +1,6 @@
 // Supervise (launcher/process.h): one loop that reaps children, reads their output and
-// status records, and stops the whole job on the first failure, a timeout or a signal;
+// status records, and stops the whole job on the first failure, a timeout or a signal
+// (a server's death in a job that survives it is not a failure: launcher/server_loss.h);
 // then the end-of-job summary.
 #include <fcntl.h>
 #include <poll.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 
 #include "launcher/child.h"
+#include "launcher/server_loss.h"
 
 namespace pskv::launcher {
 
@@ -63,6 +65,10 @@ class Supervisor {
   void Reap();
   void Poll();
   void StopAll(int sig);
+  std::vector<bool> Alive() const;
+  /// Acts on the scheduler's verdicts on dead servers (launcher/server_loss.h) and
+  /// stops the children it declared dead.
+  void FollowVerdicts();
   /// The headline's "X (pid N) appears hung: Y was waiting for it", from the status
   /// records (launcher/status_board.h); "" when no running process is waited for.
   std::string HungHeadline(const Child* who) const;
@@ -72,6 +78,7 @@ class Supervisor {
   const SuperviseOptions& opts_;
   std::vector<Child> kids_;
   StatusBoard board_;
+  ServerLosses losses_;
   const Clock::time_point start_;
   int status_ = 0;
   bool failing_ = false;
@@ -86,10 +93,39 @@ void Supervisor::StopAll(int sig) {
     }
 }
 
-std::string Supervisor::HungHeadline(const Child* who) const {
+std::vector<bool> Supervisor::Alive() const {
   std::vector<bool> alive;
   for (auto& k : kids_) alive.push_back(!k.exited && k.pid > 0);
-  auto b = board_.Hung(alive, who ? std::optional<size_t>(who->index) : std::nullopt);
+  return alive;
+}
+
+void Supervisor::FollowVerdicts() {
+  if (failing_) return;
+  const auto alive = Alive();
+  for (auto& v : losses_.Decide(board_, alive, Clock::now())) {
+    Child& k = kids_[v.child];
+    if (v.survived) {
+      k.result.survived = true;
+      Say(v.message, opts_.timestamps, LogLevel::kWarn);
+    } else {
+      BeginFailure(v.status, v.message, &k);
+      return;
+    }
+  }
+  for (size_t c : losses_.Departed(board_, alive)) {
+    Child& k = kids_[c];
+    if (k.result.stopped_by_us) continue;
+    Say(k.spec.name + " (pid " + std::to_string(k.pid) +
+            ") was declared dead by the scheduler, which goes on without it: stopping it",
+        opts_.timestamps, LogLevel::kWarn);
+    ::kill(-k.pid, SIGKILL);
+    k.result.stopped_by_us = true;
+    k.result.survived = true;
+  }
+}
+
+std::string Supervisor::HungHeadline(const Child* who) const {
+  auto b = board_.Hung(Alive(), who ? std::optional<size_t>(who->index) : std::nullopt);
   if (!b) return {};
   const Child& h = kids_[b->hung];
   const std::string pid = "pid " + std::to_string(h.pid);
@@ -158,7 +194,22 @@ void Supervisor::Reap() {
                               ? "was killed by signal " + std::to_string(k.result.status - 128) +
                                     " (" + strsignal(k.result.status - 128) + ")"
                               : "exited with status " + std::to_string(k.result.status);
-        BeginFailure(k.result.status, k.spec.name + " (pid " + std::to_string(p) + ") " + how, &k);
+        how = k.spec.name + " (pid " + std::to_string(p) + ") " + how;
+        if (losses_.Died(k.index, how, k.result.status, board_, Alive(), k.exit_time)) {
+          Say(how + "; waiting for the scheduler's verdict: do its key ranges have live copies?",
+              opts_.timestamps, LogLevel::kWarn);
+          FollowVerdicts();
+          continue;
+        }
+        if (losses_.pending()) {
+          // The scheduler's verdict on a dead server may explain this death (the
+          // ranges lost): read it first.
+          for (auto& s : kids_)
+            if (s.status_fd >= 0 && board_.Scheduler() && board_.Scheduler()->first == s.index)
+              PumpStatus(s, board_);
+          FollowVerdicts();
+        }
+        BeginFailure(k.result.status, how, &k);
       }
     }
   }
@@ -239,6 +290,7 @@ int Supervisor::Run(std::vector<ChildResult>* results) {
       open |= k.out_fd >= 0 || k.status_fd >= 0;
     }
     if (!alive && !open) break;
+    FollowVerdicts();
     if (failing_ && alive && Clock::now() >= kill_at_) StopAll(SIGKILL);
     if (!failing_ && opts_.timeout.count() > 0 && Clock::now() - start_ > opts_.timeout)
       BeginFailure(124, "timeout of " + std::to_string(opts_.timeout.count() / 1000) + " s reached",
@@ -271,10 +323,16 @@ std::string Supervisor::Summary() const {
   const double total = std::chrono::duration<double>(Clock::now() - start_).count();
   size_t width = 7;
   for (auto& k : kids_) width = std::max(width, k.spec.name.size());
-  std::string text = status_ == 0 ? "job succeeded in " + Seconds(total) + ": all " +
-                                        std::to_string(kids_.size()) + " processes exited 0"
-                                  : "job FAILED (exit status " + std::to_string(status_) +
-                                        ") after " + Seconds(total);
+  std::string lost;
+  for (auto& k : kids_)
+    if (k.result.survived) lost += (lost.empty() ? "" : ", ") + k.spec.name;
+  std::string text =
+      status_ == 0
+          ? "job succeeded in " + Seconds(total) +
+                (lost.empty()
+                     ? ": all " + std::to_string(kids_.size()) + " processes exited 0"
+                     : ", surviving the loss of " + lost + " (key ranges moved to replicas)")
+          : "job FAILED (exit status " + std::to_string(status_) + ") after " + Seconds(total);
   char row[512];
   std::snprintf(row, sizeof row, "\n  %-*s %8s  %-28s %9s", static_cast<int>(width), "process",
                 "pid", "status", "wall");
@@ -282,6 +340,7 @@ std::string Supervisor::Summary() const {
   std::string reported;
   for (auto& k : kids_) {
     std::string how;
+    const std::string survived = k.result.survived ? " (survived)" : "";
     if (k.pid < 0)
       how = "not started";
     else if (!k.exited)
@@ -289,12 +348,13 @@ std::string Supervisor::Summary() const {
     else if (k.result.stopped_by_us)
       how = k.result.status == 0 ? "exited 0 (stopped)"
             : k.result.signaled
-                ? std::string("stopped (") + sigabbrev_np(k.result.status - 128) + ")"
+                ? std::string("stopped (") + sigabbrev_np(k.result.status - 128) + ")" + survived
                 : "exited " + std::to_string(k.result.status) + " (stopped)";
     else if (k.result.signaled)
-      how = std::string("killed by SIG") + sigabbrev_np(k.result.status - 128);
+      how = std::string("killed by SIG") + sigabbrev_np(k.result.status - 128) + survived;
     else
       how = k.result.status == 0 ? "exited 0"
+            : k.result.survived  ? "exited " + std::to_string(k.result.status) + survived
                                  : "exited " + std::to_string(k.result.status) + "  <-- failed";
     std::snprintf(row, sizeof row, "\n  %-*s %8d  %-28s %9s", static_cast<int>(width),
                   k.spec.name.c_str(), static_cast<int>(k.pid), how.c_str(),

@@ -75,6 +75,7 @@ bool Node::SurviveServer(int dead_id, std::string* reason) {
   }
   liveness_.Forget(dead_id);
   resender_.Forget(dead_id);
+  status_.Departed(NodeRefOf(dead_id));  // the launcher lets the job go on without it
   for (auto& h : handlers) h(table);
   return true;
 }

@@ -125,7 +125,14 @@ void Node::Start() {
     std::string why;
     status_.Configure(StatusChannel::Open(options_.status_channel, &why), RoleName(role()), host_);
     if (!why.empty()) PSKV_WARN(Tag() << ": " << why);
-    if (sched) status_.SetRank(0);
+    if (sched) {
+      status_.SetRank(0);
+      // What the launcher needs to wait for this scheduler's verdict on a dead server.
+      const auto detect = options_.heartbeat_timeout.count() > 0
+                              ? options_.heartbeat_timeout + options_.heartbeat_interval
+                              : std::chrono::milliseconds(0);
+      status_.SetJob(replicated_ ? options_.replicas : 0, detect.count());
+    }
     status_.SetPhase(StatusPhase::kRegistering);
   }
   start_time_ = Clock::now();

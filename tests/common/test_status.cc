@@ -72,6 +72,17 @@ TEST(StatusRecord, RoundTrips) {
   EXPECT_EQ(fl.find(' ', fl.find("msg=")), std::string::npos) << "no space inside a value: " << fl;
   EXPECT_EQ(DecodeStatus(fl), f) << fl;
 
+  StatusRecord job;  // the scheduler of a job whose servers replicate, one server lost
+  job.role = "scheduler";
+  job.rank = 0;
+  job.replicas = 2;
+  job.detect_ms = 11000;
+  job.departed = {{"server", 1}, {"server", 3}};
+  const std::string jl = EncodeStatus(job);
+  EXPECT_NE(jl.find(" replicas=2 detect_ms=11000 departed=server.1,server.3"), std::string::npos)
+      << jl;
+  EXPECT_EQ(DecodeStatus(jl), job) << jl;
+
   StatusRecord early;  // registering, no rank yet
   early.role = "server";
   early.phase = StatusPhase::kRegistering;
@@ -106,6 +117,10 @@ TEST(StatusRecord, MalformedOrOversizedRecordsAreRefused) {
       "@pskv-status/1 role=worker rank=1 phase=waiting missing=boss.1",
       "@pskv-status/1 role=worker rank=1 phase=waiting missing=worker.-1",
       "@pskv-status/1 role=worker rank=1 phase=waiting pid=-5",
+      "@pskv-status/1 role=scheduler rank=0 phase=running departed=server.1,",
+      "@pskv-status/1 role=scheduler rank=0 phase=running departed=server",
+      "@pskv-status/1 role=scheduler rank=0 phase=running replicas=-1",
+      "@pskv-status/1 role=scheduler rank=0 phase=running detect_ms=x",
       "@pskv-status/1 role=worker rank=1 phase=running\nrole=server",
   };
   for (auto& b : bad) EXPECT_FALSE(DecodeStatus(b)) << b;
@@ -249,4 +264,32 @@ TEST(StatusReporter, AWaitEndsWhenItsObjectDoesAndFailsBlamingWhomItWaitedFor) {
   EXPECT_EQ(ErrorKindName(std::make_exception_ptr(NodeFailure("x"))), "NodeFailure");
   EXPECT_EQ(ErrorKindName(std::make_exception_ptr(std::runtime_error("x"))), "exception");
   EXPECT_EQ(ErrorMessage(std::make_exception_ptr(std::runtime_error("x y"))), "x y");
+}
+
+// The scheduler's records carry the job's replication and the servers it went on
+// without, in every record from then on (each record is the whole state).
+TEST(StatusReporter, TheSchedulerReportsReplicasAndDepartedServers) {
+  SocketPair sp;
+  StatusReporter rep;
+  rep.Configure(StatusChannel::Open(sp.spec()), "scheduler", "");
+  rep.SetRank(0);
+  rep.SetJob(1, 2500);
+  rep.SetPhase(StatusPhase::kRunning);
+  rep.Departed({"server", 1});
+  rep.Departed({"server", 1});  // once
+  rep.Waiting("w", "barrier", {{"worker", 0}}, 0, 1000ms);
+  std::vector<StatusRecord> recs;
+  for (auto& p : Packets(sp.fd[0])) {
+    auto r = DecodeStatus(p);
+    ASSERT_TRUE(r) << p;
+    recs.push_back(*r);
+  }
+  ASSERT_EQ(recs.size(), 3u);
+  EXPECT_EQ(recs[0].replicas, 1);
+  EXPECT_EQ(recs[0].detect_ms, 2500);
+  EXPECT_TRUE(recs[0].departed.empty());
+  EXPECT_EQ(recs[1].departed, (std::vector<NodeRef>{{"server", 1}}));
+  EXPECT_EQ(recs[2].phase, StatusPhase::kWaiting);
+  EXPECT_EQ(recs[2].departed, (std::vector<NodeRef>{{"server", 1}}));
+  EXPECT_EQ(recs[2].replicas, 1);
 }

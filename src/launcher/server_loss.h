@@ -1,0 +1,72 @@
+// ServerLosses: whether a job goes on when one of its server processes dies.
+//
+// Without replicated servers, any process that exits non-zero ends the job. With
+// them (PSKV_REPLICAS >= 1, docs/fault-tolerance.md, "The launcher") a server's death
+// is survived as long as every key range keeps a live copy, and only the scheduler
+// knows that (its range table). The launcher learns its verdict from the scheduler's
+// status records (common/status_record.h), never from log text:
+//
+//  * the scheduler's records say the job replicates (`replicas` > 0) and within how
+//    long it declares a dead node dead (`detect_ms` > 0); without both, a server's
+//    death ends the job at once, as any other process's;
+//  * a dead server child (every node it reported is a server with a rank) is then
+//    pending: it is survived when the scheduler lists all its nodes as `departed`;
+//    the job fails when the scheduler reports `failed` (its message names the key
+//    ranges lost), when the scheduler exits, or when no verdict came within
+//    `detect_ms` + kVerdictSlack of the death;
+//  * a child still running whose nodes the scheduler declared departed (silent,
+//    partitioned, frozen) is out of the job: the launcher stops it, so that nothing
+//    of it is left running at the end.
+// A worker's or the scheduler's death, or a server's before it reported a rank, is
+// never survivable. Pure (no I/O): the caller says which children are alive and
+// acts on the verdicts.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "launcher/status_board.h"
+
+namespace pskv::launcher {
+
+class ServerLosses {
+ public:
+  using Clock = std::chrono::steady_clock;
+  /// How much longer than the scheduler's own detection bound the launcher waits.
+  static constexpr std::chrono::milliseconds kVerdictSlack{5000};
+
+  /// Child `child` exited unexpectedly at `now`; `how` describes it ("server 1 (pid
+  /// 42) was killed by signal 9 (Killed)"). True if the job may survive it: its
+  /// verdict is then pending (Decide). False: the death ends the job.
+  bool Died(size_t child, std::string how, int status, const StatusBoard& board,
+            const std::vector<bool>& alive, Clock::time_point now);
+
+  struct Verdict {
+    bool survived = false;
+    size_t child = 0;
+    int status = 0;       ///< the dead child's exit status
+    std::string message;  ///< what the launcher says about it
+  };
+  /// The pending deaths decided by `now` (each once), in order of death.
+  std::vector<Verdict> Decide(const StatusBoard& board, const std::vector<bool>& alive,
+                              Clock::time_point now);
+  /// Running children (of `alive`) whose every node the scheduler declared departed.
+  std::vector<size_t> Departed(const StatusBoard& board, const std::vector<bool>& alive) const;
+
+  bool pending() const { return !pending_.empty(); }
+
+ private:
+  struct Pending {
+    size_t child;
+    std::vector<NodeRef> nodes;
+    std::string how;
+    int status;
+    Clock::time_point deadline;
+    std::chrono::milliseconds waited;
+  };
+  std::vector<Pending> pending_;
+};
+
+}  // namespace pskv::launcher

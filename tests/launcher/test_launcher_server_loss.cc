@@ -1,0 +1,195 @@
+// A job whose servers replicate goes on when a server process dies, as long as the
+// scheduler's status records say that it survived it (launcher/server_loss.h); the
+// launcher stops the job when the scheduler fails it, when no verdict comes in time,
+// and for any death without replication. Supervise with stand-in children (shell
+// scripts) sending records on their status sockets; the real job through pskv-launch
+// is in tests/dist/test_failover_launch.cc.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "launcher/process.h"
+#include "launcher/server_loss.h"
+
+using namespace pskv;
+using namespace pskv::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string Rec(const std::string& who, const std::string& rest) {
+  const auto dot = who.find('.');
+  return "@pskv-status/1 role=" + who.substr(0, dot) + " rank=" + who.substr(dot + 1) + " " + rest;
+}
+
+// bash running `script`; `send REC` sends one record on the child's status socket.
+ChildSpec Script(const std::string& name, const std::string& script) {
+  const std::string send = "send() { printf '%s' \"$1\" >&\"${PSKV_STATUS#fd:}\"; }; ";
+  return {name, {"/bin/bash", "-c", send + script}, {}, false, {}, false, StatusVia::kSocket};
+}
+
+std::string Send(const std::string& who, const std::string& rest) {
+  return "send '" + Rec(who, rest) + "'; ";
+}
+
+struct Outcome {
+  int status;
+  std::string err;
+  std::vector<ChildResult> results;
+  double seconds;
+};
+
+Outcome RunJob(const std::vector<ChildSpec>& specs, std::chrono::milliseconds timeout = 30s) {
+  SuperviseOptions o;
+  o.timeout = timeout;
+  o.grace = 500ms;
+  o.quiet = true;
+  Outcome out;
+  const auto t0 = std::chrono::steady_clock::now();
+  testing::internal::CaptureStderr();
+  out.status = Supervise(specs, o, &out.results);
+  out.err = testing::internal::GetCapturedStderr();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+const std::string kReplicated = "phase=running replicas=1 detect_ms=1000";
+
+// A server that reports its rank, then is killed after `after` seconds.
+ChildSpec Server(int rank, const std::string& after) {
+  const std::string n = std::to_string(rank);
+  return Script("server " + n,
+                Send("server." + n, "phase=running") + "sleep " + after + "; kill -9 $$");
+}
+
+ChildSpec Worker(int rank, const std::string& secs) {
+  const std::string n = std::to_string(rank);
+  return Script("worker " + n, Send("worker." + n, "phase=running") + "sleep " + secs + "; " +
+                                   Send("worker." + n, "phase=finished") + "exit 0");
+}
+
+}  // namespace
+
+// Server 1 is killed; the scheduler then lists it as departed: the job goes on and
+// ends with exit status 0, the summary naming the server it survived.
+TEST(SuperviseServerLoss, ADeadServerTheSchedulerSurvivedDoesNotStopTheJob) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 1; " +
+                              Send("scheduler.0", kReplicated + " departed=server.1") +
+                              "sleep 1.5; exit 0"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 2.5; exit 0"),
+      Server(1, "0.5"),
+      Worker(0, "2.5"),
+  });
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(o.results[2].survived);
+  EXPECT_EQ(o.results[2].status, 128 + SIGKILL);
+  EXPECT_NE(o.err.find("server 1 (pid " + std::to_string(o.results[2].pid) +
+                       ") was killed by signal 9 (Killed); waiting for the scheduler's verdict"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("the job goes on without it"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("job succeeded in"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("surviving the loss of server 1"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("killed by SIGKILL (survived)"), std::string::npos) << o.err;
+}
+
+// Both servers die; the scheduler fails the job naming the ranges lost: the launcher
+// stops it with that message (not a worker's or a server's own words).
+TEST(SuperviseServerLoss, TheSchedulersFailureNamesTheRangesLost) {
+  auto o = RunJob({
+      Script("scheduler",
+             Send("scheduler.0", kReplicated) + "sleep 1; " +
+                 Send("scheduler.0",
+                      "phase=failed replicas=1 detect_ms=1000 departed=server.0 "
+                      "kind=NodeFailure msg=server%5B1%5D%20is%20dead%20%28no%20live%20copy%20"
+                      "left%20of%20key%20ranges%200,%201%29") +
+                 "sleep 30"),
+      Server(0, "0.3"),
+      Server(1, "0.5"),
+      Worker(0, "30"),
+  });
+  EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;
+  EXPECT_NE(o.err.find("and the scheduler failed the job: NodeFailure: server[1] is dead (no "
+                       "live copy left of key ranges 0, 1); stopping the job"),
+            std::string::npos)
+      << o.err;
+  EXPECT_LT(o.seconds, 10) << "stopped when the scheduler said so";
+}
+
+// No verdict within the scheduler's detection bound (plus the slack): the job stops.
+TEST(SuperviseServerLoss, NoVerdictInTimeStopsTheJob) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 30"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 30"),
+      Server(1, "0.3"),
+      Worker(0, "30"),
+  });
+  EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;
+  EXPECT_NE(o.err.find("and the scheduler did not say within 6 s whether the job survives it"),
+            std::string::npos)
+      << o.err;
+  const double bound = 0.3 + 1 + ServerLosses::kVerdictSlack.count() / 1000.0;
+  EXPECT_GT(o.seconds, bound - 0.5) << o.err;
+  EXPECT_LT(o.seconds, bound + 5) << o.err;
+}
+
+// Without replication (no `replicas` in the scheduler's records) a dead server stops
+// the job at once, as does a dead worker in a replicated job.
+TEST(SuperviseServerLoss, WithoutReplicasOrForAWorkerTheJobStopsAtOnce) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", "phase=running detect_ms=1000") + "sleep 30"),
+      Server(0, "0.3"),
+      Worker(0, "30"),
+  });
+  EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;
+  EXPECT_NE(o.err.find("server 0 (pid " + std::to_string(o.results[1].pid) +
+                       ") was killed by signal 9 (Killed); stopping the job"),
+            std::string::npos)
+      << o.err;
+  EXPECT_LT(o.seconds, 5);
+
+  auto w = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 30"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 30"),
+      Script("worker 0", Send("worker.0", "phase=running") + "sleep 0.3; exit 3"),
+  });
+  EXPECT_EQ(w.status, 3) << w.err;
+  EXPECT_NE(w.err.find("worker 0 (pid " + std::to_string(w.results[2].pid) +
+                       ") exited with status 3; stopping the job"),
+            std::string::npos)
+      << w.err;
+  EXPECT_LT(w.seconds, 5);
+
+  // A server that died before it reported a rank was never part of the job.
+  auto e = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 30"),
+      Script("server 0", "sleep 0.3; exit 4"),
+      Worker(0, "30"),
+  });
+  EXPECT_EQ(e.status, 4) << e.err;
+  EXPECT_LT(e.seconds, 5);
+}
+
+// A server the scheduler declared dead while its process still runs (frozen, cut off)
+// is out of the job: the launcher stops it, and the job ends when the others do.
+TEST(SuperviseServerLoss, ARunningServerDeclaredDeadIsStopped) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 0.5; " +
+                              Send("scheduler.0", kReplicated + " departed=server.1") +
+                              "sleep 1.5; exit 0"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 2; exit 0"),
+      Script("server 1", Send("server.1", "phase=running") + "sleep 60"),
+      Worker(0, "2"),
+  });
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(o.results[2].survived);
+  EXPECT_TRUE(o.results[2].stopped_by_us);
+  EXPECT_NE(o.err.find("server 1 (pid " + std::to_string(o.results[2].pid) +
+                       ") was declared dead by the scheduler, which goes on without it: "
+                       "stopping it"),
+            std::string::npos)
+      << o.err;
+  EXPECT_LT(o.seconds, 10);
+}
