@@ -18,11 +18,13 @@ Liveness::Clock::duration Liveness::ListenClock(Clock::time_point now) const {
   return upto.time_since_epoch() - deaf_total_;
 }
 
-void Liveness::Start(const std::vector<int>& silent_watch, const std::vector<int>& connected) {
+void Liveness::Start(const std::vector<int>& silent_watch, const std::vector<int>& connected,
+                     bool trust_gone) {
   std::lock_guard<std::mutex> lk(mu_);
   const auto at = ListenClock(Clock::now());
   for (int id : silent_watch) last_heard_[id] = at;
   connected_ = connected;
+  trust_gone_ = trust_gone;
   on_ = timeout_.count() > 0;
 }
 
@@ -70,6 +72,7 @@ std::pair<int, std::string> Liveness::Check(Clock::time_point now, Transport& tr
   int silent = 0;
   Clock::duration quiet{};
   std::vector<int> connected;
+  bool trust_gone = false;
   {
     // Never call out (name() takes the node's lock) while holding ours.
     std::lock_guard<std::mutex> lk(mu_);
@@ -81,7 +84,16 @@ std::pair<int, std::string> Liveness::Check(Clock::time_point now, Transport& tr
         break;
       }
     connected = connected_;
+    trust_gone = trust_gone_;
   }
+  if (trust_gone)
+    for (int id : connected) {
+      const auto gone = transport.GoneSince(id);
+      if (gone != Clock::time_point{})
+        return {id, name(id) +
+                        " is dead: its connection closed and a new one was refused "
+                        "(its process exited or was killed)"};
+    }
   if (silent)
     return {silent, name(silent) + " is dead: nothing heard from it for " + Secs(quiet) +
                         " (PS_HEARTBEAT_TIMEOUT)"};

@@ -15,6 +15,12 @@
 //    worker<->server partitions the scheduler cannot see) for longer than
 //    `timeout` + `interval` (longer than silence, so that when a node died the
 //    scheduler's verdict, which names the cause, arrives first).
+//  * Gone (only where Start was asked to trust it: the scheduler): the transport
+//    saw the connection to a peer close and a new one fail (Transport::GoneSince:
+//    nothing listens on its port any more): the process exited or was killed, and
+//    it is declared dead at once, without waiting for its silence. A killed
+//    process's connections close with it, so its death is known within ZeroMQ's
+//    first reconnection attempt (100-200 ms), not the heartbeat timeout.
 // What no node can tell apart: a peer that is starved for longer than `timeout`
 // is silent to everyone else, exactly like a hung one (docs/design.md, "Failure
 // detection": raise PS_HEARTBEAT_TIMEOUT on hosts that are overloaded on purpose).
@@ -40,8 +46,10 @@ class Liveness {
   Liveness(std::chrono::milliseconds interval, std::chrono::milliseconds timeout)
       : interval_(interval), timeout_(timeout) {}
 
-  /// Starts watching `silent_watch` for silence and `connected` for connection loss.
-  void Start(const std::vector<int>& silent_watch, const std::vector<int>& connected);
+  /// Starts watching `silent_watch` for silence and `connected` for connection loss
+  /// (and, with `trust_gone`, for being gone).
+  void Start(const std::vector<int>& silent_watch, const std::vector<int>& connected,
+             bool trust_gone = false);
   void Stop() { on_ = false; }
   /// Stops watching peer `id` (it left the job and the job goes on without it).
   void Forget(int id);
@@ -68,6 +76,7 @@ class Liveness {
   Clock::duration deaf_total_{};               // finished deaf periods and starvation
   std::map<int, Clock::duration> last_heard_;  // listening clock at the last message
   std::vector<int> connected_;
+  bool trust_gone_ = false;
 };
 
 }  // namespace pskv

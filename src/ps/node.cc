@@ -225,7 +225,9 @@ void Node::Start() {
                          (role() == Role::kWorker ? IsServerId(id) : IsWorkerId(id));
       if (talks) connected.push_back(id);
     }
-    liveness_.Start(silent, connected);
+    // The scheduler, whose verdict the others wait for, also trusts a peer's closed
+    // port (Liveness, "Gone"): a killed process is known dead at once.
+    liveness_.Start(silent, connected, sched);
   }
   AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);

@@ -132,6 +132,13 @@ class Transport {
   /// When the connection to `peer` was lost (or, if never established, when
   /// Connect was called); a default time_point while it is up or unknown.
   virtual std::chrono::steady_clock::time_point DownSince(int peer) { return {}; }
+  /// When `peer` was found gone: its connection, once up, was lost and a new
+  /// connection attempt failed since (refused: nothing listens on its port any more;
+  /// or its host unreachable): the process exited or was killed. A default
+  /// time_point otherwise (up, still reconnecting, or silent: a live peer that only
+  /// lost a connection reconnects, its port being open; a frozen one, a cut link or
+  /// a host gone is left to heartbeats). Where the backend cannot tell: never.
+  virtual std::chrono::steady_clock::time_point GoneSince(int peer) { return {}; }
   /// Releases sockets; waits at most `linger` for queued messages to go out.
   virtual void Close(std::chrono::milliseconds linger) = 0;
   virtual std::string Name() const = 0;

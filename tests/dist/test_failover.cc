@@ -2,7 +2,8 @@
 // PSKV_REPLICAS=1, real processes over real ZeroMQ, one server killed with SIGKILL at
 // a chosen round; the job finishes and every worker's final weights are bitwise-equal
 // to the undisturbed job's (rank-order sums, Adam with weight decay and a schedule, a
-// key sliced over both servers and cut into chunks, fused small keys).
+// key sliced over both servers and cut into chunks, fused small keys). With default
+// failure detection, the round the kill stalls ends within a few seconds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,9 +37,8 @@ std::map<std::string, std::string> Env(int port, const std::string& role, int re
           {"PSKV_REPLICAS", std::to_string(replicas)},
           {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
           {"PSKV_WIRE_CHUNK_BYTES", "262144"},
-          // Fast detection of the silent (killed) server.
-          {"PS_HEARTBEAT_INTERVAL", "0.2"},
-          {"PS_HEARTBEAT_TIMEOUT", "1.5"},
+          // Failure detection as by default (PS_HEARTBEAT_TIMEOUT 10 s): the scheduler
+          // learns of a killed server from its closed port, not from its silence.
           {"PSKV_TIMEOUT", "60"}};
 }
 
@@ -188,8 +188,11 @@ TEST(Failover, KillServerBetweenRoundsLosesNothing) {
     auto w = RunJob("between" + std::to_string(victim), victim, 3 + victim, 0, &stall);
     ExpectEqualWeights(w, "server " + std::to_string(victim) + " killed after round " +
                               std::to_string(3 + victim));
-    std::printf("[ stall ] kill of server %d: slowest round %.0f ms (heartbeat timeout 1.5 s)\n",
-                victim, stall);
+    std::printf("[ stall ] kill of server %d: slowest round %.0f ms (default detection)\n", victim,
+                stall);
+    // Generous (2 shared cores): far below the 10 s heartbeat timeout a silence
+    // would take to detect.
+    EXPECT_LT(stall, 3000) << "the round the kill of server " << victim << " stalled";
   }
 }
 

@@ -29,9 +29,14 @@ class FakeTransport : public Transport {
   void Disconnect(int) override {}
   void Send(int, std::vector<Frame>) override {}
   bool Recv(Received*, std::chrono::milliseconds) override { return false; }
+  std::map<int, Clock::time_point> gone;
   Clock::time_point DownSince(int peer) override {
     auto it = down.find(peer);
     return it == down.end() ? Clock::time_point{} : it->second;
+  }
+  Clock::time_point GoneSince(int peer) override {
+    auto it = gone.find(peer);
+    return it == gone.end() ? Clock::time_point{} : it->second;
   }
   void Close(std::chrono::milliseconds) override {}
   std::string Name() const override { return "fake"; }
@@ -118,6 +123,30 @@ TEST(LivenessAlone, ALostConnectionCountsAfterTimeoutPlusInterval) {
   EXPECT_NE(why.find("cannot reach node " + std::to_string(peer) + ": no connection for"),
             std::string::npos)
       << why;
+}
+
+// A peer whose port refused a new connection after its connection closed is dead at
+// once where Start trusts that (the scheduler); elsewhere it is a lost connection.
+TEST(LivenessAlone, AGonePeerIsDeadAtOnceWhereTrusted) {
+  FakeTransport t;
+  const int peer = ServerId(1);
+  const auto now = Clock::now();
+  t.down[peer] = now;
+  t.gone[peer] = now;
+  Liveness sched(kInterval, kTimeout);
+  sched.Start({peer}, {peer}, /*trust_gone=*/true);
+  auto [id, why] = sched.Check(now, t, Name);
+  EXPECT_EQ(id, peer);
+  EXPECT_NE(why.find("node " + std::to_string(peer) +
+                     " is dead: its connection closed and a new one was refused"),
+            std::string::npos)
+      << why;
+  Liveness node(kInterval, kTimeout);
+  node.Start({}, {peer});
+  EXPECT_EQ(node.Check(now + kTimeout, t, Name).first, 0);
+  EXPECT_EQ(node.Check(now + kTimeout + kInterval + 1ms, t, Name).first, peer);
+  sched.Forget(peer);
+  EXPECT_EQ(sched.Check(now, t, Name).first, 0);
 }
 
 TEST(LivenessAlone, OffWithoutATimeoutAndAfterStop) {

@@ -90,6 +90,32 @@ TEST_P(TransportSuite, DeliversInOrderWithTheSendersProvenIdentity) {
   b->Close(0ms);
 }
 
+// A peer whose process is gone: its connection closed and its port refuses the
+// reconnection (Transport::GoneSince, which the scheduler trusts to declare a killed
+// process dead at once); known within ZeroMQ's first reconnection attempt. A peer
+// that is up is never gone.
+TEST_P(TransportSuite, APeerWhosePortClosedIsGone) {
+  using Clock = std::chrono::steady_clock;
+  auto a = Make(GetParam(), Config(11)), b = Make(GetParam(), Config(22));
+  const std::string ep = a->Bind("127.0.0.1", 0);
+  b->Bind("127.0.0.1", 0);
+  b->Connect(1, ep, 11);
+  b->Send(1, {Frame::FromString("hello")});
+  Received in;
+  ASSERT_TRUE(RecvWithin(*a, &in, 5s));
+  for (int i = 0; i < 100 && b->DownSince(1) != Clock::time_point{}; ++i)
+    std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(b->GoneSince(1), Clock::time_point{}) << "a peer that is up is not gone";
+  a->Close(0ms);  // its port closes, as with its process's exit
+  const auto t0 = Clock::now();
+  while (b->GoneSince(1) == Clock::time_point{} && Clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_NE(b->GoneSince(1), Clock::time_point{});
+  EXPECT_LT(Clock::now() - t0, 1500ms);
+  b->Close(0ms);
+}
+
 // A node may hold two connections to one peer (the scheduler's temporary and
 // final ids of a node): both deliver, whichever finished its handshake last.
 // Before: both ZeroMQ sockets had the node's token as routing id, the ROUTER

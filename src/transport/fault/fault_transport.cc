@@ -30,6 +30,9 @@ class FaultTransport final : public Transport {
     if (cfg_.partition_reports_down && Partitioned(peer)) return cfg_.partition_from;
     return inner_->DownSince(peer);
   }
+  std::chrono::steady_clock::time_point GoneSince(int peer) override {
+    return inner_->GoneSince(peer);
+  }
   std::string Name() const override { return "fault(" + inner_->Name() + ")"; }
 
   void Send(int peer, std::vector<Frame> frames) override {

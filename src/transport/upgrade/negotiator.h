@@ -104,6 +104,7 @@ class UpgradingTransport final : public Transport {
 
   std::string RefusedBy(int peer) override { return inner_->RefusedBy(peer); }
   Clock::time_point DownSince(int peer) override { return inner_->DownSince(peer); }
+  Clock::time_point GoneSince(int peer) override { return inner_->GoneSince(peer); }
 
   void Close(std::chrono::milliseconds linger) override;
 

@@ -41,6 +41,8 @@ uint64_t ZmqGuard::NewSocket(int peer) {
   monitor_gen_[peer] = gen;
   refused_.erase(peer);
   down_since_[peer] = Clock::now();
+  lost_.erase(peer);
+  gone_since_.erase(peer);
   return gen;
 }
 
@@ -48,6 +50,8 @@ void ZmqGuard::Forget(int peer) {
   std::lock_guard<std::mutex> g(mu_);
   down_since_.erase(peer);
   refused_.erase(peer);
+  lost_.erase(peer);
+  gone_since_.erase(peer);
   monitor_gen_.erase(peer);  // its monitor is closed by the guard thread
 }
 
@@ -55,6 +59,12 @@ ZmqGuard::Clock::time_point ZmqGuard::DownSince(int peer) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = down_since_.find(peer);
   return it == down_since_.end() ? Clock::time_point{} : it->second;
+}
+
+ZmqGuard::Clock::time_point ZmqGuard::GoneSince(int peer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = gone_since_.find(peer);
+  return it == gone_since_.end() ? Clock::time_point{} : it->second;
 }
 
 std::string ZmqGuard::RefusedBy(int peer) {
@@ -305,8 +315,14 @@ bool ZmqGuard::HandleEvent(const Monitor& mon) {
   if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
     refused_.erase(mon.peer);
     down_since_.erase(mon.peer);
+  } else if (event == ZMQ_EVENT_CONNECTED) {  // its port accepted: something listens
+    lost_.erase(mon.peer);
+    gone_since_.erase(mon.peer);
+  } else if (event == ZMQ_EVENT_CLOSED) {  // an attempt to (re)connect failed
+    if (lost_.count(mon.peer)) gone_since_.emplace(mon.peer, std::chrono::steady_clock::now());
   } else if (event == ZMQ_EVENT_DISCONNECTED) {
     down_since_.emplace(mon.peer, std::chrono::steady_clock::now());
+    lost_.insert(mon.peer);
   } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
     refused_[mon.peer] =
         keys_.open() ? "it refused this node's credentials: it runs another job (compare "

@@ -3,8 +3,12 @@
 // it authenticates every incoming connection during ZeroMQ's handshake (so a
 // stranger's bytes never become messages; transport/auth.h), counts connections
 // that have not finished the handshake per source address and closes the excess
-// (transport/admission.h), and notes which peers refused this node and which
-// outgoing connections are down.
+// (transport/admission.h), and notes which peers refused this node, which
+// outgoing connections are down, and which peers are gone: a connection that was
+// up was lost (ZMQ_EVENT_DISCONNECTED) and ZeroMQ's next attempt to reconnect
+// failed (ZMQ_EVENT_CLOSED before any ZMQ_EVENT_CONNECTED: refused or unreachable).
+// A live peer's port accepts the reconnection (its process listens until it exits),
+// so a peer that only lost a connection is never gone.
 //
 // Each outgoing socket has its own monitor, tagged with a generation
 // (NewSocket): when the socket is replaced or dropped, its monitor is closed by
@@ -18,6 +22,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +55,8 @@ class ZmqGuard {
   void Forget(int peer);
   /// Since when `peer`'s connection is down (epoch: up).
   Clock::time_point DownSince(int peer);
+  /// Since when `peer` is gone (above; epoch: not gone).
+  Clock::time_point GoneSince(int peer);
   /// Why `peer` refused this node ("" if it did not).
   std::string RefusedBy(int peer);
   /// Stops the thread and closes its sockets (before the context is terminated).
@@ -94,6 +101,8 @@ class ZmqGuard {
   std::map<int, uint64_t> monitor_gen_;  // peer -> generation of its current socket
   std::map<int, std::string> refused_;
   std::map<int, Clock::time_point> down_since_;  // by peer
+  std::set<int> lost_;                           // up once, lost, not reconnected since
+  std::map<int, Clock::time_point> gone_since_;  // by peer
 };
 
 }  // namespace pskv

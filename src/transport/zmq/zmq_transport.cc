@@ -275,6 +275,9 @@ class ZmqTransport final : public Transport {
   std::chrono::steady_clock::time_point DownSince(int peer) override {
     return guard_->DownSince(peer);
   }
+  std::chrono::steady_clock::time_point GoneSince(int peer) override {
+    return guard_->GoneSince(peer);
+  }
   std::string RefusedBy(int peer) override { return guard_->RefusedBy(peer); }
 
   void Close(std::chrono::milliseconds linger) override {
@@ -339,7 +342,8 @@ class ZmqTransport final : public Transport {
     const std::string mon = "inproc://pskv-monitor-" + std::to_string(gen);
     zmq_socket_monitor(s, mon.c_str(),
                        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CLOSED);
     guard_->Watch(peer, gen, mon);
     std::string addr = "tcp://" + endpoint;
     if (zmq_connect(s, addr.c_str()) != 0) {
