@@ -28,18 +28,27 @@ struct Run {
   std::vector<pid_t> servers, workers;
 };
 
-std::map<std::string, std::string> Env(int port, const std::string& role, int replicas) {
-  return {{"DMLC_ROLE", role},
-          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-          {"DMLC_PS_ROOT_PORT", std::to_string(port)},
-          {"DMLC_NUM_SERVER", "2"},
-          {"DMLC_NUM_WORKER", "2"},
-          {"PSKV_REPLICAS", std::to_string(replicas)},
-          {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
-          {"PSKV_WIRE_CHUNK_BYTES", "262144"},
-          // Failure detection as by default (PS_HEARTBEAT_TIMEOUT 10 s): the scheduler
-          // learns of a killed server from its closed port, not from its silence.
-          {"PSKV_TIMEOUT", "60"}};
+// `silent_detect`: heartbeats fast enough for the frozen-server test (a frozen process
+// keeps its port open: only its silence tells).
+std::map<std::string, std::string> Env(int port, const std::string& role, int replicas,
+                                       bool silent_detect) {
+  std::map<std::string, std::string> env = {
+      {"DMLC_ROLE", role},
+      {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+      {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+      {"DMLC_NUM_SERVER", "2"},
+      {"DMLC_NUM_WORKER", "2"},
+      {"PSKV_REPLICAS", std::to_string(replicas)},
+      {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
+      {"PSKV_WIRE_CHUNK_BYTES", "262144"},
+      // Otherwise failure detection as by default (PS_HEARTBEAT_TIMEOUT 10 s): the
+      // scheduler learns of a killed server from its closed port, not its silence.
+      {"PSKV_TIMEOUT", "60"}};
+  if (silent_detect) {
+    env["PS_HEARTBEAT_INTERVAL"] = "0.2";
+    env["PS_HEARTBEAT_TIMEOUT"] = "1.5";
+  }
+  return env;
 }
 
 // Disturbances besides a kill -9.
@@ -50,6 +59,7 @@ struct Extra {
 
 Run Start(const std::string& name, int reply_delay_ms, int replicas, int victim = -1,
           Extra extra = {}) {
+  const bool silent_detect = extra.freeze;
   Run j;
   j.dir = (std::filesystem::temp_directory_path() /
            ("pskv_failover_" + name + "_" + std::to_string(::getpid())))
@@ -58,9 +68,9 @@ Run Start(const std::string& name, int reply_delay_ms, int replicas, int victim 
   std::filesystem::create_directories(j.dir);
   j.log = j.dir + "/log";
   const int port = FreePort();
-  j.scheduler = Spawn({PSKV_SERVER}, Env(port, "scheduler", replicas), j.log);
+  j.scheduler = Spawn({PSKV_SERVER}, Env(port, "scheduler", replicas, silent_detect), j.log);
   for (int s = 0; s < 2; ++s) {
-    auto env = Env(port, "server", replicas);
+    auto env = Env(port, "server", replicas, silent_detect);
     env["DMLC_TASK_ID"] = std::to_string(s);
     if (reply_delay_ms) env["PSKV_TEST_REPLY_DELAY"] = std::to_string(reply_delay_ms);
     if (s == victim && extra.exit_after_replicated)
@@ -69,7 +79,7 @@ Run Start(const std::string& name, int reply_delay_ms, int replicas, int victim 
   }
   for (int w = 0; w < 2; ++w)
     j.workers.push_back(Spawn({FAILOVER_WORKER, std::to_string(kRounds), j.dir},
-                              Env(port, "worker", replicas), j.log));
+                              Env(port, "worker", replicas, silent_detect), j.log));
   return j;
 }
 
