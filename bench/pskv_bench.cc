@@ -22,6 +22,7 @@
 #include "bench/metrics_bench.h"
 #include "bench/priority_bench.h"
 #include "bench/pushpull_bench.h"
+#include "bench/replicas_bench.h"
 #include "bench/scaling_bench.h"
 #include "bench/syncround_bench.h"
 #include "kvstore/reduce.h"
@@ -164,6 +165,8 @@ int main(int argc, char** argv) {
         "       pskv-bench strictrounds [--json] [--blocks N] [--rounds N]\n"
         "       pskv-bench scaling [--json] [--min-bytes N] [--max-bytes N] [--threads N] "
         "[--keys N] [--topologies 1x1,2x1,2x2,4x2] [--repeats N]\n"
+        "       pskv-bench replicas [--json] [--topologies 2x2,4x4] [--bytes N] [--keys N] "
+        "[--steps N] [--repeats N]   (PSKV_REPLICAS=1 vs 0)\n"
         "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]\n"
         "       pskv-bench latency [--json] [--bytes N] [--reps N]\n"
         "       pskv-bench metrics-flood [--keys N] [--scrapers N] [--seconds N]\n"
@@ -191,6 +194,8 @@ int main(int argc, char** argv) {
     if (cmd == "priority") return pskv::bench::BenchPriority(argc, argv);
     if (cmd == "priority-worker") return pskv::bench::BenchPriorityWorker(argc, argv);
     if (cmd == "scaling-worker") return pskv::bench::BenchScalingWorker(argc, argv);
+    if (cmd == "replicas") return pskv::bench::BenchReplicas(argc, argv);
+    if (cmd == "replicas-worker") return pskv::bench::BenchReplicasWorker(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pskv-bench: %s\n", e.what());
     return 1;
