@@ -11,26 +11,16 @@
 // waits for every worker (Barrier), pulls every key and writes their values to
 // OUT_DIR/w<rank>.weights, and each push's time in ms, one per line, to
 // OUT_DIR/w<rank>.times. AsyncCountGrad is the gradient the test sums.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "async_count.h"
+#include "failover_job_io.h"
 #include "pskv/kvstore.h"
-#include "pskv/optimizer.h"
 
 using namespace pskv;
-
-namespace {
-
-void Touch(const std::string& path) {
-  if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -42,7 +32,7 @@ int main(int argc, char** argv) {
   try {
     auto kv = KVStore::Create("dist_async");
     const int rank = kv->Rank();
-    const std::string me = out + "/w" + std::to_string(rank);
+    failover_job::Steps steps(out + "/w" + std::to_string(rank));
     const auto& keys = async_count::kKeys;
     const auto& sizes = async_count::kSizes;
     for (size_t k = 0; k < keys.size(); ++k) {
@@ -54,9 +44,8 @@ int main(int argc, char** argv) {
     kv->Barrier();  // every worker's optimizer is set before anyone pushes
     std::vector<NDArray> w;
     for (auto n : sizes) w.emplace_back(std::vector<int64_t>{n});
-    std::vector<double> times;
     for (int p = 1; p <= pushes; ++p) {
-      const auto t0 = std::chrono::steady_clock::now();
+      steps.Begin();
       std::vector<NDArray> g;
       for (size_t k = 0; k < keys.size(); ++k) {
         NDArray a({sizes[k]});
@@ -69,17 +58,12 @@ int main(int argc, char** argv) {
       else
         kv->Push(keys, g);
       kv->WaitAll();
-      times.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      Touch(me + ".p" + std::to_string(p));
+      steps.End("p", p);
     }
     kv->Barrier();  // every worker's pushes were answered
     kv->Pull(keys, w);
     kv->WaitAll();
-    std::ofstream f(me + ".weights", std::ios::binary);
-    for (auto& a : w) f.write(static_cast<const char*>(a.raw()), static_cast<long>(a.nbytes()));
-    std::ofstream t(me + ".times");
-    for (double ms : times) t << ms << "\n";
+    steps.Write(w);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "async_count_worker: %s\n", e.what());
     return 1;

@@ -9,37 +9,23 @@
 // round); odd rounds push-pull, even rounds push then pull, so kills land in both. At
 // the end it writes every key's final value to OUT_DIR/w<rank>.weights and each round's
 // time in ms, one per line, to OUT_DIR/w<rank>.times.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "failover_job_io.h"
 #include "pskv/kvstore.h"
-#include "pskv/optimizer.h"
 
 using namespace pskv;
+using namespace failover_job;
 
 namespace {
-
-NDArray Grad(int64_t n, int rank, int round, int key) {
-  NDArray a({n});
-  float* p = a.data<float>();
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<float>(((i * 7 + key * 13 + round * 5 + rank * 3) % 17) - 8) / 16.0f +
-           0.001f * static_cast<float>(rank + 1);
-  return a;
-}
 
 NDArray Fill(int64_t n, float v) {
   NDArray a({n});
   for (int64_t i = 0; i < n; ++i) a.data<float>()[i] = v + 0.01f * static_cast<float>(i % 5);
   return a;
-}
-
-void Touch(const std::string& path) {
-  if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
 }
 
 }  // namespace
@@ -54,22 +40,17 @@ int main(int argc, char** argv) {
   try {
     auto kv = KVStore::Create("dist_sync");
     const int rank = kv->Rank();
-    const std::string me = out + "/w" + std::to_string(rank);
+    Steps steps(out + "/w" + std::to_string(rank));
     const std::vector<int> keys = {3, 5, 7, 9};
     const std::vector<int64_t> sizes = {100, 300000, 8, 8};  // key 5: sliced and chunked
     for (size_t k = 0; k < keys.size(); ++k) kv->Init(keys[k], Fill(sizes[k], 0.5f));
-    kv->SetOptimizer(OptimizerConfig::FromParams("adam", {{"learning_rate", "0.01"},
-                                                          {"wd", "0.001"},
-                                                          {"lr_scheduler", "factor"},
-                                                          {"lr_factor", "0.5"},
-                                                          {"lr_step", "3"}}));
+    kv->SetOptimizer(TrainingOptimizer());
     std::vector<NDArray> w;
     for (auto n : sizes) w.emplace_back(std::vector<int64_t>{n});
-    std::vector<double> times;
     for (int r = 1; r <= rounds; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+      steps.Begin();
       std::vector<NDArray> g;
-      for (size_t k = 0; k < keys.size(); ++k) g.push_back(Grad(sizes[k], rank, r, keys[k]));
+      for (size_t k = 0; k < keys.size(); ++k) g.push_back(DenseGrad(sizes[k], rank, r, keys[k]));
       if (r % 2) {
         kv->PushPull(keys, g, keys, w);
       } else {
@@ -77,14 +58,9 @@ int main(int argc, char** argv) {
         kv->Pull(keys, w);
       }
       kv->WaitAll();
-      times.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      Touch(me + ".r" + std::to_string(r));
+      steps.End("r", r);
     }
-    std::ofstream f(me + ".weights", std::ios::binary);
-    for (auto& a : w) f.write(static_cast<const char*>(a.raw()), static_cast<long>(a.nbytes()));
-    std::ofstream t(me + ".times");
-    for (double ms : times) t << ms << "\n";
+    steps.Write(w);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "failover_worker: %s\n", e.what());
     return 1;

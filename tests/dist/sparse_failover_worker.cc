@@ -10,18 +10,17 @@
 // After round r it creates OUT_DIR/w<rank>.r<r>. Each round pushes every key, then
 // pulls the dense key and every row of the tables. At the end it writes the final
 // values to OUT_DIR/w<rank>.weights and each round's time in ms to OUT_DIR/w<rank>.times.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "failover_job_io.h"
 #include "pskv/kvstore.h"
-#include "pskv/optimizer.h"
 #include "pskv/row_sparse.h"
 
 using namespace pskv;
+using namespace failover_job;
 
 namespace {
 
@@ -58,10 +57,6 @@ RowSparseNDArray Grad(const Table& t, int rank, int round) {
   return RowSparseNDArray::FromRows({t.rows, t.row_size}, idx, rows);
 }
 
-void Touch(const std::string& path) {
-  if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,7 +69,7 @@ int main(int argc, char** argv) {
   try {
     auto kv = KVStore::Create("dist_sync");
     const int rank = kv->Rank();
-    const std::string me = out + "/w" + std::to_string(rank);
+    Steps steps(out + "/w" + std::to_string(rank));
     for (const Table& t : kTables) {
       NDArray init({t.rows, t.row_size});
       for (int64_t i = 0; i < init.size(); ++i)
@@ -84,11 +79,7 @@ int main(int argc, char** argv) {
     NDArray dense({kDenseSize});
     dense.Fill(0.25f);
     kv->Init(kDense, dense);
-    kv->SetOptimizer(OptimizerConfig::FromParams("adam", {{"learning_rate", "0.01"},
-                                                          {"wd", "0.001"},
-                                                          {"lr_scheduler", "factor"},
-                                                          {"lr_factor", "0.5"},
-                                                          {"lr_step", "3"}}));
+    kv->SetOptimizer(TrainingOptimizer());
     std::vector<RowSparseNDArray> tables;
     std::vector<NDArray> all_rows;
     for (const Table& t : kTables) {
@@ -97,9 +88,8 @@ int main(int argc, char** argv) {
       for (int64_t r = 0; r < t.rows; ++r) ids.data<int64_t>()[r] = r;
       all_rows.push_back(ids);
     }
-    std::vector<double> times;
     for (int r = 1; r <= rounds; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+      steps.Begin();
       for (const Table& t : kTables) kv->Push(t.key, {Grad(t, rank, r)});
       NDArray g({kDenseSize});
       for (int64_t i = 0; i < kDenseSize; ++i) g.data<float>()[i] = Value(rank, r, kDense, i, 0);
@@ -108,18 +98,12 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < tables.size(); ++k)
         kv->RowSparsePull(kTables[k].key, {tables[k]}, {all_rows[k]});
       kv->WaitAll();
-      times.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      Touch(me + ".r" + std::to_string(r));
+      steps.End("r", r);
     }
-    std::ofstream f(me + ".weights", std::ios::binary);
-    for (auto& t : tables) {
-      NDArray d = t.ToDense();
-      f.write(static_cast<const char*>(d.raw()), static_cast<long>(d.nbytes()));
-    }
-    f.write(static_cast<const char*>(dense.raw()), static_cast<long>(dense.nbytes()));
-    std::ofstream t(me + ".times");
-    for (double ms : times) t << ms << "\n";
+    std::vector<NDArray> finals;
+    for (auto& t : tables) finals.push_back(t.ToDense());
+    finals.push_back(dense);
+    steps.Write(finals);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sparse_failover_worker: %s\n", e.what());
     return 1;

@@ -19,28 +19,16 @@
 #include <thread>
 #include <vector>
 
+#include "failover_job_io.h"
 #include "pskv/kvstore.h"
-#include "pskv/optimizer.h"
 
 using namespace pskv;
+using namespace failover_job;
 
 namespace {
 
 const std::vector<int> kKeys = {3, 5};
 const std::vector<int64_t> kSizes = {100, 300000};  // key 5: sliced and chunked
-
-NDArray Grad(int64_t n, int rank, int round, int key) {
-  NDArray a({n});
-  float* p = a.data<float>();
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<float>(((i * 7 + key * 13 + round * 5 + rank * 3) % 17) - 8) / 16.0f +
-           0.001f * static_cast<float>(rank + 1);
-  return a;
-}
-
-void Touch(const std::string& path) {
-  if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
-}
 
 }  // namespace
 
@@ -56,7 +44,7 @@ int main(int argc, char** argv) {
   try {
     auto kv = KVStore::Create("dist_sync");
     const int rank = kv->Rank();
-    const std::string me = out + "/w" + std::to_string(rank);
+    Steps steps(out + "/w" + std::to_string(rank));
     std::vector<NDArray> w;
     for (auto n : kSizes) {
       NDArray a({n});
@@ -69,21 +57,17 @@ int main(int argc, char** argv) {
       if (!f) throw IOError("cannot read " + from + "/w0.weights");
     }
     for (size_t k = 0; k < kKeys.size(); ++k) kv->Init(kKeys[k], w[k]);
-    kv->SetOptimizer(OptimizerConfig::FromParams("adam", {{"learning_rate", "0.01"},
-                                                          {"wd", "0.001"},
-                                                          {"lr_scheduler", "factor"},
-                                                          {"lr_factor", "0.5"},
-                                                          {"lr_step", "3"}}));
+    kv->SetOptimizer(TrainingOptimizer());
     if (!from.empty()) kv->LoadOptimizerStates(from + "/states");  // rank 0 loads
     kv->Barrier();
-    std::vector<double> times;
     for (int r = first; r < first + rounds; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+      steps.Begin();
       std::vector<NDArray> g;
-      for (size_t k = 0; k < kKeys.size(); ++k) g.push_back(Grad(kSizes[k], rank, r, kKeys[k]));
+      for (size_t k = 0; k < kKeys.size(); ++k)
+        g.push_back(DenseGrad(kSizes[k], rank, r, kKeys[k]));
       kv->PushPull(kKeys, g, kKeys, w);
       kv->WaitAll();
-      Touch(me + ".s" + std::to_string(r));  // saving round r's states
+      Touch(steps.me() + ".s" + std::to_string(r));  // saving round r's states
       for (int attempt = 1;; ++attempt) {
         try {
           kv->SaveOptimizerStates(out + "/states");  // rank 0 writes
@@ -94,14 +78,9 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
       }
-      times.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      Touch(me + ".r" + std::to_string(r));
+      steps.End("r", r);
     }
-    std::ofstream f(me + ".weights", std::ios::binary);
-    for (auto& a : w) f.write(static_cast<const char*>(a.raw()), static_cast<long>(a.nbytes()));
-    std::ofstream t(me + ".times");
-    for (double ms : times) t << ms << "\n";
+    steps.Write(w);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "states_failover_worker: %s\n", e.what());
     return 1;
