@@ -7,6 +7,26 @@
 
 namespace pskv {
 
+using dist::Kind;
+
+std::string PeerRefusal(Kind kind, bool push, bool pull, int sender, bool holds_range) {
+  const bool change =
+      kind == Kind::kReplicate || kind == Kind::kReplicateAsync || kind == Kind::kReplicateSparse;
+  if (!IsServerId(sender))
+    return change ? "a replicated change from a node that is not a server" : std::string();
+  // From a server: replicated changes (their handlers check that the sender is the
+  // range's primary), and inits and states loads its primary forwards, all pushes.
+  const bool forwarded = kind == Kind::kInit || kind == Kind::kSparseInit || kind == Kind::kStates;
+  if (!(change || forwarded) || !push || pull)
+    return "a request of kind " + std::to_string(static_cast<int>(kind)) +
+           (push ? (pull ? " (push-pull)" : " (push)") : " (pull)") +
+           " from a server: servers send each other only replicated changes and forwarded "
+           "inits";
+  if (forwarded && !holds_range)
+    return "a forwarded init from a server that holds no copy of its key range";
+  return {};
+}
+
 ReplicaHost::ReplicaHost(Node* node)
     : node_(node),
       server_(
@@ -18,7 +38,19 @@ ReplicaHost::ReplicaHost(Node* node)
   server_.SetReplyHandler([this](Message&& m) { replicator_.OnReply(std::move(m)); });
 }
 
-ReplicaHost::~ReplicaHost() = default;
+ReplicaHost::~ReplicaHost() {
+  if (const uint64_t n = refused_.load())
+    PSKV_WARN(
+        node_->Tag() << ": refused " << n
+                     << " request(s) of other nodes that only a worker, or only the primary "
+                        "of a key range, may send (docs/security.md, \"Replicated servers\")");
+}
+
+void ReplicaHost::Refused(int sender, const std::string& why) {
+  ++refused_;
+  PSKV_LOG_LIMITED(limiter_, std::to_string(sender), "WARN",
+                   node_->Tag() << ": refused " << why << " (" << node_->NodeName(sender) << ")");
+}
 
 void ReplicaHost::Ensure() {
   std::call_once(made_, [this] {
@@ -31,11 +63,14 @@ void ReplicaHost::Ensure() {
   });
 }
 
-DistServer* ReplicaHost::ForKey(uint64_t ps_key) {
+DistServer* ReplicaHost::ForKey(uint64_t ps_key, int* range) {
   const int S = node_->num_servers();
   for (auto& [r, server] : ranges_) {
     auto [begin, end] = KVWorker::ServerRange(r, S);
-    if (ps_key >= begin && (ps_key < end || r + 1 == S)) return server.get();
+    if (ps_key >= begin && (ps_key < end || r + 1 == S)) {
+      *range = r;
+      return server.get();
+    }
   }
   return nullptr;
 }
@@ -43,18 +78,33 @@ DistServer* ReplicaHost::ForKey(uint64_t ps_key) {
 void ReplicaHost::Handle(KVRequest&& req) {
   Ensure();
   const Message& m = req.msg;
-  DistServer* to = m.num_keys() > 0 ? ForKey(m.key_ptr()[0]) : nullptr;
+  int range = -1;
+  DistServer* to = m.num_keys() > 0 ? ForKey(m.key_ptr()[0], &range) : nullptr;
   if (!to) {
     // Keys of a range this node holds no copy of (or none): the own range's server
     // refuses them with its usual message.
-    to = ranges_.count(node_->rank()) ? ranges_[node_->rank()].get() : nullptr;
+    range = node_->rank();
+    to = ranges_.count(range) ? ranges_[range].get() : nullptr;
     if (!to) return server_.RespondError(req, ErrorKind::kInvalid, "no key range here");
+  }
+  const std::string why =
+      PeerRefusal(dist::CmdKind(req.cmd), req.push, req.pull, req.sender,
+                  IsServerId(req.sender) && replicator_.Holds(range, req.sender));
+  if (!why.empty()) {
+    Refused(req.sender, why);
+    return server_.RespondError(req, ErrorKind::kInvalid, why);
   }
   to->HandleRequest(std::move(req));
 }
 
 std::string ReplicaHost::Command(int sender, int head, const std::string& body) {
   Ensure();
+  if (!IsWorkerId(sender)) {
+    const std::string why =
+        "a command from a node that is not a worker (commands come from workers only)";
+    Refused(sender, why);
+    throw InvalidArgument(why);
+  }
   if ((head & 0xff) == dist::kStatesSize) return StatesSizes(sender, head, body);
   std::string own;
   std::exception_ptr own_error;

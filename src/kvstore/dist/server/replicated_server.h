@@ -8,20 +8,34 @@
 //    mode, ...) and is answered with its own range's reply (kStatesSize: with the
 //    sizes of every range it is primary of);
 //  * answers to this node's replication requests go to the Replicator.
+// Trust between servers (docs/security.md, "Replicated servers"): another server may
+// send only what replication needs — replicated changes (kReplicate*, whose handlers
+// take them only from the range's primary) and inits or optimizer-states loads
+// forwarded by a holder of the range; a worker may send no replicated change. Anything
+// else (a server posing as a worker: pushes, pulls, commands) is refused with an
+// error reply, counted, and named in one warning at exit (PeerRefusal).
 // The DistServers are made when the first message arrives (the node's rank, hence
 // its ranges, is known only once it started).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "common/rate_limit.h"
 #include "kvstore/dist/server/dist_server.h"
 #include "kvstore/dist/server/replication.h"
+#include "kvstore/dist_protocol.h"
 #include "ps/kv_app.h"
 
 namespace pskv {
+
+/// Why a replicated server refuses a data request of `kind` (with its push/pull
+/// flags) from `sender`; empty if it is accepted. `holds_range`: the sender holds a
+/// copy of the request's key range (primary or replica) in this node's range table.
+std::string PeerRefusal(dist::Kind kind, bool push, bool pull, int sender, bool holds_range);
 
 class ReplicaHost {
  public:
@@ -32,18 +46,23 @@ class ReplicaHost {
  private:
   /// The DistServers of the ranges this node holds (made on first use).
   void Ensure();
-  DistServer* ForKey(uint64_t ps_key);
+  /// The DistServer of `ps_key`'s range (its number in *range), or null.
+  DistServer* ForKey(uint64_t ps_key, int* range);
   void Handle(KVRequest&& req);
   std::string Command(int sender, int head, const std::string& body);
   /// kStatesSize: every range snapshots its states; the reply is the sizes of the
   /// ranges this node is primary of (payload::RangeStatesSizes).
   std::string StatesSizes(int sender, int head, const std::string& body);
+  /// Counts and logs (rate-limited) a refused request of another server.
+  void Refused(int sender, const std::string& why);
 
   Node* node_;
   KVServer server_;
   Replicator replicator_;
   std::once_flag made_;
   std::map<int, std::unique_ptr<DistServer>> ranges_;  // by range; fixed once made
+  std::atomic<uint64_t> refused_{0};                   // requests refused (PeerRefusal)
+  RateLimiter limiter_;                                // refusal warnings per sender
 };
 
 }  // namespace pskv

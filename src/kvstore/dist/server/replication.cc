@@ -27,6 +27,15 @@ uint64_t Replicator::version() const {
   return table_.version();
 }
 
+bool Replicator::Holds(int range, int id) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (range < 0 || range >= table_.num_ranges()) return false;
+  if (table_.Primary(range) == id) return true;
+  for (int r : table_.Replicas(range))
+    if (r == id) return true;
+  return false;
+}
+
 size_t Replicator::Pending() const {
   std::lock_guard<std::mutex> lk(mu_);
   return pending_.size();

@@ -40,6 +40,8 @@ class Replicator {
   /// replicated round: a replica that has not applied that table yet still takes the
   /// round from a newly promoted primary).
   uint64_t version() const;
+  /// True if server `id` holds a copy of `range` (primary or replica) in the table.
+  bool Holds(int range, int id) const;
   /// Requests in flight.
   size_t Pending() const;
 
