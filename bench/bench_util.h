@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/net.h"
@@ -61,6 +63,22 @@ inline bool HasFlag(int argc, char** argv, const char* name) {
   for (int i = 0; i < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return true;
   return false;
+}
+
+/// A --topologies list "WxS,WxS,...": (workers, servers) pairs, each with at least
+/// one worker and `min_servers` servers; InvalidArgument naming a bad entry.
+inline std::vector<std::pair<int, int>> ParseTopologies(const std::string& list, int min_servers) {
+  std::vector<std::pair<int, int>> out;
+  std::stringstream ss(list);
+  std::string t;
+  while (std::getline(ss, t, ',')) {
+    int w = 0, s = 0;
+    if (std::sscanf(t.c_str(), "%dx%d", &w, &s) != 2 || w < 1 || s < min_servers)
+      throw InvalidArgument("--topologies: '" + t + "' is not WxS with S >= " +
+                            std::to_string(min_servers) + " (e.g. 2x2)");
+    out.emplace_back(w, s);
+  }
+  return out;
 }
 
 /// This program's path (/proc/self/exe).

@@ -1,22 +1,31 @@
 // pskv-bench replicas: what replicated servers cost in steady state
 // (docs/fault-tolerance.md, "Replicated servers"; docs/performance.md). A dist_sync
 // job of W workers x S servers as real processes started by pskv-launch (TCP on
-// 127.0.0.1), dense float32 keys, SGD on the servers (update_on_kvstore): every worker
-// push-pulls `keys` keys of B bytes per step. The same job runs with PSKV_REPLICAS=0
-// and =1, alternating, --repeats jobs each; per job the step time is the slowest
-// worker's mean over --steps timed steps (after a warm-up step). Reported per
-// topology: the median step time of each setting and the overhead, R1 / R0 - 1.
+// 127.0.0.1 by default), float32 keys, SGD on the servers (update_on_kvstore). Dense:
+// every worker push-pulls `keys` keys of B bytes per step. --sparse: `keys` row_sparse
+// tables of B bytes (rows of 64 floats; sliced over the servers by rows when at least
+// MXNET_KVSTORE_BIGARRAY_BOUND elements); every worker pushes --rows-frac of each
+// table's rows per step (its own random rows, a new set each step) and pulls the same
+// rows. The same job runs with PSKV_REPLICAS=0 and =1, alternating, --repeats jobs
+// each; per job the step time is the slowest worker's mean over --steps timed steps
+// (after a warm-up step). Reported per topology: the median step time of each
+// setting and the overhead, R1 / R0 - 1, of the same run.
 //
 //   pskv-bench replicas [--json] [--topologies 2x2,4x4] [--bytes N] [--keys N]
-//                       [--steps N] [--repeats N]
+//                       [--steps N] [--repeats N] [--sparse [--rows-frac F]]
+//                       [--launch-args "ARGS"] [--label TEXT]
+// --launch-args: more pskv-launch arguments for every job (a host file and ssh
+// options: bench/cluster/replicas.py runs it across namespace hosts); --label names
+// the setting in the output.
 // The worker side (run by pskv-launch): pskv-bench replicas-worker <same options>.
 #include "bench/replicas_bench.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <sstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -24,6 +33,7 @@
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/optimizer.h"
+#include "pskv/row_sparse.h"
 
 namespace pskv::bench {
 
@@ -31,15 +41,47 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int64_t kRowFloats = 64;  // --sparse: floats per row
+
+struct JobArgs {
+  int64_t bytes = 1 << 20;
+  int keys = 4;
+  int steps = 40;
+  bool sparse = false;
+  double rows_frac = 0.125;
+  std::string launch_args;  // more pskv-launch arguments
+
+  static JobArgs Parse(int argc, char** argv) {
+    JobArgs a;
+    a.sparse = HasFlag(argc, argv, "--sparse");
+    a.bytes = ArgInt(argc, argv, "--bytes", a.sparse ? 4 << 20 : 1 << 20);
+    a.keys = static_cast<int>(ArgInt(argc, argv, "--keys", 4));
+    a.steps = static_cast<int>(ArgInt(argc, argv, "--steps", 40));
+    a.rows_frac = std::atof(ArgStr(argc, argv, "--rows-frac", "0.125").c_str());
+    a.launch_args = ArgStr(argc, argv, "--launch-args", "");
+    if (a.keys < 1 || a.steps < 1 || a.bytes < kRowFloats * 4 || a.rows_frac <= 0 ||
+        a.rows_frac > 1)
+      throw InvalidArgument(
+          "pskv-bench replicas: --keys, --steps >= 1, --bytes >= 256, 0 < --rows-frac <= 1");
+    return a;
+  }
+  std::string WorkerArgs() const {
+    char frac[32];
+    std::snprintf(frac, sizeof frac, "%g", rows_frac);
+    return "replicas-worker --bytes " + std::to_string(bytes) + " --keys " + std::to_string(keys) +
+           " --steps " + std::to_string(steps) +
+           (sparse ? std::string(" --sparse --rows-frac ") + frac : "");
+  }
+};
+
 // One job; the slowest worker's mean step time in ms.
-double RunJob(int workers, int servers, int replicas, int64_t bytes, int keys, int steps) {
+double RunJob(int workers, int servers, int replicas, const JobArgs& a) {
   double slowest = 0;
   RunLaunchedJob("replicas",
-                 "-n " + std::to_string(workers) + " -s " + std::to_string(servers) +
+                 a.launch_args + " -n " + std::to_string(workers) + " -s " +
+                     std::to_string(servers) +
                      " --timeout 600 --env PSKV_REPLICAS=" + std::to_string(replicas),
-                 "replicas-worker --bytes " + std::to_string(bytes) + " --keys " +
-                     std::to_string(keys) + " --steps " + std::to_string(steps),
-                 [&](const char* line) {
+                 a.WorkerArgs(), [&](const char* line) {
                    const char* at = std::strstr(line, "REPLICAS ");
                    double ms = 0;
                    if (at && std::sscanf(at, "REPLICAS step_ms=%lf", &ms) == 1)
@@ -55,13 +97,68 @@ double MedianOf(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// --sparse: `keys` tables; per step every worker pushes its own random rows of each
+// table and pulls them back. Returns the mean step time in ms.
+double SparseSteps(KVStore& kv, const JobArgs& a) {
+  const int64_t rows = a.bytes / (kRowFloats * 4);
+  const int64_t touched = std::max<int64_t>(1, static_cast<int64_t>(a.rows_frac * rows));
+  std::vector<int> ks;
+  for (int k = 0; k < a.keys; ++k) {
+    ks.push_back(k);
+    NDArray init({rows, kRowFloats});
+    init.Fill(0.5f);
+    kv.Init(k, RowSparseNDArray::FromDense(init));
+  }
+  kv.SetOptimizer(OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.01"}}));
+  // A few row sets per worker (made before the timed steps), used in turn.
+  std::mt19937_64 rng(1000 + static_cast<uint64_t>(kv.Rank()));
+  std::vector<int64_t> all(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) all[static_cast<size_t>(i)] = i;
+  NDArray grad({touched, kRowFloats});
+  grad.Fill(0.25f);
+  std::vector<NDArray> ids;
+  std::vector<RowSparseNDArray> pushes;
+  for (int s = 0; s < 4; ++s) {
+    std::shuffle(all.begin(), all.end(), rng);
+    NDArray id({touched}, DType::kInt64);
+    std::copy(all.begin(), all.begin() + touched, id.data<int64_t>());
+    std::sort(id.data<int64_t>(), id.data<int64_t>() + touched);
+    pushes.push_back(RowSparseNDArray::FromRows(Shape{rows, kRowFloats}, id, grad));
+    ids.push_back(id);
+  }
+  std::vector<RowSparseNDArray> outs;
+  for (int k = 0; k < a.keys; ++k) outs.emplace_back(Shape{rows, kRowFloats});
+  auto step = [&](int s) {
+    const size_t set = static_cast<size_t>(s) % pushes.size();
+    for (int k : ks) {
+      kv.Push(k, {pushes[set]});
+      kv.RowSparsePull(k, {outs[static_cast<size_t>(k)]}, {ids[set]});
+    }
+  };
+  step(0);  // warm-up: buffers, connections
+  kv.WaitAll();
+  kv.Barrier();
+  const auto t0 = Clock::now();
+  for (int s = 0; s < a.steps; ++s) step(s + 1);
+  kv.WaitAll();
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.steps;
+}
+
 }  // namespace
 
 int BenchReplicasWorker(int argc, char** argv) {
-  const int64_t bytes = ArgInt(argc, argv, "--bytes", 1 << 20);
-  const int keys = static_cast<int>(ArgInt(argc, argv, "--keys", 4));
-  const int steps = static_cast<int>(ArgInt(argc, argv, "--steps", 40));
+  const JobArgs a = JobArgs::Parse(argc, argv);
   auto kv = KVStore::Create("dist_sync");
+  if (a.sparse) {
+    const double ms = SparseSteps(*kv, a);
+    std::printf("REPLICAS step_ms=%.4f\n", ms);
+    std::fflush(stdout);
+    kv->Barrier();
+    return 0;
+  }
+  const int64_t bytes = a.bytes;
+  const int keys = a.keys;
+  const int steps = a.steps;
   const int64_t n = bytes / 4;
   std::vector<int> ks;
   std::vector<NDArray> vals, outs;
@@ -89,41 +186,33 @@ int BenchReplicasWorker(int argc, char** argv) {
 
 int BenchReplicas(int argc, char** argv) {
   const bool json = HasFlag(argc, argv, "--json");
-  const int64_t bytes = ArgInt(argc, argv, "--bytes", 1 << 20);
-  const int keys = static_cast<int>(ArgInt(argc, argv, "--keys", 4));
-  const int steps = static_cast<int>(ArgInt(argc, argv, "--steps", 40));
+  const JobArgs a = JobArgs::Parse(argc, argv);
+  const std::string label = ArgStr(argc, argv, "--label", "loopback");
   const int repeats = static_cast<int>(ArgInt(argc, argv, "--repeats", 5));
-  std::vector<std::pair<int, int>> topo;
-  {
-    std::stringstream ss(ArgStr(argc, argv, "--topologies", "2x2,4x4"));
-    std::string t;
-    while (std::getline(ss, t, ',')) {
-      int w = 0, s = 0;
-      if (std::sscanf(t.c_str(), "%dx%d", &w, &s) != 2 || w < 1 || s < 2)
-        throw InvalidArgument("--topologies: '" + t + "' is not WxS with S >= 2 (e.g. 2x2)");
-      topo.emplace_back(w, s);
-    }
-  }
+  const auto topo = ParseTopologies(ArgStr(argc, argv, "--topologies", "2x2,4x4"), 2);
   if (!json)
     std::printf(
-        "replicas: dist_sync push-pull of %d float32 keys of %lld bytes per step, SGD on the "
-        "servers,\nW workers x S servers (processes, pskv-launch, TCP 127.0.0.1); step time = "
+        "replicas (%s): dist_sync %s of %d float32 %s of %lld bytes per step, SGD on the "
+        "servers,\nW workers x S servers (processes, pskv-launch); step time = "
         "slowest worker's mean over %d steps;\nPSKV_REPLICAS=0 and =1 alternate, %d jobs each; "
         "medians\n%6s %12s %12s %10s\n",
-        keys, static_cast<long long>(bytes), steps, repeats, "WxS", "R=0 ms", "R=1 ms", "overhead");
+        label.c_str(), a.sparse ? "push + row_sparse pull" : "push-pull", a.keys,
+        a.sparse ? "row_sparse tables" : "keys", static_cast<long long>(a.bytes), a.steps, repeats,
+        "WxS", "R=0 ms", "R=1 ms", "overhead");
   for (auto [w, s] : topo) {
     std::vector<double> r0, r1;
     for (int rep = 0; rep < repeats; ++rep) {
-      r0.push_back(RunJob(w, s, 0, bytes, keys, steps));
-      r1.push_back(RunJob(w, s, 1, bytes, keys, steps));
+      r0.push_back(RunJob(w, s, 0, a));
+      r1.push_back(RunJob(w, s, 1, a));
     }
     const double m0 = MedianOf(r0), m1 = MedianOf(r1);
     if (json)
       std::printf(
-          "{\"bench\":\"replicas\",\"workers\":%d,\"servers\":%d,\"bytes\":%lld,\"keys\":%d,"
-          "\"steps\":%d,\"repeats\":%d,\"step_ms_r0\":%.3f,\"step_ms_r1\":%.3f,"
-          "\"overhead\":%.4f}\n",
-          w, s, static_cast<long long>(bytes), keys, steps, repeats, m0, m1, m1 / m0 - 1);
+          "{\"bench\":\"replicas\",\"setting\":\"%s\",\"keys_kind\":\"%s\",\"workers\":%d,"
+          "\"servers\":%d,\"bytes\":%lld,\"keys\":%d,\"steps\":%d,\"repeats\":%d,"
+          "\"step_ms_r0\":%.3f,\"step_ms_r1\":%.3f,\"overhead\":%.4f}\n",
+          label.c_str(), a.sparse ? "row_sparse" : "dense", w, s, static_cast<long long>(a.bytes),
+          a.keys, a.steps, repeats, m0, m1, m1 / m0 - 1);
     else
       std::printf("%3dx%-2d %12.3f %12.3f %9.1f%%\n", w, s, m0, m1, 100 * (m1 / m0 - 1));
     std::fflush(stdout);

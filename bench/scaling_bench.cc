@@ -27,7 +27,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -130,17 +129,7 @@ int BenchScaling(int argc, char** argv) {
   const int repeats = static_cast<int>(ArgInt(argc, argv, "--repeats", 2));
   const int threads = static_cast<int>(
       ArgInt(argc, argv, "--threads", std::max(2u, std::thread::hardware_concurrency())));
-  std::vector<std::pair<int, int>> topo;
-  {
-    std::stringstream ss(ArgStr(argc, argv, "--topologies", "1x1,2x1,2x2,4x2"));
-    std::string t;
-    while (std::getline(ss, t, ',')) {
-      int w = 0, s = 0;
-      if (std::sscanf(t.c_str(), "%dx%d", &w, &s) != 2 || w < 1 || s < 1)
-        throw InvalidArgument("--topologies: '" + t + "' is not WxS (e.g. 2x1)");
-      topo.emplace_back(w, s);
-    }
-  }
+  const auto topo = ParseTopologies(ArgStr(argc, argv, "--topologies", "1x1,2x1,2x2,4x2"), 1);
   if (!json)
     std::printf(
         "scaling: dist_sync push+pull of %d float32 keys of B bytes per step, W workers x S "
