@@ -65,14 +65,22 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_poin
     done = st.round.Take();
     obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
     replicas = ReplicaTargets(done.front().push.r->req);
-    NDArray sum = replicas.empty() ? NDArray() : st.merge.Clone();  // ApplyRound may take it
+    // Without an optimizer and in the value's dtype the sum becomes the value
+    // (ApplyRound takes st.merge's buffer); else the update only reads st.merge.
+    const bool sum_becomes_value = !OptimizerOf(key) && st.merge.dtype() == st.value.dtype();
     const int64_t round = st.round.round();
     ApplyRound(key, st);
     st.round.Advance();
     for (auto& x : done)
       if (!x.push.r->counts.empty()) st.applied_push[x.sender] = x.push.r->counts[x.push.index];
-    if (!replicas.empty())
+    if (!replicas.empty()) {
+      // The sum goes to the replicas without a copy, its buffer held by the message
+      // through a token (the value's, or the merge buffer's: Merge starts the next
+      // round in a new buffer while a message still holds it).
+      ReplyOwner sum =
+          sum_becomes_value ? ReplyOwner{st.value, st.token} : ReplyOwner{st.merge, st.merge_token};
       return Replicate(key, st, replicas, std::move(sum), round, std::move(done));
+    }
   } catch (const std::exception& e) {
     const Failure failure{KindOf(e), std::string("update failed: ") + e.what()};
     FailRound(done.empty() ? st.round.Take() : std::move(done), failure);
@@ -124,6 +132,10 @@ void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
   const KVRequest& req = w.r->req;
   const Message& m = req.msg;
   const uint64_t off = w.r->offs[w.index], len = w.r->lens[w.index];
+  if (first && st.merge_token.use_count() > 1) {  // a replication message still sends it
+    st.merge = NDArray();
+    st.merge_token = std::make_shared<int>(0);
+  }
   if (dist::CmdKind(req.cmd) == Kind::kCompressed) {
     if (st.merge.empty()) st.merge = NDArray({st.value.size()}, DType::kFloat32);
     if (first) st.merge.Fill(0);

@@ -149,7 +149,10 @@ class DistServer {
     NDArray merge;  // float32 when compressed or multi-precision, else value's dtype
     Round round;
     std::shared_ptr<int> token = std::make_shared<int>(0);  // held by in-flight replies
-    int64_t wire_key = 0;                                   // (store id << 32) | key
+    // Held by a replication message that sends `merge` (the round's sum): the next
+    // round merges into a new buffer while it is held.
+    std::shared_ptr<int> merge_token = std::make_shared<int>(0);
+    int64_t wire_key = 0;  // (store id << 32) | key
     // Replicated: per worker id, the push count of its last push applied to this key.
     std::map<int, uint64_t> applied_push;
     // The state of the next key in its shard's map (keys are never removed): the keys
@@ -231,11 +234,13 @@ class DistServer {
   /// The servers to copy this range's changes to: none unless this instance is
   /// hosted and `req` came from a worker.
   std::vector<int> ReplicaTargets(const KVRequest& req) const;
-  /// Primary: sends round `round` of `key` (its sum, before it was applied) and the
-  /// pushes' counts to `to`; answers `done` once every one acknowledged.
-  void Replicate(int64_t key, KeyState& st, const std::vector<int>& to, NDArray sum, int64_t round,
-                 std::vector<Round::Entry> done);
-  /// Replica: applies a kReplicate request (a round's sum) and acknowledges it.
+  /// Primary: sends round `round` of `key` (its sum, held by `sum`'s token while the
+  /// message needs it) and the pushes' counts to `to`; answers `done` once every one
+  /// acknowledged.
+  void Replicate(int64_t key, KeyState& st, const std::vector<int>& to, ReplyOwner sum,
+                 int64_t round, std::vector<Round::Entry> done);
+  /// Replica: acknowledges a kReplicate request (a round's sum) on receipt, then
+  /// applies it (on the key's shard, before any later request of the key).
   void ApplyReplica(const KVRequest& req);
   /// Primary: `req` (an init, dense or row_sparse, applied here) sent on to `to`;
   /// answered when they did.

@@ -20,7 +20,7 @@ std::vector<int> DistServer::ReplicaTargets(const KVRequest& req) const {
   return replicator_->Targets(RangeIndex());
 }
 
-void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to, NDArray sum,
+void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to, ReplyOwner sum,
                            int64_t round, std::vector<Round::Entry> done) {
   ByteWriter body;
   body.Put<uint64_t>(replicator_->version());
@@ -31,13 +31,13 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   }
   Message m;
   m.h.flags = kPush;
-  m.h.head = dist::MakeCmd(Kind::kReplicate, sum.dtype());
+  m.h.head = dist::MakeCmd(Kind::kReplicate, sum.value.dtype());
   m.h.num_keys = 1;
-  m.h.vals_len = sum.nbytes();
+  m.h.vals_len = sum.value.nbytes();
   m.keys = U64Frame({dist::PsKey(key, RangeIndex(), node_->num_servers())});
-  m.lens = U64Frame({sum.nbytes()});
-  auto owner = std::make_shared<NDArray>(std::move(sum));
-  m.vals = Frame::Of(owner->raw(), owner->nbytes(), owner);
+  m.lens = U64Frame({sum.value.nbytes()});
+  auto owner = std::make_shared<ReplyOwner>(std::move(sum));
+  m.vals = Frame::Of(owner->value.raw(), owner->value.nbytes(), owner);
   m.body = body.Take();
   // Answered with the value the round produced (held here: the key's shard may
   // update it again only after these pushes were answered).
@@ -113,17 +113,36 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   if (round > st->round.round())
     return fail("round " + std::to_string(round) + " of key " + std::to_string(dist::KeyOf(key)) +
                 " before round " + std::to_string(st->round.round()));
-  st->merge = NDArray({st->value.size()}, static_cast<DType>(dt));
-  m.CopyVals(0, m.len_ptr()[0], static_cast<char*>(st->merge.raw()));
+  // Acknowledged on receipt, applied right after (docs/fault-tolerance.md,
+  // "Steady-state cost"): from here the round is safe on this replica — its sum is in
+  // this request's buffers, and its update runs next on the key's shard, before any
+  // later request of the key (a promotion's retried pushes, the next round, a states
+  // snapshot) — so the primary's answer does not wait for the update. The update is
+  // the primary's (same sum, same code, same bits); should it fail here all the same,
+  // the round stays open and the primary's next round of the key is refused with
+  // "round r + 1 before round r", failing its pushes instead of diverging silently.
+  server_->Respond(req);
+  const uint64_t bytes = m.len_ptr()[0];
+  std::string scratch;
+  const bool by_optimizer = OptimizerOf(key) != nullptr;
+  if (by_optimizer) {  // the update only reads the sum: a view of the receive buffer
+    st->merge = ValueView(m.Contiguous(0, bytes, &scratch), bytes, static_cast<DType>(dt));
+  } else {  // the sum becomes the value (ApplyRound takes its buffer): a copy of its own
+    st->merge = NDArray({st->value.size()}, static_cast<DType>(dt));
+    m.CopyVals(0, bytes, static_cast<char*>(st->merge.raw()));
+  }
   try {
     ApplyRound(key, *st);
   } catch (const std::exception& e) {
-    return server_->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+    st->merge = NDArray();
+    PSKV_ERROR(node_->Tag() << ": key range " << RangeIndex() << ": replicated round " << round
+                            << " of key " << dist::KeyOf(key) << " failed to apply: " << e.what());
+    return;
   }
+  if (by_optimizer) st->merge = NDArray();  // no view of the request outlives it
   st->round.Advance();
   for (auto& [id, count] : counts)
     if (count) st->applied_push[id] = count;
-  server_->Respond(req);
 }
 
 void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {

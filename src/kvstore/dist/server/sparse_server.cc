@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/byte_io.h"
+#include "common/logging.h"
 
 #include "kvstore/dist/wire/sparse_codec.h"
 #include "kvstore/dist_protocol.h"
@@ -319,19 +320,30 @@ void SparseServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, O
     return fail("round " + std::to_string(round) + " of key " +
                 std::to_string(dist::KeyOf(wire_key)) + " before round " +
                 std::to_string(k.round.round()));
+  Rows rows;
   try {
-    Rows rows = DecodePush(m, k.rows, k.row_size, k.table.dtype());
+    rows = DecodePush(m, k.rows, k.row_size, k.table.dtype());
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  // Acknowledged on receipt, applied right after under the key's lock (the dense
+  // rule, replica_rounds.cc): the decoded sum is held here and its update runs before
+  // any later request of the key; should it fail all the same, the round stays open
+  // and the primary's next round of the key is refused.
+  srv->Respond(req);
+  try {
     NDArray ids(Shape{static_cast<int64_t>(rows.ids.size())}, DType::kInt64);
     std::copy(rows.ids.begin(), rows.ids.end(), ids.data<int64_t>());
     ApplySum(wire_key, k, RowSparseNDArray::FromRows(Shape{k.rows, k.row_size}, ids, rows.data),
              optimizer, &schedule_at);
   } catch (const std::exception& e) {
-    return srv->RespondError(req, KindOf(e), std::string("update failed: ") + e.what());
+    PSKV_ERROR("row_sparse key " << dist::KeyOf(wire_key) << ": replicated round " << round
+                                 << " failed to apply: " << e.what());
+    return;
   }
   k.round.Advance();
   for (auto& [id, count] : counts)
     if (count) k.applied_push[id] = count;
-  srv->Respond(req);
 }
 
 void SparseServer::WorkerDone(int id, KVServer* srv,
