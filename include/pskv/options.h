@@ -76,6 +76,11 @@ struct Options {
   /// for answers (a worker runs at most this far ahead of the slowest one on each
   /// server; docs/design.md, "Priorities on the wire"). 0: off (all at once).
   int64_t wire_ahead_bytes = int64_t{512} << 10;
+  /// PSKV_LINK_RATE: bytes per second of each host's link (> 0): the kernel paces
+  /// every connection between a worker and a server on another host at this rate
+  /// times the server's share over the busiest link's load, so that no link queues
+  /// (kvstore/dist/link_pacing.h; docs/performance.md, "Across hosts"). 0: off.
+  int64_t link_rate = 0;
   /// PSKV_REPLICAS: besides its primary, this many other servers hold a copy of each
   /// server's key range (docs/fault-tolerance.md); at most num_servers - 1 are used.
   /// 0 (default): a dead server ends the job. All nodes of a job must agree.

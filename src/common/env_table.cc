@@ -299,6 +299,14 @@ const EnvVar kVars[] = {
      "answered; later pieces wait for answers, so no worker runs further ahead of the slowest "
      "one and sync rounds complete steadily; 0: off (all pieces at once)",
      Int<&Options::wire_ahead_bytes>},
+    {"PSKV_LINK_RATE", T::kInt, 0, int64_t{1} << 40, "", "0", S::kJob,
+     "bytes per second of each host's link (e.g. 12000000 for 100 Mbit/s): the kernel paces "
+     "each connection between a worker and a server on another host at this rate times the "
+     "server's share of big keys over the busiest link's load, so that no link's queue "
+     "fills; small keys go no faster than their connection's rate; 0: off "
+     "([performance](docs/"
+     "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",
+     Int<&Options::link_rate>},
     // ---- observability
     {"PSKV_TIMELINE", T::kText, 0, 0, "", "—", S::kJob,
      "write a Chrome trace (`chrome://tracing`, Perfetto) of every push/pull/pushpull per key: "

@@ -49,6 +49,10 @@ std::string Node::HostOf(int id) const {
   return it == nodes_.end() ? std::string() : it->second.host;
 }
 
+void Node::SetPacingRate(int id, uint64_t bytes_per_s) {
+  transport_->SetPacingRate(id, bytes_per_s);
+}
+
 std::vector<int> Node::ServerIds() const {
   std::vector<int> v;
   for (int r = 0; r < options_.num_servers; ++r) v.push_back(ServerId(r));

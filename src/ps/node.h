@@ -136,6 +136,9 @@ class Node {
   /// The address node `id` advertised (its host in the node table, the same on
   /// every node once started); "" if unknown.
   std::string HostOf(int id) const;
+  /// Caps the rate of this node's data to node `id` (Transport::SetPacingRate;
+  /// after Start, once the node table connected it).
+  void SetPacingRate(int id, uint64_t bytes_per_s);
   /// "worker[1] at 127.0.0.1:4321" for any node id of the job.
   std::string NodeName(int id) const;
   /// This node's name ("server[0]"), for log lines.

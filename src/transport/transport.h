@@ -139,6 +139,11 @@ class Transport {
   /// lost a connection reconnects, its port being open; a frozen one, a cut link or
   /// a host gone is left to heartbeats). Where the backend cannot tell: never.
   virtual std::chrono::steady_clock::time_point GoneSince(int peer) { return {}; }
+  /// Caps the rate at which the kernel sends this node's data to `peer` over a
+  /// direct TCP connection, now and on any later one (SO_MAX_PACING_RATE: Linux
+  /// spaces the connection's packets itself, no qdisc needed), in payload bytes per
+  /// second; 0 lifts the cap. Backends without such a connection ignore it.
+  virtual void SetPacingRate(int peer, uint64_t bytes_per_s) {}
   /// Releases sockets; waits at most `linger` for queued messages to go out.
   virtual void Close(std::chrono::milliseconds linger) = 0;
   virtual std::string Name() const = 0;

@@ -158,3 +158,38 @@ TEST(ServerShares, PlaceKeyCutsContiguousSlicesByShare) {
   const auto even = PlaceKey(7, 4000, 4, 1000);
   for (const Slice& s : even) EXPECT_EQ(s.len, 1000);
 }
+
+TEST(ServerShares, PacingRatesFillTheBusiestLinkAndNoMore) {
+  // k = 2, n = 4, balanced: co-located servers 0.1 of the key, extra hosts 0.3; the
+  // busiest link carries 1.2 M, so a connection moves share/1.2 of the link rate.
+  const HostLayout l = WorkersAndServerHosts(4, 2);
+  const std::vector<int64_t> s = LinkBalancedShares(l);
+  const uint64_t B = 12000000;
+  const std::vector<uint64_t> r = LinkPacingRates(l, s, B);
+  ASSERT_EQ(r.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_NEAR(static_cast<double>(r[i]),
+                static_cast<double>(B) * static_cast<double>(s[i]) / static_cast<double>(U) / 1.2,
+                B * 1e-4)
+        << i;
+  // A worker host's uplink: its pushes to the 3 other co-located servers and the 2
+  // extra hosts, and its server's answers to the 3 other workers, add up to the link.
+  const double uplink = 3.0 * static_cast<double>(r[1]) + static_cast<double>(r[4] + r[5]) +
+                        3.0 * static_cast<double>(r[0]);
+  EXPECT_NEAR(uplink, static_cast<double>(B), B * 1e-4);
+  // An extra host answers 4 workers at its rate: the link again.
+  EXPECT_NEAR(4.0 * static_cast<double>(r[4]), static_cast<double>(B), B * 1e-4);
+  // Even split over 6 servers (load 8/6 of M): every connection 1/6 / (8/6) = 1/8 of B.
+  for (uint64_t x : LinkPacingRates(l, {}, B)) EXPECT_NEAR(static_cast<double>(x), B / 8.0, 1.0);
+  // A server holding no part of big keys still gets 1/S of the link over the load.
+  const HostLayout k4 = WorkersAndServerHosts(4, 4);
+  const std::vector<uint64_t> r4 = LinkPacingRates(k4, LinkBalancedShares(k4), B);
+  ASSERT_EQ(r4.size(), 8u);
+  EXPECT_NEAR(static_cast<double>(r4[0]), B / 8.0, 2.0);
+  EXPECT_NEAR(static_cast<double>(r4[7]), B / 4.0, B * 1e-4);
+  // Unknown hosts or no rate: no pacing.
+  EXPECT_TRUE(LinkPacingRates(l, s, 0).empty());
+  HostLayout unknown = l;
+  unknown.worker_hosts[0].clear();
+  EXPECT_TRUE(LinkPacingRates(unknown, s, B).empty());
+}

@@ -33,6 +33,9 @@ class FaultTransport final : public Transport {
   std::chrono::steady_clock::time_point GoneSince(int peer) override {
     return inner_->GoneSince(peer);
   }
+  void SetPacingRate(int peer, uint64_t bytes_per_s) override {
+    inner_->SetPacingRate(peer, bytes_per_s);
+  }
   std::string Name() const override { return "fault(" + inner_->Name() + ")"; }
 
   void Send(int peer, std::vector<Frame> frames) override {

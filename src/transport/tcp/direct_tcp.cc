@@ -209,6 +209,13 @@ void KeepAlive(int fd, std::chrono::milliseconds interval, std::chrono::millisec
   // must not lose its connection; keep-alive probes are answered by its kernel.
 }
 
+bool MaxPacingRate(int fd, uint64_t bytes_per_s) {
+  // The 32-bit form every kernel takes; all ones means no cap.
+  const uint32_t v =
+      bytes_per_s == 0 ? ~0U : static_cast<uint32_t>(std::min<uint64_t>(bytes_per_s, ~0U - 1));
+  return ::setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof v) == 0;
+}
+
 bool SendAll(int fd, const std::string& p) {
   const ssize_t k = ::send(fd, p.data(), p.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   return k == static_cast<ssize_t>(p.size());

@@ -110,6 +110,10 @@ int ConnectError(int fd);
 /// TCP keep-alive as the ZeroMQ connections have it (interval 0: off): a peer
 /// host that vanished is noticed within about `timeout`.
 void KeepAlive(int fd, std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
+/// Caps the rate at which the kernel sends on `fd` (SO_MAX_PACING_RATE, payload
+/// bytes per second; 0: no cap). TCP paces internally once a cap is set, with any
+/// qdisc. False if the kernel refused.
+bool MaxPacingRate(int fd, uint64_t bytes_per_s);
 /// Sends all of `p` on a fresh (empty send buffer) socket; false if it did not go.
 bool SendAll(int fd, const std::string& p);
 

@@ -48,7 +48,14 @@ class SocketOut final : public OutPath {
     if (!SendAll(fd, Proof(*host_.keys, false, nonce_))) return false;
     KeepAlive(fd, host_.cfg->keepalive_interval, host_.cfg->keepalive_timeout);
     sock_ = fd;
+    if (pacing_) MaxPacingRate(sock_, pacing_);
     return true;
+  }
+
+  void SetPacingRate(uint64_t bytes_per_s) override {
+    if (bytes_per_s == pacing_) return;
+    pacing_ = bytes_per_s;
+    if (sock_ >= 0) MaxPacingRate(sock_, bytes_per_s);
   }
   upgrade::Nonce nonce_{};
 
@@ -84,6 +91,7 @@ class SocketOut final : public OutPath {
   const upgrade::PathHost host_;
   int sock_ = -1;  // the receiver's proven connection
   bool closed_ = false;
+  uint64_t pacing_ = 0;  // SetPacingRate (0: none)
 };
 
 // Connecting, reading the sender's ACK, parked (ACK read, SWITCH not yet: not

@@ -88,6 +88,9 @@ class OutPath {
                         std::string* why) = 0;
   /// For the writer thread's sleep while messages wait: descriptors to watch.
   virtual void WatchForSpace(std::vector<pollfd>* fds) const {}
+  /// Transport::SetPacingRate for this path (0: no cap); paths that are no
+  /// socket ignore it.
+  virtual void SetPacingRate(uint64_t bytes_per_s) {}
   /// Gives the path up; the reader still gets what was written. `switched`:
   /// SWITCH was sent (the reader may be waiting for data).
   virtual void Close(bool switched) = 0;

@@ -85,6 +85,7 @@ struct Out {
   Clock::time_point retry_after{};    // kDown: no new offer before then
   Clock::time_point offered_up_at{};  // kOffered: when the connection was first seen up
   std::deque<OutMsg> pending;
+  uint64_t pacing = 0;  // SetPacingRate: every path made for this peer gets it
 };
 
 class UpgradingTransport final : public Transport {
@@ -105,6 +106,7 @@ class UpgradingTransport final : public Transport {
   std::string RefusedBy(int peer) override { return inner_->RefusedBy(peer); }
   Clock::time_point DownSince(int peer) override { return inner_->DownSince(peer); }
   Clock::time_point GoneSince(int peer) override { return inner_->GoneSince(peer); }
+  void SetPacingRate(int peer, uint64_t bytes_per_s) override;
 
   void Close(std::chrono::milliseconds linger) override;
 

@@ -23,6 +23,7 @@ void UpgradingTransport::Offer(int peer, Out& o, bool up) {
     o.state = Out::kOff;
     return;
   }
+  o.path->SetPacingRate(o.pacing);
   w.path = o.kind->kind();
   w.seq = ++offers_;
   o.nonce = w.nonce;

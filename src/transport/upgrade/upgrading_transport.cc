@@ -80,13 +80,16 @@ void UpgradingTransport::Connect(int peer, const std::string& endpoint, uint64_t
   std::unique_lock<std::shared_mutex> lk(peers_mu_);
   auto& o = outs_[peer];
   if (o && o->endpoint == endpoint && o->token == token) return;
+  uint64_t pacing = 0;  // a cap set for this peer holds for its new connection too
   if (o) {
     std::lock_guard<std::mutex> g(o->mu);
     Teardown(*o);
+    pacing = o->pacing;
   }
   o = std::make_unique<Out>();
   o->endpoint = endpoint;
   o->token = token;
+  o->pacing = pacing;
   // One direct path per pair of nodes: another connection to the same node (a
   // second peer id for it) stays on ZeroMQ — the receiver keeps one path per
   // sending node.
@@ -114,6 +117,16 @@ void UpgradingTransport::Disconnect(int peer) {
     }
   }
   inner_->Disconnect(peer);
+}
+
+void UpgradingTransport::SetPacingRate(int peer, uint64_t bytes_per_s) {
+  std::shared_lock<std::shared_mutex> lk(peers_mu_);
+  auto it = outs_.find(peer);
+  if (it == outs_.end()) return;  // not connected: nothing to pace
+  Out& o = *it->second;
+  std::lock_guard<std::mutex> g(o.mu);
+  o.pacing = bytes_per_s;
+  if (o.path) o.path->SetPacingRate(bytes_per_s);
 }
 
 void UpgradingTransport::Send(int peer, std::vector<Frame> frames) {

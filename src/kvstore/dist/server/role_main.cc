@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "common/logging.h"
+#include "kvstore/dist/link_pacing.h"
 #include "kvstore/dist/server/dist_server.h"
 #include "kvstore/dist/server/replicated_server.h"
 #include "ps/node.h"
@@ -19,6 +20,7 @@ int RunServerOrScheduler(const Options& options) {
     else if (options.role == Role::kServer)
       server = std::make_unique<DistServer>(&node);
     node.Start();
+    if (options.role == Role::kServer) dist::PaceLinks(node, options);
     node.Finalize(std::chrono::milliseconds(0));
     return 0;
   } catch (const std::exception& e) {

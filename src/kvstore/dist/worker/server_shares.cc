@@ -185,4 +185,20 @@ double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares)
   return worst;
 }
 
+std::vector<uint64_t> LinkPacingRates(const HostLayout& layout, const std::vector<int64_t>& shares,
+                                      uint64_t link_rate) {
+  const double load = MaxLinkLoad(layout, shares);
+  const size_t S = layout.server_hosts.size();
+  if (load <= 0 || S == 0 || link_rate == 0) return {};
+  std::vector<uint64_t> rates(S);
+  for (size_t r = 0; r < S; ++r) {
+    const double share = shares.empty() ? 1.0 / static_cast<double>(S)
+                                        : static_cast<double>(shares[r]) / static_cast<double>(U);
+    // A server that holds no part of big keys gets only small keys: 1/S of the link.
+    const double part = share > 0 ? share : 1.0 / static_cast<double>(S);
+    rates[r] = static_cast<uint64_t>(static_cast<double>(link_rate) * part / load);
+  }
+  return rates;
+}
+
 }  // namespace pskv::dist

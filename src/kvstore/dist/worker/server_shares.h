@@ -61,4 +61,12 @@ std::vector<int64_t> ServerShares(const std::string& spec, const HostLayout& lay
 /// `shares` (empty: even): the factor of M / B in the step's bound.
 double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares);
 
+/// Per server rank r: the rate (bytes per second) at which a worker and server r on
+/// different hosts each send to the other, so that every connection's part of a
+/// push+pull takes as long as the busiest link's bytes over `link_rate`:
+/// link_rate * share_r / MaxLinkLoad. No link then carries more than `link_rate`
+/// (a link's connections add up to its load). Empty where the layout is unknown.
+std::vector<uint64_t> LinkPacingRates(const HostLayout& layout, const std::vector<int64_t>& shares,
+                                      uint64_t link_rate);
+
 }  // namespace pskv::dist

@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "common/observe.h"  // [observe]
+#include "kvstore/dist/link_pacing.h"
 #include "kvstore/dist/worker/collective_init.h"
 #include "kvstore/dist/worker/fusion.h"
 #include "kvstore/dist/worker/server_shares.h"
@@ -75,6 +76,7 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
   node_ = lease_.node->node();
   link_ = std::make_unique<ServerLink>(node_, lease_.node->worker(), options_, store_id_);
   shares_ = PlacementShares(options_, *node_);
+  PaceLinks(*node_, options_);
   if (node_->rank() == 0 && store_id_ == 0)
     link_->worker()->Command(kSetMode, payload::EncodeMode(!async_), options_.op_timeout);
   node_->Barrier(kWorkerGroup, options_.op_timeout);
