@@ -258,6 +258,18 @@ def grid_config(c, args, n, k, rate, b, size):
               for _ in range(args.even_repeat)]
         row['pskv_even_s'], row['pskv_even_min_s'], row['pskv_even_max_s'] = spread(ev)
         row['pskv_even_vs_t_even_split'] = round(row['pskv_even_s'] / row['t_even_split_s'], 3)
+    if args.paced_repeat:
+        # Kernel pacing (src/kvstore/dist/link_pacing.h) at the link rate measured here.
+        pace = str(int(b))
+        pr = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced', PSKV_LINK_RATE=pace)[0]
+              for _ in range(args.paced_repeat)]
+        row['pskv_paced_s'], row['pskv_paced_min_s'], row['pskv_paced_max_s'] = spread(pr)
+        row['pskv_paced_vs_t_opt'] = round(row['pskv_paced_s'] / row['t_opt_s'], 3)
+        if k > 0:
+            pe = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='even', PSKV_LINK_RATE=pace)[0]
+                  for _ in range(max(1, args.even_repeat))]
+            row['pskv_paced_even_s'], row['pskv_paced_even_min_s'], row['pskv_paced_even_max_s'] = spread(pe)
+            row['pskv_paced_even_vs_t_even_split'] = round(row['pskv_paced_even_s'] / row['t_even_split_s'], 3)
     if k in args.ddp_at:
         dd, dbusy = [], []
         for _ in range(args.repeat):
@@ -272,7 +284,10 @@ def grid_config(c, args, n, k, rate, b, size):
     text = ('%-8s k=%d M=%-5s B=%.1f MB/s  t_opt %.3f s  pskv %.3f s [%.3f-%.3f] (%.2f x t_opt, cpu %.0f%%)%s%s'
             % (rate, k, size, b / 1e6, row['t_opt_s'], row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'],
                row['pskv_vs_t_opt'], 100 * row['cpu_busy'],
-               '  even %.3f s' % row['pskv_even_s'] if 'pskv_even_s' in row else '',
+               ('  even %.3f s' % row['pskv_even_s'] if 'pskv_even_s' in row else '') +
+               ('  paced %.3f s (%.2f x t_opt)' % (row['pskv_paced_s'], row['pskv_paced_vs_t_opt'])
+                if 'pskv_paced_s' in row else '') +
+               ('  paced even %.3f s' % row['pskv_paced_even_s'] if 'pskv_paced_even_s' in row else ''),
                '  ddp-gloo %.3f s (pskv %.2f x faster)' % (row['ddp_gloo_s'], row['pskv_speedup_vs_ddp'])
                if 'ddp_gloo_s' in row else ''))
     emit(row, args, text)
@@ -318,6 +333,10 @@ def main():
     ap.add_argument('--ddp-at', default='0,4', help='with --ddp: the k whose clusters run DDP too')
     ap.add_argument('--even-repeat', type=int, default=0,
                     help='for k > 0, also this many jobs with PSKV_SERVER_WEIGHTS=even')
+    ap.add_argument('--paced-repeat', type=int, default=0,
+                    help='also this many jobs with PSKV_LINK_RATE = the measured B (kernel pacing per '
+                         'connection) with the link-balanced shares, and for k > 0 --even-repeat (at least 1) '
+                         'with the even split')
     ap.add_argument('--servers-series', default='',
                     help='server counts S (e.g. 1,2,4) for the step time against servers: S hosts that only '
                          'serve, in the cluster of the largest k, at the first rate')

@@ -303,7 +303,8 @@ const EnvVar kVars[] = {
      "bytes per second of each host's link (e.g. 12000000 for 100 Mbit/s): the kernel paces "
      "each connection between a worker and a server on another host at this rate times the "
      "server's share of big keys over the busiest link's load, so that no link's queue "
-     "fills; small keys go no faster than their connection's rate; 0: off "
+     "fills (`PSKV_WIRE_AHEAD_BYTES` is then not applied); small keys go no faster than their "
+     "connection's rate; 0: off "
      "([performance](docs/"
      "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",
      Int<&Options::link_rate>},

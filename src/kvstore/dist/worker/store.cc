@@ -233,8 +233,7 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
           auto [frame, lens, cmd] = Prepare(*m, vals);
           done = obs::Track("push", std::to_string(k), frame.size, obs_t,
                             std::move(done));  // [observe]
-          link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority,
-                                static_cast<uint64_t>(options_.wire_ahead_bytes));
+          link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority, PushAhead());
         },
         StartsHere(*m, vals.size()));
   }
@@ -322,7 +321,7 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
           NDArray first = dst[0];
           link_->worker()->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()),
                                     m->lens, cmd, CopyToAll(dst, std::move(done)), priority,
-                                    static_cast<uint64_t>(options_.wire_ahead_bytes));
+                                    PushAhead());
         },
         StartsHere(*m, vals.size()));
   }

@@ -106,6 +106,14 @@ class DistWorkerStore : public KVStore {
   /// only when preparing it is no work (one value, sent as it is) and small enough
   /// that the transport's copy (shared memory) is cheap too.
   bool StartsHere(const KeyMeta& m, size_t nvals) const;
+  /// PushPacer's `ahead` for a key's pushes: PSKV_WIRE_AHEAD_BYTES, or 0 (none) where
+  /// the kernel paces the connections (PSKV_LINK_RATE, dist/link_pacing.h): each
+  /// flow then keeps its share's rate by itself, and a lane's answers, paced too,
+  /// would come too slowly to release the next piece in time (a co-located
+  /// server's lane of one chunk alternated push and answer, twice the step).
+  uint64_t PushAhead() const {
+    return options_.link_rate > 0 ? 0 : static_cast<uint64_t>(options_.wire_ahead_bytes);
+  }
 
   const bool async_;
   SharedNode::Lease lease_;
