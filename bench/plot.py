@@ -116,11 +116,13 @@ def plot_cluster(recs, out, plt):
             if lo:
                 err = [[(r[key] - r.get(lo, r[key])) / r['t_opt_s'] for r in rows if key in r],
                        [(r.get(hi, r[key]) - r[key]) / r['t_opt_s'] for r in rows if key in r]]
-            ax.bar(xs, ys, 0.27, yerr=err, capsize=2, color=color, label=label)
+            ax.bar(xs, ys, 0.2, yerr=err, capsize=2, color=color, label=label)
 
-        bars('pskv_s', 'pskv_min_s', 'pskv_max_s', -0.27, '#4477aa', 'pskv (link-balanced shares)')
-        bars('pskv_even_s', 'pskv_even_min_s', 'pskv_even_max_s', 0, '#88ccee', 'pskv, even split')
-        bars('ddp_gloo_s', 'ddp_min_s', 'ddp_max_s', 0.27, '#999999', 'DDP gloo (4 worker hosts)')
+        bars('pskv_s', 'pskv_min_s', 'pskv_max_s', -0.3, '#4477aa', 'pskv (link-balanced shares)')
+        bars('pskv_paced_s', 'pskv_paced_min_s', 'pskv_paced_max_s', -0.1, '#228833',
+             'pskv, kernel-paced (PSKV_LINK_RATE = B)')
+        bars('pskv_even_s', 'pskv_even_min_s', 'pskv_even_max_s', 0.1, '#88ccee', 'pskv, even split')
+        bars('ddp_gloo_s', 'ddp_min_s', 'ddp_max_s', 0.3, '#999999', 'DDP gloo (4 worker hosts)')
         ax.axhline(1.0, color='#cc3311', ls='--', label='t_opt = 2n(n-1)M / ((n²+kn-2k)B)')
         ax.axhline(1.1, color='#cc3311', ls=':', lw=0.8, label='t_opt + 10 %')
         ax.set_xticks(x)
