@@ -10,6 +10,8 @@
                 bound t_opt, per link rate, k and M: pskv, pskv with an even split, DDP-gloo
                 (bench/cluster/scaling.py)
   cluster_servers.png  step time against the number of server hosts (the O(m/n) claim)
+  cluster_paced.png    as cluster_scaling.png, with the connections paced by the kernel
+                       (scaling.py --paced-repeat: PSKV_LINK_RATE = the measured B)
 
     bench/plot.py --out docs/img build/bench/*.json
 
@@ -194,6 +196,10 @@ def main(argv=None):
     if cl:
         written.append(os.path.join(a.out, 'cluster_scaling.png'))
         plot_cluster(cl, written[-1], plt)
+    cp = [r for r in recs if r.get('bench') == 'cluster_paced']
+    if cp:
+        written.append(os.path.join(a.out, 'cluster_paced.png'))
+        plot_cluster(cp, written[-1], plt)
     cs = [r for r in recs if r.get('bench') == 'cluster_servers']
     if cs:
         written.append(os.path.join(a.out, 'cluster_servers.png'))

@@ -235,7 +235,8 @@ def grid_config(c, args, n, k, rate, b, size):
     --repeat times: one JSON row with medians and ranges."""
     m = parse_size(size)
     elems, steps = m // 4, args.steps
-    row = {'bench': 'cluster_scaling', 'workers': n, 'extra_servers': k, 'rate': rate,
+    # Rows with the kernel-paced columns are their own series (bench/plot.py: cluster_paced.png).
+    row = {'bench': 'cluster_paced' if args.paced_repeat else 'cluster_scaling', 'workers': n, 'extra_servers': k, 'rate': rate,
            'link_bytes_per_s': round(b), 'model_bytes': m, 'steps': steps, 'repeats': args.repeat,
            't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
     runs, busy, links = [], [], []
