@@ -72,6 +72,8 @@ bool ValidRole(std::string_view r) {
 }
 
 constexpr int64_t kMaxRank = int64_t{1} << 20;
+// A detection bound past a day is no bound (and would overflow a deadline).
+constexpr int64_t kMaxDetectMs = int64_t{24} * 3600 * 1000;
 
 std::optional<std::vector<NodeRef>> Refs(std::string_view s) {
   std::vector<NodeRef> out;
@@ -110,15 +112,19 @@ std::string EncodeStatus(const StatusRecord& r) {
   if (r.pid > 0) field("pid", std::to_string(r.pid));
   field("phase", StatusPhaseName(r.phase));
   if (!r.wait.empty()) field("wait", r.wait, 128);
-  if (!r.missing.empty() || r.more > 0) {
+  // A list of node references, at most kMaxRefs (never cut); returns how many it left out.
+  auto refs_field = [&](const char* key, const std::vector<NodeRef>& nodes) {
     std::string refs;
     size_t n = 0;
-    for (auto& m : r.missing) {
+    for (auto& m : nodes) {
       if (n == kMaxRefs || !ValidRole(m.role)) continue;
       refs += (n++ ? "," : "") + m.role + "." + std::to_string(m.rank);
     }
-    if (n) field("missing", refs, refs.size());  // bounded by kMaxRefs, never cut
-    const int64_t more = r.more + static_cast<int64_t>(r.missing.size() - n);
+    if (n) field(key, refs, refs.size());
+    return static_cast<int64_t>(nodes.size() - n);
+  };
+  if (!r.missing.empty() || r.more > 0) {
+    const int64_t more = r.more + refs_field("missing", r.missing);
     if (more > 0) field("more", std::to_string(more));
   }
   if (r.waited_ms > 0) field("waited_ms", std::to_string(r.waited_ms));
@@ -126,15 +132,7 @@ std::string EncodeStatus(const StatusRecord& r) {
   if (!r.message.empty()) field("msg", r.message);
   if (r.replicas > 0) field("replicas", std::to_string(r.replicas));
   if (r.detect_ms > 0) field("detect_ms", std::to_string(r.detect_ms));
-  if (!r.departed.empty()) {
-    std::string refs;
-    size_t n = 0;
-    for (auto& d : r.departed) {
-      if (n == kMaxRefs || !ValidRole(d.role)) continue;
-      refs += (n++ ? "," : "") + d.role + "." + std::to_string(d.rank);
-    }
-    if (n) field("departed", refs, refs.size());
-  }
+  if (!r.departed.empty()) refs_field("departed", r.departed);
   out.pop_back();  // the last space
   return out;
 }
@@ -194,7 +192,7 @@ std::optional<StatusRecord> DecodeStatus(std::string_view line) {
   if (!number("pid", 0, INT64_MAX, r.pid) || !number("more", 0, INT64_MAX, r.more) ||
       !number("waited_ms", 0, INT64_MAX, r.waited_ms) ||
       !number("replicas", 0, kMaxRank, r.replicas) ||
-      !number("detect_ms", 0, INT64_MAX, r.detect_ms))
+      !number("detect_ms", 0, kMaxDetectMs, r.detect_ms))
     return std::nullopt;
   for (auto [key, to] : {std::pair{"missing", &r.missing}, std::pair{"departed", &r.departed}})
     if (auto it = fields.find(key); it != fields.end()) {

@@ -35,6 +35,9 @@ void Node::HandleBarrier(int sender, int group) {
     return;
   }
   arrived.clear();
+  // Released from the final barrier, every node closes its connections and exits:
+  // a closed port or silence is the end of the job now, not a death.
+  if (group == kAllGroup && at_final_barrier_) liveness_.Stop();
   if (obs::Enabled()) {  // [observe] the scheduler's view: first arrival until release
     const uint64_t now = obs::NowUs();
     auto it = barrier_stall_.find(group);
@@ -72,6 +75,7 @@ void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final)
   if (failure_) std::rethrow_exception(failure_);
   if (GroupSize(group) <= 1) return;
   const uint64_t gen = barrier_gen_[group];
+  if (final) at_final_barrier_ = true;
   if (role() == Role::kScheduler) {
     HandleBarrier(kSchedulerId, group);
   } else {

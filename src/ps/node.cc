@@ -439,6 +439,12 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     std::lock_guard<std::mutex> lk(mu_);
     // A departed node's barrier arrivals no longer count.
     for (auto& [group, arrived] : barrier_arrived_) arrived.erase(dead_id);
+  }
+  // The scheduler's failed status record is written (Fail) before any node hears of
+  // the failure: a launcher that sees a worker exit over it already has the verdict.
+  Fail(std::make_exception_ptr(NodeFailure(why)), dead_id);
+  if (role() == Role::kScheduler) {
+    std::lock_guard<std::mutex> lk(mu_);
     for (auto& [id, d] : nodes_) {
       if (id == kSchedulerId || id == dead_id) continue;
       try {
@@ -447,7 +453,6 @@ void Node::FailNode(int dead_id, const std::string& reason) {
       }
     }
   }
-  Fail(std::make_exception_ptr(NodeFailure(why)), dead_id);
 }
 
 void Node::TimerLoop() {

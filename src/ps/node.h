@@ -254,8 +254,9 @@ class Node {
   // liveness and resend (own locks)
   Liveness liveness_;
   Resender resender_;
-  StatusReporter status_;  // own lock, taken after mu_ (never the other way)
-  bool finished_ = false;  // final barrier passed: no more failure detection
+  StatusReporter status_;          // own lock, taken after mu_ (never the other way)
+  bool finished_ = false;          // final barrier passed: no more failure detection
+  bool at_final_barrier_ = false;  // this node waits at the final barrier (under mu_)
   // Messages received after a gap in a sender's sequence, until it is filled
   // (at most Resender::kMaxHeld per sender).
   std::map<int, std::map<uint64_t, Message>> held_;

@@ -121,6 +121,9 @@ TEST(StatusRecord, MalformedOrOversizedRecordsAreRefused) {
       "@pskv-status/1 role=scheduler rank=0 phase=running departed=server",
       "@pskv-status/1 role=scheduler rank=0 phase=running replicas=-1",
       "@pskv-status/1 role=scheduler rank=0 phase=running detect_ms=x",
+      // A deadline this far out would overflow the launcher's clock arithmetic.
+      "@pskv-status/1 role=scheduler rank=0 phase=running detect_ms=9223372036854775807",
+      "@pskv-status/1 role=scheduler rank=0 phase=running detect_ms=86400001",
       "@pskv-status/1 role=worker rank=1 phase=running\nrole=server",
   };
   for (auto& b : bad) EXPECT_FALSE(DecodeStatus(b)) << b;

@@ -44,11 +44,14 @@ Job Start(const std::string& name) {
   j.out = j.dir + "/out";
   j.tag = "PSKV_TEST_TAG=failover_launch_" + name + "_" + std::to_string(::getpid());
   const auto eq = j.tag.find('=');
-  j.launcher =
-      Spawn({PSKV_LAUNCH, "-n", "2", "-s", "2", "--timeout", "120", "--env", "PSKV_REPLICAS=1",
-             "--env", "MXNET_KVSTORE_BIGARRAY_BOUND=1000", "--env", "PSKV_WIRE_CHUNK_BYTES=262144",
-             "--", FAILOVER_WORKER, std::to_string(kRounds), j.dir},
-            {{j.tag.substr(0, eq), j.tag.substr(eq + 1)}}, j.out);
+  j.launcher = Spawn(
+      {PSKV_LAUNCH, "-n", "2", "-s", "2", "--timeout", "120", "--env", "PSKV_REPLICAS=1", "--env",
+       "MXNET_KVSTORE_BIGARRAY_BOUND=1000", "--env", "PSKV_WIRE_CHUNK_BYTES=262144",
+       // 30 ms per request in the servers: the rounds after the marker the test
+       // waits for last long enough (about 0.1 s each) for its kill to land
+       // inside the job on loaded cores, not after the final barrier.
+       "--env", "PSKV_TEST_REPLY_DELAY=30", "--", FAILOVER_WORKER, std::to_string(kRounds), j.dir},
+      {{j.tag.substr(0, eq), j.tag.substr(eq + 1)}}, j.out);
   return j;
 }
 

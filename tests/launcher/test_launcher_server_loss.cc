@@ -75,12 +75,13 @@ ChildSpec Worker(int rank, const std::string& secs) {
 // ends with exit status 0, the summary naming the server it survived.
 TEST(SuperviseServerLoss, ADeadServerTheSchedulerSurvivedDoesNotStopTheJob) {
   auto o = RunJob({
-      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 1; " +
+      // Each step is 0.8 s or more after the one it must follow, for loaded cores.
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 2; " +
                               Send("scheduler.0", kReplicated + " departed=server.1") +
                               "sleep 1.5; exit 0"),
-      Script("server 0", Send("server.0", "phase=running") + "sleep 2.5; exit 0"),
-      Server(1, "0.5"),
-      Worker(0, "2.5"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 3.5; exit 0"),
+      Server(1, "0.8"),
+      Worker(0, "3.5"),
   });
   EXPECT_EQ(o.status, 0) << o.err;
   EXPECT_TRUE(o.results[2].survived);
@@ -100,14 +101,14 @@ TEST(SuperviseServerLoss, ADeadServerTheSchedulerSurvivedDoesNotStopTheJob) {
 TEST(SuperviseServerLoss, TheSchedulersFailureNamesTheRangesLost) {
   auto o = RunJob({
       Script("scheduler",
-             Send("scheduler.0", kReplicated) + "sleep 1; " +
+             Send("scheduler.0", kReplicated) + "sleep 2.5; " +
                  Send("scheduler.0",
                       "phase=failed replicas=1 detect_ms=1000 departed=server.0 "
                       "kind=NodeFailure msg=server%5B1%5D%20is%20dead%20%28no%20live%20copy%20"
                       "left%20of%20key%20ranges%200,%201%29") +
                  "sleep 30"),
-      Server(0, "0.3"),
-      Server(1, "0.5"),
+      Server(0, "0.8"),
+      Server(1, "1.0"),
       Worker(0, "30"),
   });
   EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;
@@ -123,7 +124,7 @@ TEST(SuperviseServerLoss, NoVerdictInTimeStopsTheJob) {
   auto o = RunJob({
       Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 30"),
       Script("server 0", Send("server.0", "phase=running") + "sleep 30"),
-      Server(1, "0.3"),
+      Server(1, "0.8"),
       Worker(0, "30"),
   });
   EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;
@@ -140,7 +141,7 @@ TEST(SuperviseServerLoss, NoVerdictInTimeStopsTheJob) {
 TEST(SuperviseServerLoss, WithoutReplicasOrForAWorkerTheJobStopsAtOnce) {
   auto o = RunJob({
       Script("scheduler", Send("scheduler.0", "phase=running detect_ms=1000") + "sleep 30"),
-      Server(0, "0.3"),
+      Server(0, "0.8"),
       Worker(0, "30"),
   });
   EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;

@@ -105,6 +105,7 @@ TEST_P(TransportSuite, APeerWhosePortClosedIsGone) {
   ASSERT_TRUE(RecvWithin(*a, &in, 5s));
   for (int i = 0; i < 100 && b->DownSince(1) != Clock::time_point{}; ++i)
     std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(b->DownSince(1), Clock::time_point{}) << "the connection never came up";
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(b->GoneSince(1), Clock::time_point{}) << "a peer that is up is not gone";
   a->Close(0ms);  // its port closes, as with its process's exit
