@@ -36,6 +36,12 @@ std::vector<int> Node::LiveServerIds() const {
   return v;
 }
 
+bool Node::ServerLost(int id) const {
+  if (!replicated_ || !IsServerId(id)) return false;
+  std::lock_guard<std::mutex> lk(mu_);
+  return departed_.count(id) || suspects_.count(id);
+}
+
 bool Node::SurviveServer(int dead_id, std::string* reason) {
   std::vector<RangeTableHandler> handlers;
   RangeTable table;

@@ -165,9 +165,10 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     try {
       node_->Send(to, std::move(m));
     } catch (...) {
-      // Replicated: a server that left is replaced by the next range table, which
-      // sends the message again; only the job's failure fails the request.
-      if (replicated_ && !node_->failure()) continue;
+      // Replicated: a server known to be gone is replaced by the next range table,
+      // which sends the message again; a failed send to any other server, or the
+      // job's failure, fails the request.
+      if (replicated_ && !node_->failure() && node_->ServerLost(to)) continue;
       Fail(ts, std::current_exception());
       return ts;
     }
@@ -206,6 +207,16 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
     try {
       node_->Send(id, std::move(m));
     } catch (...) {
+      // Replicated: a server known to be gone counts as answered, as when a range
+      // table removes it (OnRangeTable): every range it held has a live copy, and each
+      // copy runs the command.
+      if (replicated_ && !node_->failure() && node_->ServerLost(id)) {
+        std::unique_lock<std::mutex> lk(mu_);
+        auto it = pending_.find(ts);
+        if (it != pending_.end() && it->second.waiting.erase(ts + p) && it->second.waiting.empty())
+          Finish(ts, lk);
+        continue;
+      }
       Fail(ts, std::current_exception());
       break;
     }

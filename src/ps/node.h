@@ -125,6 +125,11 @@ class Node {
   std::pair<int, uint64_t> RangePrimary(int range) const;
   /// True when servers replicate their ranges, so a server's death is survived.
   bool replicated() const { return replicated_; }
+  /// Replicated: true if server `id` is known to be gone — the range table removed it,
+  /// or this node lost it (FailNode: its connection closed, or silence) and waits for
+  /// the scheduler's verdict. A failed send to such a server is expected (the next
+  /// range table routes around it); one to any other node is an error.
+  bool ServerLost(int id) const;
   std::vector<int> WorkerIds() const;
   const Options& options() const { return options_; }
   /// Hooks tests use to disturb this node (common/test_hooks.h): from the process's

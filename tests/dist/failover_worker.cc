@@ -3,7 +3,10 @@
 // (and cut into wire chunks) and a fused pair of small keys; gradients are a function of
 // (rank, round, key), so an undisturbed job gives the same bits every time.
 //
-//   failover_worker ROUNDS OUT_DIR
+//   failover_worker [--barriers] ROUNDS OUT_DIR
+//
+// --barriers: every round starts with a Barrier() (two command fan-outs to every
+// server around the scheduler's barrier), so that kills land amid commands too.
 //
 // After round r it creates OUT_DIR/w<rank>.r<r> (the test kills a server at a chosen
 // round); odd rounds push-pull, even rounds push then pull, so kills land in both. At
@@ -31,8 +34,13 @@ NDArray Fill(int64_t n, float v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool barriers = argc > 1 && std::string(argv[1]) == "--barriers";
+  if (barriers) {
+    --argc;
+    ++argv;
+  }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: failover_worker ROUNDS OUT_DIR\n");
+    std::fprintf(stderr, "usage: failover_worker [--barriers] ROUNDS OUT_DIR\n");
     return 2;
   }
   const int rounds = std::atoi(argv[1]);
@@ -49,6 +57,7 @@ int main(int argc, char** argv) {
     for (auto n : sizes) w.emplace_back(std::vector<int64_t>{n});
     for (int r = 1; r <= rounds; ++r) {
       steps.Begin();
+      if (barriers) kv->Barrier();
       std::vector<NDArray> g;
       for (size_t k = 0; k < keys.size(); ++k) g.push_back(DenseGrad(sizes[k], rank, r, keys[k]));
       if (r % 2) {

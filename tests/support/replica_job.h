@@ -26,7 +26,8 @@ struct ReplicaJobSpec {
   int servers = 2, workers = 2, replicas = 1;
   int reply_delay_ms = 0;                  // PSKV_TEST_REPLY_DELAY of the servers
   std::map<std::string, std::string> env;  // more variables for every process
-  std::vector<std::string> collect;        // more files of OUT_DIR to return
+  std::map<int, std::map<std::string, std::string>> server_env;  // more for server i
+  std::vector<std::string> collect;                              // more files of OUT_DIR to return
 };
 
 struct ReplicaJobResult {
@@ -34,6 +35,7 @@ struct ReplicaJobResult {
   std::vector<std::string> weights;          // OUT_DIR/w<rank>.weights of each worker
   double slowest_ms = 0;                     // the largest line of OUT_DIR/w0.times
   std::map<std::string, std::string> files;  // ReplicaJobSpec::collect, by name
+  std::string log;                           // every process's output
 };
 
 namespace replica_job_detail {
@@ -65,11 +67,17 @@ inline std::string Slurp(const std::string& path) {
 
 }  // namespace replica_job_detail
 
-/// Runs the job; if `victim` >= 0, kills server `victim` once OUT_DIR/`marker` exists.
-/// Every worker must exit 0, and the scheduler and the surviving servers too; else
-/// the test fails (with the job's log) and the result is not ok.
-inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
-                                      const std::string& marker = "") {
+/// A server to kill (SIGKILL) once OUT_DIR/`marker` exists.
+struct ReplicaKill {
+  int victim = -1;
+  std::string marker;
+};
+
+/// Runs the job, killing the servers of `kills` one after the other (each once its
+/// marker exists). Every worker must exit 0, and the scheduler and the surviving
+/// servers too; else the test fails (with the job's log) and the result is not ok.
+inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
+                                      const std::vector<ReplicaKill>& kills) {
   using namespace std::chrono_literals;
   namespace d = replica_job_detail;
   ReplicaJobResult res;
@@ -86,6 +94,8 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
     auto env = d::Env(s, port, "server");
     env["DMLC_TASK_ID"] = std::to_string(i);
     if (s.reply_delay_ms) env["PSKV_TEST_REPLY_DELAY"] = std::to_string(s.reply_delay_ms);
+    if (auto it = s.server_env.find(i); it != s.server_env.end())
+      for (auto& [k, v] : it->second) env[k] = v;
     servers.push_back(Spawn({s.server}, env, log));
   }
   std::vector<std::string> argv = s.worker;
@@ -101,13 +111,13 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
       ::waitpid(p, nullptr, 0);
     }
   };
-  if (victim >= 0) {
-    if (!WaitFile(dir + "/" + marker, 60s)) {
-      ADD_FAILURE() << s.name << ": " << marker << " never written; log:\n" << ReadFile(log);
+  for (const ReplicaKill& k : kills) {
+    if (!WaitFile(dir + "/" + k.marker, 60s)) {
+      ADD_FAILURE() << s.name << ": " << k.marker << " never written; log:\n" << ReadFile(log);
       stop();
       return res;
     }
-    ::kill(servers[static_cast<size_t>(victim)], SIGKILL);
+    ::kill(servers[static_cast<size_t>(k.victim)], SIGKILL);
   }
   for (size_t w = 0; w < workers.size(); ++w) {
     auto st = WaitExit(workers[w], 90s);
@@ -123,7 +133,9 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
   bool rest_ok = true;
   std::vector<pid_t> rest = {scheduler};
   for (size_t i = 0; i < servers.size(); ++i)
-    if (static_cast<int>(i) != victim) rest.push_back(servers[i]);
+    if (std::none_of(kills.begin(), kills.end(),
+                     [&](const ReplicaKill& k) { return k.victim == static_cast<int>(i); }))
+      rest.push_back(servers[i]);
   for (pid_t p : rest) {
     auto st = WaitExit(p, 30s);
     if (!st || *st != 0) rest_ok = false;
@@ -132,6 +144,7 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
         << ReadFile(log);
   }
   for (const std::string& name : s.collect) res.files[name] = d::Slurp(dir + "/" + name);
+  res.log = ReadFile(log);
   std::ifstream t(dir + "/w0.times");
   double ms = 0;
   while (t >> ms) res.slowest_ms = std::max(res.slowest_ms, ms);
@@ -139,6 +152,14 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
   std::filesystem::remove_all(dir);
   res.ok = rest_ok;
   return res;
+}
+
+/// Runs the job; if `victim` >= 0, kills server `victim` once OUT_DIR/`marker` exists.
+inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
+                                      const std::string& marker = "") {
+  std::vector<ReplicaKill> kills;
+  if (victim >= 0) kills.push_back({victim, marker});
+  return RunReplicaJob(s, kills);
 }
 
 }  // namespace pskv::test

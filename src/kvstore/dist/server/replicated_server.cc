@@ -106,17 +106,20 @@ std::string ReplicaHost::Command(int sender, int head, const std::string& body) 
     throw InvalidArgument(why);
   }
   if ((head & 0xff) == dist::kStatesSize) return StatesSizes(sender, head, body);
+  // Every copy runs it; an error of any copy is the answer (its own range's first):
+  // a replica that failed a command its primary ran would serve another state once
+  // promoted, and after a failover this node is the primary of ranges besides its own.
   std::string own;
-  std::exception_ptr own_error;
+  std::exception_ptr error;
   for (auto& [r, server] : ranges_) {
     try {
       std::string reply = server->RunCommand(sender, head, body);
       if (r == node_->rank()) own = std::move(reply);
     } catch (...) {
-      if (r == node_->rank()) own_error = std::current_exception();
+      if (!error || r == node_->rank()) error = std::current_exception();
     }
   }
-  if (own_error) std::rethrow_exception(own_error);
+  if (error) std::rethrow_exception(error);
   return own;
 }
 

@@ -6,7 +6,8 @@
 //    failover, included);
 //  * a command runs on every range's DistServer (each keeps its own optimizer,
 //    mode, ...) and is answered with its own range's reply (kStatesSize: with the
-//    sizes of every range it is primary of);
+//    sizes of every range it is primary of), or with the error of any range that
+//    failed it (its own range's first);
 //  * answers to this node's replication requests go to the Replicator.
 // Trust between servers (docs/security.md, "Replicated servers"): another server may
 // send only what replication needs — replicated changes (kReplicate*, whose handlers
