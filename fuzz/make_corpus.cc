@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   WriteRaw(dir, "payload_barrier_state", payload::EncodeBarrierState(true));
   payload::RangeTableData table;
   table.version = 2;
-  table.ranges = {{9, {11}}, {11, {9}}};
+  table.ranges = {{9, {11}, {}}, {11, {9}, {13}}};
+  table.spares = {15};
   WriteRaw(dir, "payload_range_table", payload::EncodeRangeTable(table));
 
   // Path control messages (the whole input is decoded as one).

@@ -86,6 +86,13 @@ struct Options {
   /// server's key range (docs/fault-tolerance.md); at most num_servers - 1 are used.
   /// 0 (default): a dead server ends the job. All nodes of a job must agree.
   int replicas = 0;
+  /// PSKV_SPARE_SERVERS: server processes besides DMLC_NUM_SERVER that hold no key
+  /// range until a server dies; then one copies the ranges left with fewer than
+  /// `replicas` copies and becomes their replica (docs/fault-tolerance.md, "Back to
+  /// full strength"). Key placement counts only DMLC_NUM_SERVER. All nodes must agree.
+  int spare_servers = 0;
+  /// PSKV_SPARE_SERVER: this server process is one of the spares.
+  bool spare = false;
 
   // ---- parameter-server contract (ps-lite's DMLC_* variables) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

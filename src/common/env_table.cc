@@ -149,6 +149,16 @@ const EnvVar kVars[] = {
      Int<&Options::num_workers>},
     {"DMLC_TASK_ID", T::kInt, 0, kMaxI64, "", "by address", S::kLauncher,
      "orders the ranks within a role", Int<&Options::rank_hint>},
+    {"PSKV_SPARE_SERVERS", T::kInt, 0, 1024, "", "0", S::kLauncher,
+     "spare server processes of a job with `PSKV_REPLICAS` (besides `DMLC_NUM_SERVER`, which "
+     "they do not change the key placement of): when a server dies, a spare copies its ranges "
+     "from their live copies while training goes on and the job is back to full strength "
+     "([fault tolerance](docs/fault-tolerance.md#back-to-full-strength)); every node must set "
+     "the same",
+     Int<&Options::spare_servers>},
+    {"PSKV_SPARE_SERVER", T::kBool, 0, 1, "", "0", S::kLauncher,
+     "1: this server process (`DMLC_ROLE=server`) is one of the job's `PSKV_SPARE_SERVERS`",
+     Bool<&Options::spare>},
     {"DMLC_JOB_CLUSTER", T::kText, 0, 0, "", "—", S::kLauncher,
      "the launcher that started the job (`local`, `ssh`, `mpi`, ...; MXNet's name); pskv does "
      "not read it",

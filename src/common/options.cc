@@ -76,6 +76,14 @@ void Options::ValidateForDistributed() const {
   }
   if (heartbeat_timeout.count() > 0 && heartbeat_timeout < 2 * heartbeat_interval)
     throw ConfigError("PS_HEARTBEAT_TIMEOUT must be at least twice PS_HEARTBEAT_INTERVAL");
+  if (spare_servers > 0 && (replicas < 1 || num_servers < 2))
+    throw ConfigError("PSKV_SPARE_SERVERS=" + std::to_string(spare_servers) +
+                      " needs PSKV_REPLICAS >= 1 and DMLC_NUM_SERVER >= 2: spares replace "
+                      "the replicas of a dead server's key ranges");
+  if (spare && (role != Role::kServer || spare_servers < 1))
+    throw ConfigError(
+        "PSKV_SPARE_SERVER=1 is for a server process (DMLC_ROLE=server) of a job with "
+        "PSKV_SPARE_SERVERS >= 1");
 }
 
 }  // namespace pskv

@@ -41,7 +41,20 @@ enum class Kind : int {
   // the sender's range-table version (u64), round (i64), the update count its rate
   // came from (i64), then per pushing worker its id (i32) and push count (u64)
   kReplicateSparse = 9,
+  // primary -> a spare joining its key range (docs/fault-tolerance.md, "Back to full
+  // strength"): the range's state, in parts; body: the sender's range-table version
+  // (u64), the part (u8, CopyPart), the range (i32), then per part:
+  //  kBegin:  sync mode (u8), keys (u64), value bytes (u64), stores (u32), then per
+  //           store its id (i32) and optimizer-states bytes (u64); one key, no value
+  //  kKeys:   per key of the message: wire key (i64), dtype (i32), open round (i64),
+  //           workers (u32) and per worker its id (i32) and last applied push count
+  //           (u64); values: the keys' values
+  //  kStates: store (i32), offset (u64); value: that piece of the store's
+  //           Optimizer::SaveStates(dump) blob
+  //  kEnd:    (nothing more); answered once the copy is installed
+  kRangeCopy = 10,
 };
+enum class CopyPart : uint8_t { kBegin = 0, kKeys = 1, kStates = 2, kEnd = 3 };
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);
 }

@@ -75,6 +75,12 @@ struct Parser {
     app.add_option("-s,--num-servers", c.num_servers, "number of servers (default: N, as in MXNet)")
         ->type_name("S")
         ->check(CLI::Range(0, 100000));
+    app.add_option("--spare-servers", c.spare_servers,
+                   "spare server processes (local launcher; needs PSKV_REPLICAS >= 1): each "
+                   "takes over the copies of a dead server's key ranges, so that the job is "
+                   "back to full strength (docs/fault-tolerance.md)")
+        ->type_name("N")
+        ->check(CLI::Range(0, 1024));
     app.add_option("-H,--hosts,--hostfile", c.hosts,
                    "hosts: host1:4,host2:4 or a host file (ssh, mpi; see below)")
         ->type_name("HOSTS");
@@ -196,6 +202,8 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   if (c.launcher == "ssh" && c.hosts.empty())
     throw InvalidArgument("--launcher ssh needs hosts (-H host1:4,host2:4 or -H HOSTFILE)");
   if (!c.hosts.empty()) ParseHosts(c.hosts, c.ssh_port);  // report a bad -H now
+  if (c.spare_servers > 0 && c.launcher != "local")
+    throw InvalidArgument("--spare-servers works with --launcher local only (for now)");
   if (!c.sync_dst_dir.empty() && c.launcher != "ssh")
     throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
   if (!c.remote_server.empty() && c.launcher != "ssh")

@@ -12,6 +12,9 @@ namespace pskv::launcher {
 struct LaunchConfig {
   int num_workers = 0;
   int num_servers = -1;  ///< -1: same as num_workers (MXNet's default)
+  /// --spare-servers: server processes besides num_servers that take over the copies
+  /// of a dead server's key ranges (PSKV_SPARE_SERVERS; docs/fault-tolerance.md).
+  int spare_servers = 0;
   /// -H: a host file (`host[:ssh_port] [slots=N]` lines) or a list host1:4,host2:4.
   std::string hosts;
   int ssh_port = 22;     ///< for hosts that name no port

@@ -62,7 +62,7 @@ constexpr int kAllGroup = kSchedulerGroup | kServerGroup | kWorkerGroup;
 
 enum class Control : uint8_t {
   kData = 0,         // a KV request/response or a command
-  kRegister = 1,     // node -> scheduler: body = NodeDesc, head = its PSKV_REPLICAS
+  kRegister = 1,     // node -> scheduler: body = NodeDesc, head = RegisterHead
   kNodeTable = 2,    // scheduler -> node: body = all NodeDescs
   kBarrier = 3,      // node -> scheduler: head = group
   kBarrierDone = 4,  // scheduler -> node: head = group
@@ -77,7 +77,24 @@ enum class Control : uint8_t {
   // scheduler -> node: body = the range table (payload kind 11), after a server's
   // death was survived by its replicas (ps/range_table.h)
   kRangeTable = 11,
-  kMaxControl = 11,
+  // spare server -> scheduler: it installed a copy of key range `head` sent by node
+  // `timestamp` (the range's primary); body = the copy's bytes, in decimal. The
+  // scheduler lists it as a replica of that range (docs/fault-tolerance.md, "Back to
+  // full strength")
+  kRangeCopied = 12,
+  kMaxControl = 12,
+};
+
+/// kRegister's head: the settings every node of a job must share (PSKV_REPLICAS,
+/// PSKV_SPARE_SERVERS) and whether the registering server is a spare.
+struct RegisterHead {
+  int replicas = 0;  // < 256
+  int spares = 0;    // < 4096
+  bool spare = false;
+  int Encode() const { return (replicas & 0xff) | (spares & 0xfff) << 8 | (spare ? 1 << 20 : 0); }
+  static RegisterHead Decode(int head) {
+    return {head & 0xff, (head >> 8) & 0xfff, ((head >> 20) & 1) != 0};
+  }
 };
 
 enum Flags : uint8_t {

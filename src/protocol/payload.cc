@@ -399,7 +399,11 @@ std::string EncodeRangeTable(const RangeTableData& t) {
     w.Put<int32_t>(r.primary);
     w.Put<uint32_t>(static_cast<uint32_t>(r.replicas.size()));
     for (int32_t id : r.replicas) w.Put<int32_t>(id);
+    w.Put<uint32_t>(static_cast<uint32_t>(r.joining.size()));
+    for (int32_t id : r.joining) w.Put<int32_t>(id);
   }
+  w.Put<uint32_t>(static_cast<uint32_t>(t.spares.size()));
+  for (int32_t id : t.spares) w.Put<int32_t>(id);
   return w.Take();
 }
 
@@ -414,7 +418,13 @@ RangeTableData DecodeRangeTable(const std::string& body) {
     const size_t k = r.GetCount(4, "replicas");
     range.replicas.reserve(k);
     for (size_t i = 0; i < k; ++i) range.replicas.push_back(r.Get<int32_t>());
+    const size_t j = r.GetCount(4, "joining servers");
+    range.joining.reserve(j);
+    for (size_t i = 0; i < j; ++i) range.joining.push_back(r.Get<int32_t>());
   }
+  const size_t n_spares = r.GetCount(4, "spare servers");
+  t.spares.reserve(n_spares);
+  for (size_t i = 0; i < n_spares; ++i) t.spares.push_back(r.Get<int32_t>());
   r.End();
   return t;
 }

@@ -105,10 +105,12 @@ bool DecodeHasOptimizer(const std::string& body);
 struct RangeHolders {
   int32_t primary = 0;
   std::vector<int32_t> replicas;
+  std::vector<int32_t> joining;  // spares being sent a copy (not replicas yet)
 };
 struct RangeTableData {
   uint64_t version = 0;
   std::vector<RangeHolders> ranges;
+  std::vector<int32_t> spares;  // spare servers that hold nothing yet
 };
 std::string EncodeRangeTable(const RangeTableData& t);
 RangeTableData DecodeRangeTable(const std::string& body);

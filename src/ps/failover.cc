@@ -2,7 +2,10 @@
 // (docs/fault-tolerance.md). The scheduler promotes replicas in its range table
 // (ps/range_table.h) and publishes it (kRangeTable); every node applies the newer
 // table, counts the dead server out of barriers and commands, and tells its range
-// table handlers (the KV layer re-routes requests, servers take over ranges).
+// table handlers (the KV layer re-routes requests, servers take over ranges). With
+// spare servers the scheduler also makes a spare join the ranges left short of a
+// copy, and lists it as their replica once it reports the copy installed
+// (kRangeCopied).
 #include <algorithm>
 
 #include "common/logging.h"
@@ -31,7 +34,7 @@ std::pair<int, uint64_t> Node::RangePrimary(int range) const {
 std::vector<int> Node::LiveServerIds() const {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<int> v;
-  for (int id : ServerIds())
+  for (int id : AllServerIds())
     if (!departed_.count(id)) v.push_back(id);
   return v;
 }
@@ -40,6 +43,49 @@ bool Node::ServerLost(int id) const {
   if (!replicated_ || !IsServerId(id)) return false;
   std::lock_guard<std::mutex> lk(mu_);
   return departed_.count(id) || suspects_.count(id);
+}
+
+void Node::ReportRangeCopied(int range, int from, uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failure_ || finished_) return;
+  SendControl(kSchedulerId, Control::kRangeCopied, range, std::to_string(bytes),
+              static_cast<uint64_t>(from));
+}
+
+void Node::HandleRangeCopied(const Message& m, int sender) {
+  const int range = m.h.head;
+  const int from = static_cast<int>(m.h.timestamp);
+  if (!replicated_ || range < 0 || range >= ranges_.num_ranges()) return;
+  // Only a copy sent by the range's current primary counts: one sent by a primary
+  // that died since is replaced by the new primary's (it sends its own).
+  if (ranges_.Primary(range) != from) {
+    PSKV_WARN(Tag() << ": " << NameLocked(sender) << " installed key range " << range << " from "
+                    << NameLocked(from) << ", which is not its primary any more; "
+                    << "waiting for the copy of " << NameLocked(ranges_.Primary(range)));
+    return;
+  }
+  if (!ranges_.Joined(range, sender)) return;  // repeated, or it left
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - copy_lost_at_).count();
+  bool copying = false;
+  for (int r = 0; r < ranges_.num_ranges(); ++r) copying |= !ranges_.Joining(r).empty();
+  PSKV_WARN(Tag() << ": " << NameLocked(sender) << " installed its copy of key range " << range
+                  << " (" << m.body << " bytes from " << NameLocked(from)
+                  << ") and is now its replica, " << ms << " ms after " << copy_lost_what_
+                  << (copying ? "; range table " : "; back to full strength: ")
+                  << ranges_.Describe());
+  PublishRangesLocked();
+}
+
+void Node::PublishRangesLocked() {
+  const std::string body = payload::EncodeRangeTable(ranges_.ToData());
+  for (auto& [id, d] : nodes_) {
+    if (id == kSchedulerId || departed_.count(id)) continue;
+    try {
+      SendControl(id, Control::kRangeTable, 0, body);
+    } catch (...) {
+    }
+  }
 }
 
 bool Node::SurviveServer(int dead_id, std::string* reason) {
@@ -58,6 +104,13 @@ bool Node::SurviveServer(int dead_id, std::string* reason) {
                  std::string(removal.lost.size() > 1 ? "s " : " ") + lost + ")";
       return false;
     }
+    if (const int spare = next.AssignSpare(options_.replicas)) {
+      copy_lost_at_ = Clock::now();
+      copy_lost_what_ = NameLocked(dead_id) + " was lost";
+      PSKV_WARN(Tag() << ": spare " << NameLocked(spare)
+                      << " joins the key ranges left short of a copy; their primaries send it "
+                         "their state");
+    }
     ranges_ = next;
     departed_.insert(dead_id);
     removal_reason_[dead_id] = *reason;
@@ -67,14 +120,7 @@ bool Node::SurviveServer(int dead_id, std::string* reason) {
     for (auto& [group, arrived] : barrier_arrived_) arrived.erase(dead_id);
     PSKV_WARN(Tag() << ": " << *reason
                     << "; its key ranges continue on their replicas: " << ranges_.Describe());
-    const std::string body = payload::EncodeRangeTable(ranges_.ToData());
-    for (auto& [id, d] : nodes_) {
-      if (id == kSchedulerId || departed_.count(id)) continue;
-      try {
-        SendControl(id, Control::kRangeTable, 0, body);
-      } catch (...) {
-      }
-    }
+    PublishRangesLocked();
     ReleaseCompletedBarriers();
     handlers = range_handlers_;
     table = ranges_;
@@ -117,15 +163,16 @@ void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) 
   if (!replicated_) return;
   RangeTable next;
   try {
-    next = RangeTable::FromData(payload::DecodeRangeTable(m.body), options_.num_servers);
+    next = RangeTable::FromData(payload::DecodeRangeTable(m.body), options_.num_servers,
+                                options_.spare_servers);
   } catch (const std::exception& e) {
     PSKV_LOG_LIMITED(limiter_, "range table", "WARN", Tag() << ": dropped: " << e.what());
     return;
   }
   if (!ranges_.Apply(next)) return;  // not newer
   std::vector<int> gone;
-  for (int id : ServerIds())
-    if (!ranges_.Holds(id) && departed_.insert(id).second) gone.push_back(id);
+  for (int id : AllServerIds())
+    if (ranges_.Gone(id) && departed_.insert(id).second) gone.push_back(id);
   for (int id : gone) {
     held_.erase(id);
     schedule_.Forget(id);

@@ -184,8 +184,8 @@ std::vector<std::string> KVWorker::Command(int head, const std::string& body,
   const std::vector<int> ids = to.empty() ? node_->LiveServerIds() : to;
   req.cmd = head;
   req.flags = kCommand;
-  auto bodies =
-      std::make_shared<std::vector<std::string>>(static_cast<size_t>(node_->num_servers()));
+  auto bodies = std::make_shared<std::vector<std::string>>(
+      static_cast<size_t>(node_->num_server_processes()));
   req.bodies = bodies;
   req.cb = Completion::Callback(done);
   uint64_t ts;

@@ -59,6 +59,12 @@ std::vector<int> Node::ServerIds() const {
   return v;
 }
 
+std::vector<int> Node::AllServerIds() const {
+  std::vector<int> v;
+  for (int r = 0; r < num_server_processes(); ++r) v.push_back(ServerId(r));
+  return v;
+}
+
 std::vector<int> Node::WorkerIds() const {
   std::vector<int> v;
   for (int r = 0; r < options_.num_workers; ++r) v.push_back(WorkerId(r));
@@ -66,7 +72,7 @@ std::vector<int> Node::WorkerIds() const {
 }
 
 int Node::GroupSize(int group) const {
-  const int servers = options_.num_servers - static_cast<int>(departed_.size());
+  const int servers = num_server_processes() - static_cast<int>(departed_.size());
   return ((group & kSchedulerGroup) ? 1 : 0) + ((group & kServerGroup) ? servers : 0) +
          ((group & kWorkerGroup) ? options_.num_workers : 0);
 }
@@ -75,7 +81,7 @@ std::vector<int> Node::GroupMembers(int group) const {
   std::vector<int> v;
   if (group & kSchedulerGroup) v.push_back(kSchedulerId);
   if (group & kServerGroup)
-    for (int id : ServerIds())
+    for (int id : AllServerIds())
       if (!departed_.count(id)) v.push_back(id);
   if (group & kWorkerGroup)
     for (int id : WorkerIds()) v.push_back(id);
@@ -135,7 +141,7 @@ void Node::HandleRegister(const Message& m) {
       }
     }
     refuse("the job already has all its " + std::to_string(options_.num_workers) + " workers and " +
-           std::to_string(options_.num_servers) +
+           std::to_string(num_server_processes()) +
            " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");
     return;
   }
@@ -143,7 +149,7 @@ void Node::HandleRegister(const Message& m) {
     int same_role = 0;
     for (auto& [t, x] : pending_) same_role += x.role == d.role;
     const int limit =
-        d.role == static_cast<int>(Role::kServer) ? options_.num_servers : options_.num_workers;
+        d.role == static_cast<int>(Role::kServer) ? num_server_processes() : options_.num_workers;
     if (same_role >= limit) {
       refuse("too many " + RoleName(static_cast<Role>(d.role)) + "s: the job expects " +
              std::to_string(limit) + " (DMLC_NUM_" +
@@ -152,19 +158,32 @@ void Node::HandleRegister(const Message& m) {
     }
     reply_to(next_temp_id_++);
     pending_[d.token] = d;
-    if (m.h.head != options_.replicas && replicas_mismatch_.empty())
-      replicas_mismatch_ = "PSKV_REPLICAS differs between the nodes of this job: " +
-                           RoleName(static_cast<Role>(d.role)) + " at " + d.host + ":" +
-                           std::to_string(d.port) + " set " + std::to_string(m.h.head) +
-                           ", the scheduler " + std::to_string(options_.replicas) +
-                           " (set the same PSKV_REPLICAS on every node)";
+    const RegisterHead head = RegisterHead::Decode(m.h.head);
+    auto differs = [&](const char* var, int theirs, int ours) {
+      if (theirs == ours || !replicas_mismatch_.empty()) return;
+      replicas_mismatch_ =
+          std::string(var) +
+          " differs between the nodes of this job: " + RoleName(static_cast<Role>(d.role)) +
+          " at " + d.host + ":" + std::to_string(d.port) + " set " + std::to_string(theirs) +
+          ", the scheduler " + std::to_string(ours) + " (set the same " + var + " on every node)";
+    };
+    differs("PSKV_REPLICAS", head.replicas, options_.replicas);
+    differs("PSKV_SPARE_SERVERS", head.spares, options_.spare_servers);
+    if (head.spare) spare_tokens_.insert(d.token);
     if (options_.verbose >= 1)
       PSKV_INFO("scheduler: " << RoleName(static_cast<Role>(d.role)) << " at " << d.host << ":"
                               << d.port << " registered (" << pending_.size() << " of "
-                              << options_.num_servers + options_.num_workers << ")");
+                              << num_server_processes() + options_.num_workers << ")");
   }
   SendControl(temp_ids_[d.token], Control::kHeartbeat);  // "registration received"
-  if (static_cast<int>(pending_.size()) < options_.num_servers + options_.num_workers) return;
+  if (static_cast<int>(pending_.size()) < num_server_processes() + options_.num_workers) return;
+  if (replicas_mismatch_.empty() &&
+      static_cast<int>(spare_tokens_.size()) != options_.spare_servers)
+    replicas_mismatch_ = std::to_string(spare_tokens_.size()) +
+                         " server processes registered as spares (PSKV_SPARE_SERVER=1) in a "
+                         "job of PSKV_SPARE_SERVERS=" +
+                         std::to_string(options_.spare_servers) +
+                         " (start exactly that many servers as spares, besides DMLC_NUM_SERVER)";
   if (!replicas_mismatch_.empty()) {
     // Every node has registered: all of them are told (Start refuses them with it).
     PSKV_ERROR("scheduler: " << replicas_mismatch_);
@@ -179,11 +198,13 @@ void Node::SchedulerCompleteRegistration() {
   std::vector<NodeDesc> servers, workers;
   for (auto& [t, d] : pending_)
     (d.role == static_cast<int>(Role::kServer) ? servers : workers).push_back(d);
-  // Deterministic ranks: by the launcher's rank hint (DMLC_TASK_ID), then address.
-  auto order = [](const NodeDesc& a, const NodeDesc& b) {
+  // Deterministic ranks: by the launcher's rank hint (DMLC_TASK_ID), then address;
+  // spare servers after the others (ranks S .. S + spares - 1: they hold no range).
+  auto order = [this](const NodeDesc& a, const NodeDesc& b) {
     auto ha = a.rank_hint < 0 ? INT64_MAX : a.rank_hint,
          hb = b.rank_hint < 0 ? INT64_MAX : b.rank_hint;
-    return std::tie(ha, a.host, a.port, a.token) < std::tie(hb, b.host, b.port, b.token);
+    const bool sa = spare_tokens_.count(a.token) > 0, sb = spare_tokens_.count(b.token) > 0;
+    return std::tie(sa, ha, a.host, a.port, a.token) < std::tie(sb, hb, b.host, b.port, b.token);
   };
   std::sort(servers.begin(), servers.end(), order);
   std::sort(workers.begin(), workers.end(), order);

@@ -33,7 +33,8 @@ Node::Node(Options options)
   options_.ValidateForDistributed();
   test_hooks_ = TestHooks::FromEnv();
   replicated_ = options_.replicas > 0 && options_.num_servers >= 2;
-  if (replicated_) ranges_ = RangeTable::Initial(options_.num_servers, options_.replicas);
+  if (replicated_)
+    ranges_ = RangeTable::Initial(options_.num_servers, options_.replicas, options_.spare_servers);
   std::string job = options_.job_id.empty()
                         ? options_.root_uri + ":" + std::to_string(options_.root_port)
                         : options_.job_id;
@@ -324,7 +325,8 @@ void Node::Abort(const std::string& reason) {
 bool Node::IsResendable(Control c) const {
   return options_.resend &&
          (c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
-          c == Control::kNodeFailed || c == Control::kCredit || c == Control::kRangeTable);
+          c == Control::kNodeFailed || c == Control::kCredit || c == Control::kRangeTable ||
+          c == Control::kRangeCopied);
 }
 
 // Called with mu_ held.
@@ -478,9 +480,11 @@ void Node::TimerLoop() {
           d.port = port_;
           d.token = token_;
           d.rank_hint = options_.rank_hint;
-          // The header's head carries this node's PSKV_REPLICAS: every node of a job
-          // must set the same (HandleRegister).
-          SendControl(kSchedulerId, Control::kRegister, options_.replicas, EncodeNodes({d}));
+          // The header's head carries this node's PSKV_REPLICAS and PSKV_SPARE_SERVERS
+          // (every node of a job must set the same: HandleRegister) and whether it is
+          // a spare server.
+          const RegisterHead head{options_.replicas, options_.spare_servers, options_.spare};
+          SendControl(kSchedulerId, Control::kRegister, head.Encode(), EncodeNodes({d}));
           next_reg = now + kRegisterRetry;
         }
         if (role() != Role::kScheduler && ready_ && !finished_ &&

@@ -114,10 +114,19 @@ class Node {
   Role role() const { return options_.role; }
   int num_workers() const { return options_.num_workers; }
   int num_servers() const { return options_.num_servers; }
+  /// The servers that hold the job's key ranges at the start (DMLC_NUM_SERVER of
+  /// them; key placement counts these).
   std::vector<int> ServerIds() const;
-  /// The servers still in the job: all of them, less those whose death the range
-  /// table survived.
+  /// Every server process: ServerIds() and the spares (PSKV_SPARE_SERVERS).
+  std::vector<int> AllServerIds() const;
+  int num_server_processes() const { return options_.num_servers + options_.spare_servers; }
+  /// The server processes still in the job (spares included), less those whose
+  /// death the range table survived.
   std::vector<int> LiveServerIds() const;
+  /// A spare server: it installed the copy of key range `range` that node `from`
+  /// (the range's primary) sent, `bytes` in all; tells the scheduler, which then
+  /// lists it as the range's replica (docs/fault-tolerance.md, "Back to full strength").
+  void ReportRangeCopied(int range, int from, uint64_t bytes);
   /// The current range table; empty when PSKV_REPLICAS is 0 (or there is one server).
   RangeTable range_table() const;
   /// The current primary of key range `range` (-1 if there is no such range) and the
@@ -185,6 +194,10 @@ class Node {
   bool SurviveServer(int dead_id, std::string* reason);
   /// A kRangeTable from the scheduler.
   void HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk);
+  /// Scheduler, mu_ held: a kRangeCopied from spare `sender`.
+  void HandleRangeCopied(const Message& m, int sender);
+  /// Scheduler, mu_ held: sends the range table to every node still in the job.
+  void PublishRangesLocked();
   /// Scheduler, mu_ held: tells departed server `id` (still running, or it would not
   /// matter) that it was removed from the job, so that it stops (kNodeFailed naming
   /// itself).
@@ -234,6 +247,10 @@ class Node {
   std::map<int, Suspect> suspects_;                // replicated: servers lost here, not yet removed
   std::map<int, std::string> removal_reason_;      // scheduler: why each departed
   std::map<int, Clock::time_point> removed_told_;  // scheduler: last told it was removed
+  // Scheduler: when the range table last lost a copy of a range that a spare then
+  // joined (for the "back to full strength" log line).
+  Clock::time_point copy_lost_at_{};
+  std::string copy_lost_what_;
   std::exception_ptr failure_;
   std::map<int, NodeDesc> nodes_;        // the node table, by id
   std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)
@@ -241,7 +258,10 @@ class Node {
   bool ready_ = false;
   bool scheduler_seen_ = false;
   std::string refused_;
-  std::string replicas_mismatch_;  // scheduler: a registrant's PSKV_REPLICAS differs
+  // scheduler: a registrant's PSKV_REPLICAS or PSKV_SPARE_SERVERS differs (or the
+  // number of spares registered does)
+  std::string replicas_mismatch_;
+  std::set<uint64_t> spare_tokens_;  // scheduler: registrants that are spare servers
   // scheduler registration state
   std::map<uint64_t, NodeDesc> pending_;  // by token
   std::map<uint64_t, int> temp_ids_;      // token -> temporary peer id for replies

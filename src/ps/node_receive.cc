@@ -108,6 +108,9 @@ void Node::Handle(Message&& m, uint64_t token) {
     case Control::kLeave:
       if (!sched) return drop("only the scheduler receives this");
       break;
+    case Control::kRangeCopied:
+      if (!sched || !IsServerId(sender)) return drop("only a server tells the scheduler this");
+      break;
     case Control::kData:
     case Control::kCredit: {
       // Servers replicating their ranges also talk to each other.
@@ -221,6 +224,9 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kRangeTable:
       if (role() != Role::kScheduler) HandleRangeTable(m, lk);
+      return;
+    case Control::kRangeCopied:
+      HandleRangeCopied(m, sender);
       return;
     case Control::kCredit:
       HandleCredit(sender, m.h.timestamp);

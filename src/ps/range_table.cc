@@ -9,8 +9,9 @@
 
 namespace pskv {
 
-RangeTable RangeTable::Initial(int num_servers, int replicas) {
+RangeTable RangeTable::Initial(int num_servers, int replicas, int spares) {
   RangeTable t;
+  for (int k = 0; k < spares; ++k) t.spares_.push_back(ServerId(num_servers + k));
   t.version_ = 1;
   const int r = std::clamp(replicas, 0, std::max(num_servers - 1, 0));
   for (int i = 0; i < num_servers; ++i) {
@@ -22,27 +23,41 @@ RangeTable RangeTable::Initial(int num_servers, int replicas) {
   return t;
 }
 
-RangeTable RangeTable::FromData(const payload::RangeTableData& data, int num_servers) {
+RangeTable RangeTable::FromData(const payload::RangeTableData& data, int num_servers, int spares) {
   auto bad = [](const std::string& why) { throw ProtocolError("range table: " + why); };
   if (static_cast<int>(data.ranges.size()) != num_servers)
     bad(std::to_string(data.ranges.size()) + " ranges for " + std::to_string(num_servers) +
         " servers");
-  auto is_server = [&](int id) { return IsServerId(id) && RankOfId(id) < num_servers; };
+  auto is_server = [&](int id) {
+    return IsServerId(id) && RankOfId(id) < num_servers + std::max(spares, 0);
+  };
+  std::set<int> holders;
   for (const auto& r : data.ranges) {
     if (!is_server(r.primary)) bad("primary " + std::to_string(r.primary) + " is not a server");
     std::set<int> seen{r.primary};
-    for (int id : r.replicas)
-      if (!is_server(id) || !seen.insert(id).second)
-        bad("replica " + std::to_string(id) + " is not a server or is listed twice");
+    for (const auto* list : {&r.replicas, &r.joining})
+      for (int id : *list)
+        if (!is_server(id) || !seen.insert(id).second)
+          bad("replica " + std::to_string(id) + " is not a server or is listed twice");
+    holders.insert(seen.begin(), seen.end());
   }
+  std::set<int> idle;
+  for (int id : data.spares)
+    if (!is_server(id) || holders.count(id) || !idle.insert(id).second)
+      bad("spare " + std::to_string(id) + " is not a server, holds a range or is listed twice");
   RangeTable t;
   t.version_ = data.version;
   t.ranges_ = data.ranges;
+  t.spares_ = data.spares;
   return t;
 }
 
 payload::RangeTableData RangeTable::ToData() const {
-  return {version_, ranges_};
+  return {version_, ranges_, spares_};
+}
+
+bool RangeTable::IsSpare(int id) const {
+  return std::find(spares_.begin(), spares_.end(), id) != spares_.end();
 }
 
 std::vector<int> RangeTable::PrimaryOf(int id) const {
@@ -62,7 +77,10 @@ std::vector<int> RangeTable::ReplicaOf(int id) const {
 }
 
 bool RangeTable::Holds(int id) const {
-  return !PrimaryOf(id).empty() || !ReplicaOf(id).empty();
+  if (!PrimaryOf(id).empty() || !ReplicaOf(id).empty()) return true;
+  for (const auto& r : ranges_)
+    if (std::find(r.joining.begin(), r.joining.end(), id) != r.joining.end()) return true;
+  return false;
 }
 
 RangeTable::Removal RangeTable::Remove(int id) {
@@ -74,6 +92,11 @@ RangeTable::Removal RangeTable::Remove(int id) {
       r.replicas.erase(it);
       out.changed = true;
     }
+    auto j = std::find(r.joining.begin(), r.joining.end(), id);
+    if (j != r.joining.end()) {
+      r.joining.erase(j);
+      out.changed = true;
+    }
     if (r.primary != id) continue;
     if (r.replicas.empty()) {
       out.lost.push_back(static_cast<int>(i));
@@ -83,8 +106,38 @@ RangeTable::Removal RangeTable::Remove(int id) {
     r.replicas.erase(r.replicas.begin());
     out.changed = true;
   }
+  if (auto s = std::find(spares_.begin(), spares_.end(), id); s != spares_.end()) {
+    spares_.erase(s);
+    out.changed = true;
+  }
   if (out.changed) ++version_;
   return out;
+}
+
+int RangeTable::AssignSpare(int replicas) {
+  if (spares_.empty()) return 0;
+  const int spare = spares_.front();
+  bool assigned = false;
+  for (auto& r : ranges_) {
+    if (static_cast<int>(r.replicas.size() + r.joining.size()) >= replicas) continue;
+    r.joining.push_back(spare);
+    assigned = true;
+  }
+  if (!assigned) return 0;
+  spares_.erase(spares_.begin());
+  ++version_;
+  return spare;
+}
+
+bool RangeTable::Joined(int range, int id) {
+  if (range < 0 || range >= num_ranges()) return false;
+  auto& r = ranges_[static_cast<size_t>(range)];
+  auto it = std::find(r.joining.begin(), r.joining.end(), id);
+  if (it == r.joining.end()) return false;
+  r.joining.erase(it);
+  r.replicas.push_back(id);
+  ++version_;
+  return true;
 }
 
 bool RangeTable::Apply(const RangeTable& newer) {
@@ -99,9 +152,14 @@ std::string RangeTable::Describe() const {
   for (size_t i = 0; i < ranges_.size(); ++i) {
     s += (i ? ", range " : " range ") + std::to_string(i) + " " + name(ranges_[i].primary) +
          " (replicas:";
-    if (ranges_[i].replicas.empty()) s += " -";
+    if (ranges_[i].replicas.empty() && ranges_[i].joining.empty()) s += " -";
     for (int id : ranges_[i].replicas) s += " " + name(id);
+    for (int id : ranges_[i].joining) s += " " + name(id) + " (copying)";
     s += ")";
+  }
+  if (!spares_.empty()) {
+    s += "; spares:";
+    for (int id : spares_) s += " " + name(id);
   }
   return s;
 }

@@ -72,7 +72,8 @@ std::vector<std::string> AllPayloads() {
   st.lines = {"a", ""};
   RangeTableData table;
   table.version = 3;
-  table.ranges = {{9, {11}}, {11, {}}};
+  table.ranges = {{9, {11}, {}}, {11, {}, {13}}};
+  table.spares = {15};
   return {EncodeNodeList({d}),      EncodeOptimizer(SampleOptimizer()),
           EncodeCompression(comp),  EncodeInitReport(rep),
           EncodeCheckInit({1, -2}), EncodeRoundStatus(st),

@@ -94,3 +94,74 @@ TEST(RangeTable, WireFormRoundTripsAndIsChecked) {
   // Cut bytes are refused by the decoder.
   EXPECT_THROW(payload::DecodeRangeTable(body.substr(0, body.size() - 1)), ProtocolError);
 }
+
+// Spare servers (docs/fault-tolerance.md, "Back to full strength").
+TEST(RangeTable, ASpareJoinsTheRangesLeftShortOfACopyAndBecomesTheirReplica) {
+  RangeTable t = RangeTable::Initial(2, 1, 2);  // 0:{s0; s1} 1:{s1; s0}; spares s2, s3
+  EXPECT_EQ(t.Spares(), (std::vector<int32_t>{ServerId(2), ServerId(3)}));
+  EXPECT_TRUE(t.IsSpare(ServerId(2)));
+  EXPECT_FALSE(t.Holds(ServerId(2)));
+  EXPECT_FALSE(t.Gone(ServerId(2)));
+  EXPECT_EQ(t.AssignSpare(1), 0);  // every range has its replica: nothing to do
+  EXPECT_EQ(t.version(), 1u);
+  ASSERT_TRUE(t.Remove(ServerId(0)).lost.empty());  // v2: s1 holds both ranges alone
+  EXPECT_TRUE(t.Gone(ServerId(0)));
+  // One spare replaces the dead server: it joins both ranges.
+  EXPECT_EQ(t.AssignSpare(1), ServerId(2));
+  EXPECT_EQ(t.version(), 3u);
+  EXPECT_EQ(t.Joining(0), (std::vector<int32_t>{ServerId(2)}));
+  EXPECT_EQ(t.Joining(1), (std::vector<int32_t>{ServerId(2)}));
+  EXPECT_EQ(t.Spares(), (std::vector<int32_t>{ServerId(3)}));
+  EXPECT_TRUE(t.Holds(ServerId(2)));              // it acknowledges the ranges' rounds
+  EXPECT_TRUE(t.ReplicaOf(ServerId(2)).empty());  // but is not promoted yet
+  EXPECT_EQ(t.AssignSpare(1), 0);                 // nothing short of a copy any more
+  EXPECT_FALSE(t.Joined(0, ServerId(3)));         // not joining: nothing changes
+  EXPECT_TRUE(t.Joined(0, ServerId(2)));
+  EXPECT_EQ(t.version(), 4u);
+  EXPECT_EQ(t.Replicas(0), (std::vector<int32_t>{ServerId(2)}));
+  EXPECT_TRUE(t.Joining(0).empty());
+  EXPECT_FALSE(t.Joined(0, ServerId(2)));  // repeated
+  ASSERT_TRUE(t.Joined(1, ServerId(2)));
+  // Full strength: a second death is survived, the spare is promoted.
+  auto r = t.Remove(ServerId(1));
+  EXPECT_TRUE(r.lost.empty());
+  EXPECT_EQ(t.Primary(0), ServerId(2));
+  EXPECT_EQ(t.Primary(1), ServerId(2));
+  // ... and the last spare joins both.
+  EXPECT_EQ(t.AssignSpare(1), ServerId(3));
+  // The wire form keeps spares and joining servers.
+  const RangeTable back = RangeTable::FromData(t.ToData(), 2, 2);
+  EXPECT_EQ(back.Describe(), t.Describe());
+  EXPECT_EQ(back.Joining(1), (std::vector<int32_t>{ServerId(3)}));
+  EXPECT_NE(t.Describe().find("server[3] (copying)"), std::string::npos) << t.Describe();
+}
+
+TEST(RangeTable, AJoiningSpareIsNeverPromotedAndALostSpareLeaves) {
+  RangeTable t = RangeTable::Initial(2, 1, 1);
+  t.Remove(ServerId(0));
+  ASSERT_EQ(t.AssignSpare(1), ServerId(2));
+  // The last copy dies while the spare is still copying: the ranges are lost.
+  auto r = t.Remove(ServerId(1));
+  EXPECT_EQ(r.lost, (std::vector<int>{0, 1}));
+  // A dead spare leaves the table (a new version tells every node).
+  RangeTable u = RangeTable::Initial(2, 1, 1);
+  auto s = u.Remove(ServerId(2));
+  EXPECT_TRUE(s.changed);
+  EXPECT_EQ(u.version(), 2u);
+  EXPECT_TRUE(u.Gone(ServerId(2)));
+  EXPECT_TRUE(u.Spares().empty());
+}
+
+TEST(RangeTable, SparesOnTheWireAreChecked) {
+  payload::RangeTableData d = RangeTable::Initial(2, 1, 1).ToData();
+  EXPECT_THROW(RangeTable::FromData(d, 2, 0), ProtocolError);  // s2 is no server of a 2s job
+  d.spares = {ServerId(1)};                                    // holds a range
+  EXPECT_THROW(RangeTable::FromData(d, 2, 1), ProtocolError);
+  d.spares = {};
+  d.ranges[0].joining = {ServerId(1)};  // listed twice for range 0
+  EXPECT_THROW(RangeTable::FromData(d, 2, 1), ProtocolError);
+  d.ranges[0].joining = {ServerId(2)};
+  EXPECT_NO_THROW(RangeTable::FromData(d, 2, 1));
+  EXPECT_EQ(payload::DecodeRangeTable(payload::EncodeRangeTable(d)).ranges[0].joining,
+            (std::vector<int32_t>{ServerId(2)}));
+}

@@ -31,6 +31,11 @@ void PlanLocal(const PlanContext& ctx, Plan& plan) {
   for (int s = 0; s < S; ++s)
     plan.children.push_back(
         child("server " + std::to_string(s), ctx.server_argv, ctx.RoleEnv("server", n + s)));
+  for (int k = 0; k < cfg.spare_servers; ++k) {  // ranks S.. (after the others)
+    Env env = ctx.RoleEnv("server", n + S + k);
+    env["PSKV_SPARE_SERVER"] = "1";
+    plan.children.push_back(child("server " + std::to_string(S + k), ctx.server_argv, env));
+  }
   for (int w = 0; w < n; ++w)
     plan.children.push_back(
         child("worker " + std::to_string(w), cfg.command, ctx.RoleEnv("worker", w)));
@@ -41,7 +46,7 @@ void PlanLocal(const PlanContext& ctx, Plan& plan) {
   // processes started here (more threads than cores only adds switching).
   if (!user_set("PSKV_SERVER_THREADS")) {
     const std::string server_share =
-        std::to_string(std::max(1u, cores / static_cast<unsigned>(n + S)));
+        std::to_string(std::max(1u, cores / static_cast<unsigned>(n + S + cfg.spare_servers)));
     for (auto& c : plan.children)
       if (c.name.rfind("server", 0) == 0) c.env["PSKV_SERVER_THREADS"] = server_share;
   }

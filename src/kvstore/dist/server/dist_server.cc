@@ -125,6 +125,9 @@ Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
 }
 
 void DistServer::Handle(KVRequest&& req) {
+  // A spare's copy of the range being installed (range_copy.cc).
+  if (replicator_ && (copy_in_ || dist::CmdKind(req.cmd) == Kind::kRangeCopy) && TakenByCopy(req))
+    return;
   const Message& m = req.msg;
   if (pool_.size() > 1 && dist::CmdKind(req.cmd) != Kind::kStates && m.num_keys() > 0) {
     // The shard of every key (an out-of-range key fails validation in Process).
@@ -162,16 +165,10 @@ void DistServer::Process(KVRequest&& req) {
 
 void DistServer::ApplyInit(const KVRequest& req, const std::vector<Item>& items) {
   const DType dtype = static_cast<DType>(dist::CmdDType(req.cmd));
-  for (auto& it : items) {
-    KeyState st;
-    st.wire_key = it.key;
-    st.value = NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype);
+  for (auto& it : items) {  // validated: new keys
+    KeyState& st =
+        AddKey(it.key, NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype));
     req.msg.CopyVals(it.off, it.len, static_cast<char*>(st.value.raw()));
-    auto& keys = keys_[ShardOf(it.key)];
-    auto at = keys.emplace(it.key, std::move(st)).first;  // validated: a new key
-    auto after = std::next(at);
-    at->second.next = after == keys.end() ? nullptr : &after->second;
-    if (at != keys.begin()) std::prev(at)->second.next = &at->second;
   }
   if (auto to = ReplicaTargets(req); !to.empty()) return ForwardInit(req, to);
   Reply(req, {});

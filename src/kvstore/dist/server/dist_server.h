@@ -81,6 +81,7 @@
 #include "kvstore/dist/server/shard_pool.h"
 #include "kvstore/dist/server/sparse_server.h"
 #include "kvstore/dist/server/validate.h"
+#include "kvstore/dist_protocol.h"
 #include "kvstore/reduce.h"
 #include "ps/kv_app.h"
 #include "pskv/optimizer.h"
@@ -116,6 +117,11 @@ class DistServer {
   std::string RunCommand(int sender, int head, const std::string& body) {
     return Command(sender, head, body);
   }
+  /// Primary of a replicated range: sends spare `to`, which joins the range, a copy
+  /// of the range's state taken in an exclusive section (a round boundary of every
+  /// key), and from then on every change as to a replica (range_copy.cc;
+  /// docs/fault-tolerance.md, "Back to full strength"). Receive thread.
+  void CopyTo(int to);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -275,6 +281,29 @@ class DistServer {
   /// Replica: applies a kReplicateAsync request and acknowledges it.
   void ApplyAsyncReplica(const KVRequest& req);
 
+  // ---- a copy of the range for a joining spare (range_copy.cc)
+  /// What a spare receives of a copy until it is installed.
+  struct CopyIn {
+    int from = 0;  // the primary sending it
+    bool sync = false;
+    uint64_t keys = 0, value_bytes = 0, got_keys = 0, got_values = 0, bytes = 0;
+    std::map<int, std::string> states;  // store -> its states blob (sized at kBegin)
+    std::map<int, uint64_t> states_got;
+    std::vector<KVRequest> held;     // other servers' requests meanwhile, acknowledged
+    std::unique_ptr<KVRequest> end;  // kEnd, answered once the copy is installed
+    Clock::time_point started;
+    bool failed = false;  // the copy was refused: what follows is acknowledged, dropped
+  };
+  /// Receive thread: true if `req` was taken by the copy being installed (a part of
+  /// it, or a change of the range that waits for it).
+  bool TakenByCopy(KVRequest& req);
+  /// Exclusive: installs one part of a copy; "" or why it is refused.
+  std::string InstallPart(const KVRequest& req, dist::CopyPart part, ByteReader& body);
+  std::string InstallKeys(const KVRequest& req, ByteReader& body);
+  std::string InstallEnd();
+  /// Adds key `wire_key` with `value` (a new key; exclusive, or on its shard).
+  KeyState& AddKey(int64_t wire_key, NDArray value);
+
   // ---- commands (commands.cc; states.cc; inspect.cc)
   std::string Command(int sender, int head, const std::string& body);
   std::string SetMode(const Call& c);
@@ -316,6 +345,7 @@ class DistServer {
   std::map<int, Clock::time_point> in_barrier_;  // worker id -> since when
   std::shared_ptr<const std::string> states_snapshot_;  // taken by kStatesSize
   int states_store_ = 0;                                // the store of states_snapshot_
+  std::unique_ptr<CopyIn> copy_in_;                     // a spare's copy (receive thread)
 
   // What runs a data request (Process; WithReplyDelay in dist_server.cc). It and
   // each shard's keys (its thread's, or an exclusive section's) are declared before

@@ -1,6 +1,9 @@
 // ReplicaHost (dist/server/replicated_server.h).
 #include "kvstore/dist/server/replicated_server.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"
 #include "protocol/payload.h"
@@ -36,6 +39,7 @@ ReplicaHost::ReplicaHost(Node* node)
           }),
       replicator_(node) {
   server_.SetReplyHandler([this](Message&& m) { replicator_.OnReply(std::move(m)); });
+  node_->AddRangeTableHandler([this](const RangeTable& t) { OnRangeTable(t); });
 }
 
 ReplicaHost::~ReplicaHost() {
@@ -60,7 +64,66 @@ void ReplicaHost::Ensure() {
       ranges_[r] = std::make_unique<DistServer>(node_, &server_, r, &replicator_);
     for (int r : table.ReplicaOf(self))
       ranges_[r] = std::make_unique<DistServer>(node_, &server_, r, &replicator_);
+    if (node_->rank() >= node_->num_servers())  // a spare
+      standby_ = std::make_unique<DistServer>(node_, &server_, node_->rank(), &replicator_);
   });
+}
+
+std::unique_ptr<DistServer> ReplicaHost::MakeRange(int range) {
+  auto server = std::make_unique<DistServer>(node_, &server_, range, &replicator_);
+  for (const auto& c : config_) {
+    try {
+      server->RunCommand(c.sender, c.head, c.body);
+    } catch (const std::exception& e) {
+      PSKV_WARN(node_->Tag() << ": key range " << range << ": command " << (c.head & 0xff)
+                             << " failed again: " << e.what());
+    }
+  }
+  return server;
+}
+
+void ReplicaHost::HandleCopy(KVRequest&& req) {
+  const std::string& body = req.msg.body;
+  constexpr size_t kRangeAt = sizeof(uint64_t) + sizeof(uint8_t);  // dist_protocol.h
+  if (body.size() < kRangeAt + sizeof(int32_t))
+    return server_.RespondError(req, ErrorKind::kInvalid, "a malformed copy of a key range");
+  int32_t range = 0;
+  std::memcpy(&range, body.data() + kRangeAt, sizeof range);
+  const auto part = static_cast<dist::CopyPart>(static_cast<uint8_t>(body[sizeof(uint64_t)]));
+  if (range < 0 || range >= node_->num_servers())
+    return server_.RespondError(req, ErrorKind::kInvalid, "a copy of no key range");
+  if (part == dist::CopyPart::kBegin) {
+    // A copy starts afresh (again, if the range's primary changed during the last).
+    const auto [primary, version] = node_->RangePrimary(range);
+    (void)version;
+    const bool holds = primary == node_->id() || [&] {
+      const RangeTable t = node_->range_table();
+      const auto& reps = t.Replicas(range);
+      return std::find(reps.begin(), reps.end(), node_->id()) != reps.end();
+    }();
+    if (holds)
+      return server_.RespondError(
+          req, ErrorKind::kInvalid,
+          "a copy of key range " + std::to_string(range) + ", which this server already holds");
+    ranges_[range] = MakeRange(range);
+  }
+  auto it = ranges_.find(range);
+  if (it == ranges_.end())
+    return server_.RespondError(req, ErrorKind::kInvalid, "a part of a copy that did not begin");
+  it->second->HandleRequest(std::move(req));
+}
+
+void ReplicaHost::OnRangeTable(const RangeTable& table) {
+  Ensure();
+  const int self = node_->id();
+  for (int r : table.PrimaryOf(self)) {
+    for (int spare : table.Joining(r)) {
+      if (!copied_.insert({r, spare}).second) continue;
+      auto it = ranges_.find(r);
+      if (it == ranges_.end()) continue;
+      it->second->CopyTo(spare);
+    }
+  }
 }
 
 DistServer* ReplicaHost::ForKey(uint64_t ps_key, int* range) {
@@ -77,6 +140,7 @@ DistServer* ReplicaHost::ForKey(uint64_t ps_key, int* range) {
 
 void ReplicaHost::Handle(KVRequest&& req) {
   Ensure();
+  if (dist::CmdKind(req.cmd) == dist::Kind::kRangeCopy) return HandleCopy(std::move(req));
   const Message& m = req.msg;
   int range = -1;
   DistServer* to = m.num_keys() > 0 ? ForKey(m.key_ptr()[0], &range) : nullptr;
@@ -84,7 +148,7 @@ void ReplicaHost::Handle(KVRequest&& req) {
     // Keys of a range this node holds no copy of (or none): the own range's server
     // refuses them with its usual message.
     range = node_->rank();
-    to = ranges_.count(range) ? ranges_[range].get() : nullptr;
+    to = ranges_.count(range) ? ranges_[range].get() : standby_.get();
     if (!to) return server_.RespondError(req, ErrorKind::kInvalid, "no key range here");
   }
   const std::string why =
@@ -106,19 +170,34 @@ std::string ReplicaHost::Command(int sender, int head, const std::string& body) 
     throw InvalidArgument(why);
   }
   if ((head & 0xff) == dist::kStatesSize) return StatesSizes(sender, head, body);
+  switch (head & 0xff) {
+    case dist::kSetMode:
+    case dist::kSetOptimizer:
+    case dist::kSetCompression:
+    case dist::kWorkerDone:
+      // A range this node is sent a copy of later gets them too (MakeRange); a few
+      // per job.
+      config_.push_back({sender, head, body});
+      break;
+    default:
+      break;
+  }
   // Every copy runs it; an error of any copy is the answer (its own range's first):
   // a replica that failed a command its primary ran would serve another state once
   // promoted, and after a failover this node is the primary of ranges besides its own.
+  // A spare's standby (no range) answers for it.
   std::string own;
   std::exception_ptr error;
-  for (auto& [r, server] : ranges_) {
+  auto run = [&](int r, DistServer& server) {
     try {
-      std::string reply = server->RunCommand(sender, head, body);
+      std::string reply = server.RunCommand(sender, head, body);
       if (r == node_->rank()) own = std::move(reply);
     } catch (...) {
       if (!error || r == node_->rank()) error = std::current_exception();
     }
-  }
+  };
+  for (auto& [r, server] : ranges_) run(r, *server);
+  if (standby_) run(node_->rank(), *standby_);
   if (error) std::rethrow_exception(error);
   return own;
 }

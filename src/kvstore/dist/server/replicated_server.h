@@ -17,13 +17,25 @@
 // error reply, counted, and named in one warning at exit (PeerRefusal).
 // The DistServers are made when the first message arrives (the node's rank, hence
 // its ranges, is known only once it started).
+//
+// Spare servers (PSKV_SPARE_SERVERS; docs/fault-tolerance.md, "Back to full
+// strength"): a spare holds no range at first; its commands run on a standby
+// DistServer that holds no keys (and answers them). When a range's primary sends it a
+// copy of the range (Kind::kRangeCopy), a DistServer for the range is made and given
+// every command that configures a range (mode, optimizers, compression, workers
+// done) this node received so far, in order; then it installs the copy. On the
+// primary's side, a range table that lists a spare joining a range this node is the
+// primary of makes that range's DistServer send it the copy (CopyTo).
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/rate_limit.h"
 #include "kvstore/dist/server/dist_server.h"
@@ -49,6 +61,13 @@ class ReplicaHost {
   void Ensure();
   /// The DistServer of `ps_key`'s range (its number in *range), or null.
   DistServer* ForKey(uint64_t ps_key, int* range);
+  /// A DistServer for `range`, given the configuring commands received so far.
+  std::unique_ptr<DistServer> MakeRange(int range);
+  /// A kRangeCopy: to the range's DistServer (a new one for a copy's first part).
+  void HandleCopy(KVRequest&& req);
+  /// A newer range table: sends a copy of each range this node is primary of to the
+  /// spares joining it that have not been sent one.
+  void OnRangeTable(const RangeTable& table);
   void Handle(KVRequest&& req);
   std::string Command(int sender, int head, const std::string& body);
   /// kStatesSize: every range snapshots its states; the reply is the sizes of the
@@ -61,9 +80,18 @@ class ReplicaHost {
   KVServer server_;
   Replicator replicator_;
   std::once_flag made_;
-  std::map<int, std::unique_ptr<DistServer>> ranges_;  // by range; fixed once made
-  std::atomic<uint64_t> refused_{0};                   // requests refused (PeerRefusal)
-  RateLimiter limiter_;                                // refusal warnings per sender
+  // By range. Receive thread only after Ensure (requests, commands and range tables
+  // all arrive there): a spare adds ranges when it is sent their copies.
+  std::map<int, std::unique_ptr<DistServer>> ranges_;
+  std::unique_ptr<DistServer> standby_;  // a spare's: commands while it holds no range
+  struct ConfigCommand {
+    int sender, head;
+    std::string body;
+  };
+  std::vector<ConfigCommand> config_;     // commands that configure a range, in order
+  std::set<std::pair<int, int>> copied_;  // (range, spare) sent a copy by this node
+  std::atomic<uint64_t> refused_{0};  // requests refused (PeerRefusal)
+  RateLimiter limiter_;               // refusal warnings per sender
 };
 
 }  // namespace pskv

@@ -1,6 +1,8 @@
 // Replicator (dist/server/replication.h).
 #include "kvstore/dist/server/replication.h"
 
+#include <algorithm>
+
 #include "common/logging.h"
 #include "ps/kv_app.h"
 
@@ -19,7 +21,17 @@ std::vector<int> Replicator::Targets(int range) const {
   if (table_.Primary(range) != self) out.push_back(table_.Primary(range));
   for (int id : table_.Replicas(range))
     if (id != self) out.push_back(id);
+  if (auto it = copying_.find(range); it != copying_.end()) {
+    const auto& joining = table_.Joining(range);
+    for (int id : it->second)
+      if (std::find(joining.begin(), joining.end(), id) != joining.end()) out.push_back(id);
+  }
   return out;
+}
+
+void Replicator::AddCopying(int range, int id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  copying_[range].insert(id);
 }
 
 uint64_t Replicator::version() const {
@@ -78,6 +90,13 @@ void Replicator::OnReply(Message&& m) {
 void Replicator::OnRangeTable(const RangeTable& t) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!table_.Apply(t)) return;
+  // A spare that joined (now a replica) or left no longer needs its own entry.
+  for (auto& [range, ids] : copying_) {
+    const auto& joining = range < table_.num_ranges() ? table_.Joining(range) : std::vector<int>{};
+    for (auto it = ids.begin(); it != ids.end();)
+      it = std::find(joining.begin(), joining.end(), *it) != joining.end() ? std::next(it)
+                                                                           : ids.erase(it);
+  }
   for (auto& [ts, r] : pending_)
     for (auto it = r.waiting.begin(); it != r.waiting.end();)
       it = table_.Holds(*it) ? std::next(it) : r.waiting.erase(it);

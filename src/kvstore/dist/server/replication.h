@@ -30,8 +30,14 @@ class Replicator {
   explicit Replicator(Node* node);
 
   /// The servers other than this one that hold a copy of `range` (its primary and
-  /// replicas, less this node and servers that left).
+  /// replicas, less this node and servers that left), and the spares joining it that
+  /// this node has sent its copy to (AddCopying).
   std::vector<int> Targets(int range) const;
+  /// This node (the range's primary) sent its copy of `range` to joining spare `id`:
+  /// from now on the range's changes go to it too, while the range table lists it as
+  /// joining (docs/fault-tolerance.md, "Back to full strength"). Call in the exclusive
+  /// section that took the copy, so that every later change follows the copy.
+  void AddCopying(int range, int id);
   /// Sends request `m` to each of `to`; `done` runs once, as above.
   void Send(const std::vector<int>& to, Message m, Done done);
   /// An answer to one of our requests (the KVServer's reply handler).
@@ -62,6 +68,7 @@ class Replicator {
   RangeTable table_;
   uint64_t next_ts_ = 1;
   std::map<uint64_t, Request> pending_;
+  std::map<int, std::set<int>> copying_;  // range -> joining spares sent a copy
 };
 
 }  // namespace pskv

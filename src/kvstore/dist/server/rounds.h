@@ -124,6 +124,9 @@ class SyncRound {
   }
   /// The taken round was applied: the next one has the next number.
   void Advance() { ++completed_; }
+  /// A key installed from a copy of another server's (no round open): the open round
+  /// is `round`.
+  void StartAt(int64_t round) { completed_ = round - 1; }
   /// Gives a spent vector's capacity back for the next round (no allocation per round).
   void Recycle(std::vector<Entry>&& spent) {
     spent.clear();

@@ -68,6 +68,8 @@ class SparseServer {
 
   /// True if `wire_key` is a row_sparse key here.
   bool Holds(int64_t wire_key) const;
+  /// True if some row_sparse key is here.
+  bool any() const { return count_.load() > 0; }
   /// (element count, low precision) of `wire_key`'s slice here, or (-1, false): what
   /// Optimizer::LoadStates checks optimizer states against.
   std::pair<int64_t, bool> WeightInfo(int64_t wire_key) const;
