@@ -83,6 +83,11 @@ std::unique_ptr<DistServer> ReplicaHost::MakeRange(int range) {
 }
 
 void ReplicaHost::HandleCopy(KVRequest&& req) {
+  if (!IsServerId(req.sender)) {  // only a range's primary sends one (TakenByCopy)
+    const std::string why = "a copy of a key range from a node that is not a server";
+    Refused(req.sender, why);
+    return server_.RespondError(req, ErrorKind::kInvalid, why);
+  }
   const std::string& body = req.msg.body;
   constexpr size_t kRangeAt = sizeof(uint64_t) + sizeof(uint8_t);  // dist_protocol.h
   if (body.size() < kRangeAt + sizeof(int32_t))

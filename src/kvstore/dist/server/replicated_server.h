@@ -90,8 +90,8 @@ class ReplicaHost {
   };
   std::vector<ConfigCommand> config_;     // commands that configure a range, in order
   std::set<std::pair<int, int>> copied_;  // (range, spare) sent a copy by this node
-  std::atomic<uint64_t> refused_{0};  // requests refused (PeerRefusal)
-  RateLimiter limiter_;               // refusal warnings per sender
+  std::atomic<uint64_t> refused_{0};      // requests refused (PeerRefusal)
+  RateLimiter limiter_;                   // refusal warnings per sender
 };
 
 }  // namespace pskv
