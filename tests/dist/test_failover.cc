@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "support/proc.h"
+#include "support/replica_job.h"
 #include "support/test_util.h"
 
 using namespace pskv::test;
@@ -178,15 +179,7 @@ const std::vector<std::string>& Undisturbed() {
 }
 
 void ExpectEqualWeights(const std::vector<std::string>& got, const std::string& what) {
-  const auto& want = Undisturbed();
-  ASSERT_EQ(want.size(), 2u);
-  ASSERT_EQ(got.size(), 2u) << what;
-  EXPECT_EQ(want[0], want[1]) << "the workers of the undisturbed job disagree";
-  for (size_t w = 0; w < 2; ++w) {
-    ASSERT_EQ(got[w].size(), want[w].size()) << what;
-    EXPECT_TRUE(got[w] == want[w])
-        << what << ": worker " << w << "'s final weights differ from the undisturbed job's";
-  }
+  ExpectSameWeights(Undisturbed(), got, what);
 }
 
 }  // namespace

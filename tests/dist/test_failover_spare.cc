@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "support/proc.h"
+#include "support/replica_job.h"
 #include "support/test_util.h"
 
 using namespace pskv::test;
@@ -142,12 +143,7 @@ Result RunJob(const std::string& name, int spares, bool kill_twice) {
 }
 
 void ExpectEqual(const Result& want, const Result& got, const std::string& what) {
-  ASSERT_EQ(want.weights.size(), 2u);
-  ASSERT_EQ(got.weights.size(), 2u) << what;
-  EXPECT_EQ(want.weights[0], want.weights[1]) << "the workers of the undisturbed job disagree";
-  for (size_t w = 0; w < 2; ++w)
-    EXPECT_TRUE(got.weights[w] == want.weights[w])
-        << what << ": worker " << w << "'s final weights differ from the undisturbed job's";
+  ExpectSameWeights(want.weights, got.weights, what);
 }
 
 }  // namespace

@@ -30,14 +30,7 @@ const std::vector<std::string>& Undisturbed() {
 }
 
 void ExpectEqualWeights(const ReplicaJobResult& got, const std::string& what) {
-  const auto& want = Undisturbed();
-  ASSERT_EQ(want.size(), 2u);
-  ASSERT_FALSE(want[0].empty());
-  EXPECT_EQ(want[0], want[1]) << "the workers of the undisturbed job disagree";
-  ASSERT_EQ(got.weights.size(), 2u) << what;
-  for (size_t w = 0; w < 2; ++w)
-    EXPECT_TRUE(got.weights[w] == want[w])
-        << what << ": worker " << w << "'s final weights differ from the undisturbed job's";
+  ExpectSameWeights(Undisturbed(), got.weights, what);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ Message WorkerLike(uint8_t flags, int cmd, uint64_t ts, const std::vector<float>
   m.h.timestamp = ts;
   if (!(flags & kCommand)) {
     m.h.num_keys = 1;
-    m.keys = U64Frame({dist::PsKey(0, 0, 2)});  // key 0: range 0, primary server 0
+    m.keys = U64Frame({dist::PsKey(0, 0, 2)});     // key 0: range 0, primary server 0
     m.lens = U64Frame({vals.empty() ? 0u : 16u});  // a pull's lens are 0
     if (!vals.empty()) {
       m.vals = Frame::Copy(vals.data(), 16);

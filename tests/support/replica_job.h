@@ -154,6 +154,21 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
   return res;
 }
 
+/// Every worker's final weights in `got` are bitwise-equal to the undisturbed job's
+/// `want` (whose workers agree with each other); `what` names the disturbance.
+inline void ExpectSameWeights(const std::vector<std::string>& want,
+                              const std::vector<std::string>& got, const std::string& what) {
+  ASSERT_FALSE(want.empty());
+  ASSERT_FALSE(want[0].empty());
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t w = 0; w < want.size(); ++w) {
+    EXPECT_EQ(want[w], want[0]) << "the workers of the undisturbed job disagree";
+    ASSERT_EQ(got[w].size(), want[w].size()) << what << ": worker " << w;
+    EXPECT_TRUE(got[w] == want[w])
+        << what << ": worker " << w << "'s final weights differ from the undisturbed job's";
+  }
+}
+
 /// Runs the job; if `victim` >= 0, kills server `victim` once OUT_DIR/`marker` exists.
 inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
                                       const std::string& marker = "") {
