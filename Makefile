@@ -36,7 +36,7 @@ test: build
 sanitize: deps
 	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 	  -DPSKV_SANITIZE=address,undefined -DPSKV_BUILD_TORCH=OFF -DPSKV_BUILD_PYTHON=OFF $(CMAKE_ARGS)
-	cmake --build $(BUILD)-asan -j $(JOBS) --target pskv_unit_tests pskv_ps_tests pskv_message_tests pskv_transport_tests pskv_direct_tcp_tests fuzz_replay
+	cmake --build $(BUILD)-asan -j $(JOBS) --target pskv_unit_targets
 	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -L unit --timeout 600
 
@@ -44,7 +44,7 @@ sanitize: deps
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 	  -DPSKV_SANITIZE=thread -DPSKV_BUILD_TORCH=OFF -DPSKV_BUILD_PYTHON=OFF $(CMAKE_ARGS)
-	cmake --build $(BUILD)-tsan -j $(JOBS) --target pskv_unit_tests pskv_ps_tests pskv_message_tests pskv_transport_tests pskv_direct_tcp_tests fuzz_replay
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target pskv_unit_targets
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest --output-on-failure -j $(JOBS) -L unit --timeout 600
 
 # Figures as JSON lines in bench/results/ and as PNG plots in docs/img/ (README shows them).

@@ -62,8 +62,16 @@ std::vector<NodeRef> StatusBoard::NodesOf(size_t child) const {
 }
 
 std::optional<std::pair<size_t, const StatusRecord*>> StatusBoard::Scheduler() const {
+  // Where the plan started the scheduler as its own child, only that child speaks for
+  // it: a record claiming role=scheduler from another child (a worker's output line in
+  // ssh mode, say) must not decide whether the job survived a server.
+  const auto own = std::find(children_.begin(), children_.end(), "scheduler");
+  const std::optional<size_t> from = own == children_.end()
+                                         ? std::nullopt
+                                         : std::optional<size_t>(size_t(own - children_.begin()));
   for (auto& r : reporters_)
-    if (r.record.role == "scheduler") return std::pair{r.child, &r.record};
+    if (r.record.role == "scheduler" && (!from || r.child == *from))
+      return std::pair{r.child, &r.record};
   return std::nullopt;
 }
 

@@ -59,7 +59,7 @@ class StatusBoard {
   /// The nodes that reported from child `child` with a rank, in order of first record.
   std::vector<NodeRef> NodesOf(size_t child) const;
   /// The child the scheduler reported from and its latest record; nullopt before it
-  /// reported.
+  /// reported. Where a child is named "scheduler", only its records count.
   std::optional<std::pair<size_t, const StatusRecord*>> Scheduler() const;
 
   /// "worker 1" for worker.1, "scheduler" for scheduler.0.

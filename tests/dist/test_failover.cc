@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "support/proc.h"
@@ -94,13 +93,6 @@ void Stop(const Run& j) {
   }
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // Runs the job; kills server `victim` (-1: none) once worker 0 finished round
 // `after`; returns each worker's final weights (empty on failure, with the test failed).
 // With `extra.freeze`, the victim is stopped (SIGSTOP) instead, for longer than the
@@ -138,7 +130,7 @@ std::vector<std::string> RunJob(const std::string& name, int victim, int after,
       Stop(j);
       return {};
     }
-    weights.push_back(Slurp(j.dir + "/w" + std::to_string(w) + ".weights"));
+    weights.push_back(ReadFile(j.dir + "/w" + std::to_string(w) + ".weights"));
   }
   // The rest of the job ends too: the scheduler and the surviving servers exit 0.
   std::vector<pid_t> rest = {j.scheduler};

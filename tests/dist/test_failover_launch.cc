@@ -9,7 +9,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "support/proc.h"
@@ -26,13 +25,6 @@ struct Job {
   std::string dir, out, tag;
   pid_t launcher = 0;
 };
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 Job Start(const std::string& name) {
   Job j;
@@ -59,7 +51,7 @@ Job Start(const std::string& name) {
 std::vector<pid_t> Servers(const Job& j) {
   std::vector<pid_t> out;
   for (pid_t p : PidsWithEnv(j.tag)) {
-    const std::string env = Slurp("/proc/" + std::to_string(p) + "/environ");
+    const std::string env = ReadFile("/proc/" + std::to_string(p) + "/environ");
     if (env.find(std::string("DMLC_ROLE=server") + '\0') != std::string::npos) out.push_back(p);
   }
   return out;
@@ -87,7 +79,7 @@ std::pair<int, double> Finish(const Job& j, std::chrono::steady_clock::time_poin
 }
 
 std::vector<std::string> Weights(const Job& j) {
-  return {Slurp(j.dir + "/w0.weights"), Slurp(j.dir + "/w1.weights")};
+  return {ReadFile(j.dir + "/w0.weights"), ReadFile(j.dir + "/w1.weights")};
 }
 
 }  // namespace
@@ -95,19 +87,19 @@ std::vector<std::string> Weights(const Job& j) {
 TEST(FailoverLaunch, AKilledServerDoesNotStopTheJobAndLosesNothing) {
   Job u = Start("undisturbed");
   auto [ust, usecs] = Finish(u, std::chrono::steady_clock::now());
-  ASSERT_EQ(ust, 0) << Slurp(u.out);
+  ASSERT_EQ(ust, 0) << ReadFile(u.out);
   const auto want = Weights(u);
   ASSERT_FALSE(want[0].empty());
   ASSERT_EQ(want[0], want[1]);
 
   Job j = Start("kill1");
-  ASSERT_TRUE(WaitFile(j.dir + "/w0.r4", 60s)) << Slurp(j.out);
+  ASSERT_TRUE(WaitFile(j.dir + "/w0.r4", 60s)) << ReadFile(j.out);
   auto servers = Servers(j);
-  ASSERT_EQ(servers.size(), 2u) << Slurp(j.out);
+  ASSERT_EQ(servers.size(), 2u) << ReadFile(j.out);
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(servers[1], SIGKILL);
   auto [st, secs] = Finish(j, t0);
-  const std::string out = Slurp(j.out);
+  const std::string out = ReadFile(j.out);
   EXPECT_EQ(st, 0) << out;
   EXPECT_NE(out.find("the job goes on without it"), std::string::npos) << out;
   EXPECT_NE(out.find("surviving the loss of server"), std::string::npos) << out;
@@ -125,13 +117,13 @@ TEST(FailoverLaunch, AKilledServerDoesNotStopTheJobAndLosesNothing) {
 
 TEST(FailoverLaunch, KillingEveryCopyStopsTheJobNamingTheRangesLost) {
   Job j = Start("killall");
-  ASSERT_TRUE(WaitFile(j.dir + "/w0.r3", 60s)) << Slurp(j.out);
+  ASSERT_TRUE(WaitFile(j.dir + "/w0.r3", 60s)) << ReadFile(j.out);
   auto servers = Servers(j);
-  ASSERT_EQ(servers.size(), 2u) << Slurp(j.out);
+  ASSERT_EQ(servers.size(), 2u) << ReadFile(j.out);
   const auto t0 = std::chrono::steady_clock::now();
   for (pid_t p : servers) ::kill(p, SIGKILL);
   auto [st, secs] = Finish(j, t0);
-  const std::string out = Slurp(j.out);
+  const std::string out = ReadFile(j.out);
   EXPECT_NE(st, 0) << out;
   EXPECT_NE(out.find("and the scheduler failed the job: NodeFailure: "), std::string::npos) << out;
   EXPECT_NE(out.find("no live copy left of key range"), std::string::npos) << out;

@@ -11,47 +11,18 @@
 
 #include "launcher/process.h"
 #include "launcher/server_loss.h"
+#include "support/status_standin.h"
 
 using namespace pskv;
 using namespace pskv::launcher;
+using namespace pskv::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-std::string Rec(const std::string& who, const std::string& rest) {
-  const auto dot = who.find('.');
-  return "@pskv-status/1 role=" + who.substr(0, dot) + " rank=" + who.substr(dot + 1) + " " + rest;
-}
-
-// bash running `script`; `send REC` sends one record on the child's status socket.
-ChildSpec Script(const std::string& name, const std::string& script) {
-  const std::string send = "send() { printf '%s' \"$1\" >&\"${PSKV_STATUS#fd:}\"; }; ";
-  return {name, {"/bin/bash", "-c", send + script}, {}, false, {}, false, StatusVia::kSocket};
-}
-
-std::string Send(const std::string& who, const std::string& rest) {
-  return "send '" + Rec(who, rest) + "'; ";
-}
-
-struct Outcome {
-  int status;
-  std::string err;
-  std::vector<ChildResult> results;
-  double seconds;
-};
-
-Outcome RunJob(const std::vector<ChildSpec>& specs, std::chrono::milliseconds timeout = 30s) {
-  SuperviseOptions o;
-  o.timeout = timeout;
-  o.grace = 500ms;
-  o.quiet = true;
-  Outcome out;
-  const auto t0 = std::chrono::steady_clock::now();
-  testing::internal::CaptureStderr();
-  out.status = Supervise(specs, o, &out.results);
-  out.err = testing::internal::GetCapturedStderr();
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return out;
+StandinOutcome RunJob(const std::vector<ChildSpec>& specs,
+                      std::chrono::milliseconds timeout = 30s) {
+  return RunStandins(specs, timeout);
 }
 
 const std::string kReplicated = "phase=running replicas=1 detect_ms=1000";

@@ -10,44 +10,20 @@
 
 #include "launcher/process.h"
 #include "launcher/status_board.h"
+#include "support/status_standin.h"
 
 using namespace pskv;
 using namespace pskv::launcher;
+using namespace pskv::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-std::string Rec(const std::string& who, const std::string& rest) {
-  const auto dot = who.find('.');
-  return "@pskv-status/1 role=" + who.substr(0, dot) + " rank=" + who.substr(dot + 1) + " " + rest;
-}
-
 const std::vector<std::string> kJob = {"scheduler", "server 0", "worker 0", "worker 1"};
 
-// A stand-in child: bash running `script`; SEND sends one record (its argument) on
-// the status socket the launcher made (PSKV_STATUS=fd:N).
-ChildSpec Script(const std::string& name, const std::string& script,
-                 StatusVia via = StatusVia::kSocket) {
-  const std::string send = "send() { printf '%s' \"$1\" >&\"${PSKV_STATUS#fd:}\"; }; ";
-  return {name, {"/bin/bash", "-c", send + script}, {}, false, {}, false, via};
-}
-
-struct Outcome {
-  int status;
-  std::string err;
-  std::vector<ChildResult> results;
-};
-
-Outcome RunJob(const std::vector<ChildSpec>& specs, std::chrono::milliseconds timeout = 1500ms) {
-  SuperviseOptions o;
-  o.timeout = timeout;
-  o.grace = 500ms;
-  o.quiet = true;
-  Outcome out;
-  testing::internal::CaptureStderr();
-  out.status = Supervise(specs, o, &out.results);
-  out.err = testing::internal::GetCapturedStderr();
-  return out;
+StandinOutcome RunJob(const std::vector<ChildSpec>& specs,
+                      std::chrono::milliseconds timeout = 1500ms) {
+  return RunStandins(specs, timeout);
 }
 
 }  // namespace
@@ -109,6 +85,23 @@ TEST(StatusBoard, GroupsAndEarlyRecords) {
   ASSERT_TRUE(h);
   EXPECT_EQ(h->hung, 2u);
   EXPECT_EQ(h->node, "worker 3");
+}
+
+// Only the scheduler's own child speaks for the scheduler: a worker printing a forged
+// scheduler record (ssh mode passes records as output lines) is not read as its verdict.
+TEST(StatusBoard, TheSchedulerIsReadOnlyFromItsOwnChild) {
+  StatusBoard b(kJob);
+  ASSERT_TRUE(b.Add(2, Rec("scheduler.0", "phase=failed kind=NodeFailure")));
+  EXPECT_FALSE(b.Scheduler());
+  ASSERT_TRUE(b.Add(0, Rec("scheduler.0", "phase=running replicas=1")));
+  auto s = b.Scheduler();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->first, 0u);
+  EXPECT_EQ(s->second->phase, StatusPhase::kRunning);
+  // Without a child of its own (one command for the whole job), any child's counts.
+  StatusBoard g({"job"});
+  ASSERT_TRUE(g.Add(0, Rec("scheduler.0", "phase=running")));
+  EXPECT_TRUE(g.Scheduler());
 }
 
 TEST(StatusBoard, MalformedRecordsAreIgnored) {

@@ -88,8 +88,9 @@ inline std::vector<pid_t> PidsWithEnv(const std::string& needle) {
   return out;
 }
 
+/// The whole file's bytes ("" when it cannot be read).
 inline std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
+  std::ifstream f(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 

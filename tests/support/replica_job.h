@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,13 +55,6 @@ inline std::map<std::string, std::string> Env(const ReplicaJobSpec& s, int port,
                                           {"PSKV_TIMEOUT", "60"}};
   for (auto& [k, v] : s.env) e[k] = v;
   return e;
-}
-
-inline std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace replica_job_detail
@@ -128,7 +120,7 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
       stop();
       return res;
     }
-    res.weights.push_back(d::Slurp(dir + "/w" + std::to_string(w) + ".weights"));
+    res.weights.push_back(ReadFile(dir + "/w" + std::to_string(w) + ".weights"));
   }
   bool rest_ok = true;
   std::vector<pid_t> rest = {scheduler};
@@ -143,7 +135,7 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
         << s.name << ": pid " << p << " " << (st ? std::to_string(*st) : "hung") << "; log:\n"
         << ReadFile(log);
   }
-  for (const std::string& name : s.collect) res.files[name] = d::Slurp(dir + "/" + name);
+  for (const std::string& name : s.collect) res.files[name] = ReadFile(dir + "/" + name);
   res.log = ReadFile(log);
   std::ifstream t(dir + "/w0.times");
   double ms = 0;
