@@ -33,7 +33,7 @@ struct Conn {
 
 // Serves scrapes without letting one client hold up another: nonblocking sockets
 // served together with poll(), at most kMaxConns at once (the oldest still-silent
-// one gives way to a new one), 2 s to send the request head (answered anyway after
+// one gives way to a new one), 2 s to send the request head (closed unanswered after
 // that) and 10 s for the whole exchange. The text is built from a snapshot of the
 // counters (PrometheusText): operations never wait for a scrape.
 void ServeMetrics(int listen_fd, const std::function<std::string()>& text) {
@@ -84,7 +84,10 @@ void ServeMetrics(int listen_fd, const std::function<std::string()>& text) {
             (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
           done = true;
       }
-      if (!done && !c.answering && now >= c.read_until) answer(c);  // a silent client
+      // A client silent for kReadFor asked for nothing and gets nothing: answering it
+      // would build the whole text for each connection of a flood and fill the slots
+      // with answers nobody reads, shutting out a real scraper.
+      if (!c.answering && now >= c.read_until) done = true;
       if (done || now >= c.close_at) {
         ::close(c.fd);
         c.fd = -1;

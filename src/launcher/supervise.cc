@@ -187,9 +187,14 @@ void Supervisor::Reap() {
       k.result.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       Close(k.in_fd);
       ::kill(-k.pid, SIGKILL);  // whatever it left behind in its group
-      if (k.result.status != 0 && !k.result.stopped_by_us) {
+      const bool failed = k.result.status != 0 && !k.result.stopped_by_us;
+      if (failed || losses_.pending()) {
+        // Its last words, read before anything is decided on its exit: a scheduler
+        // that finished may have sent the verdict on a dead server just before.
         PumpOutput(k, opts_, board_);
-        if (k.status_fd >= 0) PumpStatus(k, board_);  // its last words
+        if (k.status_fd >= 0) PumpStatus(k, board_);
+      }
+      if (failed) {
         std::string how = k.result.signaled
                               ? "was killed by signal " + std::to_string(k.result.status - 128) +
                                     " (" + strsignal(k.result.status - 128) + ")"

@@ -88,6 +88,19 @@ TEST(MetricsEndpoint, IdleConnectionsDoNotDelayAScrape) {
   for (int fd : idle) ::close(fd);
 }
 
+// A connection that sends no request within 2 s is closed without an answer (an
+// answer would cost the whole text per connection of a flood).
+TEST(MetricsEndpoint, ASilentConnectionIsClosedUnanswered) {
+  ASSERT_GT(Port(), 0);
+  obs::CountOp("push", "3", 100, 50);
+  const int fd = Connect();
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 6000), 1) << "not closed within 6 s";
+  char buf[256];
+  EXPECT_EQ(::recv(fd, buf, sizeof buf, 0), 0) << "answered or reset instead of closed";
+  ::close(fd);
+}
+
 TEST(MetricsEndpoint, AClientThatNeverReadsDoesNotFreezeTheNextScrape) {
   ASSERT_GT(Port(), 0);
   // Enough keys for a response (~20 MB) that no socket buffer holds.

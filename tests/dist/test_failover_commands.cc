@@ -39,10 +39,18 @@ Frame Floats(float v) {
 }
 
 struct Job {
-  // Declared before the nodes: destroyed after them (their handlers are registered).
   std::vector<std::unique_ptr<ReplicaHost>> hosts;
   std::unique_ptr<KVWorker> worker;
   std::vector<std::unique_ptr<Node>> nodes;  // scheduler, server 0, server 1, worker
+
+  // The nodes' threads stop first (their handlers call the hosts and the worker), then
+  // the hosts (whose servers' stall inspectors read their nodes) and the worker go
+  // before the nodes. Abort is a no-op for a node already finalized.
+  ~Job() {
+    for (auto& n : nodes) n->Abort("test over");
+    hosts.clear();
+    worker.reset();
+  }
 
   Job() {
     const int port = test::FreePort();

@@ -56,6 +56,10 @@ struct InProcessDistJob {
     std::vector<std::thread> ts;
     for (auto& n : nodes) ts.emplace_back([&n] { n->Finalize(std::chrono::seconds(60)); });
     for (auto& t : ts) t.join();
+    // The nodes' threads are stopped: the server (whose stall inspector reads its node)
+    // and the workers go before the nodes they use.
+    server.reset();
+    workers.clear();
   }
   InProcessDistJob(const InProcessDistJob&) = delete;
   InProcessDistJob& operator=(const InProcessDistJob&) = delete;
