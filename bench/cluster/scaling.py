@@ -282,6 +282,8 @@ def grid_config(c, args, n, k, rate, b, size):
         row['ddp_cpu_busy'] = round(statistics.median(dbusy), 3)
         row['ddp_vs_t_opt_k0'] = round(row['ddp_gloo_s'] / t_opt(n, 0, m, b), 3)
         row['pskv_speedup_vs_ddp'] = round(row['ddp_gloo_s'] / row['pskv_s'], 3)
+        if 'pskv_paced_s' in row:
+            row['pskv_paced_speedup_vs_ddp'] = round(row['ddp_gloo_s'] / row['pskv_paced_s'], 3)
     text = ('%-8s k=%d M=%-5s B=%.1f MB/s  t_opt %.3f s  pskv %.3f s [%.3f-%.3f] (%.2f x t_opt, cpu %.0f%%)%s%s'
             % (rate, k, size, b / 1e6, row['t_opt_s'], row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'],
                row['pskv_vs_t_opt'], 100 * row['cpu_busy'],
@@ -289,7 +291,9 @@ def grid_config(c, args, n, k, rate, b, size):
                ('  paced %.3f s (%.2f x t_opt)' % (row['pskv_paced_s'], row['pskv_paced_vs_t_opt'])
                 if 'pskv_paced_s' in row else '') +
                ('  paced even %.3f s' % row['pskv_paced_even_s'] if 'pskv_paced_even_s' in row else ''),
-               '  ddp-gloo %.3f s (pskv %.2f x faster)' % (row['ddp_gloo_s'], row['pskv_speedup_vs_ddp'])
+               '  ddp-gloo %.3f s (pskv %.2f x faster%s)' % (
+                   row['ddp_gloo_s'], row['pskv_speedup_vs_ddp'],
+                   ', paced %.2f x' % row['pskv_paced_speedup_vs_ddp'] if 'pskv_paced_speedup_vs_ddp' in row else '')
                if 'ddp_gloo_s' in row else ''))
     emit(row, args, text)
     return row

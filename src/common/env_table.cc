@@ -313,8 +313,10 @@ const EnvVar kVars[] = {
      "bytes per second of each host's link (e.g. 12000000 for 100 Mbit/s): the kernel paces "
      "each connection between a worker and a server on another host at this rate times the "
      "server's share of big keys over the busiest link's load, so that no link's queue "
-     "fills (`PSKV_WIRE_AHEAD_BYTES` is then not applied); small keys go no faster than their "
-     "connection's rate; 0: off "
+     "fills (`PSKV_WIRE_AHEAD_BYTES` is then not applied), and a big key's slices bigger than "
+     "`PSKV_WIRE_CHUNK_BYTES` travel in finer chunks (a 32nd of the slice, at least 16 KiB, "
+     "each its own message) so that a server's answers keep up with the pushes; small keys go "
+     "no faster than their connection's rate; 0: off "
      "([performance](docs/"
      "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",
      Int<&Options::link_rate>},

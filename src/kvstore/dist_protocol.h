@@ -247,16 +247,38 @@ inline std::vector<int64_t> ChunkLengths(int64_t len, int64_t per, uint64_t max_
   return out;
 }
 
-/// Cuts each slice into chunks of about `chunk_bytes` (0: one chunk per slice) by
-/// ChunkLengths, at most MaxChunks(num_servers) per slice. Empty slices are left out.
+/// Finer chunks where links are the limit (`PSKV_LINK_RATE` set; ChunkElems). With
+/// sync rounds on links that are the limit, a server's answers run one round of
+/// chunks behind the pushes and cannot catch up, so a step takes about (1 + the
+/// biggest chunk / its slice) times the links' bound (docs/performance.md, "Across
+/// hosts"): a 1 MiB slice in chunks of at most 256 KiB, 1.2 times.
+constexpr int64_t kFineChunksPerSlice = 32;
+/// Chunks are cut no smaller than this for kFineChunksPerSlice (ramps aside).
+constexpr int64_t kMinFineChunkBytes = int64_t{16} << 10;
+
+/// The chunk size, in elements, of a slice of `len` elements: `chunk_bytes` (0: the
+/// whole slice). With `per_slice` > 1, a slice bigger than `chunk_bytes` is cut
+/// finer, into chunks of a `per_slice`-th of it where that is smaller, but not below
+/// kMinFineChunkBytes; a slice of at most `chunk_bytes` stays one chunk.
+inline int64_t ChunkElems(int64_t len, int64_t elem_bytes, int64_t chunk_bytes,
+                          int64_t per_slice = 1) {
+  if (chunk_bytes <= 0) return std::max<int64_t>(1, len);
+  elem_bytes = std::max<int64_t>(1, elem_bytes);
+  int64_t bytes = chunk_bytes;
+  if (per_slice > 1 && len > chunk_bytes / elem_bytes)
+    bytes = std::min(chunk_bytes, std::max(kMinFineChunkBytes, len / per_slice * elem_bytes));
+  return std::max<int64_t>(1, bytes / elem_bytes);
+}
+
+/// Cuts each slice into chunks of ChunkElems(`per_slice`) by ChunkLengths, at most
+/// MaxChunks(num_servers) per slice. Empty slices are left out. The workers of a job
+/// must cut alike (the same `chunk_bytes` and `per_slice`): a chunk is a ps key.
 inline std::vector<Chunk> ChunkSlices(const std::vector<Slice>& slices, int64_t elem_bytes,
-                                      int64_t chunk_bytes, int num_servers) {
+                                      int64_t chunk_bytes, int num_servers, int64_t per_slice = 1) {
   std::vector<Chunk> out;
   for (const Slice& s : slices) {
     if (s.len == 0) continue;
-    const int64_t per = chunk_bytes > 0
-                            ? std::max<int64_t>(1, chunk_bytes / std::max<int64_t>(1, elem_bytes))
-                            : s.len;
+    const int64_t per = ChunkElems(s.len, elem_bytes, chunk_bytes, per_slice);
     uint64_t c = 0;
     int64_t at = 0;
     for (int64_t len : ChunkLengths(s.len, per, MaxChunks(num_servers))) {

@@ -99,18 +99,21 @@ class KVWorker {
   /// Pushes vals (sum(lens) bytes) for keys; `cmd` is passed to the servers.
   /// Returns the request's id (for Await / Cancel). `ahead` > 0 paces the request's
   /// messages (ps/push_pacer.h: at most `ahead` bytes per server unanswered), which
-  /// is deadlock-free only for the pieces of one key.
+  /// is deadlock-free only for the pieces of one key. A server's keys travel in
+  /// messages of up to `message_bytes` (cut at key boundaries; 0: the wire chunk
+  /// size, PSKV_WIRE_CHUNK_BYTES; 1: one key per message).
   uint64_t Push(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
-                int cmd, Callback cb, int priority = 0, uint64_t ahead = 0);
+                int cmd, Callback cb, int priority = 0, uint64_t ahead = 0,
+                uint64_t message_bytes = 0);
   /// Pulls into `out` (sum(lens) bytes).
   uint64_t Pull(const std::vector<uint64_t>& keys, char* out, const std::vector<uint64_t>& lens,
                 int cmd, Callback cb, int priority = 0);
   /// Push then pull in one round trip; the answer (out_lens per key) goes to out.
-  /// `ahead` as for Push.
+  /// `ahead` and `message_bytes` as for Push.
   uint64_t PushPull(const std::vector<uint64_t>& keys, Frame vals,
                     const std::vector<uint64_t>& lens, char* out,
                     const std::vector<uint64_t>& out_lens, int cmd, Callback cb, int priority = 0,
-                    uint64_t ahead = 0);
+                    uint64_t ahead = 0, uint64_t message_bytes = 0);
   /// Pull and PushPull scattering the answer: key i's bytes go to outs[i] (each valid
   /// until the callback has run), straight from the receive buffer.
   uint64_t Pull(const std::vector<uint64_t>& keys, std::vector<char*> outs,
@@ -183,7 +186,8 @@ class KVWorker {
   };
   uint64_t Issue(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
                  char* out, std::vector<char*> outs, const std::vector<uint64_t>& out_lens, int cmd,
-                 uint8_t flags, Callback cb, int priority, uint64_t ahead = 0);
+                 uint8_t flags, Callback cb, int priority, uint64_t ahead = 0,
+                 uint64_t message_bytes = 0);
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
   /// A newer range table: messages whose range moved are sent to the new primary.

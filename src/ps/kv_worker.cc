@@ -26,9 +26,9 @@ size_t KVWorker::Pending() const {
 
 uint64_t KVWorker::Push(const std::vector<uint64_t>& keys, Frame vals,
                         const std::vector<uint64_t>& lens, int cmd, Callback cb, int priority,
-                        uint64_t ahead) {
+                        uint64_t ahead, uint64_t message_bytes) {
   return Issue(keys, std::move(vals), lens, nullptr, {}, {}, cmd, kPush, std::move(cb), priority,
-               ahead);
+               ahead, message_bytes);
 }
 
 uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, char* out,
@@ -47,9 +47,9 @@ uint64_t KVWorker::Pull(const std::vector<uint64_t>& keys, std::vector<char*> ou
 uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
                             const std::vector<uint64_t>& lens, char* out,
                             const std::vector<uint64_t>& out_lens, int cmd, Callback cb,
-                            int priority, uint64_t ahead) {
+                            int priority, uint64_t ahead, uint64_t message_bytes) {
   return Issue(keys, std::move(vals), lens, out, {}, out_lens, cmd, kPush | kPull, std::move(cb),
-               priority, ahead);
+               priority, ahead, message_bytes);
 }
 
 uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
@@ -63,7 +63,7 @@ uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
 uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
                          const std::vector<uint64_t>& lens, char* out, std::vector<char*> outs,
                          const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
-                         int priority, uint64_t ahead) {
+                         int priority, uint64_t ahead, uint64_t message_bytes) {
   if (keys.size() != lens.size() || ((out || !outs.empty()) && out_lens.size() != keys.size()) ||
       (!outs.empty() && outs.size() != keys.size()))
     throw InternalError("KVWorker: keys and lens differ in length");
@@ -91,7 +91,8 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
   // One message per server's keys; with wire chunks, a server's keys are cut into
   // messages of about `chunk` bytes (sent or answered) at key boundaries.
-  const uint64_t chunk = static_cast<uint64_t>(node_->options().wire_chunk_bytes);
+  const uint64_t chunk =
+      message_bytes > 0 ? message_bytes : static_cast<uint64_t>(node_->options().wire_chunk_bytes);
   auto key_bytes = [&](size_t k) {
     return std::max(lens[k], out_lens.empty() ? uint64_t{0} : out_lens[k]);
   };

@@ -80,5 +80,42 @@ TEST(DistProtocol, ChunkSlicesCoverEachSliceWithinTheKeyRange) {
   EXPECT_EQ(dist::OptimizerKey(dist::ChunkKey(dist::WireKey(3, 42), 9)), (int64_t{9} << 32) | 42);
 }
 
+// Finer chunks (per_slice > 1, where links are the limit): a slice bigger than the
+// chunk size is cut into chunks of a per_slice-th of it, not below
+// kMinFineChunkBytes and not above the chunk size; a slice of at most the chunk size
+// stays one chunk, and per_slice = 1 is the chunk size alone.
+TEST(DistProtocol, FineChunksCutBigSlicesIntoAFixedNumberOfChunks) {
+  const int64_t chunk = 256 << 10;  // bytes
+  const int64_t n = dist::kFineChunksPerSlice;
+  // The k = 4, 4 MiB slice (1 MiB of float32): chunks of 32 KiB instead of 256 KiB.
+  EXPECT_EQ(dist::ChunkElems(262144, 4, chunk), 65536);
+  EXPECT_EQ(dist::ChunkElems(262144, 4, chunk, n), 262144 / n);
+  const auto fine = dist::ChunkLengths(262144, dist::ChunkElems(262144, 4, chunk, n), 1000);
+  EXPECT_LE(*std::max_element(fine.begin(), fine.end()) * 4, (int64_t{1} << 20) / n);
+  EXPECT_GE(fine.size(), static_cast<size_t>(n));
+  EXPECT_EQ(std::accumulate(fine.begin(), fine.end(), int64_t{0}), 262144);
+  // A 64 MiB key's slices (16 MiB) keep the chunk size: a 32nd of them is bigger.
+  EXPECT_EQ(dist::ChunkElems(int64_t{4} << 20, 4, chunk, n), chunk / 4);
+  // Not below kMinFineChunkBytes (a 300 KiB slice: 16 KiB, not 9.4 KiB).
+  EXPECT_EQ(dist::ChunkElems(76800, 4, chunk, n), dist::kMinFineChunkBytes / 4);
+  // A slice of at most the chunk size stays one chunk; chunks off stay off.
+  EXPECT_EQ(dist::ChunkElems(65536, 4, chunk, n), 65536);
+  EXPECT_EQ(dist::ChunkElems(1000, 4, 0, n), 1000);
+  // A chunk size below the floor is kept (the floor only limits the finer cut).
+  EXPECT_EQ(dist::ChunkElems(262144, 4, 4096, n), 1024);
+  // ChunkSlices cuts every slice of a split key alike, each within its slice.
+  const auto slices = dist::PlaceKey(7, 1 << 20, 4, 1000);  // 4 MiB over 4 servers
+  const auto coarse = dist::ChunkSlices(slices, 4, chunk, 4);
+  const auto chunks = dist::ChunkSlices(slices, 4, chunk, 4, n);
+  EXPECT_GE(chunks.size(), static_cast<size_t>(4 * n));
+  EXPECT_GT(chunks.size(), 3 * coarse.size());
+  std::vector<int64_t> covered(4, 0);
+  for (const auto& c : chunks) {
+    EXPECT_LE(c.len * 4, (int64_t{1} << 20) / n);
+    covered[static_cast<size_t>(c.server)] += c.len;
+  }
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(covered[static_cast<size_t>(r)], slices[r].len);
+}
+
 }  // namespace
 }  // namespace pskv

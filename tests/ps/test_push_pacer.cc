@@ -1,5 +1,6 @@
 // PushPacer alone (ps/push_pacer.h), a simulated sync round of several paced
-// workers, and a paced request between real nodes (threads of this process).
+// workers, a paced request between real nodes (threads of this process), and the
+// size of a request's messages.
 #include "ps/push_pacer.h"
 
 #include <gtest/gtest.h>
@@ -188,6 +189,63 @@ TEST(PushPacer, KVWorkerSendsAPacedRequestsMessagesAsAnswersArrive) {
       EXPECT_EQ(most_held, 2u);  // two pieces' worth, then the answers release the next
     else
       EXPECT_GT(most_held, 2u);  // unpaced: more at once (all of them, unless delayed)
+  }
+}
+
+// Message size of a request (KVWorker::Push's `message_bytes`): by default a
+// server's consecutive keys share messages of up to the wire chunk size; with 1,
+// each key is a message of its own (the dense store's finer chunks, each a round).
+TEST(PushPacer, KVWorkerSendsOneKeyPerMessageWhenAsked) {
+  constexpr uint64_t kKey = 4 << 10;
+  constexpr int kKeys = 8;
+  for (uint64_t message_bytes : {uint64_t{0}, uint64_t{1}}) {
+    const int port = test::FreePort();
+    auto opts = [&](Role r) {
+      Options o = test::NodeOptions(r, port, 1, 1);
+      o.wire_chunk_bytes = 64 << 10;
+      return o;
+    };
+    std::mutex mu;
+    std::vector<uint32_t> keys_per_message;
+    std::thread sched([&] {
+      Node n(opts(Role::kScheduler));
+      n.Start();
+      n.Finalize(0ms);
+    });
+    std::thread server([&] {
+      Node n(opts(Role::kServer));
+      KVServer srv(
+          &n,
+          [&](KVRequest&& r, KVServer* s) {
+            {
+              std::lock_guard<std::mutex> lk(mu);
+              keys_per_message.push_back(r.msg.h.num_keys);
+            }
+            s->Respond(r);
+          },
+          nullptr);
+      n.Start();
+      n.Finalize(0ms);
+    });
+    {
+      Node n(opts(Role::kWorker));
+      KVWorker w(&n);
+      n.Start();
+      std::vector<uint64_t> keys, lens(kKeys, kKey);
+      for (int k = 0; k < kKeys; ++k) keys.push_back(static_cast<uint64_t>(k));
+      std::vector<char> vals(kKeys * kKey, 1);
+      auto done = std::make_shared<Completion>();
+      auto ts = w.Push(keys, Frame::Copy(vals.data(), vals.size()), lens, 0,
+                       Completion::Callback(done), 0, 0, message_bytes);
+      w.Await(ts, done, 60s, 0ms, "push");
+      n.Finalize(30s);
+    }
+    sched.join();
+    server.join();
+    if (message_bytes == 0)
+      EXPECT_EQ(keys_per_message, (std::vector<uint32_t>{kKeys}));
+    else
+      EXPECT_EQ(keys_per_message, std::vector<uint32_t>(kKeys, 1u));
   }
 }
 

@@ -9,10 +9,11 @@ namespace pskv::dist {
 
 void PlaceDense(KeyMeta* m, int store_id, int num_servers, int64_t bigarray_bound,
                 const std::vector<int64_t>& shares, int64_t wire_chunk_bytes,
-                const std::function<int64_t(int64_t)>& comp_bytes) {
+                const std::function<int64_t(int64_t)>& comp_bytes, int64_t per_slice) {
   const int S = num_servers;
-  for (auto& c : ChunkSlices(PlaceKey(m->key, m->size, S, bigarray_bound, shares),
-                             static_cast<int64_t>(DTypeSize(m->dtype)), wire_chunk_bytes, S)) {
+  for (auto& c :
+       ChunkSlices(PlaceKey(m->key, m->size, S, bigarray_bound, shares),
+                   static_cast<int64_t>(DTypeSize(m->dtype)), wire_chunk_bytes, S, per_slice)) {
     const Slice s{c.server, c.offset, c.len};
     m->slices.push_back(s);
     m->ps_keys.push_back(PsKey(ChunkKey(WireKey(store_id, m->key), c.index), s.server, S));

@@ -46,10 +46,11 @@ struct KeyMeta {
 /// Places a dense key of `store_id` over `num_servers` (dist_protocol.h, PlaceKey:
 /// a big key split by `shares`, evenly if empty; each server's slice cut into wire
 /// chunks: one ps key and message per chunk; servers with an empty slice get none).
-/// `comp_bytes`, if set, gives the compressed bytes of a slice of n elements.
+/// `comp_bytes`, if set, gives the compressed bytes of a slice of n elements;
+/// `per_slice` > 1 cuts big slices finer (ChunkSlices; ChunksPerSlice).
 void PlaceDense(KeyMeta* m, int store_id, int num_servers, int64_t bigarray_bound,
                 const std::vector<int64_t>& shares, int64_t wire_chunk_bytes,
-                const std::function<int64_t(int64_t)>& comp_bytes);
+                const std::function<int64_t(int64_t)>& comp_bytes, int64_t per_slice = 1);
 /// Places a row_sparse key of `store_id` by row ranges (one ps key per range). Always
 /// evenly: a row_sparse key's traffic is the rows a step touches, not its size.
 void PlaceRowSparse(KeyMeta* m, int store_id, int num_servers, int64_t bigarray_bound);

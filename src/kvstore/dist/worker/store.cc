@@ -166,7 +166,7 @@ states::Layout DistWorkerStore::StatesLayout(int num_servers) {
       PlaceRowSparse(p.get(), store_id_, num_servers, options_.bigarray_bound);
     else
       PlaceDense(p.get(), store_id_, num_servers, options_.bigarray_bound, {},
-                 options_.wire_chunk_bytes, {});
+                 options_.wire_chunk_bytes, {}, ChunksPerSlice());
     m = p.get();
     placed.push_back(std::move(p));
   }
@@ -189,7 +189,7 @@ void DistWorkerStore::InitImpl(const std::vector<int>& keys, const std::vector<N
       m->dtype = values[i].dtype();
       m->size = values[i].size();
       PlaceDense(m.get(), store_id_, node_->num_servers(), options_.bigarray_bound, shares_,
-                 options_.wire_chunk_bytes, comp_bytes);
+                 options_.wire_chunk_bytes, comp_bytes, ChunksPerSlice());
       if (compressor_) m->residual = NDArray({m->size}, DType::kFloat32);
       created.push_back(keys_.Add(std::move(m)));
     }
@@ -233,7 +233,8 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
           auto [frame, lens, cmd] = Prepare(*m, vals);
           done = obs::Track("push", std::to_string(k), frame.size, obs_t,
                             std::move(done));  // [observe]
-          link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority, PushAhead());
+          link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority, PushAhead(),
+                                MessageBytes());
         },
         StartsHere(*m, vals.size()));
   }
@@ -321,7 +322,7 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
           NDArray first = dst[0];
           link_->worker()->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()),
                                     m->lens, cmd, CopyToAll(dst, std::move(done)), priority,
-                                    PushAhead());
+                                    PushAhead(), MessageBytes());
         },
         StartsHere(*m, vals.size()));
   }

@@ -114,6 +114,13 @@ class DistWorkerStore : public KVStore {
   uint64_t PushAhead() const {
     return options_.link_rate > 0 ? 0 : static_cast<uint64_t>(options_.wire_ahead_bytes);
   }
+  /// Chunks per big slice (PlaceDense): finer where the kernel paces the connections
+  /// (PSKV_LINK_RATE: links are the limit, and a step's answers lag its pushes by
+  /// the biggest message; dist_protocol.h, kFineChunksPerSlice), each chunk then its
+  /// own message (MessageBytes); else the chunk size alone, and a server's
+  /// consecutive chunks go in messages of up to the chunk size.
+  int64_t ChunksPerSlice() const { return options_.link_rate > 0 ? kFineChunksPerSlice : 1; }
+  uint64_t MessageBytes() const { return options_.link_rate > 0 ? 1 : 0; }
 
   const bool async_;
   SharedNode::Lease lease_;
