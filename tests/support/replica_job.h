@@ -1,14 +1,18 @@
 // A job of real processes with replicated servers (PSKV_REPLICAS) for kill tests:
 // a scheduler, servers (pskv-server) and workers (a test program given OUT_DIR as its
 // last argument), over real ZeroMQ on loopback, with fast failure detection. One
-// server can be killed with SIGKILL once a worker wrote a marker file to OUT_DIR.
+// server can be killed with SIGKILL once a worker wrote a marker file to OUT_DIR, then
+// another, ...; spare servers (PSKV_SPARE_SERVERS) can be started with the job.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -23,10 +27,12 @@ struct ReplicaJobSpec {
   std::string server;               // pskv-server
   std::vector<std::string> worker;  // the worker's argv; OUT_DIR is appended
   int servers = 2, workers = 2, replicas = 1;
-  int reply_delay_ms = 0;                  // PSKV_TEST_REPLY_DELAY of the servers
+  int spares = 0;          // PSKV_SPARE_SERVERS: started after the servers, as servers[S..]
+  int reply_delay_ms = 0;  // PSKV_TEST_REPLY_DELAY of the servers (spares included)
   std::map<std::string, std::string> env;  // more variables for every process
-  std::map<int, std::map<std::string, std::string>> server_env;  // more for server i
-  std::vector<std::string> collect;                              // more files of OUT_DIR to return
+  // More for server i (a spare's i counts on from the servers: S, S + 1, ...).
+  std::map<int, std::map<std::string, std::string>> server_env;
+  std::vector<std::string> collect;  // more files of OUT_DIR to return
 };
 
 struct ReplicaJobResult {
@@ -47,6 +53,7 @@ inline std::map<std::string, std::string> Env(const ReplicaJobSpec& s, int port,
                                           {"DMLC_NUM_SERVER", std::to_string(s.servers)},
                                           {"DMLC_NUM_WORKER", std::to_string(s.workers)},
                                           {"PSKV_REPLICAS", std::to_string(s.replicas)},
+                                          {"PSKV_SPARE_SERVERS", std::to_string(s.spares)},
                                           {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
                                           {"PSKV_WIRE_CHUNK_BYTES", "262144"},
                                           // Fast detection of the silent (killed) server.
@@ -59,15 +66,26 @@ inline std::map<std::string, std::string> Env(const ReplicaJobSpec& s, int port,
 
 }  // namespace replica_job_detail
 
-/// A server to kill (SIGKILL) once OUT_DIR/`marker` exists.
+/// What a ReplicaKill's `before` sees of the running job.
+struct ReplicaJobRun {
+  std::string dir;                                  // OUT_DIR
+  std::string log;                                  // the path of every process's output
+  std::chrono::steady_clock::time_point last_kill;  // of the kill before (or the start)
+};
+
+/// A server to kill (SIGKILL) once OUT_DIR/`marker` exists (none: at once), and then
+/// `before` (if set) returned "": it may wait for the job to reach a state (a log line,
+/// a later round); a non-empty return is why the job fails.
 struct ReplicaKill {
   int victim = -1;
   std::string marker;
+  std::function<std::string(const ReplicaJobRun&)> before;
 };
 
 /// Runs the job, killing the servers of `kills` one after the other (each once its
-/// marker exists). Every worker must exit 0, and the scheduler and the surviving
-/// servers too; else the test fails (with the job's log) and the result is not ok.
+/// marker exists and its `before` returned). Every worker must exit 0, and the
+/// scheduler and the surviving servers (spares included) too; else the test fails
+/// (with the job's log) and the result is not ok.
 inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
                                       const std::vector<ReplicaKill>& kills) {
   using namespace std::chrono_literals;
@@ -82,9 +100,10 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
   const int port = FreePort();
   const pid_t scheduler = Spawn({s.server}, d::Env(s, port, "scheduler"), log);
   std::vector<pid_t> servers, workers;
-  for (int i = 0; i < s.servers; ++i) {
+  for (int i = 0; i < s.servers + s.spares; ++i) {
     auto env = d::Env(s, port, "server");
     env["DMLC_TASK_ID"] = std::to_string(i);
+    if (i >= s.servers) env["PSKV_SPARE_SERVER"] = "1";
     if (s.reply_delay_ms) env["PSKV_TEST_REPLY_DELAY"] = std::to_string(s.reply_delay_ms);
     if (auto it = s.server_env.find(i); it != s.server_env.end())
       for (auto& [k, v] : it->second) env[k] = v;
@@ -103,13 +122,19 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
       ::waitpid(p, nullptr, 0);
     }
   };
+  ReplicaJobRun run{dir, log, std::chrono::steady_clock::now()};
   for (const ReplicaKill& k : kills) {
-    if (!WaitFile(dir + "/" + k.marker, 60s)) {
-      ADD_FAILURE() << s.name << ": " << k.marker << " never written; log:\n" << ReadFile(log);
+    std::string why;
+    if (!k.marker.empty() && !WaitFile(dir + "/" + k.marker, 60s))
+      why = k.marker + " never written";
+    if (why.empty() && k.before) why = k.before(run);
+    if (!why.empty()) {
+      ADD_FAILURE() << s.name << ": " << why << "; log:\n" << ReadFile(log);
       stop();
       return res;
     }
     ::kill(servers[static_cast<size_t>(k.victim)], SIGKILL);
+    run.last_kill = std::chrono::steady_clock::now();
   }
   for (size_t w = 0; w < workers.size(); ++w) {
     auto st = WaitExit(workers[w], 90s);
@@ -161,11 +186,47 @@ inline void ExpectSameWeights(const std::vector<std::string>& want,
   }
 }
 
+/// A kill's `before` for jobs with spares: waits until the scheduler reported
+/// `copies` installed copies in all ("back to full strength", docs/fault-tolerance.md),
+/// stores the time since the kill before in *ms, then until worker 0 wrote the next
+/// marker `prefix`<n> (w0.r<n>: a round finished; of `rounds`).
+inline std::function<std::string(const ReplicaJobRun&)> AfterFullStrength(
+    int copies, int rounds, double* ms, const std::string& prefix = "w0.r") {
+  return [=](const ReplicaJobRun& run) -> std::string {
+    using namespace std::chrono_literals;
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    int copied = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      const std::string text = ReadFile(run.log);
+      copied = 0;
+      for (size_t at = 0; (at = text.find("and is now its replica", at)) != std::string::npos; ++at)
+        ++copied;
+      if (copied >= copies) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    if (copied < copies)
+      return "the spare became the replica of " + std::to_string(copied) + " key range(s), not " +
+             std::to_string(copies);
+    *ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - run.last_kill)
+            .count();
+    auto round_done = [&](int r) {
+      return std::filesystem::exists(run.dir + "/" + prefix + std::to_string(r));
+    };
+    int next = 1;
+    while (round_done(next)) ++next;
+    if (next >= rounds) return "the job finished before the spare was a replica";
+    if (!WaitFile(run.dir + "/" + prefix + std::to_string(next), 60s))
+      return "no round finished after the spare joined";
+    return {};
+  };
+}
+
 /// Runs the job; if `victim` >= 0, kills server `victim` once OUT_DIR/`marker` exists.
 inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
                                       const std::string& marker = "") {
   std::vector<ReplicaKill> kills;
-  if (victim >= 0) kills.push_back({victim, marker});
+  if (victim >= 0) kills.push_back({victim, marker, nullptr});
   return RunReplicaJob(s, kills);
 }
 
