@@ -46,9 +46,10 @@ enum class Kind : int {
   // (u64), the part (u8, CopyPart), the range (i32), then per part:
   //  kBegin:  sync mode (u8), keys (u64), value bytes (u64), stores (u32), then per
   //           store its id (i32) and optimizer-states bytes (u64); one key, no value
-  //  kKeys:   per key of the message: wire key (i64), dtype (i32), open round (i64),
+  //  kKeys:   per key of the message: wire key (i64), dtype (i32), rows (i64: a
+  //           row_sparse key's table rows, 0 for a dense key), open round (i64),
   //           workers (u32) and per worker its id (i32) and last applied push count
-  //           (u64); values: the keys' values
+  //           (u64); values: the keys' values (a row_sparse key's whole table)
   //  kStates: store (i32), offset (u64); value: that piece of the store's
   //           Optimizer::SaveStates(dump) blob
   //  kEnd:    (nothing more); answered once the copy is installed

@@ -80,3 +80,24 @@ TEST(FailoverSpare, SpareBringsTheJobBackToFullStrengthAndASecondLossIsSurvived)
               full_strength_ms);
   PrintCopies(twice.log);
 }
+
+// The same with row_sparse keys (tests/dist/sparse_failover_worker.cc: Adam with lazy
+// row updates on a table sliced over both servers by rows, a table on one server, a
+// dense key): the copy carries each row_sparse key's table, open round and push counts
+// and the optimizer's states of its rows.
+TEST(FailoverSpare, RowSparseKeysAreCopiedAndASecondLossIsSurvived) {
+  constexpr int kSparseRounds = 16;
+  auto spec = [&](const std::string& name, int spares) {
+    return Spec(name, spares, SPARSE_FAILOVER_WORKER, kSparseRounds);
+  };
+  const auto undisturbed = RunReplicaJob(spec("sparse_undisturbed", 0)).weights;
+  double full_strength_ms = 0;
+  const auto twice = RunReplicaJob(
+      spec("sparse_twice", 1),
+      {{0, "w0.r2", nullptr}, {1, "", AfterFullStrength(2, kSparseRounds, &full_strength_ms)}});
+  ExpectSameWeights(undisturbed, twice.weights,
+                    "row_sparse: server 0, then server 1 killed, the spare in between");
+  std::printf("[ measured ] kill of server 0 -> both key ranges replicated again: %.0f ms\n",
+              full_strength_ms);
+  PrintCopies(twice.log);
+}

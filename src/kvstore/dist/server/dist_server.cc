@@ -125,7 +125,7 @@ Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
 }
 
 void DistServer::Handle(KVRequest&& req) {
-  // A spare's copy of the range being installed (range_copy.cc).
+  // A spare's copy of the range being installed (range_install.cc).
   if (replicator_ && (copy_in_ || dist::CmdKind(req.cmd) == Kind::kRangeCopy) && TakenByCopy(req))
     return;
   const Message& m = req.msg;

@@ -281,7 +281,8 @@ class DistServer {
   /// Replica: applies a kReplicateAsync request and acknowledges it.
   void ApplyAsyncReplica(const KVRequest& req);
 
-  // ---- a copy of the range for a joining spare (range_copy.cc)
+  // ---- a copy of the range for a joining spare (range_copy.cc sends it,
+  // range_install.cc installs it)
   /// What a spare receives of a copy until it is installed.
   struct CopyIn {
     int from = 0;  // the primary sending it
@@ -297,6 +298,9 @@ class DistServer {
   /// Receive thread: true if `req` was taken by the copy being installed (a part of
   /// it, or a change of the range that waits for it).
   bool TakenByCopy(KVRequest& req);
+  /// Receive thread: installs the copy if every part arrived, answers its kEnd,
+  /// applies the changes that followed it and reports the install to the scheduler.
+  void InstallIfComplete();
   /// Exclusive: installs one part of a copy; "" or why it is refused.
   std::string InstallPart(const KVRequest& req, dist::CopyPart part, ByteReader& body);
   std::string InstallKeys(const KVRequest& req, ByteReader& body);

@@ -362,4 +362,31 @@ void SparseServer::WorkerDone(int id, KVServer* srv,
   }
 }
 
+std::vector<SparseServer::KeyCopy> SparseServer::Copy() const {
+  std::vector<KeyCopy> out;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [wk, k] : keys_) {
+    std::lock_guard<std::mutex> klk(k->mu);
+    out.push_back({wk, k->table.Clone(), k->round.round(), k->applied_push});
+  }
+  return out;
+}
+
+std::string SparseServer::Install(KeyCopy copy) {
+  if (copy.table.shape().size() != 2 || copy.table.shape()[0] < 1 || copy.table.shape()[1] < 1 ||
+      copy.round < 1)
+    return "row_sparse key " + std::to_string(dist::KeyOf(copy.wire_key)) + ": a malformed copy";
+  auto k = std::make_unique<Key>();
+  k->rows = copy.table.shape()[0];
+  k->row_size = copy.table.shape()[1];
+  k->table = std::move(copy.table);
+  k->round.StartAt(copy.round);
+  k->applied_push = std::move(copy.applied_push);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!keys_.emplace(copy.wire_key, std::move(k)).second)
+    return "row_sparse key " + std::to_string(dist::KeyOf(copy.wire_key)) + " twice";
+  count_.store(keys_.size(), std::memory_order_release);
+  return {};
+}
+
 }  // namespace pskv

@@ -84,6 +84,19 @@ class SparseServer {
   /// A worker finished: open rounds that still need its push fail with a message.
   void WorkerDone(int id, KVServer* srv, const std::function<std::string(int)>& worker_name);
 
+  /// One key's state in a copy of a range for a spare that joins it (range_copy.cc).
+  struct KeyCopy {
+    int64_t wire_key = 0;
+    NDArray table;      // rows x row_size, the key's dtype
+    int64_t round = 1;  // the open round
+    std::map<int, uint64_t> applied_push;
+  };
+  /// A copy of every key, in key order (their tables cloned). Only when no request
+  /// of these keys runs (the DistServer's exclusive section).
+  std::vector<KeyCopy> Copy() const;
+  /// Adds a key from a copy; "" or why not (a key held already, a malformed table).
+  std::string Install(KeyCopy copy);
+
  private:
   struct Key {
     std::mutex mu;
