@@ -359,6 +359,10 @@ const EnvVar kVars[] = {
      "n: a primary server process exits (status 137) once n of its key rounds were "
      "replicated, before their pushes are answered",
      nullptr},
+    {"PSKV_TEST_COPY_HOLD_CHANGES", T::kInt, 0, 1000000, "", "0", S::kTest,
+     "n: a spare server installs a copy of a key range only once it holds n changes of the "
+     "range that followed the copy",
+     nullptr},
     {"PSKV_TEST_BOGUS_CREDITS", T::kBool, 0, 1, "", "0", S::kTest,
      "1: with every send-window credit a node also sends one for far more messages than it "
      "received",
@@ -387,6 +391,7 @@ TestHooks TestHooks::FromEnv() {
   if (auto v = read("PSKV_TEST_DUPLICATE_REPLIES")) h.duplicate_replies = *v != 0;
   if (auto v = read("PSKV_TEST_BOGUS_CREDITS")) h.bogus_credits = *v != 0;
   if (auto v = read("PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS")) h.exit_after_replicated_rounds = *v;
+  if (auto v = read("PSKV_TEST_COPY_HOLD_CHANGES")) h.copy_hold_changes = *v;
   return h;
 }
 

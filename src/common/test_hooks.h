@@ -29,6 +29,11 @@ struct TestHooks {
   /// (status 137, as if killed) when its replicas have acknowledged this many key
   /// rounds, before any push of that round is answered (0: never).
   int64_t exit_after_replicated_rounds = 0;
+  /// PSKV_TEST_COPY_HOLD_CHANGES: a spare server installs a copy of a key range only
+  /// once it holds this many changes of the range that followed the copy (every part
+  /// arrived or not; 0: as soon as every part arrived), so that a test exercises the
+  /// changes applied after the install.
+  int64_t copy_hold_changes = 0;
 
   /// The PSKV_TEST_* variables of this process's environment; ConfigError naming a
   /// malformed one.

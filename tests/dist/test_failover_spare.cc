@@ -101,3 +101,28 @@ TEST(FailoverSpare, RowSparseKeysAreCopiedAndASecondLossIsSurvived) {
               full_strength_ms);
   PrintCopies(twice.log);
 }
+
+// The changes of a range that reach the spare while its copy is pending (acknowledged
+// at once, applied right after the install): the spare holds the install back until
+// 20 of them arrived (PSKV_TEST_COPY_HOLD_CHANGES; a dense round of a key, or a wire
+// chunk of one, is one change), then server 1 is killed and the job finishes on the
+// spare alone with the undisturbed job's bits.
+TEST(FailoverSpare, ChangesDuringTheCopyAreAppliedAfterItsInstall) {
+  constexpr int kHold = 20;
+  const auto& undisturbed = Undisturbed();
+  auto spec = Spec("held", 1);
+  spec.server_env[2]["PSKV_TEST_COPY_HOLD_CHANGES"] = std::to_string(kHold);
+  double full_strength_ms = 0;
+  const auto r = RunReplicaJob(
+      spec, {{0, "w0.r3", nullptr}, {1, "", AfterFullStrength(2, kRounds, &full_strength_ms)}});
+  ExpectSameWeights(undisturbed, r.weights, "changes held during the copy, then two kills");
+  const std::regex applied(R"(installed the copy of key range (\d) .*?applying the (\d+) change)");
+  int ranges = 0;
+  for (auto it = std::sregex_iterator(r.log.begin(), r.log.end(), applied);
+       it != std::sregex_iterator(); ++it, ++ranges) {
+    EXPECT_GE(std::stoi((*it)[2].str()), kHold) << (*it)[0].str();
+    std::printf("[ measured ] key range %s: %s change(s) applied after the install\n",
+                (*it)[1].str().c_str(), (*it)[2].str().c_str());
+  }
+  EXPECT_EQ(ranges, 2) << r.log;
+}

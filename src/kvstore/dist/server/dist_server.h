@@ -298,8 +298,9 @@ class DistServer {
   /// Receive thread: true if `req` was taken by the copy being installed (a part of
   /// it, or a change of the range that waits for it).
   bool TakenByCopy(KVRequest& req);
-  /// Receive thread: installs the copy if every part arrived, answers its kEnd,
-  /// applies the changes that followed it and reports the install to the scheduler.
+  /// Receive thread: installs the copy if every part arrived (and the changes a test
+  /// holds it back for, TestHooks::copy_hold_changes), answers its kEnd, applies the
+  /// changes that followed it and reports the install to the scheduler.
   void InstallIfComplete();
   /// Exclusive: installs one part of a copy; "" or why it is refused.
   std::string InstallPart(const KVRequest& req, dist::CopyPart part, ByteReader& body);
