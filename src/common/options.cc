@@ -47,6 +47,12 @@ Options Options::FromEnv() {
   return o;
 }
 
+std::string WorkerLayoutSettings(const Options& o) {
+  return "PSKV_WIRE_CHUNK_BYTES=" + std::to_string(o.wire_chunk_bytes) +
+         " PSKV_LINK_RATE=" + (o.link_rate > 0 ? "on" : "off") +
+         " PSKV_SERVER_WEIGHTS=" + o.server_weights;
+}
+
 void Options::ValidateForDistributed() const {
   if (root_uri.empty())
     throw ConfigError(

@@ -192,6 +192,9 @@ struct NodeDesc {
   int port = 0;
   uint64_t token = 0;  // random per process: lets a node find itself in the table
   int64_t rank_hint = -1;
+  /// A registering worker's WorkerLayoutSettings (common/env_table.h): the scheduler
+  /// refuses a job whose workers differ. Empty for other nodes.
+  std::string layout;
 };
 std::string EncodeNodes(const std::vector<NodeDesc>& nodes);
 std::vector<NodeDesc> DecodeNodes(const std::string& body);

@@ -112,13 +112,14 @@ std::string EncodeNodeList(const std::vector<NodeDesc>& nodes) {
     w.Put<int32_t>(n.port);
     w.Put<uint64_t>(n.token);
     w.Put<int64_t>(n.rank_hint);
+    w.PutString(n.layout);
   }
   return w.Take();
 }
 
 std::vector<NodeDesc> DecodeNodeList(const std::string& body) {
   Reader r(body, Kind::kNodeList);
-  const size_t n = r.GetCount(36, "nodes");
+  const size_t n = r.GetCount(40, "nodes");
   if (n > 1u << 17) r.Fail(std::to_string(n) + " nodes is too many");
   std::vector<NodeDesc> out;
   out.reserve(n);
@@ -131,6 +132,7 @@ std::vector<NodeDesc> DecodeNodeList(const std::string& body) {
     d.port = r.Get<int32_t>();
     d.token = r.Get<uint64_t>();
     d.rank_hint = r.Get<int64_t>();
+    d.layout = r.GetString(1024);
     if (d.role < 0 || d.role > 2 || d.port < 0 || d.port > 65535 || d.id < 0)
       r.Fail("invalid node entry");
     out.push_back(std::move(d));

@@ -170,6 +170,19 @@ void Node::HandleRegister(const Message& m) {
     differs("PSKV_REPLICAS", head.replicas, options_.replicas);
     differs("PSKV_SPARE_SERVERS", head.spares, options_.spare_servers);
     if (head.spare) spare_tokens_.insert(d.token);
+    // Workers that cut keys differently would push chunks no other worker pushes:
+    // rounds that never complete. Refused with both settings named.
+    if (d.role == static_cast<int>(Role::kWorker) && replicas_mismatch_.empty()) {
+      if (worker_layout_.empty()) {
+        worker_layout_ = d.layout;
+        worker_layout_from_ = d.host + ":" + std::to_string(d.port);
+      } else if (d.layout != worker_layout_) {
+        replicas_mismatch_ = "the workers of this job cut their keys differently: the worker at " +
+                             d.host + ":" + std::to_string(d.port) + " has " + d.layout +
+                             ", the worker at " + worker_layout_from_ + " " + worker_layout_ +
+                             " (set the same on every worker)";
+      }
+    }
     if (options_.verbose >= 1)
       PSKV_INFO("scheduler: " << RoleName(static_cast<Role>(d.role)) << " at " << d.host << ":"
                               << d.port << " registered (" << pending_.size() << " of "

@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <random>
 
+#include "common/env_table.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "ps/node_internal.h"
@@ -480,6 +481,7 @@ void Node::TimerLoop() {
           d.port = port_;
           d.token = token_;
           d.rank_hint = options_.rank_hint;
+          if (role() == Role::kWorker) d.layout = WorkerLayoutSettings(options_);
           // The header's head carries this node's PSKV_REPLICAS and PSKV_SPARE_SERVERS
           // (every node of a job must set the same: HandleRegister) and whether it is
           // a spare server.

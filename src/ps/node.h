@@ -262,6 +262,9 @@ class Node {
   // number of spares registered does)
   std::string replicas_mismatch_;
   std::set<uint64_t> spare_tokens_;  // scheduler: registrants that are spare servers
+  // scheduler: the first registered worker's layout settings (NodeDesc::layout), and
+  // its address, which every later worker must match
+  std::string worker_layout_, worker_layout_from_;
   // scheduler registration state
   std::map<uint64_t, NodeDesc> pending_;  // by token
   std::map<uint64_t, int> temp_ids_;      // token -> temporary peer id for replies
