@@ -34,6 +34,12 @@ struct TestHooks {
   /// arrived or not; 0: as soon as every part arrived), so that a test exercises the
   /// changes applied after the install.
   int64_t copy_hold_changes = 0;
+  /// PSKV_TEST_HOLD_REPLICATION_ROUND: a primary server chooses the replicas of each
+  /// key's sync round n as always, but sends the round to them only once its range
+  /// table changed from the first (waiting at most 10 s, off the key's shard): a server
+  /// killed meanwhile is one of the round's chosen replicas when the table removing it
+  /// arrives (0: never).
+  int64_t hold_replication_round = 0;
 
   /// The PSKV_TEST_* variables of this process's environment; ConfigError naming a
   /// malformed one.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 
 #include "support/replica_job.h"
 
@@ -47,4 +48,23 @@ TEST(FailoverCommands, KillAmidBarriersLosesNothing) {
                                      victim, "w0.r" + std::to_string(after));
       ExpectSameWeights(want, got.weights, what);
     }
+}
+
+// A round whose replicas the primary chose before the range table removed one of them
+// (the replica was killed meanwhile) and sent after: server 0 holds the replication of
+// every key's round 5 (PSKV_TEST_HOLD_REPLICATION_ROUND) until the table changes, and
+// server 1, its replica, is killed during that round. The round goes on without the
+// dead replica instead of waiting for its answer forever (the workers' PSKV_TIMEOUT).
+TEST(FailoverChain, RoundSentAfterItsReplicaWasRemovedIsNotWaitedFor) {
+  const auto want = RunReplicaJob(Spec("held_undisturbed", 2, 1, false)).weights;
+  auto s = Spec("held_kill", 2, 1, false);
+  s.server_env[0]["PSKV_TEST_HOLD_REPLICATION_ROUND"] = "5";
+  s.env["PSKV_TIMEOUT"] = "20";
+  const auto got = RunReplicaJob(s, {{1, "w0.r4", [](const ReplicaJobRun&) {
+                                        // server 0 holds round 5 by now
+                                        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                                        return std::string();
+                                      }}});
+  ExpectSameWeights(want, got.weights, "server 1 killed while server 0 held round 5");
+  EXPECT_NE(got.log.find("chosen before range table v2 (test hook)"), std::string::npos) << got.log;
 }

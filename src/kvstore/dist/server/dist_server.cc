@@ -81,6 +81,10 @@ DistServer::~DistServer() {
   }
   inspect_cv_.notify_all();
   if (inspector_.joinable()) inspector_.join();
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    for (auto& t : held_sends_) t.join();
+  }
   pool_.Stop();  // requests still queued are dropped: the job is ending
 }
 

@@ -245,6 +245,9 @@ class DistServer {
   /// acknowledged.
   void Replicate(int64_t key, KeyState& st, const std::vector<int>& to, ReplyOwner sum,
                  int64_t round, std::vector<Round::Entry> done);
+  /// Test hook (TestHooks::hold_replication_round): sends `m` to `to` from a thread
+  /// of its own once the range table changed from the first (at most 10 s later).
+  void SendWhenTableChanged(std::vector<int> to, Message m, Replicator::Done done);
   /// Replica: acknowledges a kReplicate request (a round's sum) on receipt, then
   /// applies it (on the key's shard, before any later request of the key).
   void ApplyReplica(const KVRequest& req);
@@ -363,6 +366,8 @@ class DistServer {
   std::condition_variable inspect_cv_;
   bool stop_ = false;  // under inspect_mu_
   std::thread inspector_;
+  std::mutex held_mu_;
+  std::vector<std::thread> held_sends_;  // SendWhenTableChanged's (a test hook's)
 };
 
 }  // namespace pskv

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "common/byte_io.h"
 #include "common/logging.h"
@@ -43,7 +44,7 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   // update it again only after these pushes were answered).
   auto value = std::make_shared<ReplyOwner>(ReplyOwner{st.value, st.token});
   auto pushes = std::make_shared<std::vector<Round::Entry>>(std::move(done));
-  replicator_->Send(to, std::move(m), [this, value, pushes](std::exception_ptr e) {
+  Replicator::Done answer = [this, value, pushes](std::exception_ptr e) {
     if (!e) {
       const int64_t exit_after = node_->test_hooks().exit_after_replicated_rounds;
       if (exit_after > 0 && static_cast<int64_t>(++replicated_rounds_) >= exit_after) {
@@ -64,7 +65,25 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
       failure = {KindOf(ex), std::string("replication failed: ") + ex.what()};
     }
     for (auto& x : *pushes) FinishWith(x.push, nullptr, &failure);
-  });
+  };
+  const int64_t hold = node_->test_hooks().hold_replication_round;
+  if (hold > 0 && round == hold && replicator_->version() == 1)
+    return SendWhenTableChanged(to, std::move(m), std::move(answer));
+  replicator_->Send(to, std::move(m), std::move(answer));
+}
+
+void DistServer::SendWhenTableChanged(std::vector<int> to, Message m, Replicator::Done done) {
+  std::lock_guard<std::mutex> lk(held_mu_);
+  held_sends_.emplace_back(
+      [this, to = std::move(to), m = std::move(m), done = std::move(done)]() mutable {
+        const auto until = Clock::now() + std::chrono::seconds(10);
+        while (replicator_->version() == 1 && Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        PSKV_WARN(node_->Tag() << ": key range " << RangeIndex()
+                               << ": a held round sent to the replicas chosen before range table v"
+                               << replicator_->version() << " (test hook)");
+        replicator_->Send(to, std::move(m), std::move(done));
+      });
 }
 
 void DistServer::ApplyReplica(const KVRequest& req) {

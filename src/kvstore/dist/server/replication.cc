@@ -54,19 +54,28 @@ size_t Replicator::Pending() const {
 }
 
 void Replicator::Send(const std::vector<int>& to, Message m, Done done) {
-  if (to.empty()) return done(nullptr);
   uint64_t ts;
+  std::vector<int> live;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    ts = next_ts_++;
-    Request r;
-    r.waiting.insert(to.begin(), to.end());
-    r.done = std::move(done);
-    pending_.emplace(ts, std::move(r));
+    // `to` was chosen from an earlier look at the table (Targets): a server that a
+    // newer table removed meanwhile is left out here, under the lock that OnRangeTable
+    // takes, or this request would wait for its answer forever (OnRangeTable releases
+    // only the requests pending when the table arrives).
+    for (int id : to)
+      if (table_.Holds(id)) live.push_back(id);
+    if (!live.empty()) {
+      ts = next_ts_++;
+      Request r;
+      r.waiting.insert(live.begin(), live.end());
+      r.done = std::move(done);
+      pending_.emplace(ts, std::move(r));
+    }
   }
+  if (live.empty()) return done(nullptr);
   m.h.flags |= kRequest;
   m.h.timestamp = ts;
-  for (int id : to) {
+  for (int id : live) {
     try {
       node_->Send(id, m);
     } catch (const std::exception& e) {

@@ -38,7 +38,9 @@ class Replicator {
   /// joining (docs/fault-tolerance.md, "Back to full strength"). Call in the exclusive
   /// section that took the copy, so that every later change follows the copy.
   void AddCopying(int range, int id);
-  /// Sends request `m` to each of `to`; `done` runs once, as above.
+  /// Sends request `m` to each of `to` that the range table still lists (a server
+  /// removed since `to` was chosen counts as having answered); `done` runs once, as
+  /// above (at once, here, when no server of `to` is left).
   void Send(const std::vector<int>& to, Message m, Done done);
   /// An answer to one of our requests (the KVServer's reply handler).
   void OnReply(Message&& m);
