@@ -89,11 +89,14 @@ std::string DistServer::RoundStatus(const Call& c) {
   payload::RoundStatus out;
   int n = 0;
   const auto now = Clock::now();
+  // A replicated server's ranges each answer (ReplicaHost): the line names the range.
+  const std::string range =
+      replicator_ ? " (key range " + std::to_string(RangeIndex()) + ")" : std::string();
   std::lock_guard<std::mutex> blk(barrier_mu_);
   ForEachKey([&](int64_t key, KeyState& st) {
     if (!st.round.open()) return;
     const std::string round =
-        "key " + std::to_string(key) + " round " + std::to_string(st.round.round());
+        "key " + std::to_string(key) + range + " round " + std::to_string(st.round.round());
     if (st.round.pushed(c.sender))
       for (auto& [w, since] : in_barrier_)
         if (!st.round.pushed(w))

@@ -175,6 +175,7 @@ std::string ReplicaHost::Command(int sender, int head, const std::string& body) 
     throw InvalidArgument(why);
   }
   if ((head & 0xff) == dist::kStatesSize) return StatesSizes(sender, head, body);
+  if ((head & 0xff) == dist::kRoundStatus) return RoundStatus(sender, head, body);
   switch (head & 0xff) {
     case dist::kSetMode:
     case dist::kSetOptimizer:
@@ -222,6 +223,18 @@ std::string ReplicaHost::StatesSizes(int sender, int head, const std::string& bo
     }
   }
   return payload::EncodeRangeStatesSizes(sizes);
+}
+
+// The open rounds of every range this node holds, in one reply: after a failover it
+// leads ranges besides its own, whose rounds a stalled worker may wait for.
+std::string ReplicaHost::RoundStatus(int sender, int head, const std::string& body) {
+  payload::RoundStatus all;
+  for (auto& [r, server] : ranges_) {
+    payload::RoundStatus s = payload::DecodeRoundStatus(server->RunCommand(sender, head, body));
+    for (auto& d : s.deadlocks) all.deadlocks.push_back(std::move(d));
+    for (auto& l : s.lines) all.lines.push_back(std::move(l));
+  }
+  return payload::EncodeRoundStatus(all);
 }
 
 }  // namespace pskv

@@ -6,8 +6,8 @@
 //    failover, included);
 //  * a command runs on every range's DistServer (each keeps its own optimizer,
 //    mode, ...) and is answered with its own range's reply (kStatesSize: with the
-//    sizes of every range it is primary of), or with the error of any range that
-//    failed it (its own range's first);
+//    sizes of every range it is primary of; kRoundStatus: with every range's open
+//    rounds), or with the error of any range that failed it (its own range's first);
 //  * answers to this node's replication requests go to the Replicator.
 // Trust between servers (docs/security.md, "Replicated servers"): another server may
 // send only what replication needs — replicated changes (kReplicate*, whose handlers
@@ -73,6 +73,8 @@ class ReplicaHost {
   /// kStatesSize: every range snapshots its states; the reply is the sizes of the
   /// ranges this node is primary of (payload::RangeStatesSizes).
   std::string StatesSizes(int sender, int head, const std::string& body);
+  /// kRoundStatus: the open rounds of every range this node holds, joined.
+  std::string RoundStatus(int sender, int head, const std::string& body);
   /// Counts and logs (rate-limited) a refused request of another server.
   void Refused(int sender, const std::string& why);
 

@@ -11,6 +11,17 @@
 
 namespace pskv::dist {
 
+payload::RoundStatus JoinRoundStatus(const std::vector<std::string>& replies) {
+  payload::RoundStatus all;
+  for (const auto& body : replies) {
+    if (body.empty()) continue;
+    payload::RoundStatus s = payload::DecodeRoundStatus(body);
+    for (auto& d : s.deadlocks) all.deadlocks.push_back(std::move(d));
+    for (auto& l : s.lines) all.lines.push_back(std::move(l));
+  }
+  return all;
+}
+
 namespace {
 
 // Logs (or, `final`, returns) what this worker waits for: its pending requests and
@@ -28,17 +39,15 @@ std::string Stalled(ServerLink& link, bool final, std::chrono::seconds waited,
     auto status = worker->Command(
         kRoundStatus, "",
         std::min<std::chrono::milliseconds>(o.op_timeout, std::chrono::seconds(10)));
-    for (auto& body : status) {
-      const payload::RoundStatus s = payload::DecodeRoundStatus(body);
-      for (auto& d : s.deadlocks) {
-        // Only rounds of the keys this wait covers (this worker is blocked on them).
-        const bool covered =
-            !keys || (StoreOf(d.key) == link.store_id() &&
-                      std::find(keys->begin(), keys->end(), KeyOf(d.key)) != keys->end());
-        if (covered && deadlock.empty()) deadlock = d.message;
-      }
-      for (auto& line : s.lines) text += line + "; ";
+    const payload::RoundStatus s = JoinRoundStatus(status);
+    for (auto& d : s.deadlocks) {
+      // Only rounds of the keys this wait covers (this worker is blocked on them).
+      const bool covered =
+          !keys || (StoreOf(d.key) == link.store_id() &&
+                    std::find(keys->begin(), keys->end(), KeyOf(d.key)) != keys->end());
+      if (covered && deadlock.empty()) deadlock = d.message;
     }
+    for (auto& line : s.lines) text += line + "; ";
   } catch (const std::exception& e) {
     text += std::string("(no round status from the servers: ") + e.what() + ")";
   }

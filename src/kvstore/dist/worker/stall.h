@@ -11,8 +11,15 @@
 
 #include "kvstore/dist/worker/server_link.h"
 #include "kvstore/engine.h"
+#include "protocol/payload.h"
 
 namespace pskv::dist {
+
+/// The servers' kRoundStatus replies (KVWorker::Command, one per server) joined into
+/// one. An empty reply is a server that left the job during the command (counted as
+/// answered; the live copies of its ranges answered for them) and is skipped; a
+/// malformed one is an error.
+payload::RoundStatus JoinRoundStatus(const std::vector<std::string>& replies);
 
 /// Blocks until every operation on `keys` (null: all keys) completed, then rethrows a
 /// recorded failure; TimeoutError after `timeout`.
