@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -120,6 +121,46 @@ TEST(PushPacer, PacedWorkersCompleteEveryRoundAndStayWithinAheadOfEachOther) {
   for (auto& p : pacers) EXPECT_EQ(p.Held(), 0u);
 }
 
+// A job of a scheduler, one server and one worker as threads, every node with
+// PSKV_WIRE_CHUNK_BYTES = `chunk_bytes`: the server hands requests to `handle` while
+// `beside` (if set) runs on a thread of its own until the server node stops
+// (`stop` turns true); the worker runs `work`, then every node finalizes.
+void RunOneServerJob(int64_t chunk_bytes, const KVServer::Handler& handle,
+                     const std::function<void(KVServer&, const std::atomic<bool>& stop)>& beside,
+                     const std::function<void(KVWorker&)>& work) {
+  const int port = test::FreePort();
+  auto opts = [&](Role r) {
+    Options o = test::NodeOptions(r, port, 1, 1);
+    o.wire_chunk_bytes = chunk_bytes;
+    return o;
+  };
+  std::thread sched([&] {
+    Node n(opts(Role::kScheduler));
+    n.Start();
+    n.Finalize(0ms);
+  });
+  std::thread server([&] {
+    Node n(opts(Role::kServer));
+    KVServer srv(&n, handle, nullptr);
+    std::atomic<bool> stop{false};
+    std::thread side;
+    if (beside) side = std::thread([&] { beside(srv, stop); });
+    n.Start();
+    n.Finalize(0ms);
+    stop = true;
+    if (side.joinable()) side.join();
+  });
+  {
+    Node n(opts(Role::kWorker));
+    KVWorker w(&n);
+    n.Start();
+    work(w);
+    n.Finalize(30s);
+  }
+  sched.join();
+  server.join();
+}
+
 // A paced request between real nodes: a server that answers only once no message
 // came for a while sees at most `ahead` bytes of the request unanswered at a time
 // (unpaced: every message at once), and the request completes.
@@ -127,63 +168,38 @@ TEST(PushPacer, KVWorkerSendsAPacedRequestsMessagesAsAnswersArrive) {
   constexpr uint64_t kPiece = 64 << 10;  // one key per message (PSKV_WIRE_CHUNK_BYTES)
   constexpr int kKeys = 8;
   for (uint64_t ahead : {2 * kPiece, uint64_t{0}}) {
-    const int port = test::FreePort();
-    auto opts = [&](Role r) {
-      Options o = test::NodeOptions(r, port, 1, 1);
-      o.wire_chunk_bytes = static_cast<int64_t>(kPiece);
-      return o;
-    };
     std::mutex mu;
     std::vector<KVRequest> held;
     size_t most_held = 0, answered = 0;
-    std::atomic<bool> stop{false};
     std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
-    std::thread sched([&] {
-      Node n(opts(Role::kScheduler));
-      n.Start();
-      n.Finalize(0ms);
-    });
-    std::thread server([&] {
-      Node n(opts(Role::kServer));
-      KVServer srv(
-          &n,
-          [&](KVRequest&& r, KVServer*) {
-            std::lock_guard<std::mutex> lk(mu);
-            held.push_back(std::move(r));
-            most_held = std::max(most_held, held.size());
-            last = std::chrono::steady_clock::now();
-          },
-          nullptr);
-      std::thread answer([&] {  // answers what it holds after 200 ms without arrivals
-        while (!stop) {
-          std::this_thread::sleep_for(10ms);
+    RunOneServerJob(
+        static_cast<int64_t>(kPiece),
+        [&](KVRequest&& r, KVServer*) {
           std::lock_guard<std::mutex> lk(mu);
-          if (held.empty() || std::chrono::steady_clock::now() - last < 200ms) continue;
-          for (auto& r : held) srv.Respond(r);
-          answered += held.size();
-          held.clear();
-        }
-      });
-      n.Start();
-      n.Finalize(0ms);
-      stop = true;
-      answer.join();
-    });
-    {
-      Node n(opts(Role::kWorker));
-      KVWorker w(&n);
-      n.Start();
-      std::vector<uint64_t> keys, lens(kKeys, kPiece);
-      for (int k = 0; k < kKeys; ++k) keys.push_back(static_cast<uint64_t>(k));
-      std::vector<char> vals(kKeys * kPiece, 1);
-      auto done = std::make_shared<Completion>();
-      auto ts = w.Push(keys, Frame::Copy(vals.data(), vals.size()), lens, 0,
-                       Completion::Callback(done), 0, ahead);
-      w.Await(ts, done, 60s, 0ms, "paced push");
-      n.Finalize(30s);
-    }
-    sched.join();
-    server.join();
+          held.push_back(std::move(r));
+          most_held = std::max(most_held, held.size());
+          last = std::chrono::steady_clock::now();
+        },
+        [&](KVServer& srv, const std::atomic<bool>& stop) {
+          // answers what it holds after 200 ms without arrivals
+          while (!stop) {
+            std::this_thread::sleep_for(10ms);
+            std::lock_guard<std::mutex> lk(mu);
+            if (held.empty() || std::chrono::steady_clock::now() - last < 200ms) continue;
+            for (auto& r : held) srv.Respond(r);
+            answered += held.size();
+            held.clear();
+          }
+        },
+        [&](KVWorker& w) {
+          std::vector<uint64_t> keys, lens(kKeys, kPiece);
+          for (int k = 0; k < kKeys; ++k) keys.push_back(static_cast<uint64_t>(k));
+          std::vector<char> vals(kKeys * kPiece, 1);
+          auto done = std::make_shared<Completion>();
+          auto ts = w.Push(keys, Frame::Copy(vals.data(), vals.size()), lens, 0,
+                           Completion::Callback(done), 0, ahead);
+          w.Await(ts, done, 60s, 0ms, "paced push");
+        });
     EXPECT_EQ(answered, static_cast<size_t>(kKeys));
     if (ahead)
       EXPECT_EQ(most_held, 2u);  // two pieces' worth, then the answers release the next
@@ -199,49 +215,27 @@ TEST(PushPacer, KVWorkerSendsOneKeyPerMessageWhenAsked) {
   constexpr uint64_t kKey = 4 << 10;
   constexpr int kKeys = 8;
   for (uint64_t message_bytes : {uint64_t{0}, uint64_t{1}}) {
-    const int port = test::FreePort();
-    auto opts = [&](Role r) {
-      Options o = test::NodeOptions(r, port, 1, 1);
-      o.wire_chunk_bytes = 64 << 10;
-      return o;
-    };
     std::mutex mu;
     std::vector<uint32_t> keys_per_message;
-    std::thread sched([&] {
-      Node n(opts(Role::kScheduler));
-      n.Start();
-      n.Finalize(0ms);
-    });
-    std::thread server([&] {
-      Node n(opts(Role::kServer));
-      KVServer srv(
-          &n,
-          [&](KVRequest&& r, KVServer* s) {
-            {
-              std::lock_guard<std::mutex> lk(mu);
-              keys_per_message.push_back(r.msg.h.num_keys);
-            }
-            s->Respond(r);
-          },
-          nullptr);
-      n.Start();
-      n.Finalize(0ms);
-    });
-    {
-      Node n(opts(Role::kWorker));
-      KVWorker w(&n);
-      n.Start();
-      std::vector<uint64_t> keys, lens(kKeys, kKey);
-      for (int k = 0; k < kKeys; ++k) keys.push_back(static_cast<uint64_t>(k));
-      std::vector<char> vals(kKeys * kKey, 1);
-      auto done = std::make_shared<Completion>();
-      auto ts = w.Push(keys, Frame::Copy(vals.data(), vals.size()), lens, 0,
-                       Completion::Callback(done), 0, 0, message_bytes);
-      w.Await(ts, done, 60s, 0ms, "push");
-      n.Finalize(30s);
-    }
-    sched.join();
-    server.join();
+    RunOneServerJob(
+        64 << 10,
+        [&](KVRequest&& r, KVServer* s) {
+          {
+            std::lock_guard<std::mutex> lk(mu);
+            keys_per_message.push_back(r.msg.h.num_keys);
+          }
+          s->Respond(r);
+        },
+        nullptr,
+        [&](KVWorker& w) {
+          std::vector<uint64_t> keys, lens(kKeys, kKey);
+          for (int k = 0; k < kKeys; ++k) keys.push_back(static_cast<uint64_t>(k));
+          std::vector<char> vals(kKeys * kKey, 1);
+          auto done = std::make_shared<Completion>();
+          auto ts = w.Push(keys, Frame::Copy(vals.data(), vals.size()), lens, 0,
+                           Completion::Callback(done), 0, 0, message_bytes);
+          w.Await(ts, done, 60s, 0ms, "push");
+        });
     if (message_bytes == 0)
       EXPECT_EQ(keys_per_message, (std::vector<uint32_t>{kKeys}));
     else
