@@ -17,18 +17,20 @@ namespace {
 
 constexpr int kPushes = 24;
 
-ReplicaJobSpec Spec(const std::string& name, int reply_delay_ms, int replicas = 1) {
+ReplicaJobSpec Spec(const std::string& name, int reply_delay_ms, int replicas = 1,
+                    int pushes = kPushes) {
   ReplicaJobSpec s;
   s.name = name;
   s.server = PSKV_SERVER;
-  s.worker = {ASYNC_COUNT_WORKER, std::to_string(kPushes)};
+  s.worker = {ASYNC_COUNT_WORKER, std::to_string(pushes)};
   s.replicas = replicas;
   s.reply_delay_ms = reply_delay_ms;
   return s;
 }
 
-// Every worker's final weights are the exact sum of every push, applied once.
-void ExpectEveryPushOnce(const ReplicaJobResult& r, const std::string& what) {
+// Every worker's final weights are the exact sum of every push (`pushes` per
+// worker), applied once.
+void ExpectEveryPushOnce(const ReplicaJobResult& r, const std::string& what, int pushes = kPushes) {
   ASSERT_EQ(r.weights.size(), 2u) << what;
   for (size_t w = 0; w < r.weights.size(); ++w) {
     size_t total = 0;
@@ -41,7 +43,7 @@ void ExpectEveryPushOnce(const ReplicaJobResult& r, const std::string& what) {
       for (int64_t i = 0; i < async_count::kSizes[k]; ++i, p += sizeof(float)) {
         float got;
         std::memcpy(&got, p, sizeof got);
-        const float want = async_count::Expected(2, kPushes, key, i);
+        const float want = async_count::Expected(2, pushes, key, i);
         if (got != want && wrong++ < 3)
           ADD_FAILURE() << what << ": worker " << w << ", key " << key << "[" << i << "] is " << got
                         << ", expected " << want << " (every push applied exactly once)";
@@ -77,4 +79,25 @@ TEST(FailoverAsync, KillServerAppliesEveryPushExactlyOnce) {
         std::printf("[ stall ] %s: slowest push %.0f ms (heartbeat timeout 1.5 s)\n", what.c_str(),
                     r.slowest_ms);
       }
+}
+
+// Back to full strength in dist_async (docs/fault-tolerance.md): server 0 killed after
+// push 3; a spare server is sent a copy of both key ranges (values, each key's apply
+// sequence and push counts, the optimizer's update count) while the pushes go on, and
+// becomes their replica; then server 1 is killed after another push: the job finishes
+// on the spare alone with every push applied exactly once. The spare installs each
+// copy only once 8 async changes of the range followed it
+// (PSKV_TEST_COPY_HOLD_CHANGES): they are applied after the install.
+TEST(FailoverAsync, ASpareJoinsAndASecondLossLosesNoPush) {
+  constexpr int kSparePushes = 40;
+  auto spec = Spec("async_spare", 15, 1, kSparePushes);
+  spec.spares = 1;
+  spec.server_env[2]["PSKV_TEST_COPY_HOLD_CHANGES"] = "8";
+  double full_strength_ms = 0;
+  auto r =
+      RunReplicaJob(spec, {{0, "w0.p3", nullptr},
+                           {1, "", AfterFullStrength(2, kSparePushes, &full_strength_ms, "w0.p")}});
+  ExpectEveryPushOnce(r, "server 0, then server 1 killed, the spare in between", kSparePushes);
+  std::printf("[ measured ] kill of server 0 -> both key ranges replicated again: %.0f ms\n",
+              full_strength_ms);
 }
