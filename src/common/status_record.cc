@@ -133,6 +133,7 @@ std::string EncodeStatus(const StatusRecord& r) {
   if (r.replicas > 0) field("replicas", std::to_string(r.replicas));
   if (r.detect_ms > 0) field("detect_ms", std::to_string(r.detect_ms));
   if (!r.departed.empty()) refs_field("departed", r.departed);
+  if (!r.joined.empty()) refs_field("joined", r.joined);
   out.pop_back();  // the last space
   return out;
 }
@@ -194,7 +195,8 @@ std::optional<StatusRecord> DecodeStatus(std::string_view line) {
       !number("replicas", 0, kMaxRank, r.replicas) ||
       !number("detect_ms", 0, kMaxDetectMs, r.detect_ms))
     return std::nullopt;
-  for (auto [key, to] : {std::pair{"missing", &r.missing}, std::pair{"departed", &r.departed}})
+  for (auto [key, to] : {std::pair{"missing", &r.missing}, std::pair{"departed", &r.departed},
+                         std::pair{"joined", &r.joined}})
     if (auto it = fields.find(key); it != fields.end()) {
       auto refs = Refs(it->second);
       if (!refs) return std::nullopt;

@@ -20,8 +20,10 @@
 // (one line). The scheduler's records also describe the job as a whole: `replicas=R`
 // (its servers replicate their key ranges: a server's death is survived while every
 // range keeps a copy), `detect_ms=N` (a dead node is declared dead within N ms; 0:
-// detection is off) and `departed=server.1,...` (nodes declared dead that the job
-// continues without; docs/fault-tolerance.md, "The launcher").
+// detection is off), `departed=server.1,...` (nodes declared dead that the job
+// continues without; docs/fault-tolerance.md, "The launcher") and `joined=server.2,...`
+// (spare servers that took over the copies of the key ranges left short of one: each
+// is now a replica of every range it was assigned; "Back to full strength").
 //
 // Fields are key=value separated by single spaces; values are
 // percent-encoded (every byte outside [A-Za-z0-9._:,/+-] as %XX), so a record is
@@ -70,6 +72,7 @@ struct StatusRecord {
   int64_t replicas = 0;           ///< copies of each key range besides its primary (0: none)
   int64_t detect_ms = 0;          ///< a dead node is declared dead within this (0: never)
   std::vector<NodeRef> departed;  ///< declared dead, the job goes on (at most kMaxRefs)
+  std::vector<NodeRef> joined;    ///< spares that joined key ranges (at most kMaxRefs)
   bool operator==(const StatusRecord&) const = default;
 };
 

@@ -73,6 +73,14 @@ void StatusReporter::Departed(const NodeRef& node) {
   EmitLocked();
 }
 
+void StatusReporter::Joined(const NodeRef& node) {
+  if (!channel_.enabled()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (std::find(joined_.begin(), joined_.end(), node) != joined_.end()) return;
+  joined_.push_back(node);
+  EmitLocked();
+}
+
 StatusRecord StatusReporter::Snapshot() const {
   std::lock_guard<std::mutex> lk(mu_);
   return SnapshotLocked();
@@ -88,6 +96,7 @@ StatusRecord StatusReporter::SnapshotLocked() const {
   r.replicas = replicas_;
   r.detect_ms = detect_ms_;
   r.departed = departed_;
+  r.joined = joined_;
   if (base_ == StatusPhase::kFailed) {
     r.kind = kind_;
     r.message = message_;

@@ -57,6 +57,8 @@ class StatusReporter {
   void SetJob(int64_t replicas, int64_t detect_ms);
   /// The job continues without `node`, declared dead (the scheduler survived it).
   void Departed(const NodeRef& node);
+  /// Spare server `node` joined the key ranges it was assigned (it is their replica).
+  void Joined(const NodeRef& node);
 
   /// The record of the current state (for tests and for the writer).
   StatusRecord Snapshot() const;
@@ -82,7 +84,7 @@ class StatusReporter {
   std::map<std::string, Wait> waits_;
   uint64_t reports_ = 0;
   int64_t replicas_ = 0, detect_ms_ = 0;
-  std::vector<NodeRef> departed_;
+  std::vector<NodeRef> departed_, joined_;
 };
 
 /// A wait that reports itself to `reporter` (may be null) under a key unique to this

@@ -67,8 +67,10 @@ class Supervisor {
   void StopAll(int sig);
   std::vector<bool> Alive() const;
   /// Acts on the scheduler's verdicts on dead servers (launcher/server_loss.h) and
-  /// stops the children it declared dead.
+  /// stops the children it declared dead; says when a spare server joined.
   void FollowVerdicts();
+  /// Names the spares the scheduler lists as joined since the last call.
+  void SayJoined();
   /// The headline's "X (pid N) appears hung: Y was waiting for it", from the status
   /// records (launcher/status_board.h); "" when no running process is waited for.
   std::string HungHeadline(const Child* who) const;
@@ -82,6 +84,7 @@ class Supervisor {
   const Clock::time_point start_;
   int status_ = 0;
   bool failing_ = false;
+  std::vector<std::string> joined_;  // spare servers that joined key ranges, as said
   Clock::time_point kill_at_{};
 };
 
@@ -121,6 +124,27 @@ void Supervisor::FollowVerdicts() {
     ::kill(-k.pid, SIGKILL);
     k.result.stopped_by_us = true;
     k.result.survived = true;
+  }
+  SayJoined();
+}
+
+void Supervisor::SayJoined() {
+  const auto sched = board_.Scheduler();
+  if (!sched) return;
+  const auto& joined = sched->second->joined;
+  for (size_t i = joined_.size(); i < joined.size(); ++i) {
+    const NodeRef& n = joined[i];
+    std::string name = n.role + "." + std::to_string(n.rank);
+    for (auto& k : kids_) {
+      const auto nodes = board_.NodesOf(k.index);
+      if (std::find(nodes.begin(), nodes.end(), n) != nodes.end())
+        name = k.spec.name + " (pid " + std::to_string(k.pid) + ")";
+    }
+    Say(name +
+            ", a spare server, joined the key ranges left short of a copy: it is their "
+            "replica now (the job is back to full strength)",
+        opts_.timestamps, LogLevel::kWarn);
+    joined_.push_back(name);
   }
 }
 
@@ -304,6 +328,7 @@ int Supervisor::Run(std::vector<ChildResult>* results) {
   }
   for (auto& k : kids_)
     if (k.pid > 0) ::kill(-k.pid, SIGKILL);
+  if (!failing_) SayJoined();  // the scheduler's last records
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
@@ -331,12 +356,14 @@ std::string Supervisor::Summary() const {
   std::string lost;
   for (auto& k : kids_)
     if (k.result.survived) lost += (lost.empty() ? "" : ", ") + k.spec.name;
+  std::string spares;
+  for (auto& j : joined_) spares += "; " + j + ", a spare, joined";
   std::string text =
       status_ == 0
           ? "job succeeded in " + Seconds(total) +
-                (lost.empty()
-                     ? ": all " + std::to_string(kids_.size()) + " processes exited 0"
-                     : ", surviving the loss of " + lost + " (key ranges moved to replicas)")
+                (lost.empty() ? ": all " + std::to_string(kids_.size()) + " processes exited 0"
+                              : ", surviving the loss of " + lost +
+                                    " (key ranges moved to replicas" + spares + ")")
           : "job FAILED (exit status " + std::to_string(status_) + ") after " + Seconds(total);
   char row[512];
   std::snprintf(row, sizeof row, "\n  %-*s %8s  %-28s %9s", static_cast<int>(width), "process",

@@ -75,6 +75,12 @@ void Node::HandleRangeCopied(const Message& m, int sender) {
                   << (copying ? "; range table " : "; back to full strength: ")
                   << ranges_.Describe());
   PublishRangesLocked();
+  bool still = false;  // joining another range
+  for (int r = 0; r < ranges_.num_ranges(); ++r) {
+    const auto& j = ranges_.Joining(r);
+    still |= std::find(j.begin(), j.end(), sender) != j.end();
+  }
+  if (!still) status_.Joined(NodeRefOf(sender));  // the launcher reports it
 }
 
 void Node::PublishRangesLocked() {

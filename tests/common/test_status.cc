@@ -78,8 +78,10 @@ TEST(StatusRecord, RoundTrips) {
   job.replicas = 2;
   job.detect_ms = 11000;
   job.departed = {{"server", 1}, {"server", 3}};
+  job.joined = {{"server", 4}};
   const std::string jl = EncodeStatus(job);
-  EXPECT_NE(jl.find(" replicas=2 detect_ms=11000 departed=server.1,server.3"), std::string::npos)
+  EXPECT_NE(jl.find(" replicas=2 detect_ms=11000 departed=server.1,server.3 joined=server.4"),
+            std::string::npos)
       << jl;
   EXPECT_EQ(DecodeStatus(jl), job) << jl;
 
@@ -269,8 +271,9 @@ TEST(StatusReporter, AWaitEndsWhenItsObjectDoesAndFailsBlamingWhomItWaitedFor) {
   EXPECT_EQ(ErrorMessage(std::make_exception_ptr(std::runtime_error("x y"))), "x y");
 }
 
-// The scheduler's records carry the job's replication and the servers it went on
-// without, in every record from then on (each record is the whole state).
+// The scheduler's records carry the job's replication, the servers it went on
+// without and the spares that joined, in every record from then on (each record is
+// the whole state).
 TEST(StatusReporter, TheSchedulerReportsReplicasAndDepartedServers) {
   SocketPair sp;
   StatusReporter rep;
@@ -281,13 +284,15 @@ TEST(StatusReporter, TheSchedulerReportsReplicasAndDepartedServers) {
   rep.Departed({"server", 1});
   rep.Departed({"server", 1});  // once
   rep.Waiting("w", "barrier", {{"worker", 0}}, 0, 1000ms);
+  rep.Joined({"server", 2});
+  rep.Joined({"server", 2});  // once
   std::vector<StatusRecord> recs;
   for (auto& p : Packets(sp.fd[0])) {
     auto r = DecodeStatus(p);
     ASSERT_TRUE(r) << p;
     recs.push_back(*r);
   }
-  ASSERT_EQ(recs.size(), 3u);
+  ASSERT_EQ(recs.size(), 4u);
   EXPECT_EQ(recs[0].replicas, 1);
   EXPECT_EQ(recs[0].detect_ms, 2500);
   EXPECT_TRUE(recs[0].departed.empty());
@@ -295,4 +300,7 @@ TEST(StatusReporter, TheSchedulerReportsReplicasAndDepartedServers) {
   EXPECT_EQ(recs[2].phase, StatusPhase::kWaiting);
   EXPECT_EQ(recs[2].departed, (std::vector<NodeRef>{{"server", 1}}));
   EXPECT_EQ(recs[2].replicas, 1);
+  EXPECT_TRUE(recs[2].joined.empty());
+  EXPECT_EQ(recs[3].joined, (std::vector<NodeRef>{{"server", 2}}));
+  EXPECT_EQ(recs[3].departed, (std::vector<NodeRef>{{"server", 1}}));
 }

@@ -26,7 +26,8 @@ struct Job {
   pid_t launcher = 0;
 };
 
-Job Start(const std::string& name) {
+// `extra`: more pskv-launch options.
+Job Start(const std::string& name, std::vector<std::string> extra = {}) {
   Job j;
   j.dir = (std::filesystem::temp_directory_path() /
            ("pskv_failover_launch_" + name + "_" + std::to_string(::getpid())))
@@ -36,23 +37,28 @@ Job Start(const std::string& name) {
   j.out = j.dir + "/out";
   j.tag = "PSKV_TEST_TAG=failover_launch_" + name + "_" + std::to_string(::getpid());
   const auto eq = j.tag.find('=');
-  j.launcher = Spawn(
-      {PSKV_LAUNCH, "-n", "2", "-s", "2", "--timeout", "120", "--env", "PSKV_REPLICAS=1", "--env",
-       "MXNET_KVSTORE_BIGARRAY_BOUND=1000", "--env", "PSKV_WIRE_CHUNK_BYTES=262144",
-       // 30 ms per request in the servers: the rounds after the marker the test
-       // waits for last long enough (about 0.1 s each) for its kill to land
-       // inside the job on loaded cores, not after the final barrier.
-       "--env", "PSKV_TEST_REPLY_DELAY=30", "--", FAILOVER_WORKER, std::to_string(kRounds), j.dir},
-      {{j.tag.substr(0, eq), j.tag.substr(eq + 1)}}, j.out);
+  std::vector<std::string> argv = {
+      PSKV_LAUNCH, "-n", "2", "-s", "2", "--timeout", "120", "--env", "PSKV_REPLICAS=1", "--env",
+      "MXNET_KVSTORE_BIGARRAY_BOUND=1000", "--env", "PSKV_WIRE_CHUNK_BYTES=262144",
+      // 30 ms per request in the servers: the rounds after the marker the test
+      // waits for last long enough (about 0.1 s each) for its kill to land
+      // inside the job on loaded cores, not after the final barrier.
+      "--env", "PSKV_TEST_REPLY_DELAY=30"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), {"--", FAILOVER_WORKER, std::to_string(kRounds), j.dir});
+  j.launcher = Spawn(argv, {{j.tag.substr(0, eq), j.tag.substr(eq + 1)}}, j.out);
   return j;
 }
 
-// Pids of the job's server processes (DMLC_ROLE=server in their environment).
-std::vector<pid_t> Servers(const Job& j) {
+// Pids of the job's server processes (DMLC_ROLE=server in their environment), spares
+// (PSKV_SPARE_SERVER=1) only if `spares`.
+std::vector<pid_t> Servers(const Job& j, bool spares = false) {
   std::vector<pid_t> out;
   for (pid_t p : PidsWithEnv(j.tag)) {
     const std::string env = ReadFile("/proc/" + std::to_string(p) + "/environ");
-    if (env.find(std::string("DMLC_ROLE=server") + '\0') != std::string::npos) out.push_back(p);
+    const bool spare = env.find(std::string("PSKV_SPARE_SERVER=1") + '\0') != std::string::npos;
+    if (env.find(std::string("DMLC_ROLE=server") + '\0') != std::string::npos && spare == spares)
+      out.push_back(p);
   }
   return out;
 }
@@ -82,13 +88,23 @@ std::vector<std::string> Weights(const Job& j) {
   return {ReadFile(j.dir + "/w0.weights"), ReadFile(j.dir + "/w1.weights")};
 }
 
+// The undisturbed job's weights and wall time (run once).
+const std::pair<std::vector<std::string>, double>& Undisturbed() {
+  static const auto r = [] {
+    Job u = Start("undisturbed");
+    auto [st, secs] = Finish(u, std::chrono::steady_clock::now());
+    EXPECT_EQ(st, 0) << ReadFile(u.out);
+    auto w = Weights(u);
+    std::filesystem::remove_all(u.dir);
+    return std::make_pair(w, secs);
+  }();
+  return r;
+}
+
 }  // namespace
 
 TEST(FailoverLaunch, AKilledServerDoesNotStopTheJobAndLosesNothing) {
-  Job u = Start("undisturbed");
-  auto [ust, usecs] = Finish(u, std::chrono::steady_clock::now());
-  ASSERT_EQ(ust, 0) << ReadFile(u.out);
-  const auto want = Weights(u);
+  const auto& [want, usecs] = Undisturbed();
   ASSERT_FALSE(want[0].empty());
   ASSERT_EQ(want[0], want[1]);
 
@@ -111,7 +127,6 @@ TEST(FailoverLaunch, AKilledServerDoesNotStopTheJobAndLosesNothing) {
       "[ launch ] server killed: job finished %.2f s after the kill (undisturbed job: "
       "%.2f s in all)\n",
       secs, usecs);
-  std::filesystem::remove_all(u.dir);
   std::filesystem::remove_all(j.dir);
 }
 
@@ -130,5 +145,37 @@ TEST(FailoverLaunch, KillingEveryCopyStopsTheJobNamingTheRangesLost) {
   // Default detection (PS_HEARTBEAT_TIMEOUT 10 s, interval 1 s) bounds it.
   EXPECT_LT(secs, 30) << out;
   std::printf("[ launch ] both servers killed: job stopped %.2f s after the kill\n", secs);
+  std::filesystem::remove_all(j.dir);
+}
+
+// pskv-launch --spare-servers 1: a server killed mid-job; the spare joins the key
+// ranges left short of a copy while the job goes on, the launcher says so, and the job
+// ends with exit status 0 and the undisturbed job's weights.
+TEST(FailoverLaunch, ASpareJoinsAfterAServerIsKilled) {
+  const auto& [want, usecs] = Undisturbed();
+  ASSERT_FALSE(want[0].empty());
+  Job j = Start("spare", {"--spare-servers", "1"});
+  ASSERT_TRUE(WaitFile(j.dir + "/w0.r4", 60s)) << ReadFile(j.out);
+  auto servers = Servers(j);
+  ASSERT_EQ(servers.size(), 2u) << ReadFile(j.out);
+  ASSERT_EQ(Servers(j, true).size(), 1u) << ReadFile(j.out);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(servers[0], SIGKILL);
+  auto [st, secs] = Finish(j, t0);
+  const std::string out = ReadFile(j.out);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("the job goes on without it"), std::string::npos) << out;
+  EXPECT_NE(out.find(", a spare server, joined the key ranges left short of a copy"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(", a spare, joined)"), std::string::npos) << out;
+  const auto got = Weights(j);
+  for (size_t w = 0; w < 2; ++w)
+    EXPECT_TRUE(got[w] == want[w]) << "worker " << w << "'s final weights differ from the "
+                                   << "undisturbed job's";
+  std::printf(
+      "[ launch ] server killed, spare joined: job finished %.2f s after the kill "
+      "(undisturbed job: %.2f s in all)\n",
+      secs, usecs);
   std::filesystem::remove_all(j.dir);
 }

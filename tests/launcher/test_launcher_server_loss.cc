@@ -67,6 +67,33 @@ TEST(SuperviseServerLoss, ADeadServerTheSchedulerSurvivedDoesNotStopTheJob) {
   EXPECT_NE(o.err.find("killed by SIGKILL (survived)"), std::string::npos) << o.err;
 }
 
+// Server 1 is killed; the scheduler lists it as departed, then spare server 2 as
+// joined (it took over the copies of the ranges left short of one): the launcher says
+// so when it learns it, and the summary names the spare.
+TEST(SuperviseServerLoss, ASpareThatJoinedIsNamed) {
+  auto o = RunJob({
+      Script("scheduler",
+             Send("scheduler.0", kReplicated) + "sleep 2; " +
+                 Send("scheduler.0", kReplicated + " departed=server.1") + "sleep 0.8; " +
+                 Send("scheduler.0", kReplicated + " departed=server.1 joined=server.2") +
+                 "sleep 1.5; exit 0"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 4.3; exit 0"),
+      Server(1, "0.8"),
+      Script("server 2", Send("server.2", "phase=running") + "sleep 4.3; exit 0"),
+      Worker(0, "4.3"),
+  });
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("server 2 (pid " + std::to_string(o.results[3].pid) +
+                       "), a spare server, joined the key ranges left short of a copy"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("surviving the loss of server 1 (key ranges moved to replicas; server 2 "
+                       "(pid " +
+                       std::to_string(o.results[3].pid) + "), a spare, joined)"),
+            std::string::npos)
+      << o.err;
+}
+
 // Both servers die; the scheduler fails the job naming the ranges lost: the launcher
 // stops it with that message (not a worker's or a server's own words).
 TEST(SuperviseServerLoss, TheSchedulersFailureNamesTheRangesLost) {
