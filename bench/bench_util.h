@@ -16,6 +16,7 @@
 
 #include "common/net.h"
 #include "pskv/error.h"
+#include "pskv/kvstore.h"
 #include "pskv/options.h"
 
 namespace pskv::bench {
@@ -43,6 +44,27 @@ inline double Median(int reps, const std::function<void()>& fn) {
   }
   std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
   return t[static_cast<size_t>(reps / 2)];
+}
+
+/// Seconds taken by `steps` calls of step(1) .. step(steps) on every worker of `kv`'s
+/// job, timed after one warm-up step(0) (buffers, connections), WaitAll and a Barrier
+/// (every worker starts the timed steps together), through a WaitAll at the end.
+inline double TimedSteps(KVStore& kv, int steps, const std::function<void(int)>& step) {
+  using Clock = std::chrono::steady_clock;
+  step(0);
+  kv.WaitAll();
+  kv.Barrier();
+  const auto t0 = Clock::now();
+  for (int s = 1; s <= steps; ++s) step(s);
+  kv.WaitAll();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// TimedSteps of one PushPull of `keys` (values `vals`, results into `outs`) per step.
+inline double TimedPushPull(KVStore& kv, const std::vector<int>& keys,
+                            const std::vector<NDArray>& vals, const std::vector<NDArray>& outs,
+                            int steps) {
+  return TimedSteps(kv, steps, [&](int) { kv.PushPull(keys, vals, keys, outs); });
 }
 
 /// The value after `name` on the command line, or `def`.

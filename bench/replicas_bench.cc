@@ -9,7 +9,8 @@
 // rows. The same job runs with PSKV_REPLICAS=0 and =1, alternating, --repeats jobs
 // each; per job the step time is the slowest worker's mean over --steps timed steps
 // (after a warm-up step). Reported per topology: the median step time of each
-// setting and the overhead, R1 / R0 - 1, of the same run.
+// setting and the overhead, R1 / R0 - 1, of the same run, beside its floor on one
+// host (LoopbackFloor; bench/cluster/replicas.py reports the floors of host links).
 //
 //   pskv-bench replicas [--json] [--topologies 2x2,4x4] [--bytes N] [--keys N]
 //                       [--steps N] [--repeats N] [--sparse [--rows-frac F]]
@@ -21,7 +22,7 @@
 #include "bench/replicas_bench.h"
 
 #include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,6 +92,30 @@ double RunJob(int workers, int servers, int replicas, const JobArgs& a) {
   return slowest;
 }
 
+// The least overhead of R=1 where every byte costs the same (one host: the bytes
+// the processes move through the shared cores; docs/performance.md, "Replicated
+// servers"): per step each worker pushes and pulls its data, 2 W D in all, and R=1
+// adds one copy of each range's round to its replica. Dense: D = M (the model) and the
+// round's sum is M, so 1 / (2 W). Row_sparse: D = f T (each worker's rows of a table of
+// T bytes) and the sum holds the union of the W workers' random rows, u T with
+// u = 1 - (1 - f)^W, so u / (2 W f). Not counted: the replica's optimizer update.
+double LoopbackFloor(int workers, const JobArgs& a) {
+  if (!a.sparse) return 1.0 / (2.0 * workers);
+  const double u = 1 - std::pow(1 - a.rows_frac, workers);
+  return u / (2.0 * workers * a.rows_frac);
+}
+
+// "[1.234,5.678]": every job's step time (the spread behind a median).
+std::string JsonList(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%s%.3f", i ? "," : "", v[i]);
+    out += b;
+  }
+  return out + "]";
+}
+
 double MedianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -128,20 +153,14 @@ double SparseSteps(KVStore& kv, const JobArgs& a) {
   }
   std::vector<RowSparseNDArray> outs;
   for (int k = 0; k < a.keys; ++k) outs.emplace_back(Shape{rows, kRowFloats});
-  auto step = [&](int s) {
+  auto step = [&](int s) {  // s = 0 is the warm-up
     const size_t set = static_cast<size_t>(s) % pushes.size();
     for (int k : ks) {
       kv.Push(k, {pushes[set]});
       kv.RowSparsePull(k, {outs[static_cast<size_t>(k)]}, {ids[set]});
     }
   };
-  step(0);  // warm-up: buffers, connections
-  kv.WaitAll();
-  kv.Barrier();
-  const auto t0 = Clock::now();
-  for (int s = 0; s < a.steps; ++s) step(s + 1);
-  kv.WaitAll();
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.steps;
+  return TimedSteps(kv, a.steps, step) * 1e3 / a.steps;
 }
 
 }  // namespace
@@ -171,13 +190,7 @@ int BenchReplicasWorker(int argc, char** argv) {
   }
   kv->Init(ks, vals);
   kv->SetOptimizer(OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.01"}}));
-  kv->PushPull(ks, vals, ks, outs);  // warm-up: buffers, connections
-  kv->WaitAll();
-  kv->Barrier();
-  const auto t0 = Clock::now();
-  for (int s = 0; s < steps; ++s) kv->PushPull(ks, vals, ks, outs);
-  kv->WaitAll();
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+  const double ms = TimedPushPull(*kv, ks, vals, outs, steps) * 1e3 / steps;
   std::printf("REPLICAS step_ms=%.4f\n", ms);
   std::fflush(stdout);
   kv->Barrier();
@@ -195,10 +208,11 @@ int BenchReplicas(int argc, char** argv) {
         "replicas (%s): dist_sync %s of %d float32 %s of %lld bytes per step, SGD on the "
         "servers,\nW workers x S servers (processes, pskv-launch); step time = "
         "slowest worker's mean over %d steps;\nPSKV_REPLICAS=0 and =1 alternate, %d jobs each; "
-        "medians\n%6s %12s %12s %10s\n",
+        "medians; floor: the extra bytes of R=1 over those of R=0 (LoopbackFloor)\n%6s %12s "
+        "%12s %10s %8s\n",
         label.c_str(), a.sparse ? "push + row_sparse pull" : "push-pull", a.keys,
         a.sparse ? "row_sparse tables" : "keys", static_cast<long long>(a.bytes), a.steps, repeats,
-        "WxS", "R=0 ms", "R=1 ms", "overhead");
+        "WxS", "R=0 ms", "R=1 ms", "overhead", "floor");
   for (auto [w, s] : topo) {
     std::vector<double> r0, r1;
     for (int rep = 0; rep < repeats; ++rep) {
@@ -206,15 +220,19 @@ int BenchReplicas(int argc, char** argv) {
       r1.push_back(RunJob(w, s, 1, a));
     }
     const double m0 = MedianOf(r0), m1 = MedianOf(r1);
+    const double least = LoopbackFloor(w, a);
     if (json)
       std::printf(
           "{\"bench\":\"replicas\",\"setting\":\"%s\",\"keys_kind\":\"%s\",\"workers\":%d,"
           "\"servers\":%d,\"bytes\":%lld,\"keys\":%d,\"steps\":%d,\"repeats\":%d,"
-          "\"step_ms_r0\":%.3f,\"step_ms_r1\":%.3f,\"overhead\":%.4f}\n",
+          "\"step_ms_r0\":%.3f,\"step_ms_r1\":%.3f,\"overhead\":%.4f,\"floor\":%.4f,"
+          "\"r0_ms\":%s,\"r1_ms\":%s}\n",
           label.c_str(), a.sparse ? "row_sparse" : "dense", w, s, static_cast<long long>(a.bytes),
-          a.keys, a.steps, repeats, m0, m1, m1 / m0 - 1);
+          a.keys, a.steps, repeats, m0, m1, m1 / m0 - 1, least, JsonList(r0).c_str(),
+          JsonList(r1).c_str());
     else
-      std::printf("%3dx%-2d %12.3f %12.3f %9.1f%%\n", w, s, m0, m1, 100 * (m1 / m0 - 1));
+      std::printf("%3dx%-2d %12.3f %12.3f %9.1f%% %7.1f%%\n", w, s, m0, m1, 100 * (m1 / m0 - 1),
+                  100 * least);
     std::fflush(stdout);
   }
   return 0;

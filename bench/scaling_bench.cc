@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -104,13 +103,7 @@ int BenchScalingWorker(int argc, char** argv) {
     }
     kv->Init(ks, vals);
     const int steps = StepsFor(bytes, keys);
-    kv->PushPull(ks, vals, ks, outs);  // warm-up: buffers, connections
-    kv->WaitAll();
-    kv->Barrier();
-    const auto t0 = Clock::now();
-    for (int s = 0; s < steps; ++s) kv->PushPull(ks, vals, ks, outs);
-    kv->WaitAll();
-    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double sec = TimedPushPull(*kv, ks, vals, outs, steps);
     if (outs[0].At(n - 1) != static_cast<float>(kv->NumWorkers()))
       throw Error("pskv-bench scaling: wrong sum");
     std::printf("SCALING bytes=%lld moved=%.0f seconds=%.6f\n", static_cast<long long>(bytes),

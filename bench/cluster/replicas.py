@@ -13,7 +13,9 @@ the link rate B is measured in the same cluster (one TCP stream).
 
     bench/cluster/replicas.py [--topologies 2x2,4x4] [--placements shared,own]
         [--rate 100mbit] [--sparse] [--bytes N] [--keys N] [--steps 8] [--repeats 3]
-        [--out FILE]
+        [--env K=V ...] [--out FILE]
+--env: environment for every process of every job (pskv-launch --env), e.g. to compare
+settings.
 """
 import argparse
 import json
@@ -28,9 +30,31 @@ import scaling  # noqa: E402  (env, build_dir, link_rate; it puts tests/cluster 
 import netns_cluster  # noqa: E402
 
 
+def link_floor(w, s, placement, sparse, rows_frac=0.125):
+    """The least overhead of R=1 where the links are the limit (docs/performance.md,
+    "Replicated servers"): the busiest link's bytes per direction with R=1 over those
+    with R=0. Per step each worker pushes and pulls D (dense: the model M; row_sparse:
+    its rows, f T of each table of T bytes), and R=1 sends each range's round once
+    more, primary to replica: the sum, M / S of a dense range, and for row_sparse the
+    union of the W workers' random rows, u T / S with u = 1 - (1 - f)^W (dense: D = M,
+    u = f = 1). With T = M = 1:
+      shared (a server and a worker on each of W = S hosts): a host sends (W - 1) f / W
+        of pushes and (W - 1) f / W of answers, and one range's copy u / W more:
+        u / (2 (W - 1) f);
+      own (servers on S hosts of their own): a worker's link carries f, a server's
+        W f / S, and with R=1 (W f + u) / S: max(f, (W f + u) / S) / max(f, W f / S) - 1,
+        u / (W f) at S = W, and 0 once the server links have room for the copy."""
+    u, f = (1 - (1 - rows_frac) ** w, rows_frac) if sparse else (1.0, 1.0)
+    if placement == 'shared':
+        return u / (2 * (w - 1) * f)
+    return max(f, (w * f + u) / s) / max(f, w * f / s) - 1
+
+
 def run(c, hosts, w, s, args, placement, b):
     bench = os.path.join(scaling.build_dir(), 'pskv-bench')
     launch = ['-H', c.hostfile(hosts)] + c.launcher_ssh_args()
+    for kv in args.env:
+        launch += ['--env', kv]
     argv = [bench, 'replicas', '--json', '--topologies', '%dx%d' % (w, s), '--steps', str(args.steps),
             '--repeats', str(args.repeats), '--keys', str(args.keys),
             '--label', '%s-%s' % (args.rate, placement),
@@ -47,6 +71,8 @@ def run(c, hosts, w, s, args, placement, b):
         if line.startswith('{'):
             row = json.loads(line)
             row['placement'] = placement
+            row['floor'] = round(link_floor(w, s, placement, args.sparse), 4)
+            row['env'] = args.env
             row['link_bytes_per_s'] = round(b)
             yield row
 
@@ -61,6 +87,7 @@ def main():
     ap.add_argument('--keys', type=int, default=4)
     ap.add_argument('--steps', type=int, default=8)
     ap.add_argument('--repeats', type=int, default=3)
+    ap.add_argument('--env', action='append', default=[], metavar='K=V')
     ap.add_argument('--out', help='also append the JSON lines to this file')
     args = ap.parse_args()
     why = netns_cluster.why_unavailable()
@@ -76,9 +103,11 @@ def main():
                     if args.out:
                         with open(args.out, 'a') as f:
                             f.write(json.dumps(row) + '\n')
-                    print('%-7s %-6s %s %dx%d  B=%.1f MB/s  R=0 %.1f ms  R=1 %.1f ms  %+.1f %%' % (
-                        args.rate, placement, row['keys_kind'], w, s, b / 1e6, row['step_ms_r0'],
-                        row['step_ms_r1'], 100 * row['overhead']), flush=True)
+                    print('%-7s %-6s %s %dx%d  B=%.1f MB/s  R=0 %.1f ms  R=1 %.1f ms  %+.1f %% '
+                          '(floor %+.1f %%) %s' % (
+                              args.rate, placement, row['keys_kind'], w, s, b / 1e6,
+                              row['step_ms_r0'], row['step_ms_r1'], 100 * row['overhead'],
+                              100 * row['floor'], ' '.join(args.env)), flush=True)
 
 
 if __name__ == '__main__':

@@ -7,6 +7,7 @@
 
 #include "common/byte_io.h"
 #include "common/logging.h"
+#include "common/observe.h"  // [observe]
 #include "kvstore/dist/server/dist_server.h"
 #include "kvstore/dist_protocol.h"
 
@@ -44,7 +45,13 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   // update it again only after these pushes were answered).
   auto value = std::make_shared<ReplyOwner>(ReplyOwner{st.value, st.token});
   auto pushes = std::make_shared<std::vector<Round::Entry>>(std::move(done));
-  Replicator::Done answer = [this, value, pushes](std::exception_ptr e) {
+  // [observe] the round trip to the replicas that the round's answers wait for
+  const uint64_t sent_us = obs::Enabled() ? obs::NowUs() : 0;
+  const uint64_t sum_bytes = m.h.vals_len;
+  Replicator::Done answer = [this, key, value, pushes, sent_us, sum_bytes](std::exception_ptr e) {
+    if (sent_us)
+      obs::Span("replicate", "replicate", std::to_string(dist::KeyOf(key)), sum_bytes, sent_us,
+                obs::NowUs());
     if (!e) {
       const int64_t exit_after = node_->test_hooks().exit_after_replicated_rounds;
       if (exit_after > 0 && static_cast<int64_t>(++replicated_rounds_) >= exit_after) {
@@ -142,6 +149,7 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   // "round r + 1 before round r", failing its pushes instead of diverging silently.
   server_->Respond(req);
   const uint64_t bytes = m.len_ptr()[0];
+  obs::StepScope obs_apply("replica", dist::KeyOf(key), bytes);  // [observe]
   std::string scratch;
   const bool by_optimizer = OptimizerOf(key) != nullptr;
   if (by_optimizer) {  // the update only reads the sum: a view of the receive buffer
