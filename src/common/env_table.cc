@@ -367,6 +367,10 @@ const EnvVar kVars[] = {
      "n: a primary server sends each key's sync round n to its replicas only once its range "
      "table changed (at most 10 s later)",
      nullptr},
+    {"PSKV_TEST_EXIT_AMID_REPLICATION", T::kInt, 0, 1000000000, "", "0", S::kTest,
+     "n: a server process sends its n-th replicated change that has several targets to the "
+     "first only, and exits (status 137) once that one acknowledged it",
+     nullptr},
     {"PSKV_TEST_BOGUS_CREDITS", T::kBool, 0, 1, "", "0", S::kTest,
      "1: with every send-window credit a node also sends one for far more messages than it "
      "received",
@@ -397,6 +401,7 @@ TestHooks TestHooks::FromEnv() {
   if (auto v = read("PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS")) h.exit_after_replicated_rounds = *v;
   if (auto v = read("PSKV_TEST_COPY_HOLD_CHANGES")) h.copy_hold_changes = *v;
   if (auto v = read("PSKV_TEST_HOLD_REPLICATION_ROUND")) h.hold_replication_round = *v;
+  if (auto v = read("PSKV_TEST_EXIT_AMID_REPLICATION")) h.exit_amid_replication = *v;
   return h;
 }
 

@@ -40,6 +40,11 @@ struct TestHooks {
   /// killed meanwhile is one of the round's chosen replicas when the table removing it
   /// arrives (0: never).
   int64_t hold_replication_round = 0;
+  /// PSKV_TEST_EXIT_AMID_REPLICATION: a server process sends its n-th replicated change
+  /// that has two or more targets to the first of them only, and exits at once (status
+  /// 137, as if killed) when that one acknowledged it: the replica promoted in its place
+  /// is then a change ahead of the others (0: never).
+  int64_t exit_amid_replication = 0;
 
   /// The PSKV_TEST_* variables of this process's environment; ConfigError naming a
   /// malformed one.

@@ -68,3 +68,43 @@ TEST(FailoverChain, RoundSentAfterItsReplicaWasRemovedIsNotWaitedFor) {
   ExpectSameWeights(want, got.weights, "server 1 killed while server 0 held round 5");
   EXPECT_NE(got.log.find("chosen before range table v2 (test hook)"), std::string::npos) << got.log;
 }
+
+// The undisturbed job with three servers and PSKV_REPLICAS=2.
+const std::vector<std::string>& R2Undisturbed() {
+  static const std::vector<std::string> w =
+      RunReplicaJob(Spec("r2_undisturbed", 3, 2, false)).weights;
+  return w;
+}
+
+// PSKV_REPLICAS=2 with three servers: every range on all three. Two servers killed one
+// after the other while requests are in flight (30 ms per request on the servers): the
+// job finishes on the last server with the undisturbed job's bits.
+TEST(FailoverChain, TwoReplicasSurviveTwoKillsInsideRounds) {
+  const auto& want = R2Undisturbed();
+  const std::vector<std::pair<int, int>> orders = {{1, 2}, {0, 1}};
+  int n = 0;
+  for (auto [first, second] : orders) {
+    const std::string what = "server " + std::to_string(first) + " killed during round 4, server " +
+                             std::to_string(second) + " during round 8";
+    const auto got = RunReplicaJob(Spec("r2_kills" + std::to_string(n++), 3, 2, false, 30),
+                                   {{first, "w0.r3", {}}, {second, "w0.r7", {}}});
+    ExpectSameWeights(want, got.weights, what);
+  }
+}
+
+// The primary of range 1 dies between sending a round to its two replicas: it sends
+// its 20th replicated change to server 2 only and exits once server 2 acknowledged it
+// (PSKV_TEST_EXIT_AMID_REPLICATION). Server 2, promoted, is a round ahead of server 0
+// and sends that round again before its own; then server 2 is killed too, and server 0
+// leads every range: the copies agreed, the weights are the undisturbed job's.
+TEST(FailoverChain, APromotedReplicaAheadOfTheOtherSendsItsLastRoundAgain) {
+  const auto& want = R2Undisturbed();
+  auto s = Spec("r2_ahead", 3, 2, false);
+  s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = "20";
+  const auto got =
+      RunReplicaJob(s, {{1, "w0.r8", {}}, {2, "w0.r9", {}}});  // server 1 is gone by round 8
+  ExpectSameWeights(want, got.weights, "server 1 died amid a replication, then server 2 killed");
+  EXPECT_NE(got.log.find("exiting amid a replicated change, sent to server[2]"), std::string::npos)
+      << got.log;
+  EXPECT_NE(got.log.find("again to its other copies"), std::string::npos) << got.log;
+}

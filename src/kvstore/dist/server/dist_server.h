@@ -122,6 +122,12 @@ class DistServer {
   /// key), and from then on every change as to a replica (range_copy.cc;
   /// docs/fault-tolerance.md, "Back to full strength"). Receive thread.
   void CopyTo(int to);
+  /// A replica just promoted to primary of this range (receive thread, before any
+  /// request of the range runs here as its primary): sends every key's last round it
+  /// applied as a replica to the range's other copies, which may have missed it (the
+  /// dead primary sent it to this node only); a copy that holds it acknowledges it
+  /// without applying it again. Returns the number of keys sent.
+  size_t ResendLastRounds();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -161,6 +167,10 @@ class DistServer {
     int64_t wire_key = 0;  // (store id << 32) | key
     // Replicated: per worker id, the push count of its last push applied to this key.
     std::map<int, uint64_t> applied_push;
+    // PSKV_REPLICAS >= 2, on a replica: the last round it applied (its kReplicate
+    // request, holding the sum's receive buffers), sent again to the range's other
+    // copies when this node is promoted (ResendLastRounds).
+    std::shared_ptr<const Message> last_round;
     // The state of the next key in its shard's map (keys are never removed): the keys
     // of a request ascend, so this finds the next one without a tree search.
     KeyState* next = nullptr;

@@ -170,6 +170,47 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   st->round.Advance();
   for (auto& [id, count] : counts)
     if (count) st->applied_push[id] = count;
+  // With two replicas or more this copy may be promoted while another missed this
+  // round: kept for ResendLastRounds (the request's buffers, no copy of the sum).
+  if (node_->options().replicas >= 2) st->last_round = std::make_shared<const Message>(m);
+}
+
+size_t DistServer::ResendLastRounds() {
+  const std::vector<int> to = replicator_->Targets(RangeIndex());
+  const uint64_t version = replicator_->version();
+  size_t sent = 0;
+  pool_.Exclusive([&] {
+    ForEachKey([&](int64_t key, KeyState& st) {
+      std::shared_ptr<const Message> last = std::move(st.last_round);
+      st.last_round.reset();
+      if (!last || to.empty()) return;
+      const Message& in = *last;
+      Message m;
+      m.h.flags = kPush;
+      m.h.head = in.h.head;
+      m.h.num_keys = in.h.num_keys;
+      m.h.vals_len = in.h.vals_len;
+      m.keys = in.keys;
+      m.lens = in.lens;
+      std::vector<Frame::Piece> pieces;
+      for (const auto& c : in.chunks) pieces.push_back({c.data, c.size});
+      if (!pieces.empty()) m.vals = Frame::Gather(std::move(pieces), last);
+      m.body = in.body;  // the round and its push counts, under this node's table version
+      std::memcpy(m.body.data(), &version, sizeof version);
+      replicator_->Send(to, std::move(m), [this, key](std::exception_ptr e) {
+        if (!e) return;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          PSKV_WARN(node_->Tag() << ": key range " << RangeIndex()
+                                 << ": sending the last round of key " << dist::KeyOf(key)
+                                 << " again: " << ex.what());
+        }
+      });
+      ++sent;
+    });
+  });
+  return sent;
 }
 
 void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {

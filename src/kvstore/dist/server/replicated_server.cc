@@ -60,8 +60,10 @@ void ReplicaHost::Ensure() {
   std::call_once(made_, [this] {
     const RangeTable table = node_->range_table();
     const int self = node_->id();
-    for (int r : table.PrimaryOf(self))
+    for (int r : table.PrimaryOf(self)) {
       ranges_[r] = std::make_unique<DistServer>(node_, &server_, r, &replicator_);
+      leads_.insert(r);
+    }
     for (int r : table.ReplicaOf(self))
       ranges_[r] = std::make_unique<DistServer>(node_, &server_, r, &replicator_);
     if (node_->rank() >= node_->num_servers())  // a spare
@@ -121,6 +123,22 @@ void ReplicaHost::HandleCopy(KVRequest&& req) {
 void ReplicaHost::OnRangeTable(const RangeTable& table) {
   Ensure();
   const int self = node_->id();
+  std::vector<int> promoted;
+  for (int r : table.PrimaryOf(self))
+    if (leads_.insert(r).second) promoted.push_back(r);
+  for (int r : promoted) {
+    auto it = ranges_.find(r);
+    if (it == ranges_.end()) continue;
+    const size_t resent = it->second->ResendLastRounds();
+    const size_t held = held_.count(r) ? held_[r].size() : 0;
+    PSKV_WARN(node_->Tag() << ": now the primary of key range " << r << " (range table v"
+                           << table.version() << ")" << (resent ? ": sent the last round of " : "")
+                           << (resent ? std::to_string(resent) + " key(s) again to its other copies"
+                                      : std::string())
+                           << (held ? "; " + std::to_string(held) +
+                                          " request(s) of workers held until this table run now"
+                                    : std::string()));
+  }
   for (int r : table.PrimaryOf(self)) {
     for (int spare : table.Joining(r)) {
       if (!copied_.insert({r, spare}).second) continue;
@@ -128,6 +146,12 @@ void ReplicaHost::OnRangeTable(const RangeTable& table) {
       if (it == ranges_.end()) continue;
       it->second->CopyTo(spare);
     }
+  }
+  for (int r : promoted) {
+    auto held = held_.extract(r);
+    auto it = ranges_.find(r);
+    if (held.empty() || it == ranges_.end()) continue;
+    for (auto& req : held.mapped()) it->second->HandleRequest(std::move(req));
   }
 }
 
@@ -162,6 +186,12 @@ void ReplicaHost::Handle(KVRequest&& req) {
   if (!why.empty()) {
     Refused(req.sender, why);
     return server_.RespondError(req, ErrorKind::kInvalid, why);
+  }
+  if (IsWorkerId(req.sender) && ranges_.count(range) && !leads_.count(range)) {
+    // Sent by a worker whose range table (newer than this node's) makes this node the
+    // range's primary: runs once that table arrived here (OnRangeTable).
+    held_[range].push_back(std::move(req));
+    return;
   }
   to->HandleRequest(std::move(req));
 }

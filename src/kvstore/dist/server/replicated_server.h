@@ -18,6 +18,15 @@
 // The DistServers are made when the first message arrives (the node's rank, hence
 // its ranges, is known only once it started).
 //
+// Promotion (docs/fault-tolerance.md, "Replicated servers"): a worker sends a range's
+// requests to the primary of its newest range table, which may reach the worker
+// before this node. A worker's request of a range this node holds but does not lead
+// (yet) is held until the table that makes it the primary arrives; then, before any
+// of them runs, the range's DistServer sends the last round it applied as a replica
+// to the range's other copies (ResendLastRounds: with R >= 2 another copy may have
+// missed it), and a spare joining the range is sent its copy. Range tables and
+// requests both arrive on the node's receive thread, in order.
+//
 // Spare servers (PSKV_SPARE_SERVERS; docs/fault-tolerance.md, "Back to full
 // strength"): a spare holds no range at first; its commands run on a standby
 // DistServer that holds no keys (and answers them). When a range's primary sends it a
@@ -90,10 +99,12 @@ class ReplicaHost {
     int sender, head;
     std::string body;
   };
-  std::vector<ConfigCommand> config_;     // commands that configure a range, in order
-  std::set<std::pair<int, int>> copied_;  // (range, spare) sent a copy by this node
-  std::atomic<uint64_t> refused_{0};      // requests refused (PeerRefusal)
-  RateLimiter limiter_;                   // refusal warnings per sender
+  std::vector<ConfigCommand> config_;           // commands that configure a range, in order
+  std::set<std::pair<int, int>> copied_;        // (range, spare) sent a copy by this node
+  std::set<int> leads_;                         // ranges this node is the primary of
+  std::map<int, std::vector<KVRequest>> held_;  // range -> workers' requests until it leads
+  std::atomic<uint64_t> refused_{0};            // requests refused (PeerRefusal)
+  RateLimiter limiter_;                         // refusal warnings per sender
 };
 
 }  // namespace pskv

@@ -2,6 +2,8 @@
 #include "kvstore/dist/server/replication.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "common/logging.h"
 #include "ps/kv_app.h"
@@ -69,6 +71,11 @@ void Replicator::Send(const std::vector<int>& to, Message m, Done done) {
       Request r;
       r.waiting.insert(live.begin(), live.end());
       r.done = std::move(done);
+      const int64_t amid = node_->test_hooks().exit_amid_replication;
+      if (amid > 0 && live.size() > 1 && ++fanouts_ == amid) {
+        live.resize(1);  // the others never get it: this process exits first (OnReply)
+        r.exit_when_answered = true;
+      }
       pending_.emplace(ts, std::move(r));
     }
   }
@@ -90,6 +97,11 @@ void Replicator::OnReply(Message&& m) {
   std::unique_lock<std::mutex> lk(mu_);
   auto it = pending_.find(m.h.timestamp);
   if (it == pending_.end() || !it->second.waiting.erase(m.h.sender)) return;  // duplicate
+  if (it->second.exit_when_answered) {
+    std::fprintf(stderr, "%s: exiting amid a replicated change, sent to %s only (test hook)\n",
+                 node_->Tag().c_str(), node_->NodeName(m.h.sender).c_str());
+    std::_Exit(137);
+  }
   if ((m.h.flags & kError) && !it->second.error)
     it->second.error = MakeError(static_cast<ErrorKind>(m.h.head),
                                  "replica " + node_->NodeName(m.h.sender) + ": " + m.body);

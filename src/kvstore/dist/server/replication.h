@@ -58,6 +58,7 @@ class Replicator {
     std::set<int> waiting;  // servers that have not answered
     std::exception_ptr error;
     Done done;
+    bool exit_when_answered = false;  // test hook (TestHooks::exit_amid_replication)
   };
   void OnRangeTable(const RangeTable& t);
   void OnFailure(std::exception_ptr e);
@@ -69,6 +70,7 @@ class Replicator {
   mutable std::mutex mu_;
   RangeTable table_;
   uint64_t next_ts_ = 1;
+  int64_t fanouts_ = 0;  // changes sent to several servers (the test hook counts them)
   std::map<uint64_t, Request> pending_;
   std::map<int, std::set<int>> copying_;  // range -> joining spares sent a copy
 };
