@@ -123,6 +123,17 @@ void DistServer::Detach(KeyState& st) {
   }
 }
 
+std::pair<int64_t, bool> DistServer::StatesKeyWeight(int store, int64_t key) {
+  const int64_t k = key & 0xffffffff;
+  const uint64_t chunk = static_cast<uint64_t>(key) >> 32;
+  if (key < 0 || k > INT32_MAX || chunk >= dist::MaxChunks(node_->num_servers()))
+    return {-1, false};
+  const int64_t wk = dist::ChunkKey(dist::WireKey(store, static_cast<int>(k)), chunk);
+  const KeyState* st = FindKey(wk);
+  if (!st) return sparse_.WeightInfo(wk);  // a row_sparse key, or none
+  return {st->value.size(), IsLowPrecision(st->value.dtype())};
+}
+
 Optimizer* DistServer::OptimizerOf(int64_t wire_key) const {
   auto it = optimizers_.find(dist::StoreOf(wire_key));
   return it == optimizers_.end() ? nullptr : it->second.get();

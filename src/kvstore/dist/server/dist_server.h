@@ -215,6 +215,10 @@ class DistServer {
   void Detach(KeyState& st);
   /// The optimizer of the store that `wire_key` belongs to, or null.
   Optimizer* OptimizerOf(int64_t wire_key) const;
+  /// For Optimizer::LoadStates of store `store`: the element count and low precision
+  /// of the weight that a states file's `key` (key, or (chunk << 32) | key for a wire
+  /// chunk: dist::OptimizerKey) names on this server; {-1, false} when none.
+  std::pair<int64_t, bool> StatesKeyWeight(int store, int64_t key);
   std::string WorkerName(int id) const;
   /// This server's keys (its rank is known once the node started).
   KeyRange Range() const { return KeyRange(RangeIndex(), node_->num_servers()); }

@@ -243,16 +243,8 @@ std::string DistServer::InstallEnd() {
   try {
     for (auto& [store, blob] : in.states) {
       Optimizer* optimizer = OptimizerOf(dist::WireKey(store, 0));
-      optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
-        const int64_t k = key & 0xffffffff;
-        const uint64_t chunk = static_cast<uint64_t>(key) >> 32;
-        if (key < 0 || k > INT32_MAX || chunk >= dist::MaxChunks(node_->num_servers()))
-          return {-1, false};
-        const int64_t wk = dist::ChunkKey(dist::WireKey(store, static_cast<int>(k)), chunk);
-        const KeyState* st = FindKey(wk);
-        if (!st) return sparse_.WeightInfo(wk);  // a row_sparse key, or none
-        return {st->value.size(), IsLowPrecision(st->value.dtype())};
-      });
+      optimizer->LoadStates(blob,
+                            [this, store](int64_t key) { return StatesKeyWeight(store, key); });
     }
   } catch (const std::exception& e) {
     return std::string("its optimizer states do not load: ") + e.what();

@@ -50,17 +50,7 @@ void DistServer::HandleStates(KVRequest&& req) {
   std::string blob(m.h.vals_len, '\0');
   m.CopyVals(0, m.h.vals_len, blob.data());
   try {
-    optimizer->LoadStates(blob, [this, store](int64_t key) -> std::pair<int64_t, bool> {
-      // key, or (chunk << 32) | key for a wire chunk (dist::OptimizerKey)
-      const int64_t k = key & 0xffffffff;
-      const uint64_t chunk = static_cast<uint64_t>(key) >> 32;
-      if (key < 0 || k > INT32_MAX || chunk >= dist::MaxChunks(node_->num_servers()))
-        return {-1, false};
-      const int64_t wk = dist::ChunkKey(dist::WireKey(store, static_cast<int>(k)), chunk);
-      const KeyState* st = FindKey(wk);
-      if (!st) return sparse_.WeightInfo(wk);  // a row_sparse key, or none
-      return {st->value.size(), IsLowPrecision(st->value.dtype())};
-    });
+    optimizer->LoadStates(blob, [this, store](int64_t key) { return StatesKeyWeight(store, key); });
   } catch (const std::exception& e) {
     return fail(KindOf(e),
                 node_->Tag() + ": cannot load the optimizer states: " + e.what() +
