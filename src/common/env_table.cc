@@ -262,10 +262,12 @@ const EnvVar kVars[] = {
      "(`1,1,3,3`)",
      ApplyServerWeights},
     {"PSKV_REPLICAS", T::kInt, 0, 64, "", "0", S::kJob,
-     "copies of every server's key ranges on other servers besides the primary (dist_sync dense "
-     "keys): with 1 or more a killed server's ranges are taken over by a replica and the job "
-     "continues, bitwise-equal; 0: a dead server ends the job ([fault "
-     "tolerance](docs/fault-tolerance.md))",
+     "copies of every server's key ranges (dense keys; row_sparse keys in dist_sync, their "
+     "pushes in dist_async are refused) on other servers besides the primary: with 1 or more a "
+     "killed server's ranges are taken "
+     "over by a replica and the job continues (dist_sync: bitwise-equal; dist_async: each push "
+     "applied once); each step costs more (measured beside its floor in the docs); 0: a dead "
+     "server ends the job ([fault tolerance](docs/fault-tolerance.md))",
      Int<&Options::replicas>},
     {"MXNET_KVSTORE_REDUCTION_NTHREADS", T::kInt, 1, 1024, "", "4", S::kJob,
      "reduction threads (capped at the number of cores); on a server, they merge the 1 MiB "
