@@ -373,6 +373,10 @@ const EnvVar kVars[] = {
      "n: a server process sends its n-th replicated change that has several targets to the "
      "first only, and exits (status 137) once that one acknowledged it",
      nullptr},
+    {"PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER", T::kInt, 0, 1000000000, "", "0", S::kTest,
+     "n: a replica server acknowledges the n-th replicated round carrying answers to workers "
+     "on its host and exits (status 137) 300 ms later without answering them",
+     nullptr},
     {"PSKV_TEST_BOGUS_CREDITS", T::kBool, 0, 1, "", "0", S::kTest,
      "1: with every send-window credit a node also sends one for far more messages than it "
      "received",
@@ -404,6 +408,7 @@ TestHooks TestHooks::FromEnv() {
   if (auto v = read("PSKV_TEST_COPY_HOLD_CHANGES")) h.copy_hold_changes = *v;
   if (auto v = read("PSKV_TEST_HOLD_REPLICATION_ROUND")) h.hold_replication_round = *v;
   if (auto v = read("PSKV_TEST_EXIT_AMID_REPLICATION")) h.exit_amid_replication = *v;
+  if (auto v = read("PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER")) h.exit_before_delegated_answer = *v;
   return h;
 }
 

@@ -45,6 +45,11 @@ struct TestHooks {
   /// 137, as if killed) when that one acknowledged it: the replica promoted in its place
   /// is then a change ahead of the others (0: never).
   int64_t exit_amid_replication = 0;
+  /// PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER: a replica server process acknowledges the
+  /// n-th replicated round whose primary left it answers to workers on its host, waits
+  /// 300 ms (the acknowledgement reaches the primary) and exits at once (status 137, as
+  /// if killed) without answering them (0: never).
+  int64_t exit_before_delegated_answer = 0;
 
   /// The PSKV_TEST_* variables of this process's environment; ConfigError naming a
   /// malformed one.

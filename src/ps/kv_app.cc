@@ -41,6 +41,29 @@ ErrorKind KindOf(const std::exception& e) {
   return ErrorKind::kGeneric;
 }
 
+PushBody PushBody::Parse(const std::string& body, size_t num_keys) {
+  PushBody b;
+  const size_t n = num_keys * sizeof(uint64_t);
+  if (num_keys == 0 || (body.size() != n && body.size() != n + sizeof(int32_t))) return b;
+  b.counts.resize(num_keys);
+  std::memcpy(b.counts.data(), body.data(), n);
+  if (body.size() > n) {
+    int32_t id = -1;
+    std::memcpy(&id, body.data() + n, sizeof id);
+    b.answerer = id;
+  }
+  return b;
+}
+
+std::string PushBody::Encode(const std::vector<uint64_t>& counts, int answerer) {
+  std::string body(reinterpret_cast<const char*>(counts.data()), counts.size() * sizeof(uint64_t));
+  if (answerer >= 0) {
+    const int32_t id = answerer;
+    body.append(reinterpret_cast<const char*>(&id), sizeof id);
+  }
+  return body;
+}
+
 Frame U64Frame(const std::vector<uint64_t>& v) {
   return Frame::Copy(v.data(), v.size() * 8);
 }

@@ -40,7 +40,19 @@
 // names another primary for its range, it is sent again, unchanged, to that one (a
 // command to a server that left the job counts as answered). A push message carries
 // in its body one u64 per key: how many pushes of that ps key this worker has issued,
-// this one included, so that a server can recognise a retried push it already applied.
+// this one included, so that a server can recognise a retried push it already applied
+// (PushBody).
+//
+// Answers from a copy on the worker's host (docs/fault-tolerance.md, "Answers from a
+// copy on the worker's host"): a push-pull message of one key names, after its push
+// count, its *answerer* when that is not the primary: the first replica of the range
+// on this worker's host (Node::HostOf), if the primary is not on it. The primary may
+// then have that replica answer the message (over loopback) once it applied the
+// round, instead of sending the answer across hosts itself. A message is accepted
+// from its primary or from its answerer, once; when a newer range table no longer
+// lists its answerer, it is sent again to the primary (a retried push the primary
+// holds is answered from its state, one still waiting in its open round is answered
+// by the primary itself).
 #pragma once
 
 #include <chrono>
@@ -168,6 +180,7 @@ class KVWorker {
     Slice slice;
     int range = -1;                   // the key range of its keys (-1: a command)
     std::unique_ptr<Message> resend;  // replicated servers only: the message, to send again
+    int answerer = -1;  // replicated: a replica that may answer instead of `server` (or -1)
   };
   struct Request {
     uint64_t num_parts = 0;            // timestamps [id, id + num_parts)
@@ -196,6 +209,15 @@ class KVWorker {
   /// primary, numbers its pushes per key and keeps a copy to send again.
   void RouteLocked(const std::vector<uint64_t>& keys, uint8_t flags, uint64_t ts,
                    std::vector<std::pair<int, Message>>& msgs, std::vector<Part>& parts);
+  /// Replicated: the answerer of this worker's one-key push-pulls of `range` (ps/kv_app.h):
+  /// the primary if it is on this worker's host, else the range's first replica on it,
+  /// else -1 (the primary answers).
+  int AnswererLocked(int range) const;
+  /// Sets `part`'s answerer (AnswererLocked, for a one-key push-pull) and writes it into
+  /// the body of its message `m` after the push count.
+  void AddressLocked(Part& part, Message& m) const;
+  /// Replicated: learns every server's host (once the node table is known).
+  void LearnHosts();
   void Finish(uint64_t ts, std::unique_lock<std::mutex>& lk);
   std::string MissingLocked(const Request& r) const;
   /// Completes request `ts` (if still pending) with error `e`.
@@ -210,6 +232,21 @@ class KVWorker {
   std::map<uint64_t, Request> pending_;
   RangeTable table_;                            // replicated: the node's, as last applied
   std::map<uint64_t, uint64_t> pushes_of_key_;  // replicated: pushes issued per ps key
+  std::once_flag hosts_once_;
+  std::string host_;                  // replicated: this node's host
+  std::map<int, std::string> hosts_;  // replicated: every server's host (LearnHosts)
+};
+
+/// The body of a replicated job's push message (ps/kv_app.h, "Replicated servers"):
+/// per key the worker's push count, then, for a one-key push-pull, optionally the node
+/// id of its answerer (int32).
+struct PushBody {
+  std::vector<uint64_t> counts;  // empty: not a push body of that many keys
+  int answerer = -1;             // -1: none named (the primary answers)
+  /// Parses `body` of a message of `num_keys` keys.
+  static PushBody Parse(const std::string& body, size_t num_keys);
+  /// The counts' bytes of such a body, then `answerer` unless it is -1.
+  static std::string Encode(const std::vector<uint64_t>& counts, int answerer);
 };
 
 /// A request as the server's handler sees it.

@@ -127,6 +127,7 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   Callback done_now;
   uint64_t ts;
   std::vector<size_t> order;  // paced: the messages' send order (PushPacer::SendOrder)
+  if (replicated_) LearnHosts();
   {
     std::lock_guard<std::mutex> lk(mu_);
     ts = next_ts_;
@@ -363,8 +364,10 @@ void KVWorker::OnMessage(Message&& m) {
   const uint64_t id = it->first;
   Request& req = it->second;
   auto part = req.waiting.find(m.h.timestamp);
-  if (part == req.waiting.end() || part->second.server != m.h.sender) {
-    // A duplicate, or an answer from a server that was not asked: never counted.
+  if (part == req.waiting.end() ||
+      (part->second.server != m.h.sender && part->second.answerer != m.h.sender)) {
+    // A duplicate, or an answer from a server that was neither asked nor named as the
+    // message's answerer: never counted.
     if (node_->options().verbose >= 1)
       PSKV_WARN(node_->Tag() << ": ignored a duplicate or unexpected reply from "
                              << node_->NodeName(m.h.sender) << " to request " << m.h.timestamp);

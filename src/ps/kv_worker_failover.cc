@@ -1,10 +1,18 @@
 // KVWorker with replicated servers: routing by the range table and sending
 // unanswered messages again when a range's primary changes (ps/kv_app.h,
 // "Replicated servers"; docs/fault-tolerance.md).
+#include <algorithm>
+
 #include "common/logging.h"
 #include "ps/kv_app.h"
 
 namespace pskv {
+
+namespace {
+bool Listed(const std::vector<int32_t>& ids, int id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+}  // namespace
 
 void KVWorker::RouteLocked(const std::vector<uint64_t>& keys, uint8_t flags, uint64_t ts,
                            std::vector<std::pair<int, Message>>& msgs, std::vector<Part>& parts) {
@@ -16,10 +24,41 @@ void KVWorker::RouteLocked(const std::vector<uint64_t>& keys, uint8_t flags, uin
       std::vector<uint64_t> counts;
       for (size_t k = parts[p].slice.first; k < parts[p].slice.first + parts[p].slice.count; ++k)
         counts.push_back(++pushes_of_key_[keys[k]]);
-      m.body.assign(reinterpret_cast<const char*>(counts.data()), counts.size() * 8);
+      m.body = PushBody::Encode(counts, -1);
+      AddressLocked(parts[p], m);
     }
     parts[p].resend = std::make_unique<Message>(m);
   }
+}
+
+void KVWorker::LearnHosts() {
+  std::call_once(hosts_once_, [this] {
+    std::map<int, std::string> hosts;
+    for (int id : node_->AllServerIds()) hosts[id] = node_->HostOf(id);
+    std::string here = node_->HostOf(node_->id());
+    std::lock_guard<std::mutex> lk(mu_);
+    hosts_ = std::move(hosts);
+    host_ = std::move(here);
+  });
+}
+
+int KVWorker::AnswererLocked(int range) const {
+  auto on_this_host = [&](int id) {
+    auto it = hosts_.find(id);
+    return !host_.empty() && it != hosts_.end() && it->second == host_;
+  };
+  if (on_this_host(table_.Primary(range))) return -1;
+  for (int id : table_.Replicas(range))
+    if (on_this_host(id)) return id;
+  return -1;
+}
+
+void KVWorker::AddressLocked(Part& part, Message& m) const {
+  const bool one_key_push_pull =
+      (m.h.flags & kPush) && (m.h.flags & kPull) && part.slice.count == 1;
+  part.answerer = one_key_push_pull ? AnswererLocked(part.range) : -1;
+  PushBody body = PushBody::Parse(m.body, part.slice.count);
+  if (!body.counts.empty()) m.body = PushBody::Encode(body.counts, part.answerer);
 }
 
 void KVWorker::OnRangeTable(const RangeTable& table) {
@@ -36,8 +75,12 @@ void KVWorker::OnRangeTable(const RangeTable& table) {
             it = req.waiting.erase(it);
             continue;
           }
-        } else if (table_.Primary(part.range) != part.server) {
+        } else if (table_.Primary(part.range) != part.server ||
+                   (part.answerer >= 0 && !Listed(table_.Replicas(part.range), part.answerer))) {
+          // A new primary, or the answerer left the range: the message goes (again) to
+          // the range's primary, naming the answerer of this table.
           part.server = table_.Primary(part.range);
+          AddressLocked(part, *part.resend);
           again.emplace_back(part.server, *part.resend);
         }
         ++it;

@@ -1,10 +1,12 @@
 // RangeTable (ps/range_table.h): the initial placement of replicas, promotion when a
-// server dies, lost ranges, version ordering and the wire form.
+// server dies, lost ranges, version ordering and the wire form; and the body of a
+// replicated job's push message (PushBody, ps/kv_app.h).
 #include "ps/range_table.h"
 
 #include <gtest/gtest.h>
 
 #include "protocol/message.h"
+#include "ps/kv_app.h"
 #include "pskv/error.h"
 
 using namespace pskv;
@@ -164,4 +166,19 @@ TEST(RangeTable, SparesOnTheWireAreChecked) {
   EXPECT_NO_THROW(RangeTable::FromData(d, 2, 1));
   EXPECT_EQ(payload::DecodeRangeTable(payload::EncodeRangeTable(d)).ranges[0].joining,
             (std::vector<int32_t>{ServerId(2)}));
+}
+
+// Push counts, then optionally the answerer's node id; anything else is no push body.
+TEST(PushBody, CountsAndAnswererRoundTrip) {
+  const std::string plain = PushBody::Encode({7, 9}, -1);
+  EXPECT_EQ(plain.size(), 16u);
+  PushBody b = PushBody::Parse(plain, 2);
+  EXPECT_EQ(b.counts, (std::vector<uint64_t>{7, 9}));
+  EXPECT_EQ(b.answerer, -1);
+  b = PushBody::Parse(PushBody::Encode({3}, ServerId(1)), 1);
+  EXPECT_EQ(b.counts, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(b.answerer, ServerId(1));
+  EXPECT_TRUE(PushBody::Parse(plain, 1).counts.empty());  // another key count
+  EXPECT_TRUE(PushBody::Parse("", 1).counts.empty());
+  EXPECT_TRUE(PushBody::Parse(plain + "x", 2).counts.empty());
 }

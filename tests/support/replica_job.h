@@ -33,6 +33,10 @@ struct ReplicaJobSpec {
   // More for server i (a spare's i counts on from the servers: S, S + 1, ...).
   std::map<int, std::map<std::string, std::string>> server_env;
   std::vector<std::string> collect;  // more files of OUT_DIR to return
+  // Server i and worker i advertise host 127.0.0.(i + 2) (DMLC_NODE_HOST; a spare its
+  // own): one "host" per server and worker pair, as when a server runs on every worker
+  // host (Node::HostOf differs between pairs; all still on loopback).
+  bool paired_hosts = false;
 };
 
 struct ReplicaJobResult {
@@ -105,14 +109,18 @@ inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s,
     env["DMLC_TASK_ID"] = std::to_string(i);
     if (i >= s.servers) env["PSKV_SPARE_SERVER"] = "1";
     if (s.reply_delay_ms) env["PSKV_TEST_REPLY_DELAY"] = std::to_string(s.reply_delay_ms);
+    if (s.paired_hosts) env["DMLC_NODE_HOST"] = "127.0.0." + std::to_string(i + 2);
     if (auto it = s.server_env.find(i); it != s.server_env.end())
       for (auto& [k, v] : it->second) env[k] = v;
     servers.push_back(Spawn({s.server}, env, log));
   }
   std::vector<std::string> argv = s.worker;
   argv.push_back(dir);
-  for (int i = 0; i < s.workers; ++i)
-    workers.push_back(Spawn(argv, d::Env(s, port, "worker"), log));
+  for (int i = 0; i < s.workers; ++i) {
+    auto env = d::Env(s, port, "worker");
+    if (s.paired_hosts) env["DMLC_NODE_HOST"] = "127.0.0." + std::to_string(i + 2);
+    workers.push_back(Spawn(argv, env, log));
+  }
   auto stop = [&] {
     std::vector<pid_t> all = {scheduler};
     all.insert(all.end(), servers.begin(), servers.end());

@@ -28,11 +28,10 @@ void DistServer::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
     r->lens.push_back(it.len);
   }
   if (r->req.pull) r->done.resize(items.size());
-  const std::string& body = r->req.msg.body;
-  if (replicator_ && !body.empty() &&
-      body.size() == items.size() * sizeof(uint64_t)) {  // push counts (replicated only)
-    r->counts.resize(items.size());
-    std::memcpy(r->counts.data(), body.data(), body.size());
+  if (replicator_ && !r->req.msg.body.empty()) {  // push counts (replicated only)
+    PushBody body = PushBody::Parse(r->req.msg.body, items.size());
+    r->counts = std::move(body.counts);
+    r->answerer = body.answerer;
   }
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < items.size(); ++i)
@@ -88,6 +87,24 @@ void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_poin
   }
   for (auto& x : done) Finish(x.push, &st, nullptr);
   st.round.Recycle(std::move(done));  // its capacity serves the next round
+}
+
+bool DistServer::RetryOfWaitingPush(const KVRequest& req) {
+  const Message& m = req.msg;
+  int64_t key = 0;
+  if (m.num_keys() != 1 || !Range().WireKeyOf(m.key_ptr()[0], &key)) return false;
+  const PushBody body = PushBody::Parse(m.body, 1);
+  KeyState* st = body.counts.empty() ? nullptr : FindKey(key);
+  if (!st || !st->round.pushed(req.sender)) return false;
+  for (const auto& e : st->round.pushes()) {
+    RoundReq& r = *e.push.r;
+    if (e.sender != req.sender || r.req.timestamp != req.timestamp || r.counts.empty() ||
+        r.counts[e.push.index] != body.counts[0])
+      continue;
+    r.answer_here = true;  // one key: only this shard touches it until the round completes
+    return true;
+  }
+  return false;
 }
 
 void DistServer::FailRound(std::vector<Round::Entry> pushes, const Failure& failure) {

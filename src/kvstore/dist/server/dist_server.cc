@@ -71,6 +71,9 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
 }
 
 DistServer::~DistServer() {
+  if (const uint64_t n = answered_for_primary_.load())
+    PSKV_WARN(node_->Tag() << ": key range " << RangeIndex() << ": answered " << n
+                           << " push-pull(s) of workers on this host for the range's primary");
   if (const uint64_t n = answered_from_state_.load())
     PSKV_WARN(node_->Tag() << ": key range " << RangeIndex() << ": answered " << n
                            << " retried push(es) from the state without applying them again "
@@ -171,6 +174,7 @@ void DistServer::Process(KVRequest&& req) {
                                    NotReplicated("row_sparse pushes in dist_async"));
     return HandleSparse(std::move(req));  // one key: on its shard
   }
+  if (replicator_ && sync_ && req.push && req.pull && RetryOfWaitingPush(req)) return;
   std::vector<Item> items;
   if (auto bad = Validate(req, &items)) return server_->RespondError(req, bad->kind, bad->message);
   if (kind == Kind::kInit) return ApplyInit(req, items);

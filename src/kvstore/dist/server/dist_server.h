@@ -143,7 +143,11 @@ class DistServer {
     std::vector<int64_t> keys;  // wire keys, in message order
     std::vector<uint64_t> offs, lens;
     std::vector<uint64_t> counts;  // per key: the worker's push count (replicated; else empty)
-    std::mutex mu;                 // guards the fields below (keys of several shards complete it)
+    int answerer = -1;             // replicated: the replica the worker accepts the answer from too
+    // Replicated: the worker sent this push again (its answerer left the range): it is
+    // answered here, never by the answerer. On the key's shard (one-key requests only).
+    bool answer_here = false;
+    std::mutex mu;  // guards the fields below (keys of several shards complete it)
     size_t left = 0;
     // Per key of a push-pull, once its round completed: the value the answer points at
     // (no copy; its token makes a later update of the key copy the value first, Detach).
@@ -269,6 +273,20 @@ class DistServer {
   /// answered when they did.
   void ForwardInit(const KVRequest& req, const std::vector<int>& to);
   void FailRound(std::vector<Round::Entry> pushes, const Failure& failure);
+  /// Primary, on the key's shard: true if `req` is a worker's one-key push-pull sent
+  /// again while its first copy still waits in the key's open round (its answerer left
+  /// the range): that one is then answered here, and `req` is dropped (same timestamp).
+  bool RetryOfWaitingPush(const KVRequest& req);
+  /// Replica: answers the workers' push-pulls of round `round` of `key` that the
+  /// primary left to this copy (`answers`, from its kReplicate request), with the
+  /// value, or with `failure`.
+  struct Delegated {
+    int worker;
+    uint64_t timestamp;
+    int32_t priority, cmd;
+  };
+  void AnswerDelegated(int64_t key, KeyState& st, const std::vector<Delegated>& answers,
+                       const Failure* failure);
 
   // ---- replication of async pushes (replica_async.cc)
   /// The async pushes of one request that a primary applied, as its replicas apply them.
@@ -352,6 +370,10 @@ class DistServer {
   // Replicated: pushes answered from the state without applying them again (retried
   // after a failover; logged when the server ends), and rounds replicated so far.
   std::atomic<uint64_t> answered_from_state_{0}, replicated_rounds_{0};
+  // Replicated: push-pulls of workers on this host answered here for the primary
+  // (docs/fault-tolerance.md, "Answers from a copy on the worker's host"), and kReplicate
+  // requests carrying such answers (TestHooks::exit_before_delegated_answer counts them).
+  std::atomic<uint64_t> answered_for_primary_{0}, delegations_{0};
   Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
   Reducer serial_;   // no pool: for work already running on reducer_'s pool
   bool sync_ = false;

@@ -30,11 +30,7 @@ namespace pskv {
 using dist::Kind;
 
 std::vector<uint64_t> DistServer::PushCounts(const KVRequest& req, size_t num_keys) {
-  const std::string& body = req.msg.body;
-  if (body.empty() || body.size() != num_keys * sizeof(uint64_t)) return {};
-  std::vector<uint64_t> counts(num_keys);
-  std::memcpy(counts.data(), body.data(), body.size());
-  return counts;
+  return PushBody::Parse(req.msg.body, num_keys).counts;
 }
 
 bool DistServer::AlreadyApplied(const KeyState& st, int sender, const std::vector<uint64_t>& counts,

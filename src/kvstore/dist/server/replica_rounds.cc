@@ -24,12 +24,35 @@ std::vector<int> DistServer::ReplicaTargets(const KVRequest& req) const {
 
 void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to, ReplyOwner sum,
                            int64_t round, std::vector<Round::Entry> done) {
+  // A one-key push-pull whose worker named the round's only replica as its answerer
+  // (a copy on the worker's host, ps/kv_app.h) is answered there, once it applied the
+  // round, instead of from here: with one replica, every copy holds the round then.
+  std::vector<Round::Entry> delegated;
+  if (to.size() == 1) {
+    for (size_t i = 0; i < done.size();) {
+      const RoundReq& r = *done[i].push.r;
+      if (r.req.pull && r.keys.size() == 1 && r.answerer == to[0] && !r.answer_here) {
+        delegated.push_back(std::move(done[i]));
+        done.erase(done.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
   ByteWriter body;
   body.Put<uint64_t>(replicator_->version());
   body.Put<int64_t>(round);
-  for (auto& x : done) {
+  body.Put<uint32_t>(static_cast<uint32_t>(done.size() + delegated.size()));
+  for (const auto* pushes : {&done, &delegated})
+    for (auto& x : *pushes) {
+      body.Put<int32_t>(x.sender);
+      body.Put<uint64_t>(x.push.r->counts.empty() ? 0 : x.push.r->counts[x.push.index]);
+    }
+  for (auto& x : delegated) {  // what the replica answers: Delegated
     body.Put<int32_t>(x.sender);
-    body.Put<uint64_t>(x.push.r->counts.empty() ? 0 : x.push.r->counts[x.push.index]);
+    body.Put<uint64_t>(x.push.r->req.timestamp);
+    body.Put<int32_t>(x.push.r->req.priority);
+    body.Put<int32_t>(x.push.r->req.cmd);
   }
   Message m;
   m.h.flags = kPush;
@@ -45,10 +68,19 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   // update it again only after these pushes were answered).
   auto value = std::make_shared<ReplyOwner>(ReplyOwner{st.value, st.token});
   auto pushes = std::make_shared<std::vector<Round::Entry>>(std::move(done));
+  auto left = std::make_shared<std::vector<Round::Entry>>(std::move(delegated));
+  const int answerer = to.front();
   // [observe] the round trip to the replicas that the round's answers wait for
   const uint64_t sent_us = obs::Enabled() ? obs::NowUs() : 0;
   const uint64_t sum_bytes = m.h.vals_len;
-  Replicator::Done answer = [this, key, value, pushes, sent_us, sum_bytes](std::exception_ptr e) {
+  Replicator::Done answer = [this, key, value, pushes, left, answerer, sent_us,
+                             sum_bytes](std::exception_ptr e) {
+    // The answers left to the replica are answered here after all when it left the
+    // range (removed before or after acknowledging: its answers may never have gone
+    // out, and the worker accepts the first answer only) or failed the round.
+    if (!left->empty() && !e && replicator_->Holds(RangeIndex(), answerer)) left->clear();
+    pushes->insert(pushes->end(), std::make_move_iterator(left->begin()),
+                   std::make_move_iterator(left->end()));
     if (sent_us)
       obs::Span("replicate", "replicate", std::to_string(dist::KeyOf(key)), sum_bytes, sent_us,
                 obs::NowUs());
@@ -111,15 +143,27 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   uint64_t version = 0;
   int64_t round = 0;
   std::vector<std::pair<int, uint64_t>> counts;
+  std::vector<Delegated> answers;  // the primary's workers this copy answers (Replicate)
   try {
     version = r.Get<uint64_t>();
     round = r.Get<int64_t>();
-    while (r.remaining() > 0) {
+    const uint32_t n = r.Get<uint32_t>();
+    for (uint32_t i = 0; i < n; ++i) {
       const int id = r.Get<int32_t>();
-      if (!IsWorkerId(id) || RankOfId(id) >= node_->num_workers())
+      if (!IsJobWorker(id))
         return fail("a push count of node id " + std::to_string(id) +
                     ", which is not a worker of this job");
       counts.emplace_back(id, r.Get<uint64_t>());
+    }
+    while (r.remaining() > 0) {
+      Delegated d{r.Get<int32_t>(), 0, 0, 0};
+      d.timestamp = r.Get<uint64_t>();
+      d.priority = r.Get<int32_t>();
+      d.cmd = r.Get<int32_t>();
+      if (!IsJobWorker(d.worker))
+        return fail("an answer to node id " + std::to_string(d.worker) +
+                    ", which is not a worker of this job");
+      answers.push_back(d);
     }
   } catch (const std::exception& e) {
     return fail(e.what());
@@ -148,6 +192,16 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   // the round stays open and the primary's next round of the key is refused with
   // "round r + 1 before round r", failing its pushes instead of diverging silently.
   server_->Respond(req);
+  const int64_t exit_before = node_->test_hooks().exit_before_delegated_answer;
+  if (exit_before > 0 && !answers.empty() && static_cast<int64_t>(++delegations_) >= exit_before) {
+    // The acknowledgement reaches the primary first, which leaves these answers to
+    // this copy: the workers must get them from the primary all the same.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::fprintf(stderr,
+                 "%s: exiting before answering %zu push-pull(s) for the primary (test hook)\n",
+                 node_->Tag().c_str(), answers.size());
+    std::_Exit(137);
+  }
   const uint64_t bytes = m.len_ptr()[0];
   obs::StepScope obs_apply("replica", dist::KeyOf(key), bytes);  // [observe]
   std::string scratch;
@@ -164,15 +218,40 @@ void DistServer::ApplyReplica(const KVRequest& req) {
     st->merge = NDArray();
     PSKV_ERROR(node_->Tag() << ": key range " << RangeIndex() << ": replicated round " << round
                             << " of key " << dist::KeyOf(key) << " failed to apply: " << e.what());
+    const Failure failure{KindOf(e), std::string("update failed on a replica: ") + e.what()};
+    AnswerDelegated(key, *st, answers, &failure);
     return;
   }
   if (by_optimizer) st->merge = NDArray();  // no view of the request outlives it
   st->round.Advance();
   for (auto& [id, count] : counts)
     if (count) st->applied_push[id] = count;
+  AnswerDelegated(key, *st, answers, nullptr);
   // With two replicas or more this copy may be promoted while another missed this
   // round: kept for ResendLastRounds (the request's buffers, no copy of the sum).
   if (node_->options().replicas >= 2) st->last_round = std::make_shared<const Message>(m);
+}
+
+void DistServer::AnswerDelegated(int64_t key, KeyState& st, const std::vector<Delegated>& answers,
+                                 const Failure* failure) {
+  for (const Delegated& d : answers) {
+    KVRequest req;
+    req.sender = d.worker;
+    req.timestamp = d.timestamp;
+    req.cmd = d.cmd;
+    req.priority = d.priority;
+    req.push = req.pull = true;
+    try {
+      if (failure) {
+        server_->RespondError(req, failure->kind, failure->message);
+      } else {
+        ReplyValues(req, {{key, ReplyOwner{st.value, st.token}}});
+        answered_for_primary_.fetch_add(1, std::memory_order_relaxed);
+      }
+    } catch (const std::exception& e) {
+      PSKV_WARN(node_->Tag() << ": " << e.what());
+    }
+  }
 }
 
 size_t DistServer::ResendLastRounds() {
@@ -195,8 +274,13 @@ size_t DistServer::ResendLastRounds() {
       std::vector<Frame::Piece> pieces;
       for (const auto& c : in.chunks) pieces.push_back({c.data, c.size});
       if (!pieces.empty()) m.vals = Frame::Gather(std::move(pieces), last);
-      m.body = in.body;  // the round and its push counts, under this node's table version
+      // The round and its push counts, under this node's table version; not the answers
+      // its primary left to this copy (given).
+      m.body = in.body;
       std::memcpy(m.body.data(), &version, sizeof version);
+      uint32_t n = 0;
+      std::memcpy(&n, m.body.data() + 16, sizeof n);
+      m.body.resize(16 + sizeof n + n * (sizeof(int32_t) + sizeof(uint64_t)));
       replicator_->Send(to, std::move(m), [this, key](std::exception_ptr e) {
         if (!e) return;
         try {

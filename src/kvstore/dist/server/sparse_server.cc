@@ -42,9 +42,8 @@ using Rows = sparse_wire::PushRows;
 
 // The push count a replicated job's worker sent with a row_sparse push (kv_app.h), or 0.
 uint64_t PushCount(const KVRequest& req) {
-  uint64_t count = 0;
-  if (req.msg.body.size() == sizeof count) std::memcpy(&count, req.msg.body.data(), sizeof count);
-  return count;
+  const PushBody body = PushBody::Parse(req.msg.body, 1);
+  return body.counts.empty() ? 0 : body.counts[0];
 }
 Rows DecodePush(const Message& m, int64_t key_rows, int64_t row_size, DType dtype) {
   return sparse_wire::DecodePush(ValuesOf(m), key_rows, row_size, dtype);
