@@ -40,13 +40,15 @@ def link_floor(w, s, placement, sparse, rows_frac=0.125):
     u = f = 1). With T = M = 1:
       shared (a server and a worker on each of W = S hosts): a host sends (W - 1) f / W
         of pushes and (W - 1) f / W of answers, and one range's copy u / W more:
-        u / (2 (W - 1) f);
+        u / (2 (W - 1) f) for row_sparse; dense 0: the replica on a worker's host answers
+        that worker's one-key push-pulls for the primary (docs/fault-tolerance.md,
+        "Answers from a copy on the worker's host"), so the copy replaces an answer;
       own (servers on S hosts of their own): a worker's link carries f, a server's
         W f / S, and with R=1 (W f + u) / S: max(f, (W f + u) / S) / max(f, W f / S) - 1,
         u / (W f) at S = W, and 0 once the server links have room for the copy."""
     u, f = (1 - (1 - rows_frac) ** w, rows_frac) if sparse else (1.0, 1.0)
     if placement == 'shared':
-        return u / (2 * (w - 1) * f)
+        return u / (2 * (w - 1) * f) if sparse else 0.0
     return max(f, (w * f + u) / s) / max(f, w * f / s) - 1
 
 
