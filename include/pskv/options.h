@@ -93,6 +93,12 @@ struct Options {
   int spare_servers = 0;
   /// PSKV_SPARE_SERVER: this server process is one of the spares.
   bool spare = false;
+  /// PSKV_HELD_REQUEST_BYTES: with replicas, the most bytes of one worker's requests a
+  /// server keeps for key ranges it holds but does not lead yet (held until the range
+  /// table that promotes it arrives; docs/fault-tolerance.md, "Promotion on the
+  /// servers"); each request counts at least 1 KiB. Past it a request is refused with
+  /// an error saying so (docs/security.md, "Replicated servers").
+  int64_t held_request_bytes = int64_t{1} << 30;
 
   // ---- parameter-server contract (ps-lite's DMLC_* variables) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

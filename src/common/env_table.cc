@@ -269,6 +269,12 @@ const EnvVar kVars[] = {
      "applied once); each step costs more (measured beside its floor in the docs); 0: a dead "
      "server ends the job ([fault tolerance](docs/fault-tolerance.md))",
      Int<&Options::replicas>},
+    {"PSKV_HELD_REQUEST_BYTES", T::kInt, 1024, int64_t{1} << 40, "", "1 GiB", S::kJob,
+     "with `PSKV_REPLICAS`: the most bytes of one worker's requests a server keeps for key "
+     "ranges it holds but does not lead yet, until the range table promoting it arrives (each "
+     "request counts at least 1 KiB); past it requests are refused with an error saying so "
+     "([fault tolerance](docs/fault-tolerance.md#replicated-servers-first-slice-built))",
+     Int<&Options::held_request_bytes>},
     {"MXNET_KVSTORE_REDUCTION_NTHREADS", T::kInt, 1, 1024, "", "4", S::kJob,
      "reduction threads (capped at the number of cores); on a server, they merge the 1 MiB "
      "chunks of a big value in parallel",

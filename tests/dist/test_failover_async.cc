@@ -101,3 +101,22 @@ TEST(FailoverAsync, ASpareJoinsAndASecondLossLosesNoPush) {
   std::printf("[ measured ] kill of server 0 -> both key ranges replicated again: %.0f ms\n",
               full_strength_ms);
 }
+
+// PSKV_REPLICAS=2 with three servers: the primary of key range 1 sends the copy of an
+// async push to one of its two replicas only and exits once that one acknowledged it
+// (PSKV_TEST_EXIT_AMID_REPLICATION). Server 2, promoted, holds a push that server 0
+// lacks and sends its last copies again (ResendLastRounds) before it applies any
+// push of its own; then server 2 is killed too and server 0 leads every range: every
+// push applied exactly once. Without the copies sent again, server 0 refuses server
+// 2's next copy of that key ("push s + 1 before push s") and the job fails.
+TEST(FailoverAsync, APromotedReplicaAheadOfTheOtherSendsItsLastPushesAgain) {
+  auto s = Spec("async_r2_ahead", 0, 2);
+  s.servers = 3;
+  s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = "12";
+  auto r = RunReplicaJob(s, {{1, "w0.p10", {}}, {2, "w0.p16", {}}});
+  ExpectEveryPushOnce(r, "server 1 died amid an async copy, then server 2 killed");
+  EXPECT_NE(r.log.find("(async pushes) to server[2]"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("again to its other copies"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("range 1 server[0]"), std::string::npos) << "server 0 led at the end\n"
+                                                                << r.log;
+}

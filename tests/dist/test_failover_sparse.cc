@@ -59,3 +59,28 @@ TEST(FailoverSparse, KillServerLosesNothing) {
                     r.slowest_ms);
       }
 }
+
+// PSKV_REPLICAS=2 with three servers: the primary of key range 1 sends a row_sparse
+// round to one of its two replicas only and exits once that one acknowledged it
+// (PSKV_TEST_EXIT_AMID_REPLICATION). Server 2, promoted, is a round ahead of server 0
+// and sends that round again (ResendLastRounds) before its own; then server 2 is
+// killed too and server 0 leads every range: the copies agreed, the weights are the
+// undisturbed job's. Without the round sent again, server 0 refuses server 2's next
+// round ("round r + 1 before round r") and the job fails.
+TEST(FailoverSparse, APromotedReplicaAheadOfTheOtherSendsItsLastRoundAgain) {
+  auto spec = [](const std::string& name) {
+    auto s = Spec(name, 5, 2);  // 5 ms per request: the second kill lands amid the job
+    s.servers = 3;
+    return s;
+  };
+  const auto want = RunReplicaJob(spec("sparse_r2_undisturbed")).weights;
+  auto s = spec("sparse_r2_ahead");
+  s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = "8";
+  const auto got = RunReplicaJob(s, {{1, "w0.r6", {}}, {2, "w0.r7", {}}});
+  ExpectSameWeights(want, got.weights,
+                    "server 1 died amid a row_sparse round, then server 2 killed");
+  EXPECT_NE(got.log.find("(a row_sparse round) to server[2]"), std::string::npos) << got.log;
+  EXPECT_NE(got.log.find("again to its other copies"), std::string::npos) << got.log;
+  EXPECT_NE(got.log.find("range 1 server[0]"), std::string::npos) << "server 0 led at the end\n"
+                                                                  << got.log;
+}

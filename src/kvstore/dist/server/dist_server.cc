@@ -280,8 +280,9 @@ void DistServer::HandleSparse(KVRequest&& req) {
     std::string why = IsServerId(req.sender) ? NotFromPrimary(req) : "not from a server";
     if (!why.empty())
       return server_->RespondError(req, ErrorKind::kInvalid, "row_sparse replication: " + why);
-    return sparse_.ApplyCopy(key, std::move(req), server_, OptimizerOf(key),
-                             [this](int id) { return IsJobWorker(id); });
+    return sparse_.ApplyCopy(
+        key, std::move(req), server_, OptimizerOf(key), [this](int id) { return IsJobWorker(id); },
+        node_->options().replicas >= 2);
   }
   SparseServer::Context ctx;
   const Kind kind = dist::CmdKind(req.cmd);

@@ -64,6 +64,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -123,11 +124,15 @@ class DistServer {
   /// docs/fault-tolerance.md, "Back to full strength"). Receive thread.
   void CopyTo(int to);
   /// A replica just promoted to primary of this range (receive thread, before any
-  /// request of the range runs here as its primary): sends every key's last round it
-  /// applied as a replica to the range's other copies, which may have missed it (the
-  /// dead primary sent it to this node only); a copy that holds it acknowledges it
-  /// without applying it again. Returns the number of keys sent.
-  size_t ResendLastRounds();
+  /// request of the range runs here as its primary): sends the last changes of every
+  /// key it applied as a replica (a dense or row_sparse sync round; dist_async: the
+  /// last num_workers copies) to the range's other copies, which may have missed them
+  /// (the dead primary sent them to this node only); a copy that holds one
+  /// acknowledges it without applying it again (resend.cc). `done` runs once every
+  /// copy acknowledged them (or failed), possibly before this returns; the range's
+  /// own changes must wait for it, so that each copy gets a key's changes in order.
+  /// Kept only with PSKV_REPLICAS >= 2. Returns the number of keys sent.
+  size_t ResendLastRounds(std::function<void()> done);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -175,6 +180,10 @@ class DistServer {
     // request, holding the sum's receive buffers), sent again to the range's other
     // copies when this node is promoted (ResendLastRounds).
     std::shared_ptr<const Message> last_round;
+    // PSKV_REPLICAS >= 2, on a replica of a dist_async range: the last num_workers
+    // kReplicateAsync requests that changed this key (by the order they were applied
+    // here, async_applied_), sent again on promotion like last_round.
+    std::deque<std::pair<uint64_t, std::shared_ptr<const Message>>> async_copies;
     // The state of the next key in its shard's map (keys are never removed): the keys
     // of a request ascend, so this finds the next one without a tree search.
     KeyState* next = nullptr;
@@ -374,6 +383,7 @@ class DistServer {
   // (docs/fault-tolerance.md, "Answers from a copy on the worker's host"), and kReplicate
   // requests carrying such answers (TestHooks::exit_before_delegated_answer counts them).
   std::atomic<uint64_t> answered_for_primary_{0}, delegations_{0};
+  std::atomic<uint64_t> async_applied_{0};  // kReplicateAsync requests applied (R >= 2)
   Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
   Reducer serial_;   // no pool: for work already running on reducer_'s pool
   bool sync_ = false;

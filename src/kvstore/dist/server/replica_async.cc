@@ -19,6 +19,7 @@
 // error (a gap: a copy was lost). Like a replicated round (replica_rounds.cc), a copy
 // starts with the sender's range-table version and is taken only from the range's
 // primary (NotFromPrimary).
+#include <algorithm>
 #include <cstring>
 
 #include "common/logging.h"
@@ -173,6 +174,12 @@ void DistServer::ApplyAsyncReplica(const KVRequest& req) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
+  // With two replicas or more this copy may be promoted while another missed this
+  // push: kept for ResendLastRounds (the request's buffers, no copy of the gradients).
+  const bool keep = node_->options().replicas >= 2;
+  const size_t keep_last = static_cast<size_t>(std::max(node_->num_workers(), 1));
+  std::shared_ptr<const Message> kept;
+  const uint64_t index = keep ? ++async_applied_ : 0;
   for (One& o : ones) {
     KeyState& st = *o.st;
     if (o.seq < st.round.round()) continue;  // held already (a new primary re-sending)
@@ -186,6 +193,11 @@ void DistServer::ApplyAsyncReplica(const KVRequest& req) {
     }
     st.round.Advance();
     if (o.count) st.applied_push[sender] = o.count;
+    if (keep) {
+      if (!kept) kept = std::make_shared<const Message>(m);
+      st.async_copies.emplace_back(index, kept);
+      while (st.async_copies.size() > keep_last) st.async_copies.pop_front();
+    }
   }
   server_->Respond(req);
 }

@@ -254,49 +254,6 @@ void DistServer::AnswerDelegated(int64_t key, KeyState& st, const std::vector<De
   }
 }
 
-size_t DistServer::ResendLastRounds() {
-  const std::vector<int> to = replicator_->Targets(RangeIndex());
-  const uint64_t version = replicator_->version();
-  size_t sent = 0;
-  pool_.Exclusive([&] {
-    ForEachKey([&](int64_t key, KeyState& st) {
-      std::shared_ptr<const Message> last = std::move(st.last_round);
-      st.last_round.reset();
-      if (!last || to.empty()) return;
-      const Message& in = *last;
-      Message m;
-      m.h.flags = kPush;
-      m.h.head = in.h.head;
-      m.h.num_keys = in.h.num_keys;
-      m.h.vals_len = in.h.vals_len;
-      m.keys = in.keys;
-      m.lens = in.lens;
-      std::vector<Frame::Piece> pieces;
-      for (const auto& c : in.chunks) pieces.push_back({c.data, c.size});
-      if (!pieces.empty()) m.vals = Frame::Gather(std::move(pieces), last);
-      // The round and its push counts, under this node's table version; not the answers
-      // its primary left to this copy (given).
-      m.body = in.body;
-      std::memcpy(m.body.data(), &version, sizeof version);
-      uint32_t n = 0;
-      std::memcpy(&n, m.body.data() + 16, sizeof n);
-      m.body.resize(16 + sizeof n + n * (sizeof(int32_t) + sizeof(uint64_t)));
-      replicator_->Send(to, std::move(m), [this, key](std::exception_ptr e) {
-        if (!e) return;
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          PSKV_WARN(node_->Tag() << ": key range " << RangeIndex()
-                                 << ": sending the last round of key " << dist::KeyOf(key)
-                                 << " again: " << ex.what());
-        }
-      });
-      ++sent;
-    });
-  });
-  return sent;
-}
-
 void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   const Message& in = req.msg;
   Message m;

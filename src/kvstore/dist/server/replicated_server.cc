@@ -37,9 +37,11 @@ ReplicaHost::ReplicaHost(Node* node)
           [this](int sender, int head, const std::string& body) {
             return Command(sender, head, body);
           }),
-      replicator_(node) {
+      replicator_(node),
+      held_(node->options().held_request_bytes) {
   server_.SetReplyHandler([this](Message&& m) { replicator_.OnReply(std::move(m)); });
   node_->AddRangeTableHandler([this](const RangeTable& t) { OnRangeTable(t); });
+  node_->AddFailureHandler([this](std::exception_ptr e) { OnFailure(e); });
 }
 
 ReplicaHost::~ReplicaHost() {
@@ -48,6 +50,89 @@ ReplicaHost::~ReplicaHost() {
         node_->Tag() << ": refused " << n
                      << " request(s) of other nodes that only a worker, or only the primary "
                         "of a key range, may send (docs/security.md, \"Replicated servers\")");
+  if (const uint64_t n = held_refused_.load())
+    PSKV_WARN(node_->Tag() << ": refused " << n
+                           << " worker request(s) for key ranges this server did not lead (held "
+                              "past PSKV_HELD_REQUEST_BYTES, led by another server, or held when "
+                              "the job failed; docs/fault-tolerance.md, \"Promotion on the "
+                              "servers\")");
+}
+
+void ReplicaHost::Hold(int range, KVRequest&& req) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    if (!node_->failure())
+      why = held_.Hold(range, std::move(req), node_->Tag());
+    else
+      why = "the job failed";
+  }
+  if (why.empty()) return;
+  ++held_refused_;
+  PSKV_LOG_LIMITED(limiter_, "held" + std::to_string(req.sender), "WARN",
+                   node_->Tag() << ": refused a request of " << node_->NodeName(req.sender)
+                                << " for key range " << range << ": " << why);
+  try {
+    server_.RespondError(req, ErrorKind::kUsage, why);
+  } catch (const std::exception& e) {
+    PSKV_WARN(node_->Tag() << ": " << e.what());
+  }
+}
+
+void ReplicaHost::RefuseHeld(std::vector<KVRequest> reqs, const std::string& why) {
+  for (auto& req : reqs) {
+    ++held_refused_;
+    try {
+      server_.RespondError(req, ErrorKind::kUsage, why);
+    } catch (const std::exception& e) {
+      PSKV_WARN(node_->Tag() << ": " << e.what());
+    }
+  }
+}
+
+void ReplicaHost::ResendDone(int range) {
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    resending_.erase(range);
+    if (in_table_) return resent_.push_back(range);  // OnRangeTable runs them at its end
+  }
+  RunHeld(range);
+}
+
+void ReplicaHost::RunHeld(int range) {
+  std::vector<KVRequest> reqs;
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    reqs = held_.Release(range);
+  }
+  if (reqs.empty()) return;
+  if (std::exception_ptr e = node_->failure()) {  // possibly not the receive thread
+    std::string why = "the job failed";
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      why += std::string(": ") + ex.what();
+    }
+    return RefuseHeld(std::move(reqs), why);
+  }
+  auto it = ranges_.find(range);
+  if (it == ranges_.end()) return;
+  for (auto& req : reqs) it->second->HandleRequest(std::move(req));
+}
+
+void ReplicaHost::OnFailure(std::exception_ptr e) {
+  std::string why = "the job failed";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    why += std::string(": ") + ex.what();
+  }
+  std::vector<KVRequest> reqs;
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    reqs = held_.TakeAll();
+  }
+  RefuseHeld(std::move(reqs), why);
 }
 
 void ReplicaHost::Refused(int sender, const std::string& why) {
@@ -126,17 +211,29 @@ void ReplicaHost::OnRangeTable(const RangeTable& table) {
   std::vector<int> promoted;
   for (int r : table.PrimaryOf(self))
     if (leads_.insert(r).second) promoted.push_back(r);
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    in_table_ = true;
+    for (int r : promoted)
+      if (ranges_.count(r)) resending_.insert(r);
+  }
   for (int r : promoted) {
     auto it = ranges_.find(r);
     if (it == ranges_.end()) continue;
-    const size_t resent = it->second->ResendLastRounds();
-    const size_t held = held_.count(r) ? held_[r].size() : 0;
+    size_t held = 0;
+    {
+      std::lock_guard<std::mutex> lk(held_mu_);
+      held = held_.Count(r);
+    }
+    const size_t resent = it->second->ResendLastRounds([this, r] { ResendDone(r); });
     PSKV_WARN(node_->Tag() << ": now the primary of key range " << r << " (range table v"
-                           << table.version() << ")" << (resent ? ": sent the last round of " : "")
-                           << (resent ? std::to_string(resent) + " key(s) again to its other copies"
+                           << table.version() << ")"
+                           << (resent ? ": sent the last changes of " + std::to_string(resent) +
+                                            " key(s) again to its other copies"
                                       : std::string())
                            << (held ? "; " + std::to_string(held) +
-                                          " request(s) of workers held until this table run now"
+                                          " request(s) of workers held until this table run " +
+                                          (resent ? "once they acknowledged them" : "now")
                                     : std::string()));
   }
   for (int r : table.PrimaryOf(self)) {
@@ -147,12 +244,24 @@ void ReplicaHost::OnRangeTable(const RangeTable& table) {
       it->second->CopyTo(spare);
     }
   }
-  for (int r : promoted) {
-    auto held = held_.extract(r);
-    auto it = ranges_.find(r);
-    if (held.empty() || it == ranges_.end()) continue;
-    for (auto& req : held.mapped()) it->second->HandleRequest(std::move(req));
+  // Requests held for a range another server leads in this table: a worker whose
+  // table says so sent them there already (KVWorker sends unanswered messages again
+  // to a range's new primary), and ignores this answer.
+  std::vector<std::pair<int, std::vector<KVRequest>>> elsewhere;
+  std::vector<int> ready;
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    for (auto& [r, server] : ranges_)
+      if (r < table.num_ranges() && table.Primary(r) != self && held_.Count(r))
+        elsewhere.emplace_back(r, held_.Release(r));
+    in_table_ = false;
+    ready.swap(resent_);
   }
+  for (auto& [r, reqs] : elsewhere)
+    RefuseHeld(std::move(reqs), "key range " + std::to_string(r) + "'s primary is " +
+                                    node_->NodeName(table.Primary(r)) + " in range table v" +
+                                    std::to_string(table.version()) + ", not " + node_->Tag());
+  for (int r : ready) RunHeld(r);
 }
 
 DistServer* ReplicaHost::ForKey(uint64_t ps_key, int* range) {
@@ -187,11 +296,16 @@ void ReplicaHost::Handle(KVRequest&& req) {
     Refused(req.sender, why);
     return server_.RespondError(req, ErrorKind::kInvalid, why);
   }
-  if (IsWorkerId(req.sender) && ranges_.count(range) && !leads_.count(range)) {
+  if (IsWorkerId(req.sender) && ranges_.count(range)) {
     // Sent by a worker whose range table (newer than this node's) makes this node the
-    // range's primary: runs once that table arrived here (OnRangeTable).
-    held_[range].push_back(std::move(req));
-    return;
+    // range's primary: runs once that table arrived here and the range's changes sent
+    // again were acknowledged (OnRangeTable, ResendDone).
+    bool hold = !leads_.count(range);
+    if (!hold) {
+      std::lock_guard<std::mutex> lk(held_mu_);
+      hold = resending_.count(range) > 0;
+    }
+    if (hold) return Hold(range, std::move(req));
   }
   to->HandleRequest(std::move(req));
 }

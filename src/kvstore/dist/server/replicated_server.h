@@ -18,14 +18,20 @@
 // The DistServers are made when the first message arrives (the node's rank, hence
 // its ranges, is known only once it started).
 //
-// Promotion (docs/fault-tolerance.md, "Replicated servers"): a worker sends a range's
-// requests to the primary of its newest range table, which may reach the worker
-// before this node. A worker's request of a range this node holds but does not lead
-// (yet) is held until the table that makes it the primary arrives; then, before any
-// of them runs, the range's DistServer sends the last round it applied as a replica
-// to the range's other copies (ResendLastRounds: with R >= 2 another copy may have
-// missed it), and a spare joining the range is sent its copy. Range tables and
-// requests both arrive on the node's receive thread, in order.
+// Promotion (docs/fault-tolerance.md, "Promotion on the servers"): a worker sends a
+// range's requests to the primary of its newest range table, which may reach the
+// worker before this node. A worker's request of a range this node holds but does not
+// lead (yet) is held until the table that makes it the primary arrives; then the
+// range's DistServer sends the last changes it applied as a replica to the range's
+// other copies (ResendLastRounds: with R >= 2 another copy may have missed them), a
+// spare joining the range is sent its copy, and once the other copies acknowledged
+// the changes sent again the held requests run, in arrival order (later ones are held
+// meanwhile too). Range tables and requests both arrive on the node's receive thread,
+// in order. Held requests are bounded per sender (HeldRequests,
+// PSKV_HELD_REQUEST_BYTES: past it a request is refused with an error saying so); a
+// range table that names another server the range's primary refuses the range's
+// held requests (a worker whose table says so sent them there already), and so does
+// the job's failure. Refusals are counted and logged at exit.
 //
 // Spare servers (PSKV_SPARE_SERVERS; docs/fault-tolerance.md, "Back to full
 // strength"): a spare holds no range at first; its commands run on a standby
@@ -48,6 +54,7 @@
 
 #include "common/rate_limit.h"
 #include "kvstore/dist/server/dist_server.h"
+#include "kvstore/dist/server/held_requests.h"
 #include "kvstore/dist/server/replication.h"
 #include "kvstore/dist_protocol.h"
 #include "ps/kv_app.h"
@@ -86,6 +93,16 @@ class ReplicaHost {
   std::string RoundStatus(int sender, int head, const std::string& body);
   /// Counts and logs (rate-limited) a refused request of another server.
   void Refused(int sender, const std::string& why);
+  /// Holds a worker's request of `range` (or refuses it: HeldRequests).
+  void Hold(int range, KVRequest&& req);
+  /// Answers `reqs` (held) with an error: `why`.
+  void RefuseHeld(std::vector<KVRequest> reqs, const std::string& why);
+  /// The re-sent changes of promoted `range` were acknowledged: its held requests run
+  /// (receive thread), or are refused if the job failed.
+  void ResendDone(int range);
+  /// Runs (or, once the job failed, refuses) the requests held for `range`. Receive thread.
+  void RunHeld(int range);
+  void OnFailure(std::exception_ptr e);
 
   Node* node_;
   KVServer server_;
@@ -99,12 +116,19 @@ class ReplicaHost {
     int sender, head;
     std::string body;
   };
-  std::vector<ConfigCommand> config_;           // commands that configure a range, in order
-  std::set<std::pair<int, int>> copied_;        // (range, spare) sent a copy by this node
-  std::set<int> leads_;                         // ranges this node is the primary of
-  std::map<int, std::vector<KVRequest>> held_;  // range -> workers' requests until it leads
-  std::atomic<uint64_t> refused_{0};            // requests refused (PeerRefusal)
-  RateLimiter limiter_;                         // refusal warnings per sender
+  std::vector<ConfigCommand> config_;     // commands that configure a range, in order
+  std::set<std::pair<int, int>> copied_;  // (range, spare) sent a copy by this node
+  std::set<int> leads_;                   // ranges this node is the primary of
+  std::atomic<uint64_t> refused_{0};      // requests refused (PeerRefusal)
+  // Workers' requests held until this node leads their range (and its re-sent changes
+  // were acknowledged). ResendDone may run on another thread (the job's failure).
+  std::mutex held_mu_;
+  HeldRequests held_;                      // under held_mu_
+  std::set<int> resending_;                // under held_mu_: promoted ranges re-sending changes
+  bool in_table_ = false;                  // under held_mu_: OnRangeTable is running
+  std::vector<int> resent_;                // under held_mu_: ranges done re-sending during it
+  std::atomic<uint64_t> held_refused_{0};  // held requests refused (bound, table, failure)
+  RateLimiter limiter_;                    // refusal warnings per sender
 };
 
 }  // namespace pskv

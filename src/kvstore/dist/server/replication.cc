@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/logging.h"
+#include "kvstore/dist_protocol.h"
 #include "ps/kv_app.h"
 
 namespace pskv {
@@ -75,6 +76,14 @@ void Replicator::Send(const std::vector<int>& to, Message m, Done done) {
       if (amid > 0 && live.size() > 1 && ++fanouts_ == amid) {
         live.resize(1);  // the others never get it: this process exits first (OnReply)
         r.exit_when_answered = true;
+        const dist::Kind kind = dist::CmdKind(m.h.head);
+        std::fprintf(stderr, "%s: sends replicated change %lld (%s) to %s only (test hook)\n",
+                     node_->Tag().c_str(), static_cast<long long>(amid),
+                     kind == dist::Kind::kReplicateSparse  ? "a row_sparse round"
+                     : kind == dist::Kind::kReplicateAsync ? "async pushes"
+                     : kind == dist::Kind::kReplicate      ? "a dense round"
+                                                           : "another change",
+                     node_->NodeName(live[0]).c_str());
       }
       pending_.emplace(ts, std::move(r));
     }

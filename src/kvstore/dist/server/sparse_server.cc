@@ -280,7 +280,7 @@ void SparseServer::JoinRound(int64_t wire_key, Key& k, KVRequest&& req, KVServer
 }
 
 void SparseServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, Optimizer* optimizer,
-                             const std::function<bool(int)>& is_worker) {
+                             const std::function<bool(int)>& is_worker, bool keep_last) {
   const Message& m = req.msg;
   auto fail = [&](const std::string& why) {
     srv->RespondError(req, ErrorKind::kInvalid, "row_sparse replication: " + why);
@@ -343,6 +343,18 @@ void SparseServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, O
   k.round.Advance();
   for (auto& [id, count] : counts)
     if (count) k.applied_push[id] = count;
+  if (keep_last) k.last_round = std::make_shared<const Message>(m);
+}
+
+std::vector<std::shared_ptr<const Message>> SparseServer::TakeLastRounds() {
+  std::vector<std::shared_ptr<const Message>> out;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [wk, k] : keys_) {
+    std::lock_guard<std::mutex> klk(k->mu);
+    if (k->last_round) out.push_back(std::move(k->last_round));
+    k->last_round.reset();
+  }
+  return out;
 }
 
 void SparseServer::WorkerDone(int id, KVServer* srv,

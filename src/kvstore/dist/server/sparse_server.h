@@ -79,8 +79,14 @@ class SparseServer {
   /// Replica: applies a kReplicateSparse request (a round's sum) for `wire_key` and
   /// acknowledges it.
   /// `is_worker(id)`: id is a worker of this job. The caller checked the sender.
+  /// `keep_last` (PSKV_REPLICAS >= 2): the request is kept as the key's last round,
+  /// for TakeLastRounds.
   void ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, Optimizer* optimizer,
-                 const std::function<bool(int)>& is_worker);
+                 const std::function<bool(int)>& is_worker, bool keep_last = false);
+  /// The last round each key applied as a replica (ApplyCopy's `keep_last`), in key
+  /// order; no key keeps one afterwards. For a replica promoted to primary, which sends
+  /// them again to the range's other copies (DistServer::ResendLastRounds).
+  std::vector<std::shared_ptr<const Message>> TakeLastRounds();
   /// A worker finished: open rounds that still need its push fail with a message.
   void WorkerDone(int id, KVServer* srv, const std::function<std::string(int)>& worker_name);
 
@@ -103,7 +109,8 @@ class SparseServer {
     NDArray table;  // rows x row_size, the key's dtype
     int64_t rows = 0, row_size = 0;
     SyncRound<KVRequest> round;
-    std::map<int, uint64_t> applied_push;  // replicated: worker id -> last applied push count
+    std::map<int, uint64_t> applied_push;       // replicated: worker id -> last applied push count
+    std::shared_ptr<const Message> last_round;  // ApplyCopy's keep_last
   };
   void Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType dtype, const Context& ctx);
   /// The sum of `pushes` (in their order), validated against the key.
