@@ -9,6 +9,7 @@
 // the job whose primaries answer everything.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -78,6 +79,32 @@ TEST(LocalAnswers, KillInsideRoundsLosesNothing) {
     }
 }
 
+// Waits until the job's log says `line` (a server exiting by a test hook).
+std::function<std::string(const ReplicaJobRun&)> AfterLogLine(const std::string& line) {
+  return [line](const ReplicaJobRun& run) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (ReadFile(run.log).find(line) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > until) return "never logged \"" + line + "\"";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::string();
+  };
+}
+
+// The primary of range 0 (server 0) exits right after its replica acknowledged a round
+// whose answers it left to that replica, before answering the rest
+// (PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS): the replica answers the worker on its host,
+// the promoted replica answers the other worker's retry from its state.
+TEST(LocalAnswers, PrimaryDiesAfterLeavingAnswersToItsReplica) {
+  auto s = Spec("local_answers_primary_exit", true);
+  s.server_env[0]["PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS"] = "9";
+  const auto res = RunReplicaJob(s, {{0, "", AfterLogLine("exiting after 9 replicated rounds")}});
+  ExpectSameWeights(OneHost(), res.weights, "server 0 exited after its 9th replicated round");
+  EXPECT_NE(res.log.find("retried push(es) from the state without applying them again"),
+            std::string::npos)
+      << res.log;
+}
+
 // The answering replica (server 1) acknowledges a round whose answers its primary left
 // to it, then dies before answering (PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER): the worker
 // on its host sends its push-pull again to the primary, which answers it from its state.
@@ -85,16 +112,7 @@ TEST(LocalAnswers, AnsweringReplicaDiesBeforeItAnswered) {
   for (int nth : {3, 10}) {
     auto s = Spec("local_answers_exit" + std::to_string(nth), true);
     s.server_env[1]["PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER"] = std::to_string(nth);
-    const auto res = RunReplicaJob(
-        s, {{1, "", [](const ReplicaJobRun& run) {
-               const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-               while (ReadFile(run.log).find("exiting before answering") == std::string::npos) {
-                 if (std::chrono::steady_clock::now() > until)
-                   return std::string("server 1 never exited");
-                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
-               }
-               return std::string();
-             }}});
+    const auto res = RunReplicaJob(s, {{1, "", AfterLogLine("exiting before answering")}});
     ExpectSameWeights(
         OneHost(), res.weights,
         "server 1 died before answering its " + std::to_string(nth) + "th delegated round");
