@@ -66,18 +66,18 @@ void StatusReporter::SetJob(int64_t replicas, int64_t detect_ms) {
 }
 
 void StatusReporter::Departed(const NodeRef& node) {
-  if (!channel_.enabled()) return;
-  std::lock_guard<std::mutex> lk(mu_);
-  if (std::find(departed_.begin(), departed_.end(), node) != departed_.end()) return;
-  departed_.push_back(node);
-  EmitLocked();
+  AddOnce(&departed_, node);
 }
 
 void StatusReporter::Joined(const NodeRef& node) {
+  AddOnce(&joined_, node);
+}
+
+void StatusReporter::AddOnce(std::vector<NodeRef>* list, const NodeRef& node) {
   if (!channel_.enabled()) return;
   std::lock_guard<std::mutex> lk(mu_);
-  if (std::find(joined_.begin(), joined_.end(), node) != joined_.end()) return;
-  joined_.push_back(node);
+  if (std::find(list->begin(), list->end(), node) != list->end()) return;
+  list->push_back(node);
   EmitLocked();
 }
 

@@ -73,6 +73,9 @@ class StatusReporter {
   };
   StatusRecord SnapshotLocked() const;
   void EmitLocked() const;
+  /// Adds `node` to `list` (departed_ or joined_) unless it is there, and emits the
+  /// record if it was added.
+  void AddOnce(std::vector<NodeRef>* list, const NodeRef& node);
 
   mutable std::mutex mu_;
   StatusChannel channel_;
