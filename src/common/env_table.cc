@@ -383,6 +383,14 @@ const EnvVar kVars[] = {
      "n: a replica server acknowledges the n-th replicated round carrying answers to workers "
      "on its host and exits (status 137) 300 ms later without answering them",
      nullptr},
+    {"PSKV_TEST_EXIT_AFTER_FORWARDED_INITS", T::kInt, 0, 1000000000, "", "0", S::kTest,
+     "n: a primary server process exits (status 137) once its replicas acknowledged the n-th "
+     "init it forwarded, before that init is answered",
+     nullptr},
+    {"PSKV_TEST_EXIT_AT_START", T::kBool, 0, 1, "", "0", S::kTest,
+     "1: a server process exits (status 137) when its node table arrived, before the start "
+     "barrier",
+     nullptr},
     {"PSKV_TEST_BOGUS_CREDITS", T::kBool, 0, 1, "", "0", S::kTest,
      "1: with every send-window credit a node also sends one for far more messages than it "
      "received",
@@ -415,6 +423,8 @@ TestHooks TestHooks::FromEnv() {
   if (auto v = read("PSKV_TEST_HOLD_REPLICATION_ROUND")) h.hold_replication_round = *v;
   if (auto v = read("PSKV_TEST_EXIT_AMID_REPLICATION")) h.exit_amid_replication = *v;
   if (auto v = read("PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER")) h.exit_before_delegated_answer = *v;
+  if (auto v = read("PSKV_TEST_EXIT_AFTER_FORWARDED_INITS")) h.exit_after_forwarded_inits = *v;
+  if (auto v = read("PSKV_TEST_EXIT_AT_START")) h.exit_at_start = *v != 0;
   return h;
 }
 

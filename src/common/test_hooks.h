@@ -50,6 +50,13 @@ struct TestHooks {
   /// 300 ms (the acknowledgement reaches the primary) and exits at once (status 137, as
   /// if killed) without answering them (0: never).
   int64_t exit_before_delegated_answer = 0;
+  /// PSKV_TEST_EXIT_AFTER_FORWARDED_INITS: a primary server process exits at once
+  /// (status 137, as if killed) when its replicas acknowledged the n-th init it
+  /// forwarded to them, before that init is answered (0: never).
+  int64_t exit_after_forwarded_inits = 0;
+  /// PSKV_TEST_EXIT_AT_START: a server process exits at once (status 137, as if
+  /// killed) when its node table arrived, before the job's start barrier.
+  bool exit_at_start = false;
 
   /// The PSKV_TEST_* variables of this process's environment; ConfigError naming a
   /// malformed one.

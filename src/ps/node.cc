@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "common/env_table.h"
@@ -233,6 +235,10 @@ void Node::Start() {
   }
   AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
+  if (test_hooks_.exit_at_start && role() == Role::kServer) {
+    std::fprintf(stderr, "%s: exiting before the start barrier (test hook)\n", Tag().c_str());
+    std::_Exit(137);
+  }
   try {
     Barrier(kAllGroup, options_.register_timeout);
   } catch (...) {

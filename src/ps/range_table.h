@@ -1,5 +1,5 @@
 // RangeTable: who holds each key range of a job with replicated servers
-// (docs/fault-tolerance.md, "Ranges and the range table").
+// (docs/fault-tolerance.md, "Replicated servers, first slice").
 //
 // A range is server rank i's share of the ps key space (KVWorker::ServerRange(i, S));
 // ranges keep their numbers for the whole job, only their holders change. Each range

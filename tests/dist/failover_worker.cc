@@ -8,10 +8,11 @@
 // --barriers: every round starts with a Barrier() (two command fan-outs to every
 // server around the scheduler's barrier), so that kills land amid commands too.
 //
-// After round r it creates OUT_DIR/w<rank>.r<r> (the test kills a server at a chosen
-// round); odd rounds push-pull, even rounds push then pull, so kills land in both. At
-// the end it writes every key's final value to OUT_DIR/w<rank>.weights and each round's
-// time in ms, one per line, to OUT_DIR/w<rank>.times.
+// After the Init of its k-th key it creates OUT_DIR/w<rank>.i<k>, after round r
+// OUT_DIR/w<rank>.r<r> (the test kills a server at a chosen point); odd rounds
+// push-pull, even rounds push then pull, so kills land in both. At the end it writes
+// every key's final value to OUT_DIR/w<rank>.weights and each round's time in ms, one
+// per line, to OUT_DIR/w<rank>.times.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -51,7 +52,10 @@ int main(int argc, char** argv) {
     Steps steps(out + "/w" + std::to_string(rank));
     const std::vector<int> keys = {3, 5, 7, 9};
     const std::vector<int64_t> sizes = {100, 300000, 8, 8};  // key 5: sliced and chunked
-    for (size_t k = 0; k < keys.size(); ++k) kv->Init(keys[k], Fill(sizes[k], 0.5f));
+    for (size_t k = 0; k < keys.size(); ++k) {
+      kv->Init(keys[k], Fill(sizes[k], 0.5f));
+      Touch(steps.me() + ".i" + std::to_string(k));
+    }
     kv->SetOptimizer(TrainingOptimizer());
     std::vector<NDArray> w;
     for (auto n : sizes) w.emplace_back(std::vector<int64_t>{n});

@@ -78,6 +78,10 @@ DistServer::~DistServer() {
     PSKV_WARN(node_->Tag() << ": key range " << RangeIndex() << ": answered " << n
                            << " retried push(es) from the state without applying them again "
                               "(their rounds were replicated before their primary died)");
+  if (const uint64_t n = retried_inits_.load())
+    PSKV_WARN(node_->Tag() << ": key range " << RangeIndex() << ": " << n
+                           << " retried init(s) answered from state (the keys were initialised "
+                              "before their primary died)");
   {
     std::lock_guard<std::mutex> lk(inspect_mu_);
     stop_ = true;
@@ -184,11 +188,21 @@ void DistServer::Process(KVRequest&& req) {
 
 void DistServer::ApplyInit(const KVRequest& req, const std::vector<Item>& items) {
   const DType dtype = static_cast<DType>(dist::CmdDType(req.cmd));
-  for (auto& it : items) {  // validated: new keys
+  const InitOrigin origin = replicator_ ? InitOriginOf(req, items.size()) : InitOrigin{};
+  uint64_t retried = 0;
+  for (size_t i = 0; i < items.size(); ++i) {  // validated: new keys, or retried inits
+    const Item& it = items[i];
+    if (it.st) {  // held already: answered (and forwarded) as it is, not applied again
+      ++retried;
+      continue;
+    }
     KeyState& st =
         AddKey(it.key, NDArray({static_cast<int64_t>(it.len / DTypeSize(dtype))}, dtype));
     req.msg.CopyVals(it.off, it.len, static_cast<char*>(st.value.raw()));
+    if (!origin.counts.empty()) st.applied_push[origin.worker] = origin.counts[i];
   }
+  if (retried && IsWorkerId(req.sender))
+    retried_inits_.fetch_add(retried, std::memory_order_relaxed);
   if (auto to = ReplicaTargets(req); !to.empty()) return ForwardInit(req, to);
   Reply(req, {});
 }
@@ -294,6 +308,11 @@ void DistServer::HandleSparse(KVRequest&& req) {
     };
     ctx.table_version = replicator_->version();
     ctx.answer_init = [this, to](const KVRequest& init) { ForwardInit(init, to); };
+  }
+  if (kind == Kind::kSparseInit && replicator_) {
+    const InitOrigin origin = InitOriginOf(req, 1);
+    ctx.init_worker = origin.worker;
+    ctx.init_count = origin.counts.empty() ? 0 : origin.counts[0];
   }
   ctx.sync = sync_;
   ctx.optimizer = OptimizerOf(key);

@@ -192,7 +192,7 @@ class DistServer {
   struct Item {
     int64_t key;  // a wire key: chunk, store id and key
     uint64_t off, len;
-    KeyState* st;  // null for an init
+    KeyState* st;  // null for an init (but a retried one: the key holds it already)
   };
   struct InitRecord {
     std::string name, dtype, shape;
@@ -278,8 +278,9 @@ class DistServer {
   /// Replica: acknowledges a kReplicate request (a round's sum) on receipt, then
   /// applies it (on the key's shard, before any later request of the key).
   void ApplyReplica(const KVRequest& req);
-  /// Primary: `req` (an init, dense or row_sparse, applied here) sent on to `to`;
-  /// answered when they did.
+  /// Primary: `req` (an init, dense or row_sparse, or a states load, applied here)
+  /// sent on to `to`; answered when they did. An init carries the worker it came from
+  /// and its push counts (InitOriginOf), by which a copy knows a retried init.
   void ForwardInit(const KVRequest& req, const std::vector<int>& to);
   void FailRound(std::vector<Round::Entry> pushes, const Failure& failure);
   /// Primary, on the key's shard: true if `req` is a worker's one-key push-pull sent
@@ -311,6 +312,14 @@ class DistServer {
   /// True if `st` already holds key `index` of a push with `counts` (a retry).
   static bool AlreadyApplied(const KeyState& st, int sender, const std::vector<uint64_t>& counts,
                              size_t index);
+  /// The worker an init (dense or row_sparse) came from and its push counts (one per
+  /// key; empty without replication): the sender of a worker's request, or the worker
+  /// a primary forwarded it for (ForwardInit puts its id before the counts).
+  struct InitOrigin {
+    int worker = -1;
+    std::vector<uint64_t> counts;
+  };
+  static InitOrigin InitOriginOf(const KVRequest& req, size_t num_keys);
   /// Primary: sends `copy` to `to`; answers `req` with `answer` (or `failure`) once
   /// every one acknowledged.
   void ReplicateAsync(const KVRequest& req, const std::vector<int>& to, AsyncCopy copy,
@@ -384,6 +393,8 @@ class DistServer {
   // requests carrying such answers (TestHooks::exit_before_delegated_answer counts them).
   std::atomic<uint64_t> answered_for_primary_{0}, delegations_{0};
   std::atomic<uint64_t> async_applied_{0};  // kReplicateAsync requests applied (R >= 2)
+  std::atomic<uint64_t> retried_inits_{0};    // keys of inits answered so (logged at the end)
+  std::atomic<uint64_t> forwarded_inits_{0};  // test hook (TestHooks::exit_after_forwarded_inits)
   Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
   Reducer serial_;   // no pool: for work already running on reducer_'s pool
   bool sync_ = false;

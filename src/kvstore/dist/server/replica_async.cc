@@ -34,6 +34,23 @@ std::vector<uint64_t> DistServer::PushCounts(const KVRequest& req, size_t num_ke
   return PushBody::Parse(req.msg.body, num_keys).counts;
 }
 
+DistServer::InitOrigin DistServer::InitOriginOf(const KVRequest& req, size_t num_keys) {
+  InitOrigin o;
+  if (!IsServerId(req.sender)) {
+    o.worker = req.sender;
+    o.counts = PushCounts(req, num_keys);
+    return o;
+  }
+  const std::string& body = req.msg.body;
+  int32_t worker = -1;
+  if (body.size() != sizeof worker + num_keys * sizeof(uint64_t)) return o;
+  std::memcpy(&worker, body.data(), sizeof worker);
+  o.worker = worker;
+  o.counts.resize(num_keys);
+  std::memcpy(o.counts.data(), body.data() + sizeof worker, num_keys * sizeof(uint64_t));
+  return o;
+}
+
 bool DistServer::AlreadyApplied(const KeyState& st, int sender, const std::vector<uint64_t>& counts,
                                 size_t index) {
   if (counts.empty()) return false;

@@ -263,6 +263,12 @@ void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   m.h.vals_len = in.h.vals_len;
   m.keys = in.keys;
   m.lens = in.lens;
+  const bool init = dist::CmdKind(req.cmd) != Kind::kStates;
+  if (init) {  // the worker and its push counts (InitOriginOf): a retry is known by them
+    const int32_t worker = req.sender;
+    m.body.assign(reinterpret_cast<const char*>(&worker), sizeof worker);
+    m.body += in.body;
+  }
   auto chunks = std::make_shared<std::vector<Frame>>(in.chunks);
   std::vector<Frame::Piece> pieces;
   for (auto& c : *chunks) pieces.push_back({c.data, c.size});
@@ -275,8 +281,14 @@ void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   answer->push = req.push;
   answer->pull = req.pull;
   answer->received_us = req.received_us;
-  replicator_->Send(to, std::move(m), [this, answer](std::exception_ptr e) {
+  replicator_->Send(to, std::move(m), [this, answer, init](std::exception_ptr e) {
     try {
+      const int64_t exit_after = node_->test_hooks().exit_after_forwarded_inits;
+      if (!e && init && exit_after > 0 && static_cast<int64_t>(++forwarded_inits_) >= exit_after) {
+        std::fprintf(stderr, "%s: exiting after %lld forwarded inits (test hook)\n",
+                     node_->Tag().c_str(), static_cast<long long>(exit_after));
+        std::_Exit(137);
+      }
       if (!e) return server_->Respond(*answer);
       try {
         std::rethrow_exception(e);

@@ -1,5 +1,5 @@
 // Replicator: a primary server's requests to the replicas of its key ranges, and
-// their answers (docs/fault-tolerance.md, "Replication on the servers").
+// their answers (docs/fault-tolerance.md, "Replicated servers, first slice").
 //
 // Send() sends one request to several replicas and runs its `done` exactly once:
 // when every one answered (an error answer makes it an error), or with the job's

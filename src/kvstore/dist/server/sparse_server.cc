@@ -85,12 +85,22 @@ void SparseServer::Init(int64_t wire_key, KVRequest&& req, KVServer* srv, DType 
   }
   k->rows = k->table.shape()[0];
   k->row_size = k->table.shape()[1];
+  if (ctx.init_count) k->applied_push[ctx.init_worker] = ctx.init_count;
+  Key* held = nullptr;  // keys are never removed
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!keys_.emplace(wire_key, std::move(k)).second)
+    auto [it, fresh] = keys_.emplace(wire_key, std::move(k));
+    if (!fresh) held = it->second.get();
+    count_.store(keys_.size(), std::memory_order_release);
+  }
+  if (held) {
+    // A retry of the same init (its primary died before answering it, after this copy
+    // applied it) is answered as it is; anything else is a second init of the key.
+    std::lock_guard<std::mutex> klk(held->mu);
+    auto pushed = held->applied_push.find(ctx.init_worker);
+    if (!ctx.init_count || pushed == held->applied_push.end() || pushed->second < ctx.init_count)
       return srv->RespondError(req, ErrorKind::kKey,
                                "duplicate init of key " + std::to_string(dist::KeyOf(wire_key)));
-    count_.store(keys_.size(), std::memory_order_release);
   }
   if (ctx.answer_init) return ctx.answer_init(req);
   srv->Respond(req);

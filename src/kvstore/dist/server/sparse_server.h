@@ -64,6 +64,10 @@ class SparseServer {
     /// applied it too. Null: answered at once.
     std::function<void(const KVRequest& init)> answer_init;
     uint64_t table_version = 0;  // with `replicate`: sent first in each copy
+    /// Replicated, a kSparseInit: the worker it came from and its push count (0:
+    /// none). A key that holds that push already answers the init as a retry.
+    int init_worker = -1;
+    uint64_t init_count = 0;
   };
 
   /// True if `wire_key` is a row_sparse key here.

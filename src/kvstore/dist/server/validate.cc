@@ -39,6 +39,11 @@ std::optional<Failure> DistServer::Validate(const KVRequest& req, std::vector<It
   // The keys of a request ascend: a shard's next key is usually the successor of the
   // one found there before (a fused message of consecutive keys): no tree search.
   std::vector<KeyState*> last(keys_.size(), nullptr);
+  // An init of a key held already is a retry (its primary died before answering it,
+  // after this copy applied it) when the key holds the same push of the same worker;
+  // anything else is a second init of the key.
+  const InitOrigin origin =
+      kind == Kind::kInit && replicator_ ? InitOriginOf(req, m.num_keys()) : InitOrigin{};
   auto find = [&](int64_t key) -> KeyState* {
     KeyState*& prev = last[ShardOf(key)];
     KeyState* st = prev && prev->next && prev->next->wire_key == key ? prev->next : FindKey(key);
@@ -67,7 +72,8 @@ std::optional<Failure> DistServer::Validate(const KVRequest& req, std::vector<It
                                             "with row_sparse_pull, never as a dense array"};
     KeyState* st = find(key);
     if (kind == Kind::kInit) {
-      if (st) return Failure{ErrorKind::kKey, "duplicate init of key " + std::to_string(key)};
+      if (st && !AlreadyApplied(*st, origin.worker, origin.counts, i))
+        return Failure{ErrorKind::kKey, "duplicate init of key " + std::to_string(key)};
       if (len % DTypeSize(dtype))
         return Failure{ErrorKind::kShape, "init value size is not a whole number of elements"};
     } else if (auto bad = CheckKey(req, dtype, key, st, len)) {

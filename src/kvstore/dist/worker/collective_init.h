@@ -6,6 +6,9 @@
 // reports agreed: a mismatch (shape, or string-key order) is then the same error on
 // every worker instead of an error on one and a hang on the others. Rank 0 rethrows
 // its first push failure after the check (at once if the store broke).
+// With replicated servers (PSKV_REPLICAS >= 1) the reports and the check go to every
+// live server instead (each runs them on every key range it holds), so that they
+// outlive the death of any one server (docs/fault-tolerance.md).
 #pragma once
 
 #include <functional>
