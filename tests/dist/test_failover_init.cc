@@ -32,19 +32,6 @@ const std::vector<std::string>& Undisturbed() {
   return w;
 }
 
-// A kill's `before`: waits until the job's log holds `line` (the victim exited by a
-// test hook; the kill then finds it gone).
-std::function<std::string(const ReplicaJobRun&)> AfterLine(const std::string& line) {
-  return [line](const ReplicaJobRun& run) -> std::string {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < until) {
-      if (ReadFile(run.log).find(line) != std::string::npos) return {};
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return "no \"" + line + "\" in the log";
-  };
-}
-
 }  // namespace
 
 // The primary of a range exits right after its replica acknowledged the init it
@@ -60,7 +47,8 @@ TEST(FailoverInit, AnInitTheReplicaHoldsIsAnsweredNotAppliedAgain) {
                                std::to_string(n) + ". forwarded init";
       auto s = Spec("forwarded" + std::to_string(victim) + std::to_string(n));
       s.server_env[victim]["PSKV_TEST_EXIT_AFTER_FORWARDED_INITS"] = std::to_string(n);
-      const auto got = RunReplicaJob(s, {{victim, "", AfterLine("forwarded inits (test hook)")}});
+      const auto got =
+          RunReplicaJob(s, {{victim, "", AfterLogLine("forwarded inits (test hook)")}});
       ExpectSameWeights(want, got.weights, what);
       EXPECT_NE(got.log.find("retried init(s) answered from state"), std::string::npos)
           << what << "\n"
@@ -83,7 +71,7 @@ TEST(FailoverInit, ARowSparseInitTheReplicaHoldsIsAnsweredNotAppliedAgain) {
   for (int victim : {0, 1}) {
     auto s = spec(std::to_string(victim));
     s.server_env[victim]["PSKV_TEST_EXIT_AFTER_FORWARDED_INITS"] = "1";
-    const auto got = RunReplicaJob(s, {{victim, "", AfterLine("forwarded inits (test hook)")}});
+    const auto got = RunReplicaJob(s, {{victim, "", AfterLogLine("forwarded inits (test hook)")}});
     ExpectSameWeights(
         want, got.weights,
         "server " + std::to_string(victim) + " exited after its first forwarded init");
@@ -114,7 +102,7 @@ TEST(FailoverInit, AServerLostBeforeTheStartBarrierLosesNothing) {
     auto s = Spec("start" + std::to_string(victim));
     s.server_env[victim]["PSKV_TEST_EXIT_AT_START"] = "1";
     const auto got =
-        RunReplicaJob(s, {{victim, "", AfterLine("exiting before the start barrier")}});
+        RunReplicaJob(s, {{victim, "", AfterLogLine("exiting before the start barrier")}});
     ExpectSameWeights(want, got.weights, "server " + std::to_string(victim) + " lost at start");
   }
 }
@@ -143,6 +131,6 @@ TEST(FailoverInit, InitReportsOutliveServerZero) {
   s.server = PSKV_SERVER;
   s.worker = {DIST_WORKER, "shape_mismatch"};
   s.server_env[0]["PSKV_TEST_EXIT_AT_START"] = "1";
-  const auto got = RunReplicaJob(s, {{0, "", AfterLine("exiting before the start barrier")}});
+  const auto got = RunReplicaJob(s, {{0, "", AfterLogLine("exiting before the start barrier")}});
   EXPECT_TRUE(got.ok) << got.log;
 }

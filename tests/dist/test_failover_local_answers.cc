@@ -79,18 +79,6 @@ TEST(LocalAnswers, KillInsideRoundsLosesNothing) {
     }
 }
 
-// Waits until the job's log says `line` (a server exiting by a test hook).
-std::function<std::string(const ReplicaJobRun&)> AfterLogLine(const std::string& line) {
-  return [line](const ReplicaJobRun& run) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (ReadFile(run.log).find(line) == std::string::npos) {
-      if (std::chrono::steady_clock::now() > until) return "never logged \"" + line + "\"";
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return std::string();
-  };
-}
-
 // The primary of range 0 (server 0) exits right after its replica acknowledged a round
 // whose answers it left to that replica, before answering the rest
 // (PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS): the replica answers the worker on its host,

@@ -230,6 +230,19 @@ inline std::function<std::string(const ReplicaJobRun&)> AfterFullStrength(
   };
 }
 
+/// A kill's `before` for a server that exits by a test hook: waits (at most 60 s) until
+/// the job's log says `line`; the kill then finds the server gone.
+inline std::function<std::string(const ReplicaJobRun&)> AfterLogLine(const std::string& line) {
+  return [line](const ReplicaJobRun& run) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (ReadFile(run.log).find(line) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > until) return "never logged \"" + line + "\"";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::string();
+  };
+}
+
 /// Runs the job; if `victim` >= 0, kills server `victim` once OUT_DIR/`marker` exists.
 inline ReplicaJobResult RunReplicaJob(const ReplicaJobSpec& s, int victim = -1,
                                       const std::string& marker = "") {
