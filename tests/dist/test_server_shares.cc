@@ -193,3 +193,52 @@ TEST(ServerShares, PacingRatesFillTheBusiestLinkAndNoMore) {
   unknown.worker_hosts[0].clear();
   EXPECT_TRUE(LinkPacingRates(unknown, s, B).empty());
 }
+
+TEST(ServerShares, PacingLeavesTheReplicasCopiesTheirRoomOnEveryLink) {
+  const uint64_t B = 12000000;
+  // Servers on hosts of their own (2x2): a server link carries the 2 workers' halves
+  // and its range's copy to the other server, 1.5 M; the copy and the workers'
+  // connections each get a third of the link.
+  HostLayout own;
+  own.server_hosts = {"s0", "s1"};
+  own.worker_hosts = {"w0", "w1"};
+  EXPECT_DOUBLE_EQ(MaxLinkLoad(own, {}), 1.0);
+  EXPECT_DOUBLE_EQ(MaxLinkLoad(own, {}, 1), 1.5);
+  const std::vector<uint64_t> r = LinkPacingRates(own, {}, B, 1);
+  ASSERT_EQ(r.size(), 2u);
+  for (uint64_t x : r) EXPECT_NEAR(static_cast<double>(x), B / 3.0, 1.0);
+  // Server 0's uplink: answers to both workers and its copy to server 1; its downlink:
+  // both workers' pushes and server 1's copy. Each adds up to the link, no more.
+  EXPECT_NEAR(2.0 * static_cast<double>(r[0]) + static_cast<double>(r[0]), B, 3.0);
+  EXPECT_NEAR(2.0 * static_cast<double>(r[0]) + static_cast<double>(r[1]), B, 3.0);
+  // Without replicas the plan is unchanged (half the link per connection).
+  for (uint64_t x : LinkPacingRates(own, {}, B)) EXPECT_NEAR(static_cast<double>(x), B / 2.0, 1.0);
+  // More replicas than other servers count as S - 1.
+  EXPECT_DOUBLE_EQ(MaxLinkLoad(own, {}, 5), 1.5);
+  // The floors of docs/performance.md ("Replicated servers"): shared 2x2 +50 %, 4x4
+  // +1/6; own 4x4 +25 %.
+  EXPECT_NEAR(MaxLinkLoad(WorkersAndServerHosts(2, 0), {}, 1), 1.5, 1e-12);
+  EXPECT_NEAR(MaxLinkLoad(WorkersAndServerHosts(4, 0), {}, 1), 1.75, 1e-12);
+  HostLayout own4;
+  for (int h = 0; h < 4; ++h) own4.server_hosts.push_back("s" + std::to_string(h));
+  for (int h = 0; h < 4; ++h) own4.worker_hosts.push_back("w" + std::to_string(h));
+  EXPECT_NEAR(MaxLinkLoad(own4, {}, 1), 1.25, 1e-12);
+  EXPECT_NEAR(MaxLinkLoad(own4, {}, 2), 1.5, 1e-12);
+  // A replica on its primary's host crosses no link: nothing to leave room for.
+  HostLayout together;
+  together.server_hosts = {"s", "s"};
+  together.worker_hosts = {"w0", "w1"};
+  EXPECT_DOUBLE_EQ(MaxLinkLoad(together, {}, 1), MaxLinkLoad(together, {}));
+  // Weighted shares: server 0 holds 3/4, so its copy (3/4 M) makes server 1's downlink
+  // the busiest: 2 x 1/4 + 3/4 = 1.25, and server 0's uplink 2 x 3/4 + 3/4 = 2.25.
+  const std::vector<int64_t> s = SharesFromWeights({3, 1});
+  EXPECT_NEAR(MaxLinkLoad(own, s, 1), 2.25, 1e-5);
+}
+
+TEST(ServerShares, ReplicaRanksFollowTheInitialRangeTable) {
+  EXPECT_EQ(ReplicaRanks(0, 2, 1), (std::vector<int>{1}));
+  EXPECT_EQ(ReplicaRanks(3, 4, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(ReplicaRanks(1, 3, 7), (std::vector<int>{2, 0}));
+  EXPECT_TRUE(ReplicaRanks(0, 1, 1).empty());
+  EXPECT_TRUE(ReplicaRanks(2, 4, 0).empty());
+}

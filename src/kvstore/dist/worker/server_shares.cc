@@ -167,27 +167,49 @@ std::vector<int64_t> ServerShares(const std::string& spec, const HostLayout& lay
   return SharesFromWeights(w);
 }
 
-double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares) {
+std::vector<int> ReplicaRanks(int r, int servers, int replicas) {
+  std::vector<int> out;
+  const int R = std::clamp(replicas, 0, std::max(servers - 1, 0));
+  for (int k = 1; k <= R; ++k) out.push_back((r + k) % servers);
+  return out;
+}
+
+double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares, int replicas) {
   std::vector<Host> hosts;
   const auto n = static_cast<int64_t>(layout.worker_hosts.size());
-  const auto S = static_cast<double>(layout.server_hosts.size());
+  const size_t S = layout.server_hosts.size();
   if (!HostsOf(layout, &hosts)) return 0;
+  auto share = [&](size_t r) {
+    return shares.empty() ? 1.0 / static_cast<double>(S)
+                          : static_cast<double>(shares[r]) / static_cast<double>(U);
+  };
+  // Each direction of a link: the copies a host's servers send to replicas on other
+  // hosts (out) and those its servers receive from primaries elsewhere (in).
+  std::vector<size_t> host_of(S);
+  for (size_t h = 0; h < hosts.size(); ++h)
+    for (int r : hosts[h].servers) host_of[static_cast<size_t>(r)] = h;
+  std::vector<double> copies_out(hosts.size(), 0.0), copies_in(hosts.size(), 0.0);
+  for (size_t r = 0; r < S; ++r)
+    for (int replica : ReplicaRanks(static_cast<int>(r), static_cast<int>(S), replicas)) {
+      const size_t from = host_of[r], to = host_of[static_cast<size_t>(replica)];
+      if (from == to) continue;
+      copies_out[from] += share(r);
+      copies_in[to] += share(r);
+    }
   double worst = 0;
-  for (const Host& h : hosts) {
+  for (size_t h = 0; h < hosts.size(); ++h) {
     double w = 0;
-    for (int r : h.servers)
-      w += shares.empty()
-               ? 1.0 / S
-               : static_cast<double>(shares[static_cast<size_t>(r)]) / static_cast<double>(U);
-    worst = std::max(worst,
-                     static_cast<double>(h.workers) + static_cast<double>(n - 2 * h.workers) * w);
+    for (int r : hosts[h].servers) w += share(static_cast<size_t>(r));
+    const double a = static_cast<double>(hosts[h].workers);
+    const double base = a + static_cast<double>(n - 2 * hosts[h].workers) * w;
+    worst = std::max(worst, base + std::max(copies_out[h], copies_in[h]));
   }
   return worst;
 }
 
 std::vector<uint64_t> LinkPacingRates(const HostLayout& layout, const std::vector<int64_t>& shares,
-                                      uint64_t link_rate) {
-  const double load = MaxLinkLoad(layout, shares);
+                                      uint64_t link_rate, int replicas) {
+  const double load = MaxLinkLoad(layout, shares, replicas);
   const size_t S = layout.server_hosts.size();
   if (load <= 0 || S == 0 || link_rate == 0) return {};
   std::vector<uint64_t> rates(S);

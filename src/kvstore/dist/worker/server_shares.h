@@ -57,16 +57,28 @@ std::vector<int64_t> SharesFromWeights(const std::vector<int64_t>& weights);
 /// weights, one per server rank (ConfigError if their number differs from the servers').
 std::vector<int64_t> ServerShares(const std::string& spec, const HostLayout& layout);
 
-/// The busiest host link's bytes one way in a push+pull of a key of one byte with
-/// `shares` (empty: even): the factor of M / B in the step's bound.
-double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares);
+/// The server ranks that replicate server rank `r`'s range in the initial range table
+/// (ps/range_table.h, RangeTable::Initial): r + 1 .. r + R mod `servers`, R =
+/// `replicas` clamped to [0, servers - 1].
+std::vector<int> ReplicaRanks(int r, int servers, int replicas);
+
+/// The busiest host link's bytes in one direction in a push+pull of a key of one byte
+/// with `shares` (empty: even): the factor of M / B in the step's bound. With
+/// `replicas` = R > 0 (PSKV_REPLICAS) every server r also sends its round of the key,
+/// share_r of it, to each of its R replicas, servers r + 1 .. r + R (mod S; the initial
+/// range table, ps/range_table.h): a link carries those copies that leave or reach its
+/// host on top of the workers' pushes and answers.
+double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares, int replicas = 0);
 
 /// Per server rank r: the rate (bytes per second) at which a worker and server r on
-/// different hosts each send to the other, so that every connection's part of a
-/// push+pull takes as long as the busiest link's bytes over `link_rate`:
-/// link_rate * share_r / MaxLinkLoad. No link then carries more than `link_rate`
-/// (a link's connections add up to its load). Empty where the layout is unknown.
+/// different hosts each send to the other, and at which server r sends its rounds to
+/// each of its replicas (`replicas` > 0) on another host, so that every connection's
+/// part of a push+pull takes as long as the busiest link's bytes over `link_rate`:
+/// link_rate * share_r / MaxLinkLoad(layout, shares, replicas). No link then carries
+/// more than `link_rate` (a link's connections add up to its load), replication
+/// included, so no queue forms in front of a replica's copy or its acknowledgement.
+/// Empty where the layout is unknown.
 std::vector<uint64_t> LinkPacingRates(const HostLayout& layout, const std::vector<int64_t>& shares,
-                                      uint64_t link_rate);
+                                      uint64_t link_rate, int replicas = 0);
 
 }  // namespace pskv::dist
