@@ -215,10 +215,16 @@ TEST(ServerShares, PacingLeavesTheReplicasCopiesTheirRoomOnEveryLink) {
   for (uint64_t x : LinkPacingRates(own, {}, B)) EXPECT_NEAR(static_cast<double>(x), B / 2.0, 1.0);
   // More replicas than other servers count as S - 1.
   EXPECT_DOUBLE_EQ(MaxLinkLoad(own, {}, 5), 1.5);
-  // The floors of docs/performance.md ("Replicated servers"): shared 2x2 +50 %, 4x4
-  // +1/6; own 4x4 +25 %.
-  EXPECT_NEAR(MaxLinkLoad(WorkersAndServerHosts(2, 0), {}, 1), 1.5, 1e-12);
-  EXPECT_NEAR(MaxLinkLoad(WorkersAndServerHosts(4, 0), {}, 1), 1.75, 1e-12);
+  // The floors of docs/performance.md ("Replicated servers"). A server on every
+  // worker host, R = 1: the copy replaces the primary's answer to the replica's
+  // worker, nothing more crosses a link (2x2, 4x4: R=0's load); with R = 2 nobody
+  // answers for the primary, and each host sends 2 copies of 1/4 more: 1.5 + 0.5.
+  for (int n : {2, 4})
+    EXPECT_NEAR(MaxLinkLoad(WorkersAndServerHosts(n, 0), {}, 1),
+                MaxLinkLoad(WorkersAndServerHosts(n, 0), {}), 1e-12)
+        << n;
+  EXPECT_NEAR(MaxLinkLoad(WorkersAndServerHosts(4, 0), {}, 2), 2.0, 1e-12);
+  // Own hosts: 4x4 +25 %.
   HostLayout own4;
   for (int h = 0; h < 4; ++h) own4.server_hosts.push_back("s" + std::to_string(h));
   for (int h = 0; h < 4; ++h) own4.worker_hosts.push_back("w" + std::to_string(h));

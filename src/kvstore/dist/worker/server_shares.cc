@@ -183,26 +183,34 @@ double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares,
     return shares.empty() ? 1.0 / static_cast<double>(S)
                           : static_cast<double>(shares[r]) / static_cast<double>(U);
   };
-  // Each direction of a link: the copies a host's servers send to replicas on other
-  // hosts (out) and those its servers receive from primaries elsewhere (in).
+  // What replication adds to each direction of a link: the copies a host's servers
+  // send to replicas on other hosts (out) and those its servers receive from
+  // primaries elsewhere (in). With one replica, the replica on a worker's host answers
+  // that worker's push-pulls for the primary (docs/fault-tolerance.md, "Answers from a
+  // copy on the worker's host"): the primary's answers to that host's workers do not
+  // cross the link; the copy takes their place.
   std::vector<size_t> host_of(S);
   for (size_t h = 0; h < hosts.size(); ++h)
     for (int r : hosts[h].servers) host_of[static_cast<size_t>(r)] = h;
-  std::vector<double> copies_out(hosts.size(), 0.0), copies_in(hosts.size(), 0.0);
-  for (size_t r = 0; r < S; ++r)
-    for (int replica : ReplicaRanks(static_cast<int>(r), static_cast<int>(S), replicas)) {
+  std::vector<double> extra_out(hosts.size(), 0.0), extra_in(hosts.size(), 0.0);
+  for (size_t r = 0; r < S; ++r) {
+    const std::vector<int> to_ranks =
+        ReplicaRanks(static_cast<int>(r), static_cast<int>(S), replicas);
+    for (int replica : to_ranks) {
       const size_t from = host_of[r], to = host_of[static_cast<size_t>(replica)];
       if (from == to) continue;
-      copies_out[from] += share(r);
-      copies_in[to] += share(r);
+      const double answers = to_ranks.size() == 1 ? static_cast<double>(hosts[to].workers) : 0.0;
+      extra_out[from] += share(r) * (1.0 - answers);
+      extra_in[to] += share(r) * (1.0 - answers);
     }
+  }
   double worst = 0;
   for (size_t h = 0; h < hosts.size(); ++h) {
     double w = 0;
     for (int r : hosts[h].servers) w += share(static_cast<size_t>(r));
     const double a = static_cast<double>(hosts[h].workers);
     const double base = a + static_cast<double>(n - 2 * hosts[h].workers) * w;
-    worst = std::max(worst, base + std::max(copies_out[h], copies_in[h]));
+    worst = std::max(worst, base + std::max(extra_out[h], extra_in[h]));
   }
   return worst;
 }

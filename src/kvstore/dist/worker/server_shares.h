@@ -67,7 +67,10 @@ std::vector<int> ReplicaRanks(int r, int servers, int replicas);
 /// `replicas` = R > 0 (PSKV_REPLICAS) every server r also sends its round of the key,
 /// share_r of it, to each of its R replicas, servers r + 1 .. r + R (mod S; the initial
 /// range table, ps/range_table.h): a link carries those copies that leave or reach its
-/// host on top of the workers' pushes and answers.
+/// host on top of the workers' pushes and answers; with R = 1 the copy to a host with
+/// workers replaces the primary's answers to them (the replica answers its host's
+/// workers' push-pulls: docs/fault-tolerance.md, "Answers from a copy on the worker's
+/// host"). Every step is taken as push-pulls, as in the rest of this model.
 double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares, int replicas = 0);
 
 /// Per server rank r: the rate (bytes per second) at which a worker and server r on
