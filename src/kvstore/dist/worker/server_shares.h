@@ -70,7 +70,9 @@ std::vector<int> ReplicaRanks(int r, int servers, int replicas);
 /// host on top of the workers' pushes and answers; with R = 1 the copy to a host with
 /// workers replaces the primary's answers to them (the replica answers its host's
 /// workers' push-pulls: docs/fault-tolerance.md, "Answers from a copy on the worker's
-/// host"). Every step is taken as push-pulls, as in the rest of this model.
+/// host"). Every step is taken as push-pulls of dense keys, as in the rest of this
+/// model (a row_sparse round's copy, the union of the workers' rows, is bigger than
+/// one worker's part: docs/performance.md, "Replicated servers").
 double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares, int replicas = 0);
 
 /// Per server rank r: the rate (bytes per second) at which a worker and server r on
