@@ -377,9 +377,9 @@ const EnvVar kVars[] = {
      "n: a primary server sends each key's sync round n to its replicas only once its range "
      "table changed (at most 10 s later)",
      nullptr},
-    {"PSKV_TEST_EXIT_AMID_REPLICATION", T::kInt, 0, 1000000000, "", "0", S::kTest,
+    {"PSKV_TEST_EXIT_AMID_REPLICATION", T::kInt, -1000000000, 1000000000, "", "0", S::kTest,
      "n: a server process sends its n-th replicated change that has several targets to the "
-     "first only, and exits (status 137) once that one acknowledged it",
+     "first only (-n: to the last only), and exits (status 137) once that one acknowledged it",
      nullptr},
     {"PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER", T::kInt, 0, 1000000000, "", "0", S::kTest,
      "n: a replica server acknowledges the n-th replicated round carrying answers to workers "

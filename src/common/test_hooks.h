@@ -43,7 +43,8 @@ struct TestHooks {
   /// PSKV_TEST_EXIT_AMID_REPLICATION: a server process sends its n-th replicated change
   /// that has two or more targets to the first of them only, and exits at once (status
   /// 137, as if killed) when that one acknowledged it: the replica promoted in its place
-  /// is then a change ahead of the others (0: never).
+  /// is then a change ahead of the others (0: never). -n: the n-th change to the last
+  /// target only: a copy is then a change ahead of the promoted replica.
   int64_t exit_amid_replication = 0;
   /// PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER: a replica server process acknowledges the
   /// n-th replicated round whose primary left it answers to workers on its host, waits

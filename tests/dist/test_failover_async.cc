@@ -120,3 +120,26 @@ TEST(FailoverAsync, APromotedReplicaAheadOfTheOtherSendsItsLastPushesAgain) {
   EXPECT_NE(r.log.find("range 1 server[0]"), std::string::npos) << "server 0 led at the end\n"
                                                                 << r.log;
 }
+
+// The other way round: the primary of key range 1 sends an async copy to its last
+// replica only (server 0) and exits, so server 0 is a push ahead of server 2, which
+// is promoted. Another worker's push of that key may reach server 2 before the
+// retried one and take its sequence: server 0 must apply it all the same (it does
+// not hold it) and not apply the retried push again when it comes under the next
+// sequence. Then server 2 is killed and server 0 finishes: every push applied
+// exactly once.
+TEST(FailoverAsync, ACopyAheadOfThePromotedReplicaAppliesEveryPushOnce) {
+  for (int run = 0; run < 3; ++run) {
+    auto s = Spec("async_r2_behind" + std::to_string(run), 0, 2);
+    s.servers = 3;
+    s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = std::to_string(-(12 + 2 * run));
+    auto r = RunReplicaJob(s, {{1, "w0.p10", {}}, {2, "w0.p16", {}}});
+    ExpectEveryPushOnce(r,
+                        "server 1 died amid an async copy sent to server 0 only, then server "
+                        "2 killed (run " +
+                            std::to_string(run) + ")");
+    EXPECT_NE(r.log.find("(async pushes) to server[0]"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("range 1 server[0]"), std::string::npos) << "server 0 led at the end\n"
+                                                                  << r.log;
+  }
+}

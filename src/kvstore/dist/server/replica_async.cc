@@ -15,8 +15,9 @@
 // exclusive section), which sends their copies in that order over one connection;
 // the replica handles one key's requests in arrival order (dist_server.h,
 // "Threads"). A copy whose sequence the replica already passed is acknowledged, not
-// applied (a new primary sending what the replica holds); one ahead of it is an
-// error (a gap: a copy was lost). Like a replicated round (replica_rounds.cc), a copy
+// applied (a new primary sending what the replica holds), unless its push (worker,
+// push count) is not held here (this copy was ahead of a promoted one); one ahead of
+// it is an error (a gap: a copy was lost). Like a replicated round (replica_rounds.cc), a copy
 // starts with the sender's range-table version and is taken only from the range's
 // primary (NotFromPrimary).
 #include <algorithm>
@@ -199,7 +200,15 @@ void DistServer::ApplyAsyncReplica(const KVRequest& req) {
   const uint64_t index = keep ? ++async_applied_ : 0;
   for (One& o : ones) {
     KeyState& st = *o.st;
-    if (o.seq < st.round.round()) continue;  // held already (a new primary re-sending)
+    // A sequence this copy passed: held already (a new primary sending it again), unless
+    // the push is not held here: this copy was ahead of the promoted one (the dead
+    // primary's last copy reached it only), and another worker's push took that
+    // sequence on the new primary, which applies the retried push later. Applied now,
+    // each push is held once; the sequences agree again when the retried push comes.
+    if (o.seq < st.round.round()) {
+      auto held = st.applied_push.find(sender);
+      if (o.count == 0 || (held != st.applied_push.end() && o.count <= held->second)) continue;
+    }
     Detach(st);
     std::string scratch;
     const NDArray grad = ValueView(m.Contiguous(o.off, o.len, &scratch), o.len, dtype);

@@ -73,12 +73,13 @@ void Replicator::Send(const std::vector<int>& to, Message m, Done done) {
       r.waiting.insert(live.begin(), live.end());
       r.done = std::move(done);
       const int64_t amid = node_->test_hooks().exit_amid_replication;
-      if (amid > 0 && live.size() > 1 && ++fanouts_ == amid) {
-        live.resize(1);  // the others never get it: this process exits first (OnReply)
+      if (amid != 0 && live.size() > 1 && ++fanouts_ == (amid > 0 ? amid : -amid)) {
+        // The others never get it: this process exits first (OnReply).
+        live = {amid > 0 ? live.front() : live.back()};
         r.exit_when_answered = true;
         const dist::Kind kind = dist::CmdKind(m.h.head);
         std::fprintf(stderr, "%s: sends replicated change %lld (%s) to %s only (test hook)\n",
-                     node_->Tag().c_str(), static_cast<long long>(amid),
+                     node_->Tag().c_str(), static_cast<long long>(amid > 0 ? amid : -amid),
                      kind == dist::Kind::kReplicateSparse  ? "a row_sparse round"
                      : kind == dist::Kind::kReplicateAsync ? "async pushes"
                      : kind == dist::Kind::kReplicate      ? "a dense round"
