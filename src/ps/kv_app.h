@@ -44,11 +44,11 @@
 // (PushBody).
 //
 // Answers from a copy on the worker's host (docs/fault-tolerance.md, "Answers from a
-// copy on the worker's host"): a push-pull message of one key names, after its push
-// count, its *answerer* when that is not the primary: the first replica of the range
-// on this worker's host (Node::HostOf), if the primary is not on it. The primary may
-// then have that replica answer the message (over loopback) once it applied the
-// round, instead of sending the answer across hosts itself. A message is accepted
+// copy on the worker's host"): with PSKV_REPLICAS=1, a push-pull message of one key
+// names, after its push count, its *answerer* when that is not the primary: the first
+// replica of the range on this worker's host (Node::HostOf), if the primary is not on
+// it. The primary may then have that replica answer the message (over loopback) once
+// it applied the round, instead of sending the answer across hosts itself. A message is accepted
 // from its primary or from its answerer, once; when a newer range table no longer
 // lists its answerer, it is sent again to the primary (a retried push the primary
 // holds is answered from its state, one still waiting in its open round is answered

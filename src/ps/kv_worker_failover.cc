@@ -54,8 +54,11 @@ int KVWorker::AnswererLocked(int range) const {
 }
 
 void KVWorker::AddressLocked(Part& part, Message& m) const {
-  const bool one_key_push_pull =
-      (m.h.flags & kPush) && (m.h.flags & kPull) && part.slice.count == 1;
+  // Only with PSKV_REPLICAS=1 (a server answers for its primary only there): with more
+  // copies a retry after the answerer left could be answered from the primary's state
+  // before the other copies acknowledged the round.
+  const bool one_key_push_pull = node_->options().replicas == 1 && (m.h.flags & kPush) &&
+                                 (m.h.flags & kPull) && part.slice.count == 1;
   part.answerer = one_key_push_pull ? AnswererLocked(part.range) : -1;
   PushBody body = PushBody::Parse(m.body, part.slice.count);
   if (!body.counts.empty()) m.body = PushBody::Encode(body.counts, part.answerer);

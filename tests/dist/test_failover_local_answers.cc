@@ -112,3 +112,34 @@ TEST(LocalAnswers, AnsweringReplicaDiesBeforeItAnswered) {
         << res.log;
   }
 }
+
+// PSKV_REPLICAS=2 (three servers, server i and worker i paired on a host, server 2
+// alone): the primary of range 1 (server 1) sends a round to its last replica only
+// (server 0, on worker 0's host) and exits (PSKV_TEST_EXIT_AMID_REPLICATION=-n). Server
+// 2, promoted, completes that round again from the retried pushes while server 0
+// already holds it. No copy answers for its primary with two replicas (a copy holding
+// the round acknowledges it without applying it again, and could not tell its new
+// primary's answers apart), so no retried push-pull is left unanswered: the job ends
+// with the one-host job's bits.
+TEST(LocalAnswers, TwoReplicasLeaveNoAnswerToACopyAheadOfTheNewPrimary) {
+  auto spec = [](const std::string& name, bool paired) {
+    auto s = Spec(name, paired);
+    s.servers = 3;
+    s.replicas = 2;
+    s.env["PSKV_TIMEOUT"] = "20";
+    return s;
+  };
+  const auto want = RunReplicaJob(spec("local_answers_r2_one_host", false)).weights;
+  for (int nth : {19, 20}) {
+    auto s = spec("local_answers_r2_ahead" + std::to_string(nth), true);
+    s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = "-" + std::to_string(nth);
+    const auto res = RunReplicaJob(s, {{1, "", AfterLogLine("exiting amid a replicated change")}});
+    ExpectSameWeights(want, res.weights,
+                      "server 1 sent its " + std::to_string(nth) +
+                          "th replicated change to server 0 only and exited");
+    EXPECT_NE(res.log.find("exiting amid a replicated change, sent to server[0]"),
+              std::string::npos)
+        << res.log;
+    EXPECT_EQ(AnsweredForPrimaries(res.log), 0) << res.log;
+  }
+}

@@ -319,7 +319,7 @@ class DistServer {
     int worker = -1;
     std::vector<uint64_t> counts;
   };
-  static InitOrigin InitOriginOf(const KVRequest& req, size_t num_keys);
+  InitOrigin InitOriginOf(const KVRequest& req, size_t num_keys) const;
   /// Primary: sends `copy` to `to`; answers `req` with `answer` (or `failure`) once
   /// every one acknowledged.
   void ReplicateAsync(const KVRequest& req, const std::vector<int>& to, AsyncCopy copy,

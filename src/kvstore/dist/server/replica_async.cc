@@ -35,7 +35,7 @@ std::vector<uint64_t> DistServer::PushCounts(const KVRequest& req, size_t num_ke
   return PushBody::Parse(req.msg.body, num_keys).counts;
 }
 
-DistServer::InitOrigin DistServer::InitOriginOf(const KVRequest& req, size_t num_keys) {
+DistServer::InitOrigin DistServer::InitOriginOf(const KVRequest& req, size_t num_keys) const {
   InitOrigin o;
   if (!IsServerId(req.sender)) {
     o.worker = req.sender;
@@ -46,6 +46,7 @@ DistServer::InitOrigin DistServer::InitOriginOf(const KVRequest& req, size_t num
   int32_t worker = -1;
   if (body.size() != sizeof worker + num_keys * sizeof(uint64_t)) return o;
   std::memcpy(&worker, body.data(), sizeof worker);
+  if (!IsJobWorker(worker)) return o;  // a forged origin: no push of a worker is recorded
   o.worker = worker;
   o.counts.resize(num_keys);
   std::memcpy(o.counts.data(), body.data() + sizeof worker, num_keys * sizeof(uint64_t));

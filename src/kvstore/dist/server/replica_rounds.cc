@@ -27,8 +27,10 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   // A one-key push-pull whose worker named the round's only replica as its answerer
   // (a copy on the worker's host, ps/kv_app.h) is answered there, once it applied the
   // round, instead of from here: with one replica, every copy holds the round then.
+  // Only with PSKV_REPLICAS=1: with more, `to` may be one copy because another left,
+  // and that copy may hold the round already (a promoted replica's retried round).
   std::vector<Round::Entry> delegated;
-  if (to.size() == 1) {
+  if (to.size() == 1 && node_->options().replicas == 1) {
     for (size_t i = 0; i < done.size();) {
       const RoundReq& r = *done[i].push.r;
       if (r.req.pull && r.keys.size() == 1 && r.answerer == to[0] && !r.answer_here) {
@@ -179,7 +181,13 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   // Rounds arrive in order: the primary sends round r + 1 only after this replica
   // acknowledged round r. A round already held is acknowledged again (a new primary
   // re-sending it), never applied twice.
-  if (round < st->round.round()) return server_->Respond(req);
+  if (round < st->round.round()) {
+    server_->Respond(req);
+    // Answers left to this copy for the round it applied last are given from its state
+    // (the key's value is that round's until its next round runs here).
+    if (round + 1 == st->round.round()) AnswerDelegated(key, *st, answers, nullptr);
+    return;
+  }
   if (round > st->round.round())
     return fail("round " + std::to_string(round) + " of key " + std::to_string(dist::KeyOf(key)) +
                 " before round " + std::to_string(st->round.round()));

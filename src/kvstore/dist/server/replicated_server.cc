@@ -244,23 +244,31 @@ void ReplicaHost::OnRangeTable(const RangeTable& table) {
       it->second->CopyTo(spare);
     }
   }
-  // Requests held for a range another server leads in this table: a worker whose
-  // table says so sent them there already (KVWorker sends unanswered messages again
-  // to a range's new primary), and ignores this answer.
-  std::vector<std::pair<int, std::vector<KVRequest>>> elsewhere;
+  // Requests held for a range this table moved to another server: every worker sends
+  // its unanswered messages again to a range's new primary when its table says so
+  // (KVWorker), so these are dropped unanswered (an error answer would fail a request
+  // whose worker has not applied this table yet). A table that keeps the range's
+  // previous primary (one older than the worker's that promoted this node, arriving
+  // first) keeps them held.
+  size_t dropped = 0;
   std::vector<int> ready;
   {
     std::lock_guard<std::mutex> lk(held_mu_);
-    for (auto& [r, server] : ranges_)
-      if (r < table.num_ranges() && table.Primary(r) != self && held_.Count(r))
-        elsewhere.emplace_back(r, held_.Release(r));
+    for (auto& [r, server] : ranges_) {
+      if (r >= table.num_ranges()) continue;
+      const int primary = table.Primary(r);
+      auto before = primary_of_.find(r);
+      const bool moved = before == primary_of_.end() || before->second != primary;
+      if (primary != self && moved && held_.Count(r)) dropped += held_.Release(r).size();
+    }
     in_table_ = false;
     ready.swap(resent_);
   }
-  for (auto& [r, reqs] : elsewhere)
-    RefuseHeld(std::move(reqs), "key range " + std::to_string(r) + "'s primary is " +
-                                    node_->NodeName(table.Primary(r)) + " in range table v" +
-                                    std::to_string(table.version()) + ", not " + node_->Tag());
+  for (int r = 0; r < table.num_ranges(); ++r) primary_of_[r] = table.Primary(r);
+  if (dropped)
+    PSKV_WARN(node_->Tag() << ": dropped " << dropped
+                           << " held request(s) of range(s) that range table v" << table.version()
+                           << " gives to another server (their workers send them there)");
   for (int r : ready) RunHeld(r);
 }
 

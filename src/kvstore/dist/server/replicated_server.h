@@ -119,6 +119,7 @@ class ReplicaHost {
   std::vector<ConfigCommand> config_;     // commands that configure a range, in order
   std::set<std::pair<int, int>> copied_;  // (range, spare) sent a copy by this node
   std::set<int> leads_;                   // ranges this node is the primary of
+  std::map<int, int> primary_of_;         // range -> its primary in the last table here
   std::atomic<uint64_t> refused_{0};      // requests refused (PeerRefusal)
   // Workers' requests held until this node leads their range (and its re-sent changes
   // were acknowledged). ResendDone may run on another thread (the job's failure).
