@@ -26,11 +26,10 @@ void PaceLinks(Node& node, const Options& o) {
   if (o.role == Role::kServer && node.rank() < static_cast<int>(servers.size())) {
     const auto rank = static_cast<size_t>(node.rank());
     for (int w : workers) pace(w, rates[rank]);
-    // The copies of this server's rounds to its replicas (the initial range table's:
-    // ReplicaRanks). A connection that carries only acknowledgements (to a primary
-    // this server replicates, not also one of its replicas) is not paced.
-    for (int r : ReplicaRanks(static_cast<int>(rank), static_cast<int>(servers.size()), o.replicas))
-      pace(servers[static_cast<size_t>(r)], rates[rank]);
+    // The connections to the replicas stay unpaced: the rates leave the copies their
+    // room on every link, and a copy leaves no faster than the paced pushes complete
+    // its round; a cap sized for a dense round starves a row_sparse one (the union of
+    // the workers' rows), measured in docs/performance.md, "Replicated servers".
   } else if (o.role == Role::kWorker) {
     for (size_t r = 0; r < servers.size(); ++r) pace(servers[r], rates[r]);
   }

@@ -8,13 +8,12 @@
 // connection between worker w and server r sends at link_rate * share_r / L (L:
 // the busiest link's bytes per byte of a key; server_shares.h, LinkPacingRates):
 // every connection's part of a push+pull takes the same time, and no link is
-// offered more than its rate, so no queue forms. With PSKV_REPLICAS = R, a primary's
-// connections to its replicas (the initial range table's) carry its rounds' copies,
-// paced alike, and L counts them, so the workers' connections slow down to leave the
-// copies their room: the replica's copy and its acknowledgement queue behind nothing
-// (docs/performance.md, "Replicated servers"). Worker-worker connections, the other
-// server-server ones (acknowledgements) and those within a host are not paced; after
-// a failover the pacing stays that of the initial table.
+// offered more than its rate, so no queue forms. With PSKV_REPLICAS = R, L counts the
+// copies of the primaries' rounds to their replicas (the initial range table's), so
+// the workers' connections slow down to leave the copies their room: the replica's
+// copy and its acknowledgement queue behind nothing (docs/performance.md, "Replicated
+// servers"). Worker-worker, server-server and same-host connections are not paced;
+// after a failover the rates stay those of the initial table.
 #pragma once
 
 #include "pskv/options.h"
@@ -23,8 +22,8 @@ namespace pskv {
 class Node;
 namespace dist {
 
-/// Sets the pacing rate of `node`'s connections to the workers and its replicas (a
-/// server of rank < S; spares are not paced) or to the servers (a worker) on other
+/// Sets the pacing rate of `node`'s connections to the workers (a server of rank < S;
+/// spares are not paced) or to the servers (a worker) on other
 /// hosts, when `o.link_rate` > 0; after Node::Start. Idempotent.
 void PaceLinks(Node& node, const Options& o);
 

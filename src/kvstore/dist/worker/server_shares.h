@@ -71,17 +71,16 @@ std::vector<int> ReplicaRanks(int r, int servers, int replicas);
 /// workers replaces the primary's answers to them (the replica answers its host's
 /// workers' push-pulls: docs/fault-tolerance.md, "Answers from a copy on the worker's
 /// host"). Every step is taken as push-pulls of dense keys, as in the rest of this
-/// model (a row_sparse round's copy, the union of the workers' rows, is bigger than
-/// one worker's part: docs/performance.md, "Replicated servers").
+/// model.
 double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares, int replicas = 0);
 
 /// Per server rank r: the rate (bytes per second) at which a worker and server r on
-/// different hosts each send to the other, and at which server r sends its rounds to
-/// each of its replicas (`replicas` > 0) on another host, so that every connection's
-/// part of a push+pull takes as long as the busiest link's bytes over `link_rate`:
+/// different hosts each send to the other, so that every connection's part of a
+/// push+pull takes as long as the busiest link's bytes over `link_rate`:
 /// link_rate * share_r / MaxLinkLoad(layout, shares, replicas). No link then carries
-/// more than `link_rate` (a link's connections add up to its load), replication
-/// included, so no queue forms in front of a replica's copy or its acknowledgement.
+/// more than `link_rate` (a link's connections add up to its load), the copies to
+/// the replicas (`replicas` > 0, unpaced) included, so no queue forms in front of a
+/// replica's copy or its acknowledgement.
 /// Empty where the layout is unknown.
 std::vector<uint64_t> LinkPacingRates(const HostLayout& layout, const std::vector<int64_t>& shares,
                                       uint64_t link_rate, int replicas = 0);
