@@ -392,7 +392,7 @@ class DistServer {
   // (docs/fault-tolerance.md, "Answers from a copy on the worker's host"), and kReplicate
   // requests carrying such answers (TestHooks::exit_before_delegated_answer counts them).
   std::atomic<uint64_t> answered_for_primary_{0}, delegations_{0};
-  std::atomic<uint64_t> async_applied_{0};  // kReplicateAsync requests applied (R >= 2)
+  std::atomic<uint64_t> async_applied_{0};    // kReplicateAsync requests applied (R >= 2)
   std::atomic<uint64_t> retried_inits_{0};    // keys of inits answered so (logged at the end)
   std::atomic<uint64_t> forwarded_inits_{0};  // test hook (TestHooks::exit_after_forwarded_inits)
   Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
