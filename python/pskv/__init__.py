@@ -11,12 +11,14 @@ Examples
 >>> float(out[0, 0])
 2.0
 
-Values are numpy arrays or PyTorch CPU tensors (shared, never copied). Every call is
+Values are numpy arrays or PyTorch CPU tensors (shared, never copied), or arrays on
+devices (:class:`pskv.DeviceArray`, or any ``__cuda_array_interface__`` array; see
+:mod:`pskv.cuda`, and ``PSKV_SIM_DEVICES=k`` for simulated devices). Every call is
 complete when it returns; ``with kv.batch():`` issues many calls that travel together
 and are waited for once, at the end of the block (see :meth:`pskv.KVStore.batch`). Submodules:
 :mod:`pskv.optimizer`, :mod:`pskv.lr_scheduler`, :mod:`pskv.data`, :mod:`pskv.process`
 (:func:`pskv.configure_process`: logging, metrics and the allocator are the program's)
-and :mod:`pskv.torch` (imported on demand: it needs PyTorch).
+and :mod:`pskv.torch` (imported on demand: it needs PyTorch), :mod:`pskv.cuda` (the device runtime).
 """
 import sys as _sys
 
@@ -32,7 +34,8 @@ except ImportError as _e:
 
 try:
     from ._pskv import (Error, InvalidArgument, KeyError, ShapeError, UsageError, ConfigError,  # noqa: F401
-                        TimeoutError, ProtocolError, NodeFailure, IOError)
+                        TimeoutError, ProtocolError, NodeFailure, IOError, DeviceUnavailable, DeviceError,
+                        DeviceArray)
 except ImportError as _e:  # the extension was built for another interpreter, or not at all
     raise ImportError(
         'pskv %s: cannot load its C++ extension (%s). It must be built for this interpreter (%s, Python %d.%d): '
@@ -48,7 +51,8 @@ from . import sparse  # noqa: F401
 from .sparse import RowSparseArray, row_sparse_array  # noqa: F401
 from . import process  # noqa: F401
 from .process import configure_process  # noqa: F401
+from . import cuda  # noqa: F401
 
 __all__ = ["__version__", "create", "KVStore", "configure_process", "process", "RowSparseArray", "row_sparse_array", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
            "KeyError", "ShapeError", "UsageError", "ConfigError", "TimeoutError", "ProtocolError", "NodeFailure",
-           "IOError"]
+           "IOError", "DeviceUnavailable", "DeviceError", "DeviceArray", "cuda"]

@@ -2,7 +2,9 @@ from . import data as data, lr_scheduler as lr_scheduler, optimizer as optimizer
 from ._pskv import (ConfigError as ConfigError, Error as Error, InvalidArgument as InvalidArgument,
                     IOError as IOError, KeyError as KeyError, NodeFailure as NodeFailure,
                     ProtocolError as ProtocolError, ShapeError as ShapeError, TimeoutError as TimeoutError,
-                    UsageError as UsageError)
+                    UsageError as UsageError, DeviceUnavailable as DeviceUnavailable, DeviceError as DeviceError,
+                    DeviceArray as DeviceArray)
+from . import cuda as cuda
 from .kvstore import KVStore as KVStore, create as create
 from . import sparse as sparse
 from .sparse import RowSparseArray as RowSparseArray, row_sparse_array as row_sparse_array

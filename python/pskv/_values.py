@@ -1,7 +1,7 @@
 """Keys and values as callers give them (MXNet's shapes: a key or a list, arrays or
-lists of arrays per key, numpy arrays or torch tensors, row_sparse values) -> the flat
-lists of keys and numpy arrays the binding takes; and the wording of errors about
-them. Used by :mod:`pskv.kvstore`."""
+lists of arrays per key, numpy arrays, torch tensors, device arrays, row_sparse values)
+-> the flat lists of keys and arrays the binding takes (numpy arrays and
+pskv.DeviceArray); and the wording of errors about them. Used by :mod:`pskv.kvstore`."""
 import numpy as np
 
 from . import _pskv
@@ -9,12 +9,16 @@ from . import sparse as _sparse
 
 
 def _as_array(v, output=False):
-    """A numpy view of a numpy array or a PyTorch CPU tensor (no copy). `output`: the
-    array receives a result (a copy would receive it instead, so the advice differs)."""
+    """A numpy view of a numpy array or a PyTorch CPU tensor (no copy); a
+    pskv.DeviceArray as it is; a view of another library's device array given through
+    ``__cuda_array_interface__`` (no copy). `output`: the array receives a result (a
+    copy would receive it instead, so the advice differs)."""
     if isinstance(v, np.ndarray):
         if not v.flags['C_CONTIGUOUS']:
             raise _pskv.InvalidArgument(_CONTIGUOUS_OUT if output else
                                         'arrays must be C-contiguous (numpy.ascontiguousarray)')
+        return v
+    if isinstance(v, _pskv.DeviceArray):
         return v
     if type(v).__module__.startswith('torch'):
         if v.device.type != 'cpu':
@@ -23,7 +27,15 @@ def _as_array(v, output=False):
             raise _pskv.InvalidArgument(_CONTIGUOUS_OUT if output else
                                         'tensors must be contiguous (call .contiguous())')
         return v.detach().numpy()
-    raise TypeError('values must be numpy arrays or torch tensors, got %s' % type(v).__name__)
+    if hasattr(v, '__cuda_array_interface__'):
+        return _pskv.DeviceArray.wrap(v)
+    raise TypeError('values must be numpy arrays, torch tensors, pskv.DeviceArray or device arrays '
+                    'exposing __cuda_array_interface__, got %s' % type(v).__name__)
+
+
+def _is_dense(v):
+    """A dense value as _as_array gives it (the binding takes these)."""
+    return isinstance(v, (np.ndarray, _pskv.DeviceArray))
 
 
 _CONTIGUOUS_OUT = ('an output must be C-contiguous: pull into a contiguous buffer (numpy.empty_like, '
@@ -106,7 +118,7 @@ def _split_sparse(keys, vals):
         return keys, vals, {}
     dk, dv, sp = [], [], {}
     for k, v in zip(keys, vals):
-        if isinstance(v, np.ndarray):
+        if _is_dense(v):
             dk.append(k)
             dv.append(v)
         else:

@@ -5,6 +5,7 @@ functions as the C++ ``pskv::data`` (they run the same code).
     n_batches = pskv.data.epoch_size(len(ds), kv.num_workers, batch)      # equal on every worker (sync)
     xs = pskv.data.split_data(x, 2)                                       # Gluon split_data
     xs = pskv.data.split_data(x, 2, work_load_list=[1, 3])                # Module's work_load_list
+    xs = pskv.data.split_and_load(x, ['cuda:0', 'cuda:1'])                # one DeviceArray per device
 
 See also pskv.torch.Sampler (a DataLoader sampler built on these).
 """
@@ -155,3 +156,43 @@ def split_data(data, num_slice, batch_axis=0, even_split=True, work_load_list=No
         index[batch_axis] = slice(lo, hi)
         out.append(data[tuple(index)])
     return out
+
+
+def split_and_load(batch, devices, work_load_list=None, batch_axis=0, even_split=False):
+    """Splits a batch over devices and copies each slice to its device (Gluon's
+    split_and_load; Module's work_load_list).
+
+    The slices are :func:`split_data`'s: ``b/k`` samples each, the first ``b % k``
+    devices one more (or in proportion to `work_load_list`, see
+    :func:`split_by_workload`), so every call places the samples the same way.
+
+    Parameters
+    ----------
+    batch : numpy.ndarray or torch.Tensor
+        The batch (host memory).
+    devices : str or list of str
+        The devices: ``'cuda:N'``, ``'gpu:N'``, MXNet's ``'gpu(N)'``, ``'cpu_pinned'``, or
+        ``'cpu'`` (a view of the batch, no copy).
+    work_load_list : list of float, optional
+        Relative workloads, one per device (``[3, 1]``: the first device gets 3/4).
+    batch_axis : int, optional
+        The axis of the samples.
+    even_split : bool, optional
+        Require ``b % k == 0`` (Gluon's default is True; pskv's, False).
+
+    Returns
+    -------
+    list
+        One array per device: a :class:`pskv.DeviceArray` on a device, a view of
+        `batch` for ``'cpu'``.
+
+    Raises
+    ------
+    pskv.DeviceUnavailable
+        A device that does not exist here.
+    """
+    if isinstance(devices, str) or not hasattr(devices, '__len__'):
+        devices = [devices]
+    parts = split_data(batch, len(devices), batch_axis, even_split, work_load_list)
+    return [p if str(d).lower() in ('cpu', 'cpu(0)', 'cpu:0') else _pskv.DeviceArray(p, d)
+            for p, d in zip(parts, devices)]

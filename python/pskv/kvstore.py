@@ -10,15 +10,13 @@ import threading
 import warnings
 import weakref
 
-import numpy as np
-
 from . import _pskv
 from . import process as _process
 from ._batch import Batch  # noqa: F401 - public as pskv.kvstore.Batch
 from ._rows import _RowSparse
 from ._tracking import _Tracking
 from ._updates import _Updates
-from ._values import _flatten, _key_names, _split_sparse
+from ._values import _flatten, _is_dense, _key_names, _split_sparse
 
 
 class KVStore(_Tracking, _RowSparse, _Updates):
@@ -127,7 +125,7 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         ----------
         key : int, str, or list of int or str
             The key(s); all of one type. String keys get ids in first-init order.
-        value : numpy.ndarray, torch.Tensor, RowSparseArray, or list of them
+        value : numpy.ndarray, torch.Tensor, pskv.DeviceArray, RowSparseArray, or list of them
             One array per key (a list for a list of keys). A row_sparse value (a
             :class:`pskv.RowSparseArray` or a torch sparse tensor) makes a row_sparse key.
 
@@ -167,6 +165,8 @@ class KVStore(_Tracking, _RowSparse, _Updates):
             The key(s); each must have been initialised.
         value : array, RowSparseArray, list of them, or list of lists
             One array per key, or a list of arrays per key (several devices, summed).
+            Arrays are numpy arrays, torch CPU tensors, :class:`pskv.DeviceArray` or
+            device arrays exposing ``__cuda_array_interface__`` (kept alive while in use).
             Row_sparse values (:class:`pskv.RowSparseArray`, torch sparse tensors,
             ``(data, indices)`` pairs of a row_sparse key) may stand in the lists.
         priority : int, optional
@@ -262,7 +262,7 @@ class KVStore(_Tracking, _RowSparse, _Updates):
 
     def _pushpull(self, key, value, out, priority, batch):
         keys, vals = _flatten(key, value, self._sparse, output=out is None)
-        if any(type(v) is not np.ndarray for v in vals):
+        if not all(_is_dense(v) for v in vals):
             raise _pskv.UsageError('pushpull of key %s with row_sparse values: use push, then '
                                    'row_sparse_pull for the rows' % _key_names(keys))
         if out is None:

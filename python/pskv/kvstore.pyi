@@ -6,7 +6,7 @@ from .optimizer import Optimizer
 
 Key = Union[int, str]
 Keys = Union[Key, Sequence[Key]]
-Array = Any  # numpy.ndarray or torch.Tensor (CPU, contiguous)
+Array = Any  # numpy.ndarray, torch.Tensor (CPU, contiguous), pskv.DeviceArray, or a __cuda_array_interface__ array
 Values = Union[Array, Sequence[Array], Sequence[Sequence[Array]]]
 
 class Batch:

@@ -1,10 +1,15 @@
-// numpy arrays <-> pskv arrays: dtypes, zero-copy wrapping, views and row ids.
+// numpy arrays and device arrays <-> pskv arrays: dtypes, zero-copy wrapping, views,
+// row ids, and pskv.DeviceArray (an NDArray on a device, or a view of a foreign device
+// array given through __cuda_array_interface__).
 #pragma once
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "pskv/ndarray.h"
@@ -35,6 +40,36 @@ NDArray Wrap(const py::array& a, bool writable = false, std::vector<py::object>*
 std::vector<NDArray> WrapAll(const std::vector<py::array>& v, bool writable = false,
                              std::vector<py::object>* refs = nullptr,
                              const std::shared_ptr<void>& token = nullptr);
+
+// pskv.DeviceArray: an array on a device (kCUDA, or pinned host memory), immutable
+// as a handle. `a` owns its memory (made from numpy, or zeros) or views a foreign
+// array (its keepalive holds the producer object). `readonly`: the producer said so
+// (__cuda_array_interface__'s data[1]): refused as an output.
+struct DeviceArray {
+  NDArray a;
+  bool readonly = false;
+};
+
+// A foreign device array as an NDArray on Device::CUDA(id), without copying: `obj`
+// exposes __cuda_array_interface__ (version 2 or later: C-contiguous, a known
+// typestr, no mask; its `stream`, if any, becomes the ready stream) and
+// __dlpack_device__() == (2, id), unless `device` is given. The NDArray keeps `obj`.
+DeviceArray FromCudaArrayInterface(const py::object& obj, std::optional<Device> device);
+
+// Values of the store's calls: numpy arrays or DeviceArray objects (TypeError
+// otherwise). A numpy array is wrapped as Wrap does; a DeviceArray's NDArray is
+// re-wrapped to share `token` (its object then held in `refs`) when one is given, so
+// that pskv's threads never hold a Python reference.
+NDArray WrapValue(const py::object& v, bool writable = false,
+                  std::vector<py::object>* refs = nullptr,
+                  const std::shared_ptr<void>& token = nullptr);
+std::vector<NDArray> WrapValues(const std::vector<py::object>& v, bool writable = false,
+                                std::vector<py::object>* refs = nullptr,
+                                const std::shared_ptr<void>& token = nullptr);
+// The bytes a value spans: host addresses for numpy arrays, device addresses for
+// device arrays (CUDA's unified virtual addressing, and the simulator, give every
+// allocation of a process one address range, so the two never overlap by accident).
+std::pair<uintptr_t, uintptr_t> ValueBytes(const py::object& v);
 
 // A numpy array of an NDArray's memory that stays valid for as long as Python keeps
 // it (an updater may keep `stored` beyond the call, beyond close()): an owning

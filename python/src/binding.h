@@ -21,6 +21,9 @@ void BindErrors(py::module_& m);
 /// The process: its role, the server role, the environment table, the process-wide
 /// settings a program makes (process_bindings.cc).
 void BindProcess(py::module_& m);
+/// DeviceArray (pskv.DeviceArray: arrays on devices) and the device runtime's
+/// functions, as submodule `cuda` (arrays.cc).
+void BindArrays(py::module_& m);
 /// The store: KVStore and the results of its calls (kvstore_bindings.cc).
 void BindKVStore(py::module_& m);
 /// Optimizer and the optimizer-states files (optimizer_bindings.cc).

@@ -94,14 +94,14 @@ void Handle::ReleaseKeys(const Keys* waited, uint64_t upto) {
   Sweep();
 }
 
-std::vector<Span> Handle::Spans(const std::vector<py::array>& ins,
-                                const std::vector<py::array>& outs) {
+std::vector<Span> Handle::Spans(const std::vector<py::object>& ins,
+                                const std::vector<py::object>& outs) {
   std::vector<Span> s;
   s.reserve(ins.size() + outs.size());
   for (int w = 0; w < 2; ++w)
     for (auto& a : w ? outs : ins) {
-      auto start = reinterpret_cast<uintptr_t>(a.data());
-      s.push_back(Span{start, start + static_cast<uintptr_t>(a.nbytes()), w == 1});
+      const auto [start, end] = ValueBytes(a);
+      s.push_back(Span{start, end, w == 1});
     }
   return s;
 }
@@ -129,14 +129,16 @@ Keys Handle::Conflicts(const std::vector<Span>& mine) const {
   return k;
 }
 
-void Handle::Claim(InFlight& f, const std::vector<Span>& spans, const std::vector<py::array>& ins,
-                   const std::vector<py::array>& outs) {
+void Handle::Claim(InFlight& f, const std::vector<Span>& spans, const std::vector<py::object>& ins,
+                   const std::vector<py::object>& outs) {
   for (auto& sp : spans) {
     f.spans.push_back(claims.emplace(sp.start, Claimed{sp.end, sp.writes, f.seq}));
     longest = std::max(longest, sp.end - sp.start);
   }
   for (int w = 0; w < 2; ++w)
-    for (auto& a : w ? outs : ins) {
+    for (auto& v : w ? outs : ins) {
+      if (!py::isinstance<py::array>(v)) continue;
+      const auto a = py::reinterpret_borrow<py::array>(v);
       auto it = locks.find(a.ptr());
       if (it != locks.end()) {
         ++it->second;

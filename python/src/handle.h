@@ -1,7 +1,8 @@
-// The Python side's store: a KVStore plus the numpy objects of its calls in flight,
-// the bytes batch calls claim (later calls on overlapping bytes wait for them) and
-// the arrays they made read-only. Thread model: touched with the GIL held only,
-// except `calls` (binding.h has the memory rules).
+// The Python side's store: a KVStore plus the Python objects of its calls in flight
+// (numpy arrays, pskv.DeviceArray), the bytes batch calls claim (later calls on
+// overlapping bytes wait for them) and the numpy arrays they made read-only. Thread
+// model: touched with the GIL held only, except `calls` (binding.h has the memory
+// rules).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -116,15 +117,17 @@ struct Handle {
   // a snapshot of `scheduled`) are over. Others (other threads schedule while a wait
   // runs, without the GIL) may not be.
   void ReleaseKeys(const Keys* waited, uint64_t upto);
-  static std::vector<Span> Spans(const std::vector<py::array>& ins,
-                                 const std::vector<py::array>& outs);
+  // The bytes of a call's values (numpy arrays and device arrays: ValueBytes).
+  static std::vector<Span> Spans(const std::vector<py::object>& ins,
+                                 const std::vector<py::object>& outs);
   // Before a call: the keys of the batch calls in flight whose bytes overlap this
   // call's where either writes them (MXNet's engine ordered NDArrays so). Looks only
   // at the claims that can reach `mine` (indexed by start, bounded by `longest`).
   Keys Conflicts(const std::vector<Span>& mine) const;
-  // Records a batch's call: its spans, and its writable numpy arrays made read-only.
-  void Claim(InFlight& f, const std::vector<Span>& spans, const std::vector<py::array>& ins,
-             const std::vector<py::array>& outs);
+  // Records a batch's call: its spans, and its writable numpy arrays made read-only
+  // (device arrays have no such flag: their spans alone order later calls).
+  void Claim(InFlight& f, const std::vector<Span>& spans, const std::vector<py::object>& ins,
+             const std::vector<py::object>& outs);
   // A new in-flight entry and the token its NDArrays share. The entry is made
   // before anything is scheduled, so a call that fails half-way keeps what it
   // scheduled alive too.
@@ -156,16 +159,16 @@ void Order(Handle& h, KVStore& kv, const std::vector<Span>& spans);
 // arrays then held by a new in-flight entry, which a batch's call (`batch`) claims
 // under `keys` (Handle::Claim).
 template <typename F>
-Completion Issue(Handle& h, KVStore& kv, const Keys& keys, const std::vector<py::array>& ins,
-                 const std::vector<py::array>& outs, bool check_writable, bool batch,
+Completion Issue(Handle& h, KVStore& kv, const Keys& keys, const std::vector<py::object>& ins,
+                 const std::vector<py::object>& outs, bool check_writable, bool batch,
                  F&& schedule) {
   std::vector<Span> spans;
   if (batch || !h.claims.empty()) spans = Handle::Spans(ins, outs);
   Order(h, kv, spans);
   auto [flight, token] = h.Track();
   Completion c{flight->done};
-  auto v = WrapAll(ins, false, &flight->refs, token);
-  auto o = WrapAll(outs, check_writable, &flight->refs, token);
+  auto v = WrapValues(ins, false, &flight->refs, token);
+  auto o = WrapValues(outs, check_writable, &flight->refs, token);
   if (batch) {
     flight->keys = keys;
     h.Claim(*flight, spans, ins, outs);

@@ -1,5 +1,5 @@
-// _pskv.KVStore: the store's calls, as flat lists of keys and numpy arrays
-// (python/pskv/kvstore.py gives them MXNet's shape).
+// _pskv.KVStore: the store's calls, as flat lists of keys and values (numpy arrays
+// or pskv.DeviceArray; python/pskv/kvstore.py gives them MXNet's shape).
 #include <pybind11/chrono.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
@@ -107,10 +107,10 @@ void BindKVStore(py::module_& m) {
           "MXNET_UPDATE_ON_KVSTORE as this store read it (unset: True): a Trainer's default "
           "before the rest of the policy (include/pskv/trainer_policy.h).")
       .def("init",
-           [](Handle& h, const py::list& keys, const std::vector<py::array>& vals) {
+           [](Handle& h, const py::list& keys, const std::vector<py::object>& vals) {
              Use use(h);
              KVStore& kv = use.kv();
-             auto v = WrapAll(vals);
+             auto v = WrapValues(vals);
              Keys ks = ToKeys(keys);
              py::gil_scoped_release nogil;
              WithKeys(ks, [&](const auto& k) { kv.Init(k, v); });
@@ -122,14 +122,14 @@ void BindKVStore(py::module_& m) {
       // until a wait covering its keys returned.
       .def(
           "order",
-          [](Handle& h, const std::vector<py::array>& ins, const std::vector<py::array>& outs) {
+          [](Handle& h, const std::vector<py::object>& ins, const std::vector<py::object>& outs) {
             Use use(h);
             Order(h, use.kv(), Handle::Spans(ins, outs));
           },
           "Waits for the calls of batches in flight whose bytes overlap these (init's).")
       .def(
           "push",
-          [](Handle& h, const py::list& keys, const std::vector<py::array>& vals, int prio,
+          [](Handle& h, const py::list& keys, const std::vector<py::object>& vals, int prio,
              bool batch) {
             Use use(h);
             KVStore& kv = use.kv();
@@ -141,7 +141,7 @@ void BindKVStore(py::module_& m) {
           py::arg("keys"), py::arg("vals"), py::arg("prio"), py::arg("batch") = false)
       .def(
           "pull",
-          [](Handle& h, const py::list& keys, const std::vector<py::array>& outs, int prio,
+          [](Handle& h, const py::list& keys, const std::vector<py::object>& outs, int prio,
              bool check_writable, bool batch) {
             Use use(h);
             KVStore& kv = use.kv();
@@ -154,8 +154,8 @@ void BindKVStore(py::module_& m) {
           py::arg("batch") = false)
       .def(
           "pushpull",
-          [](Handle& h, const py::list& keys, const std::vector<py::array>& vals,
-             const py::list& out_keys, const std::vector<py::array>& outs, int prio,
+          [](Handle& h, const py::list& keys, const std::vector<py::object>& vals,
+             const py::list& out_keys, const std::vector<py::object>& outs, int prio,
              bool check_writable, bool batch) {
             Use use(h);
             KVStore& kv = use.kv();

@@ -9,6 +9,7 @@
 
 #include "binding.h"
 #include "pskv/data.h"
+#include "pskv/device.h"
 #include "pskv/error.h"
 
 namespace pskv::binding {
@@ -25,6 +26,9 @@ void BindErrors(py::module_& m) {
   static py::exception<ProtocolError> protocol_error(m, "ProtocolError", error.ptr());
   static py::exception<NodeFailure> node_failure(m, "NodeFailure", error.ptr());
   static py::exception<IOError> io_error(m, "IOError", error.ptr());
+  static py::exception<DeviceUnavailable> device_unavailable(m, "DeviceUnavailable",
+                                                             usage_error.ptr());
+  static py::exception<DeviceError> device_error(m, "DeviceError", error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -34,6 +38,8 @@ void BindErrors(py::module_& m) {
       key_error(e.what());
     } catch (const ShapeError& e) {
       shape_error(e.what());
+    } catch (const DeviceUnavailable& e) {  // before UsageError, its base
+      device_unavailable(e.what());
     } catch (const UsageError& e) {
       usage_error(e.what());
     } catch (const ConfigError& e) {
@@ -46,6 +52,10 @@ void BindErrors(py::module_& m) {
       node_failure(e.what());
     } catch (const IOError& e) {
       io_error(e.what());
+    } catch (const DeviceError& e) {
+      device_error(e.what());
+    } catch (const Error& e) {  // any other pskv error: its base class, not RuntimeError
+      error(e.what());
     }
   });
 }
@@ -66,6 +76,7 @@ PYBIND11_MODULE(_pskv, m) {
   m.doc() = "pskv core (C++); use the pskv package";
   BindErrors(m);
   BindProcess(m);
+  BindArrays(m);
   BindKVStore(m);
   BindOptimizer(m);
   pskv::BindTrainerPolicy(m);
