@@ -129,6 +129,18 @@ def scenario_sum_and_fill():
         out = pskv.DeviceArray.zeros(shape, 'float32', 'cuda:1')
         kv.pull(0, out=out)
         assert np.array_equal(out.asnumpy(), np.full(shape, 3, np.float32)), store
+        # init and broadcast from a device, pinned host memory among the values
+        kv.init(2, pskv.DeviceArray(np.full(shape, 2, np.float32), 'cuda:2'))
+        pinned = pskv.DeviceArray.zeros(shape, 'float32', 'cpu_pinned')
+        kv.pull(2, out=[pinned, out])
+        assert np.array_equal(pinned.asnumpy(), np.full(shape, 2, np.float32)), store
+        assert np.array_equal(out.asnumpy(), np.full(shape, 2, np.float32)), store
+        kv.push(2, [pskv.DeviceArray(np.ones(shape, np.float32), 'cpu_pinned'), out])
+        kv.pull(2, out=pinned)
+        assert np.array_equal(pinned.asnumpy(), np.full(shape, 3, np.float32)), store
+        kv.broadcast(3, pskv.DeviceArray(np.full(shape, 5, np.float32), 'cuda:1'), out=[out, pinned])
+        assert np.array_equal(out.asnumpy(), np.full(shape, 5, np.float32)), store
+        assert np.array_equal(pinned.asnumpy(), np.full(shape, 5, np.float32)), store
         kv.close()
 
 
