@@ -35,7 +35,7 @@ test: build
 # ASan + UBSan build of the core tests.
 sanitize: deps
 	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-	  -DPSKV_SANITIZE=address,undefined -DPSKV_BUILD_TORCH=OFF -DPSKV_BUILD_PYTHON=OFF $(CMAKE_ARGS)
+	  -DPSKV_SANITIZE=address,undefined,float-cast-overflow -DPSKV_BUILD_TORCH=OFF -DPSKV_BUILD_PYTHON=OFF $(CMAKE_ARGS)
 	cmake --build $(BUILD)-asan -j $(JOBS) --target pskv_unit_targets
 	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -L unit --timeout 600

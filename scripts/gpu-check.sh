@@ -4,7 +4,8 @@
 # folder. Meant for a machine with a GPU and nvcc but no package registry.
 #
 # Usage: scripts/gpu-check.sh OUT_DIR [--debs DIR] [--build-dir DIR] [--jobs N] [--allow-skip]
-#   OUT_DIR       results: gpu_tests.json, gpu_fake_devices.json, device_tests.json (GoogleTest
+#   OUT_DIR       results: gpu_tests.json (the device suites on the GPU), sim_control.json (the
+#                 same binary on simulated devices), gpu_fake_devices.json, device_tests.json (GoogleTest
 #                 JSON), ctest_gpu.xml (JUnit), build.log, summary.json
 #   --debs DIR    unpack every DIR/*.deb into a local prefix (dpkg-deb -x, no root, no
 #                 registry) and build against it; see "Packages" below
@@ -95,7 +96,7 @@ if ! cmake -S "$ROOT" -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDe
 fi
 log "building the GPU and device tests with $JOBS jobs"
 start=$(date +%s)
-if ! cmake --build "$BUILD" -j "$JOBS" --target pskv_gpu_tests pskv_device_tests \
+if ! cmake --build "$BUILD" -j "$JOBS" --target pskv_gpu_tests pskv_device_tests pskv_device_runtime_tests \
     >>"$OUT/build.log" 2>&1; then
   log "build failed (see build.log)"
   exit 1
@@ -109,7 +110,9 @@ run_gtest() {  # name binary [env...] -- args
   shift 2
   env "$@" "$bin" --gtest_output="json:$OUT/$name.json" >"$OUT/$name.log" 2>&1 || rc=1
 }
-run_gtest gpu_tests "$BUILD/tests/pskv_gpu_tests"
+# The device suites on the GPU, then (control) on the simulator: the same binary.
+run_gtest gpu_tests "$BUILD/tests/pskv_device_runtime_tests" PSKV_SIM_DEVICES=
+run_gtest sim_control "$BUILD/tests/pskv_device_runtime_tests" PSKV_SIM_DEVICES=3
 run_gtest gpu_fake_devices "$BUILD/tests/pskv_gpu_tests" PSKV_CUDA_FAKE_DEVICES=3 \
   --gtest_filter='GpuFakeDevices.*'
 run_gtest device_tests "$BUILD/tests/pskv_device_tests"
@@ -120,7 +123,8 @@ run_gtest device_tests "$BUILD/tests/pskv_device_tests"
 # The first "tests"/"failures" of each file is the file's total.
 count() {
   local f
-  for f in "$OUT"/gpu_tests.json "$OUT"/gpu_fake_devices.json "$OUT"/device_tests.json; do
+  for f in "$OUT"/gpu_tests.json "$OUT"/gpu_fake_devices.json "$OUT"/device_tests.json \
+           "$OUT"/sim_control.json; do
     grep -o -m1 "\"$1\": *[0-9]*" "$f" 2>/dev/null | head -1
   done | awk -F: '{s+=$2} END {print s+0}'
 }

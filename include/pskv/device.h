@@ -15,6 +15,10 @@
 // DeviceCount()). A process that never sees a CUDA array (servers, the scheduler,
 // forked children such as data-loader workers) never initialises CUDA.
 //
+// Simulated devices: with PSKV_SIM_DEVICES=k (or cuda::UseSimulatedDevices(k)) the
+// devices cuda:0..k-1 are pskv's simulated devices (docs/gpu.md): every kCUDA code
+// path runs on a machine without a GPU, with memory the host cannot touch.
+//
 // Logical devices: Device::CUDA(i) names logical device i. In production logical i is
 // physical i. The test mode PSKV_CUDA_FAKE_DEVICES=k maps logical devices 0..k-1 onto
 // physical device 0, so that multi-GPU code paths (placement, peer copies) run on a
@@ -80,14 +84,27 @@ bool Initialized();
 /// without a device. Initialises CUDA on the first call.
 int DeviceCount();
 /// One line for messages and test skips: "pskv was built without CUDA (...)",
-/// "cudaErrorInsufficientDriver: ...", or "1 device: NVIDIA H100 80GB HBM3".
-/// Initialises CUDA on the first call.
+/// "cudaErrorInsufficientDriver: ...", "1 device: NVIDIA H100 80GB HBM3", or
+/// "4 simulated devices (...)". Initialises CUDA on the first call.
 std::string Status();
+/// True when the devices are simulated (PSKV_SIM_DEVICES=k, or UseSimulatedDevices):
+/// pskv's own CPU-backed device runtime, for dry runs of multi-device code and for CI
+/// (docs/gpu.md). Initialises the runtime on the first call.
+bool Simulated();
+/// Switches this process to `devices` simulated devices (1..64). Must come before the
+/// first use of any device (UsageError otherwise, unless the runtime already simulates
+/// that many). `jitter_seed` != 0 adds random delays to every simulated stream (as
+/// PSKV_SIM_JITTER). Never a fallback: a process asks for it explicitly.
+void UseSimulatedDevices(int devices, uint64_t jitter_seed = 0);
+/// The device's name: "simulated device 1", "NVIDIA H200". DeviceUnavailable if none.
+std::string DeviceName(int id);
 
-/// Bytes and counts of the copies pskv's CUDA layer made since the start (or the last
-/// ResetStats). Always on (relaxed atomics); read from any thread. Copies between
-/// different logical devices count as peer copies even when they map onto one
-/// physical GPU.
+/// Bytes and counts of the copies pskv's device runtime made since the start (or the
+/// last ResetStats), with either backend (the simulated one counts exactly as the CUDA
+/// one). Always on (relaxed atomics); read from any thread. Copies between different
+/// logical devices count as peer copies even when they map onto one physical GPU; a
+/// copy between devices without peer access (or with MXNET_ENABLE_GPU_P2P=0) goes
+/// through pinned host memory and counts as one d2h and one h2d.
 struct Counters {
   uint64_t d2h_bytes = 0, d2h_count = 0;
   uint64_t h2d_bytes = 0, h2d_count = 0;

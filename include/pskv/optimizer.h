@@ -147,6 +147,10 @@ class Optimizer {
   /// (c << 32) | k with c >= 1 (a dist server's chunk c of key k) has its own state
   /// and k's lr_mult, wd_mult and sum_keys entry.
   ///
+  /// A weight on a device is updated there (its states live with it) by the built-in
+  /// rule's device kernel, bit-identical to the CPU's update (docs/gpu.md); a registered
+  /// rule runs on the CPU only (UsageError for a device weight).
+  ///
   /// `schedule_at` (optional) pins the learning-rate schedule: when it points at 0,
   /// the update uses the optimizer-wide update count as usual and stores that count
   /// there; when it points at n > 0, the update's rate is the schedule's at n and the
@@ -198,6 +202,8 @@ class Optimizer {
     int64_t t = 0;
   };
   Step BeginStep(int64_t key, const NDArray& weight, int64_t* schedule_at);
+  /// Update for a weight on a device (the built-in rules' device kernels).
+  void UpdateOnDevice(int64_t key, const NDArray& grad, NDArray* weight, int64_t* schedule_at);
 
   OptimizerConfig cfg_;
   const UpdateRule* rule_ = nullptr;  ///< of cfg_.type (pskv/update_rule.h)

@@ -426,12 +426,13 @@ def create(name='local', blocking=None):
             'a read see old values silently. Every call now completes when it returns; to issue many '
             'calls that travel together, issue them inside "with kv.batch():" (their results are in '
             'when the block ends)')
-    if 'dist' in name.lower() and _pskv.role() in ('server', 'scheduler'):
+    dist = _pskv.store_type(name)['dist']
+    if dist and _pskv.role() in ('server', 'scheduler'):
         sys.stdout.flush()
         sys.stderr.flush()
         sys.exit(_pskv.run_role())
     _close_deferred()
-    if 'dist' in name.lower():
+    if dist:
         _process._configure_once()  # the package's one implicit process-wide call
     kv = KVStore(_pskv.KVStore.create(name))
     _open_stores.add(kv)

@@ -170,7 +170,7 @@ class Trainer(TrainerStates, TrainerSparse):
         self.kv = create(kvstore) if owns_store else kvstore
         if not isinstance(self.kv, KVStore):
             raise TypeError('kvstore must be a pskv.KVStore or a type string')
-        self._dist = 'dist' in self.kv.type
+        self._dist = _pskv.store_type(self.kv.type)['dist']
         n = self.kv.num_workers
 
         # --- loss scaling (see the module docstring; include/pskv/trainer_policy.h)

@@ -21,11 +21,24 @@
 #include "pskv/kvstore.h"
 #include "pskv/optimizer.h"
 #include "pskv/row_sparse.h"
+#include "pskv/store_type.h"
 
 namespace pskv::binding {
 
 void BindKVStore(py::module_& m) {
   m.def("valid_types", &KVStore::ValidTypes);
+  m.def(
+      "store_type",
+      [](const std::string& name) {
+        const StoreType t = StoreType::Parse(name);
+        py::dict d;
+        d["canonical"] = t.canonical;
+        d["dist"] = t.dist;
+        d["async"] = t.async;
+        d["device"] = t.device;
+        return d;
+      },
+      "The parsed store type (pskv/store_type.h): canonical name, dist, async, device.");
 
   py::class_<Completion>(m, "Completion")
       .def_property_readonly(

@@ -356,6 +356,18 @@ const EnvVar kVars[] = {
      "not read by pskv; remote launchers pass it on to the program", nullptr},
     {"PATH", T::kForwarded, 0, 0, "", "—", S::kHost,
      "not read by pskv; remote launchers pass it on to the program", nullptr},
+    // ---- the device runtime (device/runtime.h reads these once, when it initialises)
+    {"PSKV_SIM_DEVICES", T::kInt, 0, 64, "", "unset (off)", S::kJob,
+     "k: k **simulated** devices `cuda:0..k-1` instead of GPUs (docs/gpu.md): device memory the "
+     "host cannot touch, streams as threads, exact copy counters; a dry run of multi-device "
+     "code on any machine, never a silent fallback",
+     nullptr},
+    {"PSKV_SIM_JITTER", T::kInt, 0, int64_t{1} << 62, "", "0 (off)", S::kJob,
+     "seed of random delays before each task of each simulated stream, so that a missing "
+     "stream wait shows up as a wrong value (with PSKV_SIM_DEVICES)",
+     nullptr},
+    {"MXNET_ENABLE_GPU_P2P", T::kBool, 0, 1, "", "1", S::kJob,
+     "0: copies between devices go through pinned host memory instead of peer to peer", nullptr},
     // ---- test hooks (common/test_hooks.h; not in Options)
     {"PSKV_TEST_REPLY_DELAY", T::kInt, 0, 3600000, "", "0", S::kTest,
      "ms a server sleeps before handling each data request", nullptr},
@@ -363,7 +375,7 @@ const EnvVar kVars[] = {
      "1: a server sends every data reply twice", nullptr},
     {"PSKV_CUDA_FAKE_DEVICES", T::kInt, 1, 64, "", "unset (real devices)", S::kTest,
      "k: logical CUDA devices 0..k-1 all map onto GPU 0, so multi-GPU code paths run on one "
-     "GPU; read by the CUDA layer (cuda/runtime.h) when it initialises, not into Options",
+     "GPU; read by the device runtime (device/runtime.h) when it initialises, not into Options",
      nullptr},
     {"PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS", T::kInt, 0, 1000000000, "", "0", S::kTest,
      "n: a primary server process exits (status 137) once n of its key rounds were "

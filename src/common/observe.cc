@@ -18,6 +18,7 @@
 
 #include "common/logging.h"
 #include "common/metrics_endpoint.h"
+#include "pskv/device.h"
 #include "pskv/error.h"
 
 namespace pskv::obs {
@@ -305,6 +306,28 @@ std::string PrometheusText() {
        "answer; server: receipt to answer).\n"
        "# TYPE pskv_peer_latency_seconds histogram\n";
   for (auto& [p, st] : peer_ops) histogram("pskv_peer_latency_seconds", peer_label(p), st.latency);
+  if (cuda::Initialized()) {  // the device runtime's copy counters (pskv/device.h), always on
+    const cuda::Counters c = cuda::Stats();
+    const std::pair<const char*, std::pair<uint64_t, uint64_t>> kinds[] = {
+        {"d2h", {c.d2h_bytes, c.d2h_count}},
+        {"h2d", {c.h2d_bytes, c.h2d_count}},
+        {"d2d", {c.d2d_bytes, c.d2d_count}},
+        {"peer", {c.peer_bytes, c.peer_count}}};
+    o += "# HELP pskv_device_copy_bytes_total Bytes copied by the device runtime, by kind "
+         "(d2h, h2d, d2d, peer).\n# TYPE pskv_device_copy_bytes_total counter\n";
+    for (auto& [kind, v] : kinds)
+      o += "pskv_device_copy_bytes_total{" + node + ",kind=\"" + kind + "\"} " +
+           std::to_string(v.first) + "\n";
+    o += "# HELP pskv_device_copies_total Copies made by the device runtime, by kind.\n"
+         "# TYPE pskv_device_copies_total counter\n";
+    for (auto& [kind, v] : kinds)
+      o += "pskv_device_copies_total{" + node + ",kind=\"" + kind + "\"} " +
+           std::to_string(v.second) + "\n";
+    o += "# HELP pskv_device_kernel_launches_total Kernels launched by the device runtime.\n"
+         "# TYPE pskv_device_kernel_launches_total counter\n"
+         "pskv_device_kernel_launches_total{" +
+         node + "} " + std::to_string(c.kernel_launches) + "\n";
+  }
   return o;
 }
 

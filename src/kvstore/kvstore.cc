@@ -384,36 +384,8 @@ void KVStore::LoadOptimizerStates(const std::string& fname) {
 
 // ------------------------------------------------------------ factory
 
-std::vector<std::string> KVStore::ValidTypes() {
-  return {"local",
-          "device",
-          "dist",
-          "dist_sync",
-          "dist_async",
-          "dist_sync_device",
-          "dist_device_sync",
-          "dist_async_device",
-          "local_update_cpu",
-          "local_allreduce_cpu",
-          "local_allreduce_device"};
-}
-
 std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
   return Create(type, Options::FromEnv());
-}
-
-std::unique_ptr<KVStore> KVStore::Create(const std::string& type, const Options& options) {
-  std::string t = type;
-  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
-  auto valid = ValidTypes();
-  if (std::find(valid.begin(), valid.end(), t) == valid.end()) {
-    std::string list;
-    for (auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-    throw InvalidArgument("unknown kvstore type '" + type + "'; valid types: " + list);
-  }
-  if (t.rfind("dist", 0) == 0) return CreateDistKVStore(t, options);
-  const bool device = t.find("device") != std::string::npos;
-  return std::make_unique<KVStoreLocal>(t, options, device);
 }
 
 }  // namespace pskv

@@ -1,5 +1,6 @@
 #include "kvstore/kvstore_local.h"
 
+#include "common/observe.h"
 #include "kvstore/kvstore_common.h"
 #include "pskv/error.h"
 #include "sparse/sparse_ops.h"
@@ -39,7 +40,9 @@ void KVStoreLocal::InitImpl(const std::vector<int>& keys, const std::vector<NDAr
       [&](int k) { return KeyName(k); });
   for (size_t i = 0; i < keys.size(); ++i) {
     auto e = std::make_unique<Entry>();
-    e->value = values[i].Clone();  // a copy taken now: later changes to the argument don't leak in
+    // A copy taken now (later changes to the argument don't leak in), on the host: a
+    // `device` store moves it to the key's home device at the first device push.
+    e->value = values[i].device().is_cuda() ? values[i].To(Device::CPU()) : values[i].Clone();
     store_.emplace(keys[i], std::move(e));
   }
 }
@@ -50,7 +53,26 @@ void KVStoreLocal::CheckPush(const std::map<int, std::vector<NDArray>>& groups) 
     if (e.sparse) throw DenseUseOfSparseKey("Push of a dense value", KeyName(k));
     for (auto& v : vals)
       CheckMatches(v, e.value.shape(), e.value.dtype(), "pushed value", KeyName(k));
+    if (compressor_ && AnyOnDevice(vals))
+      throw UsageError("Push of key " + KeyName(k) +
+                       ": gradient compression quantises on the CPU and does not take values "
+                       "on devices; push CPU values or turn compression off");
   }
+}
+
+void KVStoreLocal::PlaceKeys(const std::map<int, std::vector<NDArray>>& groups) {
+  if (!device_) return;
+  std::vector<Placement::Request> requests;
+  for (auto& [k, vals] : groups) {
+    Entry& e = Lookup(k, "Push");
+    if (e.dev.home >= 0 || !AnyOnDevice(vals)) continue;
+    Placement::Request r{k, e.value.nbytes(), {}};
+    for (auto& v : vals)
+      if (v.device().is_cuda()) r.devices.push_back(v.device().id);
+    requests.push_back(std::move(r));
+  }
+  if (requests.empty()) return;
+  for (auto& [k, home] : placement_.Place(std::move(requests))) Lookup(k, "Push").dev.home = home;
 }
 
 void KVStoreLocal::CheckPull(const std::map<int, std::vector<NDArray>>& groups) {
@@ -78,24 +100,73 @@ NDArray KVStoreLocal::Reduce(Entry& e, const std::vector<NDArray>& values) {
     }
     return e.merge;
   }
-  if (values.size() == 1) return values[0];  // read-only use below: no copy needed
-  if (e.merge.empty()) e.merge = NDArray(e.value.shape(), e.value.dtype());
-  reducer_.Sum(values, &e.merge);
-  return e.merge;
+  if (e.dev.home >= 0) return ReduceOnDevice(e.dev, e.value, values);
+  // Read-only use below: a single host source needs no copy.
+  return ReduceOnHost(reducer_, values, &e.merge);
 }
 
+namespace {
+// A timeline slice of device work (lane "device": copies, the sum, the update); the
+// copy counters it moved are in the metrics (pskv_device_copy_bytes_total).
+class DeviceSpan {
+ public:
+  DeviceSpan(const char* name, int key, bool on, uint64_t bytes)
+      : name_(name), key_(key), bytes_(bytes), t0_(on && obs::Enabled() ? obs::NowUs() : 0) {}
+  ~DeviceSpan() {
+    if (t0_) obs::Span(name_, "device", std::to_string(key_), bytes_, t0_, obs::NowUs());
+  }
+  DeviceSpan(const DeviceSpan&) = delete;
+  DeviceSpan& operator=(const DeviceSpan&) = delete;
+
+ private:
+  const char* name_;
+  int key_;
+  uint64_t bytes_;
+  uint64_t t0_;
+};
+}  // namespace
+
 void KVStoreLocal::DoPush(int key, Entry& e, const std::vector<NDArray>& values) {
+  DeviceSpan span("device push", key, AnyOnDevice(values), e.value.nbytes() * values.size());
   NDArray merged = Reduce(e, values);
   std::shared_ptr<Updater> up;
   {
     std::lock_guard<std::mutex> lk(meta_mu_);
     up = updater_;
   }
+  if (e.dev.home >= 0) {
+    std::shared_ptr<Optimizer> opt;
+    {
+      std::lock_guard<std::mutex> lk(meta_mu_);
+      opt = sparse_optimizer_;
+    }
+    if (opt) {
+      opt->Update(key, merged, &e.dev.weight);  // the built-in rule's device kernel
+    } else if (up) {
+      // A custom updater reads host memory: it gets host copies (counted d2h/h2d).
+      NDArray grad = merged.To(Device::CPU());
+      NDArray weight = e.dev.weight.To(Device::CPU());
+      (*up)(key, grad, &weight);
+      CopyToOutputs(weight, {e.dev.weight});
+    } else {
+      CopyToOutputs(merged, {e.dev.weight});  // ASSIGN
+    }
+    return;
+  }
   if (up) {
     (*up)(key, merged, &e.value);
   } else {
     reducer_.Copy(merged, &e.value);  // ASSIGN; copies (MXNet aliased the input here)
   }
+}
+
+void KVStoreLocal::DoPull(Entry& e, const std::vector<NDArray>& outs) {
+  if (e.dev.home >= 0) return CopyToOutputs(e.dev.weight, outs);
+  if (!AnyOnDevice(outs)) {
+    for (auto o : outs) reducer_.Copy(e.value, &o);
+    return;
+  }
+  CopyToOutputs(e.value, outs);
 }
 
 void KVStoreLocal::PushImpl(const std::vector<int>& keys, const std::vector<NDArray>& values,
@@ -105,6 +176,7 @@ void KVStoreLocal::PushImpl(const std::vector<int>& keys, const std::vector<NDAr
   {
     std::lock_guard<std::mutex> lk(meta_mu_);
     CheckPush(groups);
+    PlaceKeys(groups);
     for (auto& [k, v] : groups) entries.emplace_back(k, &Lookup(k, "Push"));
   }
   for (auto& [k, e] : entries) {
@@ -123,9 +195,7 @@ void KVStoreLocal::PullImpl(const std::vector<int>& keys, const std::vector<NDAr
     for (auto& [k, v] : groups) entries.emplace_back(k, &Lookup(k, "Pull"));
   }
   for (auto& [k, e] : entries) {
-    engine_.PushSync({k}, priority, [this, e = e, dst = groups[k]] {
-      for (auto o : dst) reducer_.Copy(e->value, &o);
-    });
+    engine_.PushSync({k}, priority, [this, e = e, dst = groups[k]] { DoPull(*e, dst); });
   }
 }
 
@@ -140,6 +210,7 @@ void KVStoreLocal::PushPullImpl(const std::vector<int>& keys, const std::vector<
     std::lock_guard<std::mutex> lk(meta_mu_);
     CheckPush(pushes);
     CheckPull(pulls);
+    PlaceKeys(pushes);
     for (auto& [k, v] : pushes) entries[k] = &Lookup(k, "PushPull");
     for (auto& [k, v] : pulls) entries[k] = &Lookup(k, "PushPull");
   }
@@ -148,8 +219,7 @@ void KVStoreLocal::PushPullImpl(const std::vector<int>& keys, const std::vector<
   // any output is written, even when outputs alias inputs of other keys (as MXNet).
   engine_.PushSync(all, priority, [this, pushes, pulls, entries] {
     for (auto& [k, vals] : pushes) DoPush(k, *entries.at(k), vals);
-    for (auto& [k, dst] : pulls)
-      for (auto o : dst) reducer_.Copy(entries.at(k)->value, &o);
+    for (auto& [k, dst] : pulls) DoPull(*entries.at(k), dst);
   });
 }
 

@@ -1,8 +1,10 @@
 // KVStoreLocal: the single-process store behind types `local` and `device`.
 //
-// `device` on this CPU-only build reduces on the CPU exactly like `local`; the
-// differences are MXNet's: `device` accepts gradient compression (each source
-// value is quantised with its own residual, dequantised and summed).
+// With CPU values both reduce on the CPU; `device` also accepts gradient compression
+// (each source value is quantised with its own residual, dequantised and summed), as
+// MXNet's. With values on devices, `local` stages them through pinned host memory and
+// updates on the CPU, `device` reduces and updates on a home device per key
+// (kvstore/device_values.h).
 //
 // Thread model: the caller's thread validates arguments against the key table
 // (under meta_mu_) and schedules work on the engine; the engine's dispatcher thread
@@ -15,6 +17,7 @@
 #include <mutex>
 
 #include "kvstore/compression.h"
+#include "kvstore/device_values.h"
 #include "kvstore/engine.h"
 #include "kvstore/reduce.h"
 #include "pskv/kvstore.h"
@@ -56,10 +59,18 @@ class KVStoreLocal : public KVStore {
     // what a row_sparse value means), of rows of `row_size` elements.
     bool sparse = false;
     int64_t row_size = 0;
+    // `device` with values on devices: the home device's merge buffer and weight (the
+    // key's value once placed).
+    DeviceSlot dev;
   };
   Entry& Lookup(int key, const char* op);
   void CheckPush(const std::map<int, std::vector<NDArray>>& groups);
   void CheckPull(const std::map<int, std::vector<NDArray>>& groups);
+  // `device`: chooses home devices for the keys of a push whose values are on devices
+  // (under meta_mu_).
+  void PlaceKeys(const std::map<int, std::vector<NDArray>>& groups);
+  // Engine-thread: every output gets the key's value.
+  void DoPull(Entry& e, const std::vector<NDArray>& outs);
   // Engine-thread work.
   void DoPush(int key, Entry& e, const std::vector<NDArray>& values);
   NDArray Reduce(Entry& e, const std::vector<NDArray>& values);
@@ -73,6 +84,7 @@ class KVStoreLocal : public KVStore {
   // The optimizer when the updater is SetOptimizer's (row_sparse pushes then update
   // only their rows); null for a custom updater. Under meta_mu_.
   std::shared_ptr<Optimizer> sparse_optimizer_;
+  Placement placement_;  // under meta_mu_
   Engine engine_;
 };
 

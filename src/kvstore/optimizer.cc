@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "device/runtime.h"
 #include "kvstore/optimizer_rules.h"
 #include "kvstore/states_file.h"
 #include "pskv/error.h"
@@ -18,13 +19,26 @@ Optimizer::Optimizer(OptimizerConfig cfg) : cfg_(std::move(cfg)) {
 
 Optimizer::State& Optimizer::GetState(int64_t key, const NDArray& weight) {
   auto& st = states_[key];
+  const Device dev = weight.device();
   if (!st) {
     st = std::make_unique<State>();
     for (int i = 0, n = rule_->slots(cfg_); i < n; ++i)
-      st->slots.emplace_back(Shape{weight.size()}, DType::kFloat32);
-    if (cfg_.multi_precision && IsLowPrecision(weight.dtype()))
-      st->master = weight.AsType(DType::kFloat32).Reshape({weight.size()});
+      st->slots.emplace_back(Shape{weight.size()}, DType::kFloat32, dev);
+    if (cfg_.multi_precision && IsLowPrecision(weight.dtype())) {
+      if (dev.is_cuda()) {
+        st->master = NDArray(Shape{weight.size()}, DType::kFloat32, dev);
+        auto s = cuda::GetStream(dev.id, cuda::StreamKind::kCompute);
+        cuda::Convert(weight, &st->master, s);
+        cuda::StreamSync(s);
+      } else {
+        st->master = weight.AsType(DType::kFloat32).Reshape({weight.size()});
+      }
+    }
   }
+  // States live with their weight: loaded (host) states follow a weight on a device.
+  for (auto& s : st->slots)
+    if (s.device() != dev) s = s.To(dev);
+  if (!st->master.empty() && st->master.device() != dev) st->master = st->master.To(dev);
   for (auto& s : st->slots)
     if (s.size() != weight.size())
       throw ShapeError("optimizer state of key " + std::to_string(key) + " has " +
@@ -74,11 +88,19 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight, int64_
     throw ShapeError("optimizer update of key " + std::to_string(key) + ": gradient has " +
                      std::to_string(grad.size()) + " elements, weight has " +
                      std::to_string(weight->size()));
+  if (cfg_.sum_keys.count(ParamKey(key)) && weight->device().is_cuda()) {
+    auto s = cuda::GetStream(weight->device().id, cuda::StreamKind::kCompute);
+    NDArray w = weight->Reshape({weight->size()});
+    cuda::Convert(grad.Reshape({grad.size()}), &w, s);
+    cuda::StreamSync(s);
+    return;
+  }
   if (cfg_.sum_keys.count(ParamKey(key))) {  // not a parameter: the pushed sum becomes the value
     weight->CopyFrom(grad.dtype() == weight->dtype() ? grad : grad.AsType(weight->dtype()),
                      /*allow_reshape=*/true);
     return;
   }
+  if (weight->device().is_cuda()) return UpdateOnDevice(key, grad, weight, schedule_at);
   auto [st, lr, wd, t] = BeginStep(key, *weight, schedule_at);
   const UpdateStep step{lr, wd, t};
   const auto update = rule_->update;
@@ -98,6 +120,50 @@ void Optimizer::Update(int64_t key, const NDArray& grad, NDArray* weight, int64_
   }
 }
 
+// The device twin of Update's dense path: the built-in rule's kernel (the CPU's element
+// function, device/kernel_ops.h) on the weight's device, with the same scalars, so the
+// result is the CPU's bit for bit. Returns once the device work finished.
+void Optimizer::UpdateOnDevice(int64_t key, const NDArray& grad, NDArray* weight,
+                               int64_t* schedule_at) {
+  const kops::UpdateKind kind = BuiltinUpdateKind(cfg_);
+  if (kind == kops::UpdateKind::kNone)
+    throw UsageError("optimizer '" + cfg_.type +
+                     "' is a registered update rule, which runs on the CPU only; with weights "
+                     "on devices use a built-in optimizer (sgd, nag, adam, adamw, rmsprop, "
+                     "adagrad) or the 'local' store, which updates on the CPU");
+  const Device dev = weight->device();
+  if (grad.device() != dev)
+    throw UsageError("optimizer update of key " + std::to_string(key) + ": the gradient is on " +
+                     grad.device().str() + ", the weight on " + dev.str());
+  auto s = cuda::GetStream(dev.id, cuda::StreamKind::kCompute);
+  auto [st, lr, wd, t] = BeginStep(key, *weight, schedule_at);
+  const kops::UpdateScalars sc = UpdateScalarsFor(kind, cfg_, UpdateStep{lr, wd, t});
+  const int64_t n = weight->size();
+  auto flat32 = [&](const NDArray& a) {
+    if (a.dtype() == DType::kFloat32) return a.Reshape({n});
+    NDArray c(Shape{n}, DType::kFloat32, dev);
+    cuda::Convert(a, &c, s);
+    return c;
+  };
+  NDArray g32 = flat32(grad);
+  std::vector<NDArray*> slots;
+  for (auto& sl : st->slots) slots.push_back(&sl);
+  if (!st->master.empty()) {
+    cuda::Update(kind, sc, g32, &st->master, slots, s);
+    NDArray w = weight->Reshape({n});
+    cuda::Convert(st->master, &w, s);
+  } else if (weight->dtype() == DType::kFloat32) {
+    NDArray w = weight->Reshape({n});
+    cuda::Update(kind, sc, g32, &w, slots, s);
+  } else {
+    NDArray w32 = flat32(*weight);
+    cuda::Update(kind, sc, g32, &w32, slots, s);
+    NDArray w = weight->Reshape({n});
+    cuda::Convert(w32, &w, s);
+  }
+  cuda::StreamSync(s);  // the temporaries above live until here
+}
+
 void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDArray& grad_rows,
                            int64_t row_size, NDArray* weight, int64_t* schedule_at) {
   int64_t grad_elements;
@@ -107,6 +173,10 @@ void Optimizer::UpdateRows(int64_t key, const int64_t* ids, int64_t n, const NDA
                      std::to_string(n) + " rows of " + std::to_string(row_size) +
                      " elements do not fit a gradient of " + std::to_string(grad_rows.size()) +
                      " elements and a weight of " + std::to_string(weight->size()));
+  if (weight->device().is_cuda())
+    throw UsageError("sparse optimizer update of key " + std::to_string(key) +
+                     ": row_sparse weights live on the CPU (row_sparse values on devices are "
+                     "not supported; keep the table on the CPU)");
   const int64_t R = weight->size() / row_size;
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= R || (i && ids[i] <= ids[i - 1]))
@@ -166,7 +236,15 @@ std::string Optimizer::SaveStates(bool dump_optimizer) const {
   b.config = cfg_.Serialize();
   b.num_update = num_update_;
   b.keys.reserve(states_.size());
-  for (auto& [key, st] : states_) b.keys.push_back({key, st->t, st->slots, st->master});
+  for (auto& [key, st] : states_) {
+    // States on a device are written from host copies.
+    std::vector<NDArray> slots;
+    for (auto& sl : st->slots) slots.push_back(sl.device().is_cuda() ? sl.To(Device::CPU()) : sl);
+    NDArray master = !st->master.empty() && st->master.device().is_cuda()
+                         ? st->master.To(Device::CPU())
+                         : st->master;
+    b.keys.push_back({key, st->t, std::move(slots), std::move(master)});
+  }
   return states::EncodeBlob(b);  // under mu_: one consistent snapshot
 }
 

@@ -16,103 +16,30 @@ namespace pskv {
 
 namespace {
 
+// The built-in rules run the element functions the device kernels run
+// (device/kernel_ops.h), with the scalars of UpdateScalarsFor: one source for both.
+template <kops::UpdateKind K>
+void Builtin(const OptimizerConfig& c, const UpdateStep& s, const float* grad, float* w,
+             float* const* slots, int64_t n) {
+  const kops::UpdateScalars sc = UpdateScalarsFor(K, c, s);
+  for (int64_t i = 0; i < n; ++i) kops::UpdateAt<K>(sc, grad, w, slots, i);
+}
+
 void Sgd(const OptimizerConfig& c, const UpdateStep& s, const float* grad, float* w,
          float* const* slots, int64_t n) {
-  const ScaledGrad G(c);
-  const float wd = static_cast<float>(s.wd), flr = static_cast<float>(s.lr);
   if (c.momentum > 0) {
-    float* m = slots[0];
-    const float mom = static_cast<float>(c.momentum);
-    for (int64_t i = 0; i < n; ++i) {
-      m[i] = mom * m[i] - flr * (G(grad[i]) + wd * w[i]);
-      w[i] += m[i];
-    }
+    Builtin<kops::UpdateKind::kSgdMomentum>(c, s, grad, w, slots, n);
   } else {
-    for (int64_t i = 0; i < n; ++i) w[i] -= flr * (G(grad[i]) + wd * w[i]);
-  }
-}
-
-void Nag(const OptimizerConfig& c, const UpdateStep& s, const float* grad, float* w,
-         float* const* slots, int64_t n) {
-  const ScaledGrad G(c);
-  const float wd = static_cast<float>(s.wd), flr = static_cast<float>(s.lr);
-  float* m = slots[0];
-  const float mom = static_cast<float>(c.momentum);
-  for (int64_t i = 0; i < n; ++i) {
-    float g = G(grad[i]) + wd * w[i];
-    m[i] = mom * m[i] + g;
-    w[i] -= flr * (g + mom * m[i]);
-  }
-}
-
-// Adam and AdamW share the moments; they differ in where the weight decay goes.
-template <bool kDecoupled>
-void AdamRule(const OptimizerConfig& c, const UpdateStep& s, const float* grad, float* w,
-              float* const* slots, int64_t n) {
-  const ScaledGrad G(c);
-  const float wd = static_cast<float>(s.wd), flr = static_cast<float>(s.lr);
-  float* m = slots[0];
-  float* v = slots[1];
-  const double b1 = c.beta1, b2 = c.beta2;
-  const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-  const float eps = static_cast<float>(c.epsilon);
-  const double c1 = 1 - std::pow(b1, static_cast<double>(s.t));
-  const double c2 = 1 - std::pow(b2, static_cast<double>(s.t));
-  if constexpr (!kDecoupled) {
-    const float lr_t = static_cast<float>(s.lr * std::sqrt(c2) / c1);
-    for (int64_t i = 0; i < n; ++i) {
-      float g = G(grad[i]) + wd * w[i];
-      m[i] = fb1 * m[i] + (1 - fb1) * g;
-      v[i] = fb2 * v[i] + (1 - fb2) * g * g;
-      w[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
-    }
-  } else {
-    const float ic1 = static_cast<float>(1 / c1), ic2 = static_cast<float>(1 / c2);
-    for (int64_t i = 0; i < n; ++i) {
-      float g = G(grad[i]);
-      m[i] = fb1 * m[i] + (1 - fb1) * g;
-      v[i] = fb2 * v[i] + (1 - fb2) * g * g;
-      w[i] -= flr * ((m[i] * ic1) / (std::sqrt(v[i] * ic2) + eps) + wd * w[i]);
-    }
+    Builtin<kops::UpdateKind::kSgd>(c, s, grad, w, slots, n);
   }
 }
 
 void RmsProp(const OptimizerConfig& c, const UpdateStep& s, const float* grad, float* w,
              float* const* slots, int64_t n) {
-  const ScaledGrad G(c);
-  const float wd = static_cast<float>(s.wd), flr = static_cast<float>(s.lr);
-  float* sq = slots[0];
-  const float rho = static_cast<float>(c.rho), eps = static_cast<float>(c.epsilon);
-  if (!c.centered) {
-    for (int64_t i = 0; i < n; ++i) {
-      float g = G(grad[i]) + wd * w[i];
-      sq[i] = rho * sq[i] + (1 - rho) * g * g;
-      w[i] -= flr * g / (std::sqrt(sq[i]) + eps);
-    }
+  if (c.centered) {
+    Builtin<kops::UpdateKind::kRmsPropCentered>(c, s, grad, w, slots, n);
   } else {
-    float* a = slots[1];
-    float* d = slots[2];
-    const float mom = static_cast<float>(c.momentum);
-    for (int64_t i = 0; i < n; ++i) {
-      float g = G(grad[i]) + wd * w[i];
-      sq[i] = rho * sq[i] + (1 - rho) * g * g;
-      a[i] = rho * a[i] + (1 - rho) * g;
-      d[i] = mom * d[i] - flr * g / std::sqrt(sq[i] - a[i] * a[i] + eps);
-      w[i] += d[i];
-    }
-  }
-}
-
-void AdaGrad(const OptimizerConfig& c, const UpdateStep& s, const float* grad, float* w,
-             float* const* slots, int64_t n) {
-  const ScaledGrad G(c);
-  const float wd = static_cast<float>(s.wd), flr = static_cast<float>(s.lr);
-  float* h = slots[0];
-  const float eps = static_cast<float>(c.epsilon);
-  for (int64_t i = 0; i < n; ++i) {
-    float g = G(grad[i]);
-    h[i] += g * g;
-    w[i] -= flr * (g / std::sqrt(h[i] + eps) + wd * w[i]);
+    Builtin<kops::UpdateKind::kRmsProp>(c, s, grad, w, slots, n);
   }
 }
 
@@ -145,23 +72,57 @@ Registry& Rules() {
     };
     add("sgd",
         {[](const OptimizerConfig& c) { return c.momentum > 0 ? 1 : 0; }, Sgd, LazyIfAsked, {}});
-    add("nag", {OneSlot, Nag, nullptr, {}});
+    add("nag", {OneSlot, Builtin<kops::UpdateKind::kNag>, nullptr, {}});
     // MXNet's per-optimizer defaults where they differ from OptimizerConfig's.
     const std::vector<std::pair<std::string, double>> lr_1e3{{"learning_rate", 0.001}};
-    add("adam", {TwoSlots, AdamRule<false>, LazyIfAsked, {}, lr_1e3});
-    add("adamw", {TwoSlots, AdamRule<true>, nullptr, {}, lr_1e3});
+    add("adam", {TwoSlots, Builtin<kops::UpdateKind::kAdam>, LazyIfAsked, {}, lr_1e3});
+    add("adamw", {TwoSlots, Builtin<kops::UpdateKind::kAdamW>, nullptr, {}, lr_1e3});
     add("rmsprop", {[](const OptimizerConfig& c) { return c.centered ? 3 : 1; },
                     RmsProp,
                     nullptr,
                     {},
                     lr_1e3});
-    add("adagrad", {OneSlot, AdaGrad, Always, {}, {{"epsilon", 1e-7}}});
+    add("adagrad", {OneSlot, Builtin<kops::UpdateKind::kAdaGrad>, Always, {}, {{"epsilon", 1e-7}}});
     return reg;
   }();
   return *r;
 }
 
 }  // namespace
+
+kops::UpdateKind BuiltinUpdateKind(const OptimizerConfig& c) {
+  using K = kops::UpdateKind;
+  if (c.type == "sgd") return c.momentum > 0 ? K::kSgdMomentum : K::kSgd;
+  if (c.type == "nag") return K::kNag;
+  if (c.type == "adam") return K::kAdam;
+  if (c.type == "adamw") return K::kAdamW;
+  if (c.type == "rmsprop") return c.centered ? K::kRmsPropCentered : K::kRmsProp;
+  if (c.type == "adagrad") return K::kAdaGrad;
+  return K::kNone;
+}
+
+kops::UpdateScalars UpdateScalarsFor(kops::UpdateKind kind, const OptimizerConfig& c,
+                                     const UpdateStep& s) {
+  using K = kops::UpdateKind;
+  kops::UpdateScalars sc;
+  sc.rescale = static_cast<float>(c.rescale_grad);
+  sc.clip = static_cast<float>(c.clip_gradient);
+  sc.lr = static_cast<float>(s.lr);
+  sc.wd = static_cast<float>(s.wd);
+  sc.mom = static_cast<float>(c.momentum);
+  sc.eps = static_cast<float>(c.epsilon);
+  sc.rho = static_cast<float>(c.rho);
+  if (kind == K::kAdam || kind == K::kAdamW) {
+    sc.b1 = static_cast<float>(c.beta1);
+    sc.b2 = static_cast<float>(c.beta2);
+    const double c1 = 1 - std::pow(c.beta1, static_cast<double>(s.t));
+    const double c2 = 1 - std::pow(c.beta2, static_cast<double>(s.t));
+    sc.lr_t = static_cast<float>(s.lr * std::sqrt(c2) / c1);
+    sc.ic1 = static_cast<float>(1 / c1);
+    sc.ic2 = static_cast<float>(1 / c2);
+  }
+  return sc;
+}
 
 void RegisterUpdateRule(const std::string& type, UpdateRule rule) {
   if (type.empty() || !rule.slots || !rule.update)

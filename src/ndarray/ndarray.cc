@@ -6,7 +6,7 @@
 
 #include "common/dtype_dispatch.h"
 #include "common/float16_bits.h"
-#include "cuda/runtime.h"
+#include "device/runtime.h"
 #include "pskv/error.h"
 
 namespace pskv {

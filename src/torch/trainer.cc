@@ -1,3 +1,4 @@
+#include "pskv/store_type.h"
 #include "pskv/torch.h"
 
 #include <unistd.h>
@@ -56,7 +57,7 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
   for (auto& r : m.replicas)
     if (r.size() != P) throw InvalidArgument("every replica must have the same parameters");
   const int n = kv->NumWorkers();
-  m.dist = kv->Type().find("dist") != std::string::npos;
+  m.dist = StoreType::Parse(kv->Type()).dist;
   for (size_t i : m.opt.sparse_params)
     if (i >= P)
       throw InvalidArgument("sparse parameter index " + std::to_string(i) + ", but there are " +

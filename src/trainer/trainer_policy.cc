@@ -1,12 +1,14 @@
 #include "pskv/trainer_policy.h"
+#include "pskv/store_type.h"
 
 #include "pskv/error.h"
 
 namespace pskv {
 
 bool ResolveUpdateOnKVStore(const UpdatePlacement& p) {
-  const bool dist = p.store_type.find("dist") != std::string::npos;
-  const bool async = p.store_type.find("async") != std::string::npos;
+  const StoreType type = StoreType::Parse(p.store_type);
+  const bool dist = type.dist;
+  const bool async = type.async;
   if (p.sparse_params) {
     if (p.requested == false)
       throw UsageError(
@@ -24,7 +26,7 @@ bool ResolveUpdateOnKVStore(const UpdatePlacement& p) {
   // all, so the workers update; a big "local" store from a name: local updates.
   constexpr int64_t kBigParam = int64_t{16} << 20;
   if (p.store_from_name && p.devices == 1 && !dist) uok = false;
-  if (p.store_from_name && p.store_type == "local" && p.largest_param > kBigParam) uok = false;
+  if (p.store_from_name && type.canonical == "local" && p.largest_param > kBigParam) uok = false;
   if (async) uok = true;
   return uok;
 }

@@ -1,4 +1,5 @@
 #include "kvstore/dist/worker/store.h"
+#include "pskv/store_type.h"
 
 #include <algorithm>
 
@@ -67,7 +68,7 @@ std::vector<int64_t> PlacementShares(const Options& o, const Node& node) {
 DistWorkerStore::DistWorkerStore(std::string type, Options options,
                                  std::unique_ptr<LocalReducer> reducer)
     : KVStore(std::move(type), std::move(options)),
-      async_(type_.find("async") != std::string::npos),
+      async_(StoreType::Parse(type_).async),
       reducer_(std::move(reducer)),
       keys_([this](int k) { return KeyName(k); }) {
   engine_.SetWaitSpin(std::chrono::microseconds(options_.spin_us));

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda/runtime.h"
+#include "device/runtime.h"
 #include "pskv/device.h"
 #include "pskv/error.h"
 
