@@ -32,7 +32,8 @@
 // priority = parameter index); then run every micro-batch but the last under
 // NoSync(), and do not modify .grad before Step(); a second backward without Step()
 // throws UsageError. Parameters with requires_grad=false are skipped. Only CPU
-// tensors are supported on this build.
+// tensors are supported on this build; TrainerOptions::devices places the replicas'
+// exchange on devices (simulated ones included).
 // Sparse parameters (docs/sparse.md): the weight of an Embedding(sparse=true) (found by the
 // Module constructor, or listed in TrainerOptions::sparse_params) is a row_sparse
 // key: Step() pushes the rows of its sparse gradient, the store's optimizer updates
@@ -83,6 +84,14 @@ struct TrainerOptions {
   /// Indices of the parameters whose gradients are sparse (row_sparse keys). The
   /// Module constructor adds the weights of its Embedding(sparse=true) submodules.
   std::set<size_t> sparse_params;
+  /// One device per replica (MXNet's ctx list), or empty: the store sees each
+  /// replica's gradients and writes its new weights on that replica's device, so a
+  /// `device` store sums and updates there (docs/gpu.md). With CPU tensors (this build)
+  /// each replica's gradients are copied to its device and the new weights back:
+  /// training runs unchanged on simulated devices (PSKV_SIM_DEVICES) with the copies
+  /// counted, a dry run of multi-device training. Not with push_in_backward or sparse
+  /// parameters (UsageError).
+  std::vector<Device> devices;
 };
 
 class Trainer {

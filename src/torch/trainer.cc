@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "pskv/device.h"
 #include "pskv/error.h"
 #include "pskv/row_sparse.h"
 #include "pskv/trainer_policy.h"
@@ -79,6 +80,21 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
     kv->SetOptimizer(m.cfg);
   } else {
     m.local_opt = std::make_unique<Optimizer>(m.cfg);
+  }
+  if (m.OnDevices()) {
+    if (m.opt.devices.size() != R)
+      throw InvalidArgument("TrainerOptions::devices names " +
+                            std::to_string(m.opt.devices.size()) + " devices for " +
+                            std::to_string(R) + " replicas: give one device per replica");
+    if (m.opt.push_in_backward || !m.opt.sparse_params.empty())
+      throw UsageError(
+          "TrainerOptions::devices works with dense parameters exchanged in Step(): turn "
+          "push_in_backward off and keep sparse parameters on the CPU (no devices)");
+    for (const Device& d : m.opt.devices)
+      if (d.is_cuda() && d.id >= cuda::DeviceCount())
+        throw DeviceUnavailable("TrainerOptions::devices names " + d.str() + ", but " +
+                                cuda::Status() + " (simulated devices: PSKV_SIM_DEVICES=k)");
+    m.twins.assign(R, std::vector<NDArray>(P));
   }
   for (size_t i : m.opt.sparse_params) {
     if (R != 1) throw InvalidArgument("sparse parameters work with a single replica");
@@ -209,18 +225,20 @@ static void Allreduce(Trainer::Impl& m) {
   const size_t P = m.P();
   for (size_t i = P; i-- > 0;) {
     if (!m.Active(i) || m.pushed[i]) continue;
-    std::vector<NDArray> grads;
-    for (auto& r : m.replicas) {
-      torch::Tensor& g = r[i].mutable_grad();
-      if (!g.defined()) g = torch::zeros_like(r[i]);
+    std::vector<NDArray> grads, sums;
+    for (size_t d = 0; d < m.replicas.size(); ++d) {
+      torch::Tensor& g = m.replicas[d][i].mutable_grad();
+      if (!g.defined()) g = torch::zeros_like(m.replicas[d][i]);
       if (!g.is_contiguous()) g = g.contiguous();
-      grads.push_back(TensorView(g));
+      grads.push_back(m.In(d, TensorView(g)));
+      sums.push_back(m.Out(d, i, TensorView(g)));
     }
-    // in place: every input is read before any output is written
+    // in place (without devices): every input is read before any output is written
     m.kv->PushPull(std::vector<int>(grads.size(), m.Key(i)), grads,
-                   std::vector<int>(grads.size(), m.Key(i)), grads, static_cast<int>(i));
+                   std::vector<int>(grads.size(), m.Key(i)), sums, static_cast<int>(i));
   }
   m.kv->WaitAll();
+  m.CopyBack();
   for (size_t i = 0; i < P; ++i) {
     if (!m.Active(i) || !m.pushed[i]) continue;  // pushed by the hook: the sum is in out[i]
     torch::Tensor g = torch::empty_like(m.replicas[0][i]);
@@ -331,16 +349,18 @@ void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& ro
         continue;
       }
       std::vector<NDArray> grads;
-      for (auto& r : m.replicas) {
-        const torch::Tensor& g = r[i].grad();
-        torch::Tensor t = g.defined() ? g.detach() : torch::zeros_like(r[i]);
+      for (size_t d = 0; d < m.replicas.size(); ++d) {
+        const torch::Tensor& g = m.replicas[d][i].grad();
+        torch::Tensor t = g.defined() ? g.detach() : torch::zeros_like(m.replicas[d][i]);
         if (ratio != 1.0) t = t * ratio;
-        grads.push_back(TensorView(t.contiguous()));
+        grads.push_back(m.In(d, TensorView(t.contiguous())));
       }
       // The new weights are pulled straight into every replica's parameter (no
-      // staging buffer, no copy afterwards); the gradients are other tensors.
+      // staging buffer, no copy afterwards; with devices, into each replica's device
+      // array, copied back after the step); the gradients are other tensors.
       std::vector<NDArray> weights;
-      for (auto& r : m.replicas) weights.push_back(TensorView(r[i].detach()));
+      for (size_t d = 0; d < m.replicas.size(); ++d)
+        weights.push_back(m.Out(d, i, TensorView(m.replicas[d][i].detach())));
       if (grads[0].nbytes() <= small_limit) {
         small.Add(m.Key(i), grads, weights, static_cast<int>(i));
       } else {
@@ -350,6 +370,7 @@ void Trainer::Step(int64_t batch_size, const std::map<size_t, torch::Tensor>& ro
     }
     small.Issue(*m.kv);
     m.kv->WaitAll();
+    m.CopyBack();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < P; ++i) {
       // Pushed in backward: the new weights are in out[i] (the parameters could not

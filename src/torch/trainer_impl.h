@@ -34,12 +34,38 @@ struct Trainer::Impl {
   bool reduced = false;  // AllreduceGrads() ran, Update() may follow
   bool stepped = false;
   std::vector<int64_t> versions;  // replica 0's parameter versions after our writes
+  // TrainerOptions::devices: per [replica][parameter], the device arrays the store
+  // writes (weights, or summed gradients), and this step's copies back to the tensors.
+  std::vector<std::vector<NDArray>> twins;
+  std::vector<std::pair<NDArray, NDArray>> copy_back;  // (device array, tensor view)
 
   size_t P() const { return weights0.size(); }
   int Key(size_t i) const { return opt.key_offset + static_cast<int>(i); }
   int BufferKey(size_t j) const { return opt.key_offset + static_cast<int>(P() + j); }
   bool Active(size_t i) const { return replicas[0][i].requires_grad(); }
   bool Sparse(size_t i) const { return opt.sparse_params.count(i) > 0; }
+  bool OnDevices() const { return !opt.devices.empty(); }
+  /// What the store reads for replica r: the tensor view itself, or a copy on its device.
+  NDArray In(size_t r, const NDArray& host) const {
+    return OnDevices() && opt.devices[r].is_cuda() ? host.To(opt.devices[r]) : host;
+  }
+  /// What the store writes for replica r's parameter i: the tensor view itself, or its
+  /// device twin, copied back into the view by CopyBack().
+  NDArray Out(size_t r, size_t i, const NDArray& host) {
+    if (!OnDevices() || !opt.devices[r].is_cuda()) return host;
+    NDArray& t = twins[r][i];
+    if (t.empty()) t = NDArray(host.shape(), host.dtype(), opt.devices[r]);
+    copy_back.emplace_back(t, host);
+    return t;
+  }
+  /// After the store's operations finished: device results into the tensors.
+  void CopyBack() {
+    for (auto& [dev, host] : copy_back) {
+      NDArray h = host;
+      h.CopyFrom(dev.To(Device::CPU()));
+    }
+    copy_back.clear();
+  }
   void RecordVersions() {
     versions.clear();
     for (auto& p : replicas[0]) versions.push_back(p._version());
