@@ -10,21 +10,27 @@ MXNet's command line (example/image-classification/train_cifar10.py and the seed
 --kvstore, --num-epochs and --epochs, --batch-size (per worker), --lr, --data-dir.
 This is a CPU build: --gpus is refused.
 
-Models: torchvision's vgg11 / vgg11_bn / resnet18, adapted to 32x32 inputs as the
-usual CIFAR recipes do — ResNet-18 with a 3x3 stride-1 stem and no max-pool (so the
-last stage sees 4x4), VGG-11 with the five pools bringing 32x32 to 1x1 and a single
-Linear(512, 10) classifier instead of ImageNet's 7x7 pooling and 4096-wide layers. At
---width 1 that is 11.2 M parameters for ResNet-18 and 9.2 M for VGG-11 (ImageNet's
-VGG-11 has 133 M, almost all in its classifier). --width scales every layer's channels
-(tests use small widths). --model vgg11_imagenet_head keeps torchvision's ImageNet
-classifier (129 M parameters, 515 MB of gradients a step): the communication-heavy
-case the seeds' VGG-11 was.
+Models, adapted to 32x32 inputs: resnet18 is torchvision's ResNet-18 with a 3x3
+stride-1 stem and no max-pool (the last stage sees 4x4), 11.2 M parameters; vgg11 /
+vgg11_bn are MXNet Gluon's vgg11 as it runs on CIFAR: the five pools bring 32x32 to
+512x1x1, flattened into Dense(4096), Dense(4096), Dense(10): 28.1 M parameters, 113 MB
+of gradients a step (examples/cifar_models.py). --width scales every layer (tests use
+small widths). vgg11_linear has one Linear(512, 10) classifier (9.2 M, what
+docs/performance.md measured as vgg11); vgg11_imagenet_head keeps torchvision's 7x7
+ImageNet classifier (129 M parameters, 515 MB of gradients a step).
 
 Data (3x32x32, 10 classes):
   * cifar10: CIFAR-10's binary version (data_batch_1.bin ... data_batch_5.bin,
     test_batch.bin), read from --data-dir or its cifar-10-batches-bin/ folder. Nothing
     is downloaded; without the files this says which are missing, unless --stand-in
     names a stand-in to use instead (and says so).
+  * cifar10-png: the d2l / Kaggle layout in --data-dir: train/<id>.png and
+    trainLabels.csv (id,label with class names, numbered in sorted order); a tenth of
+    each class is held out for the test accuracy (d2l's valid split).
+  * --data-train X.rec [--data-val Y.rec]: MXNet RecordIO image files (im2rec's;
+    X.idx beside X.rec is used when present), 32x32 JPEG/PNG images, labels 0..9,
+    read with pskv.recordio; without --data-val the test accuracy is on the training
+    images.
   * fashion-mnist: Debian's dataset-fashion-mnist (scripts/install-deps.sh --with-data),
     each 28x28 image padded to 32x32 and repeated over 3 channels.
   * --synthetic: random images whose class shifts their mean (learnable, no files).
@@ -52,7 +58,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its data and models beside it
 from cifar_data import (CIFAR_TEST, CIFAR_TRAIN, FMNIST_DIR, STATS, Batches, DataError,  # noqa: E402,F401
-                        cifar_dir, read_cifar10, read_cifar_file, read_fashion_mnist, synthetic)
+                        channel_stats, cifar_dir, read_cifar10, read_cifar_file, read_fashion_mnist,
+                        read_png_folder, read_recordio, synthetic)
 from cifar_models import DEFAULT_LR, MODELS  # noqa: E402
 
 
@@ -126,12 +133,15 @@ def ddp_rendezvous():
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--dataset', default='cifar10', choices=['cifar10', 'fashion-mnist'])
+    ap.add_argument('--dataset', default='cifar10', choices=['cifar10', 'cifar10-png', 'fashion-mnist'])
     ap.add_argument('--synthetic', action='store_true', help='random CIFAR-shaped data, no files')
     ap.add_argument('--stand-in', default='none', choices=['none', 'fashion-mnist', 'synthetic'],
                     help='with --dataset cifar10: what to train on when the CIFAR-10 files are absent')
     ap.add_argument('--data-dir', default=os.path.expanduser('~/.pskv/cifar10'),
-                    help='CIFAR-10 binary files (default %(default)s)')
+                    help='CIFAR-10 binary files, or train/ + trainLabels.csv with --dataset cifar10-png '
+                         '(default %(default)s)')
+    ap.add_argument('--data-train', default=None, help='an MXNet RecordIO file (.rec) to train on')
+    ap.add_argument('--data-val', default=None, help='with --data-train: the RecordIO file to test on')
     ap.add_argument('--fmnist-dir', default=FMNIST_DIR)
     ap.add_argument('--model', '--network', dest='model', default='resnet18', choices=sorted(MODELS))
     ap.add_argument('--width', type=float, default=1.0, help='channel multiplier (default 1)')
@@ -158,6 +168,8 @@ def parse_args(argv=None):
                  '(start more workers with pskv-launch -n instead)' % args.gpus)
     if args.stand_in != 'none' and args.dataset != 'cifar10':
         ap.error('--stand-in is for --dataset cifar10')
+    if args.data_val and not args.data_train:
+        ap.error('--data-val needs --data-train (RecordIO files)')
     for name in ('epochs', 'batch_size'):
         if getattr(args, name) < 1:
             ap.error('--%s must be at least 1' % name.replace('_', '-'))
@@ -174,6 +186,16 @@ def load(args, log):
     syn = dict(n_train=args.train_samples or 50000, n_test=args.test_samples or 10000, seed=args.seed)
     if args.synthetic:
         return synthetic(**syn) + ('synthetic',)
+    if args.data_train:
+        train = read_recordio(args.data_train)
+        if not args.data_val:
+            log('no --data-val: the test accuracy is on the training images')
+        test = read_recordio(args.data_val) if args.data_val else train
+        STATS['recordio'] = channel_stats(train[0])
+        return train, test, 'recordio'
+    if args.dataset == 'cifar10-png':
+        train, test, _ = read_png_folder(args.data_dir)
+        return train, test, 'cifar10-png'
     if args.dataset == 'fashion-mnist':
         return read_fashion_mnist(args.fmnist_dir) + ('fashion-mnist',)
     if cifar_dir(args.data_dir) is None and args.stand_in != 'none':
