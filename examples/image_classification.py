@@ -43,7 +43,10 @@ torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or, under
 pskv-launch, from the pskv job (rank 0 publishes its address and a free port through
 the store). Rank 0 prints samples/s (all workers together; in JSON also
 steady_samples_per_sec, without the first --warmup batches), loss and accuracy after
-every epoch, one JSON line each with --json.
+every epoch, one JSON line each with --json. During an epoch it prints MXNet's
+Speedometer line every --disp-batches batches (default 20; 0: none):
+`Epoch[0] Batch [20-40/468]  Speed: 812.50 samples/sec  loss=1.9 accuracy=0.31  570 s left
+in the epoch`, and during evaluation a line every 10 s and the validation accuracy.
 """
 import argparse
 import json
@@ -161,6 +164,9 @@ def parse_args(argv=None):
     ap.add_argument('--threads', type=int, default=0, help='torch threads (default: cores / workers)')
     ap.add_argument('--ddp', action='store_true', help='torch DistributedDataParallel over gloo instead of pskv')
     ap.add_argument('--json', action='store_true', help='one JSON line per epoch (rank 0)')
+    ap.add_argument('--disp-batches', type=int, default=20,
+                    help="MXNet's: a progress line every N batches (rank 0: samples/s, loss and accuracy so "
+                    "far, time left); 0: none (default 20)")
     ap.add_argument('--gpus', default=None, help='refused: this is a CPU build')
     args = ap.parse_args(argv)
     if args.gpus is not None:
@@ -170,6 +176,8 @@ def parse_args(argv=None):
         ap.error('--stand-in is for --dataset cifar10')
     if args.data_val and not args.data_train:
         ap.error('--data-val needs --data-train (RecordIO files)')
+    if args.disp_batches < 0:
+        ap.error('--disp-batches must be 0 (no progress lines) or more')
     for name in ('epochs', 'batch_size'):
         if getattr(args, name) < 1:
             ap.error('--%s must be at least 1' % name.replace('_', '-'))
@@ -265,6 +273,7 @@ def main(argv=None):
         model.train()
         t0, loss_sum, correct, seen, first_loss = time.time(), 0.0, 0, 0, None
         t_warm, seen_warm = None, 0
+        disp_t, disp_seen = t0, 0
         for b, (x, y) in enumerate(loader):
             zero()
             out = model(x)
@@ -278,16 +287,36 @@ def main(argv=None):
                 first_loss = loss.item()
             if b + 1 == args.warmup:
                 t_warm, seen_warm = time.time(), seen
+            if args.disp_batches and (b + 1) % args.disp_batches == 0:
+                # MXNet's Speedometer: samples/s of the whole job since the last line
+                # (every worker runs the same number of batches), the epoch's loss and
+                # accuracy so far on this worker, and the time the epoch still needs.
+                now = time.time()
+                speed = (seen - disp_seen) * nw / max(now - disp_t, 1e-9)
+                left = (sampler.epoch_size - b - 1) * (now - t0) / (b + 1)
+                log('Epoch[%d] Batch [%d-%d/%d]\tSpeed: %.2f samples/sec\tloss=%.4f\taccuracy=%.4f\t'
+                    '%.0f s left in the epoch' % (epoch, b + 1 - args.disp_batches, b + 1, sampler.epoch_size,
+                                                  speed, loss_sum / seen, correct / seen, left))
+                disp_t, disp_seen = now, seen
         secs = time.time() - t0
         steady = (seen - seen_warm) * nw / (t0 + secs - t_warm) if t_warm and seen > seen_warm else None
         net = model.module if args.ddp else model   # rank 0 alone: no DDP collective in forward
         net.eval()
         test_correct = 0
         if rank == 0:
+            t_eval = last = time.time()
+            log('Epoch[%d] evaluating on %d test images' % (epoch, len(test_set)))
             with torch.no_grad():
                 for i in range(0, len(test_set), 500):
-                    x, y = test_set[np.arange(i, min(i + 500, len(test_set)))]
+                    end = min(i + 500, len(test_set))
+                    x, y = test_set[np.arange(i, end)]
                     test_correct += int((net(x).argmax(1) == y).sum())
+                    if time.time() - last >= 10 and end < len(test_set):   # a line every 10 s at most
+                        last = time.time()
+                        log('Epoch[%d] evaluated %d/%d test images, accuracy so far %.4f, %.0f s'
+                            % (epoch, end, len(test_set), test_correct / end, last - t_eval))
+            log('Epoch[%d] Validation-accuracy=%.4f (%d images, %.1f s)'
+                % (epoch, test_correct / len(test_set), len(test_set), time.time() - t_eval))
         rec = {'epoch': epoch + 1, 'mode': mode, 'model': args.model, 'width': args.width, 'data': data_name,
                'workers': nw, 'batch_size': args.batch_size, 'batches': sampler.epoch_size,
                'samples_per_sec': seen * nw / secs, 'steady_samples_per_sec': steady, 'seconds': secs, 'first_loss': first_loss,

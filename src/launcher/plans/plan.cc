@@ -99,7 +99,9 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
                            false,
                            {},
                            false,
-                           StatusVia::kSocket});
+                           StatusVia::kSocket,
+                           {},
+                           {}});
   for (const ClusterType& t : ClusterTypes())
     if (cfg.launcher == t.name && t.plan) t.plan(ctx, plan);
   return plan;
