@@ -22,11 +22,11 @@ MAGIC = 0xced7230a
 
 
 def pattern(i, rows=32, cols=32):
-    """A smooth RGB image (JPEG keeps it closely) whose blue channel is 100 + 10 * i."""
+    """A smooth RGB image (JPEG keeps it closely) whose blue channel is 100 + 10 * i (i < 15)."""
     img = np.empty((rows, cols, 3), np.uint8)
     img[:, :, 0] = (i * 20 + 2 * np.arange(rows))[:, None] % 256
     img[:, :, 1] = 255 - 3 * np.arange(cols)[None, :]
-    img[:, :, 2] = 100 + 10 * i
+    img[:, :, 2] = (100 + 10 * i) % 256
     return img
 
 
