@@ -387,6 +387,52 @@ TEST_F(RecordIOTest, BadImagesAndMissingLabelsNameTheRecord) {
   EXPECT_NE(e.find("neither JPEG nor PNG"), std::string::npos) << e;
 }
 
+// Files written by the other implementation: tests/python/test_seed_data.py sets
+// RECORDIO_CROSS_DIR to a folder holding py.rec/py.idx (written by pskv.recordio) and
+// py.txt ("id label0 label1 blue" per record); this reads them, and writes cpp.rec/
+// cpp.idx/cpp.txt for Python to read. Skipped when run alone.
+TEST_F(RecordIOTest, CrossCheckWithThePythonImplementation) {
+  const char* dir = std::getenv("RECORDIO_CROSS_DIR");
+  if (!dir) GTEST_SKIP() << "run by tests/python/test_seed_data.py";
+  const std::string d = dir;
+  std::ifstream txt(d + "/py.txt");
+  std::vector<std::vector<double>> want;
+  for (double id, l0, l1, blue; txt >> id >> l0 >> l1 >> blue;) want.push_back({id, l0, l1, blue});
+  ASSERT_GT(want.size(), 0u);
+  RecordFile rf(d + "/py.rec", d + "/py.idx");
+  ASSERT_EQ(rf.size(), static_cast<int64_t>(want.size()));
+  auto o = Options(d + "/py.rec", d + "/py.idx");
+  o.batch_size = 1;
+  o.label_width = 2;
+  ImageRecordIter it(o);
+  ImageBatch b;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto h = UnpackImageRecord(rf.Read(static_cast<int64_t>(i)), nullptr, "py");
+    EXPECT_EQ(static_cast<double>(h.id), want[i][0]) << i;
+    ASSERT_TRUE(it.Next(&b));
+    EXPECT_EQ(b.labels[0], want[i][1]) << i;
+    EXPECT_EQ(b.labels[1], want[i][2]) << i;
+    EXPECT_NEAR(At(b, 0, 2, 5, 5), want[i][3], 3) << i;  // JPEG or PNG
+  }
+  EXPECT_FALSE(it.Next(&b));
+
+  RecordFileWriter w(d + "/cpp.rec", d + "/cpp.idx");
+  std::ofstream out(d + "/cpp.txt");
+  for (int i = 0; i < 5; ++i) {
+    ImageRecordHeader h;
+    h.id = i == 2 ? kRecordIOMagic : static_cast<uint64_t>(i);  // an aligned magic: parts
+    if (i % 2)
+      h.labels = {static_cast<float>(i), 0.5f};
+    else
+      h.label = static_cast<float>(i);
+    const auto px = Pattern(32, 32, i);
+    w.Write(static_cast<uint64_t>(10 + i),
+            PackImageRecord(h, i % 2 ? EncodeJpeg(px, 32, 32) : EncodePng(px, 32, 32)));
+    out << h.id << ' ' << i << ' ' << (i % 2 ? 2 : 0) << ' ' << 100 + 10 * i << '\n';
+  }
+  w.Close();
+}
+
 #else
 
 TEST_F(RecordIOTest, WithoutTheDecoderDecodingSaysWhatToInstall) {

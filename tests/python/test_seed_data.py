@@ -143,6 +143,41 @@ def test_parts_cover_the_file_once_and_shuffling_is_seeded(tmp_path):
         ids(12, 11)
 
 
+GTEST = os.path.join(BUILD, 'tests', 'pskv_recordio_tests')
+
+
+@pytest.mark.skipif(not os.path.exists(GTEST), reason='pskv_recordio_tests not built')
+def test_python_and_cpp_read_each_others_files(tmp_path):
+    """pskv.recordio writes records (PNG and JPEG, two labels, one whose id puts the
+    magic at an aligned offset, so it is stored in parts) that the C++ reader checks,
+    and reads the records the C++ writer wrote."""
+    with rio.MXIndexedRecordIO(str(tmp_path / 'py.idx'), str(tmp_path / 'py.rec'), 'w') as w, \
+            open(str(tmp_path / 'py.txt'), 'w') as txt:
+        for i in range(6):
+            rid = MAGIC if i == 3 else i
+            w.write_idx(i, rio.pack_img(rio.IRHeader(0, [i, 10 + i], rid, 0), pattern(i),
+                                        img_fmt='.jpg' if i % 2 else '.png'))
+            txt.write('%d %d %d %d\n' % (rid, i, 10 + i, 100 + 10 * i))
+    raw, flags, off = (tmp_path / 'py.rec').read_bytes(), [], 0
+    while off < len(raw):                   # the part flags of every part on disk
+        lrec = struct.unpack_from('<I', raw, off + 4)[0]
+        flags.append(lrec >> 29)
+        off += 8 + -(-(lrec & ((1 << 29) - 1)) // 4) * 4
+    assert flags == [0, 0, 0, 1, 3, 0, 0], flags
+    p = subprocess.run([GTEST, '--gtest_filter=*CrossCheck*'], env=dict(os.environ, RECORDIO_CROSS_DIR=str(tmp_path)),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    out = p.stdout.decode()
+    assert p.returncode == 0 and '[  PASSED  ] 1 test' in out and 'SKIPPED' not in out, out
+    r = rio.MXIndexedRecordIO(str(tmp_path / 'cpp.idx'), str(tmp_path / 'cpp.rec'), 'r')
+    assert r.keys == [10, 11, 12, 13, 14]
+    for key, line in zip(r.keys, open(str(tmp_path / 'cpp.txt'))):
+        rid, i, flag, blue = (int(v) for v in line.split())
+        header, img = rio.unpack_img(r.read_idx(key))
+        assert (header.id, header.flag) == (rid, flag)
+        assert list(np.atleast_1d(header.label)) == ([i, 0.5] if flag else [i])
+        assert abs(int(img[5, 5, 2]) - blue) <= 3 and img.shape == (32, 32, 3)
+
+
 # ---------------------------------------------------------------------------- bad input
 
 def corrupt_copy(tmp_path, name, n=4):
