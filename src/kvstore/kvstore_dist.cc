@@ -5,10 +5,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 
+#include "common/env_table.h"
 #include "common/logging.h"
 #include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist/worker/store.h"
@@ -53,7 +53,7 @@ std::string LaunchCommand() {
     i = j + 1;
   }
   if (cmd.empty()) cmd = " PROGRAM";
-  const char* pypath = std::getenv("PYTHONPATH");
+  const char* pypath = EnvValue("PYTHONPATH");
   return std::string(pypath && *pypath ? "PYTHONPATH=" + Quoted(pypath) + " " : "") +
          LauncherPath() + " -n 2 -s 1 --" + cmd;
 }

@@ -111,7 +111,7 @@ def test_timelines_of_a_job_merge_into_one_trace_with_a_lane_per_node(tmp_path):
     spans = [e for e in events if e.get('ph') == 'X']
     for lane in sorted(names)[1:]:     # the server and both workers recorded their operations
         assert any(e['pid'] == lane for e in spans), (names[lane], len(spans))
-    assert {e['args']['key'] for e in spans if e['pid'] == 3} >= {'a', 'b'}
+    assert any(e['name'] == 'pushpull' for e in spans if e['pid'] == 3), [e for e in spans if e['pid'] == 3][:5]
     # The directory works as well, and a file cut short (a killed process) is read up to
     # its last whole event.
     worker = [f for f in files if '.worker.' in f][0]
