@@ -268,3 +268,31 @@ def test_update_on_kvstore_none_follows_mxnet_update_on_kvstore():
         out = r.stdout.decode()
         assert r.returncode == 0, out
         assert 'local %s False' % want in out and 'device %s False' % want in out, (env, out)
+
+
+def test_dist_store_says_its_servers_keep_their_optimizer():
+    """The servers of a dist store run the optimizer they received: a change after
+    set_optimizer is not applied, and the worker is told so (once per change)."""
+    build = os.path.abspath(os.environ.get('PSKV_BUILD_DIR', os.path.join(HERE, '..', '..', 'build')))
+    code = ('import warnings, numpy as np, pskv\n'
+            'kv = pskv.create("dist_sync")\n'
+            'kv.init(0, np.zeros(1, np.float32))\n'
+            'opt = pskv.optimizer.SGD(learning_rate=1.0)\n'
+            'kv.set_optimizer(opt)\n'
+            'kv.push(0, np.ones(1, np.float32))\n'
+            'opt.lr = 0.5\n'
+            'with warnings.catch_warnings(record=True) as w:\n'
+            '    warnings.simplefilter("always")\n'
+            '    kv.push(0, np.ones(1, np.float32))\n'
+            '    kv.push(0, np.ones(1, np.float32))\n'
+            'assert len(w) == 1 and "set_optimizer" in str(w[0].message), [str(x.message) for x in w]\n'
+            'out = np.zeros(1, np.float32)\n'
+            'kv.pull(0, out=out)\n'
+            'assert out[0] == -3.0, out\n'  # the servers' learning rate is still 1
+            'print("dist optimizer ok")\n')
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, 'python'))
+    r = subprocess.run([os.path.join(build, 'pskv-launch'), '-n', '1', '-s', '1', '--timeout', '90', '--',
+                        '/usr/bin/python3', '-c', code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=120)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and 'dist optimizer ok' in out, out
