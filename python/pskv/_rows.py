@@ -36,7 +36,8 @@ class _RowSparse(object):
         priority : int, optional
             Higher priorities are served first.
         row_ids : array or list of arrays
-            Row ids (any integer dtype and shape; flattened, de-duplicated and sorted).
+            Row ids (any integer dtype, or floats holding whole numbers as MXNet's float32
+            ids; any shape; flattened, de-duplicated and sorted).
             One array for several outputs gives each the same rows.
 
         Returns

@@ -18,8 +18,8 @@ class RowSparseArray(object):
     data : numpy.ndarray
         The present rows.
     indices : numpy.ndarray
-        Their row ids (any integer dtype, uint64 included; floats are refused with
-        InvalidArgument; sorted and de-duplicated by the store, rows of repeated ids
+        Their row ids (any integer dtype, uint64 included; floats holding whole
+        numbers, as MXNet's float32 ids; a fractional one is an InvalidArgument; sorted and de-duplicated by the store, rows of repeated ids
         summed).
     shape : tuple of int
         The full shape.
