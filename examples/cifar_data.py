@@ -138,7 +138,10 @@ def read_recordio(rec_path, num_classes=10):
     idx = os.path.splitext(rec_path)[0] + '.idx'
     try:
         ds = rio.ImageRecordDataset(rec_path, idx if os.path.isfile(idx) else None, data_shape=(3, 32, 32))
-        x, y = ds.read_all()
+        try:
+            x, y = ds.read_all()
+        finally:
+            ds.close()
     except OSError as e:   # RecordIOError, or a missing file
         raise DataError(str(e)) from None
     y = y[:, 0]

@@ -503,6 +503,13 @@ class ImageRecordDataset:
             raise ValueError('label_width must be >= 1, got %d' % label_width)
         self.label_width = int(label_width)
         self._f = open(self.path_imgrec, 'rb')
+        try:
+            self._load(path_imgidx, num_parts, part_index)
+        except BaseException:
+            self._f.close()
+            raise
+
+    def _load(self, path_imgidx, num_parts, part_index):
         self._size = os.fstat(self._f.fileno()).st_size
         if path_imgidx:
             recs = sorted(((off, key) for key, off, _ in _read_idx(str(path_imgidx), self.path_imgrec, self._size)),
