@@ -225,7 +225,10 @@ class Trainer(TrainerStates, TrainerSparse):
                 self.kv._next_key = marks[0]
             self.kv._trainer_optimizer = marks[1]
             if owns_store:
-                self.kv.close()
+                try:
+                    self.kv.close()
+                except Exception:  # noqa: BLE001 - the construction's error is the one to see
+                    pass
             raise
 
     def _setup(self, optimizer, P, B, lr_mult, wd_mult, compression_params, push_in_backward):
