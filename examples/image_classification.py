@@ -152,7 +152,7 @@ def parse_args(argv=None):
     ap.add_argument('--epochs', '--num-epochs', dest='epochs', type=int, default=1)
     ap.add_argument('--batch-size', type=int, default=64, help='per worker (default 64)')
     ap.add_argument('--lr', type=float, default=None,
-                    help='learning rate (default 0.05; 0.01 for vgg11 without batch norm)')
+                    help='learning rate (default 0.05; 0.02 for vgg11_bn, 0.01 for the VGGs without batch norm)')
     ap.add_argument('--mom', '--momentum', dest='mom', type=float, default=0.9)
     ap.add_argument('--wd', type=float, default=5e-4)
     ap.add_argument('--max-batches', type=int, default=0, help='batches per epoch at most (0: all)')
