@@ -9,8 +9,9 @@ model, data, batches and start for both:
   * ddp-gloo: the same launch with --ddp (DistributedDataParallel over gloo; the
               ranks' rendezvous goes through the pskv job, then gloo alone moves data).
 
-for VGG-11 (9.2 M parameters at 32x32, 37 MB of gradients a step) and ResNet-18
-(11.2 M, 45 MB but ~0.56 GFLOP a sample: compute-heavy). The two modes alternate
+for VGG-11 (MXNet Gluon's shape at 32x32: 28.1 M parameters, 113 MB of gradients a
+step; the results in bench/results/ before issue 38 are vgg11_linear's 9.2 M, 37 MB)
+and ResNet-18 (11.2 M, 45 MB but ~0.56 GFLOP a sample: compute-heavy). The two modes alternate
 run by run (--rounds each, same machine state); reported: the median of
 steady_samples_per_sec (all workers, without the first 2 batches) per model and mode,
 and pskv / ddp, as JSON lines (one per model) in --out.

@@ -10,21 +10,27 @@ MXNet's command line (example/image-classification/train_cifar10.py and the seed
 --kvstore, --num-epochs and --epochs, --batch-size (per worker), --lr, --data-dir.
 This is a CPU build: --gpus is refused.
 
-Models: torchvision's vgg11 / vgg11_bn / resnet18, adapted to 32x32 inputs as the
-usual CIFAR recipes do — ResNet-18 with a 3x3 stride-1 stem and no max-pool (so the
-last stage sees 4x4), VGG-11 with the five pools bringing 32x32 to 1x1 and a single
-Linear(512, 10) classifier instead of ImageNet's 7x7 pooling and 4096-wide layers. At
---width 1 that is 11.2 M parameters for ResNet-18 and 9.2 M for VGG-11 (ImageNet's
-VGG-11 has 133 M, almost all in its classifier). --width scales every layer's channels
-(tests use small widths). --model vgg11_imagenet_head keeps torchvision's ImageNet
-classifier (129 M parameters, 515 MB of gradients a step): the communication-heavy
-case the seeds' VGG-11 was.
+Models, adapted to 32x32 inputs: resnet18 is torchvision's ResNet-18 with a 3x3
+stride-1 stem and no max-pool (the last stage sees 4x4), 11.2 M parameters; vgg11 /
+vgg11_bn are MXNet Gluon's vgg11 as it runs on CIFAR: the five pools bring 32x32 to
+512x1x1, flattened into Dense(4096), Dense(4096), Dense(10): 28.1 M parameters, 113 MB
+of gradients a step (examples/cifar_models.py). --width scales every layer (tests use
+small widths). vgg11_linear has one Linear(512, 10) classifier (9.2 M, what
+docs/performance.md measured as vgg11); vgg11_imagenet_head keeps torchvision's 7x7
+ImageNet classifier (129 M parameters, 515 MB of gradients a step).
 
 Data (3x32x32, 10 classes):
   * cifar10: CIFAR-10's binary version (data_batch_1.bin ... data_batch_5.bin,
     test_batch.bin), read from --data-dir or its cifar-10-batches-bin/ folder. Nothing
     is downloaded; without the files this says which are missing, unless --stand-in
     names a stand-in to use instead (and says so).
+  * cifar10-png: the d2l / Kaggle layout in --data-dir: train/<id>.png and
+    trainLabels.csv (id,label with class names, numbered in sorted order); a tenth of
+    each class is held out for the test accuracy (d2l's valid split).
+  * --data-train X.rec [--data-val Y.rec]: MXNet RecordIO image files (im2rec's;
+    X.idx beside X.rec is used when present), 32x32 JPEG/PNG images, labels 0..9,
+    read with pskv.recordio; without --data-val the test accuracy is on the training
+    images.
   * fashion-mnist: Debian's dataset-fashion-mnist (scripts/install-deps.sh --with-data),
     each 28x28 image padded to 32x32 and repeated over 3 channels.
   * --synthetic: random images whose class shifts their mean (learnable, no files).
@@ -37,7 +43,10 @@ torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or, under
 pskv-launch, from the pskv job (rank 0 publishes its address and a free port through
 the store). Rank 0 prints samples/s (all workers together; in JSON also
 steady_samples_per_sec, without the first --warmup batches), loss and accuracy after
-every epoch, one JSON line each with --json.
+every epoch, one JSON line each with --json. During an epoch it prints MXNet's
+Speedometer line every --disp-batches batches (default 20; 0: none):
+`Epoch[0] Batch [20-40/468]  Speed: 812.50 samples/sec  loss=1.9 accuracy=0.31  570 s left
+in the epoch`, and during evaluation a line every 10 s and the validation accuracy.
 """
 import argparse
 import json
@@ -52,7 +61,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its data and models beside it
 from cifar_data import (CIFAR_TEST, CIFAR_TRAIN, FMNIST_DIR, STATS, Batches, DataError,  # noqa: E402,F401
-                        cifar_dir, read_cifar10, read_cifar_file, read_fashion_mnist, synthetic)
+                        channel_stats, cifar_dir, read_cifar10, read_cifar_file, read_fashion_mnist,
+                        read_png_folder, read_recordio, synthetic)
 from cifar_models import DEFAULT_LR, MODELS  # noqa: E402
 
 
@@ -126,12 +136,15 @@ def ddp_rendezvous():
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--dataset', default='cifar10', choices=['cifar10', 'fashion-mnist'])
+    ap.add_argument('--dataset', default='cifar10', choices=['cifar10', 'cifar10-png', 'fashion-mnist'])
     ap.add_argument('--synthetic', action='store_true', help='random CIFAR-shaped data, no files')
     ap.add_argument('--stand-in', default='none', choices=['none', 'fashion-mnist', 'synthetic'],
                     help='with --dataset cifar10: what to train on when the CIFAR-10 files are absent')
     ap.add_argument('--data-dir', default=os.path.expanduser('~/.pskv/cifar10'),
-                    help='CIFAR-10 binary files (default %(default)s)')
+                    help='CIFAR-10 binary files, or train/ + trainLabels.csv with --dataset cifar10-png '
+                         '(default %(default)s)')
+    ap.add_argument('--data-train', default=None, help='an MXNet RecordIO file (.rec) to train on')
+    ap.add_argument('--data-val', default=None, help='with --data-train: the RecordIO file to test on')
     ap.add_argument('--fmnist-dir', default=FMNIST_DIR)
     ap.add_argument('--model', '--network', dest='model', default='resnet18', choices=sorted(MODELS))
     ap.add_argument('--width', type=float, default=1.0, help='channel multiplier (default 1)')
@@ -139,7 +152,7 @@ def parse_args(argv=None):
     ap.add_argument('--epochs', '--num-epochs', dest='epochs', type=int, default=1)
     ap.add_argument('--batch-size', type=int, default=64, help='per worker (default 64)')
     ap.add_argument('--lr', type=float, default=None,
-                    help='learning rate (default 0.05; 0.01 for vgg11 without batch norm)')
+                    help='learning rate (default 0.05; 0.02 for vgg11_bn, 0.01 for the VGGs without batch norm)')
     ap.add_argument('--mom', '--momentum', dest='mom', type=float, default=0.9)
     ap.add_argument('--wd', type=float, default=5e-4)
     ap.add_argument('--max-batches', type=int, default=0, help='batches per epoch at most (0: all)')
@@ -151,6 +164,9 @@ def parse_args(argv=None):
     ap.add_argument('--threads', type=int, default=0, help='torch threads (default: cores / workers)')
     ap.add_argument('--ddp', action='store_true', help='torch DistributedDataParallel over gloo instead of pskv')
     ap.add_argument('--json', action='store_true', help='one JSON line per epoch (rank 0)')
+    ap.add_argument('--disp-batches', type=int, default=20,
+                    help="MXNet's: a progress line every N batches (rank 0: samples/s, loss and accuracy so "
+                    "far, time left); 0: none (default 20)")
     ap.add_argument('--gpus', default=None, help='refused: this is a CPU build')
     args = ap.parse_args(argv)
     if args.gpus is not None:
@@ -158,6 +174,10 @@ def parse_args(argv=None):
                  '(start more workers with pskv-launch -n instead)' % args.gpus)
     if args.stand_in != 'none' and args.dataset != 'cifar10':
         ap.error('--stand-in is for --dataset cifar10')
+    if args.data_val and not args.data_train:
+        ap.error('--data-val needs --data-train (RecordIO files)')
+    if args.disp_batches < 0:
+        ap.error('--disp-batches must be 0 (no progress lines) or more')
     for name in ('epochs', 'batch_size'):
         if getattr(args, name) < 1:
             ap.error('--%s must be at least 1' % name.replace('_', '-'))
@@ -174,6 +194,16 @@ def load(args, log):
     syn = dict(n_train=args.train_samples or 50000, n_test=args.test_samples or 10000, seed=args.seed)
     if args.synthetic:
         return synthetic(**syn) + ('synthetic',)
+    if args.data_train:
+        train = read_recordio(args.data_train)
+        if not args.data_val:
+            log('no --data-val: the test accuracy is on the training images')
+        test = read_recordio(args.data_val) if args.data_val else train
+        STATS['recordio'] = channel_stats(train[0])
+        return train, test, 'recordio'
+    if args.dataset == 'cifar10-png':
+        train, test, _ = read_png_folder(args.data_dir)
+        return train, test, 'cifar10-png'
     if args.dataset == 'fashion-mnist':
         return read_fashion_mnist(args.fmnist_dir) + ('fashion-mnist',)
     if cifar_dir(args.data_dir) is None and args.stand_in != 'none':
@@ -243,6 +273,7 @@ def main(argv=None):
         model.train()
         t0, loss_sum, correct, seen, first_loss = time.time(), 0.0, 0, 0, None
         t_warm, seen_warm = None, 0
+        disp_t, disp_seen = t0, 0
         for b, (x, y) in enumerate(loader):
             zero()
             out = model(x)
@@ -256,16 +287,36 @@ def main(argv=None):
                 first_loss = loss.item()
             if b + 1 == args.warmup:
                 t_warm, seen_warm = time.time(), seen
+            if args.disp_batches and (b + 1) % args.disp_batches == 0:
+                # MXNet's Speedometer: samples/s of the whole job since the last line
+                # (every worker runs the same number of batches), the epoch's loss and
+                # accuracy so far on this worker, and the time the epoch still needs.
+                now = time.time()
+                speed = (seen - disp_seen) * nw / max(now - disp_t, 1e-9)
+                left = (sampler.epoch_size - b - 1) * (now - t0) / (b + 1)
+                log('Epoch[%d] Batch [%d-%d/%d]\tSpeed: %.2f samples/sec\tloss=%.4f\taccuracy=%.4f\t'
+                    '%.0f s left in the epoch' % (epoch, b + 1 - args.disp_batches, b + 1, sampler.epoch_size,
+                                                  speed, loss_sum / seen, correct / seen, left))
+                disp_t, disp_seen = now, seen
         secs = time.time() - t0
         steady = (seen - seen_warm) * nw / (t0 + secs - t_warm) if t_warm and seen > seen_warm else None
         net = model.module if args.ddp else model   # rank 0 alone: no DDP collective in forward
         net.eval()
         test_correct = 0
         if rank == 0:
+            t_eval = last = time.time()
+            log('Epoch[%d] evaluating on %d test images' % (epoch, len(test_set)))
             with torch.no_grad():
                 for i in range(0, len(test_set), 500):
-                    x, y = test_set[np.arange(i, min(i + 500, len(test_set)))]
+                    end = min(i + 500, len(test_set))
+                    x, y = test_set[np.arange(i, end)]
                     test_correct += int((net(x).argmax(1) == y).sum())
+                    if time.time() - last >= 10 and end < len(test_set):   # a line every 10 s at most
+                        last = time.time()
+                        log('Epoch[%d] evaluated %d/%d test images, accuracy so far %.4f, %.0f s'
+                            % (epoch, end, len(test_set), test_correct / end, last - t_eval))
+            log('Epoch[%d] Validation-accuracy=%.4f (%d images, %.1f s)'
+                % (epoch, test_correct / len(test_set), len(test_set), time.time() - t_eval))
         rec = {'epoch': epoch + 1, 'mode': mode, 'model': args.model, 'width': args.width, 'data': data_name,
                'workers': nw, 'batch_size': args.batch_size, 'batches': sampler.epoch_size,
                'samples_per_sec': seen * nw / secs, 'steady_samples_per_sec': steady, 'seconds': secs, 'first_loss': first_loss,

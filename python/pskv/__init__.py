@@ -44,6 +44,7 @@ except ImportError as _e:  # the extension was built for another interpreter, or
         'build with CMake and use the interpreter CMake built for (/usr/bin/python3 by default)'
         % (__version__, _e, _sys.executable, _sys.version_info[0], _sys.version_info[1], _sys.executable)) from _e
 from .kvstore import KVStore, create  # noqa: F401
+from . import kvstore as kv  # noqa: F401  (MXNet's mx.kv: `import pskv as mx; mx.kv.create('local')`)
 from . import optimizer  # noqa: F401
 from . import lr_scheduler  # noqa: F401
 from . import data  # noqa: F401

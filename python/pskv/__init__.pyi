@@ -6,6 +6,7 @@ from ._pskv import (ConfigError as ConfigError, Error as Error, InvalidArgument 
                     DeviceArray as DeviceArray)
 from . import cuda as cuda
 from .kvstore import KVStore as KVStore, create as create
+from . import kvstore as kv
 from . import sparse as sparse
 from .sparse import RowSparseArray as RowSparseArray, row_sparse_array as row_sparse_array
 from . import process as process

@@ -36,7 +36,8 @@ class _RowSparse(object):
         priority : int, optional
             Higher priorities are served first.
         row_ids : array or list of arrays
-            Row ids (any integer dtype and shape; flattened, de-duplicated and sorted).
+            Row ids (any integer dtype, or floats holding whole numbers as MXNet's float32
+            ids; any shape; flattened, de-duplicated and sorted).
             One array for several outputs gives each the same rows.
 
         Returns
@@ -54,11 +55,11 @@ class _RowSparse(object):
         assert row_ids is not None, 'row_sparse_pull needs row_ids'
         if key not in self._sparse:
             raise _pskv.UsageError(
-                'RowSparsePull of key %r: the key is not row_sparse in this store (init it with '
+                'row_sparse_pull of key %r: the key is not row_sparse in this store (init it with '
                 'a row_sparse value: pskv.row_sparse_array, a torch sparse tensor)' % (key,))
         shape, dtype = self._sparse[key]
         ids = row_ids if _is_list(row_ids) else [row_ids]
-        ids = [np.ascontiguousarray(_sparse._numpy(i)) for i in ids]
+        ids = [_sparse._row_ids(i) for i in ids]
         outs = out if _is_list(out) else ([out] if out is not None else [None] * len(ids))
         if len(ids) == 1 and len(outs) > 1:
             ids = ids * len(outs)
@@ -72,7 +73,7 @@ class _RowSparse(object):
         """Schedules a row_sparse pull of one output (the Trainer: several keys in
         flight, one wait); read it with _row_sparse_result after a wait of `key`."""
         shape, dtype = self._sparse[key]
-        ids = [np.ascontiguousarray(_sparse._numpy(row_ids))]
+        ids = [_sparse._row_ids(row_ids)]
         return self._kv.row_sparse_pull_start([key], list(shape), np.dtype(dtype).name, ids, priority)
 
     def _row_sparse_result(self, key, pending, out=None, outs=(None,), row_ids=None):

@@ -1,7 +1,11 @@
 """What a store does with the values pushed: an optimizer, a Python updater,
 gradient compression, and the optimizer states saved and loaded. A part of
 :class:`pskv.kvstore.KVStore` (it inherits this)."""
-from .optimizer import Optimizer
+import os
+import tempfile
+import warnings
+
+from . import optimizer as _opt
 
 
 class _Updates(object):
@@ -11,18 +15,58 @@ class _Updates(object):
     def set_optimizer(self, optimizer):
         """Runs `optimizer` on every push (on the servers in dist mode).
 
+        A non-dist store follows the optimizer object afterwards, as MXNet's updater
+        did: a change of its ``learning_rate``/``lr``, ``wd``, multipliers
+        (``set_lr_mult``, ``set_wd_mult``) or other parameters applies from the next
+        push, the optimizer states (momentum, ...) kept. The servers of a dist store
+        run the optimizer as it was here; a later change gets a warning (call
+        ``set_optimizer`` again on every worker to send it; that restarts the states).
+
         Parameters
         ----------
         optimizer : pskv.optimizer.Optimizer or str
             An optimizer, or its name with default parameters (``'sgd'``, ``'adam'``, ...).
+            A ``torch.optim`` optimizer is translated (:func:`pskv.optimizer.from_torch`).
         """
         if isinstance(optimizer, str):
-            from . import optimizer as opt_mod
-            optimizer = opt_mod.create(optimizer)
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError('set_optimizer needs a pskv.optimizer.Optimizer')
-        ids = {name: i for i, name in enumerate(self._str_names)}
-        self._kv.set_optimizer(optimizer.name, optimizer.params(ids))
+            optimizer = _opt.create(optimizer)
+        optimizer = _opt._as_pskv(optimizer, 'set_optimizer')
+        params = optimizer.params(self._key_ids())
+        self._kv.set_optimizer(optimizer.name, params)
+        self._optimizer = (optimizer, params)
+
+    def _key_ids(self):
+        return {name: i for i, name in enumerate(self._str_names)}
+
+    def _follow_optimizer(self):
+        """Before a push: the optimizer given to set_optimizer changed since the store
+        got it. A non-dist store takes the change, keeping the states (MXNet's updater
+        read the live optimizer); a dist store warns once (its servers have a copy)."""
+        if self._optimizer is None:
+            return
+        with self._book:
+            opt, shipped = self._optimizer
+            now = opt.params(self._key_ids())
+            if now == shipped:
+                return
+            changed = sorted(k for k in set(now) | set(shipped) if now.get(k) != shipped.get(k))
+            self._optimizer = (opt, now)
+            if 'dist' in self.type:
+                warnings.warn(
+                    'pskv: the optimizer changed after set_optimizer (%s) but the servers run the copy they '
+                    'received: the change is not applied. Call kv.set_optimizer(optimizer) again on every worker '
+                    'to send it (it restarts the optimizer states; save_optimizer_states before and '
+                    'load_optimizer_states after keep them), or with pskv.torch.Trainer use '
+                    'trainer.set_learning_rate' % ', '.join(changed), UserWarning, stacklevel=4)
+                return
+            fd, path = tempfile.mkstemp(prefix='pskv_states_')
+            os.close(fd)
+            try:
+                self._kv.save_optimizer_states(path, False)
+                self._kv.set_optimizer(opt.name, now)
+                self._kv.load_optimizer_states(path)
+            finally:
+                os.unlink(path)
 
     def set_updater(self, updater):
         """Runs a Python function on every push (non-dist stores), instead of an optimizer.
@@ -36,6 +80,7 @@ class _Updates(object):
             stored as numpy views; update `stored` in place.
         """
         names = self._str_names
+        self._optimizer = None
 
         def call(key_id, recv, stored):
             key = names[key_id] if names else key_id

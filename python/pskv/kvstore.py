@@ -56,6 +56,7 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         self._next_key = 0  # int keys handed out to Trainers sharing this store
         self._sparse = {}  # row_sparse key -> (shape, dtype), from init
         self._warned_sparse = set()  # keys whose row_sparse pull outputs were ignored
+        self._optimizer = None  # (Optimizer given to set_optimizer, the parameters it ran)
 
     def _reserve_keys(self, n):
         """A range of n int keys for one Trainer (several may share a store; they
@@ -182,6 +183,7 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         self._push(key, value, priority, None)
 
     def _push(self, key, value, priority, batch):
+        self._follow_optimizer()  # a local store runs the optimizer as it is now
         keys, vals = _flatten(key, value, self._sparse)
         keys, vals, sparse = _split_sparse(keys, vals)
         for k, vs in sparse.items():
@@ -222,7 +224,11 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         self._pull(key, out, priority, ignore_sparse, None)
 
     def _pull(self, key, out, priority, ignore_sparse, batch):
-        assert out is not None, 'pull needs out'
+        if out is None:
+            raise _pskv.UsageError(
+                'pull of key %s needs out=: the arrays to write into, e.g. out = np.empty_like(value); '
+                'kv.pull(key, out=out) (one array per key, or a list of arrays per key)' % _key_names(
+                    key if isinstance(key, (list, tuple)) else [key]))
         keys, outs = _flatten(key, out, (), output=True)  # no (data, indices) outputs
         keys, outs, sparse = _split_sparse(keys, outs)
         if sparse:
@@ -269,6 +275,7 @@ class KVStore(_Tracking, _RowSparse, _Updates):
             okeys, outs = keys, vals
         else:
             okeys, outs = _flatten(key, out, output=True)
+        self._follow_optimizer()
         c = self._kv.pushpull(keys, vals, okeys, outs, priority, True, batch is not None)
         self._track('pushpull', keys + okeys, c, (value, out), batch)
 

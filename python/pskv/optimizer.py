@@ -1,5 +1,8 @@
 """Optimizers run by the store (on the servers in dist mode). They are plain
 configuration: the C++ core runs the update rule (see include/pskv/optimizer.h)."""
+import difflib
+import warnings
+
 from . import _pskv
 
 
@@ -39,6 +42,7 @@ class Optimizer(object):
             if k in kwargs:
                 raise _pskv.InvalidArgument('%s is not a constructor parameter: call optimizer.set_%s({key: mult})'
                                             % (k, k))
+        _check_names(self.name or 'sgd', kwargs)
         self.kwargs = dict(kwargs)
         self.idx2name = dict(param_idx2name or {})
         self.lr_mult = {}  # key (int) or name (str) -> multiplier of the learning rate
@@ -83,6 +87,31 @@ class Optimizer(object):
             if table:
                 p[name] = ','.join('%d:%r' % (k, v) for k, v in sorted(table.items()))
         return p
+
+    @property
+    def lr(self):
+        """The base learning rate (MXNet's attribute name for ``learning_rate``); a
+        non-dist store given this optimizer uses a new value from its next push.
+
+        Returns
+        -------
+        float
+        """
+        return self.learning_rate
+
+    @lr.setter
+    def lr(self, value):
+        self.learning_rate = value
+
+    def set_learning_rate(self, lr):
+        """Sets the base learning rate (MXNet's ``set_learning_rate``).
+
+        Parameters
+        ----------
+        lr : float
+            The new learning rate.
+        """
+        self.learning_rate = lr
 
     def set_lr_mult(self, args_lr_mult):
         """Per-key multipliers of the learning rate (MXNet's ``set_lr_mult``): key k
@@ -165,6 +194,51 @@ class Optimizer(object):
 
     def __repr__(self):
         return '%s(%s)' % (type(self).__name__, self.params())
+
+
+# Other frameworks' parameter names (PyTorch's mostly) and what pskv calls them.
+_HINTS = {
+    'weight_decay': 'wd=',
+    'betas': 'beta1= and beta2= (betas=(0.9, 0.999) is beta1=0.9, beta2=0.999)',
+    'eps': 'epsilon=',
+    'alpha': 'rho= (RMSProp\'s decay; MXNet also calls it gamma1)',
+    'gamma1': 'rho=',
+    'nesterov': 'pskv.optimizer.NAG(momentum=...) (Nesterov momentum is its own optimizer, as in MXNet)',
+    'amsgrad': 'nothing: AMSGrad is not implemented; use Adam',
+    'dampening': 'nothing: pskv\'s momentum has no dampening (torch\'s dampening=0)',
+    'lr_decay': 'a schedule: lr_scheduler=pskv.lr_scheduler.FactorScheduler(...)',
+    'maximize': 'nothing: negate the loss instead',
+    'momentum_decay': 'nothing',
+}
+# Fields of the configuration that are not keyword arguments (the multipliers are
+# refused before, with their own message).
+_INTERNAL = ('type',)
+
+
+def _check_names(kind, kwargs):
+    """Unknown keyword arguments are refused at construction, each with what pskv
+    calls it (PyTorch's names, close spellings), rather than when a store runs it."""
+    known = set()
+    for p in _pskv.optimizer_params(kind):
+        known.add(p['name'])
+        if p['alias']:
+            known.add(p['alias'])
+    known.difference_update(_INTERNAL)
+    unknown = [k for k in kwargs if k not in known]
+    if not unknown:
+        return
+    parts = []
+    for k in unknown:
+        if k in _HINTS:
+            parts.append('%s=: use %s' % (k, _HINTS[k]))
+        else:
+            close = difflib.get_close_matches(k, sorted(known | {'learning_rate', 'wd', 'rescale_grad',
+                                                                 'clip_gradient', 'multi_precision'}), 3, 0.6)
+            parts.append('%s=%s' % (k, ': did you mean %s?' % ' or '.join(c + '=' for c in close) if close
+                                    else ''))
+    raise _pskv.InvalidArgument(
+        '%s: unknown parameter%s %s. Its parameters: pskv.optimizer.params(%r)' % (
+            _CLASS_NAMES.get(kind, kind), 's' if len(unknown) > 1 else '', '; '.join(parts), kind))
 
 
 def _check_mults(what, mults, ok):
@@ -318,6 +392,103 @@ class AdaGrad(Optimizer):
 
 
 _REGISTRY = {c.name: c for c in (SGD, NAG, Adam, AdamW, RMSProp, AdaGrad)}
+_CLASS_NAMES = {c.name: c.__name__ for c in _REGISTRY.values()}
+
+
+def _is_torch_optimizer(obj):
+    """A torch.optim optimizer, found without importing torch."""
+    return any(c.__module__.startswith('torch.optim') and c.__name__ == 'Optimizer' for c in type(obj).__mro__)
+
+
+def from_torch(torch_optimizer):
+    """The pskv optimizer of a ``torch.optim`` optimizer's hyperparameters.
+
+    SGD (momentum, weight_decay, nesterov -> :class:`NAG`), Adam, AdamW, RMSprop and
+    Adagrad translate; the update rules are MXNet's, equal to torch's but for where
+    epsilon sits (Adam, RMSProp centered, AdaGrad). Its param groups must share their
+    hyperparameters (give the Trainer ``{'params': ..., 'lr_mult': x}`` groups
+    instead). The torch optimizer itself is not used afterwards: do not call its
+    ``step()`` (the store or the Trainer updates the parameters).
+
+    Parameters
+    ----------
+    torch_optimizer : torch.optim.Optimizer
+
+    Returns
+    -------
+    Optimizer
+
+    Raises
+    ------
+    pskv.InvalidArgument
+        A torch optimizer or an option with no pskv equivalent (the message says
+        what to use).
+    """
+    kind = type(torch_optimizer).__name__
+    groups = list(getattr(torch_optimizer, 'param_groups', []))
+    if not groups:
+        raise _pskv.InvalidArgument('torch.optim.%s without param groups' % kind)
+    g = {k: v for k, v in groups[0].items() if k != 'params'}
+    for other in groups[1:]:
+        diff = sorted(k for k in g if k != 'params' and other.get(k) != g[k])
+        if diff:
+            raise _pskv.InvalidArgument(
+                'torch.optim.%s: its param groups differ in %s; a pskv optimizer has one set of '
+                'hyperparameters: give the Trainer groups {"params": [...], "lr_mult": x, "wd_mult": y} '
+                'and one pskv optimizer' % (kind, ', '.join(diff)))
+
+    def refuse(what, use):
+        raise _pskv.InvalidArgument('torch.optim.%s(%s) has no pskv equivalent: %s' % (kind, what, use))
+
+    if g.get('maximize'):
+        refuse('maximize=True', 'negate the loss instead')
+    lr, wd = float(g['lr']), float(g.get('weight_decay', 0.0))
+    if kind == 'SGD':
+        if g.get('dampening', 0):
+            refuse('dampening=%r' % g['dampening'], "pskv's momentum has no dampening")
+        mom = float(g.get('momentum', 0.0))
+        if g.get('nesterov'):
+            return NAG(learning_rate=lr, momentum=mom, wd=wd)
+        return SGD(learning_rate=lr, momentum=mom, wd=wd)
+    if kind in ('Adam', 'AdamW'):
+        if g.get('amsgrad'):
+            refuse('amsgrad=True', 'AMSGrad is not implemented; use amsgrad=False')
+        b1, b2 = g.get('betas', (0.9, 0.999))
+        cls = Adam if kind == 'Adam' else AdamW
+        return cls(learning_rate=lr, beta1=float(b1), beta2=float(b2), epsilon=float(g.get('eps', 1e-8)), wd=wd)
+    if kind == 'RMSprop':
+        centered, mom = bool(g.get('centered', False)), float(g.get('momentum', 0.0))
+        if mom and not centered:
+            refuse('momentum=%r, centered=False' % mom, "pskv's (MXNet's) RMSProp has momentum only when "
+                   'centered=True')
+        return RMSProp(learning_rate=lr, rho=float(g.get('alpha', 0.99)), epsilon=float(g.get('eps', 1e-8)),
+                       centered=centered, momentum=mom, wd=wd)
+    if kind == 'Adagrad':
+        if g.get('lr_decay', 0):
+            refuse('lr_decay=%r' % g['lr_decay'], 'use lr_scheduler=pskv.lr_scheduler.FactorScheduler(...)')
+        if g.get('initial_accumulator_value', 0):
+            refuse('initial_accumulator_value=%r' % g['initial_accumulator_value'], 'the accumulator starts at 0')
+        return AdaGrad(learning_rate=lr, epsilon=float(g.get('eps', 1e-10)), wd=wd)
+    raise _pskv.InvalidArgument(
+        'torch.optim.%s cannot be translated to a pskv optimizer (SGD, Adam, AdamW, RMSprop and Adagrad can): '
+        'pass one of %s, or keep torch.optim yourself: Trainer(..., update_on_kvstore=False), then '
+        'trainer.allreduce_grads() and your optimizer\'s step() (docs/coming-from-ddp.md)'
+        % (kind, ', '.join('pskv.optimizer.' + c for c in sorted(_CLASS_NAMES.values()))))
+
+
+def _as_pskv(optimizer, where):
+    """`optimizer` as a pskv Optimizer: a torch.optim one is translated (with a
+    warning saying so); anything else but an Optimizer is a TypeError saying what to pass."""
+    if isinstance(optimizer, Optimizer):
+        return optimizer
+    if _is_torch_optimizer(optimizer):
+        opt = from_torch(optimizer)
+        warnings.warn('pskv: %s got torch.optim.%s; it runs the same hyperparameters as %r. The torch '
+                      'optimizer is not used: do not call its step() (pass the pskv optimizer to '
+                      'silence this)' % (where, type(optimizer).__name__, opt), UserWarning, stacklevel=3)
+        return opt
+    raise TypeError('%s needs a pskv.optimizer.Optimizer (e.g. pskv.optimizer.SGD(learning_rate=0.1)) or an '
+                    'optimizer name, got %s' % (where, type(optimizer).__name__))
 
 
 def create(name, **kwargs):

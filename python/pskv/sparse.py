@@ -18,8 +18,8 @@ class RowSparseArray(object):
     data : numpy.ndarray
         The present rows.
     indices : numpy.ndarray
-        Their row ids (any integer dtype, uint64 included; floats are refused with
-        InvalidArgument; sorted and de-duplicated by the store, rows of repeated ids
+        Their row ids (any integer dtype, uint64 included; floats holding whole
+        numbers, as MXNet's float32 ids; a fractional one is an InvalidArgument; sorted and de-duplicated by the store, rows of repeated ids
         summed).
     shape : tuple of int
         The full shape.
@@ -59,9 +59,21 @@ class RowSparseArray(object):
 
 
 def _row_ids(ids):
-    """Row ids as a flat int64 array: any integer dtype (uint64 range-checked); floats
-    are refused rather than truncated (an empty array of any dtype is fine)."""
+    """Row ids as a flat int64 array: any integer dtype (uint64 range-checked), or
+    floats holding whole numbers >= 0 (MXNet's row ids are float32); a fractional,
+    negative or non-finite float is refused, not truncated (an empty array of any
+    dtype is fine)."""
     a = np.asarray(_numpy(ids))
+    if a.size and a.dtype.kind == 'f':
+        flat = a.reshape(-1)
+        with np.errstate(invalid='ignore'):
+            bad = ~np.isfinite(flat) | (flat < 0) | (flat != np.floor(flat)) | (flat >= 2.0 ** 63)
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            raise _pskv.InvalidArgument(
+                'row id %r (position %d of the %s row ids) is not a row number: float row ids must hold '
+                'whole numbers >= 0 (below 2^63)' % (float(flat[at]), at, a.dtype))
+        return np.ascontiguousarray(flat, dtype=np.int64)
     if a.size and a.dtype.kind not in 'iu':
         raise _pskv.InvalidArgument(
             'row ids must be of an integer dtype, got %s: convert them first, e.g. '

@@ -36,6 +36,7 @@ rows (lazy update), and ``step(row_ids=...)`` pulls the rows the next batch need
 parameters need ``update_on_kvstore=True`` (the store holds the table, as in MXNet).
 """
 import contextlib
+import warnings
 
 import numpy as np
 import torch as _torch
@@ -131,8 +132,10 @@ class Trainer(TrainerStates, TrainerSparse):
             kvstore = 'dist_sync'
         module_buffers = []
         sparse_ids = set(id(p) for p in (sparse_params or []))
+        names = {}  # id(parameter) -> its name in the module (for messages)
         if isinstance(params, _torch.nn.Module):
             module_buffers = [b for b in params.buffers()]
+            names = {id(p): n for n, p in params.named_parameters()}
             if sparse_params is None:
                 for m in params.modules():
                     if isinstance(m, (_torch.nn.Embedding, _torch.nn.EmbeddingBag)) and m.sparse:
@@ -156,6 +159,8 @@ class Trainer(TrainerStates, TrainerSparse):
                         table[i] = float(v)
         if not self._params:
             raise _pskv.InvalidArgument('Trainer needs parameters')
+        self._param_names = [names.get(id(p), 'parameter %d' % i) for i, p in enumerate(self._params)]
+        self._warned_stale = set()  # the sets of stale parameters warned about
         for p in self._params:
             if not isinstance(p, _torch.Tensor) or p.device.type != 'cpu' or not p.is_contiguous():
                 raise _pskv.InvalidArgument('pskv handles contiguous CPU tensors only on this build')
@@ -163,8 +168,7 @@ class Trainer(TrainerStates, TrainerSparse):
             optimizer = _opt.create(optimizer, **(optimizer_params or {}))
         elif optimizer_params:
             raise _pskv.InvalidArgument('optimizer_params must be None when optimizer is an Optimizer')
-        if not isinstance(optimizer, _opt.Optimizer):
-            raise TypeError('optimizer must be a pskv.optimizer.Optimizer or a name')
+        optimizer = _opt._as_pskv(optimizer, 'Trainer')  # a torch.optim one is translated
 
         owns_store = isinstance(kvstore, str)
         self.kv = create(kvstore) if owns_store else kvstore
@@ -190,6 +194,9 @@ class Trainer(TrainerStates, TrainerSparse):
                 raise _pskv.UsageError('gradient compression for row_sparse storage type is not supported '
                                        '(MXNet\'s rule); drop compression_params or the sparse parameters')
         self._sparse_set = set(self._sparse)
+        if push_in_backward and self._loss.scale == 0:
+            raise _pskv.UsageError('push_in_backward=True needs the loss scale at construction: give '
+                                   "loss_reduction='mean' or global_batch_size")
 
         # --- update_on_kvstore: MXNet's Gluon Trainer policy (include/pskv/trainer_policy.h)
         self._uok = _pskv.trainer.update_on_kvstore(
@@ -207,6 +214,25 @@ class Trainer(TrainerStates, TrainerSparse):
             raise _pskv.UsageError('this store is used by another Trainer and a store runs one optimizer on all '
                                    'its keys: Trainers share a store only with update_on_kvstore=False; give each '
                                    'Trainer with update_on_kvstore=True its own store')
+        # From here the store is marked as this Trainer's: a construction that fails
+        # unmarks it (and closes a store it made), so that another Trainer can use it.
+        marks = (self.kv._next_key, getattr(self.kv, '_trainer_optimizer', False))
+        self._initialised = False
+        try:
+            self._setup(optimizer, P, B, lr_mult, wd_mult, compression_params, push_in_backward)
+        except BaseException:
+            if not self._initialised:  # no key of the range was written: it is free again
+                self.kv._next_key = marks[0]
+            self.kv._trainer_optimizer = marks[1]
+            if owns_store:
+                try:
+                    self.kv.close()
+                except Exception:  # noqa: BLE001 - the construction's error is the one to see
+                    pass
+            raise
+
+    def _setup(self, optimizer, P, B, lr_mult, wd_mult, compression_params, push_in_backward):
+        """The construction's part that marks the store (keys, optimizer) and writes it."""
         self._base = self.kv._reserve_keys(P + B)
         self._keys = [self._base + i for i in range(P)]
         self._buf_keys = [self._base + P + j for j in range(B)]
@@ -238,6 +264,7 @@ class Trainer(TrainerStates, TrainerSparse):
             self._updater = _pskv.Optimizer(self._name, self._config())
 
         # Rank 0's initial weights and buffers become everyone's.
+        self._initialised = True  # from here keys of the range may be written
         with _torch.no_grad(), self.kv.batch() as batch:  # every broadcast in flight together
             for i, (k, p) in enumerate(zip(self._keys, self._params)):
                 if i in self._sparse_set:  # every row: rank 0's table becomes everyone's
@@ -259,9 +286,6 @@ class Trainer(TrainerStates, TrainerSparse):
         self._pushed = [False] * P
         self._hold = {}
         if self._push_in_backward:
-            if self._loss.scale == 0:
-                raise _pskv.UsageError('push_in_backward=True needs the loss scale at construction: give '
-                                       "loss_reduction='mean' or global_batch_size")
             for i, p in enumerate(self._params):
                 # frozen parameters have no gradient (and torch refuses hooks); sparse
                 # ones are pushed in step()
@@ -391,7 +415,10 @@ class Trainer(TrainerStates, TrainerSparse):
             Gluon's: the summed gradients are divided by it (pass the global batch to
             average). Not allowed with ``loss_reduction='mean'``.
         ignore_stale_grad : bool, optional
-            Accepted for Gluon compatibility (parameters without .grad push zeros).
+            Parameters without a gradient since the last step (``.grad`` is None: no
+            ``backward()`` reached them) push zeros, and their momentum and weight decay
+            still move them; a ``UserWarning`` names them (once per set of parameters),
+            where Gluon raised. True: no warning (parameters left out on purpose).
         row_ids : array-like or dict, optional
             Sparse parameters: the rows to pull after the update (the next batch's
             ids), one array (a single sparse parameter) or ``{param: ids}``. Default:
@@ -404,6 +431,7 @@ class Trainer(TrainerStates, TrainerSparse):
         """
         ratio = self._ratio(batch_size)
         self._check_weights()
+        self._check_stale('step', ignore_stale_grad)
         if not self._uok:
             self._allreduce(ratio_for_push=1.0)
             self._update(ratio)
@@ -466,20 +494,42 @@ class Trainer(TrainerStates, TrainerSparse):
                 want = row_ids.get(self._params[i], rows)
             elif row_ids is not None:
                 want = row_ids
-            want = np.asarray(want, dtype=np.int64).reshape(-1)
+            want = _sparse_mod._row_ids(want)  # whole-valued floats too; fractions refused
             rows_pending[i] = self.kv._row_sparse_start(self._keys[i], want, i)
         return rows_pending, direct
 
-    def allreduce_grads(self):
-        """Sums .grad over all workers, in place (update_on_kvstore=False only); then
-        e.g. clip, and call :meth:`update`.
+    def allreduce_grads(self, ignore_stale_grad=False):
+        """Reduces .grad over all workers, in place (update_on_kvstore=False only); then
+        e.g. clip, and call :meth:`update` — or step a ``torch.optim`` optimizer of
+        your own (docs/coming-from-ddp.md).
+
+        With ``loss_reduction='mean'`` .grad then holds the average over workers (DDP's),
+        with ``global_batch_size=B`` the sum divided by B: the gradient the optimizer
+        uses. Without either (Gluon's ``update(batch_size)``), the sum.
+
+        Parameters
+        ----------
+        ignore_stale_grad : bool, optional
+            As in :meth:`step`: no warning about parameters without a gradient (their
+            .grad becomes the reduced zeros of this worker and the others' gradients).
         """
         if self._uok:
             raise _pskv.UsageError('allreduce_grads() is for update_on_kvstore=False (the store runs the optimizer '
                                    'otherwise): construct the Trainer with update_on_kvstore=False, or call step()')
         self._check_weights()
+        self._check_stale('allreduce_grads', ignore_stale_grad)
         self._allreduce(ratio_for_push=1.0)
+        scale = self._loss.scale
+        if scale:
+            with _torch.no_grad():
+                for i in self._active():
+                    self._params[i].grad.mul_(scale)
+        self._reduced_scale = scale or 1.0
         self._reduced = True
+        # What update() would finish: a torch.optim optimizer may step instead.
+        self._finish_buffers()
+        self._pushed = [False] * len(self._params)
+        self._hold.clear()
 
     def update(self, batch_size=None, ignore_stale_grad=False):
         """Updates the parameters from the reduced .grad (after :meth:`allreduce_grads`).
@@ -495,7 +545,9 @@ class Trainer(TrainerStates, TrainerSparse):
             raise _pskv.UsageError('update() is for update_on_kvstore=False: call step() instead')
         if not getattr(self, '_reduced', False):
             raise _pskv.UsageError('update() needs allreduce_grads() first (or call step())')
-        self._update(self._ratio(batch_size))
+        # .grad holds the reduced gradient times the loss scale, which the updater's
+        # rescale_grad applies too: once only.
+        self._update(self._ratio(batch_size) / self._reduced_scale)
         self._finish_buffers()
         self._finish()
 
@@ -519,6 +571,29 @@ class Trainer(TrainerStates, TrainerSparse):
             for i in self._active():
                 if self._pushed[i]:
                     self._params[i].grad = _torch.from_numpy(self._out[i].copy())
+
+    def _check_stale(self, where, ignore):
+        """Warns (once per set of parameters) about parameters with no gradient since
+        the last step: zeros are pushed for them (Gluon raised UserWarning here)."""
+        if ignore:
+            return
+        # Sparse parameters are left out: an absent gradient is an empty push (lazy update).
+        stale = tuple(i for i in self._active()
+                      if self._params[i].grad is None and not self._pushed[i] and i not in self._sparse_set)
+        if not stale or stale in self._warned_stale:
+            return
+        self._warned_stale.add(stale)
+        shown = ', '.join(repr(self._param_names[i]) for i in stale[:8])
+        if len(stale) > 8:
+            shown += ' and %d more' % (len(stale) - 8)
+        warnings.warn(
+            'pskv: %s() without a gradient for %s: .grad is None, so no backward() reached %s since the last '
+            'step. Zeros are pushed for %s, and momentum and weight decay still change %s. Call backward() '
+            'before %s(); if they are left out on purpose, pass %s(ignore_stale_grad=True) or set '
+            'requires_grad=False' % (
+                where, shown, 'them' if len(stale) > 1 else 'it', 'them' if len(stale) > 1 else 'it',
+                'them' if len(stale) > 1 else 'it', where, where),
+            UserWarning, stacklevel=3)
 
     def _update(self, ratio):
         with _torch.no_grad():

@@ -333,7 +333,8 @@ const EnvVar kVars[] = {
     // ---- observability
     {"PSKV_TIMELINE", T::kText, 0, 0, "", "—", S::kJob,
      "write a Chrome trace (`chrome://tracing`, Perfetto) of every push/pull/pushpull per key: "
-     "`trace.json` becomes `trace.<role>.<pid>.json` per process",
+     "`trace.json` becomes `trace.<role>.<pid>.json` per process; `python3 -m pskv.timeline "
+     "merge trace.json -o job.json` joins them, one lane per node",
      Text<&Options::timeline_path>},
     {"PSKV_METRICS_PORT", T::kInt, 0, 65535, "", "—", S::kJob,
      "serve Prometheus text at `http://host:PORT/metrics` (the next free port for further "

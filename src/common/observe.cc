@@ -180,6 +180,18 @@ void Configure(const Options& options, const std::string& role) {
   }
 }
 
+void NameNode(const std::string& node) {
+  if (!g_timeline.load(std::memory_order_relaxed)) return;
+  char buf[256];
+  std::snprintf(
+      buf, sizeof buf,
+      ",\n{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"labels\":\"%s\"}}",
+      static_cast<int>(::getpid()), JsonEscape(node).c_str());
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.trace) s.pending += buf;
+}
+
 void Span(const char* name, const char* lane, const std::string& key, uint64_t bytes,
           uint64_t t0_us, uint64_t t1_us) {
   if (!g_timeline.load(std::memory_order_relaxed)) return;

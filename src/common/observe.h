@@ -43,6 +43,11 @@ uint64_t NowUs();
 void Span(const char* name, const char* lane, const std::string& key, uint64_t bytes,
           uint64_t t0_us, uint64_t t1_us);
 
+/// Names this process's node in the timeline once it is known ("worker[1]", after
+/// registration): a `process_labels` metadata event, which `python3 -m pskv.timeline
+/// merge` uses to name the process's lane in the merged trace of the job.
+void NameNode(const std::string& node);
+
 /// Counts one completed operation `op` on `key`: bytes moved and latency.
 void CountOp(const char* op, const std::string& key, uint64_t bytes, uint64_t latency_us,
              bool failed = false);

@@ -38,6 +38,11 @@ struct ChildSpec {
   /// set PSKV_STATUS=stderr where the child runs. Tagged lines of a kSocket or kNone
   /// child's output are output, not records.
   StatusVia status = StatusVia::kNone;
+  /// ssh children: the host, and a command that tests the connection alone ("ssh -o
+  /// BatchMode=yes -p 22 node1 true"). A child that exits with ssh's own status 255
+  /// before any of its nodes reported is reported as "ssh to HOST failed", with it.
+  std::string ssh_host;
+  std::string ssh_check;
 };
 
 struct ChildResult {

@@ -224,6 +224,15 @@ void Supervisor::Reap() {
                                     " (" + strsignal(k.result.status - 128) + ")"
                               : "exited with status " + std::to_string(k.result.status);
         how = k.spec.name + " (pid " + std::to_string(p) + ") " + how;
+        // 255 is ssh's own failure (refused, no route, key not accepted); a node that
+        // never reported did not start, so the connection is what failed.
+        if (!k.result.signaled && k.result.status == 255 && !k.spec.ssh_check.empty() &&
+            !board_.Latest(k.index))
+          how += ": ssh to " + k.spec.ssh_host +
+                 " failed before the process started (ssh's message is above); test the "
+                 "connection with: " +
+                 k.spec.ssh_check +
+                 " (it must exit 0 without asking for a password; checklist: docs/ssh.md)";
         if (losses_.Died(k.index, how, k.result.status, board_, Alive(), k.exit_time)) {
           Say(how + "; waiting for the scheduler's verdict: do its key ranges have live copies?",
               opts_.timestamps, LogLevel::kWarn);

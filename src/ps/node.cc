@@ -13,6 +13,7 @@
 #include "common/env_table.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/observe.h"  // [observe]
 #include "ps/node_internal.h"
 #include "ps/test_disturbance.h"
 #include "pskv/error.h"
@@ -160,12 +161,29 @@ void Node::Start() {
       return ready_ || failure_ || !refused_.empty();
     };
     // The transport's handshake outcome is polled, not signalled: re-check every
-    // 100 ms until the deadline. Silent: the scheduler explains a timeout below.
+    // 100 ms until the deadline. The scheduler explains a timeout below; a node that
+    // has not heard from the scheduler says every 10 s that it is still waiting (a
+    // worker started by hand before, or without, its scheduler).
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto next_note = start_time_ + 10s;
     WaitReporting(
         WaitPlan{left, std::chrono::milliseconds(0), 100ms},
-        [&](Clock::time_point until) { return cv_.wait_until(lk, until, settled); },
+        [&](Clock::time_point until) {
+          if (cv_.wait_until(lk, until, settled)) return true;
+          const auto now = Clock::now();
+          if (!sched && !scheduler_seen_ && now >= next_note && now < deadline) {
+            next_note += 10s;
+            const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start_time_);
+            lk.unlock();
+            PSKV_INFO(Tag() << ": waiting for the scheduler at " << options_.root_uri << ":"
+                            << options_.root_port << " (" << waited.count() << " s of "
+                            << SecsStr(options_.register_timeout)
+                            << ", PSKV_REGISTER_TIMEOUT); is it started? (pskv-launch starts it)");
+            lk.lock();
+          }
+          return false;
+        },
         [](std::chrono::milliseconds) {});
     if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
     std::exception_ptr err;
@@ -234,6 +252,7 @@ void Node::Start() {
     liveness_.Start(silent, connected, sched);
   }
   AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
+  obs::NameNode(Tag());     // [observe] the lane's name in a merged timeline
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
   if (test_hooks_.exit_at_start && role() == Role::kServer) {
     std::fprintf(stderr, "%s: exiting before the start barrier (test hook)\n", Tag().c_str());

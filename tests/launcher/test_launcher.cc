@@ -251,6 +251,21 @@ TEST(Launcher, SigkillOfTheLauncherLeavesNoOrphans) {
   std::filesystem::remove_all(dir);
 }
 
+// ssh to a port nothing listens on: ssh exits 255 before the process started, and the
+// launcher says which host failed and the command that tests the connection alone.
+TEST(Launcher, SshThatCannotConnectNamesTheHostAndHowToTestIt) {
+  RunResult r =
+      Launch({"-n", "1", "-s", "1", "--launcher", "ssh", "-H", "127.0.0.1", "--ssh-port", "1",
+              "--ssh-arg=-oConnectTimeout=20", "--timeout", "60", "--", "/bin/true"});
+  EXPECT_EQ(r.status, 255) << r.out;
+  EXPECT_NE(r.out.find("ssh to 127.0.0.1 failed before the process started"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("test the connection with: ssh -o BatchMode=yes -p 1 "
+                       "-oConnectTimeout=20 127.0.0.1 true"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(Launcher, TimeoutStopsTheJob) {
   const std::string tag = Tag();
   RunResult r = Launch({"-n", "1", "-s", "1", "--timeout", "2", "--env", tag, "--", DIST_WORKER,

@@ -139,13 +139,15 @@ def test_cpp_snippet_compiles_and_runs(doc, line, lang, tags, code, tmp_path):
     assert rc == 0, out
 
 
-LAUNCH_LINES = [s for s in shell_lines() if re.match(r'^(build/)?pskv-launch\b', s[2])]
+LAUNCH_LINES = [s for s in shell_lines() if re.match(r'^(PYTHONPATH=\S+ )?(build/)?pskv-launch\b', s[2])]
 PY_LINES = [s for s in shell_lines() if s[2].startswith('PYTHONPATH=build/python /usr/bin/python3 -c')]
 
 
 @pytest.mark.parametrize('doc,line,text', LAUNCH_LINES, ids=['%s:%d' % (s[0], s[1]) for s in LAUNCH_LINES])
 def test_launcher_command_line_parses(doc, line, text):
     argv = shlex.split(text)
+    while '=' in argv[0] and not argv[0].startswith('-'):   # VAR=value before the command
+        argv = argv[1:]
     args = [a for a in argv[1:]]
     if args == ['--help'] or args == ['--version']:
         full = [LAUNCH] + args

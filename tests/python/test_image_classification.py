@@ -104,7 +104,8 @@ def test_command_line_misuse_is_refused(tmp_path):
 def test_models_are_the_cifar_variants():
     import torch
     x = torch.zeros(2, 3, 32, 32)
-    for name, params in (('resnet18', 11173962), ('vgg11', 9225610), ('vgg11_imagenet_head', 128807306)):
+    for name, params in (('resnet18', 11173962), ('vgg11', 28144010), ('vgg11_linear', 9225610),
+                         ('vgg11_imagenet_head', 128807306)):
         m = ic.MODELS[name](num_classes=10, width=1.0)
         assert sum(p.numel() for p in m.parameters()) == params
         assert m(x).shape == (2, 10)

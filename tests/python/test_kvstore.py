@@ -189,7 +189,7 @@ def test_gradient_compression_device_only():
 
 def test_errors(kv):
     out = ones(0)
-    with pytest.raises(AssertionError):
+    with pytest.raises(pskv.UsageError, match='needs out='):
         kv.pull(3, out=None)
     with pytest.raises(pskv.KeyError, match='has not been inited'):
         kv.pull(3, out=out)

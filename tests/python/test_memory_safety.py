@@ -234,14 +234,16 @@ def test_row_ids_out_of_int64_range_and_floats_are_refused():
         kv.row_sparse_pull('emb', row_ids=np.array([2 ** 63 + 5], np.uint64))
     with pytest.raises(pskv.KeyError, match='out of range'):
         kv.push('emb', (np.ones((1, 4), np.float32), np.array([2 ** 64 - 1], np.uint64)))
-    # floats were truncated silently (2.7 -> row 2)
-    for ids in (np.array([2.7]), np.array([2.0], np.float32)):
-        with pytest.raises(pskv.InvalidArgument, match='integer dtype'):
+    # fractional floats were truncated silently (2.7 -> row 2): refused, naming the id
+    for ids in (np.array([2.7]), np.array([1.0, 2.5], np.float32)):
+        with pytest.raises(pskv.InvalidArgument, match='not a row number'):
             kv.row_sparse_pull('emb', row_ids=ids)
-        with pytest.raises(pskv.InvalidArgument, match='integer dtype'):
+        with pytest.raises(pskv.InvalidArgument, match='not a row number'):
             kv.push('emb', (np.ones((1, 4), np.float32), ids))
-        with pytest.raises(pskv.InvalidArgument, match='integer dtype'):
+        with pytest.raises(pskv.InvalidArgument, match='not a row number'):
             pskv.row_sparse_array((np.ones((1, 4), np.float32), ids), shape=(8, 4))
+    # whole-valued floats are row numbers (MXNet's row ids are float32)
+    assert kv.row_sparse_pull('emb', row_ids=np.array([2.0], np.float32)).indices.tolist() == [2]
     # empty ids of any dtype (np.array([]) is float64) are fine
     assert len(kv.row_sparse_pull('emb', row_ids=np.array([])).indices) == 0
     kv.close()

@@ -41,7 +41,7 @@ def test_trainer_features_two_workers(uok, tmp_path):
         assert r['f0'] == 3.0 and r['f'] == 3.0  # frozen: rank 0's, never updated
     if not uok:
         assert r0['mean'] == r1['mean'] == -1.5  # (1 + 2) / 2 workers
-        assert r0['allreduced'] == r1['allreduced'] == 3.0
+        assert r0['allreduced'] == r1['allreduced'] == 1.5  # the mean over workers, as loss_reduction says
         assert r0['update'] == r1['update'] == -3.0
     # BatchNorm buffers equal on both workers (rank 0's)
     assert r0['running_mean'] == r1['running_mean']

@@ -69,7 +69,8 @@ def features(kv, uok, out):
         (b * (r + 1)).sum().backward()
         tb.step()
         res['mean'] = b.item()
-        # allreduce_grads(): every worker's .grad holds the sum; update() applies the scale
+        # allreduce_grads(): every worker's .grad holds the mean (loss_reduction='mean');
+        # update() does not scale again
         (b * (r + 1)).sum().backward()
         tb.allreduce_grads()
         res['allreduced'] = b.grad.item()

@@ -24,7 +24,7 @@ inline std::string Rec(const std::string& who, const std::string& rest) {
 inline launcher::ChildSpec Script(const std::string& name, const std::string& script,
                                   launcher::StatusVia via = launcher::StatusVia::kSocket) {
   const std::string send = "send() { printf '%s' \"$1\" >&\"${PSKV_STATUS#fd:}\"; }; ";
-  return {name, {"/bin/bash", "-c", send + script}, {}, false, {}, false, via};
+  return {name, {"/bin/bash", "-c", send + script}, {}, false, {}, false, via, {}, {}};
 }
 
 /// Script text sending `who`'s record `rest`.

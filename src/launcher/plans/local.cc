@@ -23,8 +23,15 @@ void PlanLocal(const PlanContext& ctx, Plan& plan) {
     return cfg.forward_env.count(k) || has(cfg.env) || has(cfg.env_worker);
   };
   auto child = [](std::string name, std::vector<std::string> argv, Env env) {
-    return ChildSpec{std::move(name), std::move(argv),   std::move(env), false, {},
-                     false,           StatusVia::kSocket};
+    return ChildSpec{std::move(name),
+                     std::move(argv),
+                     std::move(env),
+                     false,
+                     {},
+                     false,
+                     StatusVia::kSocket,
+                     {},
+                     {}};
   };
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const std::string share = std::to_string(std::max(1u, cores / static_cast<unsigned>(n)));

@@ -68,9 +68,9 @@ void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status,
     return command(g, plan);
   };
   plan.children.push_back(
-      {"servers", group("server", cfg.num_servers), secret_env, false, {}, false, status});
+      {"servers", group("server", cfg.num_servers), secret_env, false, {}, false, status, {}, {}});
   plan.children.push_back(
-      {"workers", group("worker", cfg.num_workers), secret_env, false, {}, false, status});
+      {"workers", group("worker", cfg.num_workers), secret_env, false, {}, false, status, {}, {}});
 }
 
 Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
@@ -99,7 +99,9 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
                            false,
                            {},
                            false,
-                           StatusVia::kSocket});
+                           StatusVia::kSocket,
+                           {},
+                           {}});
   for (const ClusterType& t : ClusterTypes())
     if (cfg.launcher == t.name && t.plan) t.plan(ctx, plan);
   return plan;

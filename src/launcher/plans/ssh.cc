@@ -79,7 +79,11 @@ void PlanSsh(const PlanContext& ctx, Plan& plan) {
     argv.push_back(h.name);
     argv.push_back("bash -c " + ShellQuote(script));
     std::string name = server ? "server " + std::to_string(i) : "worker " + std::to_string(i - S);
-    plan.children.push_back({name, argv, {}, true, env_lines, false, StatusVia::kOutput});
+    std::string check = "ssh -o BatchMode=yes -p " + std::to_string(h.port);
+    for (auto& x : cfg.ssh_args) check += " " + ShellQuote(x);
+    check += " " + ShellQuote(h.name) + " true";
+    plan.children.push_back(
+        {name, argv, {}, true, env_lines, false, StatusVia::kOutput, h.name, check});
   }
   if (!cfg.sync_dst_dir.empty()) {
     // rsync runs before the job: recorded as files-to-run in the plan's prelude.
