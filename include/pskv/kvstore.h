@@ -73,6 +73,11 @@ class KVStore {
   /// dist_sync_device, dist_device_sync, dist_async_device (case-insensitive; the
   /// aliases local_update_cpu, local_allreduce_cpu, local_allreduce_device too).
   /// Anything else is an InvalidArgument listing these (MXNet silently made it local).
+  /// Types are parsed once (pskv/store_type.h), whose registry makes the stores.
+  ///
+  /// Values on devices (docs/gpu.md): `local` stages them through pinned host memory
+  /// and sums and updates on the CPU; `device` sums and updates on a home device per
+  /// key (kernels bit-identical to the CPU's). The dist types take CPU values.
   ///
   /// For a dist type in a process whose DMLC_ROLE is `server` or `scheduler`, Create
   /// throws UsageError: the library never exits a process. A C++ program that is

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "device/kernel_ops.h"
 #include "pskv/ndarray.h"
@@ -52,6 +53,61 @@ struct KernelCall {
   size_t DstBytes() const;
   size_t SrcBytes(int i) const;
 };
+
+/// Calls the visitor's member template for `call`'s operation and types, the one
+/// dispatch both backends use (the simulator's loops, the CUDA launches):
+///   v.template Sum<T>(call), v.template Convert<S, D>(call), v.template Fill<U>(call)
+///   (U: the unsigned integer of the element's size), v.template Scale<T>(call) (float
+///   types only), v.template Update<K>(call).
+/// T, S, D are kops storage types (kops::Half, kops::BF16 for the 16-bit floats). False
+/// for a dtype or rule it does not know.
+template <typename V>
+bool VisitKernelCall(const KernelCall& c, V&& v) {
+  using Op = KernelCall::Op;
+  switch (c.op) {
+    case Op::kSum:
+      return kops::DispatchStorage(c.dtype, [&](auto t) { v.template Sum<decltype(t)>(c); });
+    case Op::kConvert: {
+      bool ok = false;
+      kops::DispatchStorage(c.src_dtype, [&](auto s) {
+        ok = kops::DispatchStorage(
+            c.dtype, [&](auto d) { v.template Convert<decltype(s), decltype(d)>(c); });
+      });
+      return ok;
+    }
+    case Op::kFill:
+      switch (DTypeSize(c.dtype)) {
+        case 1:
+          v.template Fill<uint8_t>(c);
+          return true;
+        case 2:
+          v.template Fill<uint16_t>(c);
+          return true;
+        case 4:
+          v.template Fill<uint32_t>(c);
+          return true;
+        case 8:
+          v.template Fill<uint64_t>(c);
+          return true;
+      }
+      return false;
+    case Op::kScale: {
+      bool ok = false;
+      kops::DispatchStorage(c.dtype, [&](auto t) {
+        using T = decltype(t);
+        if constexpr (std::is_floating_point_v<T> || kops::kLowPrecision<T>) {
+          v.template Scale<T>(c);
+          ok = true;
+        }
+      });
+      return ok;
+    }
+    case Op::kUpdate:
+      return kops::DispatchUpdate(c.update,
+                                  [&](auto tag) { v.template Update<decltype(tag)::kind>(c); });
+  }
+  return false;
+}
 
 class Backend {
  public:

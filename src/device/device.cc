@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env_table.h"
 #include "device/runtime.h"
 #include "pskv/device.h"
 #include "pskv/error.h"
@@ -42,16 +43,19 @@ Device ParseDevice(const std::string& s) {
 
 namespace cuda {
 
-int ParseFakeDevices(const char* value) {
+// The ranges are the environment table's (common/env_table.cc); null or "" is 0 (off).
+namespace {
+int DeviceCountVariable(const char* name, const char* value) {
   if (value == nullptr || *value == '\0') return 0;
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(value, &end, 10);
-  if (errno != 0 || end == value || *end != '\0' || v < 1 || v > 64)
-    throw ConfigError(std::string("environment variable PSKV_CUDA_FAKE_DEVICES='") + value +
-                      "' must be an integer in [1, 64] (logical GPUs mapped onto GPU 0; "
-                      "unset it to use the real devices)");
-  return static_cast<int>(v);
+  return static_cast<int>(EnvInt(*FindEnvVar(name), value));
+}
+}  // namespace
+
+int ParseFakeDevices(const char* value) {
+  return DeviceCountVariable("PSKV_CUDA_FAKE_DEVICES", value);
+}
+int ParseSimDevices(const char* value) {
+  return DeviceCountVariable("PSKV_SIM_DEVICES", value);
 }
 
 }  // namespace cuda

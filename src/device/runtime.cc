@@ -71,16 +71,9 @@ void Count(std::atomic<uint64_t>& bytes, std::atomic<uint64_t>& count, size_t n)
 std::mutex g_choice_mu;
 device::SimOptions g_sim_choice;
 
-uint64_t ParseJitter(const char* v) {
+uint64_t ParseJitter(const char* v) {  // the range is the environment table's
   if (v == nullptr || *v == '\0') return 0;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long s = std::strtoull(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0')
-    throw ConfigError(std::string("environment variable PSKV_SIM_JITTER='") + v +
-                      "' must be a non-negative integer (the seed of the simulated streams' "
-                      "random delays; 0 or unset: off)");
-  return s;
+  return static_cast<uint64_t>(EnvInt(*FindEnvVar("PSKV_SIM_JITTER"), v));
 }
 
 class Runtime {
@@ -236,18 +229,6 @@ void Launch(int id, const KernelCall& call, Stream s) {
 }
 
 }  // namespace
-
-int ParseSimDevices(const char* value) {
-  if (value == nullptr || *value == '\0') return 0;
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(value, &end, 10);
-  if (errno != 0 || end == value || *end != '\0' || v < 0 || v > 64)
-    throw ConfigError(std::string("environment variable PSKV_SIM_DEVICES='") + value +
-                      "' must be an integer in [0, 64] (the number of simulated devices; "
-                      "0 or unset: off)");
-  return static_cast<int>(v);
-}
 
 bool Built() {
   return device::CudaBackendBuilt();
