@@ -110,6 +110,17 @@ class Trainer(TrainerStates, TrainerSparse):
     sparse_params : iterable of torch.Tensor, optional
         Parameters whose gradients are sparse (row_sparse keys). Default: the weights
         of the ``nn.Embedding``/``nn.EmbeddingBag(sparse=True)`` of a module `params`.
+    devices : list of str, optional
+        One device per replica (MXNet's ``ctx=[gpu(0), gpu(1)]``): `params` is then a
+        list of replicas (modules or lists of tensors with the same shapes), replica
+        ``r`` trained on device ``devices[r]`` on its part of the batch
+        (:func:`pskv.data.split_and_load`). The store sums the replicas' gradients on
+        their devices (a ``device`` store on a device, ``local`` on the CPU) and writes
+        every replica's new weights; ``loss_reduction='mean'`` divides by workers times
+        replicas. On this build the tensors are CPU tensors and their exchange is
+        staged to the devices and back: with ``PSKV_SIM_DEVICES=k`` a dry run of
+        multi-device training with the copies counted (docs/gpu.md). Not with
+        `push_in_backward` or sparse parameters.
 
     Examples
     --------
@@ -119,7 +130,8 @@ class Trainer(TrainerStates, TrainerSparse):
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore=_UNSET, global_batch_size=None,
                  update_on_kvstore=None, compression_params=None, loss_reduction=None,
-                 push_in_backward=False, broadcast_buffers=True, buffers=None, sparse_params=None):
+                 push_in_backward=False, broadcast_buffers=True, buffers=None, sparse_params=None,
+                 devices=None):
         # Gluon's order is (params, optimizer, optimizer_params, kvstore, ...); earlier
         # pskv releases took (params, optimizer, kvstore, global_batch_size): both work.
         if isinstance(optimizer_params, (str, KVStore)):
@@ -130,6 +142,10 @@ class Trainer(TrainerStates, TrainerSparse):
             optimizer_params, kvstore = None, optimizer_params
         if kvstore is _UNSET:
             kvstore = 'dist_sync'
+        replicas = None
+        if devices is not None:
+            devices, replicas = _replicas_on(devices, params, push_in_backward, sparse_params)
+            params = replicas[0]
         module_buffers = []
         sparse_ids = set(id(p) for p in (sparse_params or []))
         names = {}  # id(parameter) -> its name in the module (for messages)
@@ -160,6 +176,23 @@ class Trainer(TrainerStates, TrainerSparse):
         if not self._params:
             raise _pskv.InvalidArgument('Trainer needs parameters')
         self._param_names = [names.get(id(p), 'parameter %d' % i) for i, p in enumerate(self._params)]
+        # Replicas (devices): replica 0 is self._params; the others have the same shapes.
+        self._devs = devices
+        self._replicas = [self._params]
+        self._rep_buffers = []  # the other replicas' module buffers, kept equal to replica 0's
+        if replicas is not None:
+            for r, rep in enumerate(replicas[1:], 1):
+                ps = _plain_params(rep)
+                if [tuple(p.shape) for p in ps] != [tuple(p.shape) for p in self._params]:
+                    raise _pskv.InvalidArgument('replica %d has other parameters than replica 0: every replica '
+                                                'must be the same model (one per device)' % r)
+                self._replicas.append(ps)
+                if isinstance(rep, _torch.nn.Module):
+                    self._rep_buffers.append(list(rep.buffers()))
+            if any(self._params[i].requires_grad and i in sparse_ids for i in range(len(self._params))):
+                raise _pskv.UsageError(_DEVICES_DENSE_ONLY)
+        self._twins = [[None] * len(self._params) for _ in self._replicas]
+        self._copy_back = []
         self._warned_stale = set()  # the sets of stale parameters warned about
         for p in self._params:
             if not isinstance(p, _torch.Tensor) or p.device.type != 'cpu' or not p.is_contiguous():
@@ -182,7 +215,8 @@ class Trainer(TrainerStates, TrainerSparse):
             raise _pskv.InvalidArgument("loss_reduction must be 'mean' or 'sum', got %r" % (loss_reduction,))
         if global_batch_size is not None and global_batch_size <= 0:
             raise _pskv.InvalidArgument('global_batch_size must be > 0 (samples per step over all workers)')
-        self._loss = _pskv.trainer.LossScale(loss_reduction, global_batch_size or 0, n)
+        R = len(self._replicas)
+        self._loss = _pskv.trainer.LossScale(loss_reduction, global_batch_size or 0, n, R)
 
         # --- sparse parameters: row_sparse keys, updated on the store
         self._sparse = [i for i, p in enumerate(self._params) if id(p) in sparse_ids]
@@ -201,7 +235,7 @@ class Trainer(TrainerStates, TrainerSparse):
         # --- update_on_kvstore: MXNet's Gluon Trainer policy (include/pskv/trainer_policy.h)
         self._uok = _pskv.trainer.update_on_kvstore(
             update_on_kvstore, self.kv.type, self.kv._kv.update_on_kvstore_default, owns_store,
-            max(p.numel() for p in self._params), bool(self._sparse))
+            max(p.numel() for p in self._params), bool(self._sparse), R)
 
         # --- keys: this Trainer's range of the store (several Trainers may share one)
         self._buffers = list(buffers) if buffers is not None else module_buffers
@@ -272,9 +306,13 @@ class Trainer(TrainerStates, TrainerSparse):
                     self.kv.init(k, _sparse_mod.RowSparseArray(_np(p), rows, tuple(p.shape)))
                     self._pull_rows(i, rows)
                     continue
-                batch.broadcast(k, p.data, out=p.data)
+                if self._devs is None:
+                    batch.broadcast(k, p.data, out=p.data)
+                else:  # replica 0's weights become every replica's, on its device
+                    batch.broadcast(k, self._in(0, p.data), out=self._outs(i, [rep[i].data for rep in self._replicas]))
             for k, b in zip(self._buf_keys, self._buffers):
                 batch.broadcast(k, b.data, out=b.data)
+        self._finish_copies()
         self._out = [np.empty(tuple(p.shape), dtype=_np(p).dtype) for p in self._params]
         self._buf_out = [np.empty(tuple(b.shape), dtype=_np(b).dtype) for b in self._buffers]
         self._versions = [p._version for p in self._params]
@@ -393,6 +431,9 @@ class Trainer(TrainerStates, TrainerSparse):
         self.kv._kv.push(self._keys, [_np(p) for p in self._params], 0)
         self.kv._kv.wait(self._keys)
         self._ship_optimizer()
+        with _torch.no_grad():
+            for i in range(len(self._params)):
+                self._sync_replicas(i)
         self._versions = [p._version for p in self._params]
 
     def _active(self):
@@ -447,7 +488,11 @@ class Trainer(TrainerStates, TrainerSparse):
             # call, which a dist store fuses into few messages; big ones keep one call
             # each with their own priority.
             with self.kv.batch() as batch:
-                rows_pending, direct = self._issue_step(batch, ratio, row_ids)
+                if self._devs is None:
+                    rows_pending, direct = self._issue_step(batch, ratio, row_ids)
+                else:
+                    rows_pending, direct = self._issue_step_devices(batch, ratio)
+            self._finish_copies()
             with _torch.no_grad():
                 for i in self._active():
                     if i not in self._sparse_set and i not in direct:
@@ -498,6 +543,68 @@ class Trainer(TrainerStates, TrainerSparse):
             rows_pending[i] = self.kv._row_sparse_start(self._keys[i], want, i)
         return rows_pending, direct
 
+    def _issue_step_devices(self, batch, ratio):
+        """A uok step with replicas on devices: each replica's gradient on its device,
+        the new weights written on every replica's device (copied back by
+        _finish_copies after the batch's wait)."""
+        batch._issued(self._keys + self._buf_keys)
+        R = len(self._replicas)
+        for i in reversed(self._active()):
+            grads = [self._in(r, self._grad_of(r, i, ratio)) for r in range(R)]
+            outs = self._outs(i, [rep[i].data for rep in self._replicas])
+            self._hold[i] = grads
+            self.kv._kv.pushpull([self._keys[i]] * R, grads, [self._keys[i]] * R, outs, i)
+        self._issue_buffers()
+        return {}, set(self._active())
+
+    def _grad_of(self, r, i, ratio):
+        p = self._replicas[r][i]
+        g = p.grad if p.grad is not None else _torch.zeros_like(p)
+        _dense_grad(i, g)
+        if ratio != 1.0:
+            g = g * ratio
+        return g.detach().contiguous()
+
+    # ------------------------------------------------------------ devices
+    def _in(self, r, t):
+        """What the store reads of replica r: a view of the tensor, or a copy of it on
+        replica r's device."""
+        if self._devs is None or not self._devs[r].startswith('cuda'):
+            return _np(t)
+        return _pskv.DeviceArray(_np(t), self._devs[r])
+
+    def _outs(self, i, tensors):
+        """Where the store writes parameter i of each replica: the tensors themselves,
+        or their device twins (one per replica and parameter, kept), copied back into
+        the tensors by _finish_copies."""
+        if self._devs is None:
+            return [_np(t) for t in tensors]
+        outs = []
+        for r, t in enumerate(tensors):
+            if not self._devs[r].startswith('cuda'):
+                outs.append(_np(t))
+                continue
+            twin = self._twins[r][i]
+            if twin is None or twin.shape != tuple(t.shape) or np.dtype(twin.dtype) != _np(t).dtype:
+                twin = self._twins[r][i] = _pskv.DeviceArray.zeros(tuple(t.shape), str(_np(t).dtype), self._devs[r])
+            self._copy_back.append((twin, t))
+            outs.append(twin)
+        return outs
+
+    def _finish_copies(self):
+        """After the store's calls finished: the device results into the tensors."""
+        if not self._copy_back:
+            return
+        with _torch.no_grad():
+            for twin, t in self._copy_back:
+                t.copy_(_torch.from_numpy(twin.asnumpy()))
+        self._copy_back = []
+
+    def _sync_replicas(self, i):
+        """Replica 0's parameter i into every other replica (after a local update)."""
+        for rep in self._replicas[1:]:
+            rep[i].data.copy_(self._params[i].data)
+
     def allreduce_grads(self, ignore_stale_grad=False):
         """Reduces .grad over all workers, in place (update_on_kvstore=False only); then
         e.g. clip, and call :meth:`update` — or step a ``torch.optim`` optimizer of
@@ -523,7 +630,8 @@ class Trainer(TrainerStates, TrainerSparse):
         if scale:
             with _torch.no_grad():
                 for i in self._active():
-                    self._params[i].grad.mul_(scale)
+                    for rep in self._replicas:
+                        rep[i].grad.mul_(scale)
         self._reduced_scale = scale or 1.0
         self._reduced = True
         # What update() would finish: a torch.optim optimizer may step instead.
@@ -556,17 +664,27 @@ class Trainer(TrainerStates, TrainerSparse):
         with _torch.no_grad(), self.kv.batch() as batch:
             batch._issued(self._keys + self._buf_keys)  # native calls: waited for at the end
             for i in reversed(self._active()):
-                p = self._params[i]
                 if self._pushed[i]:
                     continue  # pushed by the hook: the sum arrives in self._out[i]
-                if p.grad is None:
-                    p.grad = _torch.zeros_like(p)
-                elif _dense_grad(i, p.grad) and not p.grad.is_contiguous():
-                    p.grad = p.grad.contiguous()
-                self._hold[i] = p.grad
-                g = _np(p.grad)
-                self.kv._kv.pushpull([self._keys[i]], [g], [self._keys[i]], [g], i)
+                for rep in self._replicas:
+                    p = rep[i]
+                    if p.grad is None:
+                        p.grad = _torch.zeros_like(p)
+                    elif _dense_grad(i, p.grad) and not p.grad.is_contiguous():
+                        p.grad = p.grad.contiguous()
+                if self._devs is None:
+                    self._hold[i] = self._params[i].grad
+                    g = _np(self._params[i].grad)
+                    self.kv._kv.pushpull([self._keys[i]], [g], [self._keys[i]], [g], i)
+                    continue
+                # replicas: every replica's .grad receives the sum (via its device)
+                R = len(self._replicas)
+                grads = [self._in(r, rep[i].grad) for r, rep in enumerate(self._replicas)]
+                self._hold[i] = grads
+                self.kv._kv.pushpull([self._keys[i]] * R, grads, [self._keys[i]] * R,
+                                     self._outs(i, [rep[i].grad for rep in self._replicas]), i)
             self._issue_buffers()  # with the gradients: one wait for all, when the batch ends
+        self._finish_copies()
         with _torch.no_grad():
             for i in self._active():
                 if self._pushed[i]:
@@ -601,6 +719,7 @@ class Trainer(TrainerStates, TrainerSparse):
                 p = self._params[i]
                 g = p.grad if ratio == 1.0 else p.grad * ratio
                 self._updater.update(self._keys[i], _np(g.contiguous()), _np(p.data))
+                self._sync_replicas(i)
 
     def _issue_buffers(self):
         """broadcast_buffers: every worker gets rank 0's buffers (DDP's rule). Issued
@@ -619,10 +738,14 @@ class Trainer(TrainerStates, TrainerSparse):
         with _torch.no_grad():
             for b, o in zip(self._buffers, self._buf_out):
                 b.data.copy_(_torch.from_numpy(o))
+            for bufs in self._rep_buffers:  # replicas: replica 0's buffers
+                for b, b0 in zip(bufs, self._buffers):
+                    b.data.copy_(b0.data)
 
     def _finish(self):
-        for p in self._params:
-            p.grad = None
+        for rep in self._replicas:
+            for p in rep:
+                p.grad = None
         self._pushed = [False] * len(self._params)
         self._hold.clear()
         self._reduced = False
@@ -631,8 +754,68 @@ class Trainer(TrainerStates, TrainerSparse):
 
     def zero_grad(self):
         """Clears .grad of every parameter (sets it to None)."""
-        for p in self._params:
-            p.grad = None
+        for rep in self._replicas:
+            for p in rep:
+                p.grad = None
+
+
+_DEVICES_DENSE_ONLY = ('devices= works with dense parameters exchanged in step(): use push_in_backward=False and '
+                       'keep sparse parameters on the CPU (no devices)')
+
+
+def _plain_params(rep):
+    """The parameters of one replica: a module's, or a list of tensors or groups."""
+    if isinstance(rep, _torch.nn.Module):
+        return list(rep.parameters())
+    out, seen = [], set()
+    for item in rep:
+        ps = item['params'] if isinstance(item, dict) else item
+        for p in ([ps] if isinstance(ps, _torch.Tensor) else list(ps)):
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def _replicas_on(devices, params, push_in_backward, sparse_params):
+    """(device names, replicas) checked: one replica per device, devices that exist."""
+    if isinstance(devices, (str, _torch.device)):
+        devices = [devices]
+    names = [_device_name(d) for d in devices]
+    if not names:
+        raise _pskv.InvalidArgument('devices= needs at least one device')
+    if isinstance(params, _torch.nn.Module) or not isinstance(params, (list, tuple)):
+        if len(names) != 1:
+            raise _pskv.InvalidArgument(
+                'devices= names %d devices: give params as a list of %d replicas (one model per device, e.g. '
+                '[copy.deepcopy(model) for _ in devices])' % (len(names), len(names)))
+        params = [params]
+    replicas = list(params)
+    if len(replicas) != len(names):
+        raise _pskv.InvalidArgument('devices= names %d devices for %d replicas: give one replica (model) per '
+                                    'device' % (len(names), len(replicas)))
+    if push_in_backward or sparse_params:
+        raise _pskv.UsageError(_DEVICES_DENSE_ONLY)
+    for d in names:
+        if d.startswith('cuda') and int(d.split(':')[1]) >= _pskv.cuda.device_count():
+            raise _pskv.DeviceUnavailable('devices= names %s, but %s (simulated devices: PSKV_SIM_DEVICES=k)'
+                                          % (d, _pskv.cuda.status()))
+    return names, replicas
+
+
+def _device_name(d):
+    """'cuda:N' or 'cpu' for a device given as MXNet, torch or pskv name it."""
+    s = str(d).strip().lower()
+    for prefix in ('gpu(', 'cuda('):
+        if s.startswith(prefix) and s.endswith(')'):
+            s = 'cuda:' + s[len(prefix):-1]
+    if s.startswith('gpu:'):
+        s = 'cuda:' + s[4:]
+    if s == 'cuda':
+        s = 'cuda:0'
+    if s == 'cpu' or (s.startswith('cuda:') and s[5:].isdigit()):
+        return s
+    raise _pskv.InvalidArgument("unknown device %r: use 'cuda:N' (MXNet's gpu(N)) or 'cpu'" % (d,))
 
 
 def _dense_grad(i, g):

@@ -1,4 +1,4 @@
-from typing import Any, ContextManager, Iterable, Iterator, Optional, Union
+from typing import Any, ContextManager, Iterable, Iterator, Optional, Sequence, Union
 
 import torch as _torch
 
@@ -14,7 +14,8 @@ class Trainer:
                  compression_params: Optional[dict[str, Any]] = ..., loss_reduction: Optional[str] = ...,
                  push_in_backward: bool = ..., broadcast_buffers: bool = ...,
                  buffers: Optional[Iterable[_torch.Tensor]] = ...,
-                 sparse_params: Optional[Iterable[_torch.Tensor]] = ...) -> None: ...
+                 sparse_params: Optional[Iterable[_torch.Tensor]] = ...,
+                 devices: Optional[Sequence[Any]] = ...) -> None: ...
     def row_sparse_pull(self, param: _torch.Tensor, row_ids: Any) -> None: ...
     @property
     def update_on_kvstore(self) -> bool: ...

@@ -42,7 +42,7 @@ void BindTrainerPolicy(py::module_& parent) {
   m.def(
       "update_on_kvstore",
       [](std::optional<bool> requested, const std::string& store_type, bool env_default,
-         bool store_from_name, int64_t largest_param, bool sparse_params) {
+         bool store_from_name, int64_t largest_param, bool sparse_params, int devices) {
         UpdatePlacement p;
         p.requested = requested;
         p.store_type = store_type;
@@ -50,17 +50,19 @@ void BindTrainerPolicy(py::module_& parent) {
         p.store_from_name = store_from_name;
         p.largest_param = largest_param;
         p.sparse_params = sparse_params;
+        p.devices = devices;
         return ResolveUpdateOnKVStore(p);
       },
       py::arg("requested"), py::arg("store_type"), py::arg("env_default"),
       py::arg("store_from_name"), py::arg("largest_param"), py::arg("sparse_params"),
-      "ResolveUpdateOnKVStore for one device.");
+      py::arg("devices") = 1, "ResolveUpdateOnKVStore (devices: replicas per worker).");
   py::class_<LossScale>(m, "LossScale")
       .def(py::init([](const std::optional<std::string>& reduction, int64_t global_batch_size,
-                       int workers) {
-             return LossScale(ToReduction(reduction), global_batch_size, workers, 1);
+                       int workers, int devices) {
+             return LossScale(ToReduction(reduction), global_batch_size, workers, devices);
            }),
-           py::arg("reduction"), py::arg("global_batch_size"), py::arg("workers"))
+           py::arg("reduction"), py::arg("global_batch_size"), py::arg("workers"),
+           py::arg("devices") = 1)
       .def_property_readonly("reduction",
                              [](const LossScale& s) -> std::optional<std::string> {
                                switch (s.reduction()) {
