@@ -117,7 +117,10 @@ class Trainer {
   /// Pulls rows `row_ids` of sparse parameter `index` from the store into it.
   void RowSparsePull(size_t index, const torch::Tensor& row_ids);
   /// update_on_kvstore=false only: sums .grad over replicas and workers into every
-  /// replica's .grad (then e.g. clip), and Update() applies the optimizer.
+  /// replica's .grad, scaled as the loss reduction says (kMean: the mean over workers
+  /// and replicas, DDP's; global_batch_size B: the sum / B; neither: the sum); then e.g.
+  /// clip, and Update() applies the optimizer (scaling no further), or step a
+  /// torch::optim optimizer of your own.
   void AllreduceGrads();
   void Update(int64_t batch_size = 0);
 

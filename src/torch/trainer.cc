@@ -397,6 +397,17 @@ void Trainer::AllreduceGrads() {
         "otherwise): set update_on_kvstore=false, or call Step()");
   CheckWeights(m);
   Allreduce(m);
+  // .grad as the optimizer uses it: scaled as the loss reduction says (the mean over
+  // workers and replicas with kMean), so that a torch.optim step after this sees what
+  // DDP gives; Update() then divides that scale out of its rescale_grad once.
+  const double scale = m.loss->scale();
+  m.reduced_scale = scale != 0 ? scale : 1.0;
+  if (scale != 0 && scale != 1.0) {
+    torch::NoGradGuard no_grad;
+    for (auto& replica : m.replicas)
+      for (size_t i = 0; i < m.P(); ++i)
+        if (m.Active(i) && replica[i].grad().defined()) replica[i].mutable_grad().mul_(scale);
+  }
   m.reduced = true;
 }
 
@@ -404,7 +415,7 @@ void Trainer::Update(int64_t batch_size) {
   Impl& m = *impl_;
   if (m.uok) throw UsageError("Update() is for update_on_kvstore=false: call Step() instead");
   if (!m.reduced) throw UsageError("Update() needs AllreduceGrads() first (or call Step())");
-  UpdateLocal(m, m.loss->Ratio(batch_size));
+  UpdateLocal(m, m.loss->Ratio(batch_size) / m.reduced_scale);
   SyncBuffers(m);
   Finish(m);
   ++steps_;

@@ -32,6 +32,7 @@ struct Trainer::Impl {
   std::vector<NDArray> hold;  // pushed gradients, alive until the step ends
   bool no_sync = false;
   bool reduced = false;  // AllreduceGrads() ran, Update() may follow
+  double reduced_scale = 1.0;  // the loss scale AllreduceGrads() applied to .grad
   bool stepped = false;
   std::vector<int64_t> versions;  // replica 0's parameter versions after our writes
   // TrainerOptions::devices: per [replica][parameter], the device arrays the store

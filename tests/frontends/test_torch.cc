@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace {
@@ -30,13 +32,14 @@ void Compare(const std::string& uok, int single_devices, int dist_devices) {
   const std::string a = dir + "/pskv_equiv_single_" + std::to_string(::getpid()),
                     b = dir + "/pskv_equiv_dist_" + std::to_string(::getpid());
   const int steps = 6, batch = 16;
-  ASSERT_EQ(Sh(std::string(EQUIV) + " " + a + " local " + uok + " " + std::to_string(2 * batch) +
-               " " + std::to_string(steps) + " " + std::to_string(single_devices)),
-            0);
-  ASSERT_EQ(Sh(std::string(LAUNCH) + " -n 2 -s 1 --timeout 200 -- " + EQUIV + " " + b +
-               " dist_sync " + uok + " " + std::to_string(batch) + " " + std::to_string(steps) +
-               " " + std::to_string(dist_devices)),
-            0);
+  // (a stream, not operator+ chains: GCC 12's -Warray-bounds misfires on those at -O2)
+  std::ostringstream single, dist;
+  single << EQUIV << ' ' << a << " local " << uok << ' ' << 2 * batch << ' ' << steps << ' '
+         << single_devices;
+  dist << LAUNCH << " -n 2 -s 1 --timeout 200 -- " << EQUIV << ' ' << b << " dist_sync " << uok
+       << ' ' << batch << ' ' << steps << ' ' << dist_devices;
+  ASSERT_EQ(Sh(single.str()), 0);
+  ASSERT_EQ(Sh(dist.str()), 0);
   auto x = ReadFloats(a), y = ReadFloats(b);
   ASSERT_EQ(x.size(), y.size());
   ASSERT_GT(x.size(), 50000u);

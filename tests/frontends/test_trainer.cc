@@ -207,9 +207,9 @@ TEST_P(TrainerTest, ReplicasWithMeanLosses) {
   if (!GetParam()) {
     w0.sum().backward();
     (3 * w1).sum().backward();
-    t.AllreduceGrads();  // the sum in every replica's .grad
-    EXPECT_EQ(Val(w0.grad()), 4.0f);
-    EXPECT_EQ(Val(w1.grad()), 4.0f);
+    t.AllreduceGrads();  // the mean over the 2 replicas in every replica's .grad (kMean)
+    EXPECT_EQ(Val(w0.grad()), 2.0f);
+    EXPECT_EQ(Val(w1.grad()), 2.0f);
     t.Update();
     EXPECT_EQ(Val(w0), -4.0f);
     EXPECT_EQ(Val(w1), -4.0f);

@@ -10,7 +10,7 @@ every relative link resolves.
   `norun` marks an excerpt of a file that a test runs (it says which).
 * Shell lines (fenced or indented blocks) that run pskv-launch are run with --dry-run;
   `PYTHONPATH=build/python /usr/bin/python3 -c ...` lines are run. The install recipe
-  (`pip install`, venv) is run by test_packaging.py::test_pip_install_into_a_venv_offline.
+  (`pip install`, venv) is run by test_readme_quickstart.py::test_readme_quickstart_installed_into_a_venv.
 """
 import glob
 import os
