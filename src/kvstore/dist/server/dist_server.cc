@@ -29,8 +29,8 @@ bool IsSparse(Kind k) {
 }
 
 // The request path: `process`, or, when a test asks for late replies
-// (TestHooks::reply_delay, common/test_hooks.h), `process` after that long a sleep.
-// Chosen once, so that no request of a production server looks at the hook.
+// (FailPoints::ReplyDelay, ps/fail_points.h), `process` after that long a sleep.
+// Chosen once, so that no request of a production server looks at the fail point.
 std::function<void(KVRequest&&)> WithReplyDelay(std::chrono::milliseconds delay,
                                                 std::function<void(KVRequest&&)> process) {
   if (delay.count() <= 0) return process;
@@ -56,7 +56,7 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
       replicator_(replicator),
       reducer_(node->options().bigarray_bound, node->options().reduction_threads),
       serial_(INT64_MAX, 1),
-      process_(WithReplyDelay(node->test_hooks().reply_delay,
+      process_(WithReplyDelay(node->fail_points().ReplyDelay(),
                               [this](KVRequest&& r) { Process(std::move(r)); })),
       keys_(static_cast<size_t>(ShardPoolSize(node->options().server_threads))),
       pool_(static_cast<int>(keys_.size()), {}, [this](size_t, KVRequest&& r) {
@@ -88,11 +88,8 @@ DistServer::~DistServer() {
   }
   inspect_cv_.notify_all();
   if (inspector_.joinable()) inspector_.join();
-  {
-    std::lock_guard<std::mutex> lk(held_mu_);
-    for (auto& t : held_sends_) t.join();
-  }
-  pool_.Stop();  // requests still queued are dropped: the job is ending
+  node_->fail_points().Quiesce();  // a round a test held back (HoldReplicatedRound)
+  pool_.Stop();                    // requests still queued are dropped: the job is ending
 }
 
 size_t DistServer::ShardOf(int64_t wire_key) const {

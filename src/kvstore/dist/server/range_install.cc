@@ -98,7 +98,7 @@ bool DistServer::TakenByCopy(KVRequest& req) {
 void DistServer::InstallIfComplete() {
   CopyIn& in = *copy_in_;
   // A test may hold the install back until changes that followed the copy arrived.
-  const uint64_t hold = static_cast<uint64_t>(node_->test_hooks().copy_hold_changes);
+  const uint64_t hold = node_->fail_points().CopyHoldChanges();
   const bool complete = in.end && in.keys == in.got_keys && in.value_bytes == in.got_values &&
                         in.held.size() >= hold &&
                         std::all_of(in.states.begin(), in.states.end(), [&](const auto& s) {

@@ -1,9 +1,7 @@
 // DistServer: copying a range's changes to its replicas, and applying them there
 // (dist_server.h, "Replicated servers"; docs/fault-tolerance.md).
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <functional>
 
 #include "common/byte_io.h"
 #include "common/logging.h"
@@ -87,12 +85,7 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
       obs::Span("replicate", "replicate", std::to_string(dist::KeyOf(key)), sum_bytes, sent_us,
                 obs::NowUs());
     if (!e) {
-      const int64_t exit_after = node_->test_hooks().exit_after_replicated_rounds;
-      if (exit_after > 0 && static_cast<int64_t>(++replicated_rounds_) >= exit_after) {
-        std::fprintf(stderr, "%s: exiting after %lld replicated rounds (test hook)\n",
-                     node_->Tag().c_str(), static_cast<long long>(exit_after));
-        std::_Exit(137);
-      }
+      node_->fail_points().RoundReplicated(RangeIndex());
       for (auto& x : *pushes) {
         ReplyOwner answer = *value;  // each push's answer holds its own reference
         FinishWith(x.push, &answer, nullptr);
@@ -107,24 +100,12 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
     }
     for (auto& x : *pushes) FinishWith(x.push, nullptr, &failure);
   };
-  const int64_t hold = node_->test_hooks().hold_replication_round;
-  if (hold > 0 && round == hold && replicator_->version() == 1)
-    return SendWhenTableChanged(to, std::move(m), std::move(answer));
-  replicator_->Send(to, std::move(m), std::move(answer));
-}
-
-void DistServer::SendWhenTableChanged(std::vector<int> to, Message m, Replicator::Done done) {
-  std::lock_guard<std::mutex> lk(held_mu_);
-  held_sends_.emplace_back(
-      [this, to = std::move(to), m = std::move(m), done = std::move(done)]() mutable {
-        const auto until = Clock::now() + std::chrono::seconds(10);
-        while (replicator_->version() == 1 && Clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        PSKV_WARN(node_->Tag() << ": key range " << RangeIndex()
-                               << ": a held round sent to the replicas chosen before range table v"
-                               << replicator_->version() << " (test hook)");
-        replicator_->Send(to, std::move(m), std::move(done));
-      });
+  std::function<void()> send = [this, to, m = std::move(m), answer = std::move(answer)]() mutable {
+    replicator_->Send(to, std::move(m), std::move(answer));
+  };
+  if (!node_->fail_points().HoldReplicatedRound(
+          RangeIndex(), round, [this] { return replicator_->version(); }, send))
+    send();
 }
 
 void DistServer::ApplyReplica(const KVRequest& req) {
@@ -200,16 +181,8 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   // the round stays open and the primary's next round of the key is refused with
   // "round r + 1 before round r", failing its pushes instead of diverging silently.
   server_->Respond(req);
-  const int64_t exit_before = node_->test_hooks().exit_before_delegated_answer;
-  if (exit_before > 0 && !answers.empty() && static_cast<int64_t>(++delegations_) >= exit_before) {
-    // The acknowledgement reaches the primary first, which leaves these answers to
-    // this copy: the workers must get them from the primary all the same.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::fprintf(stderr,
-                 "%s: exiting before answering %zu push-pull(s) for the primary (test hook)\n",
-                 node_->Tag().c_str(), answers.size());
-    std::_Exit(137);
-  }
+  if (!answers.empty())
+    node_->fail_points().DelegatedRoundAcknowledged(RangeIndex(), answers.size());
   const uint64_t bytes = m.len_ptr()[0];
   obs::StepScope obs_apply("replica", dist::KeyOf(key), bytes);  // [observe]
   std::string scratch;
@@ -291,12 +264,7 @@ void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   answer->received_us = req.received_us;
   replicator_->Send(to, std::move(m), [this, answer, init](std::exception_ptr e) {
     try {
-      const int64_t exit_after = node_->test_hooks().exit_after_forwarded_inits;
-      if (!e && init && exit_after > 0 && static_cast<int64_t>(++forwarded_inits_) >= exit_after) {
-        std::fprintf(stderr, "%s: exiting after %lld forwarded inits (test hook)\n",
-                     node_->Tag().c_str(), static_cast<long long>(exit_after));
-        std::_Exit(137);
-      }
+      if (!e && init) node_->fail_points().InitForwarded(RangeIndex());
       if (!e) return server_->Respond(*answer);
       try {
         std::rethrow_exception(e);
