@@ -217,8 +217,8 @@ void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items
   AsyncCopy copy;
   if (!to.empty()) {
     copy.dtype = compressed ? DType::kFloat32 : static_cast<DType>(dist::CmdDType(req.cmd));
-    copy.body.Put<uint64_t>(replicator_->version());
-    copy.body.Put<int32_t>(req.sender);
+    copy.pushes.version = replicator_->version();
+    copy.pushes.worker = req.sender;
   }
   std::vector<std::pair<int64_t, ReplyOwner>> answer;
   std::optional<Failure> failure;
@@ -253,9 +253,7 @@ void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items
       if (!to.empty()) {
         copy.keys.push_back(dist::PsKey(it.key, RangeIndex(), node_->num_servers()));
         copy.lens.push_back(grad.nbytes());
-        copy.body.Put<int64_t>(seq);
-        copy.body.Put<int64_t>(schedule_at);
-        copy.body.Put<uint64_t>(counts.empty() ? 0 : counts[i]);
+        copy.pushes.keys.push_back({seq, schedule_at, counts.empty() ? 0 : counts[i]});
         if (compressed) {
           copy.pieces.push_back({static_cast<const char*>(grad.raw()), grad.nbytes()});
           copy.owned.push_back(std::move(grad));

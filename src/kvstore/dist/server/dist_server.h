@@ -302,7 +302,7 @@ class DistServer {
     std::vector<uint64_t> keys, lens;  // ps keys, gradient bytes
     std::vector<Frame::Piece> pieces;  // the gradients (in the request's buffers or `owned`)
     std::vector<NDArray> owned;        // gradients made here (dequantized)
-    ByteWriter body;                   // the sender; per key: sequence, update count, count
+    dist::replication_wire::AsyncPushes pushes;  // the sender; per key: sequence, counts
   };
   /// The push counts a replicated job's worker sent with `req` (one per key), or empty.
   static std::vector<uint64_t> PushCounts(const KVRequest& req, size_t num_keys);
@@ -353,8 +353,8 @@ class DistServer {
   /// changes that followed it and reports the install to the scheduler.
   void InstallIfComplete();
   /// Exclusive: installs one part of a copy; "" or why it is refused.
-  std::string InstallPart(const KVRequest& req, dist::CopyPart part, ByteReader& body);
-  std::string InstallKeys(const KVRequest& req, ByteReader& body);
+  std::string InstallPart(const KVRequest& req, dist::CopyPart part);
+  std::string InstallKeys(const KVRequest& req);
   std::string InstallEnd();
   /// Adds key `wire_key` with `value` (a new key; exclusive, or on its shard).
   KeyState& AddKey(int64_t wire_key, NDArray value);

@@ -12,6 +12,7 @@
 namespace pskv {
 
 using dist::Kind;
+namespace wire = dist::replication_wire;
 
 std::vector<int> DistServer::ReplicaTargets(const KVRequest& req) const {
   // Only a worker's request is copied on: what a primary sends is applied, not sent
@@ -39,21 +40,16 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
       }
     }
   }
-  ByteWriter body;
-  body.Put<uint64_t>(replicator_->version());
-  body.Put<int64_t>(round);
-  body.Put<uint32_t>(static_cast<uint32_t>(done.size() + delegated.size()));
+  wire::Round body;
+  body.version = replicator_->version();
+  body.round = round;
   for (const auto* pushes : {&done, &delegated})
-    for (auto& x : *pushes) {
-      body.Put<int32_t>(x.sender);
-      body.Put<uint64_t>(x.push.r->counts.empty() ? 0 : x.push.r->counts[x.push.index]);
-    }
-  for (auto& x : delegated) {  // what the replica answers: Delegated
-    body.Put<int32_t>(x.sender);
-    body.Put<uint64_t>(x.push.r->req.timestamp);
-    body.Put<int32_t>(x.push.r->req.priority);
-    body.Put<int32_t>(x.push.r->req.cmd);
-  }
+    for (auto& x : *pushes)
+      body.counts.push_back(
+          {x.sender, x.push.r->counts.empty() ? 0 : x.push.r->counts[x.push.index]});
+  for (auto& x : delegated)  // what the replica answers: Delegated
+    body.answers.push_back(
+        {x.sender, x.push.r->req.timestamp, x.push.r->req.priority, x.push.r->req.cmd});
   Message m;
   m.h.flags = kPush;
   m.h.head = dist::MakeCmd(Kind::kReplicate, sum.value.dtype());
@@ -63,7 +59,7 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   m.lens = U64Frame({sum.value.nbytes()});
   auto owner = std::make_shared<ReplyOwner>(std::move(sum));
   m.vals = Frame::Of(owner->value.raw(), owner->value.nbytes(), owner);
-  m.body = body.Take();
+  m.body = wire::EncodeRound(body);
   // Answered with the value the round produced (held here: the key's shard may
   // update it again only after these pushes were answered).
   auto value = std::make_shared<ReplyOwner>(ReplyOwner{st.value, st.token});
@@ -122,31 +118,25 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   if (!IsValidDType(dt) || m.len_ptr()[0] % DTypeSize(static_cast<DType>(dt)) ||
       static_cast<int64_t>(m.len_ptr()[0] / DTypeSize(static_cast<DType>(dt))) != st->value.size())
     return fail("a sum of another size");
-  ByteReader r(m.body.data(), m.body.size(), "replicated round");
   uint64_t version = 0;
   int64_t round = 0;
   std::vector<std::pair<int, uint64_t>> counts;
   std::vector<Delegated> answers;  // the primary's workers this copy answers (Replicate)
   try {
-    version = r.Get<uint64_t>();
-    round = r.Get<int64_t>();
-    const uint32_t n = r.Get<uint32_t>();
-    for (uint32_t i = 0; i < n; ++i) {
-      const int id = r.Get<int32_t>();
-      if (!IsJobWorker(id))
-        return fail("a push count of node id " + std::to_string(id) +
+    wire::Round body = wire::ParseRound(m.body);
+    version = body.version;
+    round = body.round;
+    for (const wire::PushCount& c : body.counts) {
+      if (!IsJobWorker(c.worker))
+        return fail("a push count of node id " + std::to_string(c.worker) +
                     ", which is not a worker of this job");
-      counts.emplace_back(id, r.Get<uint64_t>());
+      counts.emplace_back(c.worker, c.count);
     }
-    while (r.remaining() > 0) {
-      Delegated d{r.Get<int32_t>(), 0, 0, 0};
-      d.timestamp = r.Get<uint64_t>();
-      d.priority = r.Get<int32_t>();
-      d.cmd = r.Get<int32_t>();
-      if (!IsJobWorker(d.worker))
-        return fail("an answer to node id " + std::to_string(d.worker) +
+    for (const wire::DelegatedAnswer& a : body.answers) {
+      if (!IsJobWorker(a.worker))
+        return fail("an answer to node id " + std::to_string(a.worker) +
                     ", which is not a worker of this job");
-      answers.push_back(d);
+      answers.push_back({a.worker, a.timestamp, a.priority, a.cmd});
     }
   } catch (const std::exception& e) {
     return fail(e.what());
@@ -245,11 +235,8 @@ void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   m.keys = in.keys;
   m.lens = in.lens;
   const bool init = dist::CmdKind(req.cmd) != Kind::kStates;
-  if (init) {  // the worker and its push counts (InitOriginOf): a retry is known by them
-    const int32_t worker = req.sender;
-    m.body.assign(reinterpret_cast<const char*>(&worker), sizeof worker);
-    m.body += in.body;
-  }
+  if (init)  // the worker and its push counts (InitOriginOf): a retry is known by them
+    m.body = wire::EncodeForwardedInit(req.sender, in.body);
   auto chunks = std::make_shared<std::vector<Frame>>(in.chunks);
   std::vector<Frame::Piece> pieces;
   for (auto& c : *chunks) pieces.push_back({c.data, c.size});
