@@ -5,12 +5,15 @@
 // input is also decoded as a control payload (protocol/payload.h), whose first
 // byte (the payload kind) chooses the decoder; it too must succeed or throw
 // ProtocolError. So must the whole input as a path control message
-// (transport/upgrade/control_codec.h) and an offer's details.
+// (transport/upgrade/control_codec.h) and an offer's details, and as every body
+// servers send each other (kvstore/dist/wire/replication_wire.h; those of a message
+// with keys for 0 to 3 keys).
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "kvstore/dist/wire/replication_wire.h"
 #include "protocol/message.h"
 #include "protocol/payload.h"
 #include "pskv/error.h"
@@ -36,6 +39,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       decode(whole);
     } catch (const pskv::ProtocolError&) {
+    }
+  }
+  {
+    namespace rw = pskv::dist::replication_wire;
+    auto attempt = [](auto&& parse) {
+      try {
+        parse();
+      } catch (const pskv::ProtocolError&) {
+      }
+    };
+    attempt([&] { (void)rw::ParseVersion(whole); });
+    attempt([&] { (void)rw::ParseRound(whole); });
+    attempt([&] { (void)rw::RoundAgain(whole, 7); });
+    attempt([&] { (void)rw::ParseSparseRound(whole); });
+    attempt([&] { (void)rw::ParseCopyHead(whole); });
+    attempt([&] { (void)rw::ParseCopyBegin(whole); });
+    attempt([&] { (void)rw::ParseCopyStates(whole); });
+    attempt([&] { rw::ParseCopyEnd(whole); });
+    for (uint64_t n = 0; n <= 3; ++n) {
+      attempt([&] { (void)rw::ParseAsyncPushes(whole, n); });
+      attempt([&] { (void)rw::ParseForwardedInit(whole, n); });
+      attempt([&] { (void)rw::ParseCopyKeys(whole, n); });
     }
   }
   std::vector<pskv::Frame> frames;

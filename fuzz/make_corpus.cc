@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/dist/wire/replication_wire.h"
 #include "protocol/message.h"
 #include "protocol/payload.h"
 #include "transport/upgrade/control_codec.h"
@@ -92,6 +93,23 @@ int main(int argc, char** argv) {
   table.ranges = {{9, {11}, {}}, {11, {9}, {13}}};
   table.spares = {15};
   WriteRaw(dir, "payload_range_table", payload::EncodeRangeTable(table));
+  WriteRaw(dir, "payload_range_states_sizes", payload::EncodeRangeStatesSizes({{0, 100}, {1, 7}}));
+
+  // Bodies servers send each other (kvstore/dist/wire/replication_wire.h).
+  namespace rw = dist::replication_wire;
+  WriteRaw(dir, "repl_round", rw::EncodeRound({5, 12, {{9, 12}, {11, 12}}, {{11, 77, 0, 0x0700}}}));
+  WriteRaw(dir, "repl_sparse_round", rw::EncodeSparseRound({5, 3, 40, {{9, 3}}}));
+  WriteRaw(dir, "repl_async", rw::EncodeAsyncPushes({5, 9, {{4, 30, 4}, {2, 30, 2}}}));
+  const uint64_t init_counts[2] = {1, 1};
+  WriteRaw(dir, "repl_forwarded_init",
+           rw::EncodeForwardedInit(
+               9, std::string(reinterpret_cast<const char*>(init_counts), sizeof init_counts)));
+  const rw::CopyHead head{5, dist::CopyPart::kBegin, 1};
+  WriteRaw(dir, "copy_begin", rw::EncodeCopyBegin(head, {true, 2, 4096, {{0, 1024}}}));
+  WriteRaw(dir, "copy_keys",
+           rw::EncodeCopyKeys(head, {{65536, 0, 0, 4, {{9, 3}, {11, 3}}}, {65537, 0, 8, 4, {}}}));
+  WriteRaw(dir, "copy_states", rw::EncodeCopyStates(head, {0, 512}));
+  WriteRaw(dir, "copy_end", rw::EncodeCopyEnd(head));
 
   // Path control messages (the whole input is decoded as one).
   auto raw = [](const Frame& f) { return std::string(f.data, f.size); };

@@ -14,7 +14,6 @@
 
 #include "common/logging.h"
 #include "common/status_record.h"
-#include "common/test_hooks.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -369,46 +368,10 @@ const EnvVar kVars[] = {
      nullptr},
     {"MXNET_ENABLE_GPU_P2P", T::kBool, 0, 1, "", "1", S::kJob,
      "0: copies between devices go through pinned host memory instead of peer to peer", nullptr},
-    // ---- test hooks (common/test_hooks.h; not in Options)
-    {"PSKV_TEST_REPLY_DELAY", T::kInt, 0, 3600000, "", "0", S::kTest,
-     "ms a server sleeps before handling each data request", nullptr},
-    {"PSKV_TEST_DUPLICATE_REPLIES", T::kBool, 0, 1, "", "0", S::kTest,
-     "1: a server sends every data reply twice", nullptr},
+    // ---- test-only (not in Options)
     {"PSKV_CUDA_FAKE_DEVICES", T::kInt, 1, 64, "", "unset (real devices)", S::kTest,
      "k: logical CUDA devices 0..k-1 all map onto GPU 0, so multi-GPU code paths run on one "
      "GPU; read by the device runtime (device/runtime.h) when it initialises, not into Options",
-     nullptr},
-    {"PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS", T::kInt, 0, 1000000000, "", "0", S::kTest,
-     "n: a primary server process exits (status 137) once n of its key rounds were "
-     "replicated, before their pushes are answered",
-     nullptr},
-    {"PSKV_TEST_COPY_HOLD_CHANGES", T::kInt, 0, 1000000, "", "0", S::kTest,
-     "n: a spare server installs a copy of a key range only once it holds n changes of the "
-     "range that followed the copy",
-     nullptr},
-    {"PSKV_TEST_HOLD_REPLICATION_ROUND", T::kInt, 0, 1000000000, "", "0", S::kTest,
-     "n: a primary server sends each key's sync round n to its replicas only once its range "
-     "table changed (at most 10 s later)",
-     nullptr},
-    {"PSKV_TEST_EXIT_AMID_REPLICATION", T::kInt, -1000000000, 1000000000, "", "0", S::kTest,
-     "n: a server process sends its n-th replicated change that has several targets to the "
-     "first only (-n: to the last only), and exits (status 137) once that one acknowledged it",
-     nullptr},
-    {"PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER", T::kInt, 0, 1000000000, "", "0", S::kTest,
-     "n: a replica server acknowledges the n-th replicated round carrying answers to workers "
-     "on its host and exits (status 137) 300 ms later without answering them",
-     nullptr},
-    {"PSKV_TEST_EXIT_AFTER_FORWARDED_INITS", T::kInt, 0, 1000000000, "", "0", S::kTest,
-     "n: a primary server process exits (status 137) once its replicas acknowledged the n-th "
-     "init it forwarded, before that init is answered",
-     nullptr},
-    {"PSKV_TEST_EXIT_AT_START", T::kBool, 0, 1, "", "0", S::kTest,
-     "1: a server process exits (status 137) when its node table arrived, before the start "
-     "barrier",
-     nullptr},
-    {"PSKV_TEST_BOGUS_CREDITS", T::kBool, 0, 1, "", "0", S::kTest,
-     "1: with every send-window credit a node also sends one for far more messages than it "
-     "received",
      nullptr},
 };
 
@@ -422,25 +385,6 @@ const EnvVar* FindEnvVar(const std::string& name) {
   for (const auto& v : kVars)
     if (name == v.name) return &v;
   return nullptr;
-}
-
-TestHooks TestHooks::FromEnv() {
-  TestHooks h;
-  auto read = [](const char* name) -> std::optional<int64_t> {
-    if (const char* v = EnvValue(name)) return EnvInt(*FindEnvVar(name), v);
-    return std::nullopt;
-  };
-  if (auto v = read("PSKV_TEST_REPLY_DELAY")) h.reply_delay = milliseconds(*v);
-  if (auto v = read("PSKV_TEST_DUPLICATE_REPLIES")) h.duplicate_replies = *v != 0;
-  if (auto v = read("PSKV_TEST_BOGUS_CREDITS")) h.bogus_credits = *v != 0;
-  if (auto v = read("PSKV_TEST_EXIT_AFTER_REPLICATED_ROUNDS")) h.exit_after_replicated_rounds = *v;
-  if (auto v = read("PSKV_TEST_COPY_HOLD_CHANGES")) h.copy_hold_changes = *v;
-  if (auto v = read("PSKV_TEST_HOLD_REPLICATION_ROUND")) h.hold_replication_round = *v;
-  if (auto v = read("PSKV_TEST_EXIT_AMID_REPLICATION")) h.exit_amid_replication = *v;
-  if (auto v = read("PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER")) h.exit_before_delegated_answer = *v;
-  if (auto v = read("PSKV_TEST_EXIT_AFTER_FORWARDED_INITS")) h.exit_after_forwarded_inits = *v;
-  if (auto v = read("PSKV_TEST_EXIT_AT_START")) h.exit_at_start = *v != 0;
-  return h;
 }
 
 const char* EnvValue(const char* name) {

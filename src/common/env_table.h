@@ -20,8 +20,9 @@
 //   kProcess  per node (its own address or port); launchers do not forward it.
 //   kLauncher pskv-launch sets it for each node it starts (role, scheduler address,
 //             job size, id, secret); a launcher does not forward its own value.
-//   kTest     a test hook (common/test_hooks.h, not in Options); not documented for
-//             users, not forwarded.
+//   kTest     for tests only (not in Options); not documented for users, not
+//             forwarded. The library's own test hooks are not variables: tests install
+//             FailPoints (ps/fail_points.h).
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvstore/dist/wire/replication_wire.h"  // CopyPart
 #include "ps/kv_app.h"
 #include "pskv/ndarray.h"
 
@@ -26,36 +27,25 @@ enum class Kind : int {
   kSparseInit = 4,
   kSparsePush = 5,
   kSparsePull = 6,
+  // Between servers; bodies: dist/wire/replication_wire.h (the one codec of them).
   // primary -> replica: a completed sync round's sum of one key (dtype: the sum's);
-  // body: the sender's range-table version (u64), round (i64), then per pushing
-  // worker its id (i32) and push count (u64)
+  // body: its round and the pushing workers' counts (and the answers left to it)
   kReplicate = 7,
   // primary -> replica: async pushes as the primary applied them (dtype: the
-  // gradients'; values: each key's gradient); body: the sender's range-table version
-  // (u64), the pushing worker's id (i32), then per key its apply sequence (i64: the
-  // pushes applied to it before, + 1), the optimizer-wide update count its rate came
-  // from (i64) and the push count (u64)
+  // gradients'; values: each key's gradient); body: the worker, per key its apply
+  // sequence, the update count its rate came from and the push count
   kReplicateAsync = 8,
   // primary -> replica: a completed sync round of a row_sparse key (dtype: the key's):
   // value: the round's summed rows in the kSparsePush layout (sparse_codec.h); body:
-  // the sender's range-table version (u64), round (i64), the update count its rate
-  // came from (i64), then per pushing worker its id (i32) and push count (u64)
+  // its round, the update count its rate came from and the workers' push counts
   kReplicateSparse = 9,
   // primary -> a spare joining its key range (docs/fault-tolerance.md, "Back to full
-  // strength"): the range's state, in parts; body: the sender's range-table version
-  // (u64), the part (u8, CopyPart), the range (i32), then per part:
-  //  kBegin:  sync mode (u8), keys (u64), value bytes (u64), stores (u32), then per
-  //           store its id (i32) and optimizer-states bytes (u64); one key, no value
-  //  kKeys:   per key of the message: wire key (i64), dtype (i32), rows (i64: a
-  //           row_sparse key's table rows, 0 for a dense key), open round (i64),
-  //           workers (u32) and per worker its id (i32) and last applied push count
-  //           (u64); values: the keys' values (a row_sparse key's whole table)
-  //  kStates: store (i32), offset (u64); value: that piece of the store's
-  //           Optimizer::SaveStates(dump) blob
-  //  kEnd:    (nothing more); answered once the copy is installed
+  // strength"): the range's state, in parts (CopyPart): kBegin announces the keys,
+  // value bytes and optimizer-states sizes (one key, no value); kKeys carries keys'
+  // values (a row_sparse key's whole table); kStates a piece of a store's
+  // Optimizer::SaveStates(dump) blob; kEnd is answered once the copy is installed
   kRangeCopy = 10,
 };
-enum class CopyPart : uint8_t { kBegin = 0, kKeys = 1, kStates = 2, kEnd = 3 };
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);
 }

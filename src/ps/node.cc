@@ -35,7 +35,7 @@ Node::Node(Options options)
                 std::max<std::chrono::milliseconds>(options_.resend_timeout,
                                                     options_.heartbeat_interval * 2)) {
   options_.ValidateForDistributed();
-  test_hooks_ = TestHooks::FromEnv();
+  fail_points_ = MakeFailPoints(*this);
   replicated_ = options_.replicas > 0 && options_.num_servers >= 2;
   if (replicated_)
     ranges_ = RangeTable::Initial(options_.num_servers, options_.replicas, options_.spare_servers);
@@ -110,7 +110,7 @@ void Node::Start() {
   }
   transport_ = DisturbForTests(
       transport_factory_ ? transport_factory_(tc) : CreateTransport(kNodeTransport, tc),
-      test_hooks_);
+      fail_points_->Wire());
   const bool sched = role() == Role::kScheduler;
   if (sched) {
     std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";
@@ -254,10 +254,7 @@ void Node::Start() {
   AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
   obs::NameNode(Tag());     // [observe] the lane's name in a merged timeline
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
-  if (test_hooks_.exit_at_start && role() == Role::kServer) {
-    std::fprintf(stderr, "%s: exiting before the start barrier (test hook)\n", Tag().c_str());
-    std::_Exit(137);
-  }
+  fail_points_->Registered();
   try {
     Barrier(kAllGroup, options_.register_timeout);
   } catch (...) {

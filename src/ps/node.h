@@ -49,8 +49,8 @@
 #include "common/rate_limit.h"
 #include "common/stall.h"
 #include "common/status_reporter.h"
-#include "common/test_hooks.h"
 #include "protocol/message.h"
+#include "ps/fail_points.h"
 #include "ps/liveness.h"
 #include "ps/range_table.h"
 #include "ps/resender.h"
@@ -141,12 +141,11 @@ class Node {
   bool ServerLost(int id) const;
   std::vector<int> WorkerIds() const;
   const Options& options() const { return options_; }
-  /// Hooks tests use to disturb this node (common/test_hooks.h): from the process's
-  /// PSKV_TEST_* variables; set_test_hooks (before Start) for nodes made in a test.
-  /// Read once, never per message: Start wraps the transport in their disturbances
-  /// (ps/test_disturbance.h), a DistServer picks its request path when made.
-  const TestHooks& test_hooks() const { return test_hooks_; }
-  void set_test_hooks(const TestHooks& h) { test_hooks_ = h; }
+  /// Where tests disturb this node (ps/fail_points.h): the process's installed
+  /// FailPoints, else the no-op one; set_fail_points (before Start) for a node made in
+  /// a test.
+  FailPoints& fail_points() const { return *fail_points_; }
+  void set_fail_points(std::unique_ptr<FailPoints> f) { fail_points_ = std::move(f); }
   /// The address node `id` advertised (its host in the node table, the same on
   /// every node once started); "" if unknown.
   std::string HostOf(int id) const;
@@ -273,7 +272,7 @@ class Node {
   Clock::time_point refusal_window_;  // refusals sent in the current second
   int refusals_ = 0;
   Clock::time_point start_time_;
-  TestHooks test_hooks_;
+  std::unique_ptr<FailPoints> fail_points_;  // never null
   bool registration_timed_out_ = false;
   // barriers
   std::map<int, std::set<int>> barrier_arrived_;  // scheduler: nodes at each group's barrier

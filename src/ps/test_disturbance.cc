@@ -7,19 +7,19 @@
 
 namespace pskv {
 
-std::optional<std::vector<Frame>> ExtraMessageForTests(const TestHooks& hooks,
+std::optional<std::vector<Frame>> ExtraMessageForTests(const WireDisturbance& wire,
                                                        const std::vector<Frame>& frames) {
   if (frames.empty() || frames[0].size != kHeaderSize || frames[0].gathered()) return std::nullopt;
   Header h;
   std::memcpy(&h, frames[0].data, sizeof h);
   const auto c = static_cast<Control>(h.control);
   const bool reply = c == Control::kData && !(h.flags & (kRequest | kCommand | kError));
-  if (reply && hooks.duplicate_replies) {
+  if (reply && wire.duplicate_replies) {
     // Its own message: a resend number would make the receiver drop it as a
     // repeat, a window slot would make it credit one more than was sent.
     h.seq = 0;
     h.flags &= static_cast<uint8_t>(~kScheduled);
-  } else if (c == Control::kCredit && hooks.bogus_credits) {
+  } else if (c == Control::kCredit && wire.bogus_credits) {
     h.seq = 0;
     h.timestamp += uint64_t{1} << 40;  // far more than were ever sent
   } else {
@@ -30,11 +30,12 @@ std::optional<std::vector<Frame>> ExtraMessageForTests(const TestHooks& hooks,
   return extra;
 }
 
-std::unique_ptr<Transport> DisturbForTests(std::unique_ptr<Transport> t, const TestHooks& hooks) {
-  if (!hooks.duplicate_replies && !hooks.bogus_credits) return t;
+std::unique_ptr<Transport> DisturbForTests(std::unique_ptr<Transport> t,
+                                           const WireDisturbance& wire) {
+  if (!wire.duplicate_replies && !wire.bogus_credits) return t;
   FaultConfig fc;
-  fc.also_send = [hooks](const std::vector<Frame>& frames) {
-    return ExtraMessageForTests(hooks, frames);
+  fc.also_send = [wire](const std::vector<Frame>& frames) {
+    return ExtraMessageForTests(wire, frames);
   };
   return CreateFaultTransport(std::move(t), std::move(fc));
 }

@@ -26,6 +26,7 @@
 #include "pskv/process.h"
 #include "pskv/row_sparse.h"
 #include "pskv/tuning.h"
+#include "support/env_fail_points.h"
 
 using namespace pskv;
 
@@ -1385,6 +1386,8 @@ void SparseAsync(KVStore& kv, int rounds) {
 
 int main(int argc, char** argv) {
   pskv::TuneAllocatorForLargeMessages();
+  // A worker's node too may disturb the wire (PSKV_TEST_BOGUS_CREDITS, test_dist.cc).
+  pskv::test::InstallEnvFailPoints();
   if (argc < 2) {
     std::fprintf(stderr, "usage: dist_worker SCENARIO [ROUNDS]\n");
     return 2;

@@ -8,10 +8,15 @@
 
 namespace {
 
+// A job whose `extra` sets PSKV_TEST_* fail points (tests/support/env_fail_points.h)
+// runs pskv-test-server for its scheduler and servers, which installs them.
 int Launch(int workers, int servers, const std::string& scenario, const std::string& extra = "",
            int rounds = 4) {
+  const std::string server = extra.find("PSKV_TEST_") != std::string::npos
+                                 ? std::string(" --server-command 'exec ") + TEST_SERVER + "'"
+                                 : "";
   std::string cmd = std::string(PSKV_LAUNCH) + " -n " + std::to_string(workers) + " -s " +
-                    std::to_string(servers) +
+                    std::to_string(servers) + server +
                     " --timeout 150 --env MXNET_KVSTORE_BIGARRAY_BOUND=1000 " + extra + " -- " +
                     DIST_WORKER + " " + scenario + " " + std::to_string(rounds);
   int st = std::system(cmd.c_str());

@@ -43,7 +43,9 @@ Job Start(const std::string& name, std::vector<std::string> extra = {}) {
       // 30 ms per request in the servers: the rounds after the marker the test
       // waits for last long enough (about 0.1 s each) for its kill to land
       // inside the job on loaded cores, not after the final barrier.
-      "--env", "PSKV_TEST_REPLY_DELAY=30"};
+      "--env", "PSKV_TEST_REPLY_DELAY=30",
+      // pskv-server with the fail points of tests/support/env_fail_points.h
+      "--server-command", std::string("exec ") + TEST_SERVER};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), {"--", FAILOVER_WORKER, std::to_string(kRounds), j.dir});
   j.launcher = Spawn(argv, {{j.tag.substr(0, eq), j.tag.substr(eq + 1)}}, j.out);

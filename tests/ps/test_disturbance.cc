@@ -1,5 +1,5 @@
 // The test disturbances around production code: the fault decorator's extra
-// messages and its Close, and the disturbances a node's test hooks ask for
+// messages and its Close, and the disturbances a node's fail points ask for (FailPoints::Wire)
 // (ps/test_disturbance.h), each against a recording transport.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "common/test_hooks.h"
 #include "protocol/message.h"
 #include "ps/test_disturbance.h"
 #include "transport/fault/fault_transport.h"
@@ -93,13 +92,13 @@ TEST(FaultTransport, CloseSendsWhatFallsDueWithinTheLinger) {
 TEST(TestDisturbance, NoHooksNoWrapper) {
   auto rec = std::make_unique<Recorder>();
   Transport* raw = rec.get();
-  EXPECT_EQ(DisturbForTests(std::move(rec), TestHooks{}).get(), raw);
+  EXPECT_EQ(DisturbForTests(std::move(rec), WireDisturbance{}).get(), raw);
 }
 
 // A duplicate reply is a message of its own: no resend number (the receiver would
 // drop it as a repeat) and outside the window (it would credit one too many).
 TEST(TestDisturbance, ADuplicateReplyIsAMessageOfItsOwn) {
-  TestHooks h;
+  WireDisturbance h;
   h.duplicate_replies = true;
   const auto reply = Encoded(Control::kData, kPull | kScheduled, 9, 42);
   const auto extra = ExtraMessageForTests(h, reply);
@@ -116,11 +115,11 @@ TEST(TestDisturbance, ADuplicateReplyIsAMessageOfItsOwn) {
   EXPECT_FALSE(ExtraMessageForTests(h, Encoded(Control::kData, kCommand)));
   EXPECT_FALSE(ExtraMessageForTests(h, Encoded(Control::kData, kError)));
   EXPECT_FALSE(ExtraMessageForTests(h, Encoded(Control::kCredit, 0, 0, 3)));
-  EXPECT_FALSE(ExtraMessageForTests(TestHooks{}, reply));
+  EXPECT_FALSE(ExtraMessageForTests(WireDisturbance{}, reply));
 }
 
 TEST(TestDisturbance, ABogusCreditIsForFarMore) {
-  TestHooks h;
+  WireDisturbance h;
   h.bogus_credits = true;
   const auto extra = ExtraMessageForTests(h, Encoded(Control::kCredit, 0, 5, 3));
   ASSERT_TRUE(extra.has_value());
@@ -133,7 +132,7 @@ TEST(TestDisturbance, ABogusCreditIsForFarMore) {
 TEST(TestDisturbance, TheWrapperSendsTheExtraFirst) {
   auto rec = std::make_unique<Recorder>();
   Recorder* r = rec.get();
-  TestHooks h;
+  WireDisturbance h;
   h.bogus_credits = true;
   auto t = DisturbForTests(std::move(rec), h);
   t->Send(1, Encoded(Control::kCredit, 0, 0, 7));

@@ -14,6 +14,9 @@ def launch_scenarios(script, scenarios, workers, delay_ms):
     env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, 'python'))
     cmd = [os.path.join(BUILD, 'pskv-launch'), '-n', str(workers), '-s', '1', '--timeout', '150',
            '--env', 'PSKV_TEST_REPLY_DELAY=%d' % delay_ms,
+           # pskv-server with the fail points the PSKV_TEST_* variables drive
+           # (tests/support/env_fail_points.h)
+           '--server-command', 'exec ' + os.path.join(BUILD, 'pskv-test-server'),
            '--', '/usr/bin/python3', os.path.join(here, script), scenarios]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=200)
     out = p.stdout.decode()

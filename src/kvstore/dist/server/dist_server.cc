@@ -29,8 +29,8 @@ bool IsSparse(Kind k) {
 }
 
 // The request path: `process`, or, when a test asks for late replies
-// (TestHooks::reply_delay, common/test_hooks.h), `process` after that long a sleep.
-// Chosen once, so that no request of a production server looks at the hook.
+// (FailPoints::ReplyDelay, ps/fail_points.h), `process` after that long a sleep.
+// Chosen once, so that no request of a production server looks at the fail point.
 std::function<void(KVRequest&&)> WithReplyDelay(std::chrono::milliseconds delay,
                                                 std::function<void(KVRequest&&)> process) {
   if (delay.count() <= 0) return process;
@@ -56,7 +56,7 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
       replicator_(replicator),
       reducer_(node->options().bigarray_bound, node->options().reduction_threads),
       serial_(INT64_MAX, 1),
-      process_(WithReplyDelay(node->test_hooks().reply_delay,
+      process_(WithReplyDelay(node->fail_points().ReplyDelay(),
                               [this](KVRequest&& r) { Process(std::move(r)); })),
       keys_(static_cast<size_t>(ShardPoolSize(node->options().server_threads))),
       pool_(static_cast<int>(keys_.size()), {}, [this](size_t, KVRequest&& r) {
@@ -88,11 +88,8 @@ DistServer::~DistServer() {
   }
   inspect_cv_.notify_all();
   if (inspector_.joinable()) inspector_.join();
-  {
-    std::lock_guard<std::mutex> lk(held_mu_);
-    for (auto& t : held_sends_) t.join();
-  }
-  pool_.Stop();  // requests still queued are dropped: the job is ending
+  node_->fail_points().Quiesce();  // a round a test held back (HoldReplicatedRound)
+  pool_.Stop();                    // requests still queued are dropped: the job is ending
 }
 
 size_t DistServer::ShardOf(int64_t wire_key) const {
@@ -220,8 +217,8 @@ void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items
   AsyncCopy copy;
   if (!to.empty()) {
     copy.dtype = compressed ? DType::kFloat32 : static_cast<DType>(dist::CmdDType(req.cmd));
-    copy.body.Put<uint64_t>(replicator_->version());
-    copy.body.Put<int32_t>(req.sender);
+    copy.pushes.version = replicator_->version();
+    copy.pushes.worker = req.sender;
   }
   std::vector<std::pair<int64_t, ReplyOwner>> answer;
   std::optional<Failure> failure;
@@ -256,9 +253,7 @@ void DistServer::ApplyAsync(const KVRequest& req, const std::vector<Item>& items
       if (!to.empty()) {
         copy.keys.push_back(dist::PsKey(it.key, RangeIndex(), node_->num_servers()));
         copy.lens.push_back(grad.nbytes());
-        copy.body.Put<int64_t>(seq);
-        copy.body.Put<int64_t>(schedule_at);
-        copy.body.Put<uint64_t>(counts.empty() ? 0 : counts[i]);
+        copy.pushes.keys.push_back({seq, schedule_at, counts.empty() ? 0 : counts[i]});
         if (compressed) {
           copy.pieces.push_back({static_cast<const char*>(grad.raw()), grad.nbytes()});
           copy.owned.push_back(std::move(grad));

@@ -272,9 +272,6 @@ class DistServer {
   /// acknowledged.
   void Replicate(int64_t key, KeyState& st, const std::vector<int>& to, ReplyOwner sum,
                  int64_t round, std::vector<Round::Entry> done);
-  /// Test hook (TestHooks::hold_replication_round): sends `m` to `to` from a thread
-  /// of its own once the range table changed from the first (at most 10 s later).
-  void SendWhenTableChanged(std::vector<int> to, Message m, Replicator::Done done);
   /// Replica: acknowledges a kReplicate request (a round's sum) on receipt, then
   /// applies it (on the key's shard, before any later request of the key).
   void ApplyReplica(const KVRequest& req);
@@ -305,7 +302,7 @@ class DistServer {
     std::vector<uint64_t> keys, lens;  // ps keys, gradient bytes
     std::vector<Frame::Piece> pieces;  // the gradients (in the request's buffers or `owned`)
     std::vector<NDArray> owned;        // gradients made here (dequantized)
-    ByteWriter body;                   // the sender; per key: sequence, update count, count
+    dist::replication_wire::AsyncPushes pushes;  // the sender; per key: sequence, counts
   };
   /// The push counts a replicated job's worker sent with `req` (one per key), or empty.
   static std::vector<uint64_t> PushCounts(const KVRequest& req, size_t num_keys);
@@ -352,12 +349,12 @@ class DistServer {
   /// it, or a change of the range that waits for it).
   bool TakenByCopy(KVRequest& req);
   /// Receive thread: installs the copy if every part arrived (and the changes a test
-  /// holds it back for, TestHooks::copy_hold_changes), answers its kEnd, applies the
+  /// holds it back for, FailPoints::CopyHoldChanges), answers its kEnd, applies the
   /// changes that followed it and reports the install to the scheduler.
   void InstallIfComplete();
   /// Exclusive: installs one part of a copy; "" or why it is refused.
-  std::string InstallPart(const KVRequest& req, dist::CopyPart part, ByteReader& body);
-  std::string InstallKeys(const KVRequest& req, ByteReader& body);
+  std::string InstallPart(const KVRequest& req, dist::CopyPart part);
+  std::string InstallKeys(const KVRequest& req);
   std::string InstallEnd();
   /// Adds key `wire_key` with `value` (a new key; exclusive, or on its shard).
   KeyState& AddKey(int64_t wire_key, NDArray value);
@@ -386,15 +383,13 @@ class DistServer {
   int range_ = -1;                    // hosted: the range held; -1: the node's rank
   Replicator* replicator_ = nullptr;  // hosted only
   // Replicated: pushes answered from the state without applying them again (retried
-  // after a failover; logged when the server ends), and rounds replicated so far.
-  std::atomic<uint64_t> answered_from_state_{0}, replicated_rounds_{0};
+  // after a failover; logged when the server ends).
+  std::atomic<uint64_t> answered_from_state_{0};
   // Replicated: push-pulls of workers on this host answered here for the primary
-  // (docs/fault-tolerance.md, "Answers from a copy on the worker's host"), and kReplicate
-  // requests carrying such answers (TestHooks::exit_before_delegated_answer counts them).
-  std::atomic<uint64_t> answered_for_primary_{0}, delegations_{0};
-  std::atomic<uint64_t> async_applied_{0};    // kReplicateAsync requests applied (R >= 2)
-  std::atomic<uint64_t> retried_inits_{0};    // keys of inits answered so (logged at the end)
-  std::atomic<uint64_t> forwarded_inits_{0};  // test hook (TestHooks::exit_after_forwarded_inits)
+  // (docs/fault-tolerance.md, "Answers from a copy on the worker's host").
+  std::atomic<uint64_t> answered_for_primary_{0};
+  std::atomic<uint64_t> async_applied_{0};  // kReplicateAsync requests applied (R >= 2)
+  std::atomic<uint64_t> retried_inits_{0};  // keys of inits answered so (logged at the end)
   Reducer reducer_;  // its pool is shared by the shards (calls are serialised)
   Reducer serial_;   // no pool: for work already running on reducer_'s pool
   bool sync_ = false;
@@ -423,8 +418,6 @@ class DistServer {
   std::condition_variable inspect_cv_;
   bool stop_ = false;  // under inspect_mu_
   std::thread inspector_;
-  std::mutex held_mu_;
-  std::vector<std::thread> held_sends_;  // SendWhenTableChanged's (a test hook's)
 };
 
 }  // namespace pskv

@@ -21,6 +21,7 @@ namespace pskv {
 
 using dist::CopyPart;
 using dist::Kind;
+namespace wire = dist::replication_wire;
 
 namespace {
 
@@ -28,15 +29,7 @@ namespace {
 // more travels alone; the transport cuts any message into kChunkBytes frames).
 constexpr uint64_t kCopyMessageBytes = uint64_t{4} << 20;
 
-ByteWriter CopyBody(uint64_t version, CopyPart part, int range) {
-  ByteWriter w;
-  w.Put<uint64_t>(version);
-  w.Put<uint8_t>(static_cast<uint8_t>(part));
-  w.Put<int32_t>(range);
-  return w;
-}
-
-Message CopyMessage(ByteWriter body, std::vector<uint64_t> keys, std::vector<uint64_t> lens,
+Message CopyMessage(std::string body, std::vector<uint64_t> keys, std::vector<uint64_t> lens,
                     Frame vals) {
   Message m;
   m.h.flags = kPush;
@@ -48,7 +41,7 @@ Message CopyMessage(ByteWriter body, std::vector<uint64_t> keys, std::vector<uin
   m.keys = U64Frame(keys);
   m.lens = U64Frame(lens);
   if (total) m.vals = std::move(vals);
-  m.body = body.Take();
+  m.body = std::move(body);
   return m;
 }
 
@@ -89,18 +82,12 @@ void DistServer::CopyTo(int to) {
     for (auto& [store, opt] : optimizers_)
       if (opt) states[store] = opt->SaveStates(/*dump_optimizer=*/true);
     std::vector<Message> out;
-    ByteWriter begin = CopyBody(version, CopyPart::kBegin, range);
-    begin.Put<uint8_t>(sync_ ? 1 : 0);
-    begin.Put<uint64_t>(keys.size());
-    begin.Put<uint64_t>(value_bytes);
-    begin.Put<uint32_t>(static_cast<uint32_t>(states.size()));
-    for (auto& [store, blob] : states) {
-      begin.Put<int32_t>(store);
-      begin.Put<uint64_t>(blob.size());
-    }
-    out.push_back(CopyMessage(std::move(begin), {carrier}, {0}, {}));
+    const wire::CopyHead head{version, CopyPart::kBegin, range};
+    wire::CopyBegin begin{sync_, keys.size(), value_bytes, {}};
+    for (auto& [store, blob] : states) begin.states.emplace_back(store, blob.size());
+    out.push_back(CopyMessage(wire::EncodeCopyBegin(head, begin), {carrier}, {0}, {}));
     for (size_t i = 0; i < keys.size();) {
-      ByteWriter body = CopyBody(version, CopyPart::kKeys, range);
+      std::vector<wire::CopyKey> body;
       std::vector<uint64_t> ps, lens;
       std::vector<Frame::Piece> pieces;
       auto owners = std::make_shared<std::vector<ReplyOwner>>();
@@ -109,15 +96,12 @@ void DistServer::CopyTo(int to) {
              (ps.empty() || bytes + keys[i].value.value.nbytes() <= kCopyMessageBytes);
            ++i) {
         const KeyCopy& k = keys[i];
-        body.Put<int64_t>(k.key);
-        body.Put<int32_t>(static_cast<int32_t>(k.value.value.dtype()));
-        body.Put<int64_t>(k.rows);
-        body.Put<int64_t>(k.round);
-        body.Put<uint32_t>(static_cast<uint32_t>(k.applied.size()));
-        for (auto& [id, count] : k.applied) {
-          body.Put<int32_t>(id);
-          body.Put<uint64_t>(count);
-        }
+        wire::CopyKey& c = body.emplace_back();
+        c.key = k.key;
+        c.dtype = static_cast<int32_t>(k.value.value.dtype());
+        c.rows = k.rows;
+        c.round = k.round;
+        for (auto& [id, count] : k.applied) c.applied.push_back({id, count});
         ps.push_back(dist::PsKey(k.key, range, S));
         lens.push_back(k.value.value.nbytes());
         pieces.push_back({static_cast<const char*>(k.value.value.raw()), k.value.value.nbytes()});
@@ -125,20 +109,18 @@ void DistServer::CopyTo(int to) {
         bytes += k.value.value.nbytes();
       }
       Frame vals = Frame::Gather(std::move(pieces), owners);
-      out.push_back(CopyMessage(std::move(body), std::move(ps), std::move(lens), std::move(vals)));
+      out.push_back(CopyMessage(wire::EncodeCopyKeys(head, body), std::move(ps), std::move(lens),
+                                std::move(vals)));
     }
     for (auto& [store, blob] : states) {
       auto shared = std::make_shared<std::string>(std::move(blob));
       for (uint64_t off = 0; off < shared->size(); off += kCopyMessageBytes) {
         const uint64_t n = std::min<uint64_t>(kCopyMessageBytes, shared->size() - off);
-        ByteWriter body = CopyBody(version, CopyPart::kStates, range);
-        body.Put<int32_t>(store);
-        body.Put<uint64_t>(off);
-        out.push_back(CopyMessage(std::move(body), {carrier}, {n},
+        out.push_back(CopyMessage(wire::EncodeCopyStates(head, {store, off}), {carrier}, {n},
                                   Frame::Of(shared->data() + off, n, shared)));
       }
     }
-    out.push_back(CopyMessage(CopyBody(version, CopyPart::kEnd, range), {carrier}, {0}, {}));
+    out.push_back(CopyMessage(wire::EncodeCopyEnd(head), {carrier}, {0}, {}));
     totals->keys = keys.size();
     for (auto& m : out) totals->bytes += m.h.vals_len + m.body.size();
     const size_t last = out.size() - 1;

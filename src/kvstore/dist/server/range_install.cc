@@ -23,6 +23,7 @@ namespace pskv {
 
 using dist::CopyPart;
 using dist::Kind;
+namespace wire = dist::replication_wire;
 
 namespace {
 
@@ -50,15 +51,12 @@ bool DistServer::TakenByCopy(KVRequest& req) {
   }
   std::string why;
   CopyPart part = CopyPart::kBegin;
-  ByteReader body(req.msg.body.data(), req.msg.body.size(), "range copy");
   try {
-    body.Get<uint64_t>();  // the sender's range-table version (NotFromPrimary)
-    const uint8_t p = body.Get<uint8_t>();
-    const int range = body.Get<int32_t>();
-    if (p > static_cast<uint8_t>(CopyPart::kEnd)) why = "an unknown part";
-    part = static_cast<CopyPart>(p);
-    if (why.empty() && range != RangeIndex())
-      why = "a part of key range " + std::to_string(range) + " sent to key range " +
+    // The sender's range-table version is NotFromPrimary's to check.
+    const wire::CopyHead head = wire::ParseCopyHead(req.msg.body);
+    part = head.part;
+    if (head.range != RangeIndex())
+      why = "a part of key range " + std::to_string(head.range) + " sent to key range " +
             std::to_string(RangeIndex());
   } catch (const std::exception& e) {
     why = e.what();
@@ -73,7 +71,7 @@ bool DistServer::TakenByCopy(KVRequest& req) {
   if (why.empty() && (!copy_in_ || copy_in_->from != req.sender))
     why = "a part of a copy that did not begin";
   if (why.empty() && copy_in_->failed) why = "the copy was refused before";
-  if (why.empty()) why = pool_.Exclusive([&] { return InstallPart(req, part, body); });
+  if (why.empty()) why = pool_.Exclusive([&] { return InstallPart(req, part); });
   if (!why.empty()) {
     PSKV_ERROR(node_->Tag() << ": cannot install the copy of key range " << RangeIndex() << " from "
                             << node_->NodeName(req.sender) << ": " << why
@@ -98,7 +96,7 @@ bool DistServer::TakenByCopy(KVRequest& req) {
 void DistServer::InstallIfComplete() {
   CopyIn& in = *copy_in_;
   // A test may hold the install back until changes that followed the copy arrived.
-  const uint64_t hold = static_cast<uint64_t>(node_->test_hooks().copy_hold_changes);
+  const uint64_t hold = node_->fail_points().CopyHoldChanges();
   const bool complete = in.end && in.keys == in.got_keys && in.value_bytes == in.got_values &&
                         in.held.size() >= hold &&
                         std::all_of(in.states.begin(), in.states.end(), [&](const auto& s) {
@@ -126,29 +124,24 @@ void DistServer::InstallIfComplete() {
   node_->ReportRangeCopied(RangeIndex(), done->from, done->bytes);
 }
 
-std::string DistServer::InstallPart(const KVRequest& req, CopyPart part, ByteReader& body) {
+std::string DistServer::InstallPart(const KVRequest& req, CopyPart part) {
   CopyIn& in = *copy_in_;
   const Message& m = req.msg;
   try {
     switch (part) {
       case CopyPart::kBegin: {
-        in.sync = body.Get<uint8_t>() != 0;
-        in.keys = body.Get<uint64_t>();
-        in.value_bytes = body.Get<uint64_t>();
-        const uint32_t stores = body.Get<uint32_t>();
-        if (in.value_bytes > kMaxVals || in.keys > in.value_bytes + 1 || stores > dist::kMaxStores)
+        const wire::CopyBegin begin = wire::ParseCopyBegin(m.body);
+        in.sync = begin.sync;
+        in.keys = begin.keys;
+        in.value_bytes = begin.value_bytes;
+        const auto& sizes = begin.states;
+        if (in.value_bytes > kMaxVals || in.keys > in.value_bytes + 1 ||
+            sizes.size() > static_cast<size_t>(dist::kMaxStores))
           return "a copy of " + std::to_string(in.keys) + " keys and " +
                  std::to_string(in.value_bytes) + " value bytes is beyond the bounds";
         const uint64_t bound = StatesBound(in.value_bytes, in.keys);
-        std::vector<std::pair<int, uint64_t>> sizes;
         uint64_t all = 0;
-        for (uint32_t i = 0; i < stores; ++i) {
-          const int store = body.Get<int32_t>();
-          const uint64_t bytes = body.Get<uint64_t>();
-          all += std::min(bytes, bound + 1);
-          sizes.emplace_back(store, bytes);
-        }
-        if (body.remaining() != 0) return "a malformed kBegin";
+        for (const auto& size : sizes) all += std::min(size.second, bound + 1);
         // Sizes checked before anything is reserved.
         if (all > bound)
           return std::to_string(all) + " bytes of optimizer states for " +
@@ -164,10 +157,11 @@ std::string DistServer::InstallPart(const KVRequest& req, CopyPart part, ByteRea
         return {};
       }
       case CopyPart::kKeys:
-        return InstallKeys(req, body);
+        return InstallKeys(req);
       case CopyPart::kStates: {
-        const int store = body.Get<int32_t>();
-        const uint64_t off = body.Get<uint64_t>();
+        const wire::CopyStates piece = wire::ParseCopyStates(m.body);
+        const int store = piece.store;
+        const uint64_t off = piece.offset;
         auto it = in.states.find(store);
         if (it == in.states.end() || m.num_keys() != 1) return "states of an unannounced store";
         const uint64_t n = m.len_ptr()[0];
@@ -179,6 +173,7 @@ std::string DistServer::InstallPart(const KVRequest& req, CopyPart part, ByteRea
         return {};
       }
       case CopyPart::kEnd:
+        wire::ParseCopyEnd(m.body);
         return {};
     }
   } catch (const std::exception& e) {
@@ -187,22 +182,20 @@ std::string DistServer::InstallPart(const KVRequest& req, CopyPart part, ByteRea
   return "an unknown part";
 }
 
-std::string DistServer::InstallKeys(const KVRequest& req, ByteReader& body) {
+std::string DistServer::InstallKeys(const KVRequest& req) {
   CopyIn& in = *copy_in_;
   const Message& m = req.msg;
+  const std::vector<wire::CopyKey> keys = wire::ParseCopyKeys(m.body, m.num_keys());
   uint64_t off = 0;
   for (uint32_t i = 0; i < m.num_keys(); ++i) {
-    const int64_t key = body.Get<int64_t>();
-    const int dt = body.Get<int32_t>();
-    const int64_t rows = body.Get<int64_t>();  // row_sparse: >= 1
-    const int64_t round = body.Get<int64_t>();
-    const uint32_t workers = body.Get<uint32_t>();
+    const int64_t key = keys[i].key;
+    const int dt = keys[i].dtype;
+    const int64_t rows = keys[i].rows;  // row_sparse: >= 1
+    const int64_t round = keys[i].round;
     std::map<int, uint64_t> applied;
-    for (uint32_t w = 0; w < workers; ++w) {
-      const int id = body.Get<int32_t>();
-      const uint64_t count = body.Get<uint64_t>();
-      if (!IsJobWorker(id)) return "a push count of node " + std::to_string(id);
-      applied[id] = count;
+    for (const wire::PushCount& c : keys[i].applied) {
+      if (!IsJobWorker(c.worker)) return "a push count of node " + std::to_string(c.worker);
+      applied[c.worker] = c.count;
     }
     int64_t wk = 0;
     const uint64_t len = m.len_ptr()[i];
@@ -232,7 +225,6 @@ std::string DistServer::InstallKeys(const KVRequest& req, ByteReader& body) {
     }
     off += len;
   }
-  if (body.remaining() != 0) return "a malformed kKeys";
   return {};
 }
 

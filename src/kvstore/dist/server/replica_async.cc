@@ -30,6 +30,7 @@
 namespace pskv {
 
 using dist::Kind;
+namespace wire = dist::replication_wire;
 
 std::vector<uint64_t> DistServer::PushCounts(const KVRequest& req, size_t num_keys) {
   return PushBody::Parse(req.msg.body, num_keys).counts;
@@ -42,14 +43,15 @@ DistServer::InitOrigin DistServer::InitOriginOf(const KVRequest& req, size_t num
     o.counts = PushCounts(req, num_keys);
     return o;
   }
-  const std::string& body = req.msg.body;
-  int32_t worker = -1;
-  if (body.size() != sizeof worker + num_keys * sizeof(uint64_t)) return o;
-  std::memcpy(&worker, body.data(), sizeof worker);
-  if (!IsJobWorker(worker)) return o;  // a forged origin: no push of a worker is recorded
-  o.worker = worker;
-  o.counts.resize(num_keys);
-  std::memcpy(o.counts.data(), body.data() + sizeof worker, num_keys * sizeof(uint64_t));
+  wire::ForwardedInit init;
+  try {
+    init = wire::ParseForwardedInit(req.msg.body, num_keys);
+  } catch (const ProtocolError&) {
+    return o;  // malformed: no push of a worker is recorded
+  }
+  if (!IsJobWorker(init.worker)) return o;  // a forged origin: likewise
+  o.worker = init.worker;
+  o.counts = std::move(init.counts);
   return o;
 }
 
@@ -62,8 +64,11 @@ bool DistServer::AlreadyApplied(const KeyState& st, int sender, const std::vecto
 
 std::string DistServer::NotFromPrimary(const KVRequest& req) const {
   uint64_t version = 0;
-  if (req.msg.body.size() < sizeof version) return "a replicated change without its table version";
-  std::memcpy(&version, req.msg.body.data(), sizeof version);
+  try {
+    version = wire::ParseVersion(req.msg.body);
+  } catch (const ProtocolError&) {
+    return "a replicated change without its table version";
+  }
   // Only the range's primary replicates it: per this node's range table, or per a
   // newer one that promoted the sender and has not reached this node yet.
   const auto [primary, known] = node_->RangePrimary(RangeIndex());
@@ -114,7 +119,7 @@ void DistServer::ReplicateAsync(const KVRequest& req, const std::vector<int>& to
   m.lens = U64Frame(copy.lens);
   auto owner = std::make_shared<CopyOwner>(CopyOwner{req.msg.chunks, std::move(copy.owned)});
   m.vals = Frame::Gather(std::move(copy.pieces), std::move(owner));
-  m.body = copy.body.Take();
+  m.body = wire::EncodeAsyncPushes(copy.pushes);
   struct Pending {
     KVRequest req;
     std::vector<std::pair<int64_t, ReplyOwner>> answer;
@@ -161,9 +166,9 @@ void DistServer::ApplyAsyncReplica(const KVRequest& req) {
   int sender = 0;
   // Everything is checked before any key changes.
   try {
-    ByteReader r(m.body.data(), m.body.size(), "replicated async push");
-    (void)r.Get<uint64_t>();  // the sender's range-table version (NotFromPrimary)
-    sender = r.Get<int32_t>();
+    // The sender's range-table version was checked by NotFromPrimary.
+    const wire::AsyncPushes body = wire::ParseAsyncPushes(m.body, m.num_keys());
+    sender = body.worker;
     if (!IsJobWorker(sender))
       return fail("a push of node id " + std::to_string(sender) +
                   ", which is not a worker of this job");
@@ -180,16 +185,15 @@ void DistServer::ApplyAsyncReplica(const KVRequest& req) {
       if (o.len != static_cast<uint64_t>(o.st->value.size()) * DTypeSize(dtype) ||
           off > m.h.vals_len)
         return fail("a gradient of another size for key " + std::to_string(dist::KeyOf(o.key)));
-      o.seq = r.Get<int64_t>();
-      o.schedule_at = r.Get<int64_t>();
-      o.count = r.Get<uint64_t>();
+      o.seq = body.keys[i].seq;
+      o.schedule_at = body.keys[i].schedule_at;
+      o.count = body.keys[i].count;
       if (o.seq > o.st->round.round())
         return fail("push " + std::to_string(o.seq) + " of key " +
                     std::to_string(dist::KeyOf(o.key)) + " before push " +
                     std::to_string(o.st->round.round()));
       ones.push_back(o);
     }
-    if (r.remaining() != 0) return fail("trailing bytes");
   } catch (const std::exception& e) {
     return fail(e.what());
   }

@@ -1,9 +1,7 @@
 // DistServer: copying a range's changes to its replicas, and applying them there
 // (dist_server.h, "Replicated servers"; docs/fault-tolerance.md).
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <functional>
 
 #include "common/byte_io.h"
 #include "common/logging.h"
@@ -14,6 +12,7 @@
 namespace pskv {
 
 using dist::Kind;
+namespace wire = dist::replication_wire;
 
 std::vector<int> DistServer::ReplicaTargets(const KVRequest& req) const {
   // Only a worker's request is copied on: what a primary sends is applied, not sent
@@ -41,21 +40,16 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
       }
     }
   }
-  ByteWriter body;
-  body.Put<uint64_t>(replicator_->version());
-  body.Put<int64_t>(round);
-  body.Put<uint32_t>(static_cast<uint32_t>(done.size() + delegated.size()));
+  wire::Round body;
+  body.version = replicator_->version();
+  body.round = round;
   for (const auto* pushes : {&done, &delegated})
-    for (auto& x : *pushes) {
-      body.Put<int32_t>(x.sender);
-      body.Put<uint64_t>(x.push.r->counts.empty() ? 0 : x.push.r->counts[x.push.index]);
-    }
-  for (auto& x : delegated) {  // what the replica answers: Delegated
-    body.Put<int32_t>(x.sender);
-    body.Put<uint64_t>(x.push.r->req.timestamp);
-    body.Put<int32_t>(x.push.r->req.priority);
-    body.Put<int32_t>(x.push.r->req.cmd);
-  }
+    for (auto& x : *pushes)
+      body.counts.push_back(
+          {x.sender, x.push.r->counts.empty() ? 0 : x.push.r->counts[x.push.index]});
+  for (auto& x : delegated)  // what the replica answers: Delegated
+    body.answers.push_back(
+        {x.sender, x.push.r->req.timestamp, x.push.r->req.priority, x.push.r->req.cmd});
   Message m;
   m.h.flags = kPush;
   m.h.head = dist::MakeCmd(Kind::kReplicate, sum.value.dtype());
@@ -65,7 +59,7 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
   m.lens = U64Frame({sum.value.nbytes()});
   auto owner = std::make_shared<ReplyOwner>(std::move(sum));
   m.vals = Frame::Of(owner->value.raw(), owner->value.nbytes(), owner);
-  m.body = body.Take();
+  m.body = wire::EncodeRound(body);
   // Answered with the value the round produced (held here: the key's shard may
   // update it again only after these pushes were answered).
   auto value = std::make_shared<ReplyOwner>(ReplyOwner{st.value, st.token});
@@ -87,12 +81,7 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
       obs::Span("replicate", "replicate", std::to_string(dist::KeyOf(key)), sum_bytes, sent_us,
                 obs::NowUs());
     if (!e) {
-      const int64_t exit_after = node_->test_hooks().exit_after_replicated_rounds;
-      if (exit_after > 0 && static_cast<int64_t>(++replicated_rounds_) >= exit_after) {
-        std::fprintf(stderr, "%s: exiting after %lld replicated rounds (test hook)\n",
-                     node_->Tag().c_str(), static_cast<long long>(exit_after));
-        std::_Exit(137);
-      }
+      node_->fail_points().RoundReplicated(RangeIndex());
       for (auto& x : *pushes) {
         ReplyOwner answer = *value;  // each push's answer holds its own reference
         FinishWith(x.push, &answer, nullptr);
@@ -107,24 +96,12 @@ void DistServer::Replicate(int64_t key, KeyState& st, const std::vector<int>& to
     }
     for (auto& x : *pushes) FinishWith(x.push, nullptr, &failure);
   };
-  const int64_t hold = node_->test_hooks().hold_replication_round;
-  if (hold > 0 && round == hold && replicator_->version() == 1)
-    return SendWhenTableChanged(to, std::move(m), std::move(answer));
-  replicator_->Send(to, std::move(m), std::move(answer));
-}
-
-void DistServer::SendWhenTableChanged(std::vector<int> to, Message m, Replicator::Done done) {
-  std::lock_guard<std::mutex> lk(held_mu_);
-  held_sends_.emplace_back(
-      [this, to = std::move(to), m = std::move(m), done = std::move(done)]() mutable {
-        const auto until = Clock::now() + std::chrono::seconds(10);
-        while (replicator_->version() == 1 && Clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        PSKV_WARN(node_->Tag() << ": key range " << RangeIndex()
-                               << ": a held round sent to the replicas chosen before range table v"
-                               << replicator_->version() << " (test hook)");
-        replicator_->Send(to, std::move(m), std::move(done));
-      });
+  std::function<void()> send = [this, to, m = std::move(m), answer = std::move(answer)]() mutable {
+    replicator_->Send(to, std::move(m), std::move(answer));
+  };
+  if (!node_->fail_points().HoldReplicatedRound(
+          RangeIndex(), round, [this] { return replicator_->version(); }, send))
+    send();
 }
 
 void DistServer::ApplyReplica(const KVRequest& req) {
@@ -141,31 +118,25 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   if (!IsValidDType(dt) || m.len_ptr()[0] % DTypeSize(static_cast<DType>(dt)) ||
       static_cast<int64_t>(m.len_ptr()[0] / DTypeSize(static_cast<DType>(dt))) != st->value.size())
     return fail("a sum of another size");
-  ByteReader r(m.body.data(), m.body.size(), "replicated round");
   uint64_t version = 0;
   int64_t round = 0;
   std::vector<std::pair<int, uint64_t>> counts;
   std::vector<Delegated> answers;  // the primary's workers this copy answers (Replicate)
   try {
-    version = r.Get<uint64_t>();
-    round = r.Get<int64_t>();
-    const uint32_t n = r.Get<uint32_t>();
-    for (uint32_t i = 0; i < n; ++i) {
-      const int id = r.Get<int32_t>();
-      if (!IsJobWorker(id))
-        return fail("a push count of node id " + std::to_string(id) +
+    wire::Round body = wire::ParseRound(m.body);
+    version = body.version;
+    round = body.round;
+    for (const wire::PushCount& c : body.counts) {
+      if (!IsJobWorker(c.worker))
+        return fail("a push count of node id " + std::to_string(c.worker) +
                     ", which is not a worker of this job");
-      counts.emplace_back(id, r.Get<uint64_t>());
+      counts.emplace_back(c.worker, c.count);
     }
-    while (r.remaining() > 0) {
-      Delegated d{r.Get<int32_t>(), 0, 0, 0};
-      d.timestamp = r.Get<uint64_t>();
-      d.priority = r.Get<int32_t>();
-      d.cmd = r.Get<int32_t>();
-      if (!IsJobWorker(d.worker))
-        return fail("an answer to node id " + std::to_string(d.worker) +
+    for (const wire::DelegatedAnswer& a : body.answers) {
+      if (!IsJobWorker(a.worker))
+        return fail("an answer to node id " + std::to_string(a.worker) +
                     ", which is not a worker of this job");
-      answers.push_back(d);
+      answers.push_back({a.worker, a.timestamp, a.priority, a.cmd});
     }
   } catch (const std::exception& e) {
     return fail(e.what());
@@ -200,16 +171,8 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   // the round stays open and the primary's next round of the key is refused with
   // "round r + 1 before round r", failing its pushes instead of diverging silently.
   server_->Respond(req);
-  const int64_t exit_before = node_->test_hooks().exit_before_delegated_answer;
-  if (exit_before > 0 && !answers.empty() && static_cast<int64_t>(++delegations_) >= exit_before) {
-    // The acknowledgement reaches the primary first, which leaves these answers to
-    // this copy: the workers must get them from the primary all the same.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::fprintf(stderr,
-                 "%s: exiting before answering %zu push-pull(s) for the primary (test hook)\n",
-                 node_->Tag().c_str(), answers.size());
-    std::_Exit(137);
-  }
+  if (!answers.empty())
+    node_->fail_points().DelegatedRoundAcknowledged(RangeIndex(), answers.size());
   const uint64_t bytes = m.len_ptr()[0];
   obs::StepScope obs_apply("replica", dist::KeyOf(key), bytes);  // [observe]
   std::string scratch;
@@ -272,11 +235,8 @@ void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   m.keys = in.keys;
   m.lens = in.lens;
   const bool init = dist::CmdKind(req.cmd) != Kind::kStates;
-  if (init) {  // the worker and its push counts (InitOriginOf): a retry is known by them
-    const int32_t worker = req.sender;
-    m.body.assign(reinterpret_cast<const char*>(&worker), sizeof worker);
-    m.body += in.body;
-  }
+  if (init)  // the worker and its push counts (InitOriginOf): a retry is known by them
+    m.body = wire::EncodeForwardedInit(req.sender, in.body);
   auto chunks = std::make_shared<std::vector<Frame>>(in.chunks);
   std::vector<Frame::Piece> pieces;
   for (auto& c : *chunks) pieces.push_back({c.data, c.size});
@@ -291,12 +251,7 @@ void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   answer->received_us = req.received_us;
   replicator_->Send(to, std::move(m), [this, answer, init](std::exception_ptr e) {
     try {
-      const int64_t exit_after = node_->test_hooks().exit_after_forwarded_inits;
-      if (!e && init && exit_after > 0 && static_cast<int64_t>(++forwarded_inits_) >= exit_after) {
-        std::fprintf(stderr, "%s: exiting after %lld forwarded inits (test hook)\n",
-                     node_->Tag().c_str(), static_cast<long long>(exit_after));
-        std::_Exit(137);
-      }
+      if (!e && init) node_->fail_points().InitForwarded(RangeIndex());
       if (!e) return server_->Respond(*answer);
       try {
         std::rethrow_exception(e);

@@ -2,7 +2,6 @@
 #include "kvstore/dist/server/replicated_server.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"
@@ -175,13 +174,14 @@ void ReplicaHost::HandleCopy(KVRequest&& req) {
     Refused(req.sender, why);
     return server_.RespondError(req, ErrorKind::kInvalid, why);
   }
-  const std::string& body = req.msg.body;
-  constexpr size_t kRangeAt = sizeof(uint64_t) + sizeof(uint8_t);  // dist_protocol.h
-  if (body.size() < kRangeAt + sizeof(int32_t))
+  dist::replication_wire::CopyHead head;
+  try {
+    head = dist::replication_wire::ParseCopyHead(req.msg.body);
+  } catch (const ProtocolError&) {
     return server_.RespondError(req, ErrorKind::kInvalid, "a malformed copy of a key range");
-  int32_t range = 0;
-  std::memcpy(&range, body.data() + kRangeAt, sizeof range);
-  const auto part = static_cast<dist::CopyPart>(static_cast<uint8_t>(body[sizeof(uint64_t)]));
+  }
+  const int32_t range = head.range;
+  const dist::CopyPart part = head.part;
   if (range < 0 || range >= node_->num_servers())
     return server_.RespondError(req, ErrorKind::kInvalid, "a copy of no key range");
   if (part == dist::CopyPart::kBegin) {

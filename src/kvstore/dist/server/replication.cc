@@ -2,8 +2,6 @@
 #include "kvstore/dist/server/replication.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"
@@ -72,19 +70,15 @@ void Replicator::Send(const std::vector<int>& to, Message m, Done done) {
       Request r;
       r.waiting.insert(live.begin(), live.end());
       r.done = std::move(done);
-      const int64_t amid = node_->test_hooks().exit_amid_replication;
-      if (amid != 0 && live.size() > 1 && ++fanouts_ == (amid > 0 ? amid : -amid)) {
-        // The others never get it: this process exits first (OnReply).
-        live = {amid > 0 ? live.front() : live.back()};
-        r.exit_when_answered = true;
+      if (live.size() > 1) {
+        // A test may send the change to one of them only (FailPoints::ReplicationFanout).
         const dist::Kind kind = dist::CmdKind(m.h.head);
-        std::fprintf(stderr, "%s: sends replicated change %lld (%s) to %s only (test hook)\n",
-                     node_->Tag().c_str(), static_cast<long long>(amid > 0 ? amid : -amid),
-                     kind == dist::Kind::kReplicateSparse  ? "a row_sparse round"
-                     : kind == dist::Kind::kReplicateAsync ? "async pushes"
-                     : kind == dist::Kind::kReplicate      ? "a dense round"
-                                                           : "another change",
-                     node_->NodeName(live[0]).c_str());
+        node_->fail_points().ReplicationFanout(
+            &live, kind == dist::Kind::kReplicateSparse  ? "a row_sparse round"
+                   : kind == dist::Kind::kReplicateAsync ? "async pushes"
+                   : kind == dist::Kind::kReplicate      ? "a dense round"
+                                                         : "another change");
+        r.narrowed = live.size() < r.waiting.size();
       }
       pending_.emplace(ts, std::move(r));
     }
@@ -107,11 +101,7 @@ void Replicator::OnReply(Message&& m) {
   std::unique_lock<std::mutex> lk(mu_);
   auto it = pending_.find(m.h.timestamp);
   if (it == pending_.end() || !it->second.waiting.erase(m.h.sender)) return;  // duplicate
-  if (it->second.exit_when_answered) {
-    std::fprintf(stderr, "%s: exiting amid a replicated change, sent to %s only (test hook)\n",
-                 node_->Tag().c_str(), node_->NodeName(m.h.sender).c_str());
-    std::_Exit(137);
-  }
+  if (it->second.narrowed) node_->fail_points().NarrowedChangeAnswered(m.h.sender);
   if ((m.h.flags & kError) && !it->second.error)
     it->second.error = MakeError(static_cast<ErrorKind>(m.h.head),
                                  "replica " + node_->NodeName(m.h.sender) + ": " + m.body);

@@ -58,7 +58,7 @@ class Replicator {
     std::set<int> waiting;  // servers that have not answered
     std::exception_ptr error;
     Done done;
-    bool exit_when_answered = false;  // test hook (TestHooks::exit_amid_replication)
+    bool narrowed = false;  // sent to fewer servers than `waiting` (FailPoints::ReplicationFanout)
   };
   void OnRangeTable(const RangeTable& t);
   void OnFailure(std::exception_ptr e);
@@ -70,7 +70,6 @@ class Replicator {
   mutable std::mutex mu_;
   RangeTable table_;
   uint64_t next_ts_ = 1;
-  int64_t fanouts_ = 0;  // changes sent to several servers (the test hook counts them)
   std::map<uint64_t, Request> pending_;
   std::map<int, std::set<int>> copying_;  // range -> joining spares sent a copy
 };

@@ -14,21 +14,22 @@
 // their order whatever the transport reorders. A copy that holds a change
 // acknowledges it without applying it again.
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 
 #include "common/logging.h"
 #include "kvstore/dist/server/dist_server.h"
+#include "kvstore/dist/wire/replication_wire.h"
 #include "kvstore/dist_protocol.h"
 
 namespace pskv {
 
 namespace {
 
-// A replicated change again, under this node's range-table version (the first eight
-// bytes of every replicated change's body), pointing at the kept request's buffers.
+// A replicated change again, under this node's range-table version, pointing at the
+// kept request's buffers; a dense round without the answers its primary left to the
+// copy that got it (given there). A kept change was parsed when it was applied.
 Message Again(const std::shared_ptr<const Message>& last, uint64_t version) {
   const Message& in = *last;
   Message m;
@@ -41,17 +42,9 @@ Message Again(const std::shared_ptr<const Message>& last, uint64_t version) {
   std::vector<Frame::Piece> pieces;
   for (const auto& c : in.chunks) pieces.push_back({c.data, c.size});
   if (!pieces.empty()) m.vals = Frame::Gather(std::move(pieces), last);
-  m.body = in.body;
-  if (m.body.size() >= sizeof version) std::memcpy(m.body.data(), &version, sizeof version);
-  // A dense round (replica_rounds.cc): its round and push counts, not the answers its
-  // primary left to the copy that got it (given there).
-  uint32_t n = 0;
-  constexpr size_t kCountsAt = 2 * sizeof(uint64_t);
-  if (dist::CmdKind(in.h.head) == dist::Kind::kReplicate && m.body.size() >= kCountsAt + sizeof n) {
-    std::memcpy(&n, m.body.data() + kCountsAt, sizeof n);
-    const size_t end = kCountsAt + sizeof n + size_t{n} * (sizeof(int32_t) + sizeof(uint64_t));
-    if (end <= m.body.size()) m.body.resize(end);
-  }
+  m.body = dist::CmdKind(in.h.head) == dist::Kind::kReplicate
+               ? dist::replication_wire::RoundAgain(in.body, version)
+               : dist::replication_wire::WithVersion(in.body, version);
   return m;
 }
 

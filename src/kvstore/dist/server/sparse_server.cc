@@ -6,6 +6,7 @@
 #include "common/byte_io.h"
 #include "common/logging.h"
 
+#include "kvstore/dist/wire/replication_wire.h"
 #include "kvstore/dist/wire/sparse_codec.h"
 #include "kvstore/dist_protocol.h"
 #include "pskv/error.h"
@@ -139,14 +140,8 @@ void SparseServer::Replicate(const Key& k, const RowSparseNDArray& sum, int64_t 
   std::shared_ptr<char[]> buf(new char[bytes]);
   sparse_wire::EncodePush(buf.get(), static_cast<uint64_t>(k.row_size),
                           sum.indices().data<int64_t>(), n, 0, sum.data().raw(), row_bytes);
-  ByteWriter body;
-  body.Put<uint64_t>(ctx.table_version);
-  body.Put<int64_t>(round);
-  body.Put<int64_t>(schedule_at);
-  for (auto& e : pushes) {
-    body.Put<int32_t>(e.sender);
-    body.Put<uint64_t>(PushCount(e.push));
-  }
+  dist::replication_wire::SparseRound body{ctx.table_version, round, schedule_at, {}};
+  for (auto& e : pushes) body.counts.push_back({e.sender, PushCount(e.push)});
   const KVRequest& first = pushes.front().push;
   Message m;
   m.h.flags = kPush;
@@ -156,7 +151,7 @@ void SparseServer::Replicate(const Key& k, const RowSparseNDArray& sum, int64_t 
   m.keys = U64Frame({first.msg.key_ptr()[0]});
   m.lens = U64Frame({bytes});
   m.vals = Frame::Of(std::move(buf), bytes);
-  m.body = body.Take();
+  m.body = dist::replication_wire::EncodeSparseRound(body);
   auto answer = std::make_shared<std::vector<SyncRound<KVRequest>::Entry>>(std::move(pushes));
   ctx.replicate(std::move(m), [srv, answer](std::exception_ptr e) {
     if (!e) {
@@ -308,16 +303,15 @@ void SparseServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, O
   int64_t round = 0, schedule_at = 0;
   std::vector<std::pair<int, uint64_t>> counts;
   try {
-    ByteReader r(m.body.data(), m.body.size(), "replicated row_sparse round");
-    (void)r.Get<uint64_t>();  // the sender's range-table version (checked by the caller)
-    round = r.Get<int64_t>();
-    schedule_at = r.Get<int64_t>();
-    while (r.remaining() > 0) {
-      const int id = r.Get<int32_t>();
-      if (!is_worker(id))
-        return fail("a push count of node id " + std::to_string(id) +
+    // The sender's range-table version was checked by the caller.
+    const auto body = dist::replication_wire::ParseSparseRound(m.body);
+    round = body.round;
+    schedule_at = body.schedule_at;
+    for (const auto& c : body.counts) {
+      if (!is_worker(c.worker))
+        return fail("a push count of node id " + std::to_string(c.worker) +
                     ", which is not a worker of this job");
-      counts.emplace_back(id, r.Get<uint64_t>());
+      counts.emplace_back(c.worker, c.count);
     }
   } catch (const std::exception& e) {
     return fail(e.what());
