@@ -46,14 +46,12 @@ TEST_P(DistDeviceStore, CompressionWithDeviceValues) {
   EXPECT_EQ(Launch("compression_device", GetParam()), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sim, DistDeviceStore,
-                         ::testing::Values("", "--env PSKV_SIM_JITTER=7",
-                                           "--env MXNET_ENABLE_GPU_P2P=0"),
-                         [](const ::testing::TestParamInfo<const char*>& p) {
-                           return std::string(p.index == 0   ? "Plain"
-                                              : p.index == 1 ? "Jitter"
-                                                             : "NoP2P");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Sim, DistDeviceStore,
+    ::testing::Values("", "--env PSKV_SIM_JITTER=7", "--env MXNET_ENABLE_GPU_P2P=0"),
+    [](const ::testing::TestParamInfo<const char*>& p) {
+      return std::string(p.index == 0 ? "Plain" : p.index == 1 ? "Jitter" : "NoP2P");
+    });
 
 TEST(DistDeviceStoreErrors, RowSparseOnDevicesIsATypedError) {
   EXPECT_EQ(Launch("row_sparse_device", "", 1), 0);

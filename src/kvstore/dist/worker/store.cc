@@ -6,8 +6,8 @@
 #include "common/logging.h"
 #include "common/observe.h"  // [observe]
 #include "kvstore/dist/link_pacing.h"
-#include "kvstore/dist/worker/device_exchange.h"
 #include "kvstore/dist/worker/collective_init.h"
+#include "kvstore/dist/worker/device_exchange.h"
 #include "kvstore/dist/worker/fusion.h"
 #include "kvstore/dist/worker/server_shares.h"
 #include "kvstore/dist/worker/stall.h"
@@ -205,8 +205,8 @@ void DistWorkerStore::InitImpl(const std::vector<int>& keys, const std::vector<N
   CollectiveInit(*link_, report, [&](size_t i) {
     const KeyMeta& m = *created[i];
     // A copy taken now, on the host (the servers hold every key on the CPU).
-    const Frame frame = FrameOf(values[i].device().is_cuda() ? values[i].To(Device::CPU())
-                                                              : values[i].Clone());
+    const Frame frame =
+        FrameOf(values[i].device().is_cuda() ? values[i].To(Device::CPU()) : values[i].Clone());
     auto done = std::make_shared<Completion>();
     auto ts = link_->worker()->Push(m.ps_keys, frame, m.lens, MakeCmd(Kind::kInit, m.dtype),
                                     Completion::Callback(done));
