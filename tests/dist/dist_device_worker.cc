@@ -207,6 +207,9 @@ void Run(const std::string& type, const std::string& ref_type, int steps, bool a
       kv->Push(rep_ids, dev_grads);
       kv->WaitAll();
       CHECK_TRUE(CountersAre(push, when + " push"), when + " push copies");
+      // The many-chunk key's sum went to the host in pieces (one d2h copy per chunk).
+      if (device_store && !compression && PeerOn())
+        CHECK_TRUE(cuda::Stats().d2h_count > keys.size(), when + ": d2h copies in pieces");
       ref->Push(rep_ids, grads);
       ref->WaitAll();
       if (async) kv->Barrier();  // every worker's pushes are applied
