@@ -24,6 +24,8 @@
 // called under the store's metadata lock.
 #pragma once
 
+#include <exception>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -61,19 +63,49 @@ class Placement {
   std::map<int, size_t> load_;
 };
 
-/// `local`: stages device sources through pinned host buffers and sums on the CPU into
-/// `merge` (a host array, allocated on first use); host sources are used as they are.
-/// Returns the sum (a source itself when there is one host source).
+/// Copies every device source to its own pinned host buffer (each on its device's d2h
+/// stream, after the source's ready stream) and waits for the copies; host sources are
+/// returned as they are. k device sources of M bytes: k·M bytes d2h.
+std::vector<NDArray> StageOnHost(const std::vector<NDArray>& values);
+
+/// `local`: stages device sources through pinned host buffers (StageOnHost) and sums on
+/// the CPU into `merge` (a host array, allocated on first use); host sources are used as
+/// they are. Returns the sum (a source itself when there is one host source).
 NDArray ReduceOnHost(Reducer& reducer, const std::vector<NDArray>& values, NDArray* merge);
 
+/// Enqueues on the compute stream of `slot.home` (cuda::GetStream(home, kCompute)): the
+/// waits for the sources' ready streams, the copies of sources on other devices (or on
+/// the host) into `slot.staged`, and their sum into `slot.merge`. Returns the sum on home
+/// (a source itself when there is one source on home) without waiting: work queued on
+/// that stream later sees it. Leaves `slot.weight` alone.
+NDArray EnqueueReduceOnDevice(DeviceSlot& slot, const std::vector<NDArray>& values);
+
 /// `device`: moves the key's weight to its home at the first call (`host_value`), copies
-/// sources to home and sums them there. Returns the sum on home (a source itself when
-/// there is one source on home). The work is finished when it returns.
+/// sources to home and sums them there (EnqueueReduceOnDevice). Returns the sum on home
+/// (a source itself when there is one source on home). The work is finished when it
+/// returns.
 NDArray ReduceOnDevice(DeviceSlot& slot, const NDArray& host_value,
                        const std::vector<NDArray>& values);
 
 /// Copies `src` (host or device) into every output (host or device), honouring the
 /// outputs' ready streams; returns when every copy finished.
 void CopyToOutputs(const NDArray& src, const std::vector<NDArray>& outs);
+
+/// Copies `src` (host memory, pinned for full speed) into every output without waiting,
+/// then calls `done` exactly once: with nullptr once every copy finished, or with the
+/// error. Host outputs are filled at once. Device outputs:
+///  * `fan_out` (the dist_*_device stores): ONE host-to-device copy, into the output on
+///    device `prefer` if there is one, else into the first device output; every other
+///    device output is copied from that one, device to device (peer, or through the host
+///    where peer copies are off);
+///  * otherwise (the plain dist stores, as MXNet's CommCPU): one host-to-device copy per
+///    device output.
+/// Each output is written after the work queued on its ready stream at this call.
+/// `done` runs on a backend thread (a host callback) when device copies were made, else
+/// on the calling thread; it must not call the device runtime. The outputs and `src`
+/// must stay alive until `done` ran (the caller keeps handles: a host callback dropping
+/// the last handle of device memory would call the runtime).
+void CopyToOutputsAsync(const NDArray& src, const std::vector<NDArray>& outs, bool fan_out,
+                        int prefer, std::function<void(std::exception_ptr)> done);
 
 }  // namespace pskv

@@ -20,6 +20,8 @@
 
 namespace pskv::dist {
 
+struct DeviceKeyState;  // device_exchange.h
+
 struct KeyMeta {
   int key = 0;
   Shape shape;
@@ -28,6 +30,9 @@ struct KeyMeta {
   std::vector<Slice> slices;  // one per wire chunk (ps key), by server and offset
   NDArray merge;              // local reduction buffer (the LocalReducer allocates it)
   NDArray residual;           // compression residual (float32)
+  // Values on devices (device_exchange.h): created under the store's lock before the
+  // key's first operation with device arrays; then used by the key's operations only.
+  std::shared_ptr<DeviceKeyState> dev;
   std::vector<uint64_t> ps_keys, lens, comp_lens;
   // Strict rounds (RoundRules): pushes issued by this worker, and whether this worker
   // pulled since its last push.

@@ -17,6 +17,16 @@ namespace sw = sparse_wire;
 
 namespace {
 
+// row_sparse values and row ids on devices: refused (the rows are encoded on the CPU).
+void RequireHost(const NDArray& a, const char* what, const std::string& key_name) {
+  if (a.device().is_cuda())
+    throw UsageError(std::string(what) + " of row_sparse key " + key_name + " is on " +
+                     a.device().str() +
+                     ": the dist stores encode row_sparse rows on the CPU and do not take them "
+                     "on devices; move them to the host first (NDArray::To(Device::CPU())), or "
+                     "keep the embedding table on the CPU");
+}
+
 Frame FrameOfString(std::shared_ptr<std::string> buf) {
   Frame f;
   f.data = buf->data();
@@ -33,6 +43,7 @@ void DistWorkerStore::InitRowSparseImpl(int key, const RowSparseNDArray& value) 
     std::lock_guard<std::mutex> lk(mu_);
     if (keys_.Has(key)) throw KeyError("duplicate init of key " + KeyName(key));
     if (compressor_) throw SparseWithCompression(KeyName(key));
+    RequireHost(value.data(), "the rows of the initial value", KeyName(key));
     auto m = std::make_unique<KeyMeta>();
     m->key = key;
     m->shape = value.shape();
@@ -80,9 +91,12 @@ void DistWorkerStore::PushRowSparseImpl(int key, const std::vector<RowSparseNDAr
   {
     std::lock_guard<std::mutex> lk(mu_);
     m = &keys_.FindSparse(key, "Push of a row_sparse value");
-    for (auto& v : values)
+    for (auto& v : values) {
       CheckSparseMatches(v.shape(), v.dtype(), m->shape, m->dtype, "pushed row_sparse value",
                          KeyName(key));
+      RequireHost(v.data(), "the rows of a pushed value", KeyName(key));
+      RequireHost(v.indices(), "the row ids of a pushed value", KeyName(key));
+    }
   }
   const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
   engine_.Push({key}, priority, [this, key, m, values, obs_t, priority](Engine::Done done) {
@@ -124,6 +138,7 @@ void DistWorkerStore::RowSparsePullImpl(int key, const std::vector<RowSparseNDAr
     for (size_t i = 0; i < outs.size(); ++i) {
       CheckSparseMatches(outs[i].shape(), outs[i].dtype(), m->shape, m->dtype,
                          "row_sparse_pull output", KeyName(key));
+      RequireHost(row_ids[i], "the row ids asked for", KeyName(key));
       ids.push_back(CanonicalRowIds(row_ids[i], m->rows));
     }
   }

@@ -7,6 +7,7 @@
 #include "common/observe.h"  // [observe]
 #include "kvstore/dist/link_pacing.h"
 #include "kvstore/dist/worker/collective_init.h"
+#include "kvstore/dist/worker/device_exchange.h"
 #include "kvstore/dist/worker/fusion.h"
 #include "kvstore/dist/worker/server_shares.h"
 #include "kvstore/dist/worker/stall.h"
@@ -69,6 +70,7 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
                                  std::unique_ptr<LocalReducer> reducer)
     : KVStore(std::move(type), std::move(options)),
       async_(StoreType::Parse(type_).async),
+      device_(StoreType::Parse(type_).device),
       reducer_(std::move(reducer)),
       keys_([this](int k) { return KeyName(k); }) {
   engine_.SetWaitSpin(std::chrono::microseconds(options_.spin_us));
@@ -202,7 +204,9 @@ void DistWorkerStore::InitImpl(const std::vector<int>& keys, const std::vector<N
                               DTypeName(values[i].dtype()), ShapeToString(values[i].shape())});
   CollectiveInit(*link_, report, [&](size_t i) {
     const KeyMeta& m = *created[i];
-    const Frame frame = FrameOf(values[i].Clone());
+    // A copy taken now, on the host (the servers hold every key on the CPU).
+    const Frame frame =
+        FrameOf(values[i].device().is_cuda() ? values[i].To(Device::CPU()) : values[i].Clone());
     auto done = std::make_shared<Completion>();
     auto ts = link_->worker()->Push(m.ps_keys, frame, m.lens, MakeCmd(Kind::kInit, m.dtype),
                                     Completion::Callback(done));
@@ -216,10 +220,13 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
   const Grouped groups = Group(keys, values);
   const RoundRules::Step step = RoundRules::Step::kPush;
   const auto metas = LookUp(groups, values, "Push", "pushed value", &step);
+  const bool on_devices = AnyOnDevice(values);
+  if (on_devices) PrepareDevices(metas, groups, values, true);
   std::vector<char> fused(metas.size(), 0);
+  // Fusion gathers host memory: not for a call with values on devices.
   IssueFused(
-      FusionGroups(metas, compressor_ ? 0 : options_.fusion_key_bytes, options_.fusion_bytes,
-                   &fused),
+      FusionGroups(metas, compressor_ || on_devices ? 0 : options_.fusion_key_bytes,
+                   options_.fusion_bytes, &fused),
       {&metas, &groups, &values, nullptr, nullptr, priority, "push"}, &engine_, link_->worker(),
       [this](KeyMeta& m, const std::vector<NDArray>& v) { return std::get<0>(Prepare(m, v)); });
   for (size_t gi = 0; gi < metas.size(); ++gi) {
@@ -228,6 +235,14 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
     KeyMeta* m = metas[gi];
     std::vector<NDArray> vals = groups.Arrays(gi, values);
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+    if (ReducesOnDevice(vals)) {
+      engine_.Push({k}, priority, [this, k, obs_t, m, vals, priority](Engine::Done done) {
+        done = obs::Track("push", std::to_string(k), m->size * DTypeSize(m->dtype), obs_t,
+                          std::move(done));  // [observe]
+        DevicePushPull(*m, vals, {}, priority, std::move(done));
+      });
+      continue;
+    }
     engine_.Push(
         {k}, priority,
         [this, k, obs_t, m, vals, priority](Engine::Done done) {
@@ -237,7 +252,7 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
           link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority, PushAhead(),
                                 MessageBytes());
         },
-        StartsHere(*m, vals.size()));
+        StartsHere(*m, vals));
   }
 }
 
@@ -246,9 +261,11 @@ void DistWorkerStore::PullImpl(const std::vector<int>& keys, const std::vector<N
   const Grouped groups = Group(keys, outs);
   const RoundRules::Step step = RoundRules::Step::kPull;
   const auto metas = LookUp(groups, outs, "Pull", "pull output", &step);
+  const bool on_devices = AnyOnDevice(outs);
+  if (on_devices) PrepareDevices(metas, groups, outs, false);
   std::vector<char> fused(metas.size(), 0);
-  IssueFused(FusionGroups(metas, compressor_ ? 0 : options_.fusion_key_bytes, options_.fusion_bytes,
-                          &fused),
+  IssueFused(FusionGroups(metas, compressor_ || on_devices ? 0 : options_.fusion_key_bytes,
+                          options_.fusion_bytes, &fused),
              {&metas, nullptr, nullptr, &groups, &outs, priority, "pull"}, &engine_,
              link_->worker(), nullptr);
   for (size_t gi = 0; gi < metas.size(); ++gi) {
@@ -256,9 +273,18 @@ void DistWorkerStore::PullImpl(const std::vector<int>& keys, const std::vector<N
     const int k = groups.groups[gi].key;
     KeyMeta* m = metas[gi];
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+    std::vector<NDArray> dst = groups.Arrays(gi, outs);
+    if (AnyOnDevice(dst)) {
+      engine_.Push({k}, priority, [this, k, obs_t, m, dst, priority](Engine::Done done) {
+        done = obs::Track("pull", std::to_string(k), dst[0].nbytes(), obs_t,
+                          std::move(done));  // [observe]
+        DevicePull(*m, dst, priority, std::move(done));
+      });
+      continue;
+    }
     engine_.Push(
         {k}, priority,
-        [this, k, obs_t, m, dst = groups.Arrays(gi, outs), priority](Engine::Done done) {
+        [this, k, obs_t, m, dst = std::move(dst), priority](Engine::Done done) {
           NDArray first = dst[0];
           done = obs::Track("pull", std::to_string(k), first.nbytes(), obs_t,
                             std::move(done));  // [observe]
@@ -290,13 +316,18 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
                               " is pulled but not pushed; the push and pull keys must be the same");
   }
   CheckAsyncHasOptimizer();
-  LookUp(pulls, outs, "PushPull", "pull output");
+  const auto out_metas = LookUp(pulls, outs, "PushPull", "pull output");
   const RoundRules::Step step = RoundRules::Step::kPushPull;
   const auto metas = LookUp(pushes, values, "PushPull", "pushed value", &step);
+  const bool on_devices = AnyOnDevice(values) || AnyOnDevice(outs);
+  if (on_devices) {
+    PrepareDevices(metas, pushes, values, true);
+    PrepareDevices(out_metas, pulls, outs, false);
+  }
   std::vector<char> fused(metas.size(), 0);
   IssueFused(
-      FusionGroups(metas, compressor_ ? 0 : options_.fusion_key_bytes, options_.fusion_bytes,
-                   &fused),
+      FusionGroups(metas, compressor_ || on_devices ? 0 : options_.fusion_key_bytes,
+                   options_.fusion_bytes, &fused),
       {&metas, &pushes, &values, &pulls, &outs, priority, "pushpull"}, &engine_, link_->worker(),
       [this](KeyMeta& m, const std::vector<NDArray>& v) { return std::get<0>(Prepare(m, v)); });
   for (size_t gi = 0; gi < metas.size(); ++gi) {
@@ -305,9 +336,22 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
     KeyMeta* m = metas[gi];
     std::vector<NDArray> vals = pushes.Arrays(gi, values);
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
+    std::vector<NDArray> dst = pulls.Arrays(gi, outs);
+    if (ReducesOnDevice(vals) || AnyOnDevice(dst)) {
+      // Values or outputs on devices: the answer lands in the key's pinned buffer.
+      engine_.Push({k}, priority, [this, k, obs_t, m, vals, dst, priority](Engine::Done done) {
+        done = obs::Track("pushpull", std::to_string(k), m->size * DTypeSize(m->dtype), obs_t,
+                          std::move(done));  // [observe]
+        if (ReducesOnDevice(vals))
+          DevicePushPull(*m, vals, dst, priority, std::move(done));
+        else
+          StagedPushPull(*m, vals, dst, priority, std::move(done));
+      });
+      continue;
+    }
     engine_.Push(
         {k}, priority,
-        [this, k, obs_t, m, vals, dst = pulls.Arrays(gi, outs), priority](Engine::Done done) {
+        [this, k, obs_t, m, vals, dst = std::move(dst), priority](Engine::Done done) {
           auto [frame, lens, cmd] = Prepare(*m, vals);
           done = obs::Track("pushpull", std::to_string(k), frame.size, obs_t,  // [observe]
                             std::move(done));
@@ -325,7 +369,7 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
                                     m->lens, cmd, CopyToAll(dst, std::move(done)), priority,
                                     PushAhead(), MessageBytes());
         },
-        StartsHere(*m, vals.size()));
+        StartsHere(*m, vals));
   }
 }
 
@@ -341,7 +385,9 @@ void DistWorkerStore::SetUpdaterImpl(Updater) {
 
 std::tuple<Frame, std::vector<uint64_t>, int> DistWorkerStore::Prepare(
     KeyMeta& m, const std::vector<NDArray>& vals) {
-  const NDArray merged = vals.size() == 1 ? vals[0] : reducer_->Reduce(vals, &m.merge);
+  const NDArray merged = AnyOnDevice(vals)  ? StagedSum(m, vals)
+                         : vals.size() == 1 ? vals[0]
+                                            : reducer_->Reduce(vals, &m.merge);
   if (!compressor_) return {FrameOf(merged), m.lens, MakeCmd(Kind::kDense, m.dtype)};
   // Each server slice is quantised on its own, with its part of the residual.
   uint64_t total = 0;
@@ -378,8 +424,8 @@ std::vector<KeyMeta*> DistWorkerStore::LookUp(const Grouped& groups,
   return metas;
 }
 
-bool DistWorkerStore::StartsHere(const KeyMeta& m, size_t nvals) const {
-  return nvals == 1 && !compressor_ &&
+bool DistWorkerStore::StartsHere(const KeyMeta& m, const std::vector<NDArray>& vals) const {
+  return vals.size() == 1 && !compressor_ && !vals[0].device().is_cuda() &&
          m.size * static_cast<int64_t>(DTypeSize(m.dtype)) <= options_.inline_start_bytes;
 }
 

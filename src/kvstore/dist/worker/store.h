@@ -1,5 +1,5 @@
-// DistWorkerStore: the worker side of the dist stores (dist_sync, dist_async, and
-// their _device variants on this CPU build), reusable by other store types.
+// DistWorkerStore: the worker side of the dist stores (dist_sync, dist_async and their
+// _device variants), reusable by other store types.
 //
 // Per key: the values a call pushes are reduced locally (LocalReducer, the seam for
 // a store whose arrays live elsewhere), optionally compressed, then sent to the
@@ -16,6 +16,10 @@
 //   sparse_worker.cc row_sparse push, pull and init (wire: dist/wire/sparse_codec.h)
 //   stall            Wait with stall reports and deadlock diagnosis
 //   states_transfer  optimizer states between the servers and a states file
+//   device_exchange  values on devices (docs/gpu.md, "The dist stores on devices"):
+//                    dist_*_device reduces on a home device per key and sends the sum
+//                    in pieces as each piece's d2h copy lands; the plain dist stores
+//                    stage every device value through pinned memory and sum on the CPU
 //
 // Blocking: every wait for the servers goes through KVWorker::Await (ServerLink) or,
 // for scheduled operations, through the engine (stall.h). After a timeout or a dead
@@ -33,6 +37,7 @@
 #include <vector>
 
 #include "kvstore/compression.h"
+#include "kvstore/device_values.h"
 #include "kvstore/dist/worker/key_table.h"
 #include "kvstore/dist/worker/local_reducer.h"
 #include "kvstore/dist/worker/server_link.h"
@@ -87,6 +92,26 @@ class DistWorkerStore : public KVStore {
   std::tuple<Frame, std::vector<uint64_t>, int> Prepare(KeyMeta& m,
                                                         const std::vector<NDArray>& vals);
 
+  /// Values on devices (device_exchange.cc). Engine operations of one key:
+  ///  * DevicePushPull (dist_*_device, no compression, device values): the sum on the
+  ///    key's home device, its d2h copy in pieces (one per wire chunk), each piece pushed
+  ///    (or push-pulled into the key's pinned receive buffer) from a host callback as
+  ///    soon as it landed; with `outs`, then one h2d and device-to-device copies.
+  ///  * DevicePull: into the key's pinned receive buffer, then to `outs`
+  ///    (CopyToOutputsAsync: one h2d and a fan-out on dist_*_device, one h2d per device
+  ///    output otherwise).
+  ///  * StagedPushPull: Prepare (which stages device values) then a push-pull into the
+  ///    pinned receive buffer, then to `outs` as DevicePull.
+  void DevicePushPull(KeyMeta& m, const std::vector<NDArray>& vals,
+                      const std::vector<NDArray>& outs, int priority, Engine::Done done);
+  void DevicePull(KeyMeta& m, const std::vector<NDArray>& outs, int priority, Engine::Done done);
+  void StagedPushPull(KeyMeta& m, const std::vector<NDArray>& vals,
+                      const std::vector<NDArray>& outs, int priority, Engine::Done done);
+  /// Whether a key's push of `vals` takes DevicePushPull.
+  bool ReducesOnDevice(const std::vector<NDArray>& vals) const {
+    return device_ && !compressor_ && AnyOnDevice(vals);
+  }
+
   ServerLink& link() { return *link_; }
   Engine& engine() { return engine_; }
   int store_id() const { return store_id_; }
@@ -105,7 +130,17 @@ class DistWorkerStore : public KVStore {
   /// Whether a push of `nvals` values of `m` may start on the calling thread (Engine):
   /// only when preparing it is no work (one value, sent as it is) and small enough
   /// that the transport's copy (shared memory) is cheap too.
-  bool StartsHere(const KeyMeta& m, size_t nvals) const;
+  bool StartsHere(const KeyMeta& m, const std::vector<NDArray>& vals) const;
+  /// Before a call's operations are scheduled (takes mu_): the device state of every
+  /// key with arrays on devices, and on dist_*_device the home devices of the keys
+  /// pushed with device values for the first time (Placement, as the `device` store).
+  void PrepareDevices(const std::vector<KeyMeta*>& metas, const Grouped& groups,
+                      const std::vector<NDArray>& arrays, bool pushed);
+  /// The sum of a key's values as a host array when some are on devices: on
+  /// dist_*_device (placed keys) the device sum copied to the key's pinned send buffer;
+  /// otherwise every device value staged through pinned memory and summed on the CPU
+  /// (MXNet's CommCPU). Waits for the device work.
+  NDArray StagedSum(KeyMeta& m, const std::vector<NDArray>& vals);
   /// PushPacer's `ahead` for a key's pushes: PSKV_WIRE_AHEAD_BYTES, or 0 (none) where
   /// the kernel paces the connections (PSKV_LINK_RATE, dist/link_pacing.h): each
   /// flow then keeps its share's rate by itself, and a lane's answers, paced too,
@@ -123,6 +158,7 @@ class DistWorkerStore : public KVStore {
   uint64_t MessageBytes() const { return options_.link_rate > 0 ? 1 : 0; }
 
   const bool async_;
+  const bool device_;  // dist_sync_device, dist_async_device
   SharedNode::Lease lease_;
   int store_id_ = 0;
   Node* node_ = nullptr;         // lease_'s
@@ -133,6 +169,7 @@ class DistWorkerStore : public KVStore {
   std::unique_ptr<GradientCompressor> compressor_;
   std::mutex mu_;
   dist::KeyTable keys_;
+  Placement placement_;  // home devices of dist_*_device keys; under mu_
   Engine engine_;
 };
 
