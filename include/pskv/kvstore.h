@@ -77,7 +77,10 @@ class KVStore {
   ///
   /// Values on devices (docs/gpu.md): `local` stages them through pinned host memory
   /// and sums and updates on the CPU; `device` sums and updates on a home device per
-  /// key (kernels bit-identical to the CPU's). The dist types take CPU values.
+  /// key (kernels bit-identical to the CPU's). `dist_*_device` sum a worker's device
+  /// values on a home device per key and send the sum in pieces as its d2h copy lands;
+  /// `dist_sync`/`dist_async` stage device values through pinned memory and sum on the
+  /// CPU. Servers hold CPU values.
   ///
   /// For a dist type in a process whose DMLC_ROLE is `server` or `scheduler`, Create
   /// throws UsageError: the library never exits a process. A C++ program that is
