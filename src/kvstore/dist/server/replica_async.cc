@@ -42,14 +42,16 @@ DistServer::InitOrigin DistServer::InitOriginOf(const KVRequest& req, size_t num
     o.counts = PushCounts(req, num_keys);
     return o;
   }
+  // Forwarded (ForwardInit): the primary's range-table version, the worker, its counts.
   const std::string& body = req.msg.body;
   int32_t worker = -1;
-  if (body.size() != sizeof worker + num_keys * sizeof(uint64_t)) return o;
-  std::memcpy(&worker, body.data(), sizeof worker);
+  constexpr size_t kAt = sizeof(uint64_t);
+  if (body.size() != kAt + sizeof worker + num_keys * sizeof(uint64_t)) return o;
+  std::memcpy(&worker, body.data() + kAt, sizeof worker);
   if (!IsJobWorker(worker)) return o;  // a forged origin: no push of a worker is recorded
   o.worker = worker;
   o.counts.resize(num_keys);
-  std::memcpy(o.counts.data(), body.data() + sizeof worker, num_keys * sizeof(uint64_t));
+  std::memcpy(o.counts.data(), body.data() + kAt + sizeof worker, num_keys * sizeof(uint64_t));
   return o;
 }
 
@@ -64,10 +66,11 @@ std::string DistServer::NotFromPrimary(const KVRequest& req) const {
   uint64_t version = 0;
   if (req.msg.body.size() < sizeof version) return "a replicated change without its table version";
   std::memcpy(&version, req.msg.body.data(), sizeof version);
-  // Only the range's primary replicates it: per this node's range table, or per a
-  // newer one that promoted the sender and has not reached this node yet.
+  // Only the range's primary replicates it, per this node's range table: a change that
+  // claims a newer table waited for it (ReplicaHost::FromServer), never taken on trust.
+  (void)version;
   const auto [primary, known] = node_->RangePrimary(RangeIndex());
-  if (req.sender == primary || version > known) return {};
+  if (req.sender == primary) return {};
   return "a change of key range " + std::to_string(RangeIndex()) + " from " +
          node_->NodeName(req.sender) + ", which is not its primary in range table v" +
          std::to_string(known);
