@@ -219,7 +219,8 @@ void MarkStatesDumped(std::string* blob);
 /// (KVStore::SaveOptimizerStates(fname, true), Trainer::SaveStates): of the file's
 /// one blob, or of a dist store's file the first server's. nullopt when the file
 /// carries none. Checks the file's checksum (reading it once, keeping only the text);
-/// IOError naming the file if it cannot be read, is cut short or corrupt.
+/// IOError naming the file if it cannot be read, is not a states file, is cut short
+/// or corrupt.
 std::optional<OptimizerConfig> ReadDumpedOptimizerConfig(const std::string& fname);
 
 /// Writes a SaveStates() blob to states file `fname` as KVStore::SaveOptimizerStates

@@ -312,7 +312,9 @@ std::optional<std::string> ReadDumpedConfigText(const std::string& fname) {
   };
   // A checked file: its content (after the magic, before the checksum) once checked.
   uint64_t base = 0, end = size;
-  if (HasMagic(read(0, 8), kSumMagic)) {
+  const std::string magic = read(0, 8);
+  if (!HasMagic(magic, kSumMagic) && !IsStatesContent(magic)) throw NotStates(fname);
+  if (HasMagic(magic, kSumMagic)) {
     CheckSum(f, size, fname);
     f.clear();
     base = 8;

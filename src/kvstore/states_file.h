@@ -139,8 +139,8 @@ std::string ReadStatesFile(const std::string& fname);
 
 /// The configuration text saved in file `fname` with dump_optimizer (a blob, a
 /// whole-keys dist file, or a per-server dist file whose first blob is read), or nullopt when it
-/// carries none (not dumped, or not a states file). Reads the file once in pieces (its checksum
-/// checked) and keeps only the text. IOError naming the file: as ReadStatesFile.
+/// carries none (not dumped). Reads the file once in pieces (its checksum checked) and keeps only
+/// the text. IOError naming the file: as ReadStatesFile (not a states file included).
 std::optional<std::string> ReadDumpedConfigText(const std::string& fname);
 
 }  // namespace pskv::states

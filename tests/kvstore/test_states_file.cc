@@ -187,7 +187,7 @@ TEST(StatesFile, DumpedConfigOfEveryFormat) {
   }
   const std::string p = TempFile("plain", plain), g = TempFile("garbage", "hello");
   EXPECT_FALSE(states::ReadDumpedConfigText(p));
-  EXPECT_FALSE(states::ReadDumpedConfigText(g));
+  EXPECT_THROW(states::ReadDumpedConfigText(g), IOError);  // not a states file
   // A config length beyond the file: an error, not a 4 GB read.
   std::string cut = a.substr(0, 12);
   std::memset(cut.data() + 8, 0xff, 4);
@@ -201,7 +201,7 @@ namespace {
 
 // Reads back `path` through each reader of states files; true if every one refused it
 // with an IOError naming the file.
-::testing::AssertionResult RefusedNamingFile(const std::string& path, bool dumped) {
+::testing::AssertionResult RefusedNamingFile(KVStore& store, const std::string& path, bool dumped) {
   auto named = [&](const char* reader, auto&& read) -> ::testing::AssertionResult {
     try {
       read();
@@ -215,9 +215,7 @@ namespace {
     }
     return ::testing::AssertionFailure() << reader << ": loaded without an error";
   };
-  auto store = KVStore::Create("local");
-  store->SetOptimizer(OptimizerConfig::FromParams("adam", {}));
-  if (auto r = named("KVStore::LoadOptimizerStates", [&] { store->LoadOptimizerStates(path); }); !r)
+  if (auto r = named("KVStore::LoadOptimizerStates", [&] { store.LoadOptimizerStates(path); }); !r)
     return r;
   if (dumped)
     if (auto r = named("ReadDumpedOptimizerConfig", [&] { ReadDumpedOptimizerConfig(path); }); !r)
@@ -268,13 +266,14 @@ TEST(StatesFile, EverySingleByteCorruptionOfASavedFileIsRefused) {
                  : how == 1 ? static_cast<char>(bad[i] ^ 0xff)
                             : (bad[i] == '\0' ? '0' : '\0');
         std::ofstream(path, std::ios::binary | std::ios::trunc).write(bad.data(), bad.size());
-        ASSERT_TRUE(RefusedNamingFile(path, dumped)) << "byte " << i << " changed (" << how << ")";
+        ASSERT_TRUE(RefusedNamingFile(*loaded, path, dumped))
+            << "byte " << i << " changed (" << how << ")";
         ++tried;
       }
     }
     for (size_t n = 0; n < good.size(); ++n) {
       std::ofstream(path, std::ios::binary | std::ios::trunc).write(good.data(), n);
-      ASSERT_TRUE(RefusedNamingFile(path, dumped)) << "cut at " << n << " bytes";
+      ASSERT_TRUE(RefusedNamingFile(*loaded, path, dumped)) << "cut at " << n << " bytes";
     }
     EXPECT_EQ(tried, 3 * good.size());
     std::filesystem::remove(path);
@@ -312,23 +311,23 @@ TEST(StatesFile, WholeKeysFilesAreCheckedAndOlderFilesStillLoad) {
 }
 
 // A NUL byte (or a blank) inside a number of the configuration text is refused: strtod
-// stopped at the NUL, and "learning_rate=0\0.1" loaded as a learning rate of 0.
+// stopped at the NUL, and "learning_rate=0\0.5" loaded as a learning rate of 0.
 TEST(StatesFile, ANumberWithANulByteOrBlanksIsRefused) {
   using namespace std::string_literals;
   const std::string good =
-      OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.1"}}).Serialize();
-  ASSERT_NE(good.find("learning_rate=0.1"), std::string::npos);
-  EXPECT_DOUBLE_EQ(OptimizerConfig::Deserialize(good).learning_rate, 0.1);
-  for (const std::string& v : {"0\0.1"s, "0.1\0"s, " 0.1"s, "0.1 "s, "\0"s, "1e"s, "0x"s}) {
+      OptimizerConfig::FromParams("sgd", {{"learning_rate", "0.5"}}).Serialize();
+  const size_t at = good.find("learning_rate=0.5\n");
+  ASSERT_NE(at, std::string::npos) << good;
+  EXPECT_DOUBLE_EQ(OptimizerConfig::Deserialize(good).learning_rate, 0.5);
+  auto with = [&](const std::string& line) {
     std::string text = good;
-    text.replace(text.find("learning_rate=0.1"), std::strlen("learning_rate=0.1"),
-                 "learning_rate=" + v);
-    EXPECT_THROW(OptimizerConfig::Deserialize(text), InvalidArgument) << "'" << v << "'";
-  }
-  std::string text = good;
-  text.replace(text.find("learning_rate=0.1"), std::strlen("learning_rate=0.1"),
-               "learning_rate=0.1\nlr_step=1\0"s);
-  EXPECT_THROW(OptimizerConfig::Deserialize(text), InvalidArgument);
-  text = good + "lr_step=1e300\n";
-  EXPECT_THROW(OptimizerConfig::Deserialize(text), InvalidArgument);
+    text.replace(at, std::strlen("learning_rate=0.5"), line);
+    return text;
+  };
+  EXPECT_DOUBLE_EQ(OptimizerConfig::Deserialize(with("learning_rate=0.25")).learning_rate, 0.25);
+  for (const std::string& v : {"0\0.5"s, "0.5\0"s, " 0.5"s, "0.5 "s, "\0"s, "1e"s, "0x"s, ""s})
+    EXPECT_THROW(OptimizerConfig::Deserialize(with("learning_rate=" + v)), InvalidArgument)
+        << "'" << v << "'";
+  EXPECT_THROW(OptimizerConfig::Deserialize(good + "lr_step=1\0\n"s), InvalidArgument);
+  EXPECT_THROW(OptimizerConfig::Deserialize(good + "lr_step=1e300\n"), InvalidArgument);
 }
