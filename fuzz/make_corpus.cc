@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   const uint64_t init_counts[2] = {1, 1};
   WriteRaw(dir, "repl_forwarded_init",
            rw::EncodeForwardedInit(
-               9, std::string(reinterpret_cast<const char*>(init_counts), sizeof init_counts)));
+               4, 9, std::string(reinterpret_cast<const char*>(init_counts), sizeof init_counts)));
   const rw::CopyHead head{5, dist::CopyPart::kBegin, 1};
   WriteRaw(dir, "copy_begin", rw::EncodeCopyBegin(head, {true, 2, 4096, {{0, 1024}}}));
   WriteRaw(dir, "copy_keys",

@@ -218,8 +218,18 @@ void MarkStatesDumped(std::string* blob);
 /// The optimizer configuration saved in states file `fname` with dump_optimizer
 /// (KVStore::SaveOptimizerStates(fname, true), Trainer::SaveStates): of the file's
 /// one blob, or of a dist store's file the first server's. nullopt when the file
-/// carries none. Reads only the file's head; IOError if it cannot be read or is cut
-/// short.
+/// carries none. Checks the file's checksum (reading it once, keeping only the text);
+/// IOError naming the file if it cannot be read, is not a states file, is cut short
+/// or corrupt.
 std::optional<OptimizerConfig> ReadDumpedOptimizerConfig(const std::string& fname);
+
+/// Writes a SaveStates() blob to states file `fname` as KVStore::SaveOptimizerStates
+/// does: with a checksum (CRC32C), to a temporary file renamed once complete.
+/// IOError naming the file if it cannot be written.
+void WriteOptimizerStatesFile(const std::string& fname, const std::string& blob);
+/// The blob in states file `fname` (for LoadStates), its checksum checked. IOError
+/// naming the file if it cannot be read, is not a states file, is cut short or its
+/// checksum does not match (corrupt).
+std::string ReadOptimizerStatesFile(const std::string& fname);
 
 }  // namespace pskv

@@ -2,7 +2,7 @@
 Python side's record of each call issued through one. Public as
 :class:`pskv.kvstore.Batch`."""
 from . import _pskv
-from ._values import _is_list
+from ._values import _bump_versions, _is_list
 
 
 class _Op(object):
@@ -34,6 +34,7 @@ class Batch(object):
         self._store = kv
         self._keys = {}  # keys of the calls issued through this batch (ordered set)
         self._misuse = []  # torch tensors modified in flight: raised at the end
+        self._written = []  # torch outputs of its calls: version counters bumped at the end
         self._state = 'new'  # -> 'open' -> 'ended'
 
     def __enter__(self):
@@ -64,12 +65,18 @@ class Batch(object):
     def _finish(self):
         kv = self._store
         keys, self._keys = list(self._keys), {}
-        if kv._kv is None:  # closed inside the block: close waited; report what it saw
-            if keys and kv._close_error is not None:
-                raise kv._close_error
-            return
-        if keys:
-            kv._wait_keys(keys)
+        written, self._written = self._written, []
+        try:
+            if kv._closed():  # closed inside the block: close waited; report what it saw
+                if keys and kv._close_error is not None:
+                    raise kv._close_error
+                return
+            if keys:
+                kv._wait_keys(keys)
+        finally:
+            # Once per tensor however many calls wrote it, after the in-flight check.
+            seen = set()
+            _bump_versions([t for t in written if not (id(t) in seen or seen.add(id(t)))])
         if self._misuse:
             msgs, self._misuse = self._misuse, []
             raise _pskv.UsageError('; '.join(msgs))

@@ -3,7 +3,7 @@ calls issued through them until they are released, waits that release them, and 
 calls named in errors. A part of :class:`pskv.kvstore.KVStore` (it inherits this)."""
 from . import _pskv
 from ._batch import Batch, _Op
-from ._values import _annotated, _is_list, _key_names, _torch_watch, _unique
+from ._values import _annotated, _bump_versions, _is_list, _key_names, _torch_outputs, _torch_watch, _unique
 
 import numpy as np
 
@@ -54,10 +54,13 @@ class _Tracking(object):
         """
         return Batch(self)
 
-    def _track(self, what, keys, completion, values=(), batch=None):
+    def _track(self, what, keys, completion, values=(), batch=None, written=None):
         """After a call was issued: a plain call waits for it (its failure is raised
         here); a batch's call is noted (its keys in the batch, the torch tensors among
-        `values`, what the caller passed, watched) until released."""
+        `values`, what the caller passed, watched) until released. The torch tensors
+        among `written` (the call's outputs) have their version counters bumped once
+        written: a plain call's now, a batch's when the batch ends (so that the batch's
+        own check of tensors changed in flight does not take pskv's writes for one)."""
         if batch is None:
             try:
                 self._kv.wait(_unique(keys))
@@ -66,7 +69,10 @@ class _Tracking(object):
                 if new is e:
                     raise
                 raise new from None
+            finally:
+                _bump_versions(_torch_outputs(written))
             return
+        batch._written.extend(_torch_outputs(written))
         batch_keys = batch._keys
         for k in keys:
             batch_keys[k] = None

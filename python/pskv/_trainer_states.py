@@ -56,10 +56,9 @@ class TrainerStates(object):
             self.kv.save_optimizer_states(fname, dump_optimizer=True)
             self.kv.barrier()  # rank 0 writes: the file is complete when this returns
             return
-        tmp = '%s.tmp%d' % (fname, os.getpid())
-        with open(tmp, 'wb') as f:
-            f.write(self._updater.save_states(True))
-        os.replace(tmp, fname)  # workers writing the same path do not interleave
+        # With its checksum, renamed once complete (workers writing the same path do
+        # not interleave).
+        _pskv.write_states_file(fname, self._updater.save_states(True))
 
     def load_states(self, fname):
         """Loads what :meth:`save_states` wrote: the states and the saved optimizer
@@ -75,8 +74,7 @@ class TrainerStates(object):
             self.kv.load_optimizer_states(fname)
             self.kv.barrier()  # rank 0 loads: nobody pushes before the states are in
         else:
-            with open(fname, 'rb') as f:
-                self._updater.load_states(f.read())
+            self._updater.load_states(_pskv.read_states_file(fname))
         if cfg is not None:  # the store or updater now runs the saved optimizer (C++: the same)
             self._name = cfg.pop('type', self._name)
             self._cfg = cfg

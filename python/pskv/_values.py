@@ -72,6 +72,39 @@ def _torch_watch(*values):
     return out
 
 
+def _torch_outputs(out):
+    """The dense torch tensors among `out` (nested lists too) that a pull writes into,
+    once each; inference tensors have no version counter and are left out."""
+    if out is None or type(out) is np.ndarray:
+        return []  # the common case, cheaply
+    found, seen, stack = [], set(), [out]
+    while stack:
+        v = stack.pop()
+        if _is_list(v):
+            stack.extend(v)
+        elif (type(v).__module__.startswith('torch') and id(v) not in seen and
+              getattr(v, 'layout', None) is not None and str(v.layout) == 'torch.strided' and
+              not v.is_inference()):
+            seen.add(id(v))
+            found.append(v)
+    return found
+
+
+def _bump_versions(tensors):
+    """Counts pskv's write into each tensor of `tensors` as torch counts an in-place
+    write: its version counter goes up by one, so that autograd refuses a tensor it
+    saved for backward and a pull changed since, as it refuses one ``copy_`` changed
+    (pskv writes through a numpy view, which torch does not see). The write is an
+    in-place op on an empty view: no element is touched, the counter (shared with
+    the view) moves; no_grad lets it run on leaves that require grad."""
+    if not tensors:
+        return
+    import torch
+    with torch.no_grad():
+        for t in tensors:
+            t.view(-1)[:0].zero_()
+
+
 def _flatten(key, value, sparse_keys=None, output=False):
     """(key, value) in any of MXNet's shapes -> parallel flat lists (as MXNet).
 

@@ -19,6 +19,24 @@ from ._updates import _Updates
 from ._values import _flatten, _is_dense, _key_names, _split_sparse
 
 
+class _Closed(object):
+    """A closed store's handle: every call through it is a :class:`pskv.UsageError`
+    (instead of an ``AttributeError`` on ``None``)."""
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        raise _pskv.UsageError(
+            'this store was closed (kv.close(), the end of its with-block, or interpreter exit): '
+            'create another with pskv.create to go on (calling %s on a closed store)' % name)
+
+
+_CLOSED = _Closed()
+
+
+def _is_closed(handle):
+    return handle is None or handle is _CLOSED
+
+
 class KVStore(_Tracking, _RowSparse, _Updates):
     """A key-value store of arrays, with MXNet's ``mx.kv.KVStore`` API.
 
@@ -57,6 +75,9 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         self._sparse = {}  # row_sparse key -> (shape, dtype), from init
         self._warned_sparse = set()  # keys whose row_sparse pull outputs were ignored
         self._optimizer = None  # (Optimizer given to set_optimizer, the parameters it ran)
+
+    def _closed(self):
+        return _is_closed(getattr(self, '_kv', None))
 
     def _reserve_keys(self, n):
         """A range of n int keys for one Trainer (several may share a store; they
@@ -245,7 +266,7 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         if not keys:
             return
         c = self._kv.pull(keys, outs, priority, True, batch is not None)
-        self._track('pull', keys, c, (out,), batch)
+        self._track('pull', keys, c, (out,), batch, written=out)
 
     def pushpull(self, key, value, out=None, priority=0):
         """Pushes `value` and pulls the result into `out` in one round trip per key.
@@ -277,7 +298,8 @@ class KVStore(_Tracking, _RowSparse, _Updates):
             okeys, outs = _flatten(key, out, output=True)
         self._follow_optimizer()
         c = self._kv.pushpull(keys, vals, okeys, outs, priority, True, batch is not None)
-        self._track('pushpull', keys + okeys, c, (value, out), batch)
+        self._track('pushpull', keys + okeys, c, (value, out), batch,
+                    written=value if out is None else out)
 
     def broadcast(self, key, value, out, priority=0):
         """Initialises keys with `value` (rank 0's in dist mode) and pulls them into `out`.
@@ -329,10 +351,10 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         the job's final barrier here. Called at interpreter exit for open stores.
         """
         kv = getattr(self, '_kv', None)
-        if kv is None:
+        if _is_closed(kv):
             return
         kv.check_close()  # UsageError inside this store's updater (on its engine thread)
-        self._kv = None
+        self._kv = _CLOSED
         try:
             kv.wait_all()
         except Exception as e:  # noqa: BLE001 - still release the store
@@ -360,8 +382,8 @@ class KVStore(_Tracking, _RowSparse, _Updates):
         # runs on its store's engine thread): closing there would make that thread
         # join itself. Such stores are closed later, on the main thread.
         kv = getattr(self, '_kv', None)
-        if kv is not None:
-            self._kv = None
+        if not _is_closed(kv):
+            self._kv = _CLOSED
             _deferred_close.append(kv)  # keeps the arrays of calls in flight
             with self._book:
                 for op in self._ops:

@@ -65,6 +65,13 @@ void BindOptimizer(py::module_& m) {
     if (!cfg) return std::nullopt;
     return cfg->Serialize();
   });
+  // An Optimizer.save_states blob to a states file and back, with the checksum
+  // (pskv/optimizer.h, WriteOptimizerStatesFile).
+  m.def("write_states_file", [](const std::string& fname, const py::bytes& blob) {
+    WriteOptimizerStatesFile(fname, std::string(blob));
+  });
+  m.def("read_states_file",
+        [](const std::string& fname) { return py::bytes(ReadOptimizerStatesFile(fname)); });
 }
 
 }  // namespace pskv::binding

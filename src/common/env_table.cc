@@ -266,7 +266,8 @@ const EnvVar kVars[] = {
      "killed server's ranges are taken "
      "over by a replica and the job continues (dist_sync: bitwise-equal; dist_async: each push "
      "applied once); each step costs more (measured beside its floor in the docs); 0: a dead "
-     "server ends the job ([fault tolerance](docs/fault-tolerance.md))",
+     "server ends the job; more than `DMLC_NUM_SERVER` - 1 (any with one server) is an error at "
+     "start ([fault tolerance](docs/fault-tolerance.md))",
      Int<&Options::replicas>},
     {"PSKV_HELD_REQUEST_BYTES", T::kInt, 1024, int64_t{1} << 40, "", "1 GiB", S::kJob,
      "with `PSKV_REPLICAS`: the most bytes of one worker's requests a server keeps for key "

@@ -82,6 +82,18 @@ void Options::ValidateForDistributed() const {
   }
   if (heartbeat_timeout.count() > 0 && heartbeat_timeout < 2 * heartbeat_interval)
     throw ConfigError("PS_HEARTBEAT_TIMEOUT must be at least twice PS_HEARTBEAT_INTERVAL");
+  // A copy of a range lives on another server than its primary: R copies need R + 1
+  // servers. Asked for more, the job would run with fewer copies than the user counts
+  // on (with one server: none at all), so it does not start.
+  if (replicas > 0 && replicas > num_servers - 1)
+    throw ConfigError(
+        "PSKV_REPLICAS=" + std::to_string(replicas) + " needs at least " +
+        std::to_string(replicas + 1) + " servers (DMLC_NUM_SERVER=" + std::to_string(num_servers) +
+        "): each key range is copied to that many servers besides its primary; " +
+        (num_servers < 2 ? std::string("with one server nothing can be replicated: start 2 or "
+                                       "more servers, or set PSKV_REPLICAS=0")
+                         : "set PSKV_REPLICAS to at most " + std::to_string(num_servers - 1) +
+                               ", or start more servers"));
   if (spare_servers > 0 && (replicas < 1 || num_servers < 2))
     throw ConfigError("PSKV_SPARE_SERVERS=" + std::to_string(spare_servers) +
                       " needs PSKV_REPLICAS >= 1 and DMLC_NUM_SERVER >= 2: spares replace "

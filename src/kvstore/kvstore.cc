@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <unordered_map>
 
 #include "kvstore/kvstore_dist.h"
@@ -363,10 +361,7 @@ void KVStore::SaveOptimizerStates(const std::string& fname, bool dump_optimizer)
         "Cannot save optimizer states: no optimizer is set on this store "
         "(call SetOptimizer first)");
   WaitAll();
-  std::ofstream f(fname, std::ios::binary);
-  std::string blob = optimizer_->SaveStates(dump_optimizer);
-  f.write(blob.data(), static_cast<std::streamsize>(blob.size()));
-  if (!f) throw IOError("cannot write optimizer states to '" + fname + "'");
+  WriteOptimizerStatesFile(fname, optimizer_->SaveStates(dump_optimizer));
 }
 
 void KVStore::LoadOptimizerStates(const std::string& fname) {
@@ -374,12 +369,9 @@ void KVStore::LoadOptimizerStates(const std::string& fname) {
     throw UsageError(
         "Cannot load optimizer states: no optimizer is set on this store "
         "(call SetOptimizer with the same optimizer first)");
-  std::ifstream f(fname, std::ios::binary);
-  if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
+  const std::string blob = ReadOptimizerStatesFile(fname);
   WaitAll();
-  optimizer_->LoadStates(ss.str());
+  optimizer_->LoadStates(blob);
 }
 
 // ------------------------------------------------------------ factory

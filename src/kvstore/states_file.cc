@@ -1,9 +1,13 @@
 #include "kvstore/states_file.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "common/byte_io.h"
+#include "common/crc32c.h"
 #include "pskv/error.h"
 #include "pskv/optimizer.h"
 
@@ -15,6 +19,7 @@ constexpr char kBlobMagic[] = "PSKVOPT1";
 constexpr char kDumpedMagic[] = "PSKVOPT2";
 constexpr char kDistMagic1[] = "PSKVDST1";
 constexpr char kDistMagic2[] = "PSKVDST2";
+constexpr char kSumMagic[] = "PSKVSUM1";
 constexpr const char* kWhat = "optimizer states";
 
 bool HasMagic(std::string_view bytes, const char* magic) {
@@ -55,6 +60,42 @@ uint32_t U32At(std::string_view b, size_t at) {
   uint32_t v;
   std::memcpy(&v, b.data() + at, 4);
   return v;
+}
+
+// What a states file may hold: checked content ("PSKVSUM1"), or content of a file
+// written before the checksum.
+bool IsStatesContent(std::string_view b) {
+  return HasMagic(b, kBlobMagic) || HasMagic(b, kDumpedMagic) ||
+         HasMagic(b, kWholeKeysMagic.data()) || HasMagic(b, kDistMagic1) ||
+         HasMagic(b, kDistMagic2);
+}
+
+IOError NotStates(const std::string& fname) {
+  return IOError("'" + fname + "' is not a pskv optimizer-states file (bad magic)");
+}
+
+IOError Corrupt(const std::string& fname, const std::string& why) {
+  return IOError("optimizer states file '" + fname + "' is corrupt: " + why +
+                 " (a damaged or cut copy); load another copy, or save the states again");
+}
+
+// Checks the CRC32C of checked file `f` (`size` bytes, "PSKVSUM1" at its start),
+// reading it in pieces.
+void CheckSum(std::ifstream& f, uint64_t size, const std::string& fname) {
+  if (size < 12) throw Corrupt(fname, "cut short");
+  std::string buf(std::min<uint64_t>(size - 12, uint64_t{1} << 20), '\0');
+  uint32_t crc = 0;
+  f.seekg(8);
+  for (uint64_t left = size - 12; left > 0;) {
+    const auto n = static_cast<std::streamsize>(std::min<uint64_t>(left, buf.size()));
+    if (!f.read(buf.data(), n)) throw IOError("cannot read optimizer states file '" + fname + "'");
+    crc = Crc32c(buf.data(), static_cast<size_t>(n), crc);
+    left -= static_cast<uint64_t>(n);
+  }
+  uint32_t saved = 0;
+  if (!f.read(reinterpret_cast<char*>(&saved), 4))
+    throw IOError("cannot read optimizer states file '" + fname + "'");
+  if (saved != crc) throw Corrupt(fname, "its checksum does not match its content");
 }
 
 }  // namespace
@@ -202,6 +243,60 @@ DistFile DecodeDistFile(std::string_view bytes, const std::string& name) {
   return f;
 }
 
+void WriteStatesFile(const std::string& fname,
+                     const std::function<void(const BlobWriter::Sink&)>& write) {
+  const std::string tmp = fname + ".tmp" + std::to_string(::getpid());
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  if (!f) throw IOError("cannot write optimizer states to '" + fname + "'");
+  uint32_t crc = 0;
+  f.write(kSumMagic, 8);
+  try {
+    write([&](const char* p, size_t n) {
+      crc = Crc32c(p, n, crc);
+      f.write(p, static_cast<std::streamsize>(n));
+    });
+  } catch (...) {
+    f.close();
+    std::remove(tmp.c_str());
+    throw;
+  }
+  f.write(reinterpret_cast<const char*>(&crc), 4);
+  f.close();
+  if (!f || std::rename(tmp.c_str(), fname.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw IOError("cannot write optimizer states to '" + fname + "'");
+  }
+}
+
+std::string ReadStatesFile(const std::string& fname) {
+  std::ifstream f(fname, std::ios::binary | std::ios::ate);
+  if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
+  const auto size = static_cast<uint64_t>(f.tellg());
+  f.seekg(0);
+  char magic[8] = {};
+  if (size < 8 || !f.read(magic, 8)) throw NotStates(fname);
+  const std::string_view head(magic, 8);
+  const bool checked = HasMagic(head, kSumMagic);
+  if (!checked && !IsStatesContent(head)) throw NotStates(fname);
+  if (checked && size < 12) throw Corrupt(fname, "cut short");
+  std::string content(checked ? size - 12 : size, '\0');
+  if (!checked) {
+    std::memcpy(content.data(), magic, 8);
+    if (!f.read(content.data() + 8, static_cast<std::streamsize>(size - 8)))
+      throw IOError("cannot read optimizer states file '" + fname + "'");
+    return content;
+  }
+  uint32_t saved = 0;
+  if (!f.read(content.data(), static_cast<std::streamsize>(content.size())) ||
+      !f.read(reinterpret_cast<char*>(&saved), 4))
+    throw IOError("cannot read optimizer states file '" + fname + "'");
+  if (Crc32c(content.data(), content.size()) != saved)
+    throw Corrupt(fname, "its checksum does not match its content");
+  // Checked content is what a writer wrote: a blob or a whole-keys file.
+  if (IsPerServerDistFile(content) || !IsStatesContent(content)) throw NotStates(fname);
+  return content;
+}
+
 std::optional<std::string> ReadDumpedConfigText(const std::string& fname) {
   std::ifstream f(fname, std::ios::binary | std::ios::ate);
   if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
@@ -215,19 +310,29 @@ std::optional<std::string> ReadDumpedConfigText(const std::string& fname) {
     if (!f) throw IOError("cannot read optimizer states file '" + fname + "'");
     return s;
   };
+  // A checked file: its content (after the magic, before the checksum) once checked.
+  uint64_t base = 0, end = size;
+  const std::string magic = read(0, 8);
+  if (!HasMagic(magic, kSumMagic) && !IsStatesContent(magic)) throw NotStates(fname);
+  if (HasMagic(magic, kSumMagic)) {
+    CheckSum(f, size, fname);
+    f.clear();
+    base = 8;
+    end = size - 4;
+  }
   // Where the first blob starts: 0 for a blob, after the dist header otherwise.
-  const std::string head = read(0, 12);
-  uint64_t at = 0;
+  const std::string head = read(base, std::min<uint64_t>(12, end - base));
+  uint64_t at = base;
   if (HasMagic(head, kWholeKeysMagic.data()))
-    at = 8;
+    at += 8;
   else if (HasMagic(head, kDistMagic1))
-    at = 16;
+    at += 16;
   else if (head.size() == 12 && HasMagic(head, kDistMagic2))
-    at = 12 + 8ull * U32At(head, 8);
-  const std::string blob = read(at, 12);
+    at += 12 + 8ull * U32At(head, 8);
+  const std::string blob = at < end ? read(at, std::min<uint64_t>(12, end - at)) : std::string();
   if (blob.size() < 12 || !HasMagic(blob, kDumpedMagic)) return std::nullopt;
   const uint32_t len = U32At(blob, 8);
-  if (size - at - 12 < len) throw IOError("optimizer states file '" + fname + "' is truncated");
+  if (end - at - 12 < len) throw IOError("optimizer states file '" + fname + "' is truncated");
   return read(at + 12, len);
 }
 
@@ -239,6 +344,15 @@ std::optional<OptimizerConfig> ReadDumpedOptimizerConfig(const std::string& fnam
   auto text = states::ReadDumpedConfigText(fname);
   if (!text) return std::nullopt;
   return OptimizerConfig::Deserialize(*text);
+}
+
+void WriteOptimizerStatesFile(const std::string& fname, const std::string& blob) {
+  states::WriteStatesFile(
+      fname, [&blob](const states::BlobWriter::Sink& out) { out(blob.data(), blob.size()); });
+}
+
+std::string ReadOptimizerStatesFile(const std::string& fname) {
+  return states::ReadStatesFile(fname);
 }
 
 }  // namespace pskv

@@ -18,6 +18,14 @@
 //   "PSKVDST2", u32 server count n, n u64 blob sizes, the blobs;
 //   "PSKVDST1", u32 n, then n times (u32 size, blob).
 //
+// A states file (what KVStore::SaveOptimizerStates and Trainer::SaveStates write, for
+// every store type) wraps its content in a checksum:
+//   "PSKVSUM1", the content (a blob, or "PSKVDST3" and its blob), u32 CRC32C of the
+//   content
+// so that any change of a byte (a bad disk, a cut copy) is refused, naming the file,
+// instead of loading as other states. Files written before it (the content alone, and
+// the per-server files) are read without a check.
+//
 // Decoders never trust a count: every size is checked against the bytes left before
 // anything is allocated, so a hostile or cut file is an error, not a huge allocation.
 // Errors: IOError (bad magic, inconsistent sizes) or ProtocolError (cut short).
@@ -119,10 +127,20 @@ bool IsPerServerDistFile(std::string_view bytes);
 /// ("bad magic", "truncated", "sizes do not add up", ...).
 DistFile DecodeDistFile(std::string_view bytes, const std::string& name);
 
+/// Writes states file `fname` (the checksum around the content that `write` gives its
+/// sink) atomically: to a temporary file, renamed once complete. IOError naming the
+/// file if it cannot be written; what `write` throws is passed on (no file then).
+void WriteStatesFile(const std::string& fname,
+                     const std::function<void(const BlobWriter::Sink&)>& write);
+/// The content of states file `fname`, its checksum checked (a file without one:
+/// as it is). IOError naming the file: cannot open or read it, not a states file,
+/// cut short, or its checksum does not match (the file is corrupt).
+std::string ReadStatesFile(const std::string& fname);
+
 /// The configuration text saved in file `fname` with dump_optimizer (a blob, a
 /// whole-keys dist file, or a per-server dist file whose first blob is read), or nullopt when it
-/// carries none (not dumped, or not a states file). Reads only the file's head. IOError: cannot
-/// open, or cut short.
+/// carries none (not dumped). Reads the file once in pieces (its checksum checked) and keeps only
+/// the text. IOError naming the file: as ReadStatesFile (not a states file included).
 std::optional<std::string> ReadDumpedConfigText(const std::string& fname);
 
 }  // namespace pskv::states

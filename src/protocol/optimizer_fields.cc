@@ -1,5 +1,6 @@
 #include "protocol/optimizer_fields.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -14,8 +15,9 @@ using Ref = OptimizerField::Ref;
 
 int64_t ToInt(std::string_view name, const std::string& v) {
   double x = ParseOptimizerNumber(name, v);
-  if (x != std::floor(x))
-    throw InvalidArgument("optimizer parameter " + std::string(name) + " must be whole");
+  if (x != std::floor(x) || std::fabs(x) >= 9.2e18)
+    throw InvalidArgument("optimizer parameter " + std::string(name) +
+                          " must be whole (of magnitude below 9.2e18)");
   return static_cast<int64_t>(x);
 }
 
@@ -117,9 +119,13 @@ std::string FieldRange::Describe() const {
 }
 
 double ParseOptimizerNumber(std::string_view name, const std::string& v) {
+  // The whole text is the number: strtod stops at a NUL byte inside it ("0\0.1" would
+  // read as 0) and skips leading blanks, so both are refused here.
   char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(x))
+  const double x = v.empty() || std::isspace(static_cast<unsigned char>(v[0]))
+                       ? NAN
+                       : std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x))
     throw InvalidArgument("optimizer parameter " + std::string(name) + "='" + v +
                           "' is not a finite number");
   return x;

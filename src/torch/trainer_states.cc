@@ -3,28 +3,14 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "pskv/error.h"
+#include "pskv/optimizer.h"
 #include "trainer_impl.h"
 
 namespace pskv {
-
-namespace {
-void WriteFileAtomically(const std::string& fname, const std::string& data) {
-  const std::string tmp = fname + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!f) throw IOError("cannot write '" + tmp + "'");
-  }
-  std::filesystem::rename(tmp, fname);  // workers writing the same path do not interleave
-}
-}  // namespace
 
 double Trainer::learning_rate() const {
   return impl_->cfg.learning_rate;
@@ -76,7 +62,7 @@ void Trainer::SaveStates(const std::string& fname) {
     // Rank 0 writes the file: when this returns on any worker, the file is complete.
     m.kv->Barrier();
   } else {
-    WriteFileAtomically(fname, m.local_opt->SaveStates(/*dump_optimizer=*/true));
+    WriteOptimizerStatesFile(fname, m.local_opt->SaveStates(/*dump_optimizer=*/true));
   }
 }
 
@@ -88,10 +74,7 @@ void Trainer::LoadStates(const std::string& fname) {
     // Rank 0 loads for the store: no worker may push before the states are in.
     m.kv->Barrier();
   } else {
-    std::ifstream f(fname, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    m.local_opt->LoadStates(ss.str());
+    m.local_opt->LoadStates(ReadOptimizerStatesFile(fname));
   }
   if (saved) m.cfg = *saved;
 }

@@ -388,3 +388,38 @@ TEST(EnvTable, UpdateOnKVStoreIsReadIntoOptions) {
   g.Set("MXNET_UPDATE_ON_KVSTORE", "1");
   EXPECT_EQ(Options::FromEnv().update_on_kvstore, std::optional<bool>(true));
 }
+
+// Issue 42, hole 8: PSKV_REPLICAS that the servers cannot honour is a ConfigError at
+// start, on every node (Node and KVStore::Create validate their options), instead of a
+// job that runs unreplicated (one server) or with fewer copies (R > S - 1) silently.
+TEST(Options, ReplicasTheServersCannotHoldAreAnErrorAtStart) {
+  Options o;
+  o.root_uri = "127.0.0.1";
+  o.root_port = 1;
+  o.num_workers = 1;
+  auto message = [&](int servers, int replicas) -> std::string {
+    o.num_servers = servers;
+    o.replicas = replicas;
+    try {
+      o.ValidateForDistributed();
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(message(1, 0), "");
+  EXPECT_EQ(message(2, 1), "");
+  EXPECT_EQ(message(3, 2), "");
+  const std::string one = message(1, 1);
+  EXPECT_NE(one.find("PSKV_REPLICAS=1 needs at least 2 servers"), std::string::npos) << one;
+  EXPECT_NE(one.find("PSKV_REPLICAS=0"), std::string::npos) << one;
+  const std::string many = message(3, 3);
+  EXPECT_NE(many.find("at most 2"), std::string::npos) << many;
+  EXPECT_NE(message(2, 2).find("DMLC_NUM_SERVER=2"), std::string::npos);
+  // A worker's store refuses to start (no scheduler is contacted first).
+  o.num_servers = 1;
+  o.replicas = 1;
+  o.role = Role::kWorker;
+  o.role_set = true;
+  EXPECT_THROW(KVStore::Create("dist_sync", o), ConfigError);
+}

@@ -83,9 +83,11 @@ TEST(ReplicationWire, AsyncPushesRoundTripAndAreStrict) {
 
 TEST(ReplicationWire, ForwardedInitRoundTripsAndIsStrict) {
   const uint64_t counts[3] = {1, 2, 3};
-  const std::string b =
-      rw::EncodeForwardedInit(9, std::string(reinterpret_cast<const char*>(counts), sizeof counts));
-  EXPECT_EQ(rw::ParseForwardedInit(b, 3), (rw::ForwardedInit{9, {1, 2, 3}}));
+  const std::string b = rw::EncodeForwardedInit(
+      4, 9, std::string(reinterpret_cast<const char*>(counts), sizeof counts));
+  EXPECT_EQ(rw::ParseForwardedInit(b, 3), (rw::ForwardedInit{4, 9, {1, 2, 3}}));
+  EXPECT_EQ(rw::ParseVersion(b), 4u);
+  EXPECT_EQ(rw::ParseVersion(rw::EncodeForwardedStates(7)), 7u);
   ExpectStrict(
       b, [](const std::string& s) { rw::ParseForwardedInit(s, 3); }, "forwarded init");
   EXPECT_THROW(rw::ParseForwardedInit(b, 2), ProtocolError);

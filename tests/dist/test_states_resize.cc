@@ -188,8 +188,7 @@ std::string TempPath(const std::string& tag) {
 // The file the per-server format ("PSKVDST2") held for the same states saved by
 // `servers` servers: each server's blob, as its optimizer wrote it.
 std::string PerServerFile(const std::string& whole_file, int servers) {
-  std::ifstream in(whole_file, std::ios::binary);
-  const std::string whole((std::istreambuf_iterator<char>(in)), {});
+  const std::string whole = states::ReadStatesFile(whole_file);
   std::vector<std::unique_ptr<dist::KeyMeta>> metas;
   std::vector<const dist::KeyMeta*> ptrs;
   for (int k = 0; k < static_cast<int>(kKeys.size()); ++k) {

@@ -1,7 +1,7 @@
 // Servers of a replicated job (PSKV_REPLICAS >= 1) talk to each other, but a server
 // is not a worker (docs/security.md, "Replicated servers"): another server may send
-// only replicated changes and the inits (and optimizer-states loads) forwarded by a
-// holder of the range. This test runs a real authenticated job — scheduler, server 0
+// only replicated changes and the inits (and optimizer-states loads) forwarded down by
+// the range's primary. This test runs a real authenticated job — scheduler, server 0
 // (pskv-server) and one dist_sync worker (security_worker) as processes — whose
 // server 1 is a Node of this process: a member holding the job's secret that serves
 // its ranges like any server (ReplicaHost) and also sends server 0, over the job's
@@ -149,13 +149,15 @@ TEST(SecurityServers, PeerRefusalAcceptsOnlyReplicationBetweenServers) {
     EXPECT_EQ(PeerRefusal(k, true, true, worker, false), "") << static_cast<int>(k);
   for (Kind k : {Kind::kReplicate, Kind::kReplicateAsync, Kind::kReplicateSparse})
     EXPECT_NE(PeerRefusal(k, true, false, worker, false), "") << static_cast<int>(k);
-  // From a server: replicated changes (pushes) ...
+  // From a server: replicated changes (pushes), from the range's primary only ...
   for (Kind k : {Kind::kReplicate, Kind::kReplicateAsync, Kind::kReplicateSparse}) {
-    EXPECT_EQ(PeerRefusal(k, true, false, server, false), "") << static_cast<int>(k);
+    EXPECT_EQ(PeerRefusal(k, true, false, server, true), "") << static_cast<int>(k);
+    EXPECT_NE(PeerRefusal(k, true, false, server, false), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, true, true, server, true), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, false, true, server, true), "") << static_cast<int>(k);
   }
-  // ... and forwarded inits and states loads, from a holder of the range only ...
+  // ... and forwarded inits and states loads, down from the range's primary only (a
+  // replica sending a states load up to its primary is refused: issue 42, hole 4) ...
   for (Kind k : {Kind::kInit, Kind::kSparseInit, Kind::kStates}) {
     EXPECT_EQ(PeerRefusal(k, true, false, server, true), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, true, false, server, false), "") << static_cast<int>(k);

@@ -529,3 +529,21 @@ TEST(DirectTcp, MaxPacingRateIsTheSocketsOption) {
   EXPECT_EQ(v, ~0U);
   ::close(fd);
 }
+
+// Caps above 4.29 GB/s (the 32-bit form's limit) reach the kernel whole: 100 Gbit/s
+// reads back through the 64-bit form as set (issue 42, hole 2: it was cut to 4.29 GB/s).
+TEST(DirectTcp, MaxPacingRateTakesCapsAboveThirtyTwoBits) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const uint64_t rate = 100'000'000'000ull / 8;  // 100 Gbit/s in bytes per second
+  ASSERT_TRUE(direct::MaxPacingRate(fd, rate));
+  uint64_t v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &len), 0);
+  ASSERT_EQ(len, sizeof v) << "this kernel has only the 32-bit form (Linux < 4.20)";
+  EXPECT_EQ(v, rate);
+  ASSERT_TRUE(direct::MaxPacingRate(fd, 0));
+  ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &len), 0);
+  EXPECT_EQ(v, ~uint64_t{0});
+  ::close(fd);
+}

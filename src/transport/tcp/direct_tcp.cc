@@ -210,10 +210,19 @@ void KeepAlive(int fd, std::chrono::milliseconds interval, std::chrono::millisec
 }
 
 bool MaxPacingRate(int fd, uint64_t bytes_per_s) {
-  // The 32-bit form every kernel takes; all ones means no cap.
-  const uint32_t v =
+  // The 64-bit form (Linux >= 4.20 reads 8 bytes), so that caps above 4.29 GB/s
+  // hold; all ones means no cap. An older kernel reads the first 4 bytes only and
+  // answers getsockopt with 4: there the 32-bit form, saturated, is the best it has.
+  const uint64_t v = bytes_per_s == 0 ? ~uint64_t{0} : bytes_per_s;
+  if (::setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof v) != 0) return false;
+  uint64_t got = 0;
+  socklen_t len = sizeof got;
+  if (::getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &got, &len) == 0 && len == sizeof got &&
+      got == v)
+    return true;
+  const uint32_t v32 =
       bytes_per_s == 0 ? ~0U : static_cast<uint32_t>(std::min<uint64_t>(bytes_per_s, ~0U - 1));
-  return ::setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof v) == 0;
+  return ::setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v32, sizeof v32) == 0;
 }
 
 bool SendAll(int fd, const std::string& p) {

@@ -311,7 +311,8 @@ class DistServer {
                              size_t index);
   /// The worker an init (dense or row_sparse) came from and its push counts (one per
   /// key; empty without replication): the sender of a worker's request, or the worker
-  /// a primary forwarded it for (ForwardInit puts its id before the counts).
+  /// a primary forwarded it for (ForwardInit puts its range-table version and the
+  /// worker's id before the counts).
   struct InitOrigin {
     int worker = -1;
     std::vector<uint64_t> counts;
@@ -338,7 +339,12 @@ class DistServer {
     int from = 0;  // the primary sending it
     bool sync = false;
     uint64_t keys = 0, value_bytes = 0, got_keys = 0, got_values = 0, bytes = 0;
-    std::map<int, std::string> states;  // store -> its states blob (sized at kBegin)
+    // Store -> its states blob, grown as its parts arrive (never reserved ahead: the
+    // announced sizes are the sender's word), the size announced at kBegin, and the
+    // parts that arrived ahead of the blob's end (by offset) until it reaches them.
+    std::map<int, std::string> states;
+    std::map<int, uint64_t> states_size;
+    std::map<int, std::map<uint64_t, std::string>> states_ahead;
     std::map<int, uint64_t> states_got;
     std::vector<KVRequest> held;     // other servers' requests meanwhile, acknowledged
     std::unique_ptr<KVRequest> end;  // kEnd, answered once the copy is installed

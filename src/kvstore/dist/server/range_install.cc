@@ -100,7 +100,7 @@ void DistServer::InstallIfComplete() {
   const bool complete = in.end && in.keys == in.got_keys && in.value_bytes == in.got_values &&
                         in.held.size() >= hold &&
                         std::all_of(in.states.begin(), in.states.end(), [&](const auto& s) {
-                          return in.states_got[s.first] == s.second.size();
+                          return s.second.size() == in.states_size[s.first];
                         });
   if (!complete) return;
   if (std::string err = pool_.Exclusive([&] { return InstallEnd(); }); !err.empty()) {
@@ -151,7 +151,8 @@ std::string DistServer::InstallPart(const KVRequest& req, CopyPart part) {
           if (!OptimizerOf(dist::WireKey(store, 0)))
             return "store " + std::to_string(store) +
                    " has optimizer states on the primary but no optimizer here";
-          in.states[store].resize(bytes);
+          in.states[store];  // grown as its parts arrive (kStates)
+          in.states_size[store] = bytes;
           in.states_got[store] = 0;
         }
         return {};
@@ -164,12 +165,23 @@ std::string DistServer::InstallPart(const KVRequest& req, CopyPart part) {
         const uint64_t off = piece.offset;
         auto it = in.states.find(store);
         if (it == in.states.end() || m.num_keys() != 1) return "states of an unannounced store";
-        const uint64_t n = m.len_ptr()[0];
-        if (off > it->second.size() || n > it->second.size() - off ||
-            in.states_got[store] + n > it->second.size())
+        const uint64_t n = m.len_ptr()[0], size = in.states_size[store];
+        if (off > size || n > size - off || in.states_got[store] + n > size)
           return "states beyond the size announced";
-        m.CopyVals(0, n, it->second.data() + off);
+        std::string& blob = it->second;
+        auto& ahead = in.states_ahead[store];
+        if (off < blob.size() || ahead.count(off)) return "a part of the states twice";
         in.states_got[store] += n;
+        // Memory follows the bytes that arrived: a part past the blob's end waits aside.
+        std::string& to = off == blob.size() ? blob : ahead[off];
+        const size_t at = to.size();
+        to.resize(at + n);
+        m.CopyVals(0, n, to.data() + at);
+        for (auto next = ahead.find(blob.size()); next != ahead.end();
+             next = ahead.find(blob.size())) {
+          blob += next->second;
+          ahead.erase(next);
+        }
         return {};
       }
       case CopyPart::kEnd:

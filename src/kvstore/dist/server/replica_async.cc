@@ -43,6 +43,7 @@ DistServer::InitOrigin DistServer::InitOriginOf(const KVRequest& req, size_t num
     o.counts = PushCounts(req, num_keys);
     return o;
   }
+  // Forwarded (ForwardInit): the primary's range-table version, the worker, its counts.
   wire::ForwardedInit init;
   try {
     init = wire::ParseForwardedInit(req.msg.body, num_keys);
@@ -69,10 +70,11 @@ std::string DistServer::NotFromPrimary(const KVRequest& req) const {
   } catch (const ProtocolError&) {
     return "a replicated change without its table version";
   }
-  // Only the range's primary replicates it: per this node's range table, or per a
-  // newer one that promoted the sender and has not reached this node yet.
+  // Only the range's primary replicates it, per this node's range table: a change that
+  // claims a newer table waited for it (ReplicaHost::FromServer), never taken on trust.
+  (void)version;
   const auto [primary, known] = node_->RangePrimary(RangeIndex());
-  if (req.sender == primary || version > known) return {};
+  if (req.sender == primary) return {};
   return "a change of key range " + std::to_string(RangeIndex()) + " from " +
          node_->NodeName(req.sender) + ", which is not its primary in range table v" +
          std::to_string(known);

@@ -141,11 +141,12 @@ void DistServer::ApplyReplica(const KVRequest& req) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
-  // Only the range's primary replicates it: per this node's range table, or per a
-  // newer one that promoted the sender and has not reached this node yet. A server
-  // the job went on without never gets here (Node drops what it sends).
+  // Only the range's primary replicates it, per this node's range table (a round that
+  // claims a newer table waited for it: ReplicaHost::FromServer). A server the job
+  // went on without never gets here (Node drops what it sends).
+  (void)version;
   const auto [primary, known] = node_->RangePrimary(RangeIndex());
-  if (req.sender != primary && version <= known)
+  if (req.sender != primary)
     return fail("a round of key range " + std::to_string(RangeIndex()) + " from " +
                 node_->NodeName(req.sender) + ", which is not its primary in range table v" +
                 std::to_string(known));
@@ -235,8 +236,10 @@ void DistServer::ForwardInit(const KVRequest& req, const std::vector<int>& to) {
   m.keys = in.keys;
   m.lens = in.lens;
   const bool init = dist::CmdKind(req.cmd) != Kind::kStates;
-  if (init)  // the worker and its push counts (InitOriginOf): a retry is known by them
-    m.body = wire::EncodeForwardedInit(req.sender, in.body);
+  const uint64_t version = replicator_->version();  // first, as in every server's message
+  // an init: the worker and its push counts (InitOriginOf): a retry is known by them
+  m.body = init ? wire::EncodeForwardedInit(version, req.sender, in.body)
+                : wire::EncodeForwardedStates(version);
   auto chunks = std::make_shared<std::vector<Frame>>(in.chunks);
   std::vector<Frame::Piece> pieces;
   for (auto& c : *chunks) pieces.push_back({c.data, c.size});

@@ -11,22 +11,31 @@ namespace pskv {
 
 using dist::Kind;
 
-std::string PeerRefusal(Kind kind, bool push, bool pull, int sender, bool holds_range) {
+std::string PeerRefusal(Kind kind, bool push, bool pull, int sender, bool is_primary) {
   const bool change =
       kind == Kind::kReplicate || kind == Kind::kReplicateAsync || kind == Kind::kReplicateSparse;
   if (!IsServerId(sender))
     return change ? "a replicated change from a node that is not a server" : std::string();
-  // From a server: replicated changes (their handlers check that the sender is the
-  // range's primary), and inits and states loads its primary forwards, all pushes.
+  // From a server: replicated changes, and inits and states loads forwarded, all
+  // pushes, all down from the range's primary to its copies.
   const bool forwarded = kind == Kind::kInit || kind == Kind::kSparseInit || kind == Kind::kStates;
   if (!(change || forwarded) || !push || pull)
     return "a request of kind " + std::to_string(static_cast<int>(kind)) +
            (push ? (pull ? " (push-pull)" : " (push)") : " (pull)") +
            " from a server: servers send each other only replicated changes and forwarded "
            "inits";
-  if (forwarded && !holds_range)
-    return "a forwarded init from a server that holds no copy of its key range";
+  if (!is_primary)
+    return std::string(change ? "a replicated change"
+                              : "a forwarded init or optimizer-states load") +
+           " from a server that is not the primary of its key range (only the primary sends "
+           "them, down to the range's other copies)";
   return {};
+}
+
+uint64_t MaxRangeTableVersion(int num_servers, int spares) {
+  const auto s = static_cast<uint64_t>(std::max(num_servers, 0));
+  const auto k = static_cast<uint64_t>(std::max(spares, 0));
+  return 1 + (s + k) + k + k * s;
 }
 
 ReplicaHost::ReplicaHost(Node* node)
@@ -37,7 +46,8 @@ ReplicaHost::ReplicaHost(Node* node)
             return Command(sender, head, body);
           }),
       replicator_(node),
-      held_(node->options().held_request_bytes) {
+      held_(node->options().held_request_bytes),
+      ahead_(node->options().held_request_bytes) {
   server_.SetReplyHandler([this](Message&& m) { replicator_.OnReply(std::move(m)); });
   node_->AddRangeTableHandler([this](const RangeTable& t) { OnRangeTable(t); });
   node_->AddFailureHandler([this](std::exception_ptr e) { OnFailure(e); });
@@ -126,12 +136,14 @@ void ReplicaHost::OnFailure(std::exception_ptr e) {
   } catch (const std::exception& ex) {
     why += std::string(": ") + ex.what();
   }
-  std::vector<KVRequest> reqs;
+  std::vector<KVRequest> reqs, ahead;
   {
     std::lock_guard<std::mutex> lk(held_mu_);
     reqs = held_.TakeAll();
+    ahead = ahead_.TakeAll();
   }
   RefuseHeld(std::move(reqs), why);
+  RefuseHeld(std::move(ahead), why);
 }
 
 void ReplicaHost::Refused(int sender, const std::string& why) {
@@ -184,19 +196,26 @@ void ReplicaHost::HandleCopy(KVRequest&& req) {
   const dist::CopyPart part = head.part;
   if (range < 0 || range >= node_->num_servers())
     return server_.RespondError(req, ErrorKind::kInvalid, "a copy of no key range");
+  {
+    // Only the range's primary sends it, only to a spare the range table makes join
+    // the range (this node's table is at least as new as the sender's: FromServer).
+    // Checked for every part, before anything is made or reserved.
+    const RangeTable t = node_->range_table();
+    const auto& joining = t.Joining(range);
+    std::string why;
+    if (std::find(joining.begin(), joining.end(), node_->id()) == joining.end())
+      why = "a copy of key range " + std::to_string(range) +
+            ", which this server does not join in range table v" + std::to_string(t.version());
+    else if (req.sender != t.Primary(range))
+      why = "a copy of key range " + std::to_string(range) +
+            " from a server that is not its primary in range table v" + std::to_string(t.version());
+    if (!why.empty()) {
+      Refused(req.sender, why);
+      return server_.RespondError(req, ErrorKind::kInvalid, why);
+    }
+  }
   if (part == dist::CopyPart::kBegin) {
     // A copy starts afresh (again, if the range's primary changed during the last).
-    const auto [primary, version] = node_->RangePrimary(range);
-    (void)version;
-    const bool holds = primary == node_->id() || [&] {
-      const RangeTable t = node_->range_table();
-      const auto& reps = t.Replicas(range);
-      return std::find(reps.begin(), reps.end(), node_->id()) != reps.end();
-    }();
-    if (holds)
-      return server_.RespondError(
-          req, ErrorKind::kInvalid,
-          "a copy of key range " + std::to_string(range) + ", which this server already holds");
     ranges_[range] = MakeRange(range);
   }
   auto it = ranges_.find(range);
@@ -270,6 +289,47 @@ void ReplicaHost::OnRangeTable(const RangeTable& table) {
                            << " held request(s) of range(s) that range table v" << table.version()
                            << " gives to another server (their workers send them there)");
   for (int r : ready) RunHeld(r);
+  RunAhead();
+}
+
+bool ReplicaHost::FromServer(KVRequest& req, int range) {
+  auto refuse = [&](const std::string& why) {
+    Refused(req.sender, why);
+    server_.RespondError(req, ErrorKind::kInvalid, why);
+    return true;
+  };
+  // Every message of a server starts with its sender's range-table version.
+  uint64_t claimed = 0;
+  if (req.msg.body.size() < sizeof claimed)
+    return refuse("a request of a server without its range-table version");
+  std::memcpy(&claimed, req.msg.body.data(), sizeof claimed);
+  const auto [primary, known] = node_->RangePrimary(range);
+  (void)primary;
+  if (claimed <= known) return false;  // the handlers check the sender's role now
+  if (claimed > MaxRangeTableVersion(node_->num_servers(), node_->options().spare_servers))
+    return refuse("a request of a server claiming range table v" + std::to_string(claimed) +
+                  ", which no table of this job reaches");
+  // The sender says the scheduler made a newer table than this node has: it may (a
+  // promotion reaches the promoted server first), but only that table says what the
+  // sender may do. Held until it arrives here.
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    why = node_->failure() ? "the job failed" : ahead_.Hold(0, std::move(req), node_->Tag());
+  }
+  if (why.empty()) return true;
+  ++held_refused_;
+  return refuse("a request of a server claiming range table v" + std::to_string(claimed) +
+                " (this server has v" + std::to_string(known) + "): " + why);
+}
+
+void ReplicaHost::RunAhead() {
+  std::vector<KVRequest> reqs;
+  {
+    std::lock_guard<std::mutex> lk(held_mu_);
+    reqs = ahead_.Release(0);
+  }
+  for (auto& req : reqs) Handle(std::move(req));
 }
 
 DistServer* ReplicaHost::ForKey(uint64_t ps_key, int* range) {
@@ -286,8 +346,23 @@ DistServer* ReplicaHost::ForKey(uint64_t ps_key, int* range) {
 
 void ReplicaHost::Handle(KVRequest&& req) {
   Ensure();
-  if (dist::CmdKind(req.cmd) == dist::Kind::kRangeCopy) return HandleCopy(std::move(req));
   const Message& m = req.msg;
+  if (IsServerId(req.sender)) {
+    int range = -1;
+    if (m.num_keys() > 0) {
+      const int S = node_->num_servers();
+      for (int r = 0; r < S && range < 0; ++r) {
+        auto [begin, end] = KVWorker::ServerRange(r, S);
+        if (m.key_ptr()[0] >= begin && (m.key_ptr()[0] < end || r + 1 == S)) range = r;
+      }
+    }
+    if (range < 0) {
+      Refused(req.sender, "a request of a server for no key range");
+      return server_.RespondError(req, ErrorKind::kInvalid, "a request for no key range");
+    }
+    if (FromServer(req, range)) return;
+  }
+  if (dist::CmdKind(req.cmd) == dist::Kind::kRangeCopy) return HandleCopy(std::move(req));
   int range = -1;
   DistServer* to = m.num_keys() > 0 ? ForKey(m.key_ptr()[0], &range) : nullptr;
   if (!to) {
@@ -299,7 +374,7 @@ void ReplicaHost::Handle(KVRequest&& req) {
   }
   const std::string why =
       PeerRefusal(dist::CmdKind(req.cmd), req.push, req.pull, req.sender,
-                  IsServerId(req.sender) && replicator_.Holds(range, req.sender));
+                  IsServerId(req.sender) && node_->RangePrimary(range).first == req.sender);
   if (!why.empty()) {
     Refused(req.sender, why);
     return server_.RespondError(req, ErrorKind::kInvalid, why);

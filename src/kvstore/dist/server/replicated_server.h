@@ -10,11 +10,17 @@
 //    rounds), or with the error of any range that failed it (its own range's first);
 //  * answers to this node's replication requests go to the Replicator.
 // Trust between servers (docs/security.md, "Replicated servers"): another server may
-// send only what replication needs — replicated changes (kReplicate*, whose handlers
-// take them only from the range's primary) and inits or optimizer-states loads
-// forwarded by a holder of the range; a worker may send no replicated change. Anything
-// else (a server posing as a worker: pushes, pulls, commands) is refused with an
-// error reply, counted, and named in one warning at exit (PeerRefusal).
+// send only what its role in the range table allows — replicated changes (kReplicate*)
+// and inits or optimizer-states loads forwarded down from the range's primary, and a
+// copy of a range (kRangeCopy) from its primary to a spare joining it; a worker may
+// send no replicated change. Every message of a server carries the sender's range-table
+// version: one newer than this node's table is held (bounded per sender, like held
+// requests) until the scheduler's table of that version arrives here, and checked
+// then — a member's claim of a newer table is never taken on trust; a version no table
+// of the job can reach is refused at once. Anything else (a server posing as a
+// worker: pushes, pulls, commands; a replica sending a states load up to its primary;
+// a copy to a server that does not join the range) is refused with an error reply,
+// counted, and named in one warning at exit (PeerRefusal, FromServer).
 // The DistServers are made when the first message arrives (the node's rank, hence
 // its ranges, is known only once it started).
 //
@@ -62,9 +68,15 @@
 namespace pskv {
 
 /// Why a replicated server refuses a data request of `kind` (with its push/pull
-/// flags) from `sender`; empty if it is accepted. `holds_range`: the sender holds a
-/// copy of the request's key range (primary or replica) in this node's range table.
-std::string PeerRefusal(dist::Kind kind, bool push, bool pull, int sender, bool holds_range);
+/// flags) from `sender`; empty if it is accepted. `is_primary`: the sender is the
+/// primary of the request's key range in this node's range table (at least as new as
+/// the sender's: ReplicaHost holds newer claims until then).
+std::string PeerRefusal(dist::Kind kind, bool push, bool pull, int sender, bool is_primary);
+
+/// The range-table version no table of a job of `num_servers` servers and `spares`
+/// spare servers can pass: each server's removal, each spare's assignment and each
+/// range a spare joins counts one version.
+uint64_t MaxRangeTableVersion(int num_servers, int spares);
 
 class ReplicaHost {
  public:
@@ -85,6 +97,13 @@ class ReplicaHost {
   /// spares joining it that have not been sent one.
   void OnRangeTable(const RangeTable& table);
   void Handle(KVRequest&& req);
+  /// A request of another server, before anything else: true if it was answered
+  /// (refused) or held, its sender's range-table version being newer than this node's
+  /// (RunAhead runs it once the table arrived). Receive thread.
+  bool FromServer(KVRequest& req, int range);
+  /// Runs again the server requests held for a newer range table, in arrival order
+  /// (those still ahead are held again). Receive thread.
+  void RunAhead();
   std::string Command(int sender, int head, const std::string& body);
   /// kStatesSize: every range snapshots its states; the reply is the sizes of the
   /// ranges this node is primary of (payload::RangeStatesSizes).
@@ -128,6 +147,7 @@ class ReplicaHost {
   std::set<int> resending_;                // under held_mu_: promoted ranges re-sending changes
   bool in_table_ = false;                  // under held_mu_: OnRangeTable is running
   std::vector<int> resent_;                // under held_mu_: ranges done re-sending during it
+  HeldRequests ahead_;                     // under held_mu_: servers' requests ahead of the table
   std::atomic<uint64_t> held_refused_{0};  // held requests refused (bound, table, failure)
   RateLimiter limiter_;                    // refusal warnings per sender
 };

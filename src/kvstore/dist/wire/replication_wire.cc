@@ -177,15 +177,21 @@ AsyncPushes ParseAsyncPushes(std::string_view body, uint64_t num_keys) {
   return x;
 }
 
-std::string EncodeForwardedInit(int32_t worker, std::string_view counts) {
-  std::string out(reinterpret_cast<const char*>(&worker), sizeof worker);
+std::string EncodeForwardedInit(uint64_t version, int32_t worker, std::string_view counts) {
+  std::string out(reinterpret_cast<const char*>(&version), sizeof version);
+  out.append(reinterpret_cast<const char*>(&worker), sizeof worker);
   out += counts;
   return out;
+}
+
+std::string EncodeForwardedStates(uint64_t version) {
+  return std::string(reinterpret_cast<const char*>(&version), sizeof version);
 }
 
 ForwardedInit ParseForwardedInit(std::string_view body, uint64_t num_keys) {
   Reader r(body, "forwarded init");
   ForwardedInit x;
+  x.version = r.Get<uint64_t>();
   x.worker = r.Get<int32_t>();
   x.counts.resize(r.Count(num_keys, sizeof(uint64_t)));
   for (uint64_t& c : x.counts) c = r.Get<uint64_t>();

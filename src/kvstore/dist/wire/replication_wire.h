@@ -107,15 +107,19 @@ std::string EncodeAsyncPushes(const AsyncPushes& p);
 /// Refused unless it holds exactly `num_keys` entries.
 AsyncPushes ParseAsyncPushes(std::string_view body, uint64_t num_keys);
 
-/// An init a primary forwards to its replicas: the worker it came from and the
-/// worker's push counts (one per key).
+/// An init a primary forwards to its replicas: its range-table version (first, as in
+/// every server's message), the worker it came from and the worker's push counts (one
+/// per key).
 struct ForwardedInit {
+  uint64_t version = 0;
   int32_t worker = 0;
   std::vector<uint64_t> counts;
   bool operator==(const ForwardedInit&) const = default;
 };
-/// `worker` and the worker's own body `counts` (its push counts, u64 each).
-std::string EncodeForwardedInit(int32_t worker, std::string_view counts);
+/// `version`, `worker` and the worker's own body `counts` (its push counts, u64 each).
+std::string EncodeForwardedInit(uint64_t version, int32_t worker, std::string_view counts);
+/// The body of a forwarded states load: the primary's range-table version only.
+std::string EncodeForwardedStates(uint64_t version);
 /// Refused unless it holds exactly `num_keys` counts.
 ForwardedInit ParseForwardedInit(std::string_view body, uint64_t num_keys);
 

@@ -1,10 +1,6 @@
 #include "kvstore/dist/worker/states_transfer.h"
 
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdio>
-#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -103,33 +99,13 @@ void SaveServerStates(ServerLink& link, const LayoutFor& layout, const std::stri
     blobs.emplace_back(buf.get() + off, l);
     off += l;
   }
-  const std::string tmp = fname + ".tmp" + std::to_string(::getpid());
-  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-  if (!f) throw IOError("cannot write optimizer states to '" + fname + "'");
-  try {
-    states::GatherWholeKeys(blobs, layout(S), dump_optimizer, [&f](const char* p, size_t n) {
-      f.write(p, static_cast<std::streamsize>(n));
-    });
-  } catch (...) {
-    f.close();
-    std::remove(tmp.c_str());
-    throw;
-  }
-  f.close();
-  if (!f || std::rename(tmp.c_str(), fname.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw IOError("cannot write optimizer states to '" + fname + "'");
-  }
+  states::WriteStatesFile(fname, [&](const states::BlobWriter::Sink& out) {
+    states::GatherWholeKeys(blobs, layout(S), dump_optimizer, out);
+  });
 }
 
 void LoadServerStates(ServerLink& link, const LayoutFor& layout, const std::string& fname) {
-  std::ifstream f(fname, std::ios::binary | std::ios::ate);
-  if (!f) throw IOError("cannot open optimizer states file '" + fname + "'");
-  const auto file_size = static_cast<uint64_t>(f.tellg());
-  f.seekg(0);
-  auto data = std::make_shared<std::string>(file_size, '\0');
-  if (!f.read(data->data(), static_cast<std::streamsize>(file_size)))
-    throw IOError("cannot read optimizer states file '" + fname + "'");
+  auto data = std::make_shared<std::string>(states::ReadStatesFile(fname));
   const int S = link.node()->num_servers();
   // What to send: every server's blob back to back, from byte `at` of `send`.
   auto send = data;
