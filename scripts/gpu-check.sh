@@ -180,7 +180,11 @@ for n in gpu sim gpu_fake sim_fake device_tests; do
   t=$(first tests "$f"); fl=$(first failures "$f")
   sk=$(grep -o '"result": *"SKIPPED"' "$f" 2>/dev/null | wc -l)
   tests=$((tests + ${t:-0})); failures=$((failures + ${fl:-0})); skipped=$((skipped + sk))
-  [[ $n = gpu || $n = gpu_fake ]] && gpu_ran=$((gpu_ran + ${t:-0} - sk))
+  # A GPU run ran on a GPU only if it found a device (tests that need none pass anyway).
+  if [[ $n = gpu || $n = gpu_fake ]] && [[ $GPUS -gt 0 ]] &&
+     grep -q '"devices": *[1-9]' "$OUT/results_$n.json" 2>/dev/null; then
+    gpu_ran=$((gpu_ran + ${t:-0} - sk))
+  fi
 done
 reason=$(grep -h -A1 "Skipped" "$OUT/gpu.log" 2>/dev/null | grep -v Skipped | head -1 | tr -d '"\\')
 if [[ $GPUS -gt 0 && $gpu_ran -eq 0 ]]; then

@@ -71,8 +71,11 @@ class ResultsListener : public ::testing::EmptyTestEventListener {
   void OnTestProgramEnd(const ::testing::UnitTest&) override {
     std::ofstream f(path_, std::ios::trunc);
     const bool sim = cuda::Initialized() && cuda::Simulated();
+    // devices: 0 when no test touched a device or none was usable (no GPU): the GPU run
+    // then ran nothing on a GPU, whatever its tests that need no device did.
     f << "{\n  \"backend\": \"" << (cuda::Initialized() ? (sim ? "simulated" : "cuda") : "none")
-      << "\",\n  \"tests\": [\n";
+      << "\",\n  \"devices\": " << (cuda::Initialized() ? cuda::DeviceCount() : 0)
+      << ",\n  \"tests\": [\n";
     for (size_t i = 0; i < entries_.size(); ++i)
       f << entries_[i] << (i + 1 < entries_.size() ? ",\n" : "\n");
     f << "  ]\n}\n";
