@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "bench/device_bench.h"
 #include "bench/fusion_bench.h"
 #include "bench/latency_bench.h"
 #include "bench/metrics_bench.h"
@@ -171,6 +172,9 @@ int main(int argc, char** argv) {
         "       pskv-bench fusion [--json] [--workers N] [--keys N] [--key-bytes N] [--reps N]\n"
         "       pskv-bench latency [--json] [--bytes N] [--reps N]\n"
         "       pskv-bench metrics-flood [--keys N] [--scrapers N] [--seconds N]\n"
+        "       pskv-bench device [--json] [--bytes N] [--ks 2,4,8] [--chunk N] [--reps N] "
+        "[--quick]   (k-way sum vs d2d copy, staging vs pinned memcpy; PSKV_SIM_DEVICES=1 "
+        "without a GPU)\n"
         "       pskv-bench priority [--json] [--small-bytes N] [--big-bytes N] [--rounds N] "
         "[--chunk N] [--window N]\n"
         "every benchmark: --plot DIR writes DIR/<bench>.json and, with python3-matplotlib,\n"
@@ -195,6 +199,7 @@ int main(int argc, char** argv) {
     if (cmd == "priority") return pskv::bench::BenchPriority(argc, argv);
     if (cmd == "priority-worker") return pskv::bench::BenchPriorityWorker(argc, argv);
     if (cmd == "scaling-worker") return pskv::bench::BenchScalingWorker(argc, argv);
+    if (cmd == "device") return pskv::bench::BenchDevice(argc, argv);
     if (cmd == "replicas") return pskv::bench::BenchReplicas(argc, argv);
     if (cmd == "replicas-worker") return pskv::bench::BenchReplicasWorker(argc, argv);
   } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 // a pskv KVStore. Run it alone (`--kv-store local`) or as the workers of a job:
 //
 //   pskv-launch -n 2 -s 1 -- train_fmnist --kv-store dist_sync --epochs 2
+//   PSKV_SIM_DEVICES=2 train_fmnist --gpus 0,1 --kv-store device   # 2 (simulated) devices
 //
 // Each worker reads its part of the training set (num_parts = workers, part_index =
 // rank), runs the same number of batches per epoch, and splits every batch over
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "pskv/data.h"
+#include "pskv/device.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/process.h"
@@ -35,6 +37,7 @@ struct Args {
   double lr = 0.05;
   std::string optimizer = "sgd";
   int devices = 1;
+  std::vector<int> gpus;  // --gpus: one replica per listed device (TrainerOptions::devices)
   std::vector<double> work_load;
   int update_on_kvstore = -1;  // -1: MXNet's policy (pskv/trainer_policy.h)
   std::string gc_type = "none";
@@ -55,6 +58,10 @@ const char* kUsage = R"(usage: train_fmnist [options]
   --lr X                  learning rate (default 0.05)
   --optimizer NAME        sgd (momentum 0.9), nag, adam, adamw, rmsprop, adagrad (default sgd)
   --devices K             model replicas on this worker; the batch is split over them (default 1)
+  --gpus 0,2              MXNet's --gpus: one replica per listed device, the store sums and
+                          updates there (--kv-store device or dist_sync_device); the replicas'
+                          tensors stay on the CPU and are staged to the devices (with
+                          PSKV_SIM_DEVICES=k: simulated devices, a dry run)
   --work-load-list W,...  relative workload per device (default: even split)
   --update-on-kvstore 0|1 run the optimizer on the store/servers (1, default) or locally (0)
   --gc-type none|2bit|1bit  gradient compression (device and dist stores)
@@ -91,7 +98,11 @@ Args Parse(int argc, char** argv) {
       a.optimizer = v;
     else if (k == "--devices")
       a.devices = std::stoi(v);
-    else if (k == "--work-load-list") {
+    else if (k == "--gpus") {
+      std::stringstream ss(v);
+      std::string x;
+      while (std::getline(ss, x, ',')) a.gpus.push_back(std::stoi(x));
+    } else if (k == "--work-load-list") {
       std::stringstream ss(v);
       std::string x;
       while (std::getline(ss, x, ',')) a.work_load.push_back(std::stod(x));
@@ -118,6 +129,15 @@ Args Parse(int argc, char** argv) {
   }
   if (a.network != "lenet" && a.network != "mlp")
     throw pskv::InvalidArgument("--network must be lenet or mlp");
+  if (!a.gpus.empty()) {
+    for (size_t i = 0; i < a.gpus.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (a.gpus[i] < 0 || a.gpus[i] == a.gpus[j])
+          throw pskv::InvalidArgument("--gpus lists distinct device numbers such as 0,2");
+    if (a.devices != 1 && a.devices != static_cast<int>(a.gpus.size()))
+      throw pskv::InvalidArgument("--devices and --gpus disagree: --gpus alone sets the replicas");
+    a.devices = static_cast<int>(a.gpus.size());
+  }
   if (a.devices < 1 || a.batch_size < 1 || a.epochs < 1)
     throw pskv::InvalidArgument("bad --devices/--batch-size/--epochs");
   if (!a.work_load.empty() && static_cast<int>(a.work_load.size()) != a.devices)
@@ -230,8 +250,10 @@ int Run(const Args& a) {
   topt.optimizer = pskv::OptimizerConfig::FromParams(a.optimizer, op);
   if (a.update_on_kvstore >= 0) topt.update_on_kvstore = a.update_on_kvstore != 0;
   topt.global_batch_size = a.batch_size * nw;  // the loss below is summed over the batch
-  // Overlap communication with backward (no accumulation or clipping here).
-  topt.push_in_backward = a.devices == 1;
+  // Overlap communication with backward (no accumulation or clipping here; not with
+  // replicas on devices, exchanged in Step()).
+  topt.push_in_backward = a.devices == 1 && a.gpus.empty();
+  for (int g : a.gpus) topt.devices.push_back(pskv::Device::CUDA(g));
   pskv::Trainer trainer(params, kv.get(), topt);
 
   int64_t epoch_size = pskv::data::EpochSize(train.count, nw, a.batch_size);
@@ -244,6 +266,11 @@ int Run(const Args& a) {
         a.network.c_str(), kv->Type().c_str(), nw, a.devices, static_cast<long long>(a.batch_size),
         static_cast<long long>(epoch_size), a.optimizer.c_str(), a.lr,
         trainer.update_on_kvstore() ? 1 : 0);
+  if (rank == 0 && !a.gpus.empty()) {
+    std::string names;
+    for (int g : a.gpus) names += (names.empty() ? "" : ", ") + pskv::cuda::DeviceName(g);
+    std::printf("train_fmnist: replicas on %s (%s)\n", names.c_str(), pskv::cuda::Status().c_str());
+  }
   double last_acc = 0;
   for (int epoch = 0; epoch < a.epochs; ++epoch) {
     auto order = pskv::data::EpochOrder(train.count, nw, rank, a.batch_size, epoch_size, a.seed,
@@ -298,6 +325,15 @@ int Run(const Args& a) {
     }
   }
   kv->Barrier();
+  if (rank == 0 && !a.gpus.empty()) {
+    const pskv::cuda::Counters c = pskv::cuda::Stats();
+    std::printf(
+        "train_fmnist: device copies: d2h %llu bytes, h2d %llu bytes, peer %llu bytes, "
+        "%llu kernel launches\n",
+        static_cast<unsigned long long>(c.d2h_bytes), static_cast<unsigned long long>(c.h2d_bytes),
+        static_cast<unsigned long long>(c.peer_bytes),
+        static_cast<unsigned long long>(c.kernel_launches));
+  }
   if (rank == 0 && last_acc < a.min_accuracy) {
     std::fprintf(stderr, "train_fmnist: test accuracy %.4f is below --min-accuracy %.4f\n",
                  last_acc, a.min_accuracy);

@@ -10,6 +10,10 @@
 #
 #   scripts/run-tests.sh BUILD_DIR JOBS [extra ctest arguments]
 set -uo pipefail
+# Last: which commit's CUDA layer last ran on a real GPU, and a warning when the CUDA
+# backend or the kernels changed since (docs/gpu-ledger.json, scripts/gpu-ledger.py).
+root=$(cd "$(dirname "$0")/.." && pwd)
+trap 'echo; /usr/bin/env python3 "$root/scripts/gpu-ledger.py" status --ledger "$root/docs/gpu-ledger.json" --repo "$root" || true' EXIT
 build=${1:?usage: run-tests.sh BUILD_DIR JOBS [ctest args]}
 jobs=${2:?usage: run-tests.sh BUILD_DIR JOBS [ctest args]}
 shift 2

@@ -15,6 +15,7 @@
 #include "pskv/device.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
+#include "support/device_results.h"
 
 using namespace pskv;
 
@@ -67,6 +68,7 @@ std::vector<NDArray> Outputs(Shape shape, DType t, bool on_devices) {
 
 ::testing::AssertionResult SameBits(const NDArray& got_any, const NDArray& want) {
   const NDArray got = got_any.device().is_cuda() ? got_any.To(Device::CPU()) : got_any;
+  test::RecordDeviceResult(got.raw(), got.nbytes());
   if (got.nbytes() != want.nbytes() || std::memcmp(got.raw(), want.raw(), want.nbytes()) != 0) {
     for (int64_t i = 0; i < want.size(); ++i)
       if (got.At(i) != want.At(i))

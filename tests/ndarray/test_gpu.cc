@@ -20,6 +20,7 @@
 #include "pskv/device.h"
 #include "pskv/error.h"
 #include "pskv/ndarray.h"
+#include "support/device_results.h"
 
 using namespace pskv;
 
@@ -53,6 +54,7 @@ NDArray Random(int64_t n, DType t, std::mt19937_64& rng) {
 }
 
 ::testing::AssertionResult SameBits(const NDArray& got, const NDArray& want) {
+  test::RecordDeviceResult(got.raw(), got.nbytes());
   if (got.nbytes() != want.nbytes()) return ::testing::AssertionFailure() << "sizes differ";
   const auto* g = static_cast<const unsigned char*>(got.raw());
   const auto* w = static_cast<const unsigned char*>(want.raw());
