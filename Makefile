@@ -2,10 +2,15 @@
 # machine: they install what is missing (scripts/install-deps.sh), build, and run.
 BUILD      ?= build
 JOBS       ?= $(shell nproc)
+# Tests at twice the cores: most of the suite's time is processes waiting (timeouts,
+# failure detection, launches), about half of two cores busy at one test per core.
+TEST_JOBS  ?= $(shell echo $$(( 2 * $$(nproc) )))
 CMAKE_ARGS ?=
 PY         := /usr/bin/python3
 ifeq ($(CI),true)
-  CMAKE_ARGS += -DPSKV_WERROR=ON
+  # -g1 (line tables, no variables): ~15 % less compile time than -g and a third of the
+  # object size; backtraces keep their file:line.
+  CMAKE_ARGS += -DPSKV_WERROR=ON '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG'
 endif
 
 .PHONY: all deps deps-demo build demo test sanitize tsan bench bench-cluster fuzz format clean
@@ -39,7 +44,7 @@ demo: deps-demo
 
 # A test that fails beside the others runs once more alone (scripts/run-tests.sh).
 test: build
-	scripts/run-tests.sh $(BUILD) $(JOBS)
+	scripts/run-tests.sh $(BUILD) $(TEST_JOBS)
 
 # ASan + UBSan build of the core tests.
 sanitize: deps
