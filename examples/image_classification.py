@@ -8,7 +8,9 @@
 MXNet's command line (example/image-classification/train_cifar10.py and the seed's
 `--dataset cifar10 --model vgg11 --epochs 1 --kvstore dist_sync`): --kv-store and
 --kvstore, --num-epochs and --epochs, --batch-size (per worker), --lr, --data-dir.
-This is a CPU build: --gpus is refused.
+--gpus 0,2 trains one model replica per device on b/k of each batch (MXNet's ctx list);
+this build's tensors are CPU tensors, staged to the devices: PSKV_SIM_DEVICES=k runs it on
+simulated devices.
 
 Models, adapted to 32x32 inputs: resnet18 is torchvision's ResNet-18 with a 3x3
 stride-1 stem and no max-pool (the last stage sees 4x4), 11.2 M parameters; vgg11 /
@@ -49,6 +51,7 @@ Speedometer line every --disp-batches batches (default 20; 0: none):
 in the epoch`, and during evaluation a line every 10 s and the validation accuracy.
 """
 import argparse
+import copy
 import json
 import os
 import socket
@@ -167,11 +170,25 @@ def parse_args(argv=None):
     ap.add_argument('--disp-batches', type=int, default=20,
                     help="MXNet's: a progress line every N batches (rank 0: samples/s, loss and accuracy so "
                     "far, time left); 0: none (default 20)")
-    ap.add_argument('--gpus', default=None, help='refused: this is a CPU build')
+    ap.add_argument('--gpus', default=None,
+                    help="MXNet's device list, e.g. 0,2: one model replica per device, each on its part "
+                         'of the batch (b/k); this build has CPU tensors, staged to the devices '
+                         '(simulated ones: PSKV_SIM_DEVICES=k)')
     args = ap.parse_args(argv)
+    devices = None
     if args.gpus is not None:
-        ap.error('--gpus %s: pskv is built for CPUs here and trains on the CPU cores; leave out --gpus '
-                 '(start more workers with pskv-launch -n instead)' % args.gpus)
+        try:
+            devices = ['cuda:%d' % int(g) for g in args.gpus.split(',')]
+        except ValueError:
+            ap.error('--gpus %s: give device numbers, e.g. --gpus 0,2' % args.gpus)
+        if args.ddp:
+            ap.error('--gpus goes with pskv (not --ddp)')
+        import pskv
+        have = pskv.cuda.device_count()
+        if max(int(d[5:]) for d in devices) >= have:
+            ap.error('--gpus %s: %s. Without a GPU, simulate devices: PSKV_SIM_DEVICES=%d'
+                     % (args.gpus, pskv.cuda.status(), len(devices)))
+    args.devices = devices
     if args.stand_in != 'none' and args.dataset != 'cifar10':
         ap.error('--stand-in is for --dataset cifar10')
     if args.data_val and not args.data_train:
@@ -254,10 +271,15 @@ def main(argv=None):
         mode = 'ddp-gloo'
     else:
         # mean loss per worker; the Trainer averages over workers, as DDP does
-        trainer = pskv.torch.Trainer(model, pskv.optimizer.SGD(learning_rate=args.lr, momentum=args.mom,
-                                                              wd=args.wd), kv,
-                                     loss_reduction='mean', push_in_backward=True)
+        # --gpus: one replica per device (MXNet's ctx list), each on b/k of the batch
+        replicas = [model] + [copy.deepcopy(model) for _ in (args.devices or [])[1:]]
+        trainer = pskv.torch.Trainer(replicas if args.devices else model,
+                                     pskv.optimizer.SGD(learning_rate=args.lr, momentum=args.mom, wd=args.wd), kv,
+                                     loss_reduction='mean', push_in_backward=not args.devices,
+                                     devices=args.devices)
         step, zero, mode = trainer.step, (lambda: None), 'pskv-' + kv.type
+        if args.devices:
+            log('replicas on %s (%s)' % (', '.join(args.devices), pskv.cuda.status()))
     log('%s on %s: %s (%.2f M parameters, width %g), %d workers x batch %d, lr %g, %d training images'
         % (mode, data_name, args.model, params / 1e6, args.width, nw, args.batch_size, args.lr, len(train_set)))
 
@@ -276,9 +298,17 @@ def main(argv=None):
         disp_t, disp_seen = t0, 0
         for b, (x, y) in enumerate(loader):
             zero()
-            out = model(x)
-            loss = torch.nn.functional.cross_entropy(out, y)
-            loss.backward()
+            if args.devices and not args.ddp:  # each replica on its part of the batch
+                parts = torch.tensor_split(torch.arange(len(y)), len(replicas))
+                outs = [r(x[i]) for r, i in zip(replicas, parts)]
+                for o, i in zip(outs, parts):
+                    torch.nn.functional.cross_entropy(o, y[i]).backward()
+                out = torch.cat(outs)
+                loss = torch.nn.functional.cross_entropy(out.detach(), y)
+            else:
+                out = model(x)
+                loss = torch.nn.functional.cross_entropy(out, y)
+                loss.backward()
             step()
             loss_sum += loss.item() * len(y)
             correct += int((out.argmax(1) == y).sum())

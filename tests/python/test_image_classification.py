@@ -95,10 +95,26 @@ def test_cifar_reader_names_missing_and_malformed_files(tmp_path):
 
 
 def test_command_line_misuse_is_refused(tmp_path):
-    rc, out = run(['/usr/bin/python3', EXAMPLE, '--gpus', '0,1'])
-    assert rc == 2 and '--gpus 0,1: pskv is built for CPUs here' in out, out
+    rc, out = run(['/usr/bin/python3', EXAMPLE, '--gpus', '0,1'])  # no device: the message says what to do
+    assert rc == 2 and '--gpus 0,1: ' in out and 'PSKV_SIM_DEVICES=2' in out, out
     rc, out = run(['/usr/bin/python3', EXAMPLE, '--dataset', 'cifar10', '--data-dir', str(tmp_path)])
     assert rc == 2 and 'missing data_batch_1.bin' in out and '--stand-in fashion-mnist' in out, out
+
+
+def test_gpus_trains_one_replica_per_device_on_simulated_devices():
+    """MXNet's --gpus 0,1: one replica per device, each on half of every batch, the
+    `device` store summing on the (simulated) devices."""
+    env_sim = dict(os.environ, PSKV_SIM_DEVICES='2')
+    p = subprocess.run(['/usr/bin/python3', EXAMPLE, '--json', '--synthetic', '--gpus', '0,1', '--kvstore', 'device',
+                        '--model', 'resnet18', '--width', '0.125', '--max-batches', '3', '--batch-size', '16',
+                        '--train-samples', '64', '--test-samples', '50'],
+                       env=dict(env_sim, PYTHONPATH=os.path.join(BUILD, 'python')), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=150)
+    out = p.stdout.decode()
+    assert p.returncode == 0, out
+    assert 'replicas on cuda:0, cuda:1' in out and 'simulated' in out, out
+    r = records(out)
+    assert r and r[0]['mode'] == 'pskv-device' and r[0]['batches'] == 3, out
 
 
 def test_models_are_the_cifar_variants():
