@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/float16_bits.h"
 #include "pskv/ndarray.h"
@@ -92,6 +93,19 @@ bool DispatchStorage(DType t, F&& f) {
   return false;
 }
 
+/// a + b; signed integers wrap around (two's complement, as a GPU's add does) where
+/// C++ leaves their overflow undefined. The sums of every backend and of the CPU
+/// Reducer add with it.
+template <typename T>
+PSKV_HOST_DEVICE inline T Add(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return static_cast<T>(a + b);
+  }
+}
+
 /// dst[i] = srcs[0][i] + ... + srcs[k-1][i]; every source element is read before
 /// dst[i] is written, so dst may alias a source.
 template <typename T>
@@ -103,12 +117,12 @@ PSKV_HOST_DEVICE inline void SumAt(T* dst, const void* const* srcs, int k, int64
   } else {
     const int first = k < 4 ? k : 4;
     T acc = static_cast<const T*>(srcs[0])[i];
-    for (int j = 1; j < first; ++j) acc = acc + static_cast<const T*>(srcs[j])[i];
+    for (int j = 1; j < first; ++j) acc = Add(acc, static_cast<const T*>(srcs[j])[i]);
     for (int g = 4; g < k; g += 4) {
       const int end = g + 4 < k ? g + 4 : k;
       T grp = static_cast<const T*>(srcs[g])[i];
-      for (int j = g + 1; j < end; ++j) grp = grp + static_cast<const T*>(srcs[j])[i];
-      acc = acc + grp;
+      for (int j = g + 1; j < end; ++j) grp = Add(grp, static_cast<const T*>(srcs[j])[i]);
+      acc = Add(acc, grp);
     }
     dst[i] = acc;
   }

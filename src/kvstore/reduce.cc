@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/dtype_dispatch.h"
+#include "device/kernel_ops.h"
 #include "ndarray/layout_check.h"
 
 #if defined(__SSE2__)
@@ -24,16 +25,17 @@ void Sum1(T* d, const T* s0, int64_t b, int64_t e) {
 }
 template <typename T>
 void Sum2(T* d, const T* s0, const T* __restrict s1, int64_t b, int64_t e) {
-  for (int64_t i = b; i < e; ++i) d[i] = s0[i] + s1[i];
+  for (int64_t i = b; i < e; ++i) d[i] = kops::Add(s0[i], s1[i]);
 }
 template <typename T>
 void Sum3(T* d, const T* s0, const T* __restrict s1, const T* __restrict s2, int64_t b, int64_t e) {
-  for (int64_t i = b; i < e; ++i) d[i] = s0[i] + s1[i] + s2[i];
+  for (int64_t i = b; i < e; ++i) d[i] = kops::Add(kops::Add(s0[i], s1[i]), s2[i]);
 }
 template <typename T>
 void Sum4(T* d, const T* s0, const T* __restrict s1, const T* __restrict s2, const T* __restrict s3,
           int64_t b, int64_t e) {
-  for (int64_t i = b; i < e; ++i) d[i] = s0[i] + s1[i] + s2[i] + s3[i];
+  for (int64_t i = b; i < e; ++i)
+    d[i] = kops::Add(kops::Add(kops::Add(s0[i], s1[i]), s2[i]), s3[i]);
 }
 // d += s_a + ... (1 to 4 further sources)
 template <typename T>
@@ -43,13 +45,15 @@ void AddGroup(T* d, const T* const* s, int m, int64_t b, int64_t e) {
       Sum2(d, d, s[0], b, e);
       break;
     case 2:
-      for (int64_t i = b; i < e; ++i) d[i] += s[0][i] + s[1][i];
+      for (int64_t i = b; i < e; ++i) d[i] = kops::Add(d[i], kops::Add(s[0][i], s[1][i]));
       break;
     case 3:
-      for (int64_t i = b; i < e; ++i) d[i] += s[0][i] + s[1][i] + s[2][i];
+      for (int64_t i = b; i < e; ++i)
+        d[i] = kops::Add(d[i], kops::Add(kops::Add(s[0][i], s[1][i]), s[2][i]));
       break;
     default:
-      for (int64_t i = b; i < e; ++i) d[i] += s[0][i] + s[1][i] + s[2][i] + s[3][i];
+      for (int64_t i = b; i < e; ++i)
+        d[i] = kops::Add(d[i], kops::Add(kops::Add(kops::Add(s[0][i], s[1][i]), s[2][i]), s[3][i]));
       break;
   }
 }
