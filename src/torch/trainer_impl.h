@@ -31,7 +31,7 @@ struct Trainer::Impl {
   std::vector<bool> pushed;   // this step, by parameter
   std::vector<NDArray> hold;  // pushed gradients, alive until the step ends
   bool no_sync = false;
-  bool reduced = false;  // AllreduceGrads() ran, Update() may follow
+  bool reduced = false;        // AllreduceGrads() ran, Update() may follow
   double reduced_scale = 1.0;  // the loss scale AllreduceGrads() applied to .grad
   bool stepped = false;
   std::vector<int64_t> versions;  // replica 0's parameter versions after our writes
