@@ -21,14 +21,16 @@ K = 3  # simulated devices
 DEVS = ['cuda:%d' % i for i in range(K)]
 
 
-def run_scenario(name, sim=K, **env):
+def run_scenario(name, sim=K, script=__file__, **env):
+    """Runs scenario `name` of `script` (this file by default) in a fresh interpreter
+    with `sim` simulated devices and `env` set (the other device variables unset)."""
     e = dict(os.environ, **env)
     for var in ('PSKV_SIM_DEVICES', 'PSKV_SIM_JITTER', 'MXNET_ENABLE_GPU_P2P', 'PSKV_CUDA_FAKE_DEVICES'):
         if var not in env:
             e.pop(var, None)
     if sim:
         e['PSKV_SIM_DEVICES'] = str(sim)
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), name], env=e, stdout=subprocess.PIPE,
+    p = subprocess.run([sys.executable, os.path.abspath(script), name], env=e, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=300)
     out = p.stdout.decode(errors='replace')
     assert p.returncode == 0, 'scenario %s failed (exit %d):\n%s' % (name, p.returncode, out)

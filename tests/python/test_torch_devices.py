@@ -19,12 +19,11 @@ What is shown:
 * misuse is a typed error.
 """
 import copy
-import os
-import subprocess
 import sys
 
-import numpy as np
 import pytest
+
+from test_devices import run_scenario as _run_scenario
 
 torch = pytest.importorskip('torch') if __name__ != '__main__' else __import__('torch')
 
@@ -34,19 +33,9 @@ B = 12  # samples per step (b/k = 4 per device)
 STEPS = 4
 
 
-def run_scenario(name, sim=K):
-    e = dict(os.environ)
-    for var in ('PSKV_SIM_DEVICES', 'PSKV_SIM_JITTER', 'MXNET_ENABLE_GPU_P2P', 'PSKV_CUDA_FAKE_DEVICES'):
-        e.pop(var, None)
-    if sim:
-        e['PSKV_SIM_DEVICES'] = str(sim)
-        e['PSKV_SIM_JITTER'] = '1'  # random stream delays: ordering bugs give wrong values
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), name], env=e, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=300)
-    out = p.stdout.decode(errors='replace')
-    assert p.returncode == 0, 'scenario %s failed (exit %d):\n%s' % (name, p.returncode, out)
-    assert 'SCENARIO OK' in out, out
-    return out
+def run_scenario(name):
+    # random stream delays (jitter): ordering bugs give wrong values
+    return _run_scenario(name, sim=K, script=__file__, PSKV_SIM_JITTER='1')
 
 
 # --- scenarios (run in the child process)
