@@ -7,7 +7,7 @@
 //    device-to-device copy of N bytes counted as 2·N (the device's memory bandwidth).
 //    Goal: ratio >= 0.8.
 //  * staging: dist_sync_device's host staging of one key of N bytes, as
-//    kvstore/dist/worker/device_exchange.cc does it: d2h into a pinned buffer in pieces of
+//    kvstore/distributed/worker/device_exchange.cc does it: d2h into a pinned buffer in pieces of
 //    --chunk bytes (the wire chunk), each followed by a host callback (where the store
 //    pushes the piece), then one h2d of N bytes from a pinned buffer; against one pinned
 //    d2h and one pinned h2d of N bytes. Goal: ratio >= 0.8.

@@ -6,14 +6,14 @@
 // byte (the payload kind) chooses the decoder; it too must succeed or throw
 // ProtocolError. So must the whole input as a path control message
 // (transport/upgrade/control_codec.h) and an offer's details, and as every body
-// servers send each other (kvstore/dist/wire/replication_wire.h; those of a message
+// servers send each other (kvstore/distributed/wire/replication_wire.h; those of a message
 // with keys for 0 to 3 keys).
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "kvstore/dist/wire/replication_wire.h"
+#include "kvstore/distributed/wire/replication_wire.h"
 #include "protocol/message.h"
 #include "protocol/payload.h"
 #include "pskv/error.h"

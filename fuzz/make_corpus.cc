@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "kvstore/dist/wire/replication_wire.h"
+#include "kvstore/distributed/wire/replication_wire.h"
 #include "protocol/message.h"
 #include "protocol/payload.h"
 #include "transport/upgrade/control_codec.h"
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   WriteRaw(dir, "payload_range_table", payload::EncodeRangeTable(table));
   WriteRaw(dir, "payload_range_states_sizes", payload::EncodeRangeStatesSizes({{0, 100}, {1, 7}}));
 
-  // Bodies servers send each other (kvstore/dist/wire/replication_wire.h).
+  // Bodies servers send each other (kvstore/distributed/wire/replication_wire.h).
   namespace rw = dist::replication_wire;
   WriteRaw(dir, "repl_round", rw::EncodeRound({5, 12, {{9, 12}, {11, 12}}, {{11, 77, 0, 0x0700}}}));
   WriteRaw(dir, "repl_sparse_round", rw::EncodeSparseRound({5, 3, 40, {{9, 3}}}));

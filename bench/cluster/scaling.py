@@ -11,7 +11,7 @@ at least
                                                           all-reduce's bound)
 
 which pskv reaches only with a split of big keys that gives the extra hosts' servers
-more (PSKV_SERVER_WEIGHTS=balanced, src/kvstore/dist/worker/server_shares.h; the
+more (PSKV_SERVER_WEIGHTS=balanced, src/kvstore/distributed/worker/server_shares.h; the
 default, auto, uses them only where k >= n and the even split, measured beside, otherwise);
 an even split's bound is t_even. B is measured in the same run (one TCP stream
 between two hosts through the rate limit). Each k is a fresh cluster of n + k hosts
@@ -260,7 +260,7 @@ def grid_config(c, args, n, k, rate, b, size):
         row['pskv_even_s'], row['pskv_even_min_s'], row['pskv_even_max_s'] = spread(ev)
         row['pskv_even_vs_t_even_split'] = round(row['pskv_even_s'] / row['t_even_split_s'], 3)
     if args.paced_repeat:
-        # Kernel pacing (src/kvstore/dist/link_pacing.h) at the link rate measured here.
+        # Kernel pacing (src/kvstore/distributed/link_pacing.h) at the link rate measured here.
         pace = str(int(b))
         pr = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced', PSKV_LINK_RATE=pace)[0]
               for _ in range(args.paced_repeat)]

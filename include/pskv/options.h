@@ -79,7 +79,7 @@ struct Options {
   /// PSKV_LINK_RATE: bytes per second of each host's link (> 0): the kernel paces
   /// every connection between a worker and a server on another host at this rate
   /// times the server's share over the busiest link's load, so that no link queues
-  /// (kvstore/dist/link_pacing.h; docs/performance.md, "Across hosts"); pushes are
+  /// (kvstore/distributed/link_pacing.h; docs/performance.md, "Across hosts"); pushes are
   /// then not held back by wire_ahead_bytes. 0: off.
   int64_t link_rate = 0;
   /// PSKV_REPLICAS: besides its primary, this many other servers hold a copy of each

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvstore/dist/wire/replication_wire.h"  // CopyPart
+#include "kvstore/distributed/wire/replication_wire.h"  // CopyPart
 #include "ps/kv_app.h"
 #include "pskv/ndarray.h"
 
@@ -18,7 +18,7 @@ namespace pskv::dist {
 /// replies are capped at kMaxBody): a pull of the server's first ps key returns the
 /// snapshot taken by kStatesSize, a push to it loads states.
 /// kSparseInit / kSparsePush / kSparsePull carry one row_sparse key per server
-/// (dist/server/sparse_server.h describes their values).
+/// (distributed/server/sparse_server.h describes their values).
 enum class Kind : int {
   kDense = 0,
   kInit = 1,
@@ -27,7 +27,7 @@ enum class Kind : int {
   kSparseInit = 4,
   kSparsePush = 5,
   kSparsePull = 6,
-  // Between servers; bodies: dist/wire/replication_wire.h (the one codec of them).
+  // Between servers; bodies: distributed/wire/replication_wire.h (the one codec of them).
   // primary -> replica: a completed sync round's sum of one key (dtype: the sum's);
   // body: its round and the pushing workers' counts (and the answers left to it)
   kReplicate = 7,
@@ -91,7 +91,7 @@ constexpr int64_t kShareUnits = int64_t{1} << 20;
 /// MXNet used int); a bigger key is cut into S contiguous slices, one per server in
 /// rank order. Evenly (`shares` empty): slice i has round(N(i+1)/S) - round(N i/S)
 /// elements. With `shares` (one per server, summing to kShareUnits:
-/// kvstore/dist/worker/server_shares.h): slice i ends at floor(N C(i+1) / kShareUnits),
+/// kvstore/distributed/worker/server_shares.h): slice i ends at floor(N C(i+1) / kShareUnits),
 /// C(i) being the sum of the first i shares; a server with share 0 gets an empty
 /// slice. Whole-number arithmetic: every worker computes the same slices.
 inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t bound,

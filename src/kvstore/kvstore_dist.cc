@@ -1,5 +1,5 @@
 // The factory of the dist stores and the server-role entry point. The store itself is
-// dist::DistWorkerStore (kvstore/dist/worker/store.h) with this CPU's local reducer.
+// dist::DistWorkerStore (kvstore/distributed/worker/store.h) with this CPU's local reducer.
 #include "kvstore/kvstore_dist.h"
 
 #include <dlfcn.h>
@@ -10,8 +10,8 @@
 
 #include "common/env_table.h"
 #include "common/logging.h"
-#include "kvstore/dist/server/role_main.h"
-#include "kvstore/dist/worker/store.h"
+#include "kvstore/distributed/server/role_main.h"
+#include "kvstore/distributed/worker/store.h"
 #include "pskv/error.h"
 #include "pskv/process.h"
 

@@ -10,7 +10,7 @@ namespace pskv {
 
 /// Creates the worker side of a dist store. In a server or scheduler process
 /// (DMLC_ROLE) it throws UsageError: those roles run through pskv-server or
-/// RunServerRoleIfAsked (dist/server/role_main.h); the library never exits.
+/// RunServerRoleIfAsked (distributed/server/role_main.h); the library never exits.
 std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const Options& options);
 
 }  // namespace pskv

@@ -29,7 +29,7 @@ namespace pskv {
 
 constexpr uint32_t kMagic = 0x564b5350;  // "PSKV"
 // 2: control payloads in the payload schema; 3: send scheduling (kCredit, kScheduled);
-// 4: replicated rounds count their answers and push counts (dist/wire/replication_wire.h)
+// 4: replicated rounds count their answers and push counts (distributed/wire/replication_wire.h)
 constexpr uint16_t kProtocolVersion = 4;
 // Limits of one message. They also bound the largest frame a node accepts at all
 // (ZMQ_MAXMSGSIZE, node.cc), which is what a stranger can make a node reserve

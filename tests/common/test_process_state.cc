@@ -18,7 +18,7 @@
 #include "common/net.h"
 #include "common/observe.h"
 #include "common/process.h"
-#include "kvstore/dist/server/role_main.h"
+#include "kvstore/distributed/server/role_main.h"
 #include "pskv/kvstore.h"
 #include "pskv/process.h"
 #include "pskv/tuning.h"

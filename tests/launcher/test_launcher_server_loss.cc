@@ -3,7 +3,7 @@
 // launcher stops the job when the scheduler fails it, when no verdict comes in time,
 // and for any death without replication. Supervise with stand-in children (shell
 // scripts) sending records on their status sockets; the real job through pskv-launch
-// is in tests/dist/test_failover_launch.cc.
+// is in tests/distributed/test_failover_launch.cc.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist_protocol.h"
+#include "kvstore/distributed/server/role_main.h"
 #include "ps/node.h"
 #include "support/test_util.h"
 

@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "kvstore/dist/server/replicated_server.h"
-#include "kvstore/dist/server/role_main.h"
 #include "kvstore/dist_protocol.h"
+#include "kvstore/distributed/server/replicated_server.h"
+#include "kvstore/distributed/server/role_main.h"
 #include "kvstore/states_file.h"
 #include "ps/node.h"
 #include "pskv/kvstore.h"

@@ -15,8 +15,8 @@
 #include <fstream>
 #include <thread>
 
-#include "kvstore/dist/server/replicated_server.h"
 #include "kvstore/dist_protocol.h"
+#include "kvstore/distributed/server/replicated_server.h"
 #include "protocol/payload.h"
 #include "ps/node.h"
 #include "support/proc.h"

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/net.h"
-#include "kvstore/dist/server/dist_server.h"
 #include "kvstore/dist_protocol.h"
+#include "kvstore/distributed/server/dist_server.h"
 #include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"

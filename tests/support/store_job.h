@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/net.h"
-#include "kvstore/dist/server/role_main.h"
+#include "kvstore/distributed/server/role_main.h"
 #include "pskv/options.h"
 
 namespace pskv {

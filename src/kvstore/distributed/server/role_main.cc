@@ -1,0 +1,32 @@
+#include "kvstore/distributed/server/role_main.h"
+
+#include <memory>
+
+#include "common/logging.h"
+#include "kvstore/distributed/link_pacing.h"
+#include "kvstore/distributed/server/dist_server.h"
+#include "kvstore/distributed/server/replicated_server.h"
+#include "ps/node.h"
+
+namespace pskv {
+
+int RunServerOrScheduler(const Options& options) {
+  try {
+    Node node(options);
+    std::unique_ptr<DistServer> server;
+    std::unique_ptr<ReplicaHost> host;  // replicated servers (PSKV_REPLICAS)
+    if (options.role == Role::kServer && node.replicated())
+      host = std::make_unique<ReplicaHost>(&node);
+    else if (options.role == Role::kServer)
+      server = std::make_unique<DistServer>(&node);
+    node.Start();
+    if (options.role == Role::kServer) dist::PaceLinks(node, options);
+    node.Finalize(std::chrono::milliseconds(0));
+    return 0;
+  } catch (const std::exception& e) {
+    PSKV_ERROR("the job failed: " << e.what());
+    return 1;
+  }
+}
+
+}  // namespace pskv
