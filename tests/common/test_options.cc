@@ -13,21 +13,11 @@
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 #include "pskv/options.h"
+#include "support/env_guard.h"
 
 using namespace pskv;
 
-namespace {
-struct EnvGuard {
-  std::vector<std::string> names;
-  void Set(const std::string& k, const std::string& v) {
-    setenv(k.c_str(), v.c_str(), 1);
-    names.push_back(k);
-  }
-  ~EnvGuard() {
-    for (auto& n : names) unsetenv(n.c_str());
-  }
-};
-}  // namespace
+using test::EnvGuard;
 
 TEST(Options, DefaultsMatchMXNet) {
   Options o;

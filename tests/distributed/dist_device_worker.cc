@@ -23,22 +23,14 @@
 #include "pskv/kvstore.h"
 #include "pskv/process.h"
 #include "pskv/row_sparse.h"
+#include "support/worker_checks.h"
 
 using namespace pskv;
 
 namespace {
 
-int g_failures = 0;
-std::string g_tag = "worker";
-
-#define CHECK_TRUE(cond, msg)                                                            \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "%s: CHECK FAILED at line %d: %s\n", g_tag.c_str(), __LINE__, \
-                   std::string(msg).c_str());                                            \
-      ++g_failures;                                                                      \
-    }                                                                                    \
-  } while (0)
+using ::pskv::test::g_failures;
+using ::pskv::test::g_tag;
 
 struct KeySpec {
   int key;

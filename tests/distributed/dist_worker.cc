@@ -27,22 +27,14 @@
 #include "pskv/row_sparse.h"
 #include "pskv/tuning.h"
 #include "support/env_fail_points.h"
+#include "support/worker_checks.h"
 
 using namespace pskv;
 
 namespace {
 
-int g_failures = 0;
-std::string g_tag = "worker";
-
-#define CHECK_TRUE(cond, msg)                                                            \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "%s: CHECK FAILED at line %d: %s\n", g_tag.c_str(), __LINE__, \
-                   std::string(msg).c_str());                                            \
-      ++g_failures;                                                                      \
-    }                                                                                    \
-  } while (0)
+using ::pskv::test::g_failures;
+using ::pskv::test::g_tag;
 
 NDArray Full(const Shape& s, double v, DType t = DType::kFloat32) {
   NDArray a(s, t);

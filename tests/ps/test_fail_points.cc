@@ -14,6 +14,7 @@
 #include "pskv/error.h"
 #include "pskv/options.h"
 #include "support/env_fail_points.h"
+#include "support/env_guard.h"
 #include "support/test_util.h"
 
 using namespace pskv;
@@ -21,16 +22,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct EnvGuard {
-  std::vector<std::string> names;
-  void Set(const std::string& k, const std::string& v) {
-    setenv(k.c_str(), v.c_str(), 1);
-    names.push_back(k);
-  }
-  ~EnvGuard() {
-    for (auto& n : names) unsetenv(n.c_str());
-    InstallFailPoints(nullptr);
-  }
+// The variables a test set, and the fail points it installed, end with it.
+struct EnvGuard : test::EnvGuard {
+  ~EnvGuard() { InstallFailPoints(nullptr); }
 };
 
 Options ServerOptions() {
