@@ -83,6 +83,10 @@ template <class... F>
 struct FieldVisitor : F... {
   using F::operator()...;
 };
+// For compilers without class template argument deduction for aggregates (clang
+// before 17: the fuzz build).
+template <class... F>
+FieldVisitor(F...) -> FieldVisitor<F...>;
 
 /// Every field of OptimizerConfig, in the order of the text form and the payload
 /// ("type" first).
