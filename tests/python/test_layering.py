@@ -48,9 +48,13 @@ LAYERS = {
 # Sub-folders that are parts of their parent's layer, not layers of their own.
 PARTS = {'device/sim': 'device', 'device/cuda': 'device', 'launcher/plans': 'launcher'}
 
-# Public headers a layer must not include: the wire format knows codecs and node-level
-# kinds, not the KV store's or the optimizer's types.
+# Public headers a layer must not include: the bottom layer knows element types, not
+# arrays or stores; the wire format knows codecs and node-level kinds, not the KV
+# store's or the optimizer's types.
 FORBIDDEN_PUBLIC = {
+    'common': {'pskv/ndarray.h', 'pskv/row_sparse.h', 'pskv/kvstore.h', 'pskv/optimizer.h',
+               'pskv/update_rule.h', 'pskv/store_type.h', 'pskv/torch.h',
+               'pskv/trainer_policy.h'},
     'protocol': {'pskv/kvstore.h', 'pskv/optimizer.h', 'pskv/update_rule.h',
                  'pskv/row_sparse.h', 'pskv/store_type.h', 'pskv/torch.h',
                  'pskv/trainer_policy.h'},
