@@ -2,20 +2,20 @@
 // each a little-endian uint16 length followed by that many bytes (so the fuzzer
 // can produce any framing). Decode must either succeed or throw ProtocolError;
 // on success, every accessor is exercised within the validated sizes. The whole
-// input is also decoded as a control payload (protocol/payload.h), whose first
-// byte (the payload kind) chooses the decoder; it too must succeed or throw
-// ProtocolError. So must the whole input as a path control message
-// (transport/upgrade/control_codec.h) and an offer's details, and as every body
-// servers send each other (kvstore/distributed/wire/replication_wire.h; those of a message
+// input is also decoded as a control payload (protocol/payload.h and
+// kvstore/distributed/wire/kv_payload.h), whose first byte (the payload kind)
+// chooses the decoder; it too must succeed or throw ProtocolError. So must the whole input as a
+// path control message (transport/upgrade/control_codec.h) and an offer's details, and as every
+// body servers send each other (kvstore/distributed/wire/replication_wire.h; those of a message
 // with keys for 0 to 3 keys).
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/distributed/wire/replication_wire.h"
 #include "protocol/message.h"
-#include "protocol/payload.h"
 #include "pskv/error.h"
 #include "transport/upgrade/control_codec.h"
 

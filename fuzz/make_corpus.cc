@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/distributed/wire/replication_wire.h"
 #include "protocol/message.h"
-#include "protocol/payload.h"
 #include "transport/upgrade/control_codec.h"
 
 using namespace pskv;

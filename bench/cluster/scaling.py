@@ -11,7 +11,7 @@ at least
                                                           all-reduce's bound)
 
 which pskv reaches only with a split of big keys that gives the extra hosts' servers
-more (PSKV_SERVER_WEIGHTS=balanced, src/kvstore/distributed/worker/server_shares.h; the
+more (PSKV_SERVER_WEIGHTS=balanced, src/kvstore/distributed/server_shares.h; the
 default, auto, uses them only where k >= n and the even split, measured beside, otherwise);
 an even split's bound is t_even. B is measured in the same run (one TCP stream
 between two hosts through the rate limit). Each k is a fresh cluster of n + k hosts

@@ -74,7 +74,7 @@ struct OptimizerParamInfo {
 };
 
 /// The fields are listed once, with names, ranges and docs, in one table
-/// (src/protocol/optimizer_fields.h) that drives the text form, the dist payload,
+/// (src/kvstore/optimizer_fields.h) that drives the text form, the dist payload,
 /// Validate and Params(); the defaults are the initialisers below.
 struct OptimizerConfig {
   /// sgd, nag, adam, adamw, rmsprop, adagrad, or a type registered with

@@ -5,6 +5,7 @@ import os
 import tempfile
 import warnings
 
+from . import _pskv
 from . import optimizer as _opt
 
 
@@ -51,7 +52,7 @@ class _Updates(object):
                 return
             changed = sorted(k for k in set(now) | set(shipped) if now.get(k) != shipped.get(k))
             self._optimizer = (opt, now)
-            if 'dist' in self.type:
+            if _pskv.store_type(self.type)['dist']:
                 warnings.warn(
                     'pskv: the optimizer changed after set_optimizer (%s) but the servers run the copy they '
                     'received: the change is not applied. Call kv.set_optimizer(optimizer) again on every worker '

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "pskv/dtype.h"
 #include "pskv/error.h"
-#include "pskv/ndarray.h"
 
 namespace pskv {
 

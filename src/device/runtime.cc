@@ -23,7 +23,7 @@
 #include "common/env_table.h"
 #include "common/logging.h"
 #include "device/backend.h"
-#include "ndarray/layout_check.h"
+#include "device/layout_check.h"
 
 namespace pskv {
 

@@ -57,7 +57,8 @@ inline int CmdDType(int cmd) {
 }
 
 /// Commands (worker -> every server).
-/// Bodies and replies are payloads of protocol/payload.h (named after each command).
+/// Bodies and replies are payloads of distributed/wire/kv_payload.h (named after each
+/// command).
 enum Command : int {
   kSetMode = 1,         ///< body = mode payload (sync or async)
   kSetOptimizer = 2,    ///< body = optimizer config payload
@@ -91,7 +92,7 @@ constexpr int64_t kShareUnits = int64_t{1} << 20;
 /// MXNet used int); a bigger key is cut into S contiguous slices, one per server in
 /// rank order. Evenly (`shares` empty): slice i has round(N(i+1)/S) - round(N i/S)
 /// elements. With `shares` (one per server, summing to kShareUnits:
-/// kvstore/distributed/worker/server_shares.h): slice i ends at floor(N C(i+1) / kShareUnits),
+/// kvstore/distributed/server_shares.h): slice i ends at floor(N C(i+1) / kShareUnits),
 /// C(i) being the sum of the first i shares; a server with share 0 gets an empty
 /// slice. Whole-number arithmetic: every worker computes the same slices.
 inline std::vector<Slice> PlaceKey(int key, int64_t n, int num_servers, int64_t bound,

@@ -1,11 +1,11 @@
 // OptimizerConfig's text form, parameters and validation, driven by the field table
-// (protocol/optimizer_fields.h) and the rules' own parameters (pskv/update_rule.h);
+// (kvstore/optimizer_fields.h) and the rules' own parameters (pskv/update_rule.h);
 // the learning-rate schedule.
 #include <cmath>
 #include <sstream>
 
+#include "kvstore/optimizer_fields.h"
 #include "kvstore/optimizer_rules.h"
-#include "protocol/optimizer_fields.h"
 #include "pskv/error.h"
 #include "pskv/optimizer.h"
 

@@ -9,7 +9,7 @@
 #include <shared_mutex>
 #include <variant>
 
-#include "protocol/optimizer_fields.h"
+#include "kvstore/optimizer_fields.h"
 #include "pskv/error.h"
 
 namespace pskv {

@@ -6,7 +6,7 @@
 
 #include "common/dtype_dispatch.h"
 #include "device/kernel_ops.h"
-#include "ndarray/layout_check.h"
+#include "device/layout_check.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>

@@ -73,9 +73,42 @@ std::exception_ptr Node::failure() const {
 
 // ------------------------------------------------------------------ start
 
+// Start runs its phases in order: the transport (config, bind, connect), the status
+// channel, the receive and timer threads, the wait for the node table (the
+// scheduler: for every registration), liveness, and the start barrier. A phase that
+// fails stops the threads and throws (AbandonStart).
 void Node::Start() {
   if (started_) throw UsageError("Node::Start called twice");
   started_ = true;
+  WarnIfOpen();
+  BindAndConnect(MakeTransportConfig());
+  OpenStatusChannel();
+  start_time_ = Clock::now();
+  if (options_.verbose >= 1)
+    PSKV_INFO(Tag() << ": bound " << host_ << ":" << port_ << ", job " << std::hex << job_);
+  recv_thread_ = std::thread([this] { ReceiveLoop(); });
+  timer_thread_ = std::thread([this] { TimerLoop(); });
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (std::exception_ptr err = AwaitNodeTable(lk)) {
+      lk.unlock();
+      AbandonStart(err, role() == Role::kScheduler && !ready_);
+    }
+    StartWatching();
+  }
+  AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
+  obs::NameNode(Tag());     // [observe] the lane's name in a merged timeline
+  if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
+  fail_points_->Registered();
+  try {
+    Barrier(kAllGroup, options_.register_timeout);
+  } catch (...) {
+    AbandonStart(std::current_exception(), false);
+  }
+  status_.SetPhase(StatusPhase::kRunning);
+}
+
+TransportConfig Node::MakeTransportConfig() const {
   TransportConfig tc;
   tc.secret = options_.job_secret;
   tc.encrypt = options_.encrypt;
@@ -99,20 +132,25 @@ void Node::Start() {
   tc.max_pending_connections = options_.max_pending_connections > 0
                                    ? options_.max_pending_connections
                                    : 4 * (options_.num_workers + options_.num_servers + 1) + 64;
-  if (options_.job_secret.empty()) {
-    static std::atomic<bool> warned{false};
-    if (!warned.exchange(true))
-      PSKV_WARN(
-          "this job has no secret: it is OPEN to anyone who can reach its ports, who can join "
-          "it, read its values and change its weights. Start it with pskv-launch (which sets "
-          "a secret), or set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE on every node "
-          "(docs/security.md)");
-  }
+  return tc;
+}
+
+void Node::WarnIfOpen() const {
+  if (!options_.job_secret.empty()) return;
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    PSKV_WARN(
+        "this job has no secret: it is OPEN to anyone who can reach its ports, who can join "
+        "it, read its values and change its weights. Start it with pskv-launch (which sets "
+        "a secret), or set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE on every node "
+        "(docs/security.md)");
+}
+
+void Node::BindAndConnect(const TransportConfig& tc) {
   transport_ = DisturbForTests(
       transport_factory_ ? transport_factory_(tc) : CreateTransport(kNodeTransport, tc),
       fail_points_->Wire());
-  const bool sched = role() == Role::kScheduler;
-  if (sched) {
+  if (role() == Role::kScheduler) {
     std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";
     transport_->Bind(host, options_.root_port);
     host_ = options_.root_uri;
@@ -126,144 +164,132 @@ void Node::Start() {
     transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port),
                         kSchedulerToken);
   }
-  {
-    std::string why;
-    status_.Configure(StatusChannel::Open(options_.status_channel, &why), RoleName(role()), host_);
-    if (!why.empty()) PSKV_WARN(Tag() << ": " << why);
-    if (sched) {
-      status_.SetRank(0);
-      // What the launcher needs to wait for this scheduler's verdict on a dead server.
-      const auto detect = options_.heartbeat_timeout.count() > 0
-                              ? options_.heartbeat_timeout + options_.heartbeat_interval
-                              : std::chrono::milliseconds(0);
-      status_.SetJob(replicated_ ? options_.replicas : 0, detect.count());
-    }
-    status_.SetPhase(StatusPhase::kRegistering);
-  }
-  start_time_ = Clock::now();
-  if (options_.verbose >= 1)
-    PSKV_INFO(Tag() << ": bound " << host_ << ":" << port_ << ", job " << std::hex << job_);
-  recv_thread_ = std::thread([this] { ReceiveLoop(); });
-  timer_thread_ = std::thread([this] { TimerLoop(); });
+}
 
+void Node::OpenStatusChannel() {
+  std::string why;
+  status_.Configure(StatusChannel::Open(options_.status_channel, &why), RoleName(role()), host_);
+  if (!why.empty()) PSKV_WARN(Tag() << ": " << why);
+  if (role() == Role::kScheduler) {
+    status_.SetRank(0);
+    // What the launcher needs to wait for this scheduler's verdict on a dead server.
+    const auto detect = options_.heartbeat_timeout.count() > 0
+                            ? options_.heartbeat_timeout + options_.heartbeat_interval
+                            : std::chrono::milliseconds(0);
+    status_.SetJob(replicated_ ? options_.replicas : 0, detect.count());
+  }
+  status_.SetPhase(StatusPhase::kRegistering);
+}
+
+std::exception_ptr Node::AwaitNodeTable(std::unique_lock<std::mutex>& lk) {
   // Wait for the node table (the scheduler waits for all registrations).
   // A node that reached the scheduler waits a little longer than the scheduler's
   // own registration timeout, so that the scheduler's explanation arrives first.
+  const bool sched = role() == Role::kScheduler;
   const auto deadline = start_time_ + options_.register_timeout;
   const auto grace = deadline + (sched ? 0ms : 5s);
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    auto settled = [&] {
-      if (refused_.empty() && !sched) {
-        std::string why = transport_->RefusedBy(kSchedulerId);
-        if (!why.empty()) refused_ = why;
-      }
-      return ready_ || failure_ || !refused_.empty();
-    };
-    // The transport's handshake outcome is polled, not signalled: re-check every
-    // 100 ms until the deadline. The scheduler explains a timeout below; a node that
-    // has not heard from the scheduler says every 10 s that it is still waiting (a
-    // worker started by hand before, or without, its scheduler).
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    auto next_note = start_time_ + 10s;
-    WaitReporting(
-        WaitPlan{left, std::chrono::milliseconds(0), 100ms},
-        [&](Clock::time_point until) {
-          if (cv_.wait_until(lk, until, settled)) return true;
-          const auto now = Clock::now();
-          if (!sched && !scheduler_seen_ && now >= next_note && now < deadline) {
-            next_note += 10s;
-            const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start_time_);
-            lk.unlock();
-            PSKV_INFO(Tag() << ": waiting for the scheduler at " << options_.root_uri << ":"
-                            << options_.root_port << " (" << waited.count() << " s of "
-                            << SecsStr(options_.register_timeout)
-                            << ", PSKV_REGISTER_TIMEOUT); is it started? (pskv-launch starts it)");
-            lk.lock();
-          }
-          return false;
-        },
-        [](std::chrono::milliseconds) {});
-    if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
-    std::exception_ptr err;
-    if (sched && !ready_ && !replicas_mismatch_.empty()) {
-      err = std::make_exception_ptr(ConfigError(replicas_mismatch_));
-    } else if (!refused_.empty()) {
-      err = std::make_exception_ptr(
-          ProtocolError(Tag() + " was refused by the scheduler at " + options_.root_uri + ":" +
-                        std::to_string(options_.root_port) + ": " + refused_));
-    } else if (failure_) {
-      err = failure_;
-    } else if (!ready_) {
-      std::string msg;
-      if (sched) {
-        int s = 0, w = 0;
-        for (auto& [t, d] : pending_) (d.role == static_cast<int>(Role::kServer) ? s : w)++;
-        msg = "registration timed out: " + std::to_string(w) + " of " +
-              std::to_string(options_.num_workers) + " workers and " + std::to_string(s) + " of " +
-              std::to_string(options_.num_servers) + " servers registered after " +
-              SecsStr(options_.register_timeout) + " (PSKV_REGISTER_TIMEOUT)";
-      } else if (!scheduler_seen_) {
-        msg = "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
-              " not reachable after " + SecsStr(options_.register_timeout) +
-              " (check DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT, and that the scheduler runs)";
-      } else {
-        msg = "registered with the scheduler, but the job did not finish registration within " +
-              SecsStr(options_.register_timeout) + " (are all workers and servers started?)";
-      }
-      err = std::make_exception_ptr(TimeoutError(msg));
+  auto settled = [&] {
+    if (refused_.empty() && !sched) {
+      std::string why = transport_->RefusedBy(kSchedulerId);
+      if (!why.empty()) refused_ = why;
     }
-    if (err) {
-      lk.unlock();
-      status_.Failed(ErrorKindName(err), ErrorMessage(err));
-      if (sched && !ready_) {
-        // Tell the nodes that did register, so they fail now with the reason.
-        std::string why;
-        try {
-          std::rethrow_exception(err);
-        } catch (const std::exception& e) {
-          why = e.what();
+    return ready_ || failure_ || !refused_.empty();
+  };
+  // The transport's handshake outcome is polled, not signalled: re-check every
+  // 100 ms until the deadline. The scheduler explains a timeout (StartFailureLocked);
+  // a node that has not heard from the scheduler says every 10 s that it is still
+  // waiting (a worker started by hand before, or without, its scheduler).
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  auto next_note = start_time_ + 10s;
+  WaitReporting(
+      WaitPlan{left, std::chrono::milliseconds(0), 100ms},
+      [&](Clock::time_point until) {
+        if (cv_.wait_until(lk, until, settled)) return true;
+        const auto now = Clock::now();
+        if (!sched && !scheduler_seen_ && now >= next_note && now < deadline) {
+          next_note += 10s;
+          const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start_time_);
+          lk.unlock();
+          PSKV_INFO(Tag() << ": waiting for the scheduler at " << options_.root_uri << ":"
+                          << options_.root_port << " (" << waited.count() << " s of "
+                          << SecsStr(options_.register_timeout)
+                          << ", PSKV_REGISTER_TIMEOUT); is it started? (pskv-launch starts it)");
+          lk.lock();
         }
-        std::lock_guard<std::mutex> g(mu_);
-        for (auto& [tok, tid] : temp_ids_) {
-          try {
-            SendControl(tid, Control::kRefuse, 0, why);
-          } catch (...) {
-          }
-        }
-      }
-      StopThreads(200ms);
-      stopped_ = true;
+        return false;
+      },
+      [](std::chrono::milliseconds) {});
+  if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
+  return StartFailureLocked();
+}
+
+std::exception_ptr Node::StartFailureLocked() const {
+  const bool sched = role() == Role::kScheduler;
+  if (sched && !ready_ && !replicas_mismatch_.empty())
+    return std::make_exception_ptr(ConfigError(replicas_mismatch_));
+  if (!refused_.empty())
+    return std::make_exception_ptr(
+        ProtocolError(Tag() + " was refused by the scheduler at " + options_.root_uri + ":" +
+                      std::to_string(options_.root_port) + ": " + refused_));
+  if (failure_) return failure_;
+  if (ready_) return nullptr;
+  std::string msg;
+  if (sched) {
+    int s = 0, w = 0;
+    for (auto& [t, d] : pending_) (d.role == static_cast<int>(Role::kServer) ? s : w)++;
+    msg = "registration timed out: " + std::to_string(w) + " of " +
+          std::to_string(options_.num_workers) + " workers and " + std::to_string(s) + " of " +
+          std::to_string(options_.num_servers) + " servers registered after " +
+          SecsStr(options_.register_timeout) + " (PSKV_REGISTER_TIMEOUT)";
+  } else if (!scheduler_seen_) {
+    msg = "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
+          " not reachable after " + SecsStr(options_.register_timeout) +
+          " (check DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT, and that the scheduler runs)";
+  } else {
+    msg = "registered with the scheduler, but the job did not finish registration within " +
+          SecsStr(options_.register_timeout) + " (are all workers and servers started?)";
+  }
+  return std::make_exception_ptr(TimeoutError(msg));
+}
+
+void Node::AbandonStart(std::exception_ptr err, bool refuse_registered) {
+  status_.Failed(ErrorKindName(err), ErrorMessage(err));
+  if (refuse_registered) {
+    // Tell the nodes that did register, so they fail now with the reason.
+    std::string why;
+    try {
       std::rethrow_exception(err);
+    } catch (const std::exception& e) {
+      why = e.what();
     }
-    // Watch for silence what heartbeats cover (the scheduler: every node; a node:
-    // the scheduler) and for lost connections every peer this node sends to.
-    std::vector<int> silent, connected;
-    for (auto& [id, d] : nodes_) {
-      if (id == id_) continue;
-      if (sched || id == kSchedulerId) silent.push_back(id);
-      const bool talks = sched || id == kSchedulerId ||
-                         (role() == Role::kWorker ? IsServerId(id) : IsWorkerId(id));
-      if (talks) connected.push_back(id);
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [tok, tid] : temp_ids_) {
+      try {
+        SendControl(tid, Control::kRefuse, 0, why);
+      } catch (...) {
+      }
     }
-    // The scheduler, whose verdict the others wait for, also trusts a peer's closed
-    // port (Liveness, "Gone"): a killed process is known dead at once.
-    liveness_.Start(silent, connected, sched);
   }
-  AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
-  obs::NameNode(Tag());     // [observe] the lane's name in a merged timeline
-  if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
-  fail_points_->Registered();
-  try {
-    Barrier(kAllGroup, options_.register_timeout);
-  } catch (...) {
-    status_.Failed(ErrorKindName(std::current_exception()), ErrorMessage(std::current_exception()));
-    StopThreads(200ms);
-    stopped_ = true;
-    throw;
+  StopThreads(200ms);
+  stopped_ = true;
+  std::rethrow_exception(err);
+}
+
+void Node::StartWatching() {
+  // Watch for silence what heartbeats cover (the scheduler: every node; a node:
+  // the scheduler) and for lost connections every peer this node sends to.
+  const bool sched = role() == Role::kScheduler;
+  std::vector<int> silent, connected;
+  for (auto& [id, d] : nodes_) {
+    if (id == id_) continue;
+    if (sched || id == kSchedulerId) silent.push_back(id);
+    const bool talks =
+        sched || id == kSchedulerId || (role() == Role::kWorker ? IsServerId(id) : IsWorkerId(id));
+    if (talks) connected.push_back(id);
   }
-  status_.SetPhase(StatusPhase::kRunning);
+  // The scheduler, whose verdict the others wait for, also trusts a peer's closed
+  // port (Liveness, "Gone"): a killed process is known dead at once.
+  liveness_.Start(silent, connected, sched);
 }
 
 // ------------------------------------------------------------------ stop

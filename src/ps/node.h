@@ -215,6 +215,21 @@ class Node {
   std::string NameLocked(int id) const;
   void StopThreads(std::chrono::milliseconds linger);
   std::string PickHost() const;
+  // The phases of Start, in order.
+  void WarnIfOpen() const;
+  TransportConfig MakeTransportConfig() const;
+  void BindAndConnect(const TransportConfig& tc);
+  void OpenStatusChannel();
+  /// Waits (lk on mu_ held) for the node table, a refusal or a failure, at most
+  /// PSKV_REGISTER_TIMEOUT; returns why the start failed, or null.
+  std::exception_ptr AwaitNodeTable(std::unique_lock<std::mutex>& lk);
+  /// mu_ held: the error a start that waited for the node table ends with (null: none).
+  std::exception_ptr StartFailureLocked() const;
+  /// Reports `err`, tells the nodes that registered (`refuse_registered`: the
+  /// scheduler before the job formed), stops the threads and throws `err`.
+  [[noreturn]] void AbandonStart(std::exception_ptr err, bool refuse_registered);
+  /// mu_ held: Liveness watches the peers of the node table.
+  void StartWatching();
 
   Options options_;
   uint64_t job_ = 0;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kvstore/dist_protocol.h"
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "pskv/error.h"

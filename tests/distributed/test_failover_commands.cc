@@ -17,8 +17,8 @@
 
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/server/replicated_server.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/distributed/worker/stall.h"
-#include "protocol/payload.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "pskv/error.h"

@@ -1,10 +1,10 @@
-// Shares of big keys per server (kvstore/distributed/worker/server_shares.h) and the
+// Shares of big keys per server (kvstore/distributed/server_shares.h) and the
 // slices PlaceKey cuts from them (dist_protocol.h).
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "kvstore/distributed/worker/server_shares.h"
+#include "kvstore/distributed/server_shares.h"
 #include "pskv/error.h"
 
 using namespace pskv;

@@ -1,4 +1,4 @@
-// The optimizer's one field table (protocol/optimizer_fields.h) and its update-rule
+// The optimizer's one field table (kvstore/optimizer_fields.h) and its update-rule
 // registry (pskv/update_rule.h): every field goes through every codec, ranges and
 // names come from the table, rules are found by name.
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <string>
 
+#include "kvstore/distributed/wire/kv_payload.h"
+#include "kvstore/optimizer_fields.h"
 #include "kvstore/optimizer_rules.h"
-#include "protocol/optimizer_fields.h"
-#include "protocol/payload.h"
 #include "pskv/error.h"
 #include "pskv/optimizer.h"
 #include "pskv/update_rule.h"
@@ -90,7 +90,7 @@ TEST(OptimizerFields, EveryMemberHasARow) {
   // changes, add the row (and update this number). libstdc++ on 64-bit only.
 #if defined(__GLIBCXX__) && __SIZEOF_POINTER__ == 8
   EXPECT_EQ(sizeof(OptimizerConfig), 416u)
-      << "OptimizerConfig changed: give a new member a row in protocol/optimizer_fields.cc";
+      << "OptimizerConfig changed: give a new member a row in kvstore/optimizer_fields.cc";
 #endif
   EXPECT_EQ(OptimizerFields().size(), 25u);
 }

@@ -4,7 +4,7 @@
 
 #include <functional>
 
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "pskv/error.h"
 
 using namespace pskv;

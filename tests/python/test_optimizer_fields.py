@@ -1,4 +1,4 @@
-"""Python's optimizers against the C++ field table (src/protocol/optimizer_fields.h),
+"""Python's optimizers against the C++ field table (src/kvstore/optimizer_fields.h),
 which Python reads through the binding (pskv.optimizer.params): every name a Python
 optimizer or schedule sends is a field of the table, every field of the table is
 accepted by every Python optimizer, and every built-in type has a class."""

@@ -17,7 +17,7 @@
 
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/server/replicated_server.h"
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "ps/node.h"
 #include "support/proc.h"
 #include "support/test_util.h"

@@ -11,7 +11,7 @@
 #include "common/net.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/server/dist_server.h"
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "ps/kv_app.h"
 #include "ps/node.h"
 

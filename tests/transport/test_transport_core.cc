@@ -1,6 +1,6 @@
 // What the transport core owns apart from any backend: Frame (common/frame.h),
-// the backend registry (transport.h), the fault decorator's predicate, and the
-// host facts a backend asks common/net.h for.
+// the backend registry (transport.h), the data-path registry (upgrade/data_path.h),
+// the fault decorator's predicate, and the host facts a backend asks common/net.h for.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "pskv/error.h"
 #include "transport/fault/fault_transport.h"
 #include "transport/transport.h"
+#include "transport/upgrade/data_path.h"
 
 using namespace pskv;
 using namespace std::chrono_literals;
@@ -88,6 +89,18 @@ TEST(TransportRegistry, ANewKindIsCreatedByName) {
   EXPECT_EQ(created, before + 1);
   EXPECT_EQ(t->Name(), CreateTransport("zmq", c)->Name());
   t->Close(0ms);
+}
+
+TEST(DataPathRegistry, PathsRegisterThemselvesUnderTheirNames) {
+  EXPECT_STREQ(upgrade::DataPathName(upgrade::PathKind::kRing), "shm");
+  EXPECT_STREQ(upgrade::DataPathName(upgrade::PathKind::kTcp), "tcp");
+  EXPECT_STREQ(upgrade::DataPathName(static_cast<upgrade::PathKind>(200)), "zmq");
+}
+
+TEST(DataPathRegistry, AKindRegisteredTwiceIsRefused) {
+  EXPECT_THROW(upgrade::RegisterDataPath(upgrade::PathKind::kTcp, "tcp2", 99,
+                                         [](const upgrade::PathHost&) { return nullptr; }),
+               InternalError);
 }
 
 // A transport that records what reaches it.

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "kvstore/distributed/worker/server_shares.h"
+#include "kvstore/distributed/server_shares.h"
 #include "ps/node.h"
 
 namespace pskv::dist {

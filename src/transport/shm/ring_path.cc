@@ -263,4 +263,10 @@ std::unique_ptr<upgrade::DataPath> CreateRingPath(const upgrade::PathHost& host)
   return std::make_unique<RingPath>(host);
 }
 
+namespace {
+// First choice: a peer on this host gets the ring.
+const bool registered =
+    upgrade::RegisterDataPath(upgrade::PathKind::kRing, "shm", 0, CreateRingPath);
+}  // namespace
+
 }  // namespace pskv::shm

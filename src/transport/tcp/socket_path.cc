@@ -319,4 +319,10 @@ std::unique_ptr<upgrade::DataPath> CreateSocketPath(const upgrade::PathHost& hos
   return std::make_unique<SocketPath>(host);
 }
 
+namespace {
+// After the ring: the peers the ring does not want.
+const bool registered =
+    upgrade::RegisterDataPath(upgrade::PathKind::kTcp, "tcp", 10, CreateSocketPath);
+}  // namespace
+
 }  // namespace pskv::direct

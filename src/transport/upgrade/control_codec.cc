@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "common/byte_io.h"
+#include "common/payload_reader.h"
 #include "pskv/error.h"
 
 namespace pskv::upgrade {
@@ -10,52 +10,14 @@ namespace {
 
 constexpr size_t kMaxBootId = 255;
 
-// Reads `label`'s fields after checking that its first bytes are `kind` and a
-// version this build understands; End() refuses trailing bytes.
-class Reader {
- public:
-  Reader(const char* p, size_t n, std::string label)
-      : label_(std::move(label)), r_(p, n, label_.c_str()) {}
-  void Header(uint8_t kind, uint8_t max_kind) {
-    if (r_.remaining() < 2) Fail("truncated: no kind and version bytes");
-    kind_ = r_.Get<uint8_t>();
-    const auto version = r_.Get<uint8_t>();
-    if (kind_ == 0 || kind_ > max_kind)
-      Fail("unknown kind " + std::to_string(kind_) + " (understood: 1-" + std::to_string(max_kind) +
-           ")");
-    if (kind != 0 && kind_ != kind)
-      Fail("wrong kind " + std::to_string(kind_) + " (expected " + std::to_string(kind) + ")");
-    if (version != kVersion)
-      Fail("version " + std::to_string(version) +
-           " is not understood (understood: " + std::to_string(kVersion) + ")");
-  }
-  uint8_t kind() const { return kind_; }
-  template <typename T>
-  T Get() {
-    return r_.Get<T>();
-  }
-  Nonce GetNonce() {
-    Nonce n;
-    r_.GetBytes(n.data(), n.size());
-    return n;
-  }
-  std::string GetString(size_t max_len) { return r_.GetString(max_len); }
-  void End() {
-    if (r_.remaining()) Fail(std::to_string(r_.remaining()) + " trailing bytes");
-  }
-  [[noreturn]] void Fail(const std::string& m) { throw ProtocolError(label_ + ": " + m); }
-
- private:
-  std::string label_;
-  ByteReader r_;
-  uint8_t kind_ = 0;
-};
+Nonce GetNonce(PayloadReader& r) {
+  Nonce n;
+  r.GetBytes(n.data(), n.size());
+  return n;
+}
 
 ByteWriter Begin(uint8_t kind) {
-  ByteWriter w;
-  w.Put<uint8_t>(kind);
-  w.Put<uint8_t>(kVersion);
-  return w;
+  return BeginPayload(kind, kVersion);
 }
 
 }  // namespace
@@ -99,11 +61,11 @@ Frame EncodeControl(const PathControl& c) {
 PathControl DecodeControl(const Frame& f) {
   if (f.gathered() || f.size < sizeof kMagic || std::memcmp(f.data, kMagic, sizeof kMagic) != 0)
     throw ProtocolError("path control message: no magic");
-  Reader r(f.data + sizeof kMagic, f.size - sizeof kMagic, "path control message");
-  r.Header(0, static_cast<uint8_t>(Kind::kSwitch));
-  if (r.kind() == static_cast<uint8_t>(Kind::kSwitch)) {
+  PayloadReader r(f.data + sizeof kMagic, f.size - sizeof kMagic, "path control message");
+  const uint8_t kind = r.Header(0, static_cast<uint8_t>(Kind::kSwitch), kVersion);
+  if (kind == static_cast<uint8_t>(Kind::kSwitch)) {
     Switch s;
-    s.nonce = r.GetNonce();
+    s.nonce = GetNonce(r);
     r.End();
     return s;
   }
@@ -114,7 +76,7 @@ PathControl DecodeControl(const Frame& f) {
   // receiver: the details are the path's business.
   o.path = static_cast<PathKind>(path);
   o.seq = r.Get<uint64_t>();
-  o.nonce = r.GetNonce();
+  o.nonce = GetNonce(r);
   o.details = r.GetString(kMaxDetails);
   r.End();
   return o;
@@ -132,8 +94,8 @@ std::string EncodeRingDetails(const RingDetails& d) {
 }
 
 RingDetails DecodeRingDetails(const std::string& s) {
-  Reader r(s.data(), s.size(), "shared-memory offer");
-  r.Header(static_cast<uint8_t>(PathKind::kRing), static_cast<uint8_t>(PathKind::kTcp));
+  PayloadReader r(s.data(), s.size(), "shared-memory offer");
+  r.Header(static_cast<uint8_t>(PathKind::kRing), static_cast<uint8_t>(PathKind::kTcp), kVersion);
   RingDetails d;
   d.pid = r.Get<int32_t>();
   d.memfd = r.Get<int32_t>();
@@ -152,8 +114,8 @@ std::string EncodeTcpDetails(const TcpDetails& d) {
 }
 
 TcpDetails DecodeTcpDetails(const std::string& s) {
-  Reader r(s.data(), s.size(), "direct TCP offer");
-  r.Header(static_cast<uint8_t>(PathKind::kTcp), static_cast<uint8_t>(PathKind::kTcp));
+  PayloadReader r(s.data(), s.size(), "direct TCP offer");
+  r.Header(static_cast<uint8_t>(PathKind::kTcp), static_cast<uint8_t>(PathKind::kTcp), kVersion);
   TcpDetails d;
   d.ip = r.Get<uint32_t>();
   d.port = r.Get<uint16_t>();

@@ -3,9 +3,10 @@
 // UpgradingTransport (upgrade/upgrading_transport.h) with the control codec
 // (upgrade/control_codec.h). Two exist: a shared-memory ring (shm/ring_path.h)
 // and a direct TCP socket (tcp/socket_path.h). A new one (RDMA, CMA, GPU IPC) is
-// a folder implementing these three classes, a PathKind number, an entry in
-// UpgradingTransport's list of paths, and passing DataPathSuite and
-// TransportSuite (tests/transport/test_transport.cc; docs/transport.md, "Add a data path").
+// a folder implementing these three classes, a PathKind number, a RegisterDataPath
+// call in its own file (the negotiator includes no path's header), and passing
+// DataPathSuite and TransportSuite (tests/transport/test_transport.cc;
+// docs/transport.md, "Add a data path").
 //
 // The negotiation, for sender B and receiver A (the negotiator runs it; a path
 // only answers its questions):
@@ -156,5 +157,18 @@ class DataPath {
   /// Transport-wide facts for tests ("port" of a listener).
   virtual int Port() const { return 0; }
 };
+
+/// Makes a transport's instance of one kind of path.
+using DataPathCreator = std::function<std::unique_ptr<DataPath>(const PathHost&)>;
+/// Registers a kind of path, from a static initializer in the path's own file (like
+/// RegisterTransport): `name` is what DataPath(transport, peer) reports for a peer on
+/// it ("shm", "tcp"); `preference` orders the paths of a transport (lower first: a
+/// peer gets the first path that wants it). Registering a PathKind twice is a
+/// programming error (InternalError). Returns true (for the initializer).
+bool RegisterDataPath(PathKind kind, const char* name, int preference, DataPathCreator create);
+/// One of every registered kind of path for a transport, in order of preference.
+std::vector<std::unique_ptr<DataPath>> CreateDataPaths(const PathHost& host);
+/// The registered name of a kind of path ("shm", "tcp"; "zmq" for an unregistered one).
+const char* DataPathName(PathKind kind);
 
 }  // namespace pskv::upgrade

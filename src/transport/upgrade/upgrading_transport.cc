@@ -9,8 +9,6 @@
 
 #include "common/logging.h"
 #include "pskv/error.h"
-#include "transport/shm/ring_path.h"
-#include "transport/tcp/socket_path.h"
 #include "transport/zmq/zmq_transport.h"
 
 namespace pskv::upgrade {
@@ -53,9 +51,9 @@ UpgradingTransport::UpgradingTransport(const TransportConfig& cfg, const Control
     host.rx_wake = rx_wr_;
     host.tx_wake = tx_wr_;
     host.epfd = epfd_;
-    // In order of preference: a peer gets the first path that wants it.
-    kinds_.push_back(shm::CreateRingPath(host));
-    kinds_.push_back(direct::CreateSocketPath(host));
+    // Every registered path (data_path.h), in order of preference: a peer gets the
+    // first path that wants it.
+    kinds_ = CreateDataPaths(host);
   } catch (...) {
     for (int fd : {rx_rd_, rx_wr_, tx_rd_, tx_wr_, epfd_})
       if (fd >= 0) ::close(fd);
@@ -189,7 +187,7 @@ std::string UpgradingTransport::PathTo(int peer) {
   if (it == outs_.end()) return "zmq";
   std::lock_guard<std::mutex> g(it->second->mu);
   if (it->second->state != Out::kActive) return "zmq";
-  return it->second->kind->kind() == upgrade::PathKind::kTcp ? "tcp" : "shm";
+  return DataPathName(it->second->kind->kind());
 }
 
 int UpgradingTransport::DirectPort() const {

@@ -5,7 +5,7 @@
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/server/dist_server.h"
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "pskv/error.h"
 
 namespace pskv {

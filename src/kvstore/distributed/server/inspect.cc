@@ -6,7 +6,7 @@
 #include "common/logging.h"
 #include "common/stall.h"
 #include "kvstore/distributed/server/dist_server.h"
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 
 namespace pskv {
 

@@ -5,7 +5,7 @@
 
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 
 namespace pskv {
 

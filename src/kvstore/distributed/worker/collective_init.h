@@ -13,8 +13,8 @@
 
 #include <functional>
 
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/distributed/worker/server_link.h"
-#include "protocol/payload.h"
 
 namespace pskv::dist {
 

@@ -6,7 +6,7 @@
 #include "common/logging.h"
 #include "common/stall.h"
 #include "kvstore/dist_protocol.h"
-#include "protocol/payload.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "pskv/error.h"
 
 namespace pskv::dist {

@@ -9,9 +9,9 @@
 #include <chrono>
 #include <vector>
 
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/distributed/worker/server_link.h"
 #include "kvstore/engine.h"
-#include "protocol/payload.h"
 
 namespace pskv::dist {
 

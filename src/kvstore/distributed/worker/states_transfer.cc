@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "kvstore/dist_protocol.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/states_file.h"
-#include "protocol/payload.h"
 #include "pskv/error.h"
 
 namespace pskv::dist {

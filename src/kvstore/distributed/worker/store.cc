@@ -7,14 +7,14 @@
 #include "common/observe.h"  // [observe]
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/link_pacing.h"
+#include "kvstore/distributed/server_shares.h"
+#include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/distributed/worker/collective_init.h"
 #include "kvstore/distributed/worker/device_exchange.h"
 #include "kvstore/distributed/worker/fusion.h"
-#include "kvstore/distributed/worker/server_shares.h"
 #include "kvstore/distributed/worker/stall.h"
 #include "kvstore/distributed/worker/states_transfer.h"
 #include "kvstore/kvstore_common.h"
-#include "protocol/payload.h"
 #include "pskv/error.h"
 
 namespace pskv::dist {

@@ -1,4 +1,4 @@
-#include "kvstore/distributed/worker/server_shares.h"
+#include "kvstore/distributed/server_shares.h"
 
 #include <algorithm>
 #include <map>

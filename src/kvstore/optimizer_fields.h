@@ -1,11 +1,12 @@
 // The fields of OptimizerConfig, listed once: name, MXNet's alias, where the value
 // lives (which also says its type), valid range, doc. The text form
 // (OptimizerConfig::Serialize, Deserialize, FromParams and the list of known names),
-// the payload codec (payload.cc: EncodeOptimizer/DecodeOptimizer), Validate's range
+// the payload codec (kvstore/distributed/wire/kv_payload.cc: EncodeOptimizer,
+// DecodeOptimizer), Validate's range
 // checks and Python's list of parameters (OptimizerConfig::Params, bound as
 // _pskv.optimizer_params) all walk this table, in its order; the defaults are the
 // member initialisers of OptimizerConfig. A new row changes the payload's layout
-// (payload.h: versions), so an optimizer that needs its own hyper-parameter declares
+// (protocol/payload.h: versions), so an optimizer that needs its own hyper-parameter declares
 // it with its update rule instead (pskv/update_rule.h: RuleParam).
 #pragma once
 
@@ -82,6 +83,10 @@ template <class... F>
 struct FieldVisitor : F... {
   using F::operator()...;
 };
+// For compilers without class template argument deduction for aggregates (clang
+// before 17: the fuzz build).
+template <class... F>
+FieldVisitor(F...) -> FieldVisitor<F...>;
 
 /// Every field of OptimizerConfig, in the order of the text form and the payload
 /// ("type" first).

@@ -1,4 +1,4 @@
-#include "protocol/optimizer_fields.h"
+#include "kvstore/optimizer_fields.h"
 
 #include <cctype>
 #include <cmath>
