@@ -8,6 +8,7 @@
 #include "embedding/table.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -335,6 +336,12 @@ void Table::ApplyUpdates(int64_t step, const float* grads) {
     constexpr kops::UpdateKind K = decltype(tag)::kind;
     constexpr bool kPerRow = K == kops::UpdateKind::kAdam || K == kops::UpdateKind::kAdamW;
     kops::UpdateScalars sc = UpdateScalarsFor(K, c, UpdateStep{lr, c.wd, 1});
+    // Adam's scalars depend on the row's t (two pow()s): computed once per t per push.
+    struct Cached {
+      int64_t t = -1;
+      kops::UpdateScalars sc;
+    };
+    std::array<Cached, kPerRow ? 256 : 1> cache{};
     float* slot[3] = {nullptr, nullptr, nullptr};
     const size_t nt = targets_.size();
     for (size_t k = 0; k < nt; ++k) {
@@ -345,7 +352,11 @@ void Table::ApplyUpdates(int64_t step, const float* grads) {
       for (int s = 0; s < slots_; ++s) slot[s] = v + (s + 1) * w;
       const float* g = t.count == 1 ? grads + t.first * w : acc_.data() + t.acc;
       ++h->t;
-      if constexpr (kPerRow) sc = UpdateScalarsFor(K, c, UpdateStep{lr, c.wd, h->t});
+      if constexpr (kPerRow) {
+        Cached& e = cache[static_cast<size_t>(h->t) & 255];
+        if (e.t != h->t) e = {h->t, UpdateScalarsFor(K, c, UpdateStep{lr, c.wd, h->t})};
+        sc = e.sc;
+      }
       for (int64_t j = 0; j < w; ++j) kops::UpdateAt<K>(sc, g, v, slot, j);
       h->last_step = step;
       MarkDirty(t.slot);
