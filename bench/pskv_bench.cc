@@ -18,6 +18,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/device_bench.h"
+#include "bench/embedding_bench.h"
 #include "bench/fusion_bench.h"
 #include "bench/latency_bench.h"
 #include "bench/metrics_bench.h"
@@ -177,6 +178,8 @@ int main(int argc, char** argv) {
         "without a GPU)\n"
         "       pskv-bench priority [--json] [--small-bytes N] [--big-bytes N] [--rounds N] "
         "[--chunk N] [--window N]\n"
+        "       pskv-bench embedding [--json] [--ids N] [--width N] [--batch N] [--zipf S] "
+        "[--pushes N] [--optimizer adagrad,sgd,adam]   (row updates/s per core vs OSDI 2014)\n"
         "every benchmark: --plot DIR writes DIR/<bench>.json and, with python3-matplotlib,\n"
         "DIR/<bench>.png (reduce, pushpull: GB/s per size against the ceiling)\n");
     return argc < 2 ? 2 : 0;
@@ -201,6 +204,7 @@ int main(int argc, char** argv) {
     if (cmd == "scaling-worker") return pskv::bench::BenchScalingWorker(argc, argv);
     if (cmd == "device") return pskv::bench::BenchDevice(argc, argv);
     if (cmd == "replicas") return pskv::bench::BenchReplicas(argc, argv);
+    if (cmd == "embedding") return pskv::bench::BenchEmbedding(argc, argv);
     if (cmd == "replicas-worker") return pskv::bench::BenchReplicasWorker(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pskv-bench: %s\n", e.what());

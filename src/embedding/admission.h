@@ -1,0 +1,71 @@
+// Admission of new ids into an embedding table: an id gets a row only once it was
+// seen `admit_after` times (DeepRec's CounterFilter / CBFFilter, Monolith's
+// occurrence_threshold).
+//
+//  * kExact: a counter per id not yet admitted (an IdMap entry, 16 bytes / 0.75 load
+//    at most); an id admitted leaves it, an id not seen for the table's ttl_steps is
+//    forgotten at the TTL sweep (bounded by the ids of one TTL window).
+//  * kCountingBloom: `cbf_counters` 8-bit counters, `cbf_hashes` positions per id
+//    (double hashing of a 64-bit mix), conservative update (only the smallest of an
+//    id's counters are incremented), estimate = the smallest: never below the true
+//    count, above it with the false-positive rate of a Bloom filter of the same size,
+//    (1 - e^{-k n / m})^k for n distinct ids (CbfFalsePositiveRate). Fixed memory,
+//    never forgets (size it for the ids of the job); counters saturate at 255, so
+//    admit_after <= 255.
+// Not thread-safe (one shard, one thread).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "embedding/id_map.h"
+
+namespace pskv::embedding {
+
+struct AdmissionConfig {
+  enum class Mode : uint8_t { kExact = 0, kCountingBloom = 1 };
+  Mode mode = Mode::kExact;
+  uint32_t admit_after = 1;         ///< sightings before a row exists; <= 1: admit at once
+  uint64_t cbf_counters = 1 << 20;  ///< kCountingBloom: counters (bytes)
+  uint32_t cbf_hashes = 4;          ///< kCountingBloom: counters per id
+  /// A counting Bloom filter for `distinct_ids` ids at false-positive rate `fpr`:
+  /// m = -n ln(p) / ln(2)^2 counters, k = round(m/n ln 2) hashes.
+  static AdmissionConfig CountingBloom(uint32_t admit_after, uint64_t distinct_ids, double fpr);
+};
+
+/// (1 - e^{-k n / m})^k: the probability that an id never seen reads as seen once
+/// after n distinct ids were counted in m counters with k hashes.
+double CbfFalsePositiveRate(uint64_t m, uint32_t k, uint64_t n);
+
+class Admission {
+ public:
+  explicit Admission(const AdmissionConfig& cfg);
+  bool enabled() const { return cfg_.admit_after > 1; }
+  const AdmissionConfig& config() const { return cfg_; }
+
+  /// Sightings of `id` so far (the CBF: an estimate, never below the truth).
+  uint32_t Count(uint64_t id) const;
+  /// Counts `times` more sightings of `id` at `step`.
+  void Add(uint64_t id, uint32_t times, int64_t step);
+  /// `id` got its row: the exact counter forgets it; the CBF keeps its counts.
+  void Admitted(uint64_t id);
+  /// The exact counter forgets ids not seen since `now - ttl` (ttl > 0).
+  void Expire(int64_t now, int64_t ttl);
+  size_t pending() const { return exact_.size(); }
+  uint64_t bytes() const { return exact_.bytes() + cbf_.size(); }
+
+  // For checkpoints (table_io.cc).
+  const IdMap& exact() const { return exact_; }
+  const std::vector<uint8_t>& cbf() const { return cbf_; }
+  void Restore(IdMap exact, std::vector<uint8_t> cbf);
+  void Clear();
+
+ private:
+  void Positions(uint64_t id, uint64_t* pos) const;
+  AdmissionConfig cfg_;
+  IdMap exact_;               // id -> a: count, b: low 32 bits of the last step seen
+  std::vector<uint8_t> cbf_;  // kCountingBloom
+};
+
+}  // namespace pskv::embedding
