@@ -40,6 +40,7 @@ LAYERS = {
     'kvstore/distributed/server': {'common', 'device', 'ndarray', 'sparse', 'protocol', 'ps',
                                    'kvstore', 'kvstore/distributed',
                                    'kvstore/distributed/wire'},
+    'embedding': {'common', 'device', 'kvstore'},
     'launcher': {'common', 'transport'},
     'trainer': set(),
     'torch': set(),
