@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,36 @@ TEST_F(RangeStoreTest, SecondPushInOneRoundAndWorkerDoneFailThroughTheOneExit) {
   ASSERT_EQ(answers.all.size(), 2u);
   EXPECT_NE(answers.all[1].error.find("worker"), std::string::npos) << answers.all[1].error;
   EXPECT_EQ(events.rounds, 0) << "a failed round is not a closed one";
+}
+
+// A listener that keeps the async pushes it hears of.
+struct AsyncLog final : RangeEvents {
+  std::vector<std::vector<int64_t>> seqs;  // per event: each key's apply sequence
+  bool OnRoundClosed(RoundClosed&) override { return false; }
+  bool OnAsyncApplied(AsyncApplied& ev) override {
+    std::vector<int64_t> s;
+    for (auto& p : ev.pushes) s.push_back(p.seq);
+    seqs.push_back(std::move(s));
+    return false;
+  }
+  bool OnInitApplied(const KVRequest&) override { return false; }
+};
+
+TEST_F(RangeStoreTest, AsyncPushIsAppliedAtOnceAndIsOneEvent) {
+  AsyncLog log;
+  store.Listen(&log);
+  store.config().sync = false;
+  OptimizerConfig sgd = OptimizerConfig::For("sgd");
+  sgd.learning_rate = 1.0;
+  store.config().optimizers[0] = std::make_unique<Optimizer>(sgd);
+  Process(store, Request(WorkerId(0), Kind::kDense, true, true, {k0, k1}, {{1, 1}, {1, 1}}));
+  Process(store, Request(WorkerId(1), Kind::kDense, true, false, {k0}, {{1, 1}}));
+  EXPECT_EQ(log.seqs, (std::vector<std::vector<int64_t>>{{1, 1}, {2}}))
+      << "one event per request, with each key's apply sequence";
+  ASSERT_EQ(answers.all.size(), 2u) << "answered at once, without a round";
+  EXPECT_EQ(answers.all[0].values, (std::vector<float>{0, 1, 2, 3}))
+      << "w -= 1 * grad, answered with the keys' new values";
+  EXPECT_EQ(store.FindKey(0)->value.data<float>()[0], -1.0f);
 }
 
 // The recipe "add a server feature" (docs/design.md), followed once: a listener that
