@@ -1,21 +1,23 @@
-// DistServer: the sync rounds of dense keys (merge, apply, answer).
+// RangeStore: the sync rounds of dense keys (join, merge, close, apply). What happens
+// when a round closes is JoinRound's second half: the sum updates the value, the push
+// counts are recorded, the listener hears OnRoundClosed, and the pushes are answered.
 #include <cstring>
 
 #include "common/logging.h"
 #include "common/observe.h"  // [observe]
 #include "kvstore/dist_protocol.h"
-#include "kvstore/distributed/server/dist_server.h"
+#include "kvstore/distributed/server/range_store.h"
 
 namespace pskv {
 
 using dist::Kind;
 
-void DistServer::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
+void RangeStore::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
   // Answered once all its keys' rounds completed (one key, or several: a fused
   // message of independent pushes).
-  if (items.empty())
-    return server_->RespondError(req, ErrorKind::kInvalid, "a sync push without keys");
-  LeftBarrier(req.sender);  // a push from a worker means it left any barrier it was in
+  if (items.empty()) return answers_->Error(req, {ErrorKind::kInvalid, "a sync push without keys"});
+  if (barriers_)
+    barriers_->Left(req.sender);  // a push from a worker means it left any barrier it was in
   auto r = std::make_shared<RoundReq>();
   r->req = std::move(req);
   r->left = items.size();
@@ -28,7 +30,7 @@ void DistServer::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
     r->lens.push_back(it.len);
   }
   if (r->req.pull) r->done.resize(items.size());
-  if (replicator_ && !r->req.msg.body.empty()) {  // push counts (replicated only)
+  if (replicated_ && !r->req.msg.body.empty()) {  // push counts (replicated only)
     PushBody body = PushBody::Parse(r->req.msg.body, items.size());
     r->counts = std::move(body.counts);
     r->answerer = body.answerer;
@@ -38,114 +40,56 @@ void DistServer::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
     JoinRound(items[i].key, *items[i].st, Waiter{r, i}, now);
 }
 
-// Adds push `w` to the open round of `key`; completes the round when every worker
+// Adds push `w` to the open round of `key`; closes the round when every worker
 // pushed. On the key's shard (or exclusively).
-void DistServer::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now) {
+void RangeStore::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now) {
   const int sender = w.r->req.sender;
   const uint64_t bytes = w.r->lens[w.index];
   const int workers = node_->num_workers();
-  if (!w.r->counts.empty()) {
-    // A push this key already holds (retried after a failover: its primary replicated
-    // the round but died before answering): answered from the value, not applied.
-    auto it = st.applied_push.find(sender);
-    if (it != st.applied_push.end() && w.r->counts[w.index] <= it->second) {
-      answered_from_state_.fetch_add(1, std::memory_order_relaxed);
-      return Finish(w, &st, nullptr);
-    }
+  // A push this key already holds (retried after a failover: its primary replicated
+  // the round but died before answering): answered from the value, not applied.
+  if (AlreadyApplied(st.applied_push, sender, w.r->counts, w.index)) {
+    answered_from_state_.fetch_add(1, std::memory_order_relaxed);
+    return FinishWithValue(w, st);
   }
   st.round.Join(sender, std::move(w), now);
   std::vector<Round::Entry> done;
-  std::vector<int> replicas;
   try {
     obs::StepScope obs_merge("merge", dist::KeyOf(key), bytes);  // [observe]
     st.round.Merge(node_->options().sum_in_arrival_order ? SumOrder::kArrival : SumOrder::kRank,
                    workers, [&](const Waiter& x, bool first) { Merge(st, x, first); });
     if (!st.round.complete(workers)) return;  // answered when the round completes
+    // The round closes.
     done = st.round.Take();
     obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
-    replicas = ReplicaTargets(done.front().push.r->req);
     // Without an optimizer and in the value's dtype the sum becomes the value
     // (ApplyRound takes st.merge's buffer); else the update only reads st.merge.
-    const bool sum_becomes_value = !OptimizerOf(key) && st.merge.dtype() == st.value.dtype();
+    const bool sum_becomes_value =
+        !config_.OptimizerOf(key) && st.merge.dtype() == st.value.dtype();
     const int64_t round = st.round.round();
     ApplyRound(key, st);
     st.round.Advance();
     for (auto& x : done)
       if (!x.push.r->counts.empty()) st.applied_push[x.sender] = x.push.r->counts[x.push.index];
-    if (!replicas.empty()) {
-      // The sum goes to the replicas without a copy, its buffer held by the message
-      // through a token (the value's, or the merge buffer's: Merge starts the next
-      // round in a new buffer while a message still holds it).
-      ReplyOwner sum =
-          sum_becomes_value ? ReplyOwner{st.value, st.token} : ReplyOwner{st.merge, st.merge_token};
-      return Replicate(key, st, replicas, std::move(sum), round, std::move(done));
+    if (events_) {
+      // The sum, without a copy, its buffer held through a token (the value's, or the
+      // merge buffer's: Merge starts the next round in a new buffer while it is held).
+      RoundClosed ev{
+          key, st,
+          sum_becomes_value ? ReplyOwner{st.value, st.token} : ReplyOwner{st.merge, st.merge_token},
+          round, done};
+      if (events_->OnRoundClosed(ev)) return;
     }
   } catch (const std::exception& e) {
     const Failure failure{KindOf(e), std::string("update failed: ") + e.what()};
     FailRound(done.empty() ? st.round.Take() : std::move(done), failure);
     return;
   }
-  for (auto& x : done) Finish(x.push, &st, nullptr);
+  for (auto& x : done) FinishWithValue(x.push, st);
   st.round.Recycle(std::move(done));  // its capacity serves the next round
 }
 
-bool DistServer::RetryOfWaitingPush(const KVRequest& req) {
-  const Message& m = req.msg;
-  int64_t key = 0;
-  if (m.num_keys() != 1 || !Range().WireKeyOf(m.key_ptr()[0], &key)) return false;
-  const PushBody body = PushBody::Parse(m.body, 1);
-  KeyState* st = body.counts.empty() ? nullptr : FindKey(key);
-  if (!st || !st->round.pushed(req.sender)) return false;
-  for (const auto& e : st->round.pushes()) {
-    RoundReq& r = *e.push.r;
-    if (e.sender != req.sender || r.req.timestamp != req.timestamp || r.counts.empty() ||
-        r.counts[e.push.index] != body.counts[0])
-      continue;
-    r.answer_here = true;  // one key: only this shard touches it until the round completes
-    return true;
-  }
-  return false;
-}
-
-void DistServer::FailRound(std::vector<Round::Entry> pushes, const Failure& failure) {
-  for (auto& x : pushes) Finish(x.push, nullptr, &failure);
-}
-
-// One key of a sync request is done: `st` holds its new value, or null when its
-// round failed. The last key answers the request (one reply for all its keys).
-void DistServer::Finish(const Waiter& w, KeyState* st, const Failure* failure) {
-  if (!st) return FinishWith(w, nullptr, failure);
-  if (!w.r->req.pull) {  // nothing to answer with: no reference to take
-    ReplyOwner none;
-    return FinishWith(w, &none, nullptr);
-  }
-  ReplyOwner value{st->value, st->token};
-  FinishWith(w, &value, failure);
-}
-
-void DistServer::FinishWith(const Waiter& w, ReplyOwner* value, const Failure* failure) {
-  RoundReq& r = *w.r;
-  {
-    std::lock_guard<std::mutex> lk(r.mu);
-    if (value) {
-      if (r.req.pull) r.done[w.index] = {r.keys[w.index], std::move(*value)};
-    } else if (!r.failure) {
-      r.failure = *failure;
-    }
-    if (--r.left > 0) return;
-  }
-  try {
-    if (r.failure)
-      server_->RespondError(r.req, r.failure->kind, r.failure->message);
-    else
-      ReplyValues(r.req, std::move(r.done));
-  } catch (const std::exception& e) {
-    PSKV_WARN(node_->Tag() << ": " << e.what());
-  }
-  r.done.clear();  // releases the values' tokens (what the answer did not take)
-}
-
-void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
+void RangeStore::Merge(KeyState& st, const Waiter& w, bool first) {
   const KVRequest& req = w.r->req;
   const Message& m = req.msg;
   const uint64_t off = w.r->offs[w.index], len = w.r->lens[w.index];
@@ -158,11 +102,11 @@ void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
     if (first) st.merge.Fill(0);
     std::string scratch;
     const char* data = m.Contiguous(off, len, &scratch);
-    compressor_->DequantizeAdd(reinterpret_cast<const uint8_t*>(data), st.merge.data<float>(),
-                               st.value.size());
+    config_.compressor->DequantizeAdd(reinterpret_cast<const uint8_t*>(data),
+                                      st.merge.data<float>(), st.value.size());
     return;
   }
-  const Optimizer* opt = OptimizerOf(st.wire_key);
+  const Optimizer* opt = config_.OptimizerOf(st.wire_key);
   const bool mp = opt && opt->config().multi_precision && IsLowPrecision(st.value.dtype());
   const DType mdt = mp ? DType::kFloat32 : st.value.dtype();
   if (st.merge.empty() || st.merge.dtype() != mdt) st.merge = NDArray({st.value.size()}, mdt);
@@ -216,8 +160,8 @@ void DistServer::Merge(KeyState& st, const Waiter& w, bool first) {
 }
 
 // The round's sum (st.merge) updates the value.
-void DistServer::ApplyRound(int64_t key, KeyState& st) {
-  Optimizer* opt = OptimizerOf(key);
+void RangeStore::ApplyRound(int64_t key, KeyState& st) {
+  Optimizer* opt = config_.OptimizerOf(key);
   if (!opt && st.merge.dtype() == st.value.dtype()) {
     // No optimizer: the sum becomes the value by taking its buffer (no copy); the
     // old value's buffer becomes the next round's merge buffer, unless replies still

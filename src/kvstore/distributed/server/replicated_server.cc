@@ -2,6 +2,7 @@
 #include "kvstore/distributed/server/replicated_server.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"

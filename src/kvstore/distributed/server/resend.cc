@@ -1,5 +1,5 @@
-// DistServer: a promoted replica sends the last changes it applied as a replica to
-// the range's other copies (dist_server.h, ResendLastRounds; docs/fault-tolerance.md,
+// ReplicaApply: a promoted replica sends the last changes it applied as a replica to
+// the range's other copies (replica_apply.h, ResendLastRounds; docs/fault-tolerance.md,
 // "Promotion on the servers").
 //
 // With two replicas or more, the dead primary may have sent its last changes of a key
@@ -20,7 +20,7 @@
 
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"
-#include "kvstore/distributed/server/dist_server.h"
+#include "kvstore/distributed/server/replica_apply.h"
 #include "kvstore/distributed/wire/replication_wire.h"
 
 namespace pskv {
@@ -94,8 +94,8 @@ struct Waves : std::enable_shared_from_this<Waves> {
 
 }  // namespace
 
-size_t DistServer::ResendLastRounds(std::function<void()> done) {
-  const std::vector<int> to = replicator_->Targets(RangeIndex());
+size_t ReplicaApply::ResendLastRounds(std::function<void()> done) {
+  const std::vector<int> to = replicator_->Targets(range_.index());
   const uint64_t version = replicator_->version();
   size_t keys = 0;
   std::vector<Message> rounds;  // sync rounds: one per key, one wave
@@ -107,12 +107,15 @@ size_t DistServer::ResendLastRounds(std::function<void()> done) {
     std::vector<uint64_t> before;  // the copies applied before it of its keys
   };
   std::map<uint64_t, Copy> copies;
-  pool_.Exclusive([&] {
-    ForEachKey([&](int64_t, KeyState& st) {
-      std::shared_ptr<const Message> last = std::move(st.last_round);
-      st.last_round.reset();
-      auto kept = std::move(st.async_copies);
-      st.async_copies.clear();
+  pool_->Exclusive([&] {
+    std::map<int64_t, Kept> all;  // in key order
+    for (auto& shard : kept_) {
+      all.merge(shard);
+      shard.clear();
+    }
+    for (auto& [key, k] : all) {
+      const std::shared_ptr<const Message>& last = k.last_round;
+      const auto& kept = k.async_copies;
       if (last) rounds.push_back(Again(last, version));
       if (last || !kept.empty()) ++keys;
       for (size_t i = 0; i < kept.size(); ++i) {
@@ -120,8 +123,8 @@ size_t DistServer::ResendLastRounds(std::function<void()> done) {
         c.m = kept[i].second;
         if (i > 0) c.before.push_back(kept[i - 1].first);
       }
-    });
-    for (auto& last : sparse_.TakeLastRounds()) {
+    }
+    for (auto& last : store_->sparse().TakeLastRounds()) {
       rounds.push_back(Again(last, version));
       ++keys;
     }
@@ -129,7 +132,7 @@ size_t DistServer::ResendLastRounds(std::function<void()> done) {
   auto w = std::make_shared<Waves>();
   w->node = node_;
   w->replicator = replicator_;
-  w->range = RangeIndex();
+  w->range = range_.index();
   w->to = to;
   w->done = std::move(done);
   if (!to.empty()) {

@@ -330,7 +330,7 @@ void SparseServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv, O
     return fail(e.what());
   }
   // Acknowledged on receipt, applied right after under the key's lock (the dense
-  // rule, replica_rounds.cc): the decoded sum is held here and its update runs before
+  // rule, replica_apply.cc): the decoded sum is held here and its update runs before
   // any later request of the key; should it fail all the same, the round stays open
   // and the primary's next round of the key is refused.
   srv->Respond(req);

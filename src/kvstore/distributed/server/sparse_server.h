@@ -89,12 +89,12 @@ class SparseServer {
                  const std::function<bool(int)>& is_worker, bool keep_last = false);
   /// The last round each key applied as a replica (ApplyCopy's `keep_last`), in key
   /// order; no key keeps one afterwards. For a replica promoted to primary, which sends
-  /// them again to the range's other copies (DistServer::ResendLastRounds).
+  /// them again to the range's other copies (ReplicaApply::ResendLastRounds).
   std::vector<std::shared_ptr<const Message>> TakeLastRounds();
   /// A worker finished: open rounds that still need its push fail with a message.
   void WorkerDone(int id, KVServer* srv, const std::function<std::string(int)>& worker_name);
 
-  /// One key's state in a copy of a range for a spare that joins it (range_copy.cc).
+  /// One key's state in a copy of a range for a spare that joins it (RangeTransfer, range_copy.cc).
   struct KeyCopy {
     int64_t wire_key = 0;
     NDArray table;      // rows x row_size, the key's dtype

@@ -4,7 +4,7 @@
 #include <climits>
 
 #include "kvstore/dist_protocol.h"
-#include "kvstore/distributed/server/dist_server.h"
+#include "kvstore/distributed/server/range_store.h"
 
 namespace pskv {
 
@@ -25,7 +25,7 @@ bool KeyRange::WireKeyOf(uint64_t ps_key, int64_t* wire_key) const {
   return true;
 }
 
-std::optional<Failure> DistServer::Validate(const KVRequest& req, std::vector<Item>* items) {
+std::optional<Failure> RangeStore::Validate(const KVRequest& req, std::vector<Item>* items) {
   const Message& m = req.msg;
   const Kind kind = dist::CmdKind(req.cmd);
   const int dt = dist::CmdDType(req.cmd);
@@ -34,7 +34,7 @@ std::optional<Failure> DistServer::Validate(const KVRequest& req, std::vector<It
     return Failure{ErrorKind::kInvalid,
                    "malformed data request (cmd " + std::to_string(req.cmd) + ")"};
   const DType dtype = static_cast<DType>(dt);
-  const KeyRange range = Range();
+  const KeyRange range = range_.keys();
   items->reserve(m.num_keys());
   // The keys of a request ascend: a shard's next key is usually the successor of the
   // one found there before (a fused message of consecutive keys): no tree search.
@@ -42,8 +42,9 @@ std::optional<Failure> DistServer::Validate(const KVRequest& req, std::vector<It
   // An init of a key held already is a retry (its primary died before answering it,
   // after this copy applied it) when the key holds the same push of the same worker;
   // anything else is a second init of the key.
-  const InitOrigin origin =
-      kind == Kind::kInit && replicator_ ? InitOriginOf(req, m.num_keys()) : InitOrigin{};
+  const InitOrigin origin = kind == Kind::kInit && replicated_
+                                ? InitOriginOf(req, m.num_keys(), node_->num_workers())
+                                : InitOrigin{};
   auto find = [&](int64_t key) -> KeyState* {
     KeyState*& prev = last[ShardOf(key)];
     KeyState* st = prev && prev->next && prev->next->wire_key == key ? prev->next : FindKey(key);
@@ -72,7 +73,7 @@ std::optional<Failure> DistServer::Validate(const KVRequest& req, std::vector<It
                                             "with row_sparse_pull, never as a dense array"};
     KeyState* st = find(key);
     if (kind == Kind::kInit) {
-      if (st && !AlreadyApplied(*st, origin.worker, origin.counts, i))
+      if (st && !AlreadyApplied(st->applied_push, origin.worker, origin.counts, i))
         return Failure{ErrorKind::kKey, "duplicate init of key " + std::to_string(key)};
       if (len % DTypeSize(dtype))
         return Failure{ErrorKind::kShape, "init value size is not a whole number of elements"};
@@ -85,7 +86,7 @@ std::optional<Failure> DistServer::Validate(const KVRequest& req, std::vector<It
 }
 
 // A push, pull or push-pull of an existing key.
-std::optional<Failure> DistServer::CheckKey(const KVRequest& req, DType dtype, int64_t key,
+std::optional<Failure> RangeStore::CheckKey(const KVRequest& req, DType dtype, int64_t key,
                                             const KeyState* st, uint64_t len) {
   if (!st)
     return Failure{ErrorKind::kKey, "key " + std::to_string(key) + " has not been inited on " +
@@ -99,25 +100,26 @@ std::optional<Failure> DistServer::CheckKey(const KVRequest& req, DType dtype, i
   return CheckPush(req, key, *st, len);
 }
 
-std::optional<Failure> DistServer::CheckPush(const KVRequest& req, int64_t key, const KeyState& st,
+std::optional<Failure> RangeStore::CheckPush(const KVRequest& req, int64_t key, const KeyState& st,
                                              uint64_t len) {
   const bool compressed = dist::CmdKind(req.cmd) == Kind::kCompressed;
-  if (compressed && !compressor_)
+  if (compressed && !config_.compressor)
     return Failure{ErrorKind::kUsage,
                    "a compressed push arrived but compression is not configured"};
-  const uint64_t want = compressed
-                            ? static_cast<uint64_t>(compressor_->CompressedBytes(st.value.size()))
-                            : st.value.nbytes();
+  const uint64_t want =
+      compressed ? static_cast<uint64_t>(config_.compressor->CompressedBytes(st.value.size()))
+                 : st.value.nbytes();
   if (len != want)
     return Failure{ErrorKind::kShape, "The value size cannot be changed: key " +
                                           std::to_string(key) + " takes " + std::to_string(want) +
                                           " bytes on " + node_->Tag() + ", got " +
                                           std::to_string(len) + ChunkHint(key)};
-  if (sync_) {
-    std::string why = st.round.Refusal(req.sender, done_workers_, "key " + std::to_string(key),
-                                       [this](int id) { return WorkerName(id); });
+  if (config_.sync) {
+    std::string why =
+        st.round.Refusal(req.sender, config_.done_workers, "key " + std::to_string(key),
+                         [this](int id) { return node_->NodeName(id); });
     if (!why.empty()) return Failure{ErrorKind::kUsage, std::move(why)};
-  } else if (!OptimizerOf(key)) {
+  } else if (!config_.OptimizerOf(key)) {
     return Failure{ErrorKind::kUsage,
                    "Updater needs to be set for async mode: call SetOptimizer "
                    "on the dist_async store before pushing"};
@@ -126,7 +128,7 @@ std::optional<Failure> DistServer::CheckPush(const KVRequest& req, int64_t key, 
 }
 
 // A chunked key the workers cut differently: name the setting, not just the key.
-std::string DistServer::ChunkHint(int64_t key) {
+std::string RangeStore::ChunkHint(int64_t key) {
   const int64_t unchunked = key & ((int64_t{1} << dist::kChunkShift) - 1);
   if (dist::ChunkOf(key) == 0 && !FindKey(dist::ChunkKey(unchunked, 1))) return "";
   return "; key " + std::to_string(dist::KeyOf(key)) +

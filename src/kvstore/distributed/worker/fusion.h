@@ -4,7 +4,7 @@
 // order with its other operations is kept) sends one message of up to
 // PSKV_FUSION_BYTES, its values gathered from the keys' arrays (no packing copy); the
 // server handles each key as if it had come alone and answers the message once all
-// its keys' rounds completed (dist_server.h), gathering the answer from the stored
+// its keys' rounds completed (range_store.h), gathering the answer from the stored
 // values; the answer is copied out per key. Nothing waits for later calls: fusion adds
 // no delay (calls issued one key at a time are not fused).
 #pragma once
