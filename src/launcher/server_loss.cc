@@ -59,9 +59,11 @@ std::vector<ServerLosses::Verdict> ServerLosses::Decide(const StatusBoard& board
                   "; the job goes on without it: the scheduler moved its key ranges "
                   "to their replicas (PSKV_REPLICAS)";
     } else if (rec && rec->phase == StatusPhase::kFinished) {
-      // Not declared dead, yet the final barrier passed: it died after it.
+      // Not declared dead, yet the final barrier passed: the job did not need it.
       v.survived = v.after_end = true;
-      v.message = it->how + " after the job had finished: nothing needed it any more";
+      v.message = it->how +
+                  "; the job finished without it (the scheduler released every node from "
+                  "the final barrier): not a failure";
     } else if (rec && rec->phase == StatusPhase::kFailed) {
       v.message = it->how + ", and the scheduler failed the job: " + rec->kind +
                   (rec->message.empty() ? "" : ": " + rec->message);

@@ -348,6 +348,9 @@ int Supervisor::Run(std::vector<ChildResult>* results) {
                    nullptr);
     Poll();
   }
+  // A death still awaiting the scheduler's verdict when the last process exited is
+  // decided now, on the scheduler's last records: none ends the job undecided.
+  FollowVerdicts();
   for (auto& k : kids_)
     if (k.pid > 0) ::kill(-k.pid, SIGKILL);
   if (!failing_) SayJoined();  // the scheduler's last records

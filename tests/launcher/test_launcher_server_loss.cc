@@ -271,6 +271,25 @@ TEST(SuperviseServerLoss, APendingDeathAtTheEndIsAfterIt) {
   EXPECT_EQ(o.status, 0) << o.err;
   EXPECT_TRUE(o.results[2].after_end) << o.err;
   EXPECT_NE(o.err.find("waiting for the scheduler's verdict"), std::string::npos) << o.err;
-  EXPECT_NE(o.err.find("after the job had finished: nothing needed it any more"), std::string::npos)
+  EXPECT_NE(o.err.find("; the job finished without it (the scheduler released every node from "
+                       "the final barrier): not a failure"),
+            std::string::npos)
       << o.err;
+}
+
+// A death awaiting the scheduler's verdict when the last process exits (here the
+// scheduler, which said nothing about it) is decided then: the job fails. (It ended
+// with exit status 0 before: the loop ended before the verdict was asked for.)
+TEST(SuperviseServerLoss, APendingDeathIsDecidedWhenTheLastProcessExits) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 2; exit 0"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 1; exit 0"),
+      Server(1, "0.5"),
+      Worker(0, "1"),
+  });
+  EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;
+  EXPECT_NE(o.err.find(", and the scheduler exited before it said whether the job survives it"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("job FAILED"), std::string::npos) << o.err;
 }
