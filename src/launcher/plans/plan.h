@@ -71,10 +71,9 @@ enum class Servers {
   /// exit, so a replicated job cannot go on without one of them (sge, yarn).
   kGrouped,
   /// One command per server ("server 0", ..., the spares last): each is its own
-  /// process group for the
-  /// system (one mpirun, one srun step), so one's death ends only its own command and
-  /// a replicated job survives it as under the local launcher (mpi, slurm;
-  /// docs/fault-tolerance.md, "The launcher").
+  /// process group for the system (one mpirun, one srun step), so one's death ends
+  /// only its own command and a replicated job survives it as under the local
+  /// launcher (mpi, slurm; docs/fault-tolerance.md, "The launcher").
   kSeparate,
 };
 /// Adds the servers (as `servers` says) and the "workers" children, each running
