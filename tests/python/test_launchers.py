@@ -1,5 +1,6 @@
-"""pskv-launch over ssh (an sshd of the test's own on 127.0.0.1 with generated keys)
-and under Open MPI's mpirun, for real on this host."""
+"""pskv-launch over ssh (an sshd of the test's own on 127.0.0.1 with generated keys),
+under Open MPI's mpirun and under SLURM (a one-node cluster of the test's own), for
+real on this host."""
 import os
 import shutil
 import signal
