@@ -76,7 +76,7 @@ struct Parser {
         ->type_name("S")
         ->check(CLI::Range(0, 100000));
     app.add_option("--spare-servers", c.spare_servers,
-                   "spare server processes (local launcher; needs PSKV_REPLICAS >= 1): each "
+                   "spare server processes (local, mpi, slurm; needs PSKV_REPLICAS >= 1): each "
                    "takes over the copies of a dead server's key ranges, so that the job is "
                    "back to full strength (docs/fault-tolerance.md)")
         ->type_name("N")
@@ -202,8 +202,8 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   if (c.launcher == "ssh" && c.hosts.empty())
     throw InvalidArgument("--launcher ssh needs hosts (-H host1:4,host2:4 or -H HOSTFILE)");
   if (!c.hosts.empty()) ParseHosts(c.hosts, c.ssh_port);  // report a bad -H now
-  if (c.spare_servers > 0 && c.launcher != "local")
-    throw InvalidArgument("--spare-servers works with --launcher local only (for now)");
+  if (c.spare_servers > 0 && c.launcher != "local" && c.launcher != "mpi" && c.launcher != "slurm")
+    throw InvalidArgument("--spare-servers works with --launcher local, mpi or slurm only");
   if (!c.sync_dst_dir.empty() && c.launcher != "ssh")
     throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
   if (!c.remote_server.empty() && c.launcher != "ssh")
@@ -241,6 +241,23 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   for (const EnvVar& var : EnvVars())
     if (var.scope == EnvScope::kJob || var.scope == EnvScope::kHost)
       if (const char* v = EnvValue(var.name)) c.forward_env[var.name] = v;
+  // Replicated servers where the launcher cannot tell one server's death from the
+  // job's failure: an error now rather than a job that fails when it should go on.
+  if (c.launcher == "sge" || c.launcher == "yarn") {
+    std::string replicas =
+        c.forward_env.count("PSKV_REPLICAS") ? c.forward_env["PSKV_REPLICAS"] : "";
+    for (auto* kvs : {&c.env, &c.env_server})
+      for (auto& [k, v] : *kvs)
+        if (k == "PSKV_REPLICAS") replicas = v;
+    if (std::strtol(replicas.c_str(), nullptr, 10) > 0)
+      throw InvalidArgument(
+          "PSKV_REPLICAS=" + replicas + " cannot work with --launcher " + c.launcher +
+          ": it starts all servers as one " + (c.launcher == "sge" ? "array job" : "application") +
+          " whose processes report nothing to the launcher, which then cannot tell a server's "
+          "death from the job's failure. Use --launcher local, ssh, mpi or slurm (each server "
+          "its own process there), or run unreplicated (docs/fault-tolerance.md, \"The "
+          "launcher\")");
+  }
   if (const char* v = EnvValue("PSKV_JOB_SECRET")) c.job_secret = v;
   if (const char* path = EnvValue("PSKV_JOB_SECRET_FILE")) {
     if (!c.job_secret.empty())

@@ -54,6 +54,9 @@ struct ChildResult {
   /// A server the job went on without: it died (or was stopped after the scheduler
   /// declared it dead) and the scheduler's range table kept every key range alive.
   bool survived = false;
+  /// A server (or the scheduler) that died after the job's end, when the scheduler had
+  /// released every node from the final barrier: not a failure (server_loss.h).
+  bool after_end = false;
   double seconds = 0;    ///< wall time from start to exit
   std::string log_file;  ///< SuperviseOptions::log_dir/<name>.log, or ""
   std::deque<std::string> last_lines;

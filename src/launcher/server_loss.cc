@@ -18,6 +18,15 @@ std::string Secs(std::chrono::milliseconds ms) {
 
 }  // namespace
 
+bool ServerLosses::AfterEnd(size_t child, const StatusBoard& board) {
+  const auto sched = board.Scheduler();
+  if (!sched || sched->second->phase != StatusPhase::kFinished) return false;
+  const std::vector<NodeRef> nodes = board.NodesOf(child);
+  for (auto& n : nodes)
+    if (n.role != "server" && n.role != "scheduler") return false;
+  return !nodes.empty();
+}
+
 bool ServerLosses::Died(size_t child, std::string how, int status, const StatusBoard& board,
                         const std::vector<bool>& alive, Clock::time_point now) {
   const auto sched = board.Scheduler();
@@ -43,12 +52,18 @@ std::vector<ServerLosses::Verdict> ServerLosses::Decide(const StatusBoard& board
   for (auto it = pending_.begin(); it != pending_.end();) {
     const StatusRecord* rec = sched ? sched->second : nullptr;
     const bool sched_alive = sched && sched->first < alive.size() && alive[sched->first];
-    Verdict v{false, it->child, it->status, {}};
+    Verdict v{false, false, it->child, it->status, {}};
     if (rec && Listed(it->nodes, rec->departed)) {
       v.survived = true;
       v.message = it->how +
                   "; the job goes on without it: the scheduler moved its key ranges "
                   "to their replicas (PSKV_REPLICAS)";
+    } else if (rec && rec->phase == StatusPhase::kFinished) {
+      // Not declared dead, yet the final barrier passed: the job did not need it.
+      v.survived = v.after_end = true;
+      v.message = it->how +
+                  "; the job finished without it (the scheduler released every node from "
+                  "the final barrier): not a failure";
     } else if (rec && rec->phase == StatusPhase::kFailed) {
       v.message = it->how + ", and the scheduler failed the job: " + rec->kind +
                   (rec->message.empty() ? "" : ": " + rec->message);

@@ -18,8 +18,11 @@
 //    partitioned, frozen) is out of the job: the launcher stops it, so that nothing
 //    of it is left running at the end.
 // A worker's or the scheduler's death, or a server's before it reported a rank, is
-// never survivable. Pure (no I/O): the caller says which children are alive and
-// acts on the verdicts.
+// never survivable while the job runs. After the job's end (AfterEnd), with or
+// without replication, a server's or the scheduler's death fails nothing: the
+// scheduler released every node from the final barrier, no worker needs a server any
+// more, and the workers' own code after close() is left to finish. Pure (no I/O):
+// the caller says which children are alive and acts on the verdicts.
 #pragma once
 
 #include <chrono>
@@ -37,6 +40,13 @@ class ServerLosses {
   /// How much longer than the scheduler's own detection bound the launcher waits.
   static constexpr std::chrono::milliseconds kVerdictSlack{5000};
 
+  /// True when child `child` died after the job's end: the scheduler reported itself
+  /// finished (every node passed the final barrier, and its releases were
+  /// acknowledged) and every node the child reported is a server or the scheduler. Its
+  /// death, whatever its status, is then no failure of the job. A worker's never is
+  /// (its own code after close() failed).
+  static bool AfterEnd(size_t child, const StatusBoard& board);
+
   /// Child `child` exited unexpectedly at `now`; `how` describes it ("server 1 (pid
   /// 42) was killed by signal 9 (Killed)"). True if the job may survive it: its
   /// verdict is then pending (Decide). False: the death ends the job.
@@ -45,6 +55,7 @@ class ServerLosses {
 
   struct Verdict {
     bool survived = false;
+    bool after_end = false;  ///< survived: it died after the job's end (see AfterEnd)
     size_t child = 0;
     int status = 0;       ///< the dead child's exit status
     std::string message;  ///< what the launcher says about it

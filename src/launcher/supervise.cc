@@ -69,6 +69,8 @@ class Supervisor {
   /// Acts on the scheduler's verdicts on dead servers (launcher/server_loss.h) and
   /// stops the children it declared dead; says when a spare server joined.
   void FollowVerdicts();
+  /// Reads the records waiting from the scheduler (its last ones before a decision).
+  void PumpScheduler();
   /// Names the spares the scheduler lists as joined since the last call.
   void SayJoined();
   /// The headline's "X (pid N) appears hung: Y was waiting for it", from the status
@@ -108,7 +110,7 @@ void Supervisor::FollowVerdicts() {
   for (auto& v : losses_.Decide(board_, alive, Clock::now())) {
     Child& k = kids_[v.child];
     if (v.survived) {
-      k.result.survived = true;
+      (v.after_end ? k.result.after_end : k.result.survived) = true;
       Say(v.message, opts_.timestamps, LogLevel::kWarn);
     } else {
       BeginFailure(v.status, v.message, &k);
@@ -126,6 +128,11 @@ void Supervisor::FollowVerdicts() {
     k.result.survived = true;
   }
   SayJoined();
+}
+
+void Supervisor::PumpScheduler() {
+  const auto sched = board_.Scheduler();
+  if (sched && kids_[sched->first].status_fd >= 0) PumpStatus(kids_[sched->first], board_);
 }
 
 void Supervisor::SayJoined() {
@@ -233,20 +240,26 @@ void Supervisor::Reap() {
                  "connection with: " +
                  k.spec.ssh_check +
                  " (it must exit 0 without asking for a password; checklist: docs/ssh.md)";
+        // After the job's end a server's death fails nothing, and the workers still
+        // running their own code after close() are left to finish it.
+        PumpScheduler();
+        if (ServerLosses::AfterEnd(k.index, board_)) {
+          k.result.after_end = true;
+          Say(how +
+                  " after the job had finished (the scheduler had released every node from "
+                  "the final barrier): nothing needed it any more, not a failure",
+              opts_.timestamps, LogLevel::kWarn);
+          continue;
+        }
         if (losses_.Died(k.index, how, k.result.status, board_, Alive(), k.exit_time)) {
           Say(how + "; waiting for the scheduler's verdict: do its key ranges have live copies?",
               opts_.timestamps, LogLevel::kWarn);
           FollowVerdicts();
           continue;
         }
-        if (losses_.pending()) {
-          // The scheduler's verdict on a dead server may explain this death (the
-          // ranges lost): read it first.
-          for (auto& s : kids_)
-            if (s.status_fd >= 0 && board_.Scheduler() && board_.Scheduler()->first == s.index)
-              PumpStatus(s, board_);
-          FollowVerdicts();
-        }
+        // The scheduler's verdict on a dead server may explain this death (the ranges
+        // lost): its records were read above.
+        if (losses_.pending()) FollowVerdicts();
         BeginFailure(k.result.status, how, &k);
       }
     }
@@ -335,6 +348,9 @@ int Supervisor::Run(std::vector<ChildResult>* results) {
                    nullptr);
     Poll();
   }
+  // A death still awaiting the scheduler's verdict when the last process exited is
+  // decided now, on the scheduler's last records: none ends the job undecided.
+  FollowVerdicts();
   for (auto& k : kids_)
     if (k.pid > 0) ::kill(-k.pid, SIGKILL);
   if (!failing_) SayJoined();  // the scheduler's last records
@@ -365,14 +381,18 @@ std::string Supervisor::Summary() const {
   std::string lost;
   for (auto& k : kids_)
     if (k.result.survived) lost += (lost.empty() ? "" : ", ") + k.spec.name;
-  std::string spares;
+  std::string spares, late;
   for (auto& j : joined_) spares += "; " + j + ", a spare, joined";
+  for (auto& k : kids_)
+    if (k.result.after_end) late += (late.empty() ? "" : ", ") + k.spec.name;
+  if (!late.empty()) late = " (" + late + " died after its end, which fails nothing)";
   std::string text =
       status_ == 0
           ? "job succeeded in " + Seconds(total) +
-                (lost.empty() ? ": all " + std::to_string(kids_.size()) + " processes exited 0"
-                              : ", surviving the loss of " + lost +
-                                    " (key ranges moved to replicas" + spares + ")")
+                (!lost.empty() ? ", surviving the loss of " + lost +
+                                     " (key ranges moved to replicas" + spares + ")" + late
+                 : !late.empty() ? late
+                                 : ": all " + std::to_string(kids_.size()) + " processes exited 0")
           : "job FAILED (exit status " + std::to_string(status_) + ") after " + Seconds(total);
   char row[512];
   std::snprintf(row, sizeof row, "\n  %-*s %8s  %-28s %9s", static_cast<int>(width), "process",
@@ -381,7 +401,9 @@ std::string Supervisor::Summary() const {
   std::string reported;
   for (auto& k : kids_) {
     std::string how;
-    const std::string survived = k.result.survived ? " (survived)" : "";
+    const std::string survived = k.result.survived    ? " (survived)"
+                                 : k.result.after_end ? " (after the end)"
+                                                      : "";
     if (k.pid < 0)
       how = "not started";
     else if (!k.exited)
@@ -395,7 +417,7 @@ std::string Supervisor::Summary() const {
       how = std::string("killed by SIG") + sigabbrev_np(k.result.status - 128) + survived;
     else
       how = k.result.status == 0 ? "exited 0"
-            : k.result.survived  ? "exited " + std::to_string(k.result.status) + survived
+            : !survived.empty()  ? "exited " + std::to_string(k.result.status) + survived
                                  : "exited " + std::to_string(k.result.status) + "  <-- failed";
     std::snprintf(row, sizeof row, "\n  %-*s %8d  %-28s %9s", static_cast<int>(width),
                   k.spec.name.c_str(), static_cast<int>(k.pid), how.c_str(),

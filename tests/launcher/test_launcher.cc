@@ -143,6 +143,7 @@ TEST(LauncherDryRun, EveryJobWideVariableReachesEveryNode) {
     if (name == "PATH") continue;  // kept as it is (the launcher runs its tools by it)
     env[name] = name == "PSKV_LOG_LEVEL"   ? "warn"
                 : name == "DMLC_INTERFACE" ? "lo"
+                : name == "PSKV_REPLICAS"  ? "0"  // sge and yarn refuse replicas
                 : v.type == pskv::EnvType::kChoice
                     ? std::string(v.choices).substr(0, std::string(v.choices).find('|'))
                     : "1";
@@ -215,6 +216,54 @@ TEST(Launcher, FailingWorkerStopsTheJobAndLeavesNoProcess) {
   EXPECT_NE(r.out.find("worker 1 exits with status 3 now"), std::string::npos)
       << "last lines shown";
   EXPECT_TRUE(PidsWithEnv(tag).empty());
+}
+
+// After the job's end (every node passed the final barrier, the scheduler exited 0),
+// a server's death fails nothing, and the workers' own code after close() runs to its
+// end (issue 42, hole 7). The servers linger after pskv-server (a shell around it); each
+// worker sleeps 4 s after its store closed, then writes a file; the test kills a
+// server's process group once the scheduler is gone.
+TEST(Launcher, ALateServerDeathFailsNothingAndWorkersFinishTheirCode) {
+  const std::string tag = Tag(), dir = TmpDir("late");
+  const std::string server = (std::filesystem::path(PSKV_LAUNCH).parent_path() / "pskv-server");
+  auto role = [&](const std::string& r) {
+    std::vector<pid_t> out;
+    for (pid_t p : PidsWithEnv(tag))
+      if (ReadFile("/proc/" + std::to_string(p) + "/environ")
+              .find("DMLC_ROLE=" + r + std::string(1, '\0')) != std::string::npos)
+        out.push_back(p);
+    return out;
+  };
+  pid_t p = Spawn(
+      {PSKV_LAUNCH, "-n", "2", "-s", "2", "--timeout", "100", "--env", tag, "--server-command",
+       "'" + server + "'; s=$?; [ \"$DMLC_ROLE\" = server ] && sleep 8; exit $s", "--", "/bin/sh",
+       "-c", "\"$0\" sync 2 || exit $?; sleep 4; echo done > \"$1/after.$DMLC_TASK_ID\"",
+       DIST_WORKER, dir},
+      {}, dir + "/out");
+  auto until = [](auto cond) {
+    for (auto end = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < end;
+         std::this_thread::sleep_for(20ms))
+      if (cond()) return true;
+    return false;
+  };
+  ASSERT_TRUE(until([&] { return !role("scheduler").empty(); })) << ReadFile(dir + "/out");
+  ASSERT_TRUE(until([&] { return role("scheduler").empty(); })) << ReadFile(dir + "/out");
+  pid_t leader = -1;  // the launcher's child: a process group of its own
+  for (pid_t s : role("server"))
+    if (::getpgid(s) == s) leader = s;
+  ASSERT_GT(leader, 0) << ReadFile(dir + "/out");
+  ASSERT_TRUE(::access((dir + "/after.0").c_str(), F_OK) != 0) << "too late: the workers ended";
+  ::kill(-leader, SIGKILL);
+  auto st = WaitExit(p, 60s);
+  if (!st) ::kill(-p, SIGKILL);
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_EQ(st.value_or(-1), 0) << out;
+  EXPECT_EQ(ReadFile(dir + "/after.0"), "done\n") << "worker 0's code after close() was stopped";
+  EXPECT_EQ(ReadFile(dir + "/after.1"), "done\n") << "worker 1's code after close() was stopped";
+  EXPECT_NE(out.find("was killed by signal 9 (Killed) after the job had finished"),
+            std::string::npos)
+      << out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Launcher, SigtermStopsEveryChild) {
@@ -370,6 +419,66 @@ TEST(LauncherDryRun, SlurmAndMpi) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("mpirun -n 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("-x DMLC_ROLE=worker"), std::string::npos) << r.out;
+}
+
+// mpi and slurm start each server (spares last) as a command of its own, so that one
+// server's death ends only its own mpirun or srun step (issue 42, hole 1); the workers
+// stay one command. sge and yarn, whose servers are one array job or application that
+// reports nothing, refuse a replicated job.
+TEST(LauncherDryRun, MpiAndSlurmStartEachServerAlone) {
+  auto lines = [](const std::string& out, const std::string& prefix) {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind(prefix, 0) == 0) v.push_back(l);
+    return v;
+  };
+  RunResult r = Launch({"-n", "2", "-s", "3", "--spare-servers", "1", "--env", "PSKV_REPLICAS=1",
+                        "--launcher", "mpi", "-H", "a:1,b:1", "--dry-run", "--", "prog"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(lines(r.out, "[servers]").empty()) << r.out;
+  for (int s = 0; s < 4; ++s) {
+    auto l = lines(r.out, "[server " + std::to_string(s) + "] ");
+    ASSERT_EQ(l.size(), 1u) << r.out;
+    EXPECT_NE(l[0].find("mpirun -n 1 --oversubscribe"), std::string::npos) << l[0];
+    EXPECT_NE(l[0].find(std::string("--host ") + (s % 2 ? "b" : "a") + " "), std::string::npos)
+        << "round-robin over the hosts: " << l[0];
+    EXPECT_NE(l[0].find("-x DMLC_TASK_ID=" + std::to_string(2 + s) + " "), std::string::npos)
+        << l[0];
+    EXPECT_EQ(l[0].find("PSKV_SPARE_SERVER=1") != std::string::npos, s == 3) << l[0];
+  }
+  auto w = lines(r.out, "[workers] ");
+  ASSERT_EQ(w.size(), 1u) << r.out;
+  EXPECT_NE(w[0].find("mpirun -n 2 --oversubscribe"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("--host a:1,b:1"), std::string::npos) << w[0];
+
+  r = Launch({"-n", "2", "-s", "2", "--launcher", "slurm", "--dry-run", "--", "prog"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (int s = 0; s < 2; ++s) {
+    auto l = lines(r.out, "[server " + std::to_string(s) + "] ");
+    ASSERT_EQ(l.size(), 1u) << r.out;
+    EXPECT_NE(l[0].find("srun --ntasks=1 --job-name=pskv-server --export=ALL,"), std::string::npos)
+        << l[0];
+    EXPECT_NE(l[0].find(",DMLC_TASK_ID=" + std::to_string(2 + s) + ","), std::string::npos) << l[0];
+  }
+  w = lines(r.out, "[workers] ");
+  ASSERT_EQ(w.size(), 1u) << r.out;
+  EXPECT_NE(w[0].find("srun --ntasks=2 --job-name=pskv-worker"), std::string::npos) << w[0];
+
+  for (std::string launcher : {"sge", "yarn"}) {
+    r = Launch({"-n", "2", "-s", "2", "--launcher", launcher, "--env-server", "PSKV_REPLICAS=1",
+                "--dry-run", "--", "prog"});
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("PSKV_REPLICAS=1 cannot work with --launcher " + launcher),
+              std::string::npos)
+        << r.out;
+    r = Launch({"-n", "2", "-s", "2", "--launcher", launcher, "--dry-run", "--", "prog"}, 30s,
+               {{"PSKV_REPLICAS", "2"}});
+    EXPECT_EQ(r.status, 2) << r.out;
+    r = Launch({"-n", "2", "-s", "2", "--launcher", launcher, "--env", "PSKV_REPLICAS=0",
+                "--dry-run", "--", "prog"});
+    EXPECT_EQ(r.status, 0) << r.out;
+  }
 }
 
 // ------------------------------------------------------------------ the CLI (CLI11)

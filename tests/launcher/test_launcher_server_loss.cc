@@ -192,3 +192,104 @@ TEST(SuperviseServerLoss, ARunningServerDeclaredDeadIsStopped) {
       << o.err;
   EXPECT_LT(o.seconds, 10);
 }
+
+// After the job's end (the scheduler reported finished: every node passed the final
+// barrier) a server's death fails nothing, replicated or not, and a worker still
+// running its own code after close() is left to finish it (issue 42, hole 7).
+TEST(SuperviseServerLoss, AServerDeathAfterTheJobsEndFailsNothing) {
+  for (const std::string& job : {kReplicated, std::string("phase=running detect_ms=1000")}) {
+    const std::string finished = "phase=finished" + job.substr(job.find(' '));
+    auto o = RunJob({
+        Script("scheduler",
+               Send("scheduler.0", job) + "sleep 0.5; " + Send("scheduler.0", finished) + "exit 0"),
+        // Killed 1 s after the scheduler exited 0.
+        Script("server 0", Send("server.0", "phase=running") + "sleep 0.5; " +
+                               Send("server.0", "phase=finished") + "sleep 1.5; kill -9 $$"),
+        // Its code after close() runs 3 s more.
+        Script("worker 0", Send("worker.0", "phase=running") + "sleep 0.5; " +
+                               Send("worker.0", "phase=finished") + "sleep 3; exit 0"),
+    });
+    EXPECT_EQ(o.status, 0) << job << "\n" << o.err;
+    EXPECT_TRUE(o.results[1].after_end) << o.err;
+    EXPECT_FALSE(o.results[1].survived) << o.err;
+    EXPECT_FALSE(o.results[2].stopped_by_us) << "the worker's code after close() was stopped";
+    EXPECT_EQ(o.results[2].status, 0) << o.err;
+    EXPECT_GT(o.results[2].seconds, 3) << o.err;
+    EXPECT_NE(o.err.find("server 0 (pid " + std::to_string(o.results[1].pid) +
+                         ") was killed by signal 9 (Killed) after the job had finished"),
+              std::string::npos)
+        << o.err;
+    EXPECT_NE(o.err.find("job succeeded in"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("(server 0 died after its end, which fails nothing)"), std::string::npos)
+        << o.err;
+    EXPECT_NE(o.err.find("killed by SIGKILL (after the end)"), std::string::npos) << o.err;
+  }
+}
+
+// The same for the scheduler killed after it reported the job finished (its linger),
+// and for a server that exits non-zero then. A worker's failure after close() still
+// fails the job: it is the worker's own code.
+TEST(SuperviseServerLoss, AfterTheEndOnlyAWorkersFailureCounts) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 0.5; " +
+                              Send("scheduler.0", "phase=finished replicas=1 detect_ms=1000") +
+                              "sleep 0.8; kill -9 $$"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 0.5; " +
+                             Send("server.0", "phase=finished") + "sleep 1.5; exit 3"),
+      Script("worker 0", Send("worker.0", "phase=running") + "sleep 0.5; " +
+                             Send("worker.0", "phase=finished") + "sleep 2.5; exit 0"),
+  });
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(o.results[0].after_end) << o.err;
+  EXPECT_TRUE(o.results[1].after_end) << o.err;
+  EXPECT_EQ(o.results[1].status, 3) << o.err;
+  EXPECT_NE(o.err.find("exited 3 (after the end)"), std::string::npos) << o.err;
+
+  auto w = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 0.5; " +
+                              Send("scheduler.0", "phase=finished replicas=1 detect_ms=1000") +
+                              "exit 0"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 0.5; exit 0"),
+      Script("worker 0", Send("worker.0", "phase=running") + "sleep 0.5; " +
+                             Send("worker.0", "phase=finished") + "sleep 1; exit 5"),
+  });
+  EXPECT_EQ(w.status, 5) << w.err;
+  EXPECT_FALSE(w.results[2].after_end);
+}
+
+// A server whose death awaits the scheduler's verdict when the scheduler reports the
+// job finished (it died at the final barrier's end): the end is the verdict.
+TEST(SuperviseServerLoss, APendingDeathAtTheEndIsAfterIt) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 1.8; " +
+                              Send("scheduler.0", "phase=finished replicas=1 detect_ms=1000") +
+                              "exit 0"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 2; exit 0"),
+      Server(1, "0.8"),
+      Worker(0, "2"),
+  });
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(o.results[2].after_end) << o.err;
+  EXPECT_NE(o.err.find("waiting for the scheduler's verdict"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("; the job finished without it (the scheduler released every node from "
+                       "the final barrier): not a failure"),
+            std::string::npos)
+      << o.err;
+}
+
+// A death awaiting the scheduler's verdict when the last process exits (here the
+// scheduler, which said nothing about it) is decided then: the job fails. (It ended
+// with exit status 0 before: the loop ended before the verdict was asked for.)
+TEST(SuperviseServerLoss, APendingDeathIsDecidedWhenTheLastProcessExits) {
+  auto o = RunJob({
+      Script("scheduler", Send("scheduler.0", kReplicated) + "sleep 2; exit 0"),
+      Script("server 0", Send("server.0", "phase=running") + "sleep 1; exit 0"),
+      Server(1, "0.5"),
+      Worker(0, "1"),
+  });
+  EXPECT_EQ(o.status, 128 + SIGKILL) << o.err;
+  EXPECT_NE(o.err.find(", and the scheduler exited before it said whether the job survives it"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("job FAILED"), std::string::npos) << o.err;
+}

@@ -1,5 +1,6 @@
-"""pskv-launch over ssh (an sshd of the test's own on 127.0.0.1 with generated keys)
-and under Open MPI's mpirun, for real on this host."""
+"""pskv-launch over ssh (an sshd of the test's own on 127.0.0.1 with generated keys),
+under Open MPI's mpirun and under SLURM (a one-node cluster of the test's own), for
+real on this host."""
 import os
 import shutil
 import signal
@@ -193,6 +194,67 @@ def test_slurm_job(slurm):
     out = p.stdout.decode()
     assert p.returncode == 0, out
     assert out.count('all checks passed') == 2
+
+
+FAILOVER_WORKER = os.path.join(BUILD, 'tests', 'failover_worker')
+TEST_SERVER = os.path.join(BUILD, 'pskv-test-server')
+
+
+def failover_job(tmp_path, name, env, extra=(), kill_server=False):
+    """The failover worker's replicated job (as tests/distributed/test_failover_launch.cc):
+    2 workers, 2 servers, PSKV_REPLICAS=1, 12 rounds; with kill_server, one server
+    process killed (SIGKILL) after round 4. Returns (exit status, output, weights)."""
+    d = tmp_path / name
+    d.mkdir()
+    tag = 'PSKV_TEST_TAG=failover_%s_%s' % (name, uuid.uuid4().hex)
+    args = [LAUNCH, '-n', '2', '-s', '2', '--timeout', '150', '--env', tag, '--env', 'PSKV_REPLICAS=1',
+            '--env', 'MXNET_KVSTORE_BIGARRAY_BOUND=1000', '--env', 'PSKV_WIRE_CHUNK_BYTES=262144',
+            '--env', 'PSKV_TEST_REPLY_DELAY=30', '--server-command', 'exec ' + TEST_SERVER] + list(extra)
+    log = tmp_path / (name + '.out')
+    with open(log, 'wb') as out:
+        p = subprocess.Popen(args + ['--', FAILOVER_WORKER, '12', str(d)], env=env, stdout=out,
+                             stderr=subprocess.STDOUT)
+    try:
+        if kill_server:
+            assert wait_for(lambda: (d / 'w0.r4').exists(), 90), log.read_text()
+
+            def servers():  # the server processes themselves (not srun, not slurmstepd)
+                out = []
+                for pid in pids_with_env(tag):
+                    try:
+                        exe = os.readlink('/proc/%d/exe' % pid)
+                        with open('/proc/%d/environ' % pid, 'rb') as f:
+                            role = b'DMLC_ROLE=server' in f.read().split(b'\0')
+                    except OSError:
+                        continue
+                    if role and os.path.basename(exe) == 'pskv-test-server':
+                        out.append(pid)
+                return sorted(out)
+            assert len(servers()) == 2, log.read_text()
+            os.kill(servers()[1], signal.SIGKILL)
+        status = p.wait(timeout=200)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert wait_for(lambda: not pids_with_env(tag), 15), 'processes of the job outlived the launcher'
+    weights = [(d / ('w%d.weights' % w)).read_bytes() if (d / ('w%d.weights' % w)).exists() else b''
+               for w in range(2)]
+    return status, log.read_text(), weights
+
+
+def test_slurm_server_killed(slurm, tmp_path):
+    """Each server is an srun step of its own (issue 42, hole 1): a killed server ends
+    only its step, and the replicated job ends with exit status 0 and the weights of
+    the undisturbed job (run by the local launcher)."""
+    status, out, want = failover_job(tmp_path, 'undisturbed', env())
+    assert status == 0, out
+    assert want[0] and want[0] == want[1]
+    e = dict(slurm, DMLC_PS_ROOT_URI='127.0.0.1')
+    status, out, got = failover_job(tmp_path, 'slurm', e, ['--launcher', 'slurm'], kill_server=True)
+    assert status == 0, out
+    assert 'the job goes on without it' in out, out
+    assert 'surviving the loss of server' in out, out
+    assert got == want, "the final weights differ from the undisturbed job's"
 
 
 def test_python_traceback_printed_once_and_summary(tmp_path):

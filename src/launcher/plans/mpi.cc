@@ -1,5 +1,12 @@
-// --launcher mpi: servers and workers as two mpirun groups (Open MPI); status records
-// as tagged lines of their output, which mpirun forwards.
+// --launcher mpi: each server as an mpirun of its own, the workers as one mpirun group
+// (Open MPI); status records as tagged lines of their output, which mpirun forwards.
+//
+// Open MPI aborts a whole mpirun job when one of its processes dies, so servers in one
+// group would all go with the first (a replicated job then fails, "no live copy
+// left"). Alone, a server's death ends only its own mpirun, which the launcher sees as
+// that server's exit. `--enable-recovery` keeps a group alive instead, but mpirun then
+// exits 0 whatever its processes did (Open MPI 4.1): the launcher would learn of no
+// death. A worker's death ends the job anyway: the workers stay one group.
 #include <unistd.h>
 
 #include "launcher/hosts.h"
@@ -9,15 +16,24 @@ namespace pskv::launcher {
 
 void PlanMpi(const PlanContext& ctx, Plan& plan) {
   const LaunchConfig& cfg = ctx.cfg;
-  PlanGroups(ctx, plan, StatusVia::kOutput, [&](Group& g, Plan&) {
+  std::vector<Host> hosts;
+  Placement place;
+  if (!cfg.hosts.empty()) {
+    hosts = ParseHosts(cfg.hosts);
+    place = Place(hosts, cfg.num_servers + cfg.spare_servers, 0);  // round-robin
+  }
+  PlanGroups(ctx, plan, StatusVia::kOutput, Servers::kSeparate, [&](Group& g, Plan&) {
     std::vector<std::string> argv = {"mpirun", "-n", std::to_string(g.count), "--oversubscribe"};
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-    if (!cfg.hosts.empty() && IsHostFile(cfg.hosts)) {
+    if (g.index >= 0 && !hosts.empty()) {
+      argv.push_back("--host");
+      argv.push_back(hosts[place.server_host[static_cast<size_t>(g.index)]].name);
+    } else if (!cfg.hosts.empty() && IsHostFile(cfg.hosts)) {
       argv.push_back("--hostfile");
       argv.push_back(cfg.hosts);
     } else if (!cfg.hosts.empty()) {
       std::string list;  // Open MPI's --host takes host:slots as horovodrun's -H
-      for (auto& h : ParseHosts(cfg.hosts))
+      for (auto& h : hosts)
         list += (list.empty() ? "" : ",") + h.name + (h.slots ? ":" + std::to_string(h.slots) : "");
       argv.push_back("--host");
       argv.push_back(list);

@@ -51,14 +51,17 @@ std::span<const ClusterType> ClusterTypes() {
   return kTypes;
 }
 
-void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status,
+void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status, Servers servers,
                 const std::function<std::vector<std::string>(Group&, Plan&)>& command) {
   const LaunchConfig& cfg = ctx.cfg;
   Env secret_env;
   if (!cfg.job_secret.empty()) secret_env["PSKV_JOB_SECRET"] = cfg.job_secret;
-  auto group = [&](const std::string& role, int count) {
-    Group g{role, count, ctx.RoleEnv(role, -1), role == "worker" ? cfg.command : ctx.server_argv};
-    g.env.erase("DMLC_TASK_ID");
+  // `index` >= 0: server `index` alone, with its rank hint as the local launcher gives it.
+  auto group = [&](const std::string& role, int count, int index) {
+    Group g{role, count, index, ctx.RoleEnv(role, index >= 0 ? cfg.num_workers + index : -1),
+            role == "worker" ? cfg.command : ctx.server_argv};
+    if (index < 0) g.env.erase("DMLC_TASK_ID");
+    if (index >= cfg.num_servers) g.env["PSKV_SPARE_SERVER"] = "1";
     g.env.erase("PSKV_JOB_SECRET");
     for (auto& [k, v] : cfg.forward_env)
       if (k != "PATH") g.env.emplace(k, v);
@@ -67,10 +70,16 @@ void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status,
     if (status == StatusVia::kOutput) g.env["PSKV_STATUS"] = "stderr";
     return command(g, plan);
   };
-  plan.children.push_back(
-      {"servers", group("server", cfg.num_servers), secret_env, false, {}, false, status, {}, {}});
-  plan.children.push_back(
-      {"workers", group("worker", cfg.num_workers), secret_env, false, {}, false, status, {}, {}});
+  auto child = [&](std::string name, std::vector<std::string> argv) {
+    return ChildSpec{std::move(name), std::move(argv), secret_env, false, {},
+                     false,           status,          {},         {}};
+  };
+  if (servers == Servers::kSeparate)
+    for (int s = 0; s < cfg.num_servers + cfg.spare_servers; ++s)  // spares after the others
+      plan.children.push_back(child("server " + std::to_string(s), group("server", 1, s)));
+  else
+    plan.children.push_back(child("servers", group("server", cfg.num_servers, -1)));
+  plan.children.push_back(child("workers", group("worker", cfg.num_workers, -1)));
 }
 
 Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {

@@ -55,15 +55,31 @@ void PlanYarn(const PlanContext& ctx, Plan& plan);
 struct Group {
   std::string role;
   int count = 0;
+  /// A server started by a command of its own (Servers::kSeparate): its index, 0..S-1,
+  /// then the spare servers (its rank hint DMLC_TASK_ID, and PSKV_SPARE_SERVER for a
+  /// spare, are in `env`); -1: a group of `count` processes.
+  int index = -1;
   /// Their environment, without the job secret: values reach the batch system through
   /// the environment of the command that submits (mpirun -x NAME, srun --export=ALL,
   /// qsub -V), never through its argv; PlanGroups sets the secret only there.
   Env env;
   std::vector<std::string> prog;  ///< what each process runs
 };
-/// Adds the "servers" and "workers" children, each running `command(group)` (which may
-/// change the group's env and add files), with status records via `status`.
-void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status,
+/// How PlanGroups starts the servers.
+enum class Servers {
+  /// One command for all of them ("servers"): the system reports only that command's
+  /// exit, so a replicated job cannot go on without one of them (sge, yarn).
+  kGrouped,
+  /// One command per server ("server 0", ..., the spares last): each is its own
+  /// process group for the system (one mpirun, one srun step), so one's death ends
+  /// only its own command and a replicated job survives it as under the local
+  /// launcher (mpi, slurm; docs/fault-tolerance.md, "The launcher").
+  kSeparate,
+};
+/// Adds the servers (as `servers` says) and the "workers" children, each running
+/// `command(group)` (which may change the group's env and add files), with status
+/// records via `status`.
+void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status, Servers servers,
                 const std::function<std::vector<std::string>(Group&, Plan&)>& command);
 
 /// argv as one shell word list ("a 'b c'").

@@ -6,7 +6,7 @@
 namespace pskv::launcher {
 
 void PlanSge(const PlanContext& ctx, Plan& plan) {
-  PlanGroups(ctx, plan, StatusVia::kNone, [&](Group& g, Plan& p) {
+  PlanGroups(ctx, plan, StatusVia::kNone, Servers::kGrouped, [&](Group& g, Plan& p) {
     std::string script = "/tmp/pskv-" + ctx.job_id + "-" + g.role + ".sh";
     std::string body = "#!/bin/sh\n";
     for (auto& [k, v] : g.env) body += "export " + k + "=" + ShellQuote(v) + "\n";

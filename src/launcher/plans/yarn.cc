@@ -11,7 +11,7 @@ namespace pskv::launcher {
 
 void PlanYarn(const PlanContext& ctx, Plan& plan) {
   const LaunchConfig& cfg = ctx.cfg;
-  PlanGroups(ctx, plan, StatusVia::kNone, [&](Group& g, Plan& p) {
+  PlanGroups(ctx, plan, StatusVia::kNone, Servers::kGrouped, [&](Group& g, Plan& p) {
     if (!cfg.job_secret.empty()) {
       // The distributed shell has no way to pass a value outside its argv: the
       // secret goes in a private file next to the job (on the shared filesystem
