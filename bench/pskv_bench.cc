@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
         "[--chunk N] [--window N]\n"
         "       pskv-bench embedding [--json] [--ids N] [--width N] [--batch N] [--zipf S] "
         "[--pushes N] [--optimizer adagrad,sgd,adam]   (row updates/s per core vs OSDI 2014)\n"
+        "       pskv-bench embedding --checkpoint [--rows N] [--ids N] [--intervals 1,10,100] "
+        "[--admission exact,cbf]   (full vs delta checkpoint bytes)\n"
+        "       pskv-bench embedding --cache [--ids N] [--cache-rows N] [--staleness 0,1,4,16] "
+        "[--steps N]   (row cache bytes per step and hit rate vs S)\n"
         "every benchmark: --plot DIR writes DIR/<bench>.json and, with python3-matplotlib,\n"
         "DIR/<bench>.png (reduce, pushpull: GB/s per size against the ceiling)\n");
     return argc < 2 ? 2 : 0;

@@ -71,6 +71,7 @@ void Admission::Add(uint64_t id, uint32_t times, int64_t step) {
     IdMap::Entry& e = exact_.FindOrInsert(id, &inserted);
     e.a = inserted ? times : e.a + std::min(times, UINT32_MAX - e.a);
     e.b = static_cast<uint32_t>(step);
+    Changed(id);
     return;
   }
   uint64_t pos[16];
@@ -80,13 +81,19 @@ void Admission::Add(uint64_t id, uint32_t times, int64_t step) {
     for (uint32_t i = 0; i < cfg_.cbf_hashes; ++i) m = std::min(m, cbf_[pos[i]]);
     if (m == 255) return;
     for (uint32_t i = 0; i < cfg_.cbf_hashes; ++i)
-      if (cbf_[pos[i]] == m) ++cbf_[pos[i]];
+      if (cbf_[pos[i]] == m) {
+        ++cbf_[pos[i]];
+        CounterChanged(pos[i]);
+      }
   }
 }
 
 void Admission::Admitted(uint64_t id) {
   if (cfg_.mode != AdmissionConfig::Mode::kExact) return;
-  if (IdMap::Entry* e = exact_.Find(id)) exact_.Erase(e);
+  if (IdMap::Entry* e = exact_.Find(id)) {
+    exact_.Erase(e);
+    Changed(id);
+  }
 }
 
 void Admission::Expire(int64_t now, int64_t ttl) {
@@ -97,7 +104,42 @@ void Admission::Expire(int64_t now, int64_t ttl) {
     // Ages in 32 bits wrap consistently for any ttl below 2^31 steps.
     if (static_cast<int64_t>(static_cast<uint32_t>(now32 - e.b)) >= ttl) old.push_back(e.id);
   });
-  for (uint64_t id : old) exact_.Erase(exact_.Find(id));
+  for (uint64_t id : old) {
+    exact_.Erase(exact_.Find(id));
+    Changed(id);
+  }
+}
+
+void Admission::Changed(uint64_t id) {
+  if (!tracking_) return;
+  bool inserted;
+  changed_.FindOrInsert(id, &inserted).a = 1;
+}
+
+void Admission::CounterChanged(uint64_t pos) {
+  if (!tracking_) return;
+  uint64_t& word = cbf_marks_[pos / 64];
+  const uint64_t bit = uint64_t{1} << (pos % 64);
+  if (word & bit) return;
+  word |= bit;
+  cbf_changed_.push_back(pos);
+}
+
+void Admission::Track(bool on) {
+  tracking_ = on && enabled();
+  changed_.Reset();
+  cbf_changed_.clear();
+  cbf_changed_.shrink_to_fit();
+  if (tracking_ && !cbf_.empty())
+    cbf_marks_.assign((cbf_.size() + 63) / 64, 0);
+  else
+    cbf_marks_.clear();
+}
+
+void Admission::ClearChanges() {
+  changed_.Reset();
+  for (uint64_t pos : cbf_changed_) cbf_marks_[pos / 64] = 0;
+  cbf_changed_.clear();
 }
 
 void Admission::Restore(IdMap exact, std::vector<uint8_t> cbf) {
@@ -108,6 +150,7 @@ void Admission::Restore(IdMap exact, std::vector<uint8_t> cbf) {
 void Admission::Clear() {
   exact_.Reset();
   std::fill(cbf_.begin(), cbf_.end(), 0);
+  Track(false);
 }
 
 }  // namespace pskv::embedding

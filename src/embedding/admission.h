@@ -12,6 +12,10 @@
 //    (1 - e^{-k n / m})^k for n distinct ids (CbfFalsePositiveRate). Fixed memory,
 //    never forgets (size it for the ids of the job); counters saturate at 255, so
 //    admit_after <= 255.
+// Changes since the last checkpoint (for deltas that scale with what changed): while
+// tracking is on (the table has a delta chain), the exact counter's ids whose count
+// changed or that left it, and the counting Bloom filter's counters that changed, are
+// recorded (a set of ids; a bitmap of m bits plus the list of changed positions).
 // Not thread-safe (one shard, one thread).
 #pragma once
 
@@ -53,7 +57,20 @@ class Admission {
   /// The exact counter forgets ids not seen since `now - ttl` (ttl > 0).
   void Expire(int64_t now, int64_t ttl);
   size_t pending() const { return exact_.size(); }
-  uint64_t bytes() const { return exact_.bytes() + cbf_.size(); }
+  uint64_t bytes() const {
+    return exact_.bytes() + cbf_.size() + changed_.bytes() + cbf_marks_.size() * 8 +
+           cbf_changed_.capacity() * 8;
+  }
+  /// Starts (clearing what was recorded) or stops recording changes.
+  void Track(bool on);
+  bool tracking() const { return tracking_; }
+  /// Forgets the changes recorded so far (a checkpoint holds them now).
+  void ClearChanges();
+  /// The exact counter's ids changed (counted, admitted or forgotten) since the last
+  /// ClearChanges; each is in exact() now (count changed) or not (it left).
+  const IdMap& changed_ids() const { return changed_; }
+  /// The counting Bloom filter's positions changed since the last ClearChanges.
+  const std::vector<uint64_t>& changed_counters() const { return cbf_changed_; }
 
   // For checkpoints (table_io.cc).
   const IdMap& exact() const { return exact_; }
@@ -63,9 +80,15 @@ class Admission {
 
  private:
   void Positions(uint64_t id, uint64_t* pos) const;
+  void Changed(uint64_t id);
+  void CounterChanged(uint64_t pos);
   AdmissionConfig cfg_;
   IdMap exact_;               // id -> a: count, b: low 32 bits of the last step seen
   std::vector<uint8_t> cbf_;  // kCountingBloom
+  bool tracking_ = false;
+  IdMap changed_;                      // exact: ids changed since the last checkpoint
+  std::vector<uint64_t> cbf_marks_;    // CBF: a bit per counter, set once changed
+  std::vector<uint64_t> cbf_changed_;  // CBF: the changed positions
 };
 
 }  // namespace pskv::embedding

@@ -233,7 +233,7 @@ void Table::Push(int64_t step, const uint64_t* ids, int64_t n, const float* grad
   targets_.clear();
   acc_.clear();
   const uint32_t admit_after = admission_.enabled() ? cfg_.admission.admit_after : 1;
-  int64_t creates = 0, dropped = 0, new_pending = 0;
+  int64_t creates = 0, dropped = 0, new_pending = 0, unrowed = 0;
   auto add = [&](Target& t, int64_t i) {
     const float* g = grads + i * w;
     if (t.count == 0) {
@@ -264,6 +264,7 @@ void Table::Push(int64_t step, const uint64_t* ids, int64_t n, const float* grad
         add(targets_.back(), i);
         continue;
       }
+      ++unrowed;
       if (admission_.enabled() && admission_.Count(id) == 0) ++new_pending;
     }
     const uint64_t seen = (admit_after > 1 ? admission_.Count(id) : 0) + uint64_t{e.b};
@@ -293,11 +294,17 @@ void Table::Push(int64_t step, const uint64_t* ids, int64_t n, const float* grad
   }
   if (cfg_.max_bytes > 0) {
     uint64_t need = ProjectedBytes(live - evict + creates);
-    if (admission_.config().mode == AdmissionConfig::Mode::kExact && admission_.enabled())
-      need += (IdMap::BucketsFor(admission_.pending() + static_cast<size_t>(new_pending)) -
-               std::min(IdMap::BucketsFor(admission_.pending() + static_cast<size_t>(new_pending)),
-                        admission_.exact().buckets())) *
-              sizeof(IdMap::Entry);
+    // Growth of the exact counter and of its record of changes (for the next delta).
+    auto growth = [](const IdMap& m, size_t n) {
+      const size_t b = IdMap::BucketsFor(n);
+      return (b - std::min(b, m.buckets())) * sizeof(IdMap::Entry);
+    };
+    if (admission_.config().mode == AdmissionConfig::Mode::kExact && admission_.enabled()) {
+      need += growth(admission_.exact(), admission_.pending() + static_cast<size_t>(new_pending));
+      if (admission_.tracking())
+        need += growth(admission_.changed_ids(),
+                       admission_.changed_ids().size() + static_cast<size_t>(unrowed));
+    }
     if (need > cfg_.max_bytes)
       throw UsageError(
           "embedding table '" + cfg_.name + "' would need " + std::to_string(need) + " bytes for " +

@@ -146,6 +146,8 @@ class Table {
   /// Calls fn for every live row, in no particular order.
   void ForEachRow(const std::function<void(uint64_t id, const RowView&)>& fn) const;
   int slots() const { return slots_; }
+  /// The admission state (exact counter or filter), read-only: for checks and metrics.
+  const Admission& admission() const { return admission_; }
 
   // ---- checkpoints (table_io.cc; format: docs/embedding.md)
   /// Writes every live row, its state and the admission state to `path` (temporary
@@ -153,7 +155,9 @@ class Table {
   /// chain. IOError naming the file if it cannot be written.
   void SaveFull(const std::string& path, uint32_t shard = 0, uint32_t num_shards = 1);
   /// Writes the rows pushed or created since the last save, the ids evicted since
-  /// then, and the admission state. UsageError without a SaveFull (or Restore) first.
+  /// then, and the admission state changed since then (the exact counter's changed
+  /// entries, the filter's changed counters). UsageError without a SaveFull (or
+  /// Restore) first.
   void SaveDelta(const std::string& path);
   /// Replaces this table's content with shard `shard` of `num_shards` of a table
   /// saved by saved.size() shards (each a full save and its deltas, in order): rows

@@ -9,13 +9,16 @@
 //   u8 admission mode, u32 admit_after, u64 cbf counters, u32 cbf hashes,
 //   i64 step, i64 last sweep, i64 x 6 counters (TableStats: admitted .. pulled_defaults),
 //   u64 n, n x (u64 id, u32 count, u32 last step) exact admission counter,
-//   u64 n, n bytes counting Bloom filter,
+//   u64 n, n bytes counting Bloom filter (all of it, or n = 0 in a delta),
+//   u64 n, n x (u64 position, u8 value) counters of the filter (deltas; 0 in a full save),
 //   u64 n, n x u64 ids evicted since the previous save (deltas),
 //   u64 n, n x (u64 id, i64 last step, i64 t, f32 x width x (1 + slots)) rows,
 //   u32 CRC32C.
-// A delta holds the rows pushed or created since the previous save and the whole
-// admission state (the counting Bloom filter is fixed-size; the exact counter holds
-// the ids of one TTL window).
+// A full save holds the whole admission state. A delta holds the rows pushed or
+// created since the previous save and only the admission state that changed since
+// then: the exact counter's entries that changed (count 0: the id left the counter,
+// admitted or forgotten) and the filter's counters that changed, as (position, value)
+// pairs, or the whole filter when that is smaller (9 bytes a counter against 1).
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,8 +126,9 @@ struct Parsed {
   uint32_t cbf_hashes = 0;
   int64_t step = 0, last_sweep = 0;
   int64_t counters[6] = {};
-  std::vector<IdMap::Entry> exact;
-  std::string_view cbf;
+  std::vector<IdMap::Entry> exact;                    // in a delta, a == 0: the id left the counter
+  std::string_view cbf;                               // the whole filter, or empty in a delta
+  std::vector<std::pair<uint64_t, uint8_t>> cbf_set;  // a delta's changed counters
   std::vector<uint64_t> evicted;
   const char* rows = nullptr;
   uint64_t num_rows = 0;
@@ -162,11 +166,22 @@ Parsed Parse(const std::string& b, const std::string& path) {
       e.id = r.Get<uint64_t>();
       e.a = r.Get<uint32_t>();
       e.b = r.Get<uint32_t>();
-      if (e.a == 0) throw Corrupt(path, "an admission count is zero");
+      if (e.a == 0 && p.kind == 0) throw Corrupt(path, "an admission count is zero");
     }
     const uint64_t nc = r.Get<uint64_t>();
     if (nc > r.remaining()) throw Corrupt(path, "the admission filter is cut short");
     p.cbf = std::string_view(r.GetView(nc), nc);
+    const uint64_t ns = r.Get<uint64_t>();
+    if (ns > r.remaining() / 9) throw Corrupt(path, "the admission filter's changes are cut short");
+    if (ns > 0 && (p.kind == 0 || nc > 0))
+      throw Corrupt(path, "it holds both a whole admission filter and changes to it");
+    p.cbf_set.resize(ns);
+    for (auto& [pos, value] : p.cbf_set) {
+      pos = r.Get<uint64_t>();
+      value = r.Get<uint8_t>();
+      if (pos >= p.cbf_counters)
+        throw Corrupt(path, "an admission filter position is out of range");
+    }
     const uint64_t nv = r.Get<uint64_t>();
     if (nv > r.remaining() / 8) throw Corrupt(path, "the evicted ids are cut short");
     p.evicted.resize(nv);
@@ -187,9 +202,12 @@ Parsed Parse(const std::string& b, const std::string& path) {
 // ------------------------------------------------------------------------ saving
 
 namespace {
+// The header, clocks, counters and admission state: all of it (full save, delta = false)
+// or what changed since the previous save (delta).
 void WriteHead(FileSink& f, uint32_t kind, uint64_t lineage, uint64_t seq, uint32_t shard,
                uint32_t shards, const TableConfig& cfg, int slots, int64_t step, int64_t last_sweep,
                const TableStats& st, const Admission& adm) {
+  const bool delta = kind == 1;
   f.Bytes(kMagic, 8);
   f.Put<uint32_t>(kind);
   f.Put<uint64_t>(lineage);
@@ -211,8 +229,16 @@ void WriteHead(FileSink& f, uint32_t kind, uint64_t lineage, uint64_t seq, uint3
     f.Put<int64_t>(c);
   // The exact counter in id order: the same content gives the same bytes.
   std::vector<IdMap::Entry> ex;
-  ex.reserve(adm.exact().size());
-  adm.exact().ForEach([&](const IdMap::Entry& e) { ex.push_back(e); });
+  if (!delta) {
+    ex.reserve(adm.exact().size());
+    adm.exact().ForEach([&](const IdMap::Entry& e) { ex.push_back(e); });
+  } else {
+    ex.reserve(adm.changed_ids().size());
+    adm.changed_ids().ForEach([&](const IdMap::Entry& c) {
+      const IdMap::Entry* e = adm.exact().Find(c.id);
+      ex.push_back(e ? *e : IdMap::Entry{c.id, 0, 0});  // a == 0: it left the counter
+    });
+  }
   std::sort(ex.begin(), ex.end(),
             [](const IdMap::Entry& x, const IdMap::Entry& y) { return x.id < y.id; });
   f.Put<uint64_t>(ex.size());
@@ -221,8 +247,22 @@ void WriteHead(FileSink& f, uint32_t kind, uint64_t lineage, uint64_t seq, uint3
     f.Put<uint32_t>(e.a);
     f.Put<uint32_t>(e.b);
   }
-  f.Put<uint64_t>(adm.cbf().size());
-  f.Bytes(adm.cbf().data(), adm.cbf().size());
+  // The filter: whole, or its changed counters when 9 bytes each take less.
+  const std::vector<uint64_t>& changed = adm.changed_counters();
+  if (!delta || changed.size() * 9 >= adm.cbf().size()) {
+    f.Put<uint64_t>(adm.cbf().size());
+    f.Bytes(adm.cbf().data(), adm.cbf().size());
+    f.Put<uint64_t>(0);
+  } else {
+    std::vector<uint64_t> pos(changed);
+    std::sort(pos.begin(), pos.end());
+    f.Put<uint64_t>(0);
+    f.Put<uint64_t>(pos.size());
+    for (uint64_t p : pos) {
+      f.Put<uint64_t>(p);
+      f.Put<uint8_t>(adm.cbf()[p]);
+    }
+  }
 }
 }  // namespace
 
@@ -252,6 +292,7 @@ void Table::SaveFull(const std::string& path, uint32_t shard, uint32_t num_shard
   for (uint32_t s = 0; s < top_; ++s) HeadAt(s)->flags &= ~kDirty;
   dirty_.clear();
   evicted_.clear();
+  admission_.Track(true);
   lineage_ = lineage;
   seq_ = 0;
   saved_shard_ = shard;
@@ -297,6 +338,7 @@ void Table::SaveDelta(const std::string& path) {
   }
   dirty_.clear();
   evicted_.clear();
+  admission_.ClearChanges();
   ++seq_;
 }
 
@@ -354,6 +396,9 @@ void Table::Restore(const std::vector<SavedShard>& saved, uint32_t shard, uint32
     std::vector<std::string> files{chain.full};
     files.insert(files.end(), chain.deltas.begin(), chain.deltas.end());
     uint64_t lineage = 0;
+    // This chain's admission state: the full save's, then each delta's changes.
+    IdMap chain_exact;
+    std::vector<uint8_t> chain_cbf;
     for (size_t k = 0; k < files.size(); ++k) {
       const std::string& path = files[k];
       const std::string bytes = ReadChecked(path, kMagic);
@@ -392,7 +437,8 @@ void Table::Restore(const std::vector<SavedShard>& saved, uint32_t shard, uint32
       if (p.adm_mode != static_cast<uint8_t>(cfg_.admission.mode) ||
           (cfg_.admission.mode == AdmissionConfig::Mode::kCountingBloom &&
            (p.cbf_counters != cfg_.admission.cbf_counters ||
-            p.cbf_hashes != cfg_.admission.cbf_hashes || p.cbf.size() != admission_.cbf().size())))
+            p.cbf_hashes != cfg_.admission.cbf_hashes ||
+            (p.cbf.size() != admission_.cbf().size() && !(p.kind == 1 && p.cbf.empty())))))
         throw UsageError(t + "'" + path +
                          "' was saved with another admission filter (mode, or counting Bloom "
                          "filter size): configure the saved one to restore it");
@@ -410,20 +456,36 @@ void Table::Restore(const std::vector<SavedShard>& saved, uint32_t shard, uint32
         std::memcpy(block.data(), at + 24, p.row_size - 24);
         tmp.PutRow(id, ls, tt, block.data());
       }
+      for (const IdMap::Entry& e : p.exact) {
+        if (e.a == 0) {  // a delta's: the id left the counter
+          if (IdMap::Entry* x = chain_exact.Find(e.id)) chain_exact.Erase(x);
+          continue;
+        }
+        bool inserted;
+        IdMap::Entry& n = chain_exact.FindOrInsert(e.id, &inserted);
+        n.a = e.a;
+        n.b = e.b;
+      }
+      if (!p.cbf.empty() || k == 0) chain_cbf.assign(p.cbf.begin(), p.cbf.end());
+      for (const auto& [pos, value] : p.cbf_set) {
+        if (pos >= chain_cbf.size())
+          throw Corrupt(path, "it changes admission filter counters its full save does not have");
+        chain_cbf[pos] = value;
+      }
       if (k + 1 < files.size()) continue;
-      // The chain's last file: its admission state, clocks and counters.
+      // The chain's last file: its clocks and counters; the chain's admission state.
       step = std::max(step, p.step);
       last_sweep = std::max(last_sweep, p.last_sweep);
-      for (const IdMap::Entry& e : p.exact) {
-        if (ShardOf(e.id, num_shards) != shard) continue;
+      chain_exact.ForEach([&](const IdMap::Entry& e) {
+        if (ShardOf(e.id, num_shards) != shard) return;
         bool inserted;
         IdMap::Entry& n = exact.FindOrInsert(e.id, &inserted);
         n.a = e.a;
         n.b = e.b;
-      }
-      if (cbf.size() < p.cbf.size()) cbf.resize(p.cbf.size(), 0);
-      for (size_t i = 0; i < p.cbf.size(); ++i)  // shards' filters summed (saturating)
-        cbf[i] = static_cast<uint8_t>(std::min(255, cbf[i] + static_cast<uint8_t>(p.cbf[i])));
+      });
+      if (cbf.size() < chain_cbf.size()) cbf.resize(chain_cbf.size(), 0);
+      for (size_t i = 0; i < chain_cbf.size(); ++i)  // shards' filters summed (saturating)
+        cbf[i] = static_cast<uint8_t>(std::min(255, cbf[i] + chain_cbf[i]));
       if (same) {
         TableStats& st = tmp.stats_;
         st.admitted = p.counters[0];
@@ -448,6 +510,7 @@ void Table::Restore(const std::vector<SavedShard>& saved, uint32_t shard, uint32
   tmp.dirty_.clear();
   tmp.evicted_.clear();
   SwapContent(tmp);
+  admission_.Track(lineage_ != 0);  // a chain continues: record changes from here
 }
 
 // ------------------------------------------------------------------------ export

@@ -38,6 +38,21 @@ inline std::map<uint64_t, RowCopy> Snapshot(const Table& table) {
   return out;
 }
 
+/// The admission state by content: the exact counter (id -> count, last step seen)
+/// and the counting Bloom filter's counters.
+struct AdmissionCopy {
+  std::map<uint64_t, std::pair<uint32_t, uint32_t>> exact;
+  std::vector<uint8_t> cbf;
+  bool operator==(const AdmissionCopy&) const = default;
+};
+
+inline AdmissionCopy AdmissionState(const Table& table) {
+  AdmissionCopy c;
+  table.admission().exact().ForEach([&](const IdMap::Entry& e) { c.exact[e.id] = {e.a, e.b}; });
+  c.cbf = table.admission().cbf();
+  return c;
+}
+
 /// Ids drawn from a Zipf(s) law over [0, universe), scrambled over the u64 space so
 /// that hot ids are not small numbers (inverse CDF over a precomputed table).
 class Zipf {

@@ -19,7 +19,7 @@ import pskv.optimizer
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 PKG = os.path.join(ROOT, 'python', 'pskv')
 MODULES = ['pskv', 'pskv.kvstore', 'pskv.sparse', 'pskv.data', 'pskv.optimizer', 'pskv.lr_scheduler', 'pskv.torch',
-           'pskv.process', 'pskv.recordio']
+           'pskv.process', 'pskv.recordio', 'pskv.synthetic']
 
 
 def _module(name):
