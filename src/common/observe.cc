@@ -246,25 +246,28 @@ void CountPeerOp(const std::string& peer, uint64_t latency_us, bool failed) {
   st.latency.Add(static_cast<double>(latency_us) * 1e-6);
 }
 
-std::string PrometheusText() {
-  State& s = S();
-  // A copy of the counters taken under the lock (a few hundred bytes per key), the
-  // text built after it: operations count under the same lock and never wait for
-  // the formatting of a scrape.
-  // Flat vectors, sized first: one allocation each and short (SSO) strings, so the
-  // lock is held for little more than a memcpy of the counters.
-  std::vector<std::pair<std::pair<std::string, std::string>, OpStats>> ops;
-  std::vector<std::pair<std::pair<std::string, std::string>, uint64_t>> peers;
-  std::vector<std::pair<std::string, OpStats>> peer_ops;
-  {
-    std::lock_guard<std::mutex> lk(s.mu);
-    ops.reserve(s.ops.size());
-    ops.assign(s.ops.begin(), s.ops.end());
-    peers.assign(s.peers.begin(), s.peers.end());
-    peer_ops.assign(s.peer_ops.begin(), s.peer_ops.end());
+namespace {
+
+using KeyedOps = std::vector<std::pair<std::pair<std::string, std::string>, OpStats>>;
+using PeerBytes = std::vector<std::pair<std::pair<std::string, std::string>, uint64_t>>;
+using PeerOps = std::vector<std::pair<std::string, OpStats>>;
+
+// One histogram per (metric, label set): per operation and key, and per peer.
+void AppendHistogram(std::string& o, const std::string& name, const std::string& l,
+                     const Histogram& h) {
+  char num[64];
+  for (size_t i = 0; i < kBuckets.size(); ++i) {
+    std::snprintf(num, sizeof num, "%g", kBuckets[i]);
+    o += name + "_bucket" + l + ",le=\"" + num + "\"} " + std::to_string(h.counts[i]) + "\n";
   }
-  const std::string node = "node=\"" + LabelEscape(LogName()) + "\"";
-  std::string o;
+  o += name + "_bucket" + l + ",le=\"+Inf\"} " + std::to_string(h.count) + "\n";
+  std::snprintf(num, sizeof num, "%.9g", h.sum);
+  o += name + "_sum" + l + "} " + num + "\n";
+  o += name + "_count" + l + "} " + std::to_string(h.count) + "\n";
+}
+
+// The metrics by operation and key.
+void AppendOps(std::string& o, const std::string& node, const KeyedOps& ops) {
   auto label = [&](const std::string& op, const std::string& key) {
     return "{" + node + ",op=\"" + LabelEscape(op) + "\",key=\"" + LabelEscape(key) + "\"";
   };
@@ -281,23 +284,16 @@ std::string PrometheusText() {
        "# TYPE pskv_bytes_total counter\n";
   for (auto& [k, st] : ops)
     o += "pskv_bytes_total" + label(k.first, k.second) + "} " + std::to_string(st.bytes) + "\n";
-  // One histogram per (metric, label set): per operation and key, and per peer.
-  auto histogram = [&](const std::string& name, const std::string& l, const Histogram& h) {
-    char num[64];
-    for (size_t i = 0; i < kBuckets.size(); ++i) {
-      std::snprintf(num, sizeof num, "%g", kBuckets[i]);
-      o += name + "_bucket" + l + ",le=\"" + num + "\"} " + std::to_string(h.counts[i]) + "\n";
-    }
-    o += name + "_bucket" + l + ",le=\"+Inf\"} " + std::to_string(h.count) + "\n";
-    std::snprintf(num, sizeof num, "%.9g", h.sum);
-    o += name + "_sum" + l + "} " + num + "\n";
-    o += name + "_count" + l + "} " + std::to_string(h.count) + "\n";
-  };
   o += "# HELP pskv_op_latency_seconds Latency of operations, by operation and key.\n"
        "# TYPE pskv_op_latency_seconds histogram\n";
   for (auto& [k, st] : ops) {
-    histogram("pskv_op_latency_seconds", label(k.first, k.second), st.latency);
+    AppendHistogram(o, "pskv_op_latency_seconds", label(k.first, k.second), st.latency);
   }
+}
+
+// The metrics by peer node.
+void AppendPeers(std::string& o, const std::string& node, const PeerBytes& peers,
+                 const PeerOps& peer_ops) {
   o += "# HELP pskv_peer_bytes_total Bytes exchanged with each peer node.\n"
        "# TYPE pskv_peer_bytes_total counter\n";
   for (auto& [k, v] : peers)
@@ -317,29 +313,58 @@ std::string PrometheusText() {
   o += "# HELP pskv_peer_latency_seconds Latency of requests, by peer node (worker: request to "
        "answer; server: receipt to answer).\n"
        "# TYPE pskv_peer_latency_seconds histogram\n";
-  for (auto& [p, st] : peer_ops) histogram("pskv_peer_latency_seconds", peer_label(p), st.latency);
-  if (cuda::Initialized()) {  // the device runtime's copy counters (pskv/device.h), always on
-    const cuda::Counters c = cuda::Stats();
-    const std::pair<const char*, std::pair<uint64_t, uint64_t>> kinds[] = {
-        {"d2h", {c.d2h_bytes, c.d2h_count}},
-        {"h2d", {c.h2d_bytes, c.h2d_count}},
-        {"d2d", {c.d2d_bytes, c.d2d_count}},
-        {"peer", {c.peer_bytes, c.peer_count}}};
-    o += "# HELP pskv_device_copy_bytes_total Bytes copied by the device runtime, by kind "
-         "(d2h, h2d, d2d, peer).\n# TYPE pskv_device_copy_bytes_total counter\n";
-    for (auto& [kind, v] : kinds)
-      o += "pskv_device_copy_bytes_total{" + node + ",kind=\"" + kind + "\"} " +
-           std::to_string(v.first) + "\n";
-    o += "# HELP pskv_device_copies_total Copies made by the device runtime, by kind.\n"
-         "# TYPE pskv_device_copies_total counter\n";
-    for (auto& [kind, v] : kinds)
-      o += "pskv_device_copies_total{" + node + ",kind=\"" + kind + "\"} " +
-           std::to_string(v.second) + "\n";
-    o += "# HELP pskv_device_kernel_launches_total Kernels launched by the device runtime.\n"
-         "# TYPE pskv_device_kernel_launches_total counter\n"
-         "pskv_device_kernel_launches_total{" +
-         node + "} " + std::to_string(c.kernel_launches) + "\n";
+  for (auto& [p, st] : peer_ops)
+    AppendHistogram(o, "pskv_peer_latency_seconds", peer_label(p), st.latency);
+}
+
+// The device runtime's copy counters (pskv/device.h), always on.
+void AppendDeviceCopies(std::string& o, const std::string& node) {
+  const cuda::Counters c = cuda::Stats();
+  const std::pair<const char*, std::pair<uint64_t, uint64_t>> kinds[] = {
+      {"d2h", {c.d2h_bytes, c.d2h_count}},
+      {"h2d", {c.h2d_bytes, c.h2d_count}},
+      {"d2d", {c.d2d_bytes, c.d2d_count}},
+      {"peer", {c.peer_bytes, c.peer_count}}};
+  o += "# HELP pskv_device_copy_bytes_total Bytes copied by the device runtime, by kind "
+       "(d2h, h2d, d2d, peer).\n# TYPE pskv_device_copy_bytes_total counter\n";
+  for (auto& [kind, v] : kinds)
+    o += "pskv_device_copy_bytes_total{" + node + ",kind=\"" + kind + "\"} " +
+         std::to_string(v.first) + "\n";
+  o += "# HELP pskv_device_copies_total Copies made by the device runtime, by kind.\n"
+       "# TYPE pskv_device_copies_total counter\n";
+  for (auto& [kind, v] : kinds)
+    o += "pskv_device_copies_total{" + node + ",kind=\"" + kind + "\"} " +
+         std::to_string(v.second) + "\n";
+  o += "# HELP pskv_device_kernel_launches_total Kernels launched by the device runtime.\n"
+       "# TYPE pskv_device_kernel_launches_total counter\n"
+       "pskv_device_kernel_launches_total{" +
+       node + "} " + std::to_string(c.kernel_launches) + "\n";
+}
+
+}  // namespace
+
+std::string PrometheusText() {
+  State& s = S();
+  // A copy of the counters taken under the lock (a few hundred bytes per key), the
+  // text built after it: operations count under the same lock and never wait for
+  // the formatting of a scrape.
+  // Flat vectors, sized first: one allocation each and short (SSO) strings, so the
+  // lock is held for little more than a memcpy of the counters.
+  KeyedOps ops;
+  PeerBytes peers;
+  PeerOps peer_ops;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    ops.reserve(s.ops.size());
+    ops.assign(s.ops.begin(), s.ops.end());
+    peers.assign(s.peers.begin(), s.peers.end());
+    peer_ops.assign(s.peer_ops.begin(), s.peer_ops.end());
   }
+  const std::string node = "node=\"" + LabelEscape(LogName()) + "\"";
+  std::string o;
+  AppendOps(o, node, ops);
+  AppendPeers(o, node, peers, peer_ops);
+  if (cuda::Initialized()) AppendDeviceCopies(o, node);
   return o;
 }
 

@@ -58,7 +58,9 @@ Examples:
   pskv-launch -n 4 -s 2 --launcher kubernetes --image registry/me/train:1 -- python3 train.py
 )";
 
-// Builds the parser over `c`; `kv` receives the raw K=V strings of --env*.
+// Builds the parser over `c`; `kv` receives the raw K=V strings of --env*. The constructor
+// is long on purpose: it is the table of pskv-launch's options, one entry each, in the order
+// --help lists them; splitting it would only scatter that table.
 struct Parser {
   CLI::App app{kDescription, "pskv-launch"};
   std::vector<std::string> env, env_server, env_worker;
@@ -161,8 +163,10 @@ std::string Usage() {
          std::regex_replace(p.app.help(), std::regex("\nUsage: [^\n]*\n"), "\n");
 }
 
-LaunchConfig ParseArgs(int argc, char** argv) {
-  LaunchConfig c;
+namespace {
+
+// Parses argv into `c`: the options, the workers' command after them and the --env* pairs.
+void ParseCommandLine(int argc, char** argv, LaunchConfig& c) {
   Parser p(c);
   try {
     p.app.parse(argc, argv);
@@ -185,7 +189,10 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   for (auto& kv : p.env_server) c.env_server.push_back(ParseKV("--env-server", kv));
   for (auto& kv : p.env_worker) c.env_worker.push_back(ParseKV("--env-worker", kv));
   c.timestamps = !p.no_timestamps;
+}
 
+// Fills the defaults that depend on other options and rejects combinations that cannot work.
+void ValidateOptions(LaunchConfig& c) {
   if (c.num_workers <= 0) throw InvalidArgument("-n N (number of workers, at least 1) is required");
   if (c.num_servers < 0) c.num_servers = c.num_workers;
   if (c.num_servers == 0) throw InvalidArgument("-s must be at least 1: a pskv job needs a server");
@@ -216,9 +223,10 @@ LaunchConfig ParseArgs(int argc, char** argv) {
         "and the workers' program)");
   if (c.launcher != "kubernetes" && c.k8s_apply)
     throw InvalidArgument("--apply is for --launcher kubernetes");
+}
 
-  // The launcher's own environment (its one place that reads it).
-  if (const char* v = EnvValue("PSKV_LOG_LEVEL")) SetLogLevels(v);
+// The scheduler's address and port the job's processes meet at.
+void ReadRootAddress(LaunchConfig& c) {
   const bool local = c.launcher == "local";
   if (const char* v = EnvValue("DMLC_PS_ROOT_URI"))
     c.root_uri = v;
@@ -235,9 +243,12 @@ LaunchConfig ParseArgs(int argc, char** argv) {
       throw InvalidArgument(std::string("DMLC_PS_ROOT_PORT='") + v + "' is not a port number");
     c.root_port = static_cast<int>(x);
   }
-  // Every job-wide variable of the table (common/env_table.cc) set here reaches every
-  // node (kHost ones: not in containers, see plans/kubernetes.cc); the launcher sets the
-  // kLauncher ones itself.
+}
+
+// Every job-wide variable of the table (common/env_table.cc) set here reaches every
+// node (kHost ones: not in containers, see plans/kubernetes.cc); the launcher sets the
+// kLauncher ones itself.
+void ReadForwardedEnv(LaunchConfig& c) {
   for (const EnvVar& var : EnvVars())
     if (var.scope == EnvScope::kJob || var.scope == EnvScope::kHost)
       if (const char* v = EnvValue(var.name)) c.forward_env[var.name] = v;
@@ -258,6 +269,9 @@ LaunchConfig ParseArgs(int argc, char** argv) {
           "its own process there), or run unreplicated (docs/fault-tolerance.md, \"The "
           "launcher\")");
   }
+}
+
+void ReadJobSecret(LaunchConfig& c) {
   if (const char* v = EnvValue("PSKV_JOB_SECRET")) c.job_secret = v;
   if (const char* path = EnvValue("PSKV_JOB_SECRET_FILE")) {
     if (!c.job_secret.empty())
@@ -269,14 +283,17 @@ LaunchConfig ParseArgs(int argc, char** argv) {
     }
   }
   if (c.no_secret) c.job_secret.clear();
+}
+
+// The launcher's own directory and the libpskv it (and so its pskv-server) runs with:
+// --sync-dst-dir copies it next to pskv-server for hosts that have no pskv installed.
+void FindOwnFiles(LaunchConfig& c) {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n > 0) {
     std::string exe(buf, static_cast<size_t>(n));
     c.self_dir = exe.substr(0, exe.rfind('/'));
   }
-  // The libpskv this launcher (and so its pskv-server) runs with: --sync-dst-dir
-  // copies it next to pskv-server for hosts that have no pskv installed.
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) {
     auto slash = line.find('/');
@@ -288,6 +305,20 @@ LaunchConfig ParseArgs(int argc, char** argv) {
       break;
     }
   }
+}
+
+}  // namespace
+
+LaunchConfig ParseArgs(int argc, char** argv) {
+  LaunchConfig c;
+  ParseCommandLine(argc, argv, c);
+  ValidateOptions(c);
+  // The launcher's own environment (its one place that reads it).
+  if (const char* v = EnvValue("PSKV_LOG_LEVEL")) SetLogLevels(v);
+  ReadRootAddress(c);
+  ReadForwardedEnv(c);
+  ReadJobSecret(c);
+  FindOwnFiles(c);
   return c;
 }
 

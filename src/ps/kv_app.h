@@ -201,6 +201,17 @@ class KVWorker {
                  char* out, std::vector<char*> outs, const std::vector<uint64_t>& out_lens, int cmd,
                  uint8_t flags, Callback cb, int priority, uint64_t ahead = 0,
                  uint64_t message_bytes = 0);
+  /// Cuts a request into its messages (one per server's keys, or pieces of them at
+  /// key boundaries: PSKV_WIRE_CHUNK_BYTES or `message_bytes`) and their parts.
+  void Split(const std::vector<uint64_t>& keys, const Frame& vals,
+             const std::vector<uint64_t>& lens, const std::vector<uint64_t>& out_lens, int cmd,
+             uint8_t flags, int priority, uint64_t message_bytes,
+             std::vector<std::pair<int, Message>>& msgs, std::vector<Part>& parts) const;
+  /// Sends the messages of request `ts` not held back (to < 0), in `order` if paced.
+  void SendIssued(uint64_t ts, std::vector<std::pair<int, Message>>& msgs,
+                  const std::vector<size_t>& order);
+  /// Copies a pull answer for part `s` of `req` into its outputs; "" or what is wrong.
+  static std::string TakePullAnswer(const Message& m, const Slice& s, Request& req);
   void OnMessage(Message&& m);
   void OnFailure(std::exception_ptr e);
   /// A newer range table: messages whose range moved are sent to the new primary.

@@ -60,12 +60,14 @@ uint64_t KVWorker::PushPull(const std::vector<uint64_t>& keys, Frame vals,
                std::move(cb), priority);
 }
 
-uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
-                         const std::vector<uint64_t>& lens, char* out, std::vector<char*> outs,
-                         const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
-                         int priority, uint64_t ahead, uint64_t message_bytes) {
-  if (keys.size() != lens.size() || ((out || !outs.empty()) && out_lens.size() != keys.size()) ||
-      (!outs.empty() && outs.size() != keys.size()))
+namespace {
+
+// The shapes of a request's arguments agree (programming errors of the layers above).
+void CheckShapes(const std::vector<uint64_t>& keys, const Frame& vals,
+                 const std::vector<uint64_t>& lens, bool has_out, size_t num_outs,
+                 const std::vector<uint64_t>& out_lens) {
+  if (keys.size() != lens.size() || (has_out && out_lens.size() != keys.size()) ||
+      (num_outs && num_outs != keys.size()))
     throw InternalError("KVWorker: keys and lens differ in length");
   uint64_t total = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -74,21 +76,17 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     total += lens[i];
   }
   if (total != vals.size) throw InternalError("KVWorker: lens do not add up to the values' size");
+}
+
+}  // namespace
+
+void KVWorker::Split(const std::vector<uint64_t>& keys, const Frame& vals,
+                     const std::vector<uint64_t>& lens, const std::vector<uint64_t>& out_lens,
+                     int cmd, uint8_t flags, int priority, uint64_t message_bytes,
+                     std::vector<std::pair<int, Message>>& msgs, std::vector<Part>& parts) const {
   const int S = node_->num_servers();
   std::vector<uint64_t> offsets(keys.size() + 1, 0);
   for (size_t i = 0; i < keys.size(); ++i) offsets[i + 1] = offsets[i] + lens[i];
-
-  Request req;
-  req.cmd = cmd;
-  req.flags = flags;
-  req.cb = std::move(cb);
-  req.out = out;
-  req.outs = std::move(outs);
-  req.keys = keys;
-  req.out_lens = out_lens;
-  req.out_offsets.assign(keys.size() + 1, 0);
-  for (size_t i = 0; i < out_lens.size(); ++i)
-    req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
   // One message per server's keys; with wire chunks, a server's keys are cut into
   // messages of about `chunk` bytes (sent or answered) at key boundaries.
   const uint64_t chunk =
@@ -96,8 +94,6 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
   auto key_bytes = [&](size_t k) {
     return std::max(lens[k], out_lens.empty() ? uint64_t{0} : out_lens[k]);
   };
-  std::vector<std::pair<int, Message>> msgs;
-  std::vector<Part> parts;
   size_t i = 0;
   for (int r = 0; r < S && i < keys.size(); ++r) {
     auto [begin, end] = ServerRange(r, S);
@@ -124,6 +120,27 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     }
     i = j;
   }
+}
+
+uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
+                         const std::vector<uint64_t>& lens, char* out, std::vector<char*> outs,
+                         const std::vector<uint64_t>& out_lens, int cmd, uint8_t flags, Callback cb,
+                         int priority, uint64_t ahead, uint64_t message_bytes) {
+  CheckShapes(keys, vals, lens, out || !outs.empty(), outs.size(), out_lens);
+  Request req;
+  req.cmd = cmd;
+  req.flags = flags;
+  req.cb = std::move(cb);
+  req.out = out;
+  req.outs = std::move(outs);
+  req.keys = keys;
+  req.out_lens = out_lens;
+  req.out_offsets.assign(keys.size() + 1, 0);
+  for (size_t i = 0; i < out_lens.size(); ++i)
+    req.out_offsets[i + 1] = req.out_offsets[i] + out_lens[i];
+  std::vector<std::pair<int, Message>> msgs;
+  std::vector<Part> parts;
+  Split(keys, vals, lens, out_lens, cmd, flags, priority, message_bytes, msgs, parts);
   Callback done_now;
   uint64_t ts;
   std::vector<size_t> order;  // paced: the messages' send order (PushPacer::SendOrder)
@@ -158,6 +175,12 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
     done_now(nullptr);
     return ts;
   }
+  SendIssued(ts, msgs, order);
+  return ts;
+}
+
+void KVWorker::SendIssued(uint64_t ts, std::vector<std::pair<int, Message>>& msgs,
+                          const std::vector<size_t>& order) {
   for (size_t q = 0; q < msgs.size(); ++q) {
     const size_t p = order.empty() ? q : order[q];
     auto& [to, m] = msgs[p];
@@ -172,10 +195,9 @@ uint64_t KVWorker::Issue(const std::vector<uint64_t>& keys, Frame vals,
       // job's failure, fails the request.
       if (replicated_ && !node_->failure() && node_->ServerLost(to)) continue;
       Fail(ts, std::current_exception());
-      return ts;
+      return;
     }
   }
-  return ts;
 }
 
 std::vector<std::string> KVWorker::Command(int head, const std::string& body,
@@ -353,6 +375,30 @@ void KVWorker::Finish(uint64_t ts, std::unique_lock<std::mutex>& lk) {
   lk.lock();
 }
 
+std::string KVWorker::TakePullAnswer(const Message& m, const Slice& s, Request& req) {
+  if (m.h.num_keys != s.count)
+    return "an answer with " + std::to_string(m.h.num_keys) + " keys, expected " +
+           std::to_string(s.count);
+  for (size_t k = 0; k < s.count; ++k) {
+    if (m.key_ptr()[k] != req.keys[s.first + k]) return "an answer for other keys";
+    if (m.len_ptr()[k] != req.out_lens[s.first + k])
+      return "an answer of " + std::to_string(m.len_ptr()[k]) + " bytes for key " +
+             std::to_string(req.keys[s.first + k]) + ", expected " +
+             std::to_string(req.out_lens[s.first + k]);
+  }
+  if (req.out) {
+    m.CopyVals(0, m.h.vals_len, req.out + req.out_offsets[s.first]);
+    return "";
+  }
+  uint64_t at = 0;  // scattered: each key to its own output
+  for (size_t k = 0; k < s.count; ++k) {
+    const uint64_t len = req.out_lens[s.first + k];
+    m.CopyVals(at, len, req.outs[s.first + k]);
+    at += len;
+  }
+  return "";
+}
+
 void KVWorker::OnMessage(Message&& m) {
   if (m.h.flags & kRequest) {
     PSKV_WARN(node_->Tag() << ": a worker received a request; dropped");
@@ -398,30 +444,7 @@ void KVWorker::OnMessage(Message&& m) {
     if (req.bodies && IsServerId(m.h.sender) && r < static_cast<int>(req.bodies->size()))
       (*req.bodies)[static_cast<size_t>(r)] = m.body;
   } else if ((req.out || !req.outs.empty()) && (m.h.flags & kPull)) {
-    std::string problem;
-    if (m.h.num_keys != s.count) {
-      problem = "an answer with " + std::to_string(m.h.num_keys) + " keys, expected " +
-                std::to_string(s.count);
-    } else {
-      for (size_t k = 0; k < s.count && problem.empty(); ++k) {
-        if (m.key_ptr()[k] != req.keys[s.first + k])
-          problem = "an answer for other keys";
-        else if (m.len_ptr()[k] != req.out_lens[s.first + k])
-          problem = "an answer of " + std::to_string(m.len_ptr()[k]) + " bytes for key " +
-                    std::to_string(req.keys[s.first + k]) + ", expected " +
-                    std::to_string(req.out_lens[s.first + k]);
-      }
-      if (problem.empty() && req.out) {
-        m.CopyVals(0, m.h.vals_len, req.out + req.out_offsets[s.first]);
-      } else if (problem.empty()) {  // scattered: each key to its own output
-        uint64_t at = 0;
-        for (size_t k = 0; k < s.count; ++k) {
-          const uint64_t len = req.out_lens[s.first + k];
-          m.CopyVals(at, len, req.outs[s.first + k]);
-          at += len;
-        }
-      }
-    }
+    std::string problem = TakePullAnswer(m, s, req);
     if (!problem.empty() && !req.error)
       req.error = std::make_exception_ptr(ProtocolError(who + " sent " + problem));
   }

@@ -44,25 +44,27 @@ TrainerOptions WithBuffers(torch::nn::Module& module, TrainerOptions o) {
 Trainer::Trainer(torch::nn::Module& module, KVStore* kv, TrainerOptions options)
     : Trainer(module.parameters(), kv, WithBuffers(module, std::move(options))) {}
 
-Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
-                 TrainerOptions options)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.kv = kv;
-  m.opt = std::move(options);
-  m.replicas = std::move(replicas);
-  if (!kv) throw InvalidArgument("Trainer needs a KVStore");
+namespace {
+
+// The replicas' shapes and the sparse parameters' indices are usable.
+void CheckParameters(const Trainer::Impl& m) {
   if (m.replicas.empty() || m.replicas[0].empty())
     throw InvalidArgument("Trainer needs parameters");
-  const size_t P = m.replicas[0].size(), R = m.replicas.size();
+  const size_t P = m.replicas[0].size();
   for (auto& r : m.replicas)
     if (r.size() != P) throw InvalidArgument("every replica must have the same parameters");
-  const int n = kv->NumWorkers();
-  m.dist = StoreType::Parse(kv->Type()).dist;
   for (size_t i : m.opt.sparse_params)
     if (i >= P)
       throw InvalidArgument("sparse parameter index " + std::to_string(i) + ", but there are " +
                             std::to_string(P) + " parameters");
+}
+
+// Where updates run (update_on_kvstore), the loss scale, and the optimizer in the store
+// or here.
+void SetUpOptimizer(Trainer::Impl& m) {
+  KVStore* kv = m.kv;
+  const size_t P = m.replicas[0].size(), R = m.replicas.size();
+  const int n = kv->NumWorkers();
   UpdatePlacement where;
   where.requested = m.opt.update_on_kvstore;
   where.store_type = kv->Type();
@@ -81,27 +83,31 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
   } else {
     m.local_opt = std::make_unique<Optimizer>(m.cfg);
   }
-  if (m.OnDevices()) {
-    if (m.opt.devices.size() != R)
-      throw InvalidArgument("TrainerOptions::devices names " +
-                            std::to_string(m.opt.devices.size()) + " devices for " +
-                            std::to_string(R) + " replicas: give one device per replica");
-    if (m.opt.push_in_backward || !m.opt.sparse_params.empty())
-      throw UsageError(
-          "TrainerOptions::devices works with dense parameters exchanged in Step(): turn "
-          "push_in_backward off and keep sparse parameters on the CPU (no devices)");
-    for (const Device& d : m.opt.devices)
-      if (d.is_cuda() && d.id >= cuda::DeviceCount())
-        throw DeviceUnavailable("TrainerOptions::devices names " + d.str() + ", but " +
-                                cuda::Status() + " (simulated devices: PSKV_SIM_DEVICES=k)");
-    m.twins.assign(R, std::vector<NDArray>(P));
-  }
-  for (size_t i : m.opt.sparse_params) {
-    if (R != 1) throw InvalidArgument("sparse parameters work with a single replica");
-    if (m.replicas[0][i].dim() < 1)
-      throw InvalidArgument("a sparse parameter needs rows (at least one dimension)");
-  }
-  torch::NoGradGuard no_grad;
+}
+
+// TrainerOptions::devices: one usable device per replica, dense parameters only.
+void SetUpDevices(Trainer::Impl& m) {
+  const size_t P = m.replicas[0].size(), R = m.replicas.size();
+  if (m.opt.devices.size() != R)
+    throw InvalidArgument("TrainerOptions::devices names " + std::to_string(m.opt.devices.size()) +
+                          " devices for " + std::to_string(R) +
+                          " replicas: give one device per replica");
+  if (m.opt.push_in_backward || !m.opt.sparse_params.empty())
+    throw UsageError(
+        "TrainerOptions::devices works with dense parameters exchanged in Step(): turn "
+        "push_in_backward off and keep sparse parameters on the CPU (no devices)");
+  for (const Device& d : m.opt.devices)
+    if (d.is_cuda() && d.id >= cuda::DeviceCount())
+      throw DeviceUnavailable("TrainerOptions::devices names " + d.str() + ", but " +
+                              cuda::Status() + " (simulated devices: PSKV_SIM_DEVICES=k)");
+  m.twins.assign(R, std::vector<NDArray>(P));
+}
+
+// Initializes every parameter's and buffer's key in the store, so that rank 0's values
+// become everyone's, and waits for it (under the caller's NoGradGuard).
+void InitKeys(Trainer::Impl& m) {
+  KVStore* kv = m.kv;
+  const size_t P = m.replicas[0].size();
   for (size_t i = 0; i < P; ++i) {
     if (m.Sparse(i)) {  // every row: rank 0's table becomes everyone's
       NDArray w = TensorView(m.replicas[0][i].detach());
@@ -133,6 +139,30 @@ Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
     m.buffer_out.emplace_back(b.shape(), b.dtype());
   }
   kv->WaitAll();
+}
+
+}  // namespace
+
+Trainer::Trainer(std::vector<std::vector<torch::Tensor>> replicas, KVStore* kv,
+                 TrainerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.kv = kv;
+  m.opt = std::move(options);
+  m.replicas = std::move(replicas);
+  if (!kv) throw InvalidArgument("Trainer needs a KVStore");
+  CheckParameters(m);
+  m.dist = StoreType::Parse(kv->Type()).dist;
+  SetUpOptimizer(m);
+  if (m.OnDevices()) SetUpDevices(m);
+  const size_t P = m.replicas[0].size(), R = m.replicas.size();
+  for (size_t i : m.opt.sparse_params) {
+    if (R != 1) throw InvalidArgument("sparse parameters work with a single replica");
+    if (m.replicas[0][i].dim() < 1)
+      throw InvalidArgument("a sparse parameter needs rows (at least one dimension)");
+  }
+  torch::NoGradGuard no_grad;
+  InitKeys(m);
   m.pushed.assign(P, false);
   m.hold.resize(P);
   m.RecordVersions();

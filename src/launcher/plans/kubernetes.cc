@@ -169,121 +169,155 @@ bool Forwarded(const std::string& k) {
   return v && v->scope == pskv::EnvScope::kJob;
 }
 
+// One job's objects, built from the launch configuration: the names every object shares
+// and one method per kind of object.
+class Manifests {
+ public:
+  Manifests(const LaunchConfig& cfg, const std::string& job_id)
+      : cfg_(cfg),
+        job_id_(job_id),
+        name_(CheckName(cfg.k8s_job_name.empty() ? "pskv-" + job_id : cfg.k8s_job_name)),
+        ns_(cfg.k8s_namespace),
+        secret_name_(name_ + "-secret"),
+        svc_(name_ + "-scheduler"),
+        port_(cfg.root_port ? cfg.root_port : 9091),  // MXJob's default port
+        mxjob_(cfg.k8s_kind == "mxjob"),
+        server_argv_(cfg.server_command.empty()
+                         ? std::vector<std::string>{"pskv-server"}
+                         : std::vector<std::string>{"/bin/sh", "-c", cfg.server_command}) {}
+
+  std::string Text(bool reveal_secret) const {
+    std::string out;
+    // The secret: the only object with its value; pods reference it.
+    if (!cfg_.job_secret.empty()) out += Document(Secret(reveal_secret));
+    if (mxjob_) return out + Document(MxJob());
+    out += Document(Service());
+    for (auto [role, count] : {std::pair<std::string, int>{"scheduler", 1},
+                               {"server", cfg_.num_servers},
+                               {"worker", cfg_.num_workers}})
+      out += Document(IndexedJob(role, count));
+    return out;
+  }
+
+ private:
+  Y Labels(const std::string& role) const {
+    Y l;
+    l("app.kubernetes.io/name", "pskv")("app.kubernetes.io/instance", name_)("pskv/job", name_);
+    if (!role.empty()) l("pskv/role", role);
+    return l;
+  }
+
+  Y Meta(const std::string& obj, const std::string& role) const {
+    return Y()("name", obj)("namespace", ns_)("labels", Labels(role));
+  }
+
+  Y Secret(bool reveal_secret) const {
+    Y secret;
+    secret("apiVersion", "v1")("kind", "Secret")("metadata", Meta(secret_name_, ""))(
+        "type", "Opaque")("stringData",
+                          Y()("PSKV_JOB_SECRET", reveal_secret ? cfg_.job_secret : "<secret>"));
+    return secret;
+  }
+
+  Y Env(const std::string& role) const {
+    Y env = Y::List();
+    std::map<std::string, std::string> vals;
+    for (auto& [k, v] : cfg_.forward_env)
+      if (Forwarded(k)) vals[k] = v;
+    for (auto& [k, v] : cfg_.env) vals[k] = v;
+    for (auto& [k, v] : (role == "worker" ? cfg_.env_worker : cfg_.env_server)) vals[k] = v;
+    vals.erase("PSKV_JOB_SECRET");
+    vals.erase("PSKV_JOB_SECRET_FILE");
+    if (!mxjob_) {  // the training operator sets these for an MXJob
+      vals["DMLC_ROLE"] = role;
+      vals["DMLC_PS_ROOT_URI"] = svc_ + "." + ns_ + ".svc";
+      vals["DMLC_PS_ROOT_PORT"] = std::to_string(port_);
+      vals["DMLC_NUM_WORKER"] = std::to_string(cfg_.num_workers);
+      vals["DMLC_NUM_SERVER"] = std::to_string(cfg_.num_servers);
+    }
+    vals["PSKV_JOB_ID"] = job_id_;
+    vals["DMLC_JOB_CLUSTER"] = "kubernetes";
+    for (auto& [k, v] : vals) env.Add(EnvVar(k, v));
+    env.Add(FieldEnv("DMLC_NODE_HOST", "status.podIP"));
+    if (!mxjob_ && role != "scheduler")
+      env.Add(FieldEnv("DMLC_TASK_ID",
+                       "metadata.annotations['batch.kubernetes.io/job-completion-index']"));
+    if (!cfg_.job_secret.empty()) env.Add(SecretEnv(secret_name_));
+    return env;
+  }
+
+  Y Container(const std::string& role, const std::string& cname) const {
+    Y c;
+    c("name", cname)("image", cfg_.k8s_image)(
+        "command", Command(role == "worker" ? cfg_.command : server_argv_))("env", Env(role));
+    if (role == "scheduler")
+      c("ports", Y::List().Add(Y()("name", mxjob_ ? "mxjob-port" : "scheduler")(
+                     "containerPort", Y::Num(port_))("protocol", "TCP")));
+    if (!cfg_.k8s_cpu.empty() || !cfg_.k8s_memory.empty()) c("resources", Resources(cfg_));
+    return c;
+  }
+
+  // --k8s-kind mxjob: one Kubeflow MXJob holding all three roles.
+  Y MxJob() const {
+    Y specs;
+    for (auto [role, kind, count] :
+         {std::tuple<std::string, std::string, int>{"scheduler", "Scheduler", 1},
+          {"server", "Server", cfg_.num_servers},
+          {"worker", "Worker", cfg_.num_workers}}) {
+      specs(kind, Y()("replicas", Y::Num(count))("restartPolicy", "Never")(
+                      "template",
+                      Y()("metadata", Y()("labels", Labels(role)))(
+                          "spec", Y()("containers", Y::List().Add(Container(role, "mxnet"))))));
+    }
+    Y job;
+    job("apiVersion", "kubeflow.org/v1")("kind", "MXJob")("metadata", Meta(name_, ""))(
+        "spec", Y()("jobMode", "MXTrain")(
+                    "runPolicy", Y()("backoffLimit", Y::Num(0))("cleanPodPolicy", "Running"))(
+                    "mxReplicaSpecs", specs));
+    return job;
+  }
+
+  // The headless Service that gives the scheduler's pod its stable name.
+  Y Service() const {
+    Y service;
+    service("apiVersion", "v1")("kind", "Service")("metadata", Meta(svc_, "scheduler"))(
+        "spec", Y()("clusterIP", "None")("publishNotReadyAddresses", Y::Bool(true))(
+                    "selector", Y()("pskv/job", name_)("pskv/role", "scheduler"))(
+                    "ports", Y::List().Add(Y()("name", "scheduler")("port", Y::Num(port_))(
+                                 "targetPort", Y::Num(port_))("protocol", "TCP"))));
+    return service;
+  }
+
+  Y IndexedJob(const std::string& role, int count) const {
+    Y job;
+    const std::string obj = name_ + "-" + role;
+    // backoffLimit 0: a failed pod fails the job (the others report it and exit).
+    job("apiVersion", "batch/v1")("kind", "Job")("metadata", Meta(obj, role))(
+        "spec",
+        Y()("completionMode", "Indexed")("completions", Y::Num(count))(
+            "parallelism", Y::Num(count))("backoffLimit", Y::Num(0))(
+            "template", Y()("metadata", Y()("labels", Labels(role)))(
+                            "spec", Y()("restartPolicy", "Never")("subdomain", svc_)(
+                                        "containers", Y::List().Add(Container(role, role))))));
+    return job;
+  }
+
+  const LaunchConfig& cfg_;
+  const std::string job_id_;
+  const std::string name_;
+  const std::string ns_;
+  const std::string secret_name_;
+  const std::string svc_;
+  const int port_;
+  const bool mxjob_;
+  const std::vector<std::string> server_argv_;
+};
+
 }  // namespace
 
 std::string KubernetesManifests(const LaunchConfig& cfg, const std::string& job_id,
                                 bool reveal_secret) {
-  const std::string name =
-      CheckName(cfg.k8s_job_name.empty() ? "pskv-" + job_id : cfg.k8s_job_name);
-  const std::string ns = cfg.k8s_namespace;
-  const std::string secret_name = name + "-secret";
-  const std::string svc = name + "-scheduler";
-  const int port = cfg.root_port ? cfg.root_port : 9091;  // MXJob's default port
-  const int n = cfg.num_workers, S = cfg.num_servers;
-  const bool mxjob = cfg.k8s_kind == "mxjob";
-  const std::vector<std::string> server_argv =
-      cfg.server_command.empty() ? std::vector<std::string>{"pskv-server"}
-                                 : std::vector<std::string>{"/bin/sh", "-c", cfg.server_command};
-
-  auto labels = [&](const std::string& role) {
-    Y l;
-    l("app.kubernetes.io/name", "pskv")("app.kubernetes.io/instance", name)("pskv/job", name);
-    if (!role.empty()) l("pskv/role", role);
-    return l;
-  };
-  auto meta = [&](const std::string& obj, const std::string& role) {
-    return Y()("name", obj)("namespace", ns)("labels", labels(role));
-  };
-
-  std::string out;
-  // The secret: the only object with its value; pods reference it.
-  if (!cfg.job_secret.empty()) {
-    Y secret;
-    secret("apiVersion", "v1")("kind", "Secret")("metadata", meta(secret_name, ""))(
-        "type", "Opaque")("stringData",
-                          Y()("PSKV_JOB_SECRET", reveal_secret ? cfg.job_secret : "<secret>"));
-    out += Document(secret);
-  }
-
-  auto env_for = [&](const std::string& role) {
-    Y env = Y::List();
-    std::map<std::string, std::string> vals;
-    for (auto& [k, v] : cfg.forward_env)
-      if (Forwarded(k)) vals[k] = v;
-    for (auto& [k, v] : cfg.env) vals[k] = v;
-    for (auto& [k, v] : (role == "worker" ? cfg.env_worker : cfg.env_server)) vals[k] = v;
-    vals.erase("PSKV_JOB_SECRET");
-    vals.erase("PSKV_JOB_SECRET_FILE");
-    if (!mxjob) {  // the training operator sets these for an MXJob
-      vals["DMLC_ROLE"] = role;
-      vals["DMLC_PS_ROOT_URI"] = svc + "." + ns + ".svc";
-      vals["DMLC_PS_ROOT_PORT"] = std::to_string(port);
-      vals["DMLC_NUM_WORKER"] = std::to_string(n);
-      vals["DMLC_NUM_SERVER"] = std::to_string(S);
-    }
-    vals["PSKV_JOB_ID"] = job_id;
-    vals["DMLC_JOB_CLUSTER"] = "kubernetes";
-    for (auto& [k, v] : vals) env.Add(EnvVar(k, v));
-    env.Add(FieldEnv("DMLC_NODE_HOST", "status.podIP"));
-    if (!mxjob && role != "scheduler")
-      env.Add(FieldEnv("DMLC_TASK_ID",
-                       "metadata.annotations['batch.kubernetes.io/job-completion-index']"));
-    if (!cfg.job_secret.empty()) env.Add(SecretEnv(secret_name));
-    return env;
-  };
-  auto container = [&](const std::string& role, const std::string& cname) {
-    Y c;
-    c("name", cname)("image", cfg.k8s_image)(
-        "command", Command(role == "worker" ? cfg.command : server_argv))("env", env_for(role));
-    if (role == "scheduler")
-      c("ports", Y::List().Add(Y()("name", mxjob ? "mxjob-port" : "scheduler")(
-                     "containerPort", Y::Num(port))("protocol", "TCP")));
-    if (!cfg.k8s_cpu.empty() || !cfg.k8s_memory.empty()) c("resources", Resources(cfg));
-    return c;
-  };
-
-  if (mxjob) {
-    Y specs;
-    for (auto [role, kind, count] :
-         {std::tuple<std::string, std::string, int>{"scheduler", "Scheduler", 1},
-          {"server", "Server", S},
-          {"worker", "Worker", n}}) {
-      specs(kind, Y()("replicas", Y::Num(count))("restartPolicy", "Never")(
-                      "template",
-                      Y()("metadata", Y()("labels", labels(role)))(
-                          "spec", Y()("containers", Y::List().Add(container(role, "mxnet"))))));
-    }
-    Y job;
-    job("apiVersion", "kubeflow.org/v1")("kind", "MXJob")("metadata", meta(name, ""))(
-        "spec", Y()("jobMode", "MXTrain")(
-                    "runPolicy", Y()("backoffLimit", Y::Num(0))("cleanPodPolicy", "Running"))(
-                    "mxReplicaSpecs", specs));
-    out += Document(job);
-    return out;
-  }
-
-  Y service;
-  service("apiVersion", "v1")("kind", "Service")("metadata", meta(svc, "scheduler"))(
-      "spec", Y()("clusterIP", "None")("publishNotReadyAddresses", Y::Bool(true))(
-                  "selector", Y()("pskv/job", name)("pskv/role", "scheduler"))(
-                  "ports", Y::List().Add(Y()("name", "scheduler")("port", Y::Num(port))(
-                               "targetPort", Y::Num(port))("protocol", "TCP"))));
-  out += Document(service);
-  for (auto [role, count] :
-       {std::pair<std::string, int>{"scheduler", 1}, {"server", S}, {"worker", n}}) {
-    Y job;
-    const std::string obj = name + "-" + role;
-    // backoffLimit 0: a failed pod fails the job (the others report it and exit).
-    job("apiVersion", "batch/v1")("kind", "Job")("metadata", meta(obj, role))(
-        "spec",
-        Y()("completionMode", "Indexed")("completions", Y::Num(count))(
-            "parallelism", Y::Num(count))("backoffLimit", Y::Num(0))(
-            "template", Y()("metadata", Y()("labels", labels(role)))(
-                            "spec", Y()("restartPolicy", "Never")("subdomain", svc)(
-                                        "containers", Y::List().Add(container(role, role))))));
-    out += Document(job);
-  }
-  return out;
+  return Manifests(cfg, job_id).Text(reveal_secret);
 }
 
 int LaunchKubernetes(const LaunchConfig& cfg, const std::string& job_id) {

@@ -1,7 +1,8 @@
-// DistWorkerStore's operations on values that live on devices (device_exchange.h).
+// DeviceExchange: DistWorkerStore's operations on values that live on devices
+// (device_exchange.h).
 //
 // Threads: the operations start on the engine's thread (one at a time per key). The
-// pieces of DevicePushPull are issued from host callbacks on the home device's d2h
+// pieces of PushPull are issued from host callbacks on the home device's d2h
 // stream (they call only the KV layer, never the device runtime); the copies to the
 // outputs are enqueued from the node's receive thread (the last answer's callback), and
 // the operation completes from a host callback once they finished
@@ -11,7 +12,6 @@
 
 #include "device/runtime.h"
 #include "kvstore/distributed/worker/device_exchange.h"
-#include "kvstore/distributed/worker/store.h"
 #include "pskv/error.h"
 
 namespace pskv::dist {
@@ -41,8 +41,8 @@ KVWorker::Callback ToOutputs(DeviceKeyState* st, bool fan_out, Engine::Done done
 
 }  // namespace
 
-void DistWorkerStore::PrepareDevices(const std::vector<KeyMeta*>& metas, const Grouped& groups,
-                                     const std::vector<NDArray>& arrays, bool pushed) {
+void DeviceExchange::Prepare(const std::vector<KeyMeta*>& metas, const Grouped& groups,
+                             const std::vector<NDArray>& arrays, bool pushed) {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<Placement::Request> requests;
   for (size_t g = 0; g < metas.size(); ++g) {
@@ -54,7 +54,7 @@ void DistWorkerStore::PrepareDevices(const std::vector<KeyMeta*>& metas, const G
     }
     if (devices.empty()) continue;
     if (!m->dev) m->dev = std::make_shared<DeviceKeyState>();
-    if (device_ && pushed && m->dev->slot.home < 0)
+    if (reduce_on_device_ && pushed && m->dev->slot.home < 0)
       requests.push_back({m->key, static_cast<size_t>(m->size) * DTypeSize(m->dtype), devices});
   }
   if (requests.empty()) return;
@@ -63,9 +63,9 @@ void DistWorkerStore::PrepareDevices(const std::vector<KeyMeta*>& metas, const G
     if (auto it = homes.find(m->key); it != homes.end()) m->dev->slot.home = it->second;
 }
 
-NDArray DistWorkerStore::StagedSum(KeyMeta& m, const std::vector<NDArray>& vals) {
+NDArray DeviceExchange::StagedSum(KeyMeta& m, const std::vector<NDArray>& vals) {
   DeviceKeyState& st = *m.dev;
-  if (device_ && st.slot.home >= 0) {
+  if (reduce_on_device_ && st.slot.home >= 0) {
     // dist_*_device with compression: the device sum, copied to the host whole (the
     // quantisation reads all of it).
     const int home = st.slot.home;
@@ -77,12 +77,11 @@ NDArray DistWorkerStore::StagedSum(KeyMeta& m, const std::vector<NDArray>& vals)
     return send;
   }
   const std::vector<NDArray> host = StageOnHost(vals);
-  return host.size() == 1 ? host[0] : reducer_->Reduce(host, &m.merge);
+  return host.size() == 1 ? host[0] : reducer_.Reduce(host, &m.merge);
 }
 
-void DistWorkerStore::DevicePushPull(KeyMeta& m, const std::vector<NDArray>& vals,
-                                     const std::vector<NDArray>& outs, int priority,
-                                     Engine::Done done) {
+void DeviceExchange::PushPull(KeyMeta& m, const std::vector<NDArray>& vals,
+                              const std::vector<NDArray>& outs, int priority, Engine::Done done) {
   DeviceKeyState* st = m.dev.get();
   const int home = st->slot.home;
   const bool pull = !outs.empty();
@@ -135,11 +134,12 @@ void DistWorkerStore::DevicePushPull(KeyMeta& m, const std::vector<NDArray>& val
           const Frame f = Frame::Of(send, k.lens[i], nullptr);
           KVWorker::Callback cb = [pieces](std::exception_ptr e) { pieces->Answer(e); };
           if (recv)
-            link_->worker()->PushPull({k.ps_keys[i]}, f, {k.lens[i]}, recv, {k.lens[i]}, cmd,
-                                      std::move(cb), priority, PushAhead(), MessageBytes());
+            link_.worker()->PushPull({k.ps_keys[i]}, f, {k.lens[i]}, recv, {k.lens[i]}, cmd,
+                                     std::move(cb), priority, wire_.push_ahead,
+                                     wire_.message_bytes);
           else
-            link_->worker()->Push({k.ps_keys[i]}, f, {k.lens[i]}, cmd, std::move(cb), priority,
-                                  PushAhead(), MessageBytes());
+            link_.worker()->Push({k.ps_keys[i]}, f, {k.lens[i]}, cmd, std::move(cb), priority,
+                                 wire_.push_ahead, wire_.message_bytes);
         } catch (...) {
           pieces->Answer(std::current_exception());
         }
@@ -153,25 +153,26 @@ void DistWorkerStore::DevicePushPull(KeyMeta& m, const std::vector<NDArray>& val
   }
 }
 
-void DistWorkerStore::DevicePull(KeyMeta& m, const std::vector<NDArray>& outs, int priority,
-                                 Engine::Done done) {
+void DeviceExchange::Pull(KeyMeta& m, const std::vector<NDArray>& outs, int priority,
+                          Engine::Done done) {
   DeviceKeyState* st = m.dev.get();
   st->outs = outs;
   char* recv = static_cast<char*>(Pinned(st->recv, m).raw());
-  link_->worker()->Pull(m.ps_keys, recv, m.lens, MakeCmd(Kind::kDense, m.dtype),
-                        ToOutputs(st, device_, std::move(done)), priority);
+  link_.worker()->Pull(m.ps_keys, recv, m.lens, MakeCmd(Kind::kDense, m.dtype),
+                       ToOutputs(st, reduce_on_device_, std::move(done)), priority);
 }
 
-void DistWorkerStore::StagedPushPull(KeyMeta& m, const std::vector<NDArray>& vals,
-                                     const std::vector<NDArray>& outs, int priority,
-                                     Engine::Done done) {
-  auto [frame, lens, cmd] = Prepare(m, vals);
+void DeviceExchange::PushPullPrepared(KeyMeta& m,
+                                      const std::tuple<Frame, std::vector<uint64_t>, int>& prepared,
+                                      const std::vector<NDArray>& outs, int priority,
+                                      Engine::Done done) {
+  const auto& [frame, lens, cmd] = prepared;
   DeviceKeyState* st = m.dev.get();
   st->outs = outs;
   char* recv = static_cast<char*>(Pinned(st->recv, m).raw());
-  link_->worker()->PushPull(m.ps_keys, frame, lens, recv, m.lens, cmd,
-                            ToOutputs(st, device_, std::move(done)), priority, PushAhead(),
-                            MessageBytes());
+  link_.worker()->PushPull(m.ps_keys, frame, lens, recv, m.lens, cmd,
+                           ToOutputs(st, reduce_on_device_, std::move(done)), priority,
+                           wire_.push_ahead, wire_.message_bytes);
 }
 
 }  // namespace pskv::dist

@@ -30,7 +30,7 @@ struct KeyMeta {
   std::vector<Slice> slices;  // one per wire chunk (ps key), by server and offset
   NDArray merge;              // local reduction buffer (the LocalReducer allocates it)
   NDArray residual;           // compression residual (float32)
-  // Values on devices (device_exchange.h): created under the store's lock before the
+  // Values on devices (device_exchange.h): created under DeviceExchange's lock before the
   // key's first operation with device arrays; then used by the key's operations only.
   std::shared_ptr<DeviceKeyState> dev;
   std::vector<uint64_t> ps_keys, lens, comp_lens;
@@ -52,7 +52,7 @@ struct KeyMeta {
 /// a big key split by `shares`, evenly if empty; each server's slice cut into wire
 /// chunks: one ps key and message per chunk; servers with an empty slice get none).
 /// `comp_bytes`, if set, gives the compressed bytes of a slice of n elements;
-/// `per_slice` > 1 cuts big slices finer (ChunkSlices; ChunksPerSlice).
+/// `per_slice` > 1 cuts big slices finer (ChunkSlices; WireShape::chunks_per_slice).
 void PlaceDense(KeyMeta* m, int store_id, int num_servers, int64_t bigarray_bound,
                 const std::vector<int64_t>& shares, int64_t wire_chunk_bytes,
                 const std::function<int64_t(int64_t)>& comp_bytes, int64_t per_slice = 1);

@@ -1,12 +1,11 @@
-// DistWorkerStore's row_sparse keys: one request per call, one key per server (the
-// values' layout: distributed/wire/sparse_codec.h); every server holding rows gets each push,
-// also an empty one (its part of a sync round).
+// SparseWorker: DistWorkerStore's row_sparse keys (sparse_worker.h).
+#include "kvstore/distributed/worker/sparse_worker.h"
+
 #include <algorithm>
 
 #include "common/observe.h"  // [observe]
 #include "kvstore/distributed/wire/sparse_codec.h"
 #include "kvstore/distributed/worker/collective_init.h"
-#include "kvstore/distributed/worker/store.h"
 #include "kvstore/kvstore_common.h"
 #include "pskv/error.h"
 #include "sparse/sparse_ops.h"
@@ -37,13 +36,14 @@ Frame FrameOfString(std::shared_ptr<std::string> buf) {
 
 }  // namespace
 
-void DistWorkerStore::InitRowSparseImpl(int key, const RowSparseNDArray& value) {
+void SparseWorker::Init(int key, const RowSparseNDArray& value, bool compressed) {
+  const std::string name = name_(key);
   KeyMeta* meta;
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (keys_.Has(key)) throw KeyError("duplicate init of key " + KeyName(key));
-    if (compressor_) throw SparseWithCompression(KeyName(key));
-    RequireHost(value.data(), "the rows of the initial value", KeyName(key));
+    std::lock_guard<std::mutex> lk(keys_mu_);
+    if (keys_.Has(key)) throw KeyError("duplicate init of key " + name);
+    if (compressed) throw SparseWithCompression(name);
+    RequireHost(value.data(), "the rows of the initial value", name_(key));
     auto m = std::make_unique<KeyMeta>();
     m->key = key;
     m->shape = value.shape();
@@ -53,16 +53,17 @@ void DistWorkerStore::InitRowSparseImpl(int key, const RowSparseNDArray& value) 
     m->rows = value.num_rows();
     m->row_size = value.RowSize();
     if (m->rows == 0 || m->row_size == 0)
-      throw ShapeError("Init of row_sparse key " + KeyName(key) + " with an empty shape " +
+      throw ShapeError("Init of row_sparse key " + name_(key) + " with an empty shape " +
                        ShapeToString(value.shape()));
-    PlaceRowSparse(m.get(), store_id_, node_->num_servers(), options_.bigarray_bound);
+    PlaceRowSparse(m.get(), link_.store_id(), link_.node()->num_servers(),
+                   link_.options().bigarray_bound);
     meta = keys_.Add(std::move(m));
   }
   payload::InitReport report;
-  report.entries.push_back({WireKey(store_id_, key), KeyName(key),
+  report.entries.push_back({WireKey(link_.store_id(), key), name,
                             DTypeName(value.dtype()) + " row_sparse",
                             ShapeToString(value.shape())});
-  CollectiveInit(link(), report, [&](size_t) {
+  CollectiveInit(link_, report, [&](size_t) {
     const NDArray dense = value.ToDense();
     const uint64_t rb = meta->row_size * DTypeSize(meta->dtype);
     std::vector<uint64_t> lens;
@@ -78,24 +79,22 @@ void DistWorkerStore::InitRowSparseImpl(int key, const RowSparseNDArray& value) 
                          static_cast<const char*>(dense.raw()) + r.begin * rb, rb);
     auto done = std::make_shared<Completion>();
     auto ts =
-        link().worker()->Push(meta->ps_keys, FrameOfString(std::move(buf)), lens,
-                              MakeCmd(Kind::kSparseInit, meta->dtype), Completion::Callback(done));
-    link().Await(ts, done, "init of row_sparse key " + KeyName(key));
+        link_.worker()->Push(meta->ps_keys, FrameOfString(std::move(buf)), lens,
+                             MakeCmd(Kind::kSparseInit, meta->dtype), Completion::Callback(done));
+    link_.Await(ts, done, "init of row_sparse key " + name);
   });
 }
 
-void DistWorkerStore::PushRowSparseImpl(int key, const std::vector<RowSparseNDArray>& values,
-                                        int priority) {
-  CheckAsyncHasOptimizer();
+void SparseWorker::Push(int key, const std::vector<RowSparseNDArray>& values, int priority) {
   KeyMeta* m;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(keys_mu_);
     m = &keys_.FindSparse(key, "Push of a row_sparse value");
     for (auto& v : values) {
       CheckSparseMatches(v.shape(), v.dtype(), m->shape, m->dtype, "pushed row_sparse value",
-                         KeyName(key));
-      RequireHost(v.data(), "the rows of a pushed value", KeyName(key));
-      RequireHost(v.indices(), "the row ids of a pushed value", KeyName(key));
+                         name_(key));
+      RequireHost(v.data(), "the rows of a pushed value", name_(key));
+      RequireHost(v.indices(), "the row ids of a pushed value", name_(key));
     }
   }
   const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
@@ -123,22 +122,21 @@ void DistWorkerStore::PushRowSparseImpl(int key, const std::vector<RowSparseNDAr
     }
     Frame f = FrameOfString(std::move(buf));
     done = obs::Track("push", std::to_string(key), f.size, obs_t, std::move(done));  // [observe]
-    link_->worker()->Push(m->ps_keys, f, lens, MakeCmd(Kind::kSparsePush, m->dtype), done,
-                          priority);
+    link_.worker()->Push(m->ps_keys, f, lens, MakeCmd(Kind::kSparsePush, m->dtype), done, priority);
   });
 }
 
-void DistWorkerStore::RowSparsePullImpl(int key, const std::vector<RowSparseNDArray>& outs,
-                                        const std::vector<NDArray>& row_ids, int priority) {
+void SparseWorker::Pull(int key, const std::vector<RowSparseNDArray>& outs,
+                        const std::vector<NDArray>& row_ids, int priority) {
   KeyMeta* m;
   std::vector<NDArray> ids;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(keys_mu_);
     m = &keys_.FindSparse(key, "RowSparsePull");
     for (size_t i = 0; i < outs.size(); ++i) {
       CheckSparseMatches(outs[i].shape(), outs[i].dtype(), m->shape, m->dtype,
-                         "row_sparse_pull output", KeyName(key));
-      RequireHost(row_ids[i], "the row ids asked for", KeyName(key));
+                         "row_sparse_pull output", name_(key));
+      RequireHost(row_ids[i], "the row ids asked for", name_(key));
       ids.push_back(CanonicalRowIds(row_ids[i], m->rows));
     }
   }
@@ -179,10 +177,10 @@ void DistWorkerStore::RowSparsePullImpl(int key, const std::vector<RowSparseNDAr
                    if (keys.empty()) return finish(nullptr);  // no rows asked for
                    auto track = obs::Track("row_sparse_pull", std::to_string(key),  // [observe]
                                            rows.nbytes(), obs_t, std::move(finish));
-                   link_->worker()->PushPull(keys, Frame::FromString(std::move(req)), lens,
-                                             static_cast<char*>(rows.raw()), out_lens,
-                                             MakeCmd(Kind::kSparsePull, m->dtype), std::move(track),
-                                             priority);
+                   link_.worker()->PushPull(keys, Frame::FromString(std::move(req)), lens,
+                                            static_cast<char*>(rows.raw()), out_lens,
+                                            MakeCmd(Kind::kSparsePull, m->dtype), std::move(track),
+                                            priority);
                  });
   }
 }

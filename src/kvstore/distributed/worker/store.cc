@@ -70,7 +70,7 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
                                  std::unique_ptr<LocalReducer> reducer)
     : KVStore(std::move(type), std::move(options)),
       async_(StoreType::Parse(type_).async),
-      device_(StoreType::Parse(type_).device),
+      wire_(WireShape::Of(options_)),
       reducer_(std::move(reducer)),
       keys_([this](int k) { return KeyName(k); }) {
   engine_.SetWaitSpin(std::chrono::microseconds(options_.spin_us));
@@ -78,6 +78,10 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
   store_id_ = lease_.store_id;
   node_ = lease_.node->node();
   link_ = std::make_unique<ServerLink>(node_, lease_.node->worker(), options_, store_id_);
+  sparse_ = std::make_unique<SparseWorker>(*link_, engine_, mu_, keys_,
+                                           [this](int k) { return KeyName(k); });
+  devices_ =
+      std::make_unique<DeviceExchange>(StoreType::Parse(type_).device, *reducer_, *link_, wire_);
   shares_ = PlacementShares(options_, *node_);
   PaceLinks(*node_, options_);
   if (node_->rank() == 0 && store_id_ == 0)
@@ -169,7 +173,7 @@ states::Layout DistWorkerStore::StatesLayout(int num_servers) {
       PlaceRowSparse(p.get(), store_id_, num_servers, options_.bigarray_bound);
     else
       PlaceDense(p.get(), store_id_, num_servers, options_.bigarray_bound, {},
-                 options_.wire_chunk_bytes, {}, ChunksPerSlice());
+                 options_.wire_chunk_bytes, {}, wire_.chunks_per_slice);
     m = p.get();
     placed.push_back(std::move(p));
   }
@@ -192,7 +196,7 @@ void DistWorkerStore::InitImpl(const std::vector<int>& keys, const std::vector<N
       m->dtype = values[i].dtype();
       m->size = values[i].size();
       PlaceDense(m.get(), store_id_, node_->num_servers(), options_.bigarray_bound, shares_,
-                 options_.wire_chunk_bytes, comp_bytes, ChunksPerSlice());
+                 options_.wire_chunk_bytes, comp_bytes, wire_.chunks_per_slice);
       if (compressor_) m->residual = NDArray({m->size}, DType::kFloat32);
       created.push_back(keys_.Add(std::move(m)));
     }
@@ -221,7 +225,7 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
   const RoundRules::Step step = RoundRules::Step::kPush;
   const auto metas = LookUp(groups, values, "Push", "pushed value", &step);
   const bool on_devices = AnyOnDevice(values);
-  if (on_devices) PrepareDevices(metas, groups, values, true);
+  if (on_devices) devices_->Prepare(metas, groups, values, true);
   std::vector<char> fused(metas.size(), 0);
   // Fusion gathers host memory: not for a call with values on devices.
   IssueFused(
@@ -235,11 +239,11 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
     KeyMeta* m = metas[gi];
     std::vector<NDArray> vals = groups.Arrays(gi, values);
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
-    if (ReducesOnDevice(vals)) {
+    if (devices_->ReducesOnDevice(vals, compressor_ != nullptr)) {
       engine_.Push({k}, priority, [this, k, obs_t, m, vals, priority](Engine::Done done) {
         done = obs::Track("push", std::to_string(k), m->size * DTypeSize(m->dtype), obs_t,
                           std::move(done));  // [observe]
-        DevicePushPull(*m, vals, {}, priority, std::move(done));
+        devices_->PushPull(*m, vals, {}, priority, std::move(done));
       });
       continue;
     }
@@ -249,8 +253,8 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
           auto [frame, lens, cmd] = Prepare(*m, vals);
           done = obs::Track("push", std::to_string(k), frame.size, obs_t,
                             std::move(done));  // [observe]
-          link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority, PushAhead(),
-                                MessageBytes());
+          link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority, wire_.push_ahead,
+                                wire_.message_bytes);
         },
         StartsHere(*m, vals));
   }
@@ -262,7 +266,7 @@ void DistWorkerStore::PullImpl(const std::vector<int>& keys, const std::vector<N
   const RoundRules::Step step = RoundRules::Step::kPull;
   const auto metas = LookUp(groups, outs, "Pull", "pull output", &step);
   const bool on_devices = AnyOnDevice(outs);
-  if (on_devices) PrepareDevices(metas, groups, outs, false);
+  if (on_devices) devices_->Prepare(metas, groups, outs, false);
   std::vector<char> fused(metas.size(), 0);
   IssueFused(FusionGroups(metas, compressor_ || on_devices ? 0 : options_.fusion_key_bytes,
                           options_.fusion_bytes, &fused),
@@ -278,7 +282,7 @@ void DistWorkerStore::PullImpl(const std::vector<int>& keys, const std::vector<N
       engine_.Push({k}, priority, [this, k, obs_t, m, dst, priority](Engine::Done done) {
         done = obs::Track("pull", std::to_string(k), dst[0].nbytes(), obs_t,
                           std::move(done));  // [observe]
-        DevicePull(*m, dst, priority, std::move(done));
+        devices_->Pull(*m, dst, priority, std::move(done));
       });
       continue;
     }
@@ -321,8 +325,8 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
   const auto metas = LookUp(pushes, values, "PushPull", "pushed value", &step);
   const bool on_devices = AnyOnDevice(values) || AnyOnDevice(outs);
   if (on_devices) {
-    PrepareDevices(metas, pushes, values, true);
-    PrepareDevices(out_metas, pulls, outs, false);
+    devices_->Prepare(metas, pushes, values, true);
+    devices_->Prepare(out_metas, pulls, outs, false);
   }
   std::vector<char> fused(metas.size(), 0);
   IssueFused(
@@ -337,15 +341,15 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
     std::vector<NDArray> vals = pushes.Arrays(gi, values);
     const uint64_t obs_t = obs::Enabled() ? obs::NowUs() : 0;  // [observe]
     std::vector<NDArray> dst = pulls.Arrays(gi, outs);
-    if (ReducesOnDevice(vals) || AnyOnDevice(dst)) {
+    if (devices_->ReducesOnDevice(vals, compressor_ != nullptr) || AnyOnDevice(dst)) {
       // Values or outputs on devices: the answer lands in the key's pinned buffer.
       engine_.Push({k}, priority, [this, k, obs_t, m, vals, dst, priority](Engine::Done done) {
         done = obs::Track("pushpull", std::to_string(k), m->size * DTypeSize(m->dtype), obs_t,
                           std::move(done));  // [observe]
-        if (ReducesOnDevice(vals))
-          DevicePushPull(*m, vals, dst, priority, std::move(done));
+        if (devices_->ReducesOnDevice(vals, compressor_ != nullptr))
+          devices_->PushPull(*m, vals, dst, priority, std::move(done));
         else
-          StagedPushPull(*m, vals, dst, priority, std::move(done));
+          devices_->PushPullPrepared(*m, Prepare(*m, vals), dst, priority, std::move(done));
       });
       continue;
     }
@@ -367,7 +371,7 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
           NDArray first = dst[0];
           link_->worker()->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()),
                                     m->lens, cmd, CopyToAll(dst, std::move(done)), priority,
-                                    PushAhead(), MessageBytes());
+                                    wire_.push_ahead, wire_.message_bytes);
         },
         StartsHere(*m, vals));
   }
@@ -385,7 +389,7 @@ void DistWorkerStore::SetUpdaterImpl(Updater) {
 
 std::tuple<Frame, std::vector<uint64_t>, int> DistWorkerStore::Prepare(
     KeyMeta& m, const std::vector<NDArray>& vals) {
-  const NDArray merged = AnyOnDevice(vals)  ? StagedSum(m, vals)
+  const NDArray merged = AnyOnDevice(vals)  ? devices_->StagedSum(m, vals)
                          : vals.size() == 1 ? vals[0]
                                             : reducer_->Reduce(vals, &m.merge);
   if (!compressor_) return {FrameOf(merged), m.lens, MakeCmd(Kind::kDense, m.dtype)};
