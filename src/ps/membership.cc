@@ -1,6 +1,12 @@
-// Node, part 2: membership — the address a node advertises, node names, groups,
-// the identities of the node table, and registration (the scheduler collects one
-// registration per node, assigns ranks and sends the table; a node adopts it).
+// Node, part 3: membership — who is in the job as this node sees it: the address it
+// advertises, node names, groups, the identities of the node table (the scheduler
+// collects the registrations and sends the table: ps/scheduler.h; a node adopts
+// it), the wait at a barrier (the scheduler counts the arrivals and releases it),
+// and, with replicated servers (docs/fault-tolerance.md), the range table: every
+// node applies the scheduler's newer table, counts the dead server out of barriers
+// and commands, and tells its range table handlers (the KV layer re-routes
+// requests, servers take over ranges); a server this node lost that the scheduler
+// keeps is a partition, which fails this node within a bound.
 #include "ps/node.h"
 
 #include <algorithm>
@@ -8,7 +14,9 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/rate_limit.h"
+#include "common/stall.h"
 #include "ps/node_internal.h"
+#include "ps/scheduler.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -93,168 +101,6 @@ int Node::IdOfToken(uint64_t token) const {
   return it == id_of_token_.end() ? 0 : it->second;
 }
 
-void Node::HandleRegister(const Message& m) {
-  std::vector<NodeDesc> ds = DecodeNodes(m.body);
-  if (ds.size() != 1) throw ProtocolError("registration must describe exactly one node");
-  NodeDesc d = ds[0];
-  if (d.role == static_cast<int>(Role::kScheduler))
-    throw ProtocolError("a second scheduler tried to register");
-  auto reply_to = [&](int tid) {
-    if (!temp_ids_.count(d.token)) {
-      transport_->Connect(tid, d.host + ":" + std::to_string(d.port), d.token);
-      temp_ids_[d.token] = tid;
-    }
-  };
-  // A refusal is sent on a temporary connection that is closed right after (it
-  // lingers a second for the message); at most kMaxRefusalsPerSecond of them, so
-  // that registrations cannot make the scheduler hold sockets (in open mode,
-  // anyone can register).
-  auto refuse = [&](const std::string& why) {
-    const auto now = Clock::now();
-    if (now - refusal_window_ > 1s) {
-      refusal_window_ = now;
-      refusals_ = 0;
-    }
-    if (++refusals_ > kMaxRefusalsPerSecond) {
-      PSKV_LOG_LIMITED(limiter_, "refusals", "WARN",
-                       "scheduler: refused a registration from " << d.host << ":" << d.port
-                                                                 << " without telling it: " << why);
-      return;
-    }
-    const int tid = next_temp_id_++;
-    reply_to(tid);
-    SendControl(tid, Control::kRefuse, 0, why);
-    transport_->Disconnect(tid);
-    temp_ids_.erase(d.token);
-  };
-  if (ready_) {
-    // Already complete: a retry of a registered node (its table was lost) gets the
-    // table again; anyone else is refused.
-    for (auto& [id, n] : nodes_) {
-      if (n.token == d.token) {
-        SendControl(id, Control::kNodeTable, 0, EncodeNodes([&] {
-                      std::vector<NodeDesc> v;
-                      for (auto& [i, x] : nodes_) v.push_back(x);
-                      return v;
-                    }()));
-        return;
-      }
-    }
-    refuse("the job already has all its " + std::to_string(options_.num_workers) + " workers and " +
-           std::to_string(num_server_processes()) +
-           " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");
-    return;
-  }
-  if (!temp_ids_.count(d.token)) {
-    int same_role = 0;
-    for (auto& [t, x] : pending_) same_role += x.role == d.role;
-    const int limit =
-        d.role == static_cast<int>(Role::kServer) ? num_server_processes() : options_.num_workers;
-    if (same_role >= limit) {
-      refuse("too many " + RoleName(static_cast<Role>(d.role)) + "s: the job expects " +
-             std::to_string(limit) + " (DMLC_NUM_" +
-             (d.role == static_cast<int>(Role::kServer) ? "SERVER" : "WORKER") + ")");
-      return;
-    }
-    reply_to(next_temp_id_++);
-    pending_[d.token] = d;
-    const RegisterHead head = RegisterHead::Decode(m.h.head);
-    auto differs = [&](const char* var, int theirs, int ours) {
-      if (theirs == ours || !replicas_mismatch_.empty()) return;
-      replicas_mismatch_ =
-          std::string(var) +
-          " differs between the nodes of this job: " + RoleName(static_cast<Role>(d.role)) +
-          " at " + d.host + ":" + std::to_string(d.port) + " set " + std::to_string(theirs) +
-          ", the scheduler " + std::to_string(ours) + " (set the same " + var + " on every node)";
-    };
-    differs("PSKV_REPLICAS", head.replicas, options_.replicas);
-    differs("PSKV_SPARE_SERVERS", head.spares, options_.spare_servers);
-    if (head.spare) spare_tokens_.insert(d.token);
-    // Workers that cut keys differently would push chunks no other worker pushes:
-    // rounds that never complete. Refused with both settings named.
-    if (d.role == static_cast<int>(Role::kWorker) && replicas_mismatch_.empty()) {
-      if (worker_layout_.empty()) {
-        worker_layout_ = d.layout;
-        worker_layout_from_ = d.host + ":" + std::to_string(d.port);
-      } else if (d.layout != worker_layout_) {
-        replicas_mismatch_ = "the workers of this job cut their keys differently: the worker at " +
-                             d.host + ":" + std::to_string(d.port) + " has " + d.layout +
-                             ", the worker at " + worker_layout_from_ + " " + worker_layout_ +
-                             " (set the same on every worker)";
-      }
-    }
-    if (options_.verbose >= 1)
-      PSKV_INFO("scheduler: " << RoleName(static_cast<Role>(d.role)) << " at " << d.host << ":"
-                              << d.port << " registered (" << pending_.size() << " of "
-                              << num_server_processes() + options_.num_workers << ")");
-  }
-  SendControl(temp_ids_[d.token], Control::kHeartbeat);  // "registration received"
-  if (static_cast<int>(pending_.size()) < num_server_processes() + options_.num_workers) return;
-  if (replicas_mismatch_.empty() &&
-      static_cast<int>(spare_tokens_.size()) != options_.spare_servers)
-    replicas_mismatch_ = std::to_string(spare_tokens_.size()) +
-                         " server processes registered as spares (PSKV_SPARE_SERVER=1) in a "
-                         "job of PSKV_SPARE_SERVERS=" +
-                         std::to_string(options_.spare_servers) +
-                         " (start exactly that many servers as spares, besides DMLC_NUM_SERVER)";
-  if (!replicas_mismatch_.empty()) {
-    // Every node has registered: all of them are told (Start refuses them with it).
-    PSKV_ERROR("scheduler: " << replicas_mismatch_);
-    failure_ = std::make_exception_ptr(ConfigError(replicas_mismatch_));
-    cv_.notify_all();
-    return;
-  }
-  SchedulerCompleteRegistration();
-}
-
-void Node::SchedulerCompleteRegistration() {
-  std::vector<NodeDesc> servers, workers;
-  for (auto& [t, d] : pending_)
-    (d.role == static_cast<int>(Role::kServer) ? servers : workers).push_back(d);
-  // Deterministic ranks: by the launcher's rank hint (DMLC_TASK_ID), then address;
-  // spare servers after the others (ranks S .. S + spares - 1: they hold no range).
-  auto order = [this](const NodeDesc& a, const NodeDesc& b) {
-    auto ha = a.rank_hint < 0 ? INT64_MAX : a.rank_hint,
-         hb = b.rank_hint < 0 ? INT64_MAX : b.rank_hint;
-    const bool sa = spare_tokens_.count(a.token) > 0, sb = spare_tokens_.count(b.token) > 0;
-    return std::tie(sa, ha, a.host, a.port, a.token) < std::tie(sb, hb, b.host, b.port, b.token);
-  };
-  std::sort(servers.begin(), servers.end(), order);
-  std::sort(workers.begin(), workers.end(), order);
-  std::vector<NodeDesc> all;
-  for (size_t r = 0; r < servers.size(); ++r) {
-    servers[r].rank = static_cast<int>(r);
-    servers[r].id = ServerId(static_cast<int>(r));
-    all.push_back(servers[r]);
-  }
-  for (size_t r = 0; r < workers.size(); ++r) {
-    workers[r].rank = static_cast<int>(r);
-    workers[r].id = WorkerId(static_cast<int>(r));
-    all.push_back(workers[r]);
-  }
-  NodeDesc me;
-  me.id = kSchedulerId;
-  me.role = static_cast<int>(Role::kScheduler);
-  me.host = host_;
-  me.port = port_;
-  me.token = token_;
-  all.push_back(me);
-  for (auto& d : all) {
-    nodes_[d.id] = d;
-    id_of_token_[d.token] = d.id;
-    if (d.id == kSchedulerId) continue;
-    transport_->Disconnect(temp_ids_[d.token]);
-    transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
-  }
-  temp_ids_.clear();
-  std::string table = EncodeNodes(all);
-  for (auto& d : all)
-    if (d.id != kSchedulerId) SendControl(d.id, Control::kNodeTable, 0, table);
-  ready_ = true;
-  if (options_.verbose >= 1) PSKV_INFO("scheduler: all " << all.size() - 1 << " nodes registered");
-  cv_.notify_all();
-}
-
 void Node::HandleNodeTable(const Message& m) {
   if (ready_) return;  // a resent table
   std::vector<NodeDesc> all = DecodeNodes(m.body);
@@ -280,6 +126,151 @@ void Node::HandleNodeTable(const Message& m) {
   }
   ready_ = true;
   cv_.notify_all();
+}
+
+// ------------------------------------------------------------------ barriers
+
+void Node::Barrier(int group, std::chrono::milliseconds timeout) {
+  BarrierImpl(group, timeout, false);
+}
+
+void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (failure_) std::rethrow_exception(failure_);
+  if (GroupSize(group) <= 1) return;
+  const uint64_t gen = barrier_gen_[group];
+  if (final) at_final_barrier_ = true;
+  if (role() == Role::kScheduler) {
+    scheduler_->OnBarrier(kSchedulerId, group);
+  } else {
+    SendControl(kSchedulerId, Control::kBarrier, group);
+  }
+  auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
+  // Bounded by `timeout` (0: none — then by failure detection); says what it is
+  // waiting for after PSKV_STALL_WARNING, backing off (common/stall.h).
+  // The scheduler and servers wait at the final barrier for the whole job: that
+  // is no stall. A worker there has finished and waits for the others.
+  const bool quiet = role() == Role::kScheduler || (final && role() != Role::kWorker);
+  const WaitPlan plan{timeout.count() > 0 ? timeout : WaitPlan::kForever,
+                      quiet ? std::chrono::milliseconds(0) : options_.stall_warning};
+  // The record names no node: only the scheduler knows who is missing (its own
+  // record names them).
+  StatusWait stall_status(&status_);
+  const bool reached = WaitReporting(
+      plan, [&](Clock::time_point until) { return cv_.wait_until(lk, until, done); },
+      [&](std::chrono::milliseconds waited) {
+        stall_status.Report(final ? "final barrier" : "barrier", {}, 0, waited);
+        if (final)
+          PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
+                          << " (the scheduler's log names the workers still running)");
+        else
+          PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
+                          << " (the scheduler's log names the nodes it waits for)");
+      });
+  if (!reached) {
+    const std::string why = Tag() + ": barrier timed out after " + SecsStr(timeout) +
+                            " (some nodes did not reach it; the scheduler's log names them; "
+                            "raise PSKV_TIMEOUT if they are just slow)";
+    stall_status.Fail("TimeoutError", why);
+    throw TimeoutError(why);
+  }
+  if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
+}
+
+// ------------------------------------------------------------------ range table
+
+void Node::AddRangeTableHandler(RangeTableHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  range_handlers_.push_back(std::move(h));
+}
+
+RangeTable Node::range_table() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return ranges_;
+}
+
+std::pair<int, uint64_t> Node::RangePrimary(int range) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (range < 0 || range >= ranges_.num_ranges()) return {-1, ranges_.version()};
+  return {ranges_.Primary(range), ranges_.version()};
+}
+
+std::vector<int> Node::LiveServerIds() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<int> v;
+  for (int id : AllServerIds())
+    if (!departed_.count(id)) v.push_back(id);
+  return v;
+}
+
+bool Node::ServerLost(int id) const {
+  if (!replicated_ || !IsServerId(id)) return false;
+  std::lock_guard<std::mutex> lk(mu_);
+  return departed_.count(id) || suspects_.count(id);
+}
+
+void Node::ReportRangeCopied(int range, int from, uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failure_ || finished_) return;
+  SendControl(kSchedulerId, Control::kRangeCopied, range, std::to_string(bytes),
+              static_cast<uint64_t>(from));
+}
+
+void Node::CheckSuspects(Clock::time_point now) {
+  // A server this node lost that the scheduler keeps (it still hears from it): a
+  // partition between the two. Waiting for a table that never comes would end only
+  // at PSKV_TIMEOUT; after as long again as this node's own detection took, fail.
+  const auto grace = options_.heartbeat_timeout + options_.heartbeat_interval;
+  std::pair<int, std::string> lost;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = suspects_.begin(); it != suspects_.end();) {
+      if (departed_.count(it->first)) {
+        it = suspects_.erase(it);
+      } else if (!lost.first && now - it->second.since > grace) {
+        lost = {it->first, it->second.reason};
+        ++it;
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (!lost.first) return;
+  const std::string why = lost.second + ", yet the scheduler still counts " + NodeName(lost.first) +
+                          " in the job " + node_internal::SecsStr(grace) +
+                          " later: a network partition between this node and that server "
+                          "(check the network between the two hosts)";
+  Fail(std::make_exception_ptr(NodeFailure(why)), lost.first);
+}
+
+void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) {
+  if (!replicated_) return;
+  RangeTable next;
+  try {
+    next = RangeTable::FromData(payload::DecodeRangeTable(m.body), options_.num_servers,
+                                options_.spare_servers);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "range table", "WARN", Tag() << ": dropped: " << e.what());
+    return;
+  }
+  if (!ranges_.Apply(next)) return;  // not newer
+  std::vector<int> gone;
+  for (int id : AllServerIds())
+    if (ranges_.Gone(id) && departed_.insert(id).second) gone.push_back(id);
+  for (int id : gone) {
+    held_.erase(id);
+    schedule_.Forget(id);
+  }
+  if (options_.verbose >= 1) PSKV_INFO(Tag() << ": range table " << ranges_.Describe());
+  auto handlers = range_handlers_;
+  RangeTable table = ranges_;
+  lk.unlock();
+  for (int id : gone) {
+    liveness_.Forget(id);
+    resender_.Forget(id);
+    transport_->Disconnect(id);  // what it still sends is dropped (Handle)
+  }
+  for (auto& h : handlers) h(table);
 }
 
 }  // namespace pskv

@@ -1,6 +1,7 @@
 // Node, part 1: lifecycle (start, finalize, abort), sending, failures and the timer
-// thread. Registration and groups are in membership.cc, barriers in barrier.cc,
-// receiving in node_receive.cc.
+// thread. The node table, groups, barrier waits and the range table are in
+// membership.cc, receiving in node_receive.cc; the scheduler's decisions in its
+// component (ps/scheduler.h).
 #include "ps/node.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "common/net.h"
 #include "common/observe.h"  // [observe]
 #include "ps/node_internal.h"
+#include "ps/scheduler.h"
 #include "ps/test_disturbance.h"
 #include "pskv/error.h"
 
@@ -37,6 +39,7 @@ Node::Node(Options options)
   options_.ValidateForDistributed();
   fail_points_ = MakeFailPoints(*this);
   replicated_ = options_.replicas > 0 && options_.num_servers >= 2;
+  if (options_.role == Role::kScheduler) scheduler_ = std::make_unique<Scheduler>(this);
   if (replicated_)
     ranges_ = RangeTable::Initial(options_.num_servers, options_.replicas, options_.spare_servers);
   std::string job = options_.job_id.empty()
@@ -225,8 +228,8 @@ std::exception_ptr Node::AwaitNodeTable(std::unique_lock<std::mutex>& lk) {
 
 std::exception_ptr Node::StartFailureLocked() const {
   const bool sched = role() == Role::kScheduler;
-  if (sched && !ready_ && !replicas_mismatch_.empty())
-    return std::make_exception_ptr(ConfigError(replicas_mismatch_));
+  if (sched && !ready_ && !scheduler_->mismatch().empty())
+    return std::make_exception_ptr(ConfigError(scheduler_->mismatch()));
   if (!refused_.empty())
     return std::make_exception_ptr(
         ProtocolError(Tag() + " was refused by the scheduler at " + options_.root_uri + ":" +
@@ -235,12 +238,7 @@ std::exception_ptr Node::StartFailureLocked() const {
   if (ready_) return nullptr;
   std::string msg;
   if (sched) {
-    int s = 0, w = 0;
-    for (auto& [t, d] : pending_) (d.role == static_cast<int>(Role::kServer) ? s : w)++;
-    msg = "registration timed out: " + std::to_string(w) + " of " +
-          std::to_string(options_.num_workers) + " workers and " + std::to_string(s) + " of " +
-          std::to_string(options_.num_servers) + " servers registered after " +
-          SecsStr(options_.register_timeout) + " (PSKV_REGISTER_TIMEOUT)";
+    msg = scheduler_->RegistrationTimeout();
   } else if (!scheduler_seen_) {
     msg = "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
           " not reachable after " + SecsStr(options_.register_timeout) +
@@ -263,12 +261,7 @@ void Node::AbandonStart(std::exception_ptr err, bool refuse_registered) {
       why = e.what();
     }
     std::lock_guard<std::mutex> g(mu_);
-    for (auto& [tok, tid] : temp_ids_) {
-      try {
-        SendControl(tid, Control::kRefuse, 0, why);
-      } catch (...) {
-      }
-    }
+    scheduler_->RefuseRegistered(why);
   }
   StopThreads(200ms);
   stopped_ = true;
@@ -356,13 +349,7 @@ void Node::Abort(const std::string& reason) {
       } catch (...) {
       }
     } else if (role() == Role::kScheduler && ready_) {
-      for (auto& [id, d] : nodes_) {
-        if (id == kSchedulerId) continue;
-        try {
-          SendControl(id, Control::kNodeFailed, kSchedulerId, "scheduler aborted: " + reason);
-        } catch (...) {
-        }
-      }
+      scheduler_->AnnounceFailure(kSchedulerId, "scheduler aborted: " + reason);
     }
   }
   StopThreads(500ms);
@@ -479,7 +466,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     return;
   }
   std::string why = reason;
-  if (replicated_ && IsServerId(dead_id) && SurviveServer(dead_id, &why)) return;
+  if (replicated_ && IsServerId(dead_id) && scheduler_->SurviveServer(dead_id, &why)) return;
   resender_.Forget(dead_id);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -488,21 +475,14 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   }
   if (role() == Role::kScheduler) {
     std::lock_guard<std::mutex> lk(mu_);
-    // A departed node's barrier arrivals no longer count.
-    for (auto& [group, arrived] : barrier_arrived_) arrived.erase(dead_id);
+    scheduler_->DropArrivals(dead_id);  // a departed node's arrivals no longer count
   }
   // The scheduler's failed status record is written (Fail) before any node hears of
   // the failure: a launcher that sees a worker exit over it already has the verdict.
   Fail(std::make_exception_ptr(NodeFailure(why)), dead_id);
   if (role() == Role::kScheduler) {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& [id, d] : nodes_) {
-      if (id == kSchedulerId || id == dead_id) continue;
-      try {
-        SendControl(id, Control::kNodeFailed, dead_id, why);
-      } catch (...) {
-      }
-    }
+    scheduler_->AnnounceFailure(dead_id, why);
   }
 }
 
@@ -531,7 +511,7 @@ void Node::TimerLoop() {
           d.rank_hint = options_.rank_hint;
           if (role() == Role::kWorker) d.layout = WorkerLayoutSettings(options_);
           // The header's head carries this node's PSKV_REPLICAS and PSKV_SPARE_SERVERS
-          // (every node of a job must set the same: HandleRegister) and whether it is
+          // (every node of a job must set the same: Scheduler::CheckSettings) and whether it is
           // a spare server.
           const RegisterHead head{options_.replicas, options_.spare_servers, options_.spare};
           SendControl(kSchedulerId, Control::kRegister, head.Encode(), EncodeNodes({d}));
@@ -545,7 +525,7 @@ void Node::TimerLoop() {
       } catch (const std::exception& e) {
         PSKV_LOG_LIMITED(limiter_, "timer", "WARN", Tag() << ": " << e.what());
       }
-      if (role() == Role::kScheduler && ready_ && !finished_) WarnStalledBarriers(now);
+      if (role() == Role::kScheduler && ready_ && !finished_) scheduler_->WarnStalledBarriers(now);
     }
     CheckSuspects(now);
     // Failure detection: silence (heartbeats) and lost connections.

@@ -27,10 +27,16 @@
 // data (resent and deduplicated with PS_RESEND). Queues are dropped when the job
 // fails (their requests fail with the job's error).
 //
+// Scheduler: on the scheduler's node, the scheduler's role — registration, barrier
+// counting, verdicts on failures and the range table's decisions — is a component
+// that owns that state (ps/scheduler.h); the Node receives, sends and keeps what
+// every node knows (the node table, range table, departed servers).
+//
 // Threads: a receive thread (decodes, handles control messages, runs the data
 // handler — one message at a time, in arrival order) and a timer thread
-// (heartbeats, failure detection, resend). Node state is under mu_; the data
-// handler and failure callbacks are called without it held, so they may Send.
+// (heartbeats, failure detection, resend). Node state, and the Scheduler's, is
+// under mu_; the data handler and failure callbacks are called without it held, so
+// they may Send.
 #pragma once
 
 #include <atomic>
@@ -59,6 +65,8 @@
 #include "transport/transport.h"
 
 namespace pskv {
+
+class Scheduler;
 
 /// A node id as status records name it ("worker.1", "server.0", "scheduler.0").
 NodeRef NodeRefOf(int id);
@@ -167,17 +175,23 @@ class Node {
   void ReceiveLoop();
   void TimerLoop();
   void Handle(Message&& m, uint64_t token);
+  /// mu_ held: binds a message with control `c` from connection `token` to its sender
+  /// (`*sender`: the token's node id, 0 if none; the scheduler before the node
+  /// table). Null, or why the message is dropped.
+  const char* BindSender(Control c, uint64_t token, int header_sender, int* sender);
+  /// Why `sender` may not send control `c` (null: it may).
+  const char* Unentitled(Control c, int sender) const;
+  /// mu_ held: a sequenced message (PS_RESEND): acknowledged, de-duplicated, held
+  /// until the gap before it is filled, then dispatched with those it released.
+  void DispatchInOrder(Message&& m, int sender, bool scheduled, std::unique_lock<std::mutex>& lk);
   /// Acts on a message from `sender` that passed every check, in order. Called
   /// with `lk` (on mu_) held; may release it.
   void Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk);
   /// The node id bound to connection identity `token`, or 0 (unknown). mu_ held.
   int IdOfToken(uint64_t token) const;
-  void HandleRegister(const Message& m);
   void HandleNodeTable(const Message& m);
-  void HandleBarrier(int sender, int group);
   /// `final`: the barrier of Finalize (quieter stall warnings).
   void BarrierImpl(int group, std::chrono::milliseconds timeout, bool final);
-  void SchedulerCompleteRegistration();
   void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0);
   void SendFrames(int to, Message& m);
   /// A kCredit from `sender` saying it received `count` scheduled messages.
@@ -187,29 +201,12 @@ class Node {
   /// `culprit`: the node id the failure blames (a dead peer), 0 if none.
   void Fail(std::exception_ptr e, int culprit = 0);
   void FailNode(int dead_id, const std::string& reason);
-  /// Scheduler, replicated job: server `dead_id` is gone; promotes its ranges'
-  /// replicas and publishes the table. False if some range has no copy left (then
-  /// `reason` names the ranges lost and the job fails).
-  bool SurviveServer(int dead_id, std::string* reason);
   /// A kRangeTable from the scheduler.
   void HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk);
-  /// Scheduler, mu_ held: a kRangeCopied from spare `sender`.
-  void HandleRangeCopied(const Message& m, int sender);
-  /// Scheduler, mu_ held: sends the range table to every node still in the job.
-  void PublishRangesLocked();
-  /// Scheduler, mu_ held: tells departed server `id` (still running, or it would not
-  /// matter) that it was removed from the job, so that it stops (kNodeFailed naming
-  /// itself).
-  void TellRemovedLocked(int id);
   /// Replicated, not the scheduler: fails this node when a server it found gone has
   /// not left the range table within the heartbeat bound (timer thread).
   void CheckSuspects(Clock::time_point now);
-  /// Scheduler, mu_ held: releases barriers that a departure completed.
-  void ReleaseCompletedBarriers();
   bool IsResendable(Control c) const;
-  /// Scheduler, mu_ held: logs barriers waiting longer than PSKV_STALL_WARNING,
-  /// naming the nodes that have not arrived (backing off).
-  void WarnStalledBarriers(Clock::time_point now);
   int GroupSize(int group) const;
   std::vector<int> GroupMembers(int group) const;
   std::string NameLocked(int id) const;
@@ -258,13 +255,7 @@ class Node {
     Clock::time_point since;  // when this node found the server gone
     std::string reason;
   };
-  std::map<int, Suspect> suspects_;                // replicated: servers lost here, not yet removed
-  std::map<int, std::string> removal_reason_;      // scheduler: why each departed
-  std::map<int, Clock::time_point> removed_told_;  // scheduler: last told it was removed
-  // Scheduler: when the range table last lost a copy of a range that a spare then
-  // joined (for the "back to full strength" log line).
-  Clock::time_point copy_lost_at_{};
-  std::string copy_lost_what_;
+  std::map<int, Suspect> suspects_;  // replicated: servers lost here, not yet removed
   std::exception_ptr failure_;
   std::map<int, NodeDesc> nodes_;        // the node table, by id
   std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)
@@ -272,27 +263,12 @@ class Node {
   bool ready_ = false;
   bool scheduler_seen_ = false;
   std::string refused_;
-  // scheduler: a registrant's PSKV_REPLICAS or PSKV_SPARE_SERVERS differs (or the
-  // number of spares registered does)
-  std::string replicas_mismatch_;
-  std::set<uint64_t> spare_tokens_;  // scheduler: registrants that are spare servers
-  // scheduler: the first registered worker's layout settings (NodeDesc::layout), and
-  // its address, which every later worker must match
-  std::string worker_layout_, worker_layout_from_;
-  // scheduler registration state
-  std::map<uint64_t, NodeDesc> pending_;  // by token
-  std::map<uint64_t, int> temp_ids_;      // token -> temporary peer id for replies
-  int next_temp_id_ = 1000000;
-  static constexpr int kMaxRefusalsPerSecond = 32;
-  Clock::time_point refusal_window_;  // refusals sent in the current second
-  int refusals_ = 0;
   Clock::time_point start_time_;
   std::unique_ptr<FailPoints> fail_points_;  // never null
-  bool registration_timed_out_ = false;
-  // barriers
-  std::map<int, std::set<int>> barrier_arrived_;  // scheduler: nodes at each group's barrier
-  std::map<int, uint64_t> barrier_gen_;           // completed barriers per group
-  std::map<int, StallSchedule> barrier_stall_;    // scheduler: open barriers, for stall warnings
+  std::map<int, uint64_t> barrier_gen_;      // completed barriers per group
+  // The scheduler's role (registration, barrier counting, verdicts on failures; under
+  // mu_): only on the scheduler's node.
+  std::unique_ptr<Scheduler> scheduler_;
   // liveness and resend (own locks)
   Liveness liveness_;
   Resender resender_;
@@ -308,6 +284,8 @@ class Node {
   std::atomic<bool> stop_{false};
   bool started_ = false, stopped_ = false;
   std::thread recv_thread_, timer_thread_;
+
+  friend class Scheduler;  // its component: uses the plumbing and the shared tables
 };
 
 }  // namespace pskv

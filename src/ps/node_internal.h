@@ -1,7 +1,7 @@
 // Helpers shared by the files that implement Node (node.cc: lifecycle, sending,
-// failures; node_receive.cc: receiving; membership.cc: registration, node table,
-// identities and groups; barrier.cc: barriers and their stall warnings). Not part
-// of any API.
+// failures; node_receive.cc: receiving; membership.cc: node table, identities,
+// groups, barrier waits, range table) and its Scheduler (scheduler.cc,
+// scheduler_registration.cc). Not part of any API.
 #pragma once
 
 #include <chrono>

@@ -5,6 +5,7 @@
 // dispatched. The receive thread runs it; see node.h.
 #include "common/logging.h"
 #include "ps/node.h"
+#include "ps/scheduler.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -67,63 +68,16 @@ void Node::Handle(Message&& m, uint64_t token) {
                            << (sender ? NameLocked(sender) : std::string("not a node of the job"))
                            << "): " << why);
   };
-  if (sender == 0) {
-    // Before the node table exists only registration traffic can flow: to the
-    // scheduler, kRegister (whose body must carry the connection's own token); from
-    // it, the table, a refusal or "registration received".
-    if (ready_ && !(sched && c == Control::kRegister)) return drop("unknown sender");
-    if (sched) {
-      if (c != Control::kRegister) return drop("not registered");
-    } else {
-      if (c != Control::kNodeTable && c != Control::kRefuse && c != Control::kHeartbeat &&
-          c != Control::kAck)
-        return drop("not registered yet");
-      if (scheduler_token_ == 0) scheduler_token_ = token;
-      if (token != scheduler_token_) return drop("not the scheduler");
-      sender = kSchedulerId;
-    }
-  } else if (m.h.sender != sender && m.h.sender != 0) {
-    // 0: the sender has not learned its id yet (its node table is in flight).
-    return drop("header's sender differs from the connection's identity");
-  }
+  if (const char* why = BindSender(c, token, m.h.sender, &sender)) return drop(why);
   m.h.sender = sender;  // from here on, the bound identity is the sender
   if (departed_.count(sender)) {
     // A server the job went on without, yet still running (frozen and resumed, or cut
     // off from the scheduler only): nothing it sends counts any more — no data, no
     // barrier arrival, no ack. The scheduler tells it that it was removed.
-    if (sched) TellRemovedLocked(sender);
+    if (sched) scheduler_->TellRemoved(sender);
     return drop("the sender was removed from the job");
   }
-  // Control messages only from the node entitled to send them.
-  switch (c) {
-    case Control::kNodeTable:
-    case Control::kBarrierDone:
-    case Control::kNodeFailed:
-    case Control::kRefuse:
-    case Control::kRangeTable:
-      if (sender != kSchedulerId) return drop("only the scheduler sends this");
-      break;
-    case Control::kRegister:
-    case Control::kBarrier:
-    case Control::kLeave:
-      if (!sched) return drop("only the scheduler receives this");
-      break;
-    case Control::kRangeCopied:
-      if (!sched || !IsServerId(sender)) return drop("only a server tells the scheduler this");
-      break;
-    case Control::kData:
-    case Control::kCredit: {
-      // Servers replicating their ranges also talk to each other.
-      const bool ok = role() == Role::kServer
-                          ? IsWorkerId(sender) || (replicated_ && IsServerId(sender))
-                      : role() == Role::kWorker ? IsServerId(sender)
-                                                : false;
-      if (!ok) return drop("data between these roles is not part of the protocol");
-      break;
-    }
-    default:
-      break;
-  }
+  if (const char* why = Unentitled(c, sender)) return drop(why);
   liveness_.Heard(sender);
   if (sender == kSchedulerId) scheduler_seen_ = true;
 
@@ -144,6 +98,62 @@ void Node::Handle(Message&& m, uint64_t token) {
     if (scheduled) SendCredit(sender);
     return Dispatch(std::move(m), sender, lk);
   }
+  DispatchInOrder(std::move(m), sender, scheduled, lk);
+}
+
+const char* Node::BindSender(Control c, uint64_t token, int header_sender, int* sender) {
+  if (*sender != 0) {
+    // 0: the sender has not learned its id yet (its node table is in flight).
+    if (header_sender != *sender && header_sender != 0)
+      return "header's sender differs from the connection's identity";
+    return nullptr;
+  }
+  // Before the node table exists only registration traffic can flow: to the
+  // scheduler, kRegister (whose body must carry the connection's own token); from
+  // it, the table, a refusal or "registration received".
+  const bool sched = role() == Role::kScheduler;
+  if (ready_ && !(sched && c == Control::kRegister)) return "unknown sender";
+  if (sched) return c != Control::kRegister ? "not registered" : nullptr;
+  if (c != Control::kNodeTable && c != Control::kRefuse && c != Control::kHeartbeat &&
+      c != Control::kAck)
+    return "not registered yet";
+  if (scheduler_token_ == 0) scheduler_token_ = token;
+  if (token != scheduler_token_) return "not the scheduler";
+  *sender = kSchedulerId;
+  return nullptr;
+}
+
+const char* Node::Unentitled(Control c, int sender) const {
+  const bool sched = role() == Role::kScheduler;
+  switch (c) {
+    case Control::kNodeTable:
+    case Control::kBarrierDone:
+    case Control::kNodeFailed:
+    case Control::kRefuse:
+    case Control::kRangeTable:
+      return sender != kSchedulerId ? "only the scheduler sends this" : nullptr;
+    case Control::kRegister:
+    case Control::kBarrier:
+    case Control::kLeave:
+      return !sched ? "only the scheduler receives this" : nullptr;
+    case Control::kRangeCopied:
+      return !sched || !IsServerId(sender) ? "only a server tells the scheduler this" : nullptr;
+    case Control::kData:
+    case Control::kCredit: {
+      // Servers replicating their ranges also talk to each other.
+      const bool ok = role() == Role::kServer
+                          ? IsWorkerId(sender) || (replicated_ && IsServerId(sender))
+                      : role() == Role::kWorker ? IsServerId(sender)
+                                                : false;
+      return ok ? nullptr : "data between these roles is not part of the protocol";
+    }
+    default:
+      return nullptr;
+  }
+}
+
+void Node::DispatchInOrder(Message&& m, int sender, bool scheduled,
+                           std::unique_lock<std::mutex>& lk) {
   const uint64_t seq = m.h.seq;
   const auto arrival = resender_.Accept(sender, seq);
   if (arrival == Resender::Arrival::kFull) return;  // resent later
@@ -189,7 +199,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     }
     case Control::kRegister:
-      if (role() == Role::kScheduler) HandleRegister(m);
+      if (role() == Role::kScheduler) scheduler_->OnRegister(m);
       return;
     case Control::kNodeTable:
       if (role() != Role::kScheduler) HandleNodeTable(m);
@@ -199,7 +209,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       cv_.notify_all();
       return;
     case Control::kBarrier:
-      if (role() == Role::kScheduler) HandleBarrier(sender, m.h.head);
+      if (role() == Role::kScheduler) scheduler_->OnBarrier(sender, m.h.head);
       return;
     case Control::kBarrierDone:
       barrier_gen_[m.h.head]++;
@@ -226,7 +236,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       if (role() != Role::kScheduler) HandleRangeTable(m, lk);
       return;
     case Control::kRangeCopied:
-      HandleRangeCopied(m, sender);
+      scheduler_->OnRangeCopied(m, sender);
       return;
     case Control::kCredit:
       HandleCredit(sender, m.h.timestamp);
