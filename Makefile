@@ -25,9 +25,11 @@ deps-demo:
 deps:
 	@scripts/install-deps.sh --with-torch --with-data --with-launchers
 
-# Configures $(BUILD) once (the same configuration for the demo and the tests).
+# Configures $(BUILD) once (the same configuration for the demo and the tests), compiling
+# through ccache (scripts/ccache-launch.sh) where it is installed.
 CONFIGURE = test -f $(BUILD)/build.ninja || \
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) \
+	  $$(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=$(CURDIR)/scripts/ccache-launch.sh)
 
 build: deps
 	$(CONFIGURE)

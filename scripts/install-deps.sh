@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(cmake ninja-build g++ make pkg-config libzmq3-dev cppzmq-dev libsodium-dev libgtest-dev libgmock-dev
       libbenchmark-dev zlib1g-dev pybind11-dev python3-dev python3-numpy python3-pytest
-      clang-format libcli11-dev
+      clang-format libcli11-dev ccache
       python3-setuptools python3-wheel python3-pip python3-venv python3-yaml python3-matplotlib
       # the RecordIO reader's JPEG/PNG decoding: C++ (optional at configure time) and Python
       libjpeg62-turbo-dev libpng-dev python3-pil)
