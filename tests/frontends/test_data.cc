@@ -89,7 +89,7 @@ TEST(Data, ReadsGzipAndPlainIdx) {
 
 TEST(Data, RealFashionMnistIfInstalled) {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
-  if (!std::filesystem::exists(dir + "/t10k-images-idx3-ubyte.gz"))
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "t10k-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist not installed";
   auto d = ReadMnistDir(dir, false);
   EXPECT_EQ(d.count, 10000);
