@@ -15,8 +15,9 @@ namespace {
 
 int Launch(const std::string& scenario, const std::string& env, int steps = 4) {
   std::string cmd = PSKV_LAUNCH;
-  cmd += " -n 2 -s 2 --timeout 150 --env MXNET_KVSTORE_BIGARRAY_BOUND=1000"
-         " --env PSKV_WIRE_CHUNK_BYTES=65536 --env PSKV_SIM_DEVICES=3 ";
+  cmd +=
+      " -n 2 -s 2 --timeout 150 --env MXNET_KVSTORE_BIGARRAY_BOUND=1000"
+      " --env PSKV_WIRE_CHUNK_BYTES=65536 --env PSKV_SIM_DEVICES=3 ";
   cmd += env + " -- " + DIST_DEVICE_WORKER + " " + scenario + " " + std::to_string(steps);
   const int st = std::system(cmd.c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
