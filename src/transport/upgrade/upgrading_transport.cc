@@ -152,7 +152,7 @@ bool SendsThroughShm(Transport& t, int peer) {
 namespace {
 const bool registered = [] {
   auto create = [](const TransportConfig& cfg) { return CreateShmTransport(cfg); };
-  return RegisterTransport(kNodeTransport, create) && RegisterTransport("shm", create);
+  return RegisterTransport(kNodeTransport, create);
 }();
 }  // namespace
 
