@@ -5,9 +5,9 @@
 // input is also decoded as a control payload (protocol/payload.h and
 // kvstore/distributed/wire/kv_payload.h), whose first byte (the payload kind)
 // chooses the decoder; it too must succeed or throw ProtocolError. So must the whole input as a
-// path control message (transport/upgrade/control_codec.h) and an offer's details, and as every
-// body servers send each other (kvstore/distributed/wire/replication_wire.h; those of a message
-// with keys for 0 to 3 keys).
+// path control message (transport/upgrade/control_codec.h) and each path's offer details, and as
+// every body servers send each other (kvstore/distributed/wire/replication_wire.h; those of a
+// message with keys for 0 to 3 keys).
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -17,6 +17,8 @@
 #include "kvstore/distributed/wire/replication_wire.h"
 #include "protocol/message.h"
 #include "pskv/error.h"
+#include "transport/shm/ring_path.h"
+#include "transport/tcp/socket_path.h"
 #include "transport/upgrade/control_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -29,13 +31,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     namespace up = pskv::upgrade;
     const up::PathControl c = up::DecodeControl(pskv::Frame::FromString(whole));
     if (const auto* o = std::get_if<up::Offer>(&c)) {
-      if (o->path == up::PathKind::kRing) (void)up::DecodeRingDetails(o->details);
-      if (o->path == up::PathKind::kTcp) (void)up::DecodeTcpDetails(o->details);
+      if (o->path == up::PathKind::kRing) (void)pskv::shm::DecodeRingDetails(o->details);
+      if (o->path == up::PathKind::kTcp) (void)pskv::direct::DecodeTcpDetails(o->details);
     }
   } catch (const pskv::ProtocolError&) {
   }
-  for (auto* decode : {+[](const std::string& s) { (void)pskv::upgrade::DecodeRingDetails(s); },
-                       +[](const std::string& s) { (void)pskv::upgrade::DecodeTcpDetails(s); }}) {
+  for (auto* decode : {+[](const std::string& s) { (void)pskv::shm::DecodeRingDetails(s); },
+                       +[](const std::string& s) { (void)pskv::direct::DecodeTcpDetails(s); }}) {
     try {
       decode(whole);
     } catch (const pskv::ProtocolError&) {

@@ -6,6 +6,8 @@
 #include "kvstore/distributed/wire/kv_payload.h"
 #include "kvstore/distributed/wire/replication_wire.h"
 #include "protocol/message.h"
+#include "transport/shm/ring_path.h"
+#include "transport/tcp/socket_path.h"
 #include "transport/upgrade/control_codec.h"
 
 using namespace pskv;
@@ -117,14 +119,13 @@ int main(int argc, char** argv) {
   ring.path = upgrade::PathKind::kRing;
   ring.seq = 3;
   ring.nonce.fill(0xab);
-  ring.details =
-      upgrade::EncodeRingDetails({4242, 17, 18, 8 << 20, "boot-id/4026531992/4026531836"});
+  ring.details = shm::EncodeRingDetails({4242, 17, 18, 8 << 20, "boot-id/4026531992/4026531836"});
   WriteRaw(dir, "ctl_offer_ring", raw(upgrade::EncodeControl(ring)));
   upgrade::Offer tcp;
   tcp.path = upgrade::PathKind::kTcp;
   tcp.seq = 4;
   tcp.nonce.fill(0xcd);
-  tcp.details = upgrade::EncodeTcpDetails({0x0100007f, 40123});
+  tcp.details = direct::EncodeTcpDetails({0x0100007f, 40123});
   WriteRaw(dir, "ctl_offer_tcp", raw(upgrade::EncodeControl(tcp)));
   upgrade::Switch sw;
   sw.nonce.fill(0xcd);

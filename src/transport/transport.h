@@ -161,7 +161,7 @@ std::vector<std::string> TransportKinds();
 
 /// The backend every node uses: ZeroMQ for the handshake and control, with a
 /// negotiated direct data path per peer where one is available (cfg.shm,
-/// cfg.tcp_direct). "shm" is an older name of the same backend.
+/// cfg.tcp_direct).
 inline constexpr char kNodeTransport[] = "upgrade";
 
 /// Creates a backend: "zmq" (TCP through ZeroMQ), "upgrade" (kNodeTransport) and

@@ -197,7 +197,7 @@ class Gate {
  public:
   Node::TransportFactory Factory() {
     return [this](const TransportConfig& tc) {
-      return std::make_unique<Wrapper>(this, CreateTransport("shm", tc));
+      return std::make_unique<Wrapper>(this, CreateTransport(kNodeTransport, tc));
     };
   }
   void Close() {

@@ -1,16 +1,24 @@
-// The path upgrade's control codec (transport/upgrade/control_codec.h): round
-// trips, and every malformed input refused with a ProtocolError before anything
-// is reserved.
+// The path upgrade's control codec (transport/upgrade/control_codec.h) and the
+// paths' offer details (shm/ring_path.h, tcp/socket_path.h): round trips, and every
+// malformed input refused with a ProtocolError before anything is reserved.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "protocol/message.h"
 #include "pskv/error.h"
+#include "transport/shm/ring_path.h"
+#include "transport/tcp/socket_path.h"
 #include "transport/upgrade/control_codec.h"
 
 using namespace pskv;
 using namespace pskv::upgrade;
+using pskv::direct::DecodeTcpDetails;
+using pskv::direct::EncodeTcpDetails;
+using pskv::direct::TcpDetails;
+using pskv::shm::DecodeRingDetails;
+using pskv::shm::EncodeRingDetails;
+using pskv::shm::RingDetails;
 
 namespace {
 

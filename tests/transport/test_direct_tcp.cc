@@ -64,7 +64,7 @@ struct Pair {
   std::unique_ptr<Transport> a, b;
   int sent = 0, expected = 0;
   Pair(const TransportConfig& ca, const TransportConfig& cb)
-      : a(CreateTransport("shm", ca)), b(CreateTransport("shm", cb)) {
+      : a(CreateTransport(kNodeTransport, ca)), b(CreateTransport(kNodeTransport, cb)) {
     const std::string ep = a->Bind("127.0.0.1", 0);
     b->Bind("127.0.0.1", 0);
     b->Connect(1, ep, ca.token);
@@ -387,10 +387,10 @@ TEST(DirectTcp, AReaderThatGoesAwayDoesNotHangTheWriter) {
 // sender gets its own direct connection.
 TEST(DirectTcp, ASenderGoneInTheMiddleOfAMessageLeavesNothingBehind) {
   TransportConfig ca = Config(11);
-  auto a = CreateTransport("shm", ca);
+  auto a = CreateTransport(kNodeTransport, ca);
   const std::string ep = a->Bind("127.0.0.1", 0);
   for (int round = 0; round < 2; ++round) {
-    auto b = CreateTransport("shm", Config(22 + static_cast<uint64_t>(round)));
+    auto b = CreateTransport(kNodeTransport, Config(22 + static_cast<uint64_t>(round)));
     b->Bind("127.0.0.1", 0);
     b->Connect(1, ep, 11);
     bool direct = false;
@@ -459,11 +459,11 @@ TEST(DirectTcp, AFullSocketDoesNotSpin) {
 // proofs, so the rest stayed on ZeroMQ for good.
 TEST(DirectTcp, ManyReceiversFromOneAddressAllGetTheirConnection) {
   constexpr int kReceivers = 12;
-  auto b = CreateTransport("shm", Config(99));
+  auto b = CreateTransport(kNodeTransport, Config(99));
   b->Bind("127.0.0.1", 0);
   std::vector<std::unique_ptr<Transport>> rs;
   for (int i = 0; i < kReceivers; ++i) {
-    rs.push_back(CreateTransport("shm", Config(100 + static_cast<uint64_t>(i))));
+    rs.push_back(CreateTransport(kNodeTransport, Config(100 + static_cast<uint64_t>(i))));
     b->Connect(i, rs.back()->Bind("127.0.0.1", 0), 100 + static_cast<uint64_t>(i));
   }
   std::vector<int> got(kReceivers, 0);

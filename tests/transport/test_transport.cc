@@ -49,13 +49,13 @@ std::unique_ptr<Transport> Make(const std::string& kind, const TransportConfig& 
     TransportConfig s = c;
     s.shm = TransportConfig::Shm::kAuto;
     s.shm_ring_bytes = 64 << 10;
-    return CreateTransport("shm", s);
+    return CreateTransport(kNodeTransport, s);
   }
   if (kind == "tcp") {  // pskv's direct TCP connections once negotiated
     TransportConfig s = c;
     s.shm = TransportConfig::Shm::kOff;
     s.tcp_direct = true;
-    return CreateTransport("shm", s);
+    return CreateTransport(kNodeTransport, s);
   }
   return CreateTransport(kind, c);
 }
@@ -529,7 +529,7 @@ std::unique_ptr<Transport> Shm(uint64_t token,
   c.shm = mode;
   c.shm_ring_bytes = 64 << 10;
   c.max_frame = max_frame;
-  return CreateTransport("shm", c);
+  return CreateTransport(kNodeTransport, c);
 }
 
 // The fds of this process that are pskv rings.
@@ -653,7 +653,7 @@ TEST(Shm, ADeclinedOfferIsGivenUp) {
   cb.shm = TransportConfig::Shm::kAuto;
   cb.shm_ring_bytes = 64 << 10;
   cb.shm_attach_deadline = std::chrono::milliseconds(300);
-  auto b = CreateTransport("shm", cb);
+  auto b = CreateTransport(kNodeTransport, cb);
   const std::string ep = a->Bind("127.0.0.1", 0);
   b->Connect(1, ep, 11);
   bool gone = false;
@@ -770,7 +770,7 @@ TEST(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
   cb.shm_ring_bytes = 64 << 10;
   cb.keepalive_interval = 200ms;
   cb.keepalive_timeout = 600ms;
-  auto b = CreateTransport("shm", cb);
+  auto b = CreateTransport(kNodeTransport, cb);
   b->Connect(1, "127.0.0.1:" + std::to_string(dead_port), 11);
   for (int i = 0; i < 1000 && !SendsThroughShm(*b, 1); ++i) {
     b->Send(1, {Frame::FromString("p")});

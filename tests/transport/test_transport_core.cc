@@ -53,7 +53,7 @@ TEST(FrameOf, AnArrayKeepsItsBytes) {
 
 TEST(TransportRegistry, BackendsRegisterThemselves) {
   const std::vector<std::string> kinds = TransportKinds();
-  for (const char* k : {"zmq", "shm", kNodeTransport})
+  for (const char* k : {"zmq", kNodeTransport})
     EXPECT_NE(std::find(kinds.begin(), kinds.end(), k), kinds.end()) << k;
   EXPECT_TRUE(std::is_sorted(kinds.begin(), kinds.end()));
 }
@@ -95,10 +95,13 @@ TEST(DataPathRegistry, PathsRegisterThemselvesUnderTheirNames) {
   EXPECT_STREQ(upgrade::DataPathName(upgrade::PathKind::kRing), "shm");
   EXPECT_STREQ(upgrade::DataPathName(upgrade::PathKind::kTcp), "tcp");
   EXPECT_STREQ(upgrade::DataPathName(static_cast<upgrade::PathKind>(200)), "zmq");
+  EXPECT_STREQ(upgrade::PathName(upgrade::PathKind::kRing), "shared memory");
+  EXPECT_STREQ(upgrade::PathName(upgrade::PathKind::kTcp), "direct TCP");
+  EXPECT_STREQ(upgrade::PathName(static_cast<upgrade::PathKind>(200)), "unknown path");
 }
 
 TEST(DataPathRegistry, AKindRegisteredTwiceIsRefused) {
-  EXPECT_THROW(upgrade::RegisterDataPath(upgrade::PathKind::kTcp, "tcp2", 99,
+  EXPECT_THROW(upgrade::RegisterDataPath(upgrade::PathKind::kTcp, "tcp2", "tcp two", 99,
                                          [](const upgrade::PathHost&) { return nullptr; }),
                InternalError);
 }

@@ -8,8 +8,10 @@
 #include <set>
 
 #include "common/net.h"
+#include "common/payload_reader.h"
 #include "pskv/error.h"
 #include "transport/shm/shm_ring.h"
+#include "transport/upgrade/control_codec.h"
 
 namespace pskv::shm {
 namespace {
@@ -230,14 +232,14 @@ class RingPath final : public upgrade::DataPath {
       return nullptr;
     }
     *nonce = ring->nonce();
-    *details = upgrade::EncodeRingDetails(
-        {host_.pid, ring->fd(), host_.tx_wake, ring->capacity(), boot_id_});
+    *details =
+        EncodeRingDetails({host_.pid, ring->fd(), host_.tx_wake, ring->capacity(), boot_id_});
     return std::make_unique<RingOut>(std::move(ring), host_.tx_wake);
   }
 
   std::unique_ptr<InPath> Accept(const upgrade::Offer& offer, const std::string& from,
                                  std::string* why) override {
-    const upgrade::RingDetails d = upgrade::DecodeRingDetails(offer.details);
+    const RingDetails d = DecodeRingDetails(offer.details);
     if (host_.cfg->shm == TransportConfig::Shm::kOff || boot_id_.empty() || boot_id_ != d.boot_id)
       return nullptr;  // declined quietly: the peer keeps using the control connection
     auto ring = Ring::Attach(d.pid, d.memfd, d.capacity, offer.nonce, why);
@@ -259,6 +261,35 @@ class RingPath final : public upgrade::DataPath {
 
 }  // namespace
 
+namespace {
+constexpr size_t kMaxBootId = 255;
+constexpr auto kKind = static_cast<uint8_t>(upgrade::PathKind::kRing);
+}  // namespace
+
+std::string EncodeRingDetails(const RingDetails& d) {
+  if (d.boot_id.size() > kMaxBootId) throw InternalError("boot id too long");
+  ByteWriter w = BeginPayload(kKind, upgrade::kVersion);
+  w.Put<int32_t>(d.pid);
+  w.Put<int32_t>(d.memfd);
+  w.Put<int32_t>(d.pipe);
+  w.Put<uint64_t>(d.capacity);
+  w.PutString(d.boot_id);
+  return w.Take();
+}
+
+RingDetails DecodeRingDetails(const std::string& s) {
+  PayloadReader r(s.data(), s.size(), "shared-memory offer");
+  r.Header(kKind, 0, upgrade::kVersion);
+  RingDetails d;
+  d.pid = r.Get<int32_t>();
+  d.memfd = r.Get<int32_t>();
+  d.pipe = r.Get<int32_t>();
+  d.capacity = r.Get<uint64_t>();
+  d.boot_id = r.GetString(kMaxBootId);
+  r.End();
+  return d;
+}
+
 std::unique_ptr<upgrade::DataPath> CreateRingPath(const upgrade::PathHost& host) {
   return std::make_unique<RingPath>(host);
 }
@@ -266,7 +297,7 @@ std::unique_ptr<upgrade::DataPath> CreateRingPath(const upgrade::PathHost& host)
 namespace {
 // First choice: a peer on this host gets the ring.
 const bool registered =
-    upgrade::RegisterDataPath(upgrade::PathKind::kRing, "shm", 0, CreateRingPath);
+    upgrade::RegisterDataPath(upgrade::PathKind::kRing, "shm", "shared memory", 0, CreateRingPath);
 }  // namespace
 
 }  // namespace pskv::shm

@@ -12,8 +12,10 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "common/payload_reader.h"
 #include "pskv/error.h"
 #include "transport/tcp/direct_tcp.h"
+#include "transport/upgrade/control_codec.h"
 
 namespace pskv::direct {
 namespace {
@@ -262,7 +264,7 @@ class SocketPath final : public upgrade::DataPath {
     auto out = std::make_unique<SocketOut>(host_);
     randombytes_buf(out->nonce_.data(), out->nonce_.size());
     *nonce = out->nonce_;
-    *details = upgrade::EncodeTcpDetails({ip_, port_});
+    *details = EncodeTcpDetails({ip_, port_});
     return out;
   }
   std::chrono::milliseconds RetryDeclinedAfter() const override { return kReofferAfter; }
@@ -270,7 +272,7 @@ class SocketPath final : public upgrade::DataPath {
   // Connects to where the offering peer listens (the rest happens in OnEvent).
   std::unique_ptr<InPath> Accept(const upgrade::Offer& offer, const std::string& from,
                                  std::string* why) override {
-    const upgrade::TcpDetails d = upgrade::DecodeTcpDetails(offer.details);
+    const TcpDetails d = DecodeTcpDetails(offer.details);
     if (!host_.cfg->tcp_direct || host_.cfg->encrypt) return nullptr;  // declined quietly
     uint32_t ip = d.ip;
     if (ip == 0 && ::inet_pton(AF_INET, from.c_str(), &ip) != 1) return nullptr;
@@ -315,6 +317,27 @@ class SocketPath final : public upgrade::DataPath {
 
 }  // namespace
 
+namespace {
+constexpr auto kKind = static_cast<uint8_t>(upgrade::PathKind::kTcp);
+}  // namespace
+
+std::string EncodeTcpDetails(const TcpDetails& d) {
+  ByteWriter w = BeginPayload(kKind, upgrade::kVersion);
+  w.Put<uint32_t>(d.ip);
+  w.Put<uint16_t>(d.port);
+  return w.Take();
+}
+
+TcpDetails DecodeTcpDetails(const std::string& s) {
+  PayloadReader r(s.data(), s.size(), "direct TCP offer");
+  r.Header(kKind, 0, upgrade::kVersion);
+  TcpDetails d;
+  d.ip = r.Get<uint32_t>();
+  d.port = r.Get<uint16_t>();
+  r.End();
+  return d;
+}
+
 std::unique_ptr<upgrade::DataPath> CreateSocketPath(const upgrade::PathHost& host) {
   return std::make_unique<SocketPath>(host);
 }
@@ -322,7 +345,7 @@ std::unique_ptr<upgrade::DataPath> CreateSocketPath(const upgrade::PathHost& hos
 namespace {
 // After the ring: the peers the ring does not want.
 const bool registered =
-    upgrade::RegisterDataPath(upgrade::PathKind::kTcp, "tcp", 10, CreateSocketPath);
+    upgrade::RegisterDataPath(upgrade::PathKind::kTcp, "tcp", "direct TCP", 10, CreateSocketPath);
 }  // namespace
 
 }  // namespace pskv::direct

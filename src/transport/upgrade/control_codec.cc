@@ -8,29 +8,13 @@
 namespace pskv::upgrade {
 namespace {
 
-constexpr size_t kMaxBootId = 255;
-
 Nonce GetNonce(PayloadReader& r) {
   Nonce n;
   r.GetBytes(n.data(), n.size());
   return n;
 }
 
-ByteWriter Begin(uint8_t kind) {
-  return BeginPayload(kind, kVersion);
-}
-
 }  // namespace
-
-const char* PathName(PathKind p) {
-  switch (p) {
-    case PathKind::kRing:
-      return "shared memory";
-    case PathKind::kTcp:
-      return "direct TCP";
-  }
-  return "unknown path";
-}
 
 bool IsControl(const std::vector<Frame>& frames) {
   return frames.size() == 1 && !frames[0].gathered() && frames[0].size >= sizeof kMagic &&
@@ -80,47 +64,6 @@ PathControl DecodeControl(const Frame& f) {
   o.details = r.GetString(kMaxDetails);
   r.End();
   return o;
-}
-
-std::string EncodeRingDetails(const RingDetails& d) {
-  if (d.boot_id.size() > kMaxBootId) throw InternalError("boot id too long");
-  ByteWriter w = Begin(static_cast<uint8_t>(PathKind::kRing));
-  w.Put<int32_t>(d.pid);
-  w.Put<int32_t>(d.memfd);
-  w.Put<int32_t>(d.pipe);
-  w.Put<uint64_t>(d.capacity);
-  w.PutString(d.boot_id);
-  return w.Take();
-}
-
-RingDetails DecodeRingDetails(const std::string& s) {
-  PayloadReader r(s.data(), s.size(), "shared-memory offer");
-  r.Header(static_cast<uint8_t>(PathKind::kRing), static_cast<uint8_t>(PathKind::kTcp), kVersion);
-  RingDetails d;
-  d.pid = r.Get<int32_t>();
-  d.memfd = r.Get<int32_t>();
-  d.pipe = r.Get<int32_t>();
-  d.capacity = r.Get<uint64_t>();
-  d.boot_id = r.GetString(kMaxBootId);
-  r.End();
-  return d;
-}
-
-std::string EncodeTcpDetails(const TcpDetails& d) {
-  ByteWriter w = Begin(static_cast<uint8_t>(PathKind::kTcp));
-  w.Put<uint32_t>(d.ip);
-  w.Put<uint16_t>(d.port);
-  return w.Take();
-}
-
-TcpDetails DecodeTcpDetails(const std::string& s) {
-  PayloadReader r(s.data(), s.size(), "direct TCP offer");
-  r.Header(static_cast<uint8_t>(PathKind::kTcp), static_cast<uint8_t>(PathKind::kTcp), kVersion);
-  TcpDetails d;
-  d.ip = r.Get<uint32_t>();
-  d.port = r.Get<uint16_t>();
-  r.End();
-  return d;
 }
 
 }  // namespace pskv::upgrade

@@ -8,7 +8,9 @@
 // kind OFFER (v1): u8 path, u64 seq, 16-byte nonce, string details (at most
 //   kMaxDetails bytes): "I offer you a data path of this kind; here is how to
 //   reach it". `details` is the path's own payload, versioned the same way
-//   (RingDetails, TcpDetails below: u8 path, u8 version, fields).
+//   (u8 path, u8 version, fields) and encoded by the path itself, next to its
+//   DataPath (shm::RingDetails in shm/ring_path.h, direct::TcpDetails in
+//   tcp/socket_path.h).
 // kind SWITCH (v1): 16-byte nonce: "from now on my messages to you go through
 //   the path of that offer" — everything sent over the control connection before
 //   it is older than anything on the path.
@@ -40,9 +42,9 @@ using Nonce = std::array<uint8_t, 16>;
 
 enum class Kind : uint8_t { kOffer = 1, kSwitch = 2 };
 
-/// The data paths a node can offer. A new path takes the next number.
+/// The data paths a node can offer. A new path takes the next number (its name
+/// and the rest are its own: RegisterDataPath, data_path.h).
 enum class PathKind : uint8_t { kRing = 1, kTcp = 2 };
-const char* PathName(PathKind p);
 
 struct Offer {
   PathKind path = PathKind::kRing;
@@ -51,7 +53,7 @@ struct Offer {
   /// connection) is stale and must not replace the later one's path.
   uint64_t seq = 0;
   Nonce nonce{};        ///< names the offer (and, for a ring, its memfd)
-  std::string details;  ///< the path's own payload (RingDetails, TcpDetails)
+  std::string details;  ///< the path's own payload (see above)
 };
 
 struct Switch {
@@ -68,26 +70,5 @@ Frame EncodeControl(const PathControl& c);
 /// ProtocolError if the frame is not a well-formed control message of a kind and
 /// version this build understands.
 PathControl DecodeControl(const Frame& f);
-
-/// A shared-memory ring's offer (transport/shm/shm_ring.h): where the sender's
-/// memfd is and how to wake it.
-struct RingDetails {
-  int32_t pid = 0;
-  int32_t memfd = -1;
-  int32_t pipe = -1;      ///< the sender's wake-up pipe
-  uint64_t capacity = 0;  ///< data bytes of the ring
-  std::string boot_id;    ///< the sender's host (at most 255 bytes)
-};
-std::string EncodeRingDetails(const RingDetails& d);
-RingDetails DecodeRingDetails(const std::string& s);
-
-/// A direct TCP connection's offer (transport/tcp/direct_tcp.h): where the
-/// sender listens.
-struct TcpDetails {
-  uint32_t ip = 0;  ///< IPv4, network order; 0: the address the offer came from
-  uint16_t port = 0;
-};
-std::string EncodeTcpDetails(const TcpDetails& d);
-TcpDetails DecodeTcpDetails(const std::string& s);
 
 }  // namespace pskv::upgrade

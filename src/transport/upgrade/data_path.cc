@@ -13,6 +13,7 @@ namespace {
 struct Entry {
   PathKind kind;
   const char* name;
+  const char* label;
   int preference;
   DataPathCreator create;
 };
@@ -28,15 +29,16 @@ Registry& TheRegistry() {
 }
 }  // namespace
 
-bool RegisterDataPath(PathKind kind, const char* name, int preference, DataPathCreator create) {
+bool RegisterDataPath(PathKind kind, const char* name, const char* label, int preference,
+                      DataPathCreator create) {
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> g(r.mu);
   for (const Entry& e : r.paths)
     if (e.kind == kind)
-      throw InternalError(std::string("data path ") + PathName(kind) + " registered twice");
+      throw InternalError(std::string("data path ") + e.label + " registered twice");
   auto at = std::find_if(r.paths.begin(), r.paths.end(),
                          [&](const Entry& e) { return e.preference > preference; });
-  r.paths.insert(at, Entry{kind, name, preference, std::move(create)});
+  r.paths.insert(at, Entry{kind, name, label, preference, std::move(create)});
   return true;
 }
 
@@ -58,6 +60,14 @@ const char* DataPathName(PathKind kind) {
   for (const Entry& e : r.paths)
     if (e.kind == kind) return e.name;
   return "zmq";
+}
+
+const char* PathName(PathKind kind) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> g(r.mu);
+  for (const Entry& e : r.paths)
+    if (e.kind == kind) return e.label;
+  return "unknown path";
 }
 
 }  // namespace pskv::upgrade

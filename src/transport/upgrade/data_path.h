@@ -162,13 +162,18 @@ class DataPath {
 using DataPathCreator = std::function<std::unique_ptr<DataPath>(const PathHost&)>;
 /// Registers a kind of path, from a static initializer in the path's own file (like
 /// RegisterTransport): `name` is what DataPath(transport, peer) reports for a peer on
-/// it ("shm", "tcp"); `preference` orders the paths of a transport (lower first: a
-/// peer gets the first path that wants it). Registering a PathKind twice is a
-/// programming error (InternalError). Returns true (for the initializer).
-bool RegisterDataPath(PathKind kind, const char* name, int preference, DataPathCreator create);
+/// it ("shm", "tcp"), `label` what log lines call it ("shared memory");
+/// `preference` orders the paths of a transport (lower first: a peer gets the first
+/// path that wants it). Registering a PathKind twice is a programming error
+/// (InternalError). Returns true (for the initializer).
+bool RegisterDataPath(PathKind kind, const char* name, const char* label, int preference,
+                      DataPathCreator create);
 /// One of every registered kind of path for a transport, in order of preference.
 std::vector<std::unique_ptr<DataPath>> CreateDataPaths(const PathHost& host);
 /// The registered name of a kind of path ("shm", "tcp"; "zmq" for an unregistered one).
 const char* DataPathName(PathKind kind);
+/// The registered label of a kind of path, for log lines ("shared memory", "direct
+/// TCP"; "unknown path" for an unregistered one, e.g. a newer peer's offer).
+const char* PathName(PathKind kind);
 
 }  // namespace pskv::upgrade

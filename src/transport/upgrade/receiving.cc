@@ -1,16 +1,20 @@
-// The receiving side of the upgrading transport (negotiator.h): the Recv loop.
-#include "transport/upgrade/negotiator.h"
+// The receiving side of the upgrading transport (receiving.h): the Recv loop.
+#include "transport/upgrade/receiving.h"
 
 #include <sched.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
+#include <thread>
+
+#include "transport/upgrade/negotiator.h"
+#include "transport/zmq/zmq_transport.h"
 
 namespace pskv::upgrade {
 
 using namespace std::chrono_literals;
 
-bool UpgradingTransport::Recv(Received* in, std::chrono::milliseconds timeout) {
+bool Receiver::Recv(Received* in, std::chrono::milliseconds timeout) {
   in->frames.clear();
   in->peer = 0;
   in->conn = 0;
@@ -30,9 +34,9 @@ bool UpgradingTransport::Recv(Received* in, std::chrono::milliseconds timeout) {
   for (int pass = 0;; ++pass) {
     bool got = false;
     const bool look = zmq_maybe;
-    if (zmq_first_ && look) got = inner_->Recv(in, 0ms);
+    if (zmq_first_ && look) got = control_.Recv(in, 0ms);
     if (!got && PumpAll(in)) return true;
-    if (!got && !zmq_first_ && look) got = inner_->Recv(in, 0ms);
+    if (!got && !zmq_first_ && look) got = control_.Recv(in, 0ms);
     zmq_maybe = true;
     if (!got && zmq_fd_ >= 0 && SpinFor(deadline)) {
       zmq_maybe = spun_zmq_;
@@ -41,11 +45,11 @@ bool UpgradingTransport::Recv(Received* in, std::chrono::milliseconds timeout) {
     if (!got) {
       // Nothing anywhere: ask the paths' writers for a wake-up, then sleep on
       // the epoll set.
-      const bool data = Arm();
+      const bool data = incoming_.Arm();
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0 && pass > 0) {
-        Disarm();
+        incoming_.Disarm();
         return false;
       }
       if (data) {
@@ -53,8 +57,8 @@ bool UpgradingTransport::Recv(Received* in, std::chrono::milliseconds timeout) {
         continue;
       }
       if (zmq_fd_ < 0) {  // not bound (a sender only): ZeroMQ's own wait
-        got = inner_->Recv(in, std::max(left, 0ms));
-        Disarm();
+        got = control_.Recv(in, std::max(left, 0ms));
+        incoming_.Disarm();
         if (!got) {
           if (Clock::now() >= deadline) return PumpAll(in);
           continue;
@@ -62,12 +66,12 @@ bool UpgradingTransport::Recv(Received* in, std::chrono::milliseconds timeout) {
       } else {
         epoll_event evs[64];
         const int n = ::epoll_wait(epfd_, evs, 64, static_cast<int>(std::max(left, 0ms).count()));
-        Disarm();
+        incoming_.Disarm();
         zmq_maybe = HandleEvents(evs, std::max(n, 0));
         events_fresh_ = true;
         if (n <= 0 && Clock::now() >= deadline) {
           if (PumpAll(in)) return true;
-          got = inner_->Recv(in, 0ms);
+          got = control_.Recv(in, 0ms);
           if (!got) return false;
         } else {
           continue;
@@ -81,19 +85,19 @@ bool UpgradingTransport::Recv(Received* in, std::chrono::milliseconds timeout) {
   }
 }
 
-bool UpgradingTransport::Watch(int fd, int op, uint32_t events) {
+bool Receiver::Watch(int fd, int op, uint32_t events) {
   epoll_event ev{};
   ev.events = events;
   ev.data.fd = fd;
   return ::epoll_ctl(epfd_, op, fd, &ev) == 0;
 }
 
-void UpgradingTransport::Events() {
+void Receiver::Events() {
   epoll_event evs[64];
   HandleEvents(evs, std::max(0, ::epoll_wait(epfd_, evs, 64, 0)));
 }
 
-bool UpgradingTransport::HandleEvents(const epoll_event* evs, int n) {
+bool Receiver::HandleEvents(const epoll_event* evs, int n) {
   bool zmq = false;
   for (int i = 0; i < n; ++i) {
     if (evs[i].data.fd == zmq_fd_) {
@@ -109,14 +113,14 @@ bool UpgradingTransport::HandleEvents(const epoll_event* evs, int n) {
   return zmq;
 }
 
-void UpgradingTransport::NoteMessage(const Received& m) {
+void Receiver::NoteMessage(const Received& m) {
   if (spin_.count() <= 0) return;
   uint64_t bytes = 0;
   for (const Frame& f : m.frames) bytes += f.size;
   if (bytes <= kSpinAfterBytes) last_small_msg_ = Clock::now();
 }
 
-bool UpgradingTransport::SpinFor(Clock::time_point deadline) {
+bool Receiver::SpinFor(Clock::time_point deadline) {
   if (spin_.count() <= 0) return false;
   const auto now = Clock::now();
   if (now - last_small_msg_ > 20 * spin_) return false;  // idle: sleep at once
@@ -138,7 +142,7 @@ bool UpgradingTransport::SpinFor(Clock::time_point deadline) {
   return false;
 }
 
-bool UpgradingTransport::PumpAll(Received* out) {
+bool Receiver::PumpAll(Received* out) {
   if (incoming_.size() == 0) return false;
   if (!std::exchange(events_fresh_, false)) Events();
   if (!incoming_.Pump(out)) return false;
@@ -146,14 +150,15 @@ bool UpgradingTransport::PumpAll(Received* out) {
   return true;
 }
 
-bool UpgradingTransport::CutOff(uint64_t token) {
-  std::shared_lock<std::shared_mutex> lk(peers_mu_);
-  for (auto& [id, o] : outs_) {
-    if (o->token != token) continue;
-    const auto since = inner_->DownSince(id);
-    return since != Clock::time_point{} && Clock::now() - since > kCutOffAfter;
-  }
-  return false;
+void Receiver::WatchControl(Transport& zmq) {
+  std::lock_guard<std::mutex> g(in_mu_);
+  zmq_fd_ = ZmqReceiveFd(zmq);
+  if (zmq_fd_ >= 0 && !Watch(zmq_fd_, EPOLL_CTL_ADD, EPOLLIN)) zmq_fd_ = -1;
+}
+
+void Receiver::Clear() {
+  std::lock_guard<std::mutex> lk(in_mu_);
+  incoming_.Clear();  // each path stops reading (a ring is marked closed)
 }
 
 }  // namespace pskv::upgrade

@@ -1,6 +1,6 @@
-// The sending side of the upgrading transport (negotiator.h): the per-peer state
+// The sending side of the upgrading transport (sending.h): the per-peer state
 // machine of data_path.h and the writer thread.
-#include "transport/upgrade/negotiator.h"
+#include "transport/upgrade/sending.h"
 
 #include <poll.h>
 
@@ -8,12 +8,141 @@
 
 #include "common/logging.h"
 #include "pskv/error.h"
+#include "transport/upgrade/negotiator.h"
 
 namespace pskv::upgrade {
 
 using namespace std::chrono_literals;
 
-void UpgradingTransport::Offer(int peer, Out& o, bool up) {
+Sender::Sender(const TransportConfig& cfg, Transport& control,
+               const std::vector<std::unique_ptr<DataPath>>& kinds, RateLimiter& limiter, int tx_rd,
+               int tx_wr)
+    : cfg_(cfg),
+      control_(control),
+      kinds_(kinds),
+      limiter_(limiter),
+      tx_rd_(tx_rd),
+      tx_wr_(tx_wr) {}
+
+void Sender::Start() {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+void Sender::Connect(int peer, const std::string& endpoint, uint64_t token) {
+  std::unique_lock<std::shared_mutex> lk(peers_mu_);
+  auto& o = outs_[peer];
+  if (o && o->endpoint == endpoint && o->token == token) return;
+  uint64_t pacing = 0;  // a cap set for this peer holds for its new connection too
+  if (o) {
+    std::lock_guard<std::mutex> g(o->mu);
+    Teardown(*o);
+    pacing = o->pacing;
+  }
+  o = std::make_unique<Out>();
+  o->endpoint = endpoint;
+  o->token = token;
+  o->pacing = pacing;
+  // One direct path per pair of nodes: another connection to the same node (a
+  // second peer id for it) stays on ZeroMQ — the receiver keeps one path per
+  // sending node.
+  for (auto& [id, other] : outs_)
+    if (id != peer && other->token == token) return;
+  for (auto& k : kinds_)
+    if (k->Wants(endpoint, token)) {
+      std::lock_guard<std::mutex> g(o->mu);
+      o->kind = k.get();
+      Offer(peer, *o, false);
+      break;
+    }
+}
+
+void Sender::Disconnect(int peer) {
+  std::unique_ptr<Out> gone;  // destroyed after its mutex is released
+  std::unique_lock<std::shared_mutex> lk(peers_mu_);
+  auto it = outs_.find(peer);
+  if (it == outs_.end()) return;
+  gone = std::move(it->second);
+  outs_.erase(it);
+  std::lock_guard<std::mutex> g(gone->mu);
+  Teardown(*gone);
+}
+
+void Sender::SetPacingRate(int peer, uint64_t bytes_per_s) {
+  std::shared_lock<std::shared_mutex> lk(peers_mu_);
+  auto it = outs_.find(peer);
+  if (it == outs_.end()) return;  // not connected: nothing to pace
+  Out& o = *it->second;
+  std::lock_guard<std::mutex> g(o.mu);
+  o.pacing = bytes_per_s;
+  if (o.path) o.path->SetPacingRate(bytes_per_s);
+}
+
+void Sender::Send(int peer, std::vector<Frame> frames) {
+  if (frames.empty()) return;
+  std::shared_lock<std::shared_mutex> lk(peers_mu_);
+  auto it = outs_.find(peer);
+  if (it == outs_.end()) return control_.Send(peer, std::move(frames));
+  Out& o = *it->second;
+  std::lock_guard<std::mutex> g(o.mu);
+  Advance(peer, o);
+  if (o.state != Out::kActive) return control_.Send(peer, std::move(frames));
+  o.pending.push_back(OutMsg::Make(std::move(frames)));
+  if (o.pending.size() == 1) WriteSome(peer, o, false);
+  // Still waiting (it is the last one queued): frames without an owner are only
+  // valid during this call, so they are copied now.
+  if (!o.pending.empty()) o.pending.back().OwnAll();
+}
+
+std::string Sender::PathTo(int peer) {
+  std::shared_lock<std::shared_mutex> lk(peers_mu_);
+  auto it = outs_.find(peer);
+  if (it == outs_.end()) return "zmq";
+  std::lock_guard<std::mutex> g(it->second->mu);
+  if (it->second->state != Out::kActive) return "zmq";
+  return DataPathName(it->second->kind->kind());
+}
+
+bool Sender::CutOff(uint64_t token) {
+  std::shared_lock<std::shared_mutex> lk(peers_mu_);
+  for (auto& [id, o] : outs_) {
+    if (o->token != token) continue;
+    const auto since = control_.DownSince(id);
+    return since != Clock::time_point{} && Clock::now() - since > kCutOffAfter;
+  }
+  return false;
+}
+
+void Sender::Linger(std::chrono::milliseconds linger) {
+  for (const auto end = Clock::now() + linger; Clock::now() < end;) {
+    bool any = false;
+    {
+      std::shared_lock<std::shared_mutex> lk(peers_mu_);
+      for (auto& [id, o] : outs_) {
+        std::lock_guard<std::mutex> g(o->mu);
+        any |= o->state == Out::kActive && !o->pending.empty();
+      }
+    }
+    if (!any) break;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+void Sender::StopWriter() {
+  if (stop_.exchange(true)) return;
+  Signal(tx_wr_);
+  if (writer_.joinable()) writer_.join();
+}
+
+void Sender::Clear() {
+  std::unique_lock<std::shared_mutex> lk(peers_mu_);
+  for (auto& [id, o] : outs_) {
+    std::lock_guard<std::mutex> g(o->mu);
+    Teardown(*o);
+  }
+  outs_.clear();
+}
+
+void Sender::Offer(int peer, Out& o, bool up) {
   upgrade::Offer w;
   std::string why;
   o.path = o.kind->Offer(&w.nonce, &w.details, &why);
@@ -33,9 +162,9 @@ void UpgradingTransport::Offer(int peer, Out& o, bool up) {
   if (!SendControl(peer, o, w)) o.state = Out::kDown;  // offered again once it is up
 }
 
-bool UpgradingTransport::SendControl(int peer, Out& o, const upgrade::PathControl& c) {
+bool Sender::SendControl(int peer, Out& o, const upgrade::PathControl& c) {
   try {
-    inner_->Send(peer, {upgrade::EncodeControl(c)});
+    control_.Send(peer, {upgrade::EncodeControl(c)});
     return true;
   } catch (const Error&) {
     Teardown(o);
@@ -44,14 +173,14 @@ bool UpgradingTransport::SendControl(int peer, Out& o, const upgrade::PathContro
   }
 }
 
-void UpgradingTransport::Teardown(Out& o) {
+void Sender::Teardown(Out& o) {
   if (o.path) o.path->Close(o.state == Out::kActive);
   o.path.reset();
   o.pending.clear();
 }
 
-void UpgradingTransport::GiveUp(int peer, Out& o, const std::string& why, bool for_good,
-                                Clock::duration retry) {
+void Sender::GiveUp(int peer, Out& o, const std::string& why, bool for_good,
+                    Clock::duration retry) {
   if (!why.empty())
     PSKV_LOG_LIMITED(limiter_, std::string("out/") + upgrade::PathName(o.kind->kind()), "WARN",
                      upgrade::PathName(o.kind->kind())
@@ -62,9 +191,9 @@ void UpgradingTransport::GiveUp(int peer, Out& o, const std::string& why, bool f
   o.retry_after = Clock::now() + retry;
 }
 
-void UpgradingTransport::Advance(int peer, Out& o) {
+void Sender::Advance(int peer, Out& o) {
   if (o.state == Out::kPlain || o.state == Out::kOff) return;
-  const bool up = inner_->DownSince(peer) == Clock::time_point{};
+  const bool up = control_.DownSince(peer) == Clock::time_point{};
   if (o.state == Out::kDown) {
     if (up && Clock::now() >= o.retry_after) Offer(peer, o, true);
     return;
@@ -111,7 +240,7 @@ void UpgradingTransport::Advance(int peer, Out& o) {
   if (o.path->ReaderGone(&why)) GiveUp(peer, o, why, true);
 }
 
-uint64_t UpgradingTransport::WriteSome(int peer, Out& o, bool from_writer) {
+uint64_t Sender::WriteSome(int peer, Out& o, bool from_writer) {
   uint64_t n = 0;
   std::string why;
   switch (o.path->Write(o.pending, from_writer, &n, &why)) {
@@ -129,7 +258,7 @@ uint64_t UpgradingTransport::WriteSome(int peer, Out& o, bool from_writer) {
   return n;
 }
 
-void UpgradingTransport::WriterLoop() {
+void Sender::WriterLoop() {
   std::vector<pollfd> fds;
   // The paths' own descriptors (a listener): when one is ready, and at least
   // every 100 ms (handshake deadlines; also while sustained writing keeps this

@@ -1,4 +1,5 @@
-// The upgrading transport: making it, its peers and closing it (negotiator.h).
+// The upgrading transport: making it, binding and closing it; its sending and
+// receiving sides do the rest (negotiator.h).
 #include "transport/upgrade/negotiator.h"
 
 #include <fcntl.h>
@@ -9,6 +10,8 @@
 
 #include "common/logging.h"
 #include "pskv/error.h"
+#include "transport/upgrade/receiving.h"
+#include "transport/upgrade/sending.h"
 #include "transport/zmq/zmq_transport.h"
 
 namespace pskv::upgrade {
@@ -54,127 +57,60 @@ UpgradingTransport::UpgradingTransport(const TransportConfig& cfg, const Control
     // Every registered path (data_path.h), in order of preference: a peer gets the
     // first path that wants it.
     kinds_ = CreateDataPaths(host);
+    sender_ = std::make_unique<Sender>(cfg_, *inner_, kinds_, limiter_, tx_rd_, tx_wr_);
+    receiver_ =
+        std::make_unique<Receiver>(cfg_, *inner_, epfd_, rx_rd_, kinds_, limiter_,
+                                   [this](uint64_t token) { return sender_->CutOff(token); });
   } catch (...) {
     for (int fd : {rx_rd_, rx_wr_, tx_rd_, tx_wr_, epfd_})
       if (fd >= 0) ::close(fd);
     throw;
   }
-  writer_ = std::thread([this] { WriterLoop(); });
+  sender_->Start();
+}
+
+UpgradingTransport::~UpgradingTransport() {
+  Close(std::chrono::milliseconds(0));
 }
 
 std::string UpgradingTransport::Bind(const std::string& host, int port) {
   std::string ep = inner_->Bind(host, port);
-  {
-    std::lock_guard<std::mutex> g(in_mu_);
-    zmq_fd_ = ZmqReceiveFd(*zmq_);
-    if (zmq_fd_ >= 0 && !Watch(zmq_fd_, EPOLL_CTL_ADD, EPOLLIN)) zmq_fd_ = -1;
-  }
+  receiver_->WatchControl(*zmq_);
   for (auto& k : kinds_) k->Bind(host);
   return ep;
 }
 
 void UpgradingTransport::Connect(int peer, const std::string& endpoint, uint64_t token) {
   inner_->Connect(peer, endpoint, token);
-  std::unique_lock<std::shared_mutex> lk(peers_mu_);
-  auto& o = outs_[peer];
-  if (o && o->endpoint == endpoint && o->token == token) return;
-  uint64_t pacing = 0;  // a cap set for this peer holds for its new connection too
-  if (o) {
-    std::lock_guard<std::mutex> g(o->mu);
-    Teardown(*o);
-    pacing = o->pacing;
-  }
-  o = std::make_unique<Out>();
-  o->endpoint = endpoint;
-  o->token = token;
-  o->pacing = pacing;
-  // One direct path per pair of nodes: another connection to the same node (a
-  // second peer id for it) stays on ZeroMQ — the receiver keeps one path per
-  // sending node.
-  for (auto& [id, other] : outs_)
-    if (id != peer && other->token == token) return;
-  for (auto& k : kinds_)
-    if (k->Wants(endpoint, token)) {
-      std::lock_guard<std::mutex> g(o->mu);
-      o->kind = k.get();
-      Offer(peer, *o, false);
-      break;
-    }
+  sender_->Connect(peer, endpoint, token);
 }
 
 void UpgradingTransport::Disconnect(int peer) {
-  std::unique_ptr<Out> gone;  // destroyed after its mutex is released
-  {
-    std::unique_lock<std::shared_mutex> lk(peers_mu_);
-    auto it = outs_.find(peer);
-    if (it != outs_.end()) {
-      gone = std::move(it->second);
-      outs_.erase(it);
-      std::lock_guard<std::mutex> g(gone->mu);
-      Teardown(*gone);
-    }
-  }
+  sender_->Disconnect(peer);
   inner_->Disconnect(peer);
 }
 
 void UpgradingTransport::SetPacingRate(int peer, uint64_t bytes_per_s) {
-  std::shared_lock<std::shared_mutex> lk(peers_mu_);
-  auto it = outs_.find(peer);
-  if (it == outs_.end()) return;  // not connected: nothing to pace
-  Out& o = *it->second;
-  std::lock_guard<std::mutex> g(o.mu);
-  o.pacing = bytes_per_s;
-  if (o.path) o.path->SetPacingRate(bytes_per_s);
+  sender_->SetPacingRate(peer, bytes_per_s);
 }
 
 void UpgradingTransport::Send(int peer, std::vector<Frame> frames) {
-  if (frames.empty()) return;
-  std::shared_lock<std::shared_mutex> lk(peers_mu_);
-  auto it = outs_.find(peer);
-  if (it == outs_.end()) return inner_->Send(peer, std::move(frames));
-  Out& o = *it->second;
-  std::lock_guard<std::mutex> g(o.mu);
-  Advance(peer, o);
-  if (o.state != Out::kActive) return inner_->Send(peer, std::move(frames));
-  o.pending.push_back(OutMsg::Make(std::move(frames)));
-  if (o.pending.size() == 1) WriteSome(peer, o, false);
-  // Still waiting (it is the last one queued): frames without an owner are only
-  // valid during this call, so they are copied now.
-  if (!o.pending.empty()) o.pending.back().OwnAll();
+  sender_->Send(peer, std::move(frames));
+}
+
+bool UpgradingTransport::Recv(Received* in, std::chrono::milliseconds timeout) {
+  return receiver_->Recv(in, timeout);
 }
 
 void UpgradingTransport::Close(std::chrono::milliseconds linger) {
   if (closed_.exchange(true)) return;
-  // Give pending messages up to `linger` to go into their paths.
-  for (const auto end = Clock::now() + linger; Clock::now() < end;) {
-    bool any = false;
-    {
-      std::shared_lock<std::shared_mutex> lk(peers_mu_);
-      for (auto& [id, o] : outs_) {
-        std::lock_guard<std::mutex> g(o->mu);
-        any |= o->state == Out::kActive && !o->pending.empty();
-      }
-    }
-    if (!any) break;
-    std::this_thread::sleep_for(1ms);
-  }
-  stop_ = true;
-  Signal(tx_wr_);
-  if (writer_.joinable()) writer_.join();
+  sender_->Linger(linger);  // pending messages get up to `linger` to go into their paths
+  sender_->StopWriter();
   for (auto& k : kinds_) k->Close();
-  {
-    std::unique_lock<std::shared_mutex> lk(peers_mu_);
-    for (auto& [id, o] : outs_) {
-      std::lock_guard<std::mutex> g(o->mu);
-      Teardown(*o);
-    }
-    outs_.clear();
-  }
-  {
-    std::lock_guard<std::mutex> lk(in_mu_);
-    incoming_.Clear();  // each path stops reading (a ring is marked closed)
-  }
+  sender_->Clear();
+  receiver_->Clear();
   inner_->Close(linger);
+  receiver_->Detach();
   for (int* fd : {&rx_rd_, &rx_wr_, &tx_rd_, &tx_wr_, &epfd_}) {
     ::close(*fd);
     *fd = -1;
@@ -182,12 +118,7 @@ void UpgradingTransport::Close(std::chrono::milliseconds linger) {
 }
 
 std::string UpgradingTransport::PathTo(int peer) {
-  std::shared_lock<std::shared_mutex> lk(peers_mu_);
-  auto it = outs_.find(peer);
-  if (it == outs_.end()) return "zmq";
-  std::lock_guard<std::mutex> g(it->second->mu);
-  if (it->second->state != Out::kActive) return "zmq";
-  return DataPathName(it->second->kind->kind());
+  return sender_->PathTo(peer);
 }
 
 int UpgradingTransport::DirectPort() const {
@@ -221,7 +152,7 @@ bool SendsThroughShm(Transport& t, int peer) {
 namespace {
 const bool registered = [] {
   auto create = [](const TransportConfig& cfg) { return CreateShmTransport(cfg); };
-  return RegisterTransport(kNodeTransport, create) && RegisterTransport("shm", create);
+  return RegisterTransport(kNodeTransport, create);
 }();
 }  // namespace
 

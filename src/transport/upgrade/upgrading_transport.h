@@ -1,9 +1,8 @@
-// The backend every node uses ("upgrade", kNodeTransport; "shm" is an older
-// name): ZeroMQ (transport/zmq) for every handshake, for control and for
-// liveness, and per peer a faster data path negotiated over it — a shared-memory
-// ring for peers on this host (shm/ring_path.h, cfg.shm), a direct TCP connection
-// for the others (tcp/socket_path.h, cfg.tcp_direct). The negotiation and the
-// contract of a path are in data_path.h; the control messages in control_codec.h.
+// The backend every node uses ("upgrade", kNodeTransport): ZeroMQ (transport/zmq) for every
+// handshake, for control and for liveness, and per peer a faster data path negotiated over it — a
+// shared-memory ring for peers on this host (shm/ring_path.h, cfg.shm), a direct TCP connection for
+// the others (tcp/socket_path.h, cfg.tcp_direct). The negotiation and the contract of a path are in
+// data_path.h; the control messages in control_codec.h.
 //
 // A path is given up (B goes back to ZeroMQ, and offers again later where the
 // path says so) when ZeroMQ reports the peer down, when the path breaks or the
