@@ -14,6 +14,7 @@ void StatusReporter::Configure(StatusChannel channel, std::string role, std::str
   channel_ = channel;
   role_ = std::move(role);
   host_ = std::move(host);
+  enabled_.store(channel_.enabled(), std::memory_order_release);
 }
 
 void StatusReporter::SetRank(int rank) {
@@ -22,7 +23,7 @@ void StatusReporter::SetRank(int rank) {
 }
 
 void StatusReporter::SetPhase(StatusPhase phase) {
-  if (!channel_.enabled()) return;
+  if (!enabled()) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (base_ == StatusPhase::kFailed || base_ == phase) return;
   base_ = phase;
@@ -32,7 +33,7 @@ void StatusReporter::SetPhase(StatusPhase phase) {
 
 void StatusReporter::Failed(const std::string& kind, const std::string& message,
                             const std::vector<NodeRef>& culprits) {
-  if (!channel_.enabled()) return;
+  if (!enabled()) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (base_ == StatusPhase::kFailed) return;
   base_ = StatusPhase::kFailed;
@@ -45,7 +46,7 @@ void StatusReporter::Failed(const std::string& kind, const std::string& message,
 void StatusReporter::Waiting(const std::string& key, const std::string& what,
                              std::vector<NodeRef> missing, int64_t more,
                              std::chrono::milliseconds waited) {
-  if (!channel_.enabled()) return;
+  if (!enabled()) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (base_ == StatusPhase::kFailed || base_ == StatusPhase::kFinished) return;
   waits_[key] = Wait{what, std::move(missing), more, waited.count(), ++reports_};
@@ -53,7 +54,7 @@ void StatusReporter::Waiting(const std::string& key, const std::string& what,
 }
 
 void StatusReporter::Resumed(const std::string& key) {
-  if (!channel_.enabled()) return;
+  if (!enabled()) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (waits_.erase(key) == 0) return;
   if (base_ != StatusPhase::kFailed) EmitLocked();
@@ -74,7 +75,7 @@ void StatusReporter::Joined(const NodeRef& node) {
 }
 
 void StatusReporter::AddOnce(std::vector<NodeRef>* list, const NodeRef& node) {
-  if (!channel_.enabled()) return;
+  if (!enabled()) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (std::find(list->begin(), list->end(), node) != list->end()) return;
   list->push_back(node);

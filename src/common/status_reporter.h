@@ -14,6 +14,7 @@
 // Thread-safe. Without a channel every call returns at once.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -35,7 +36,7 @@ class StatusReporter {
   /// Sets where records go and who this node is; emits nothing by itself.
   void Configure(StatusChannel channel, std::string role, std::string host);
   void SetRank(int rank);
-  bool enabled() const { return channel_.enabled(); }
+  bool enabled() const { return enabled_.load(std::memory_order_acquire); }
 
   /// registering, running or finished (no effect once failed).
   void SetPhase(StatusPhase phase);
@@ -79,6 +80,9 @@ class StatusReporter {
 
   mutable std::mutex mu_;
   StatusChannel channel_;
+  // channel_.enabled(), for the calls' check before the lock (Configure runs on the
+  // starting thread while the server's threads may already report).
+  std::atomic<bool> enabled_{false};
   std::string role_, host_;
   int rank_ = -1;
   StatusPhase base_ = StatusPhase::kRegistering;
