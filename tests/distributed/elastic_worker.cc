@@ -4,7 +4,7 @@
 // 2^rank, so that each round's update names the workers whose pushes it summed (the
 // test solves for them) and every sum is exact in float32 whatever the order.
 //
-//   elastic_worker ROUNDS OUT_DIR [EPOCH_ROUNDS]
+//   elastic_worker ROUNDS OUT_DIR [EPOCH_ROUNDS [SLEEP_MS]]
 //
 // It writes its pid to OUT_DIR/w<rank>.pid. After round r it appends "r <ms> <v> <v> ..."
 // (the wall clock in ms since the epoch, then a few elements of every key) to
@@ -12,7 +12,8 @@
 // chosen points); at the end it writes every key's values to OUT_DIR/w<rank>.weights. With
 // EPOCH_ROUNDS > 0, a round that starts an epoch first asks for the epoch's data partition
 // (KVStore::EpochPartition) and appends "e <epoch> <num_parts> <part_index>" to
-// OUT_DIR/w<rank>.parts.
+// OUT_DIR/w<rank>.parts. SLEEP_MS: a pause before each round (a step's compute), so
+// that a kill lands near the round chosen.
 #include <unistd.h>
 
 #include <chrono>
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   const int rounds = std::atoi(argv[1]);
   const std::string out = argv[2];
   const int epoch_rounds = argc > 3 ? std::atoi(argv[3]) : 0;
+  const int sleep_ms = argc > 4 ? std::atoi(argv[4]) : 0;
   try {
     auto kv = KVStore::Create("dist_sync");
     const int rank = kv->Rank();
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
         std::fprintf(parts, "e %d %d %d\n", (r - 1) / epoch_rounds, num_parts, part_index);
         std::fflush(parts);
       }
+      if (sleep_ms > 0) ::usleep(static_cast<useconds_t>(sleep_ms) * 1000);
       std::vector<NDArray> g;
       for (size_t k = 0; k < kKeys.size(); ++k) g.push_back(Grad(kSizes[k], rank, r, kKeys[k]));
       if (r % 2) {
