@@ -4,7 +4,7 @@
 // 2^rank, so that each round's update names the workers whose pushes it summed (the
 // test solves for them) and every sum is exact in float32 whatever the order.
 //
-//   elastic_worker ROUNDS OUT_DIR [EPOCH_ROUNDS [SLEEP_MS]]
+//   elastic_worker ROUNDS OUT_DIR [EPOCH_ROUNDS [SLEEP_MS [DIE_RANK DIE_ROUND]]]
 //
 // It writes its pid to OUT_DIR/w<rank>.pid. After round r it appends "r <ms> <v> <v> ..."
 // (the wall clock in ms since the epoch, then a few elements of every key) to
@@ -13,10 +13,13 @@
 // EPOCH_ROUNDS > 0, a round that starts an epoch first asks for the epoch's data partition
 // (KVStore::EpochPartition) and appends "e <epoch> <num_parts> <part_index>" to
 // OUT_DIR/w<rank>.parts. SLEEP_MS: a pause before each round (a step's compute), so
-// that a kill lands near the round chosen.
+// that a kill lands near the round chosen. DIE_RANK, DIE_ROUND: that worker, in that
+// round, pushes the first two keys only, waits until their rounds were summed, and
+// kills itself (SIGKILL): a death amid a step.
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -60,6 +63,8 @@ int main(int argc, char** argv) {
   const std::string out = argv[2];
   const int epoch_rounds = argc > 3 ? std::atoi(argv[3]) : 0;
   const int sleep_ms = argc > 4 ? std::atoi(argv[4]) : 0;
+  const int die_rank = argc > 6 ? std::atoi(argv[5]) : -1;
+  const int die_round = argc > 6 ? std::atoi(argv[6]) : -1;
   try {
     auto kv = KVStore::Create("dist_sync");
     const int rank = kv->Rank();
@@ -84,6 +89,12 @@ int main(int argc, char** argv) {
       if (sleep_ms > 0) ::usleep(static_cast<useconds_t>(sleep_ms) * 1000);
       std::vector<NDArray> g;
       for (size_t k = 0; k < kKeys.size(); ++k) g.push_back(Grad(kSizes[k], rank, r, kKeys[k]));
+      if (rank == die_rank && r == die_round) {
+        const std::vector<int> first = {kKeys[0], kKeys[1]};
+        kv->Push(first, {g[0], g[1]});
+        kv->Wait(first);
+        ::raise(SIGKILL);
+      }
       if (r % 2) {
         kv->PushPull(kKeys, g, kKeys, w);
       } else {

@@ -68,7 +68,7 @@ std::string TempDir(const std::string& name) {
 }
 
 Job Start(const std::string& name, int workers, int min_workers, int rounds, int epoch_rounds,
-          int sleep_ms) {
+          int sleep_ms, std::vector<std::string> extra = {}) {
   Job j;
   j.dir = TempDir(name);
   j.log = j.dir + "/log";
@@ -77,10 +77,11 @@ Job Start(const std::string& name, int workers, int min_workers, int rounds, int
   j.procs.push_back(Spawn({PSKV_SERVER}, Env(port, "scheduler", workers, min_workers), j.log));
   for (int s = 0; s < 2; ++s)
     j.procs.push_back(Spawn({PSKV_SERVER}, Env(port, "server", workers, min_workers), j.log));
+  std::vector<std::string> argv = {ELASTIC_WORKER, std::to_string(rounds), j.dir,
+                                   std::to_string(epoch_rounds), std::to_string(sleep_ms)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   for (int w = 0; w < workers; ++w)
-    j.procs.push_back(Spawn({ELASTIC_WORKER, std::to_string(rounds), j.dir,
-                             std::to_string(epoch_rounds), std::to_string(sleep_ms)},
-                            Env(port, "worker", workers, min_workers), j.log));
+    j.procs.push_back(Spawn(argv, Env(port, "worker", workers, min_workers), j.log));
   return j;
 }
 
@@ -140,6 +141,7 @@ double Update(int workers, unsigned mask, float base) {
 struct Verdict {
   int rounds = 0;
   int64_t stall_ms = -1;  // the longest gap between two rounds' ends on survivor 0
+  std::vector<std::vector<unsigned>> sets;  // [round][key index]: the workers summed
 };
 
 // Checks the job's outcome (see the file comment); `killed`: ranks killed, with the
@@ -226,6 +228,7 @@ void Check(const Job& j, const std::vector<int>& survivors, const std::map<int, 
     EXPECT_EQ(bad, 0) << "elements differing from the reference";
   }
   out.rounds = static_cast<int>(ref.size());
+  out.sets = sets;
 }
 
 // Every process but the killed ones exits 0 within `bound`.
@@ -290,6 +293,28 @@ TEST(ElasticWorkers, KillAtChosenRound) {
   Cleanup(j);
 }
 
+// Worker 2 of 3 dies amid round 5: its pushes of keys 3 and 5 were summed, those of
+// keys 7 and 9 never sent. Round 5 of keys 3 and 5 holds its push (3 pushes, unscaled),
+// that of keys 7 and 9 closes without it (2 pushes, scaled by 3/2).
+TEST(ElasticWorkers, DeathAmidAStep) {
+  const int rounds = 10;
+  Job j = Start("midstep", 3, 2, rounds, 0, 0, {"2", "5"});
+  pid_t victim = WorkerPid(j, 2);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  const int64_t when = NowMs();
+  ExpectFinished(j, {victim}, 20s);
+  auto st = WaitExit(victim, 5s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(*st, 128 + SIGKILL);
+  Verdict v;
+  Check(j, {0, 1}, {{2, when}}, rounds, &v);
+  ASSERT_EQ(v.sets.size(), static_cast<size_t>(rounds) + 1);
+  EXPECT_EQ(v.sets[4], (std::vector<unsigned>{7, 7, 7, 7}));
+  EXPECT_EQ(v.sets[5], (std::vector<unsigned>{7, 7, 3, 3}));
+  EXPECT_EQ(v.sets[6], (std::vector<unsigned>{3, 3, 3, 3}));
+  Cleanup(j);
+}
+
 // Two of four workers killed at random moments (seeded; the seed is printed): any rank,
 // amid pushes, pulls or barriers.
 TEST(ElasticWorkers, KillAtRandomMoments) {
@@ -298,8 +323,8 @@ TEST(ElasticWorkers, KillAtRandomMoments) {
   std::mt19937 rng(seed);
   std::vector<int> ranks = {0, 1, 2, 3};
   std::shuffle(ranks.begin(), ranks.end(), rng);
-  const int rounds = 30;
-  Job j = Start("random", 4, 2, rounds, 7, 20);
+  const int rounds = 40;
+  Job j = Start("random", 4, 2, rounds, 7, 25);
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r) pids.push_back(WorkerPid(j, r));
   for (pid_t p : pids) ASSERT_GT(p, 0) << ReadFile(j.log);
@@ -309,7 +334,7 @@ TEST(ElasticWorkers, KillAtRandomMoments) {
   std::set<pid_t> killed_pids;
   for (int n = 0; n < 2; ++n) {
     std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::uniform_int_distribution<>(0, 600)(rng)));
+        std::chrono::milliseconds(std::uniform_int_distribution<>(0, 400)(rng)));
     ::kill(pids[static_cast<size_t>(ranks[static_cast<size_t>(n)])], SIGKILL);
     killed[ranks[static_cast<size_t>(n)]] = NowMs();
     killed_pids.insert(pids[static_cast<size_t>(ranks[static_cast<size_t>(n)])]);
@@ -338,5 +363,34 @@ TEST(ElasticWorkers, BelowMinimumFails) {
     EXPECT_NE(*st, 0) << "pid " << p;
   }
   EXPECT_NE(ReadFile(j.log).find("PSKV_MIN_WORKERS=3"), std::string::npos) << ReadFile(j.log);
+  Cleanup(j);
+}
+
+// Under pskv-launch --min-workers 2: worker rank 1 killed after its round 3; the launcher
+// reports the verdict, the job succeeds (exit status 0) and its weights are right.
+TEST(ElasticWorkers, UnderTheLauncher) {
+  Job j;
+  j.dir = TempDir("launcher");
+  j.log = j.dir + "/log";
+  j.workers = 3;
+  const int rounds = 20;
+  pid_t launcher = Spawn(
+      {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2", "--", ELASTIC_WORKER,
+       std::to_string(rounds), j.dir, "0", "30"},
+      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
+      j.log);
+  j.procs.push_back(launcher);
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r3", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t when = NowMs();
+  auto st = WaitExit(launcher, 30s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  const std::string log = ReadFile(j.log);
+  EXPECT_EQ(*st, 0) << log;
+  EXPECT_NE(log.find("the scheduler dropped it (PSKV_ELASTIC)"), std::string::npos) << log;
+  EXPECT_NE(log.find("(workers dropped: PSKV_ELASTIC)"), std::string::npos) << log;
+  Check(j, {0, 2}, {{1, when}}, rounds);
   Cleanup(j);
 }
