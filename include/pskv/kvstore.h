@@ -40,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pskv/ndarray.h"
@@ -205,6 +206,13 @@ class KVStore {
   virtual int NumWorkers() const { return 1; }
   /// Blocks until every worker reached the barrier (no-op for one worker).
   virtual void Barrier() {}
+  /// The data partition this worker reads next epoch, as {num_parts, part_index}.
+  /// With elastic workers (PSKV_ELASTIC=1; docs/fault-tolerance.md, "Elastic
+  /// workers"), call it at every epoch boundary: it passes a workers' barrier and
+  /// returns the workers still in the job at its release and this worker's position
+  /// among them (by rank) — the same list on every worker, so the parts cover the
+  /// data once. Otherwise {NumWorkers(), Rank()} (no barrier).
+  virtual std::pair<int, int> EpochPartition() { return {NumWorkers(), Rank()}; }
   /// The creation string, lower-cased.
   const std::string& Type() const { return type_; }
   const Options& options() const { return options_; }

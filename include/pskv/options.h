@@ -99,6 +99,13 @@ struct Options {
   /// servers"); each request counts at least 1 KiB. Past it a request is refused with
   /// an error saying so (docs/security.md, "Replicated servers").
   int64_t held_request_bytes = int64_t{1} << 30;
+  /// PSKV_ELASTIC: a worker that dies is dropped from the job instead of ending it
+  /// (docs/fault-tolerance.md, "Elastic workers"): the sync rounds it did not push
+  /// close with the pushes that arrived, their sum scaled by num_workers /
+  /// contributors. false (default): MXNet's strict rounds. All nodes must agree.
+  bool elastic = false;
+  /// PSKV_MIN_WORKERS: elastic, the job fails when fewer workers are left.
+  int min_workers = 1;
 
   // ---- parameter-server contract (ps-lite's DMLC_* variables) ----
   /// DMLC_ROLE. `role_set` is false when the variable is absent.

@@ -275,6 +275,15 @@ const EnvVar kVars[] = {
      "request counts at least 1 KiB); past it requests are refused with an error saying so "
      "([fault tolerance](docs/fault-tolerance.md#replicated-servers-first-slice-built))",
      Int<&Options::held_request_bytes>},
+    {"PSKV_ELASTIC", T::kBool, 0, 1, "", "0", S::kJob,
+     "1: elastic workers: a worker that dies is dropped from the job instead of ending it; the "
+     "sync rounds it had not pushed close with the pushes that arrived, their sum scaled by "
+     "`DMLC_NUM_WORKER` / contributors ([fault tolerance](docs/fault-tolerance.md#elastic-"
+     "workers)); 0: a dead worker ends the job (MXNet's strict rounds)",
+     Bool<&Options::elastic>},
+    {"PSKV_MIN_WORKERS", T::kInt, 1, 1 << 20, "", "1", S::kJob,
+     "with `PSKV_ELASTIC=1`: the job fails when fewer workers than this are left",
+     Int<&Options::min_workers>},
     {"MXNET_KVSTORE_REDUCTION_NTHREADS", T::kInt, 1, 1024, "", "4", S::kJob,
      "reduction threads (capped at the number of cores); on a server, they merge the 1 MiB "
      "chunks of a big value in parallel",

@@ -102,6 +102,10 @@ void Options::ValidateForDistributed() const {
     throw ConfigError(
         "PSKV_SPARE_SERVER=1 is for a server process (DMLC_ROLE=server) of a job with "
         "PSKV_SPARE_SERVERS >= 1");
+  if (elastic && min_workers > num_workers)
+    throw ConfigError("PSKV_MIN_WORKERS=" + std::to_string(min_workers) +
+                      " is more than the job's workers (DMLC_NUM_WORKER=" +
+                      std::to_string(num_workers) + "): lower it, or start more workers");
 }
 
 }  // namespace pskv

@@ -83,6 +83,12 @@ struct Parser {
                    "back to full strength (docs/fault-tolerance.md)")
         ->type_name("N")
         ->check(CLI::Range(0, 1024));
+    app.add_option("--min-workers", c.min_workers,
+                   "elastic workers (local, ssh; sets PSKV_ELASTIC=1): a worker that dies is "
+                   "dropped and the job goes on while at least N workers are left; the rounds "
+                   "it missed are scaled to the workers that pushed (docs/fault-tolerance.md)")
+        ->type_name("N")
+        ->check(CLI::Range(1, 100000));
     app.add_option("-H,--hosts,--hostfile", c.hosts,
                    "hosts: host1:4,host2:4 or a host file (ssh, mpi; see below)")
         ->type_name("HOSTS");
@@ -211,6 +217,13 @@ void ValidateOptions(LaunchConfig& c) {
   if (!c.hosts.empty()) ParseHosts(c.hosts, c.ssh_port);  // report a bad -H now
   if (c.spare_servers > 0 && c.launcher != "local" && c.launcher != "mpi" && c.launcher != "slurm")
     throw InvalidArgument("--spare-servers works with --launcher local, mpi or slurm only");
+  if (c.min_workers > c.num_workers)
+    throw InvalidArgument("--min-workers " + std::to_string(c.min_workers) + " is more than -n " +
+                          std::to_string(c.num_workers));
+  if (c.min_workers > 0 && c.launcher != "local" && c.launcher != "ssh")
+    throw InvalidArgument(
+        "--min-workers works with --launcher local or ssh only (elsewhere the workers are one "
+        "process group, which the resource manager ends when one of them dies)");
   if (!c.sync_dst_dir.empty() && c.launcher != "ssh")
     throw InvalidArgument("--sync-dst-dir works with --launcher ssh only");
   if (!c.remote_server.empty() && c.launcher != "ssh")
@@ -317,6 +330,10 @@ LaunchConfig ParseArgs(int argc, char** argv) {
   if (const char* v = EnvValue("PSKV_LOG_LEVEL")) SetLogLevels(v);
   ReadRootAddress(c);
   ReadForwardedEnv(c);
+  c.elastic = c.min_workers > 0 ||
+              (c.forward_env.count("PSKV_ELASTIC") && c.forward_env["PSKV_ELASTIC"] == "1");
+  for (auto& [k, v] : c.env)
+    if (k == "PSKV_ELASTIC") c.elastic = c.min_workers > 0 || v == "1";
   ReadJobSecret(c);
   FindOwnFiles(c);
   return c;

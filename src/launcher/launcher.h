@@ -15,6 +15,12 @@ struct LaunchConfig {
   /// --spare-servers: server processes besides num_servers that take over the copies
   /// of a dead server's key ranges (PSKV_SPARE_SERVERS; docs/fault-tolerance.md).
   int spare_servers = 0;
+  /// --min-workers: elastic workers (PSKV_ELASTIC=1, PSKV_MIN_WORKERS): a worker's
+  /// death does not end the job while this many are left (docs/fault-tolerance.md,
+  /// "Elastic workers"). 0: strict (a worker's death ends the job).
+  int min_workers = 0;
+  /// Filled by ParseArgs: --min-workers, or PSKV_ELASTIC=1 in the job's environment.
+  bool elastic = false;
   /// -H: a host file (`host[:ssh_port] [slots=N]` lines) or a list host1:4,host2:4.
   std::string hosts;
   int ssh_port = 22;     ///< for hosts that name no port

@@ -74,6 +74,9 @@ struct SuperviseOptions {
   /// and the summary to log_dir/launcher.log. Created if missing.
   std::string log_dir;
   bool summary = true;  ///< print the end-of-job summary (every process, status, wall time)
+  /// Elastic workers (PSKV_ELASTIC): a worker's death waits for the scheduler's verdict
+  /// (dropped: the job goes on) instead of ending the job (launcher/server_loss.h).
+  bool elastic_workers = false;
 };
 
 /// The launcher's messages: "HH:MM:SS.mmm pskv-launch: <msg>" on stderr (and in

@@ -27,18 +27,27 @@ bool ServerLosses::AfterEnd(size_t child, const StatusBoard& board) {
   return !nodes.empty();
 }
 
+bool ServerLosses::IsWorker(size_t child, const StatusBoard& board) {
+  const std::vector<NodeRef> nodes = board.NodesOf(child);
+  for (auto& n : nodes)
+    if (n.role != "worker") return false;
+  return !nodes.empty();
+}
+
 bool ServerLosses::Died(size_t child, std::string how, int status, const StatusBoard& board,
                         const std::vector<bool>& alive, Clock::time_point now) {
   const auto sched = board.Scheduler();
   if (!sched) return false;
   const auto [sched_child, rec] = *sched;
-  if (rec->replicas <= 0 || rec->detect_ms <= 0 || rec->phase == StatusPhase::kFailed ||
-      sched_child == child || sched_child >= alive.size() || !alive[sched_child])
+  const bool worker = elastic_workers_ && IsWorker(child, board);
+  if ((rec->replicas <= 0 && !worker) || rec->detect_ms <= 0 ||
+      rec->phase == StatusPhase::kFailed || sched_child == child || sched_child >= alive.size() ||
+      !alive[sched_child])
     return false;
   std::vector<NodeRef> nodes = board.NodesOf(child);
   if (nodes.empty()) return false;
   for (auto& n : nodes)
-    if (n.role != "server") return false;
+    if (n.role != (worker ? "worker" : "server")) return false;
   const auto waited = std::chrono::milliseconds(rec->detect_ms) + kVerdictSlack;
   pending_.push_back({child, std::move(nodes), std::move(how), status, now + waited, waited});
   return true;
@@ -55,9 +64,11 @@ std::vector<ServerLosses::Verdict> ServerLosses::Decide(const StatusBoard& board
     Verdict v{false, false, it->child, it->status, {}};
     if (rec && Listed(it->nodes, rec->departed)) {
       v.survived = true;
-      v.message = it->how +
-                  "; the job goes on without it: the scheduler moved its key ranges "
-                  "to their replicas (PSKV_REPLICAS)";
+      v.message = it->how + (it->nodes.front().role == "worker"
+                                 ? "; the job goes on without it: the scheduler dropped it "
+                                   "(PSKV_ELASTIC)"
+                                 : "; the job goes on without it: the scheduler moved its key "
+                                   "ranges to their replicas (PSKV_REPLICAS)");
     } else if (rec && rec->phase == StatusPhase::kFinished) {
       // Not declared dead, yet the final barrier passed: the job did not need it.
       v.survived = v.after_end = true;

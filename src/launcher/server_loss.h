@@ -17,8 +17,10 @@
 //  * a child still running whose nodes the scheduler declared departed (silent,
 //    partitioned, frozen) is out of the job: the launcher stops it, so that nothing
 //    of it is left running at the end.
-// A worker's or the scheduler's death, or a server's before it reported a rank, is
-// never survivable while the job runs. After the job's end (AfterEnd), with or
+// A worker's death is survivable only with elastic workers (set_elastic_workers:
+// PSKV_ELASTIC), decided the same way (the scheduler lists it departed, or fails the
+// job below PSKV_MIN_WORKERS). The scheduler's death, or a server's before it reported
+// a rank, is never survivable while the job runs. After the job's end (AfterEnd), with or
 // without replication, a server's or the scheduler's death fails nothing: the
 // scheduler released every node from the final barrier, no worker needs a server any
 // more, and the workers' own code after close() is left to finish. Pure (no I/O):
@@ -68,6 +70,12 @@ class ServerLosses {
 
   bool pending() const { return !pending_.empty(); }
 
+  /// Elastic workers (PSKV_ELASTIC): a dead worker child is pending too, survived when
+  /// the scheduler lists it departed (it dropped the worker from the job).
+  void set_elastic_workers(bool on) { elastic_workers_ = on; }
+  /// True if every node child `child` reported is a worker.
+  static bool IsWorker(size_t child, const StatusBoard& board);
+
  private:
   struct Pending {
     size_t child;
@@ -78,6 +86,7 @@ class ServerLosses {
     std::chrono::milliseconds waited;
   };
   std::vector<Pending> pending_;
+  bool elastic_workers_ = false;
 };
 
 }  // namespace pskv::launcher

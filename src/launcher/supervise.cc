@@ -51,6 +51,7 @@ class Supervisor {
       kids_[i].spec = specs[i];
       kids_[i].result.name = specs[i].name;
     }
+    losses_.set_elastic_workers(opts.elastic_workers);
   }
 
   int Run(std::vector<ChildResult>* results);
@@ -252,7 +253,11 @@ void Supervisor::Reap() {
           continue;
         }
         if (losses_.Died(k.index, how, k.result.status, board_, Alive(), k.exit_time)) {
-          Say(how + "; waiting for the scheduler's verdict: do its key ranges have live copies?",
+          Say(how + (losses_.IsWorker(k.index, board_)
+                         ? "; waiting for the scheduler's verdict: does the job go on without "
+                           "it (PSKV_ELASTIC)?"
+                         : "; waiting for the scheduler's verdict: do its key ranges have live "
+                           "copies?"),
               opts_.timestamps, LogLevel::kWarn);
           FollowVerdicts();
           continue;
@@ -379,8 +384,12 @@ std::string Supervisor::Summary() const {
   size_t width = 7;
   for (auto& k : kids_) width = std::max(width, k.spec.name.size());
   std::string lost;
+  bool lost_servers = false;
   for (auto& k : kids_)
-    if (k.result.survived) lost += (lost.empty() ? "" : ", ") + k.spec.name;
+    if (k.result.survived) {
+      lost += (lost.empty() ? "" : ", ") + k.spec.name;
+      lost_servers |= !ServerLosses::IsWorker(k.index, board_);
+    }
   std::string spares, late;
   for (auto& j : joined_) spares += "; " + j + ", a spare, joined";
   for (auto& k : kids_)
@@ -389,8 +398,10 @@ std::string Supervisor::Summary() const {
   std::string text =
       status_ == 0
           ? "job succeeded in " + Seconds(total) +
-                (!lost.empty() ? ", surviving the loss of " + lost +
-                                     " (key ranges moved to replicas" + spares + ")" + late
+                (!lost.empty() ? ", surviving the loss of " + lost + " (" +
+                                     (lost_servers ? "key ranges moved to replicas" + spares
+                                                   : std::string("workers dropped: PSKV_ELASTIC")) +
+                                     ")" + late
                  : !late.empty() ? late
                                  : ": all " + std::to_string(kids_.size()) + " processes exited 0")
           : "job FAILED (exit status " + std::to_string(status_) + ") after " + Seconds(total);

@@ -83,7 +83,10 @@ enum class Control : uint8_t {
   // scheduler lists it as a replica of that range (docs/fault-tolerance.md, "Back to
   // full strength")
   kRangeCopied = 12,
-  kMaxControl = 12,
+  // scheduler -> node, elastic workers (PSKV_ELASTIC): worker `head` left the job,
+  // which goes on without it; body = why (docs/fault-tolerance.md, "Elastic workers")
+  kWorkerLeft = 13,
+  kMaxControl = 13,
 };
 
 /// kRegister's head: the settings every node of a job must share (PSKV_REPLICAS,

@@ -81,8 +81,9 @@ std::vector<int> Node::WorkerIds() const {
 
 int Node::GroupSize(int group) const {
   const int servers = num_server_processes() - static_cast<int>(departed_.size());
+  const int workers = options_.num_workers - static_cast<int>(departed_workers_.size());
   return ((group & kSchedulerGroup) ? 1 : 0) + ((group & kServerGroup) ? servers : 0) +
-         ((group & kWorkerGroup) ? options_.num_workers : 0);
+         ((group & kWorkerGroup) ? workers : 0);
 }
 
 std::vector<int> Node::GroupMembers(int group) const {
@@ -92,7 +93,16 @@ std::vector<int> Node::GroupMembers(int group) const {
     for (int id : AllServerIds())
       if (!departed_.count(id)) v.push_back(id);
   if (group & kWorkerGroup)
-    for (int id : WorkerIds()) v.push_back(id);
+    for (int id : WorkerIds())
+      if (!departed_workers_.count(id)) v.push_back(id);
+  return v;
+}
+
+std::vector<int> Node::LiveWorkerIds() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<int> v;
+  for (int id : WorkerIds())
+    if (!departed_workers_.count(id)) v.push_back(id);
   return v;
 }
 
@@ -182,6 +192,33 @@ void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final)
 void Node::AddRangeTableHandler(RangeTableHandler h) {
   std::lock_guard<std::mutex> lk(mu_);
   range_handlers_.push_back(std::move(h));
+}
+
+std::vector<int> Node::LiveWorkersAtRelease(int group) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = live_at_release_.find(group);
+  return it == live_at_release_.end() ? std::vector<int>{} : it->second;
+}
+
+void Node::AddWorkerLeftHandler(WorkerLeftHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  worker_left_handlers_.push_back(std::move(h));
+}
+
+void Node::HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk) {
+  if (!options_.elastic || !IsWorkerId(id) || RankOfId(id) >= options_.num_workers) return;
+  if (id == id_) return;                             // this worker: kNodeFailed naming it stops it
+  if (!departed_workers_.insert(id).second) return;  // resent
+  held_.erase(id);
+  schedule_.Forget(id);
+  auto handlers = worker_left_handlers_;
+  lk.unlock();
+  liveness_.Forget(id);
+  resender_.Forget(id);
+  if (role() == Role::kServer) transport_->Disconnect(id);  // what it still sends is dropped
+  PSKV_WARN(Tag() << ": " << NodeName(id)
+                  << " left the job (PSKV_ELASTIC); the job goes on without it");
+  for (auto& h : handlers) h(id);
 }
 
 RangeTable Node::range_table() const {

@@ -362,7 +362,7 @@ bool Node::IsResendable(Control c) const {
   return options_.resend &&
          (c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
           c == Control::kNodeFailed || c == Control::kCredit || c == Control::kRangeTable ||
-          c == Control::kRangeCopied);
+          c == Control::kRangeCopied || c == Control::kWorkerLeft);
 }
 
 // Called with mu_ held.
@@ -465,8 +465,15 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     PSKV_WARN(Tag() << ": " << reason << "; waiting for the scheduler's range table");
     return;
   }
+  if (options_.elastic && IsWorkerId(dead_id) && role() != Role::kScheduler) {
+    // Elastic workers: the scheduler decides (it drops the worker, or fails the job
+    // below PSKV_MIN_WORKERS); this node stops watching it.
+    liveness_.Forget(dead_id);
+    return;
+  }
   std::string why = reason;
   if (replicated_ && IsServerId(dead_id) && scheduler_->SurviveServer(dead_id, &why)) return;
+  if (options_.elastic && IsWorkerId(dead_id) && scheduler_->SurviveWorker(dead_id, &why)) return;
   resender_.Forget(dead_id);
   {
     std::lock_guard<std::mutex> lk(mu_);

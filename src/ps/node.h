@@ -76,6 +76,7 @@ class Node {
   using DataHandler = std::function<void(Message&&)>;
   using FailureHandler = std::function<void(std::exception_ptr)>;
   using RangeTableHandler = std::function<void(const RangeTable&)>;
+  using WorkerLeftHandler = std::function<void(int worker_id)>;
   using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportConfig&)>;
 
   /// `options.role` decides the role; ValidateForDistributed() is checked.
@@ -93,6 +94,9 @@ class Node {
   /// Runs (on the receive thread, without the node's lock) each time a newer range
   /// table is applied (replicated servers only: docs/fault-tolerance.md).
   void AddRangeTableHandler(RangeTableHandler h);
+  /// Elastic workers (PSKV_ELASTIC): runs (on the receive thread, without the node's
+  /// lock) once for each worker the scheduler dropped from the job.
+  void AddWorkerLeftHandler(WorkerLeftHandler h);
 
   /// Registers and passes the start-up barrier. Throws TimeoutError (what is
   /// missing), NodeFailure, ProtocolError (refused) or IOError.
@@ -148,6 +152,13 @@ class Node {
   /// range table routes around it); one to any other node is an error.
   bool ServerLost(int id) const;
   std::vector<int> WorkerIds() const;
+  /// The workers still in the job: WorkerIds() less those an elastic job dropped
+  /// (PSKV_ELASTIC; docs/fault-tolerance.md, "Elastic workers").
+  std::vector<int> LiveWorkerIds() const;
+  /// The workers in the job when the scheduler released this node's last barrier of
+  /// `group` (the scheduler's kWorkerLeft notices reach every node before that release:
+  /// the same list on every node). Empty before the first release.
+  std::vector<int> LiveWorkersAtRelease(int group) const;
   const Options& options() const { return options_; }
   /// Where tests disturb this node (ps/fail_points.h): the process's installed
   /// FailPoints, else the no-op one; set_fail_points (before Start) for a node made in
@@ -206,6 +217,8 @@ class Node {
   /// Replicated, not the scheduler: fails this node when a server it found gone has
   /// not left the range table within the heartbeat bound (timer thread).
   void CheckSuspects(Clock::time_point now);
+  /// A kWorkerLeft from the scheduler: worker `id` is out of the job (elastic).
+  void HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk);
   bool IsResendable(Control c) const;
   int GroupSize(int group) const;
   std::vector<int> GroupMembers(int group) const;
@@ -256,6 +269,11 @@ class Node {
     std::string reason;
   };
   std::map<int, Suspect> suspects_;  // replicated: servers lost here, not yet removed
+  // Elastic workers (PSKV_ELASTIC): the workers the scheduler dropped from the job, and
+  // who hears of it.
+  std::set<int> departed_workers_;
+  std::vector<WorkerLeftHandler> worker_left_handlers_;
+  std::map<int, std::vector<int>> live_at_release_;  // per barrier group (elastic)
   std::exception_ptr failure_;
   std::map<int, NodeDesc> nodes_;        // the node table, by id
   std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)

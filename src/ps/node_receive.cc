@@ -70,12 +70,13 @@ void Node::Handle(Message&& m, uint64_t token) {
   };
   if (const char* why = BindSender(c, token, m.h.sender, &sender)) return drop(why);
   m.h.sender = sender;  // from here on, the bound identity is the sender
-  if (departed_.count(sender)) {
+  if (departed_.count(sender) || departed_workers_.count(sender)) {
     // A server the job went on without, yet still running (frozen and resumed, or cut
     // off from the scheduler only): nothing it sends counts any more — no data, no
     // barrier arrival, no ack. The scheduler tells it that it was removed.
     if (sched) scheduler_->TellRemoved(sender);
-    return drop("the sender was removed from the job");
+    return drop(IsWorkerId(sender) ? "the worker left the job (PSKV_ELASTIC)"
+                                   : "the sender was removed from the job");
   }
   if (const char* why = Unentitled(c, sender)) return drop(why);
   liveness_.Heard(sender);
@@ -131,6 +132,7 @@ const char* Node::Unentitled(Control c, int sender) const {
     case Control::kNodeFailed:
     case Control::kRefuse:
     case Control::kRangeTable:
+    case Control::kWorkerLeft:
       return sender != kSchedulerId ? "only the scheduler sends this" : nullptr;
     case Control::kRegister:
     case Control::kBarrier:
@@ -212,6 +214,12 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       if (role() == Role::kScheduler) scheduler_->OnBarrier(sender, m.h.head);
       return;
     case Control::kBarrierDone:
+      if (options_.elastic) {  // before the waiter wakes: the release's worker set
+        auto& live = live_at_release_[m.h.head];
+        live.clear();
+        for (int id : WorkerIds())
+          if (!departed_workers_.count(id)) live.push_back(id);
+      }
       barrier_gen_[m.h.head]++;
       cv_.notify_all();
       return;
@@ -221,10 +229,13 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kNodeFailed: {
       std::string reason = m.body;
-      if (m.h.head == id_ && replicated_)
+      if (m.h.head == id_ && replicated_ && role() == Role::kServer)
         reason = Tag() + " was removed from the job by the scheduler (" + m.body +
                  "); the job goes on without this server, whose key ranges continue on their "
                  "replicas: this process stops";
+      if (m.h.head == id_ && options_.elastic && role() == Role::kWorker)
+        reason = Tag() + " was dropped from the job by the scheduler (" + m.body +
+                 "); the job goes on without this worker (PSKV_ELASTIC): this process stops";
       const int culprit = nodes_.count(m.h.head) ? m.h.head : 0;
       lk.unlock();
       Fail(std::make_exception_ptr(NodeFailure(reason)), culprit);
@@ -240,6 +251,9 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kCredit:
       HandleCredit(sender, m.h.timestamp);
+      return;
+    case Control::kWorkerLeft:
+      if (role() != Role::kScheduler) HandleWorkerLeft(m.h.head, lk);
       return;
     case Control::kLeave:
       if (role() == Role::kScheduler && !finished_) {

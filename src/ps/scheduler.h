@@ -129,6 +129,13 @@ class Scheduler {
   /// removed from the job, so that it stops (kNodeFailed naming itself).
   void TellRemoved(int id);
 
+  // --- elastic workers (scheduler_elastic.cc)
+  /// PSKV_ELASTIC: worker `dead_id` is gone; drops it from the job (every node hears
+  /// kWorkerLeft; barriers count it out). False when that would leave fewer than
+  /// PSKV_MIN_WORKERS (then `reason` says so and the job fails). Takes the Node's
+  /// mutex itself.
+  bool SurviveWorker(int dead_id, std::string* reason);
+
   /// What a standby would copy (issue 42).
   const SchedulerState& state() const { return state_; }
 

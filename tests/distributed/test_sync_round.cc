@@ -158,3 +158,38 @@ TEST(SyncRounds, RecycleGivesTheSpentCapacityToTheNextRound) {
 
 }  // namespace
 }  // namespace pskv
+
+namespace pskv {
+namespace {
+
+// Elastic workers: rank order passes over a rank that left without pushing (once the
+// caller says so), and the first push summed starts the sum even when rank 0 left.
+TEST(SyncRounds, RankOrderSkipsRanksThatLeft) {
+  SyncRound<int> r;
+  std::vector<std::pair<int, bool>> merged;
+  std::set<int> left;
+  auto merge = [&](int push, bool first) { merged.emplace_back(push, first); };
+  auto skip = [&](int rank) { return left.count(rank) > 0; };
+  r.Join(WorkerId(2), 2, SyncRound<int>::Clock::now());
+  r.Merge(SumOrder::kRank, 3, merge, skip);
+  r.Join(WorkerId(1), 1, SyncRound<int>::Clock::now());
+  r.Merge(SumOrder::kRank, 3, merge, skip);
+  EXPECT_TRUE(merged.empty());  // waits for rank 0
+  left.insert(0);               // rank 0 left the job without pushing
+  r.Merge(SumOrder::kRank, 3, merge, skip);
+  EXPECT_EQ(merged, (std::vector<std::pair<int, bool>>{{1, true}, {2, false}}));
+  // A rank that left after pushing is summed at its place.
+  auto spent = r.Take();
+  r.Advance();
+  merged.clear();
+  left = {};
+  r.Join(WorkerId(1), 1, SyncRound<int>::Clock::now());
+  r.Merge(SumOrder::kRank, 3, merge, skip);
+  r.Join(WorkerId(0), 0, SyncRound<int>::Clock::now());
+  left.insert(1);
+  r.Merge(SumOrder::kRank, 3, merge, skip);
+  EXPECT_EQ(merged, (std::vector<std::pair<int, bool>>{{0, true}, {1, false}}));
+}
+
+}  // namespace
+}  // namespace pskv

@@ -293,3 +293,46 @@ TEST(SuperviseServerLoss, APendingDeathIsDecidedWhenTheLastProcessExits) {
       << o.err;
   EXPECT_NE(o.err.find("job FAILED"), std::string::npos) << o.err;
 }
+
+// Elastic workers (PSKV_ELASTIC, pskv-launch --min-workers): worker 1 is killed; the
+// scheduler lists it as departed: the job goes on and succeeds, naming the worker.
+TEST(SuperviseWorkerLoss, ADeadWorkerTheSchedulerDroppedDoesNotStopTheJob) {
+  const std::string job = "phase=running detect_ms=1000";
+  auto o = RunStandins(
+      {
+          Script("scheduler", Send("scheduler.0", job) + "sleep 2; " +
+                                  Send("scheduler.0", job + " departed=worker.1") +
+                                  "sleep 1.5; exit 0"),
+          Script("server 0", Send("server.0", "phase=running") + "sleep 3.5; exit 0"),
+          Worker(0, "3.5"),
+          Script("worker 1", Send("worker.1", "phase=running") + "sleep 0.8; kill -9 $$"),
+      },
+      30s, /*elastic_workers=*/true);
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(o.results[3].survived);
+  EXPECT_NE(o.err.find("waiting for the scheduler's verdict: does the job go on without it "
+                       "(PSKV_ELASTIC)?"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("the scheduler dropped it (PSKV_ELASTIC)"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("surviving the loss of worker 1 (workers dropped: PSKV_ELASTIC)"),
+            std::string::npos)
+      << o.err;
+}
+
+// The same death without elastic workers ends the job at once (the default: MXNet's
+// strict rounds), whatever the scheduler says later.
+TEST(SuperviseWorkerLoss, ADeadWorkerStopsAStrictJob) {
+  const std::string job = "phase=running detect_ms=1000";
+  auto o = RunStandins(
+      {
+          Script("scheduler", Send("scheduler.0", job) + "sleep 2; " +
+                                  Send("scheduler.0", job + " departed=worker.1") + "sleep 30"),
+          Script("server 0", Send("server.0", "phase=running") + "sleep 30"),
+          Worker(0, "30"),
+          Script("worker 1", Send("worker.1", "phase=running") + "sleep 0.8; kill -9 $$"),
+      },
+      30s);
+  EXPECT_NE(o.status, 0) << o.err;
+  EXPECT_LT(o.seconds, 10) << o.err;
+}

@@ -43,9 +43,10 @@ struct StandinOutcome {
 
 /// Supervises `specs` quietly with a 500 ms grace and the launcher's `timeout`.
 inline StandinOutcome RunStandins(const std::vector<launcher::ChildSpec>& specs,
-                                  std::chrono::milliseconds timeout) {
+                                  std::chrono::milliseconds timeout, bool elastic_workers = false) {
   launcher::SuperviseOptions o;
   o.timeout = timeout;
+  o.elastic_workers = elastic_workers;
   o.grace = std::chrono::milliseconds(500);
   o.quiet = true;
   StandinOutcome out;

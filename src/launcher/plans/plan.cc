@@ -92,6 +92,10 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
                 {"PSKV_JOB_ID", job_id},
                 {"DMLC_JOB_CLUSTER", cfg.launcher}};
   if (cfg.spare_servers > 0) ctx.common["PSKV_SPARE_SERVERS"] = std::to_string(cfg.spare_servers);
+  if (cfg.min_workers > 0) {
+    ctx.common["PSKV_ELASTIC"] = "1";
+    ctx.common["PSKV_MIN_WORKERS"] = std::to_string(cfg.min_workers);
+  }
   for (auto& [k, v] : cfg.env) ctx.common[k] = v;
   if (!cfg.job_secret.empty()) ctx.common["PSKV_JOB_SECRET"] = cfg.job_secret;
   ctx.server_bin = cfg.self_dir.empty() ? "pskv-server" : cfg.self_dir + "/pskv-server";

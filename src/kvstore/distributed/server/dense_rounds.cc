@@ -41,11 +41,10 @@ void RangeStore::JoinRounds(KVRequest&& req, const std::vector<Item>& items) {
 }
 
 // Adds push `w` to the open round of `key`; closes the round when every worker
-// pushed. On the key's shard (or exclusively).
+// pushed (elastic: every worker still in the job). On the key's shard (or exclusively).
 void RangeStore::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now) {
   const int sender = w.r->req.sender;
   const uint64_t bytes = w.r->lens[w.index];
-  const int workers = node_->num_workers();
   // A push this key already holds (retried after a failover: its primary replicated
   // the round but died before answering): answered from the value, not applied.
   if (AlreadyApplied(st.applied_push, sender, w.r->counts, w.index)) {
@@ -53,15 +52,40 @@ void RangeStore::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_poin
     return FinishWithValue(w, st);
   }
   st.round.Join(sender, std::move(w), now);
-  std::vector<Round::Entry> done;
   try {
     obs::StepScope obs_merge("merge", dist::KeyOf(key), bytes);  // [observe]
-    st.round.Merge(node_->options().sum_in_arrival_order ? SumOrder::kArrival : SumOrder::kRank,
-                   workers, [&](const Waiter& x, bool first) { Merge(st, x, first); });
-    if (!st.round.complete(workers)) return;  // answered when the round completes
-    // The round closes.
+    MergeReady(st, node_->options().sum_in_arrival_order ? SumOrder::kArrival : SumOrder::kRank);
+  } catch (const std::exception& e) {
+    return FailRound(st.round.Take(), {KindOf(e), std::string("update failed: ") + e.what()});
+  }
+  if (RoundComplete(st.round)) CloseRound(key, st);  // else answered when it completes
+}
+
+void RangeStore::MergeReady(KeyState& st, SumOrder order) {
+  st.round.Merge(
+      order, node_->num_workers(), [&](const Waiter& x, bool first) { Merge(st, x, first); },
+      [this](int rank) { return left_workers_.count(WorkerId(rank)) > 0; });
+}
+
+bool RangeStore::RoundComplete(const Round& round) const {
+  const int workers = node_->num_workers();
+  if (left_workers_.empty()) return round.complete(workers);
+  if (!round.open()) return false;
+  for (int r = 0; r < workers; ++r) {
+    const int id = WorkerId(r);
+    if (!round.pushed(id) && !left_workers_.count(id)) return false;
+  }
+  return true;
+}
+
+// The round closes: its sum updates the value, the push counts are recorded, the
+// listener hears OnRoundClosed, and the pushes are answered.
+void RangeStore::CloseRound(int64_t key, KeyState& st) {
+  std::vector<Round::Entry> done;
+  try {
     done = st.round.Take();
     obs::StepScope obs_step("update", dist::KeyOf(key), st.value.nbytes());  // [observe]
+    ScaleSum(st, done.size());
     // Without an optimizer and in the value's dtype the sum becomes the value
     // (ApplyRound takes st.merge's buffer); else the update only reads st.merge.
     const bool sum_becomes_value =
@@ -87,6 +111,50 @@ void RangeStore::JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_poin
   }
   for (auto& x : done) FinishWithValue(x.push, st);
   st.round.Recycle(std::move(done));  // its capacity serves the next round
+}
+
+// Elastic workers: a round summed `contributors` pushes of num_workers; the sum is
+// scaled by num_workers / contributors, so that it stands for num_workers pushes of
+// the contributors' mean (rescale_grad keeps meaning 1 / the global batch of
+// num_workers workers: the update is the mean gradient of the samples that reached it).
+void RangeStore::ScaleSum(KeyState& st, size_t contributors) {
+  const int workers = node_->num_workers();
+  if (!node_->options().elastic || contributors == 0 || static_cast<int>(contributors) >= workers)
+    return;
+  short_rounds_.fetch_add(1, std::memory_order_relaxed);
+  const double factor = static_cast<double>(workers) / static_cast<double>(contributors);
+  NDArray& m = st.merge;
+  if (m.dtype() == DType::kFloat32) {
+    const float f = static_cast<float>(factor);
+    float* p = m.data<float>();
+    for (int64_t i = 0; i < m.size(); ++i) p[i] *= f;
+  } else if (m.dtype() == DType::kFloat64) {
+    double* p = m.data<double>();
+    for (int64_t i = 0; i < m.size(); ++i) p[i] *= factor;
+  } else {  // low precision and integers: through float64
+    NDArray d = m.AsType(DType::kFloat64);
+    double* p = d.data<double>();
+    for (int64_t i = 0; i < d.size(); ++i) p[i] *= factor;
+    m.CopyFrom(d);
+  }
+}
+
+// Elastic workers: worker `id` left the job (exclusive section). Rounds waiting only
+// for it close now with the pushes that arrived (its own, if it pushed before it died).
+void RangeStore::WorkerLeft(int id) {
+  if (!left_workers_.insert(id).second) return;
+  const bool rank_order = !node_->options().sum_in_arrival_order;
+  ForEachKey([&](int64_t key, KeyState& st) {
+    if (!st.round.open()) return;
+    if (rank_order) {
+      try {
+        MergeReady(st, SumOrder::kRank);  // past the ranks that left without pushing
+      } catch (const std::exception& e) {
+        return FailRound(st.round.Take(), {KindOf(e), std::string("update failed: ") + e.what()});
+      }
+    }
+    if (RoundComplete(st.round)) CloseRound(key, st);
+  });
 }
 
 void RangeStore::Merge(KeyState& st, const Waiter& w, bool first) {

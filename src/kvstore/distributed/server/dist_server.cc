@@ -63,6 +63,8 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
       inspector_(node, &store_, &pool_, &barriers_, replicator != nullptr),
       commands_(node, server_, &store_, &pool_, &barriers_, &inspector_, primary_.get()) {
   store_.Listen(primary_.get());
+  if (node->options().elastic)  // docs/fault-tolerance.md, "Elastic workers"
+    node->AddWorkerLeftHandler([this](int id) { pool_.Exclusive([&] { store_.WorkerLeft(id); }); });
   inspector_.Start();
 }
 
@@ -104,6 +106,12 @@ void DistServer::Process(KVRequest&& req) {
     if (replicator_ && !sync && kind == Kind::kSparsePush)  // only sync rounds are copied
       return answers_.Error(req,
                             {ErrorKind::kUsage, NotReplicated("row_sparse pushes in dist_async")});
+    if (node_->options().elastic && sync && kind == Kind::kSparsePush)
+      return answers_.Error(
+          req, {ErrorKind::kUsage,
+                "row_sparse pushes in dist_sync with PSKV_ELASTIC=1 are not supported (their "
+                "rounds would wait for a worker that left): set PSKV_ELASTIC=0 for this job, or "
+                "use dist_async (docs/fault-tolerance.md, \"Elastic workers\")"});
     return HandleSparse(std::move(req));  // one key: on its shard
   }
   if (primary_ && sync && req.push && req.pull && primary_->RetryOfWaitingPush(req)) return;

@@ -19,7 +19,7 @@ int64_t Seconds(std::chrono::steady_clock::duration d) {
 
 std::string StallInspector::MissingWorkers(const KeyState& st) const {
   std::string out;
-  for (int id : node_->WorkerIds())
+  for (int id : node_->LiveWorkerIds())
     if (!st.round.pushed(id)) out += (out.empty() ? "" : ", ") + node_->NodeName(id);
   return out;
 }
@@ -69,7 +69,7 @@ void StallInspector::Inspect(Clock::time_point now) {
   store_->ForEachKey([&](int64_t key, KeyState& st) {
     if (first.count() > 0 && st.round.open() && now - st.round.opened() >= first) {
       stalled = true;
-      for (int id : node_->WorkerIds())
+      for (int id : node_->LiveWorkerIds())
         if (!st.round.pushed(id)) missing.insert(id);
       if (st.round.opened() <= oldest) {
         oldest = st.round.opened();

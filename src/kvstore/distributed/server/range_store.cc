@@ -81,6 +81,10 @@ RangeStore::~RangeStore() {
     PSKV_WARN(node_->Tag() << ": key range " << range_.index() << ": answered " << n
                            << " retried push(es) from the state without applying them again "
                               "(their rounds were replicated before their primary died)");
+  if (const uint64_t n = short_rounds_.load())
+    PSKV_WARN(node_->Tag() << ": key range " << range_.index() << ": " << n
+                           << " sync round(s) closed with fewer pushes than workers (PSKV_ELASTIC: "
+                              "workers left the job); their sums were scaled by workers / pushes");
   if (const uint64_t n = retried_inits_.load())
     PSKV_WARN(node_->Tag() << ": key range " << range_.index() << ": " << n
                            << " retried init(s) answered from state (the keys were initialised "

@@ -261,6 +261,11 @@ class RangeStore {
   void ApplyRound(int64_t key, KeyState& st);
   /// Worker `id` finished (kWorkerDone): open rounds that need its push fail.
   void WorkerDone(int id);
+  /// Elastic workers (PSKV_ELASTIC): worker `id` left the job (exclusive section).
+  /// Rounds no longer need its push: those every remaining worker pushed close now,
+  /// with the pushes that arrived; a round that summed k < num_workers pushes scales
+  /// its sum by num_workers / k (ScaleSum; docs/fault-tolerance.md, "Elastic workers").
+  void WorkerLeft(int id);
 
   // ---- answers of sync pushes (range_store.cc)
   /// Key `w.index` of a round request is done: with `value` (moved from), or null with
@@ -280,6 +285,14 @@ class RangeStore {
   void JoinRound(int64_t key, KeyState& st, Waiter w, Clock::time_point now);
   /// Adds one push's value bytes for `st` into st.merge (`first`: overwrite instead).
   void Merge(KeyState& st, const Waiter& w, bool first);
+  /// Adds the pushes of st's open round that can be summed now (`order`).
+  void MergeReady(KeyState& st, SumOrder order);
+  /// True when every worker still in the job pushed into `round`.
+  bool RoundComplete(const Round& round) const;
+  /// Closes st's complete round: the sum updates the value; the pushes are answered.
+  void CloseRound(int64_t key, KeyState& st);
+  /// Elastic: scales st.merge by num_workers / `contributors` when fewer pushed.
+  void ScaleSum(KeyState& st, size_t contributors);
   /// `w`'s key closed its round: answered with st's value (a reference to it).
   void FinishWithValue(const Waiter& w, KeyState& st);
 
@@ -297,6 +310,10 @@ class RangeStore {
   // after a failover) and keys of retried inits answered so (logged at the end).
   std::atomic<uint64_t> answered_from_state_{0};
   std::atomic<uint64_t> retried_inits_{0};
+  // Elastic workers: the workers that left the job (written in exclusive sections,
+  // read by the shards), and the rounds closed with fewer pushes than workers.
+  std::set<int> left_workers_;
+  std::atomic<uint64_t> short_rounds_{0};
   std::vector<std::map<int64_t, KeyState>> keys_;  // per shard
 };
 

@@ -98,6 +98,14 @@ class SyncRound {
   /// for the one that starts the sum (see the header comment).
   template <typename F>
   void Merge(SumOrder order, int num_workers, F&& merge) {
+    Merge(order, num_workers, std::forward<F>(merge), [](int) { return false; });
+  }
+  /// The same, where `skip(rank)` is true for a worker rank whose push this round
+  /// will never have (elastic workers: it left the job without pushing); rank order
+  /// then passes over it. Called again after a worker left, with kRank only (kArrival
+  /// merges the last push joined).
+  template <typename F, typename Skip>
+  void Merge(SumOrder order, int num_workers, F&& merge, Skip&& skip) {
     if (order == SumOrder::kArrival) {
       merge(waiting_.back().push, pushed_.size() == 1);
       return;
@@ -106,11 +114,16 @@ class SyncRound {
       found = false;
       for (auto& e : waiting_)
         if (RankOfId(e.sender) == merged_) {
-          merge(e.push, merged_ == 0);
+          merge(e.push, summed_ == 0);
           ++merged_;
+          ++summed_;
           found = true;
           break;
         }
+      if (!found && !pushed_.count(WorkerId(merged_)) && skip(merged_)) {
+        ++merged_;
+        found = true;
+      }
     }
   }
 
@@ -120,6 +133,7 @@ class SyncRound {
     out.swap(waiting_);
     pushed_.clear();
     merged_ = 0;
+    summed_ = 0;
     return out;
   }
   /// The taken round was applied: the next one has the next number.
@@ -158,6 +172,7 @@ class SyncRound {
   std::vector<Entry> waiting_;  // the open round's pushes, in arrival order
   int64_t completed_ = 0;       // rounds applied
   int merged_ = 0;              // rank order: pushes of ranks [0, merged_) are summed
+  int summed_ = 0;              // rank order: pushes summed so far (skipped ranks are not)
   Clock::time_point opened_;    // first push of the open round
   StallSchedule stall_;         // stall reports of the open round
 };

@@ -116,6 +116,18 @@ DistWorkerStore::~DistWorkerStore() {
   lease_.node.reset();
 }
 
+std::pair<int, int> DistWorkerStore::EpochPartition() {
+  if (!options_.elastic) return {NumWorkers(), Rank()};
+  link_->WorkerBarrier();
+  // A worker left alone passes the barrier without a release (Node::Barrier): it reads
+  // everything.
+  if (node_->LiveWorkerIds().size() <= 1) return {1, 0};
+  const std::vector<int> live = node_->LiveWorkersAtRelease(kWorkerGroup);
+  for (size_t i = 0; i < live.size(); ++i)
+    if (live[i] == node_->id()) return {static_cast<int>(live.size()), static_cast<int>(i)};
+  throw UsageError("EpochPartition: this worker is no longer in the job");
+}
+
 void DistWorkerStore::SetOptimizer(const OptimizerConfig& config) {
   config.Validate();
   if (node_->rank() == 0)

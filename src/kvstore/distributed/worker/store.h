@@ -65,6 +65,7 @@ class DistWorkerStore : public KVStore {
   int Rank() const override { return link_->rank(); }
   int NumWorkers() const override { return node_->num_workers(); }
   void Barrier() override { link_->WorkerBarrier(); }
+  std::pair<int, int> EpochPartition() override;
   void SetOptimizer(const OptimizerConfig& config) override;
   void SetGradientCompression(const CompressionConfig& config) override;
   /// Neither call is collective: on ranks other than 0 both only WaitAll. In sync

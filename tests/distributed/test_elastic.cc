@@ -1,0 +1,396 @@
+// Elastic workers (PSKV_ELASTIC=1; docs/fault-tolerance.md, "Elastic workers"): real
+// processes over real ZeroMQ, workers killed with SIGKILL at chosen or random moments.
+// The job must go on and end with exit 0 on every process left, and every round's
+// update must be the scaled sum of exactly the pushes that reached it: the test solves
+// each round's contributor set from the weights the survivors pulled (elastic_worker.cc
+// makes every worker's gradient a distinct power of two times a shared integer), checks
+// that every survivor is in every set and that each killed worker contributed to a
+// prefix of the rounds (its last round possibly for some keys only), and compares the
+// final weights, every element, with the reference computed from those sets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "support/proc.h"
+#include "support/test_util.h"
+
+using namespace pskv::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// As elastic_worker.cc.
+const std::vector<int> kKeys = {3, 5, 7, 9};
+const std::vector<int64_t> kSizes = {10, 60000, 4, 4};
+float Base(int round, int key, int64_t i) {
+  return static_cast<float>(1 + (round * 3 + key * 5 + static_cast<int>(i % 7)) % 4);
+}
+constexpr int kLogged = 4;  // elements logged per key: 0, 1, 2, last
+int64_t LoggedIndex(size_t k, int j) {
+  return j < 3 ? j : kSizes[k] - 1;
+}
+
+struct Job {
+  std::string dir, log;
+  int workers = 0;
+  std::vector<pid_t> procs;  // scheduler, servers, workers (by start order)
+  std::vector<pid_t> worker_pids;
+};
+
+std::map<std::string, std::string> Env(int port, const std::string& role, int workers,
+                                       int min_workers) {
+  return {{"DMLC_ROLE", role},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+          {"DMLC_NUM_SERVER", "2"},
+          {"DMLC_NUM_WORKER", std::to_string(workers)},
+          {"PS_HEARTBEAT_INTERVAL", "0.5"},
+          {"PS_HEARTBEAT_TIMEOUT", "3"},
+          {"PSKV_ELASTIC", "1"},
+          {"PSKV_MIN_WORKERS", std::to_string(min_workers)},
+          {"PSKV_SERVER_THREADS", "1"},
+          {"PSKV_TIMEOUT", "60"}};
+}
+
+std::string TempDir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() /
+           ("pskv_elastic_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+Job Start(const std::string& name, int workers, int min_workers, int rounds, int epoch_rounds,
+          int sleep_ms, std::vector<std::string> extra = {}) {
+  Job j;
+  j.dir = TempDir(name);
+  j.log = j.dir + "/log";
+  j.workers = workers;
+  const int port = FreePort();
+  j.procs.push_back(Spawn({PSKV_SERVER}, Env(port, "scheduler", workers, min_workers), j.log));
+  for (int s = 0; s < 2; ++s)
+    j.procs.push_back(Spawn({PSKV_SERVER}, Env(port, "server", workers, min_workers), j.log));
+  std::vector<std::string> argv = {ELASTIC_WORKER, std::to_string(rounds), j.dir,
+                                   std::to_string(epoch_rounds), std::to_string(sleep_ms)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  for (int w = 0; w < workers; ++w)
+    j.procs.push_back(Spawn(argv, Env(port, "worker", workers, min_workers), j.log));
+  return j;
+}
+
+void Cleanup(const Job& j) {
+  for (pid_t p : j.procs) {
+    ::kill(-p, SIGKILL);
+    ::waitpid(p, nullptr, WNOHANG);
+  }
+  std::filesystem::remove_all(j.dir);
+}
+
+// The pid worker `rank` wrote (it registered and got its rank), waiting at most 20 s.
+pid_t WorkerPid(const Job& j, int rank) {
+  const std::string f = j.dir + "/w" + std::to_string(rank) + ".pid";
+  if (!WaitFile(f, 20s)) return 0;
+  for (int i = 0; i < 50; ++i) {
+    std::ifstream in(f);
+    pid_t p = 0;
+    if (in >> p && p > 0) return p;
+    std::this_thread::sleep_for(20ms);
+  }
+  return 0;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Line {
+  int round = 0;
+  int64_t ms = 0;
+  std::vector<double> v;  // kKeys.size() * kLogged
+};
+
+std::vector<Line> ReadLog(const std::string& path) {
+  std::vector<Line> out;
+  std::ifstream f(path);
+  for (std::string s; std::getline(f, s);) {
+    std::istringstream in(s);
+    Line l;
+    in >> l.round >> l.ms;
+    for (double x; in >> x;) l.v.push_back(x);
+    if (l.v.size() == kKeys.size() * kLogged) out.push_back(l);
+  }
+  return out;
+}
+
+// The update of one element in a round whose pushes came from `mask` (bit r: worker r).
+double Update(int workers, unsigned mask, float base) {
+  const int k = __builtin_popcount(mask);
+  return static_cast<double>(static_cast<float>(static_cast<double>(workers) / k) *
+                             (static_cast<float>(mask) * base));
+}
+
+struct Verdict {
+  int rounds = 0;
+  int64_t stall_ms = -1;  // the longest gap between two rounds' ends on survivor 0
+  std::vector<std::vector<unsigned>> sets;  // [round][key index]: the workers summed
+};
+
+// Checks the job's outcome (see the file comment); `killed`: ranks killed, with the
+// time of each kill.
+void Check(const Job& j, const std::vector<int>& survivors, const std::map<int, int64_t>& killed,
+           int rounds, Verdict* verdict = nullptr) {
+  Verdict scratch;
+  Verdict& out = verdict ? *verdict : scratch;
+  const int W = j.workers;
+  std::vector<Line> ref = ReadLog(j.dir + "/w" + std::to_string(survivors[0]) + ".log");
+  EXPECT_EQ(static_cast<int>(ref.size()), rounds) << ReadFile(j.log);
+  for (int s : survivors) {
+    auto mine = ReadLog(j.dir + "/w" + std::to_string(s) + ".log");
+    EXPECT_EQ(mine.size(), ref.size()) << "worker " << s;
+    for (size_t r = 0; r < std::min(mine.size(), ref.size()); ++r)
+      EXPECT_EQ(mine[r].v, ref[r].v) << "worker " << s << " round " << r + 1;
+  }
+  // Contributor set of every (round, key), solved from the logged deltas.
+  std::vector<std::vector<unsigned>> sets(ref.size() + 1, std::vector<unsigned>(kKeys.size()));
+  std::vector<double> prev(kKeys.size() * kLogged, 1000.0);
+  for (size_t r = 0; r < ref.size(); ++r) {
+    const int round = static_cast<int>(r) + 1;
+    for (size_t k = 0; k < kKeys.size(); ++k) {
+      std::vector<unsigned> fits;
+      for (unsigned mask = 1; mask < (1u << W); ++mask) {
+        bool ok = true;
+        for (int e = 0; e < kLogged && ok; ++e) {
+          const size_t at = k * kLogged + static_cast<size_t>(e);
+          const double delta = prev[at] - ref[r].v[at];
+          ok = std::fabs(delta - Update(W, mask, Base(round, kKeys[k], LoggedIndex(k, e)))) < 1e-2;
+        }
+        if (ok) fits.push_back(mask);
+      }
+      ASSERT_EQ(fits.size(), 1u) << "round " << round << " key " << kKeys[k]
+                                 << ": the update is not the scaled sum of one set of pushes";
+      sets[static_cast<size_t>(round)][k] = fits[0];
+      for (int s : survivors)
+        EXPECT_TRUE(fits[0] & (1u << s)) << "round " << round << " key " << kKeys[k]
+                                         << " lacks the push of worker " << s << ", which lived";
+    }
+    prev = ref[r].v;
+  }
+  // Each killed worker: a prefix of full rounds, at most one partial round after it,
+  // nothing later; at least every round it completed (its markers), at most one more.
+  for (auto& [d, when] : killed) {
+    int full = 0, last_any = 0;
+    for (int r = 1; r <= static_cast<int>(ref.size()); ++r) {
+      int n = 0;
+      for (unsigned m : sets[static_cast<size_t>(r)]) n += (m >> d) & 1;
+      if (n == static_cast<int>(kKeys.size()) && full == r - 1) full = r;
+      if (n > 0) last_any = r;
+    }
+    EXPECT_LE(last_any, full + 1) << "worker " << d << " contributed after a round it missed";
+    int completed = 0;
+    while (std::filesystem::exists(j.dir + "/w" + std::to_string(d) + ".r" +
+                                   std::to_string(completed + 1)))
+      ++completed;
+    EXPECT_GE(full, completed) << "worker " << d << " completed rounds the sums lack";
+    EXPECT_LE(last_any, completed + 1) << "worker " << d << " contributed past its next round";
+    std::printf("worker %d (killed): completed %d rounds, in the sums of %d full round(s)%s\n", d,
+                completed, full, last_any > full ? " and part of the next" : "");
+    // Stall: the longest time between two rounds' ends on the first survivor in the
+    // rounds that ended after the kill (the round the kill caught among them).
+    for (size_t r = 1; r < ref.size(); ++r)
+      if (ref[r].ms >= when) out.stall_ms = std::max(out.stall_ms, ref[r].ms - ref[r - 1].ms);
+  }
+  // Every element of the final weights, against the reference from the sets.
+  for (int s : survivors) {
+    std::string bytes = ReadFile(j.dir + "/w" + std::to_string(s) + ".weights");
+    int64_t total = 0;
+    for (auto n : kSizes) total += n;
+    ASSERT_EQ(bytes.size(), static_cast<size_t>(total) * 4) << "worker " << s;
+    const float* got = reinterpret_cast<const float*>(bytes.data());
+    int64_t at = 0, bad = 0;
+    for (size_t k = 0; k < kKeys.size(); ++k)
+      for (int64_t i = 0; i < kSizes[k]; ++i, ++at) {
+        float w = 1000.0f;
+        for (int r = 1; r <= static_cast<int>(ref.size()); ++r)
+          w -= static_cast<float>(Update(W, sets[static_cast<size_t>(r)][k], Base(r, kKeys[k], i)));
+        if (w != got[at] && bad++ < 3)
+          ADD_FAILURE() << "worker " << s << " key " << kKeys[k] << "[" << i << "] = " << got[at]
+                        << ", reference " << w;
+      }
+    EXPECT_EQ(bad, 0) << "elements differing from the reference";
+  }
+  out.rounds = static_cast<int>(ref.size());
+  out.sets = sets;
+}
+
+// Every process but the killed ones exits 0 within `bound`.
+void ExpectFinished(const Job& j, const std::set<pid_t>& killed, std::chrono::milliseconds bound) {
+  const auto end = std::chrono::steady_clock::now() + bound;
+  for (pid_t p : j.procs) {
+    if (killed.count(p)) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    auto st = WaitExit(p, std::max(left, 1ms));
+    ASSERT_TRUE(st.has_value()) << "pid " << p << " still running; log:\n" << ReadFile(j.log);
+    EXPECT_EQ(*st, 0) << "pid " << p << " failed; log:\n" << ReadFile(j.log);
+  }
+}
+
+}  // namespace
+
+// Worker 1 of 3 killed once it finished round 6: the job goes on with 2 workers; the
+// epochs after the kill are dealt in 2 parts.
+TEST(ElasticWorkers, KillAtChosenRound) {
+  const int rounds = 24, epoch = 5;
+  Job j = Start("chosen", 3, 2, rounds, epoch, 30);
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t when = NowMs();
+  ExpectFinished(j, {victim}, 20s);
+  Verdict v;
+  Check(j, {0, 2}, {{1, when}}, rounds, &v);
+  std::printf("stall after the kill: %lld ms (PS_HEARTBEAT_TIMEOUT 3 s)\n",
+              static_cast<long long>(v.stall_ms));
+  // Partitions: an epoch before the kill has 3 parts (the ranks), one after it 2.
+  std::map<int, std::vector<std::pair<int, int>>> parts;  // epoch -> (num_parts, index)
+  for (int s : {0, 2}) {
+    std::ifstream f(j.dir + "/w" + std::to_string(s) + ".parts");
+    std::string e;
+    for (int ep, n, i; f >> e >> ep >> n >> i;) parts[ep].push_back({n, i});
+  }
+  EXPECT_EQ(static_cast<int>(parts.size()), (rounds + epoch - 1) / epoch);
+  int completed = 0, after = 0;
+  while (std::filesystem::exists(j.dir + "/w1.r" + std::to_string(completed + 1))) ++completed;
+  for (auto& [ep, got] : parts) {
+    ASSERT_EQ(got.size(), 2u) << "epoch " << ep;
+    EXPECT_EQ(got[0].first, got[1].first) << "epoch " << ep << ": workers disagree on the parts";
+    EXPECT_NE(got[0].second, got[1].second) << "epoch " << ep << ": one part read twice";
+    if (ep == 0) {
+      EXPECT_EQ(got, (std::vector<std::pair<int, int>>{{3, 0}, {3, 2}}));
+    }
+    // An epoch starting two rounds past the last one the victim completed: it was never
+    // at that barrier, whose release counts it out. Before: either, whole.
+    if (ep * epoch + 1 >= completed + 3) {
+      EXPECT_EQ(got, (std::vector<std::pair<int, int>>{{2, 0}, {2, 1}})) << "epoch " << ep;
+      ++after;
+    } else if (got[0].first == 3) {
+      EXPECT_EQ(got, (std::vector<std::pair<int, int>>{{3, 0}, {3, 2}})) << "epoch " << ep;
+    } else {
+      EXPECT_EQ(got, (std::vector<std::pair<int, int>>{{2, 0}, {2, 1}})) << "epoch " << ep;
+    }
+  }
+  EXPECT_GE(after, 1) << "no epoch started after the kill; the victim completed " << completed;
+  Cleanup(j);
+}
+
+// Worker 2 of 3 dies amid round 5: its pushes of keys 3 and 5 were summed, those of
+// keys 7 and 9 never sent. Round 5 of keys 3 and 5 holds its push (3 pushes, unscaled),
+// that of keys 7 and 9 closes without it (2 pushes, scaled by 3/2).
+TEST(ElasticWorkers, DeathAmidAStep) {
+  const int rounds = 10;
+  Job j = Start("midstep", 3, 2, rounds, 0, 0, {"2", "5"});
+  pid_t victim = WorkerPid(j, 2);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  const int64_t when = NowMs();
+  ExpectFinished(j, {victim}, 20s);
+  auto st = WaitExit(victim, 5s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(*st, 128 + SIGKILL);
+  Verdict v;
+  Check(j, {0, 1}, {{2, when}}, rounds, &v);
+  ASSERT_EQ(v.sets.size(), static_cast<size_t>(rounds) + 1);
+  EXPECT_EQ(v.sets[4], (std::vector<unsigned>{7, 7, 7, 7}));
+  EXPECT_EQ(v.sets[5], (std::vector<unsigned>{7, 7, 3, 3}));
+  EXPECT_EQ(v.sets[6], (std::vector<unsigned>{3, 3, 3, 3}));
+  Cleanup(j);
+}
+
+// Two of four workers killed at random moments (seeded; the seed is printed): any rank,
+// amid pushes, pulls or barriers.
+TEST(ElasticWorkers, KillAtRandomMoments) {
+  const unsigned seed = static_cast<unsigned>(NowMs());
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::vector<int> ranks = {0, 1, 2, 3};
+  std::shuffle(ranks.begin(), ranks.end(), rng);
+  const int rounds = 40;
+  Job j = Start("random", 4, 2, rounds, 7, 25);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r) pids.push_back(WorkerPid(j, r));
+  for (pid_t p : pids) ASSERT_GT(p, 0) << ReadFile(j.log);
+  // The job is training once some worker finished round 2.
+  ASSERT_TRUE(WaitFile(j.dir + "/w" + std::to_string(ranks[3]) + ".r2", 20s)) << ReadFile(j.log);
+  std::map<int, int64_t> killed;
+  std::set<pid_t> killed_pids;
+  for (int n = 0; n < 2; ++n) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<>(0, 400)(rng)));
+    ::kill(pids[static_cast<size_t>(ranks[static_cast<size_t>(n)])], SIGKILL);
+    killed[ranks[static_cast<size_t>(n)]] = NowMs();
+    killed_pids.insert(pids[static_cast<size_t>(ranks[static_cast<size_t>(n)])]);
+  }
+  ExpectFinished(j, killed_pids, 20s);
+  std::vector<int> survivors = {ranks[2], ranks[3]};
+  std::sort(survivors.begin(), survivors.end());
+  Check(j, survivors, killed, rounds);
+  Cleanup(j);
+}
+
+// Below PSKV_MIN_WORKERS the job fails, naming the setting, within the detection bound.
+TEST(ElasticWorkers, BelowMinimumFails) {
+  Job j = Start("minimum", 3, 3, 200, 0, 20);
+  pid_t victim = WorkerPid(j, 2);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w2.r2", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const auto end = std::chrono::steady_clock::now() + 15s;
+  for (pid_t p : j.procs) {
+    if (p == victim) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    auto st = WaitExit(p, std::max(left, 1ms));
+    ASSERT_TRUE(st.has_value()) << "pid " << p << " still running; log:\n" << ReadFile(j.log);
+    EXPECT_NE(*st, 0) << "pid " << p;
+  }
+  EXPECT_NE(ReadFile(j.log).find("PSKV_MIN_WORKERS=3"), std::string::npos) << ReadFile(j.log);
+  Cleanup(j);
+}
+
+// Under pskv-launch --min-workers 2: worker rank 1 killed after its round 3; the launcher
+// reports the verdict, the job succeeds (exit status 0) and its weights are right.
+TEST(ElasticWorkers, UnderTheLauncher) {
+  Job j;
+  j.dir = TempDir("launcher");
+  j.log = j.dir + "/log";
+  j.workers = 3;
+  const int rounds = 20;
+  pid_t launcher = Spawn(
+      {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2", "--", ELASTIC_WORKER,
+       std::to_string(rounds), j.dir, "0", "30"},
+      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
+      j.log);
+  j.procs.push_back(launcher);
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r3", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t when = NowMs();
+  auto st = WaitExit(launcher, 30s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  const std::string log = ReadFile(j.log);
+  EXPECT_EQ(*st, 0) << log;
+  EXPECT_NE(log.find("the scheduler dropped it (PSKV_ELASTIC)"), std::string::npos) << log;
+  EXPECT_NE(log.find("(workers dropped: PSKV_ELASTIC)"), std::string::npos) << log;
+  Check(j, {0, 2}, {{1, when}}, rounds);
+  Cleanup(j);
+}
