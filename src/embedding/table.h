@@ -58,20 +58,7 @@ uint32_t ShardOf(uint64_t id, uint32_t num_shards);
 
 /// The per-id initializer and a table's configuration (include/pskv/embedding.h).
 using Initializer = pskv::EmbeddingInitializer;
-Kind kind = Kind::kUniform;
-double a = -0.01;  ///< uniform: low;  normal: mean
-double b = 0.01;   ///< uniform: high; normal: standard deviation
-/// Fills `out[0..width)` with id's row.
-void Fill(uint64_t seed, uint64_t id, int64_t width, float* out) const;
-};
-
 using TableConfig = pskv::EmbeddingConfig;
-UnadmittedPull unadmitted_pull = UnadmittedPull::kInitializer;
-int64_t ttl_steps = 0;   ///< rows not pushed for this many steps go; 0: never
-int64_t capacity = 0;    ///< live rows at most (LRU eviction above); 0: unbounded
-uint64_t max_bytes = 0;  ///< memory budget of this shard (rows, index, admission); 0: none
-}
-;
 
 /// Counters of one shard (for metrics: the server exports them).
 struct TableStats {

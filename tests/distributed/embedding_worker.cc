@@ -18,6 +18,8 @@
 //  misuse  Typed errors naming the fix: ids of another dtype, gradients of another
 //          width or dtype, a push over a server's memory budget (refused for every
 //          worker, the table unchanged).
+//  replicas  PSKV_REPLICAS=1: Create fails on every worker, naming the setting (the
+//          tables are not replicated yet).
 // Exit status 0 = every check passed.
 #include <algorithm>
 #include <cmath>
@@ -250,6 +252,11 @@ void Misuse(KVStore& kv, int) {
   Check(versions.data<int64_t>()[0] == 0, "the first applied push is not step 0");
 }
 
+void Replicas(KVStore& kv, int) {
+  ExpectError<Error>([&] { EmbeddingTable::Create(kv, 60, ConfigA()); }, "create, replicated",
+                     "PSKV_REPLICAS");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,6 +272,8 @@ int main(int argc, char** argv) {
       Sync(*kv, rounds);
     } else if (scenario == "misuse") {
       Misuse(*kv, rounds);
+    } else if (scenario == "replicas") {
+      Replicas(*kv, rounds);
     } else {
       std::fprintf(stderr, "embedding_worker: unknown scenario %s\n", scenario.c_str());
       return 2;

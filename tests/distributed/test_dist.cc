@@ -24,10 +24,11 @@ int Launch(int workers, int servers, const std::string& scenario, const std::str
 }
 
 // A job of tests/distributed/embedding_worker.cc (dynamic embedding tables).
-int LaunchEmbedding(int workers, int servers, const std::string& scenario, int rounds) {
+int LaunchEmbedding(int workers, int servers, const std::string& scenario, int rounds,
+                    const std::string& extra = "") {
   const std::string cmd = std::string(PSKV_LAUNCH) + " -n " + std::to_string(workers) + " -s " +
-                          std::to_string(servers) + " --timeout 60 -- " + EMBEDDING_WORKER + " " +
-                          scenario + " " + std::to_string(rounds);
+                          std::to_string(servers) + " --timeout 60 " + extra + " -- " +
+                          EMBEDDING_WORKER + " " + scenario + " " + std::to_string(rounds);
   int st = std::system(cmd.c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
@@ -45,6 +46,10 @@ TEST(DistKVStore, EmbeddingSync2Workers2ServersEqualsOneTable) {
 // and changes nothing.
 TEST(DistKVStore, EmbeddingMisuseErrors) {
   EXPECT_EQ(LaunchEmbedding(2, 2, "misuse", 1), 0);
+}
+// Not replicated yet: refused on every worker, naming PSKV_REPLICAS.
+TEST(DistKVStore, EmbeddingRefusedWithReplicas) {
+  EXPECT_EQ(LaunchEmbedding(2, 2, "replicas", 1, "--env PSKV_REPLICAS=1"), 0);
 }
 
 TEST(DistKVStore, Sync4Workers2Servers) {

@@ -1,7 +1,8 @@
 """A worker of test_embedding.py's dist job (pskv-launch, dist_sync): a
-pskv.torch.EmbeddingBag over a dynamic table trains 4 steps on ids of every worker;
-the pulled rows must equal, bit for bit, a local table pushed each step's gradients
-of every worker in rank order (what the servers apply)."""
+pskv.torch.EmbeddingBag over a dynamic table trains 4 steps on Zipf ids (each
+worker's own; some repeat across steps); the pulled rows and versions must equal, bit
+for bit, a local table pushed each step's gradients of every worker in rank order
+(what the servers apply), admission and TTL included."""
 import sys
 
 import numpy as np
@@ -14,7 +15,9 @@ import pskv.torch
 def batch(rank, step):
     rng = np.random.default_rng(rank * 100 + step)
     ranks = rng.zipf(1.3, size=(8, 5)).astype(np.uint64)
-    return (ranks * np.uint64(1000003) + np.uint64(2**63)).view(np.int64)  # u64 ids, high bit set
+    # u64 ids with the high bit set; each worker's own (a local table, the reference,
+    # de-duplicates a whole push, while the servers count one sighting per worker)
+    return (ranks * np.uint64(1000003) + np.uint64(2**63) + np.uint64(7 * rank)).view(np.int64)
 
 
 def main():

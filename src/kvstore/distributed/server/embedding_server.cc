@@ -51,6 +51,8 @@ void EmbeddingServer::Create(int64_t wire_key, KVRequest&& req, KVServer* srv) {
   try {
     bytes = ew::DecodeCreate(ValuesOf(req.msg));
     table = std::make_unique<embedding::Table>(payload::DecodeEmbeddingTable(bytes));
+  } catch (const ProtocolError& e) {  // a malformed configuration: the sender's bad argument
+    return srv->RespondError(req, ErrorKind::kInvalid, TableName(wire_key) + ": " + e.what());
   } catch (const std::exception& e) {
     return srv->RespondError(req, KindOf(e), TableName(wire_key) + ": " + e.what());
   }
