@@ -81,7 +81,22 @@ struct Table::Target {
   size_t acc;     // offset in acc_ of the sum when count > 1
 };
 
-Table::Table(TableConfig cfg) : cfg_(std::move(cfg)), admission_(cfg_.admission) {
+namespace {
+// The admission settings, once the counting Bloom filter is known to fit the budget:
+// checked before the filter is allocated (a server creates tables from the wire).
+const AdmissionConfig& WithinBudget(const TableConfig& c) {
+  const AdmissionConfig& a = c.admission;
+  if (a.mode == AdmissionConfig::Mode::kCountingBloom && a.admit_after > 1 && c.max_bytes > 0 &&
+      a.cbf_counters > c.max_bytes)
+    throw InvalidArgument("embedding table '" + c.name + "': a counting Bloom filter of " +
+                          std::to_string(a.cbf_counters) +
+                          " counters (bytes) exceeds max_bytes = " + std::to_string(c.max_bytes) +
+                          ": raise max_bytes or size the filter for fewer ids");
+  return a;
+}
+}  // namespace
+
+Table::Table(TableConfig cfg) : cfg_(std::move(cfg)), admission_(WithinBudget(cfg_)) {
   const std::string t = "embedding table '" + cfg_.name + "': ";
   if (cfg_.width <= 0 || cfg_.width > (int64_t{1} << 20))
     throw InvalidArgument(t + "width must be in [1, 2^20], got " + std::to_string(cfg_.width));

@@ -7,7 +7,7 @@
 //          u64 ids (repeats and ids with the high bit set included; a function of rank
 //          and round) to two tables:
 //            A  AdaGrad, exact admission after 2 sightings, a TTL of 3 steps;
-//            B  Adam, a counting Bloom filter (admission after 2), a capacity of 60
+//            B  Adam, a counting Bloom filter (admission after 2), a capacity of 30 W
 //               rows per server (LRU eviction).
 //          Every worker computes the same references in process: A as one
 //          embedding::Table pushed, each round, the workers' de-duplicated batches
@@ -15,6 +15,8 @@
 //          filter are per server) pushed the same ids that server holds. After the
 //          rounds every id ever pushed is pulled: rows must be bit-equal, and an id
 //          must have a row (and the same version) exactly when the reference has one.
+//  async   The same with dist_async and one worker: each push is applied when it
+//          arrives, at the table's next step, so the references are the same.
 //  misuse  Typed errors naming the fix: ids of another dtype, gradients of another
 //          width or dtype, a push over a server's memory budget (refused for every
 //          worker, the table unchanged).
@@ -105,7 +107,7 @@ EmbeddingConfig ConfigA() {
   c.ttl_steps = 3;
   return c;
 }
-EmbeddingConfig ConfigB() {
+EmbeddingConfig ConfigB(int workers) {
   EmbeddingConfig c;
   c.name = "B";
   c.width = 4;
@@ -113,7 +115,7 @@ EmbeddingConfig ConfigB() {
   c.optimizer = OptimizerConfig::For("adam");
   c.optimizer.learning_rate = 0.01;
   c.admission = EmbeddingAdmission::CountingBloom(2, 2000, 0.01);
-  c.capacity = 60;
+  c.capacity = 30 * workers;  // so that it binds with one worker too
   return c;
 }
 
@@ -150,10 +152,10 @@ void Sync(KVStore& kv, int rounds) {
   const int W = kv.NumWorkers(), rank = kv.Rank();
   const uint32_t S = static_cast<uint32_t>(std::atoi(std::getenv("DMLC_NUM_SERVER")));
   auto a = EmbeddingTable::Create(kv, 40, ConfigA());
-  auto b = EmbeddingTable::Create(kv, 41, ConfigB());
+  auto b = EmbeddingTable::Create(kv, 41, ConfigB(W));
   embedding::Table ref_a(ConfigA());
   std::vector<std::unique_ptr<embedding::Table>> ref_b;
-  for (uint32_t s = 0; s < S; ++s) ref_b.push_back(std::make_unique<embedding::Table>(ConfigB()));
+  for (uint32_t s = 0; s < S; ++s) ref_b.push_back(std::make_unique<embedding::Table>(ConfigB(W)));
   const Zipf zipf;
   std::vector<uint64_t> seen;
   for (int r = 0; r < rounds; ++r) {
@@ -267,8 +269,8 @@ int main(int argc, char** argv) {
   const std::string scenario = argv[1];
   const int rounds = std::atoi(argv[2]);
   try {
-    auto kv = KVStore::Create("dist_sync");
-    if (scenario == "sync") {
+    auto kv = KVStore::Create(scenario == "async" ? "dist_async" : "dist_sync");
+    if (scenario == "sync" || scenario == "async") {
       Sync(*kv, rounds);
     } else if (scenario == "misuse") {
       Misuse(*kv, rounds);

@@ -42,6 +42,10 @@ int LaunchEmbedding(int workers, int servers, const std::string& scenario, int r
 TEST(DistKVStore, EmbeddingSync2Workers2ServersEqualsOneTable) {
   EXPECT_EQ(LaunchEmbedding(2, 2, "sync", 12), 0);
 }
+// dist_async: each push applied as it arrives (one worker: the same references).
+TEST(DistKVStore, EmbeddingAsync1Worker2ServersEqualsOneTable) {
+  EXPECT_EQ(LaunchEmbedding(1, 2, "async", 12), 0);
+}
 // Typed errors naming the fix; a push over a server's budget fails on every worker
 // and changes nothing.
 TEST(DistKVStore, EmbeddingMisuseErrors) {
