@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "pskv/ndarray.h"
 #include "pskv/optimizer.h"
