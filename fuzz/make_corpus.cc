@@ -96,6 +96,11 @@ int main(int argc, char** argv) {
   table.spares = {15};
   WriteRaw(dir, "payload_range_table", payload::EncodeRangeTable(table));
   WriteRaw(dir, "payload_range_states_sizes", payload::EncodeRangeStatesSizes({{0, 100}, {1, 7}}));
+  EmbeddingConfig emb;
+  emb.width = 16;
+  emb.admission.admit_after = 3;
+  emb.ttl_steps = 100;
+  WriteRaw(dir, "payload_embedding_table", payload::EncodeEmbeddingTable(emb));
 
   // Bodies servers send each other (kvstore/distributed/wire/replication_wire.h).
   namespace rw = dist::replication_wire;

@@ -49,11 +49,12 @@ from . import optimizer  # noqa: F401
 from . import lr_scheduler  # noqa: F401
 from . import data  # noqa: F401
 from . import sparse  # noqa: F401
+from . import embedding  # noqa: F401
 from .sparse import RowSparseArray, row_sparse_array  # noqa: F401
 from . import process  # noqa: F401
 from .process import configure_process  # noqa: F401
 from . import cuda  # noqa: F401
 
-__all__ = ["__version__", "create", "KVStore", "configure_process", "process", "RowSparseArray", "row_sparse_array", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
+__all__ = ["__version__", "create", "KVStore", "configure_process", "process", "RowSparseArray", "row_sparse_array", "embedding", "optimizer", "lr_scheduler", "data", "Error", "InvalidArgument",
            "KeyError", "ShapeError", "UsageError", "ConfigError", "TimeoutError", "ProtocolError", "NodeFailure",
            "IOError", "DeviceUnavailable", "DeviceError", "DeviceArray", "cuda"]

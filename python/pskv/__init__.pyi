@@ -8,6 +8,7 @@ from . import cuda as cuda
 from .kvstore import KVStore as KVStore, create as create
 from . import kvstore as kv
 from . import sparse as sparse
+from . import embedding as embedding
 from .sparse import RowSparseArray as RowSparseArray, row_sparse_array as row_sparse_array
 from . import process as process
 from .process import configure_process as configure_process

@@ -48,6 +48,7 @@ from . import sparse as _sparse_mod
 from .data import epoch_size, partition_range  # noqa: F401  (re-exported for convenience)
 from ._torch_checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
 from ._torch_data import Sampler, shard  # noqa: F401
+from ._torch_embedding import EmbeddingBag  # noqa: F401  (over pskv.embedding tables)
 from ._trainer_sparse import TrainerSparse
 from ._trainer_states import TrainerStates
 

@@ -26,6 +26,8 @@ void BindProcess(py::module_& m);
 void BindArrays(py::module_& m);
 /// The store: KVStore and the results of its calls (kvstore_bindings.cc).
 void BindKVStore(py::module_& m);
+/// Dynamic embedding tables of a store (embedding_bindings.cc).
+void BindEmbedding(py::module_& m);
 /// Optimizer and the optimizer-states files (optimizer_bindings.cc).
 void BindOptimizer(py::module_& m);
 /// The data-parallel helpers of include/pskv/data.h, as submodule `data` (module.cc).

@@ -163,6 +163,7 @@ PYBIND11_MODULE(_pskv, m) {
   BindProcess(m);
   BindArrays(m);
   BindKVStore(m);
+  BindEmbedding(m);
   BindOptimizer(m);
   pskv::BindTrainerPolicy(m);
   BindData(m);

@@ -5,15 +5,15 @@
 
 #include "pskv/error.h"
 
-namespace pskv::embedding {
+namespace pskv {
 
-AdmissionConfig AdmissionConfig::CountingBloom(uint32_t admit_after, uint64_t distinct_ids,
-                                               double fpr) {
+EmbeddingAdmission EmbeddingAdmission::CountingBloom(uint32_t admit_after, uint64_t distinct_ids,
+                                                     double fpr) {
   if (distinct_ids == 0 || !(fpr > 0 && fpr < 1))
     throw InvalidArgument("counting Bloom filter: distinct_ids must be > 0 and fpr in (0, 1)");
   const double ln2 = std::log(2.0);
   const double n = static_cast<double>(distinct_ids);
-  AdmissionConfig c;
+  EmbeddingAdmission c;
   c.mode = Mode::kCountingBloom;
   c.admit_after = admit_after;
   c.cbf_counters = static_cast<uint64_t>(std::ceil(-n * std::log(fpr) / (ln2 * ln2)));
@@ -21,6 +21,10 @@ AdmissionConfig AdmissionConfig::CountingBloom(uint32_t admit_after, uint64_t di
       std::max(1.0, std::round(static_cast<double>(c.cbf_counters) / n * ln2)));
   return c;
 }
+
+}  // namespace pskv
+
+namespace pskv::embedding {
 
 double CbfFalsePositiveRate(uint64_t m, uint32_t k, uint64_t n) {
   return std::pow(

@@ -24,19 +24,12 @@
 #include <vector>
 
 #include "embedding/id_map.h"
+#include "pskv/embedding.h"
 
 namespace pskv::embedding {
 
-struct AdmissionConfig {
-  enum class Mode : uint8_t { kExact = 0, kCountingBloom = 1 };
-  Mode mode = Mode::kExact;
-  uint32_t admit_after = 1;         ///< sightings before a row exists; <= 1: admit at once
-  uint64_t cbf_counters = 1 << 20;  ///< kCountingBloom: counters (bytes)
-  uint32_t cbf_hashes = 4;          ///< kCountingBloom: counters per id
-  /// A counting Bloom filter for `distinct_ids` ids at false-positive rate `fpr`:
-  /// m = -n ln(p) / ln(2)^2 counters, k = round(m/n ln 2) hashes.
-  static AdmissionConfig CountingBloom(uint32_t admit_after, uint64_t distinct_ids, double fpr);
-};
+/// The admission settings (include/pskv/embedding.h).
+using AdmissionConfig = pskv::EmbeddingAdmission;
 
 /// (1 - e^{-k n / m})^k: the probability that an id never seen reads as seen once
 /// after n distinct ids were counted in m counters with k hashes.

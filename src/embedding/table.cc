@@ -31,13 +31,23 @@ uint32_t ShardOf(uint64_t id, uint32_t num_shards) {
   return static_cast<uint32_t>(p >> 64);
 }
 
-void Initializer::Fill(uint64_t seed, uint64_t id, int64_t width, float* out) const {
+}  // namespace pskv::embedding
+
+namespace pskv {
+
+uint32_t EmbeddingShardOf(uint64_t id, uint32_t num_shards) {
+  return embedding::ShardOf(id, num_shards);
+}
+
+void EmbeddingInitializer::Fill(uint64_t seed, uint64_t id, int64_t width, float* out) const {
   if (kind == Kind::kZeros) {
     std::fill(out, out + width, 0.0f);
     return;
   }
-  const uint64_t base = Mix64(id ^ Mix64(seed + kGolden));
-  auto bits = [&](uint64_t counter) { return Mix64(base + (counter + 1) * kGolden); };
+  const uint64_t base = embedding::Mix64(id ^ embedding::Mix64(seed + embedding::kGolden));
+  auto bits = [&](uint64_t counter) {
+    return embedding::Mix64(base + (counter + 1) * embedding::kGolden);
+  };
   for (int64_t j = 0; j < width; ++j) {
     const uint64_t c = static_cast<uint64_t>(j);
     if (kind == Kind::kUniform) {
@@ -53,6 +63,10 @@ void Initializer::Fill(uint64_t seed, uint64_t id, int64_t width, float* out) co
   }
 }
 
+}  // namespace pskv
+
+namespace pskv::embedding {
+
 struct Table::Chunk {
   std::unique_ptr<char[]> bytes;
 };
@@ -67,7 +81,22 @@ struct Table::Target {
   size_t acc;     // offset in acc_ of the sum when count > 1
 };
 
-Table::Table(TableConfig cfg) : cfg_(std::move(cfg)), admission_(cfg_.admission) {
+namespace {
+// The admission settings, once the counting Bloom filter is known to fit the budget:
+// checked before the filter is allocated (a server creates tables from the wire).
+const AdmissionConfig& WithinBudget(const TableConfig& c) {
+  const AdmissionConfig& a = c.admission;
+  if (a.mode == AdmissionConfig::Mode::kCountingBloom && a.admit_after > 1 && c.max_bytes > 0 &&
+      a.cbf_counters > c.max_bytes)
+    throw InvalidArgument("embedding table '" + c.name + "': a counting Bloom filter of " +
+                          std::to_string(a.cbf_counters) +
+                          " counters (bytes) exceeds max_bytes = " + std::to_string(c.max_bytes) +
+                          ": raise max_bytes or size the filter for fewer ids");
+  return a;
+}
+}  // namespace
+
+Table::Table(TableConfig cfg) : cfg_(std::move(cfg)), admission_(WithinBudget(cfg_)) {
   const std::string t = "embedding table '" + cfg_.name + "': ";
   if (cfg_.width <= 0 || cfg_.width > (int64_t{1} << 20))
     throw InvalidArgument(t + "width must be in [1, 2^20], got " + std::to_string(cfg_.width));
@@ -222,18 +251,23 @@ void Table::Push(int64_t step, const uint64_t* ids, int64_t n, const float* grad
     throw InvalidArgument("embedding table '" + cfg_.name + "': push with step " +
                           std::to_string(step) + " and " + std::to_string(n) +
                           " ids (both must be >= 0)");
-  const int64_t w = cfg_.width;
   step_ = std::max(step_, step);
   if (cfg_.ttl_steps > 0 && step_ - last_sweep_ >= std::max<int64_t>(1, cfg_.ttl_steps / 8))
     ExpireRows(step_);
+  const Resolved r = Resolve(ids, n, grads);
+  const int64_t evict = CheckRoom(r);
+  Commit(step, ids, n, grads, evict, r.dropped);
+}
 
-  // 1. Resolve every id (nothing changes yet): a row, a row to create, or dropped.
-  // batch_: id -> a = 1 (no row) or target index + 2; b = sightings before admission.
+// 1. Resolve every id (nothing changes yet): a row, a row to create, or dropped.
+// batch_: id -> a = 1 (no row) or target index + 2; b = sightings before admission.
+Table::Resolved Table::Resolve(const uint64_t* ids, int64_t n, const float* grads) {
+  const int64_t w = cfg_.width;
   batch_.Clear();
   targets_.clear();
   acc_.clear();
   const uint32_t admit_after = admission_.enabled() ? cfg_.admission.admit_after : 1;
-  int64_t creates = 0, dropped = 0, new_pending = 0, unrowed = 0;
+  Resolved r;
   auto add = [&](Target& t, int64_t i) {
     const float* g = grads + i * w;
     if (t.count == 0) {
@@ -258,63 +292,72 @@ void Table::Push(int64_t step, const uint64_t* ids, int64_t n, const float* grad
     }
     e.a = 1;
     if (inserted) {
-      if (const IdMap::Entry* r = index_.Find(id)) {
-        targets_.push_back({r->a - 1, false, id, 0, 0, 0});
+      if (const IdMap::Entry* row = index_.Find(id)) {
+        targets_.push_back({row->a - 1, false, id, 0, 0, 0});
         e.a = static_cast<uint32_t>(targets_.size() + 1);
         add(targets_.back(), i);
         continue;
       }
-      ++unrowed;
-      if (admission_.enabled() && admission_.Count(id) == 0) ++new_pending;
+      ++r.unrowed;
+      if (admission_.enabled() && admission_.Count(id) == 0) ++r.new_pending;
     }
     const uint64_t seen = (admit_after > 1 ? admission_.Count(id) : 0) + uint64_t{e.b};
     if (seen + 1 >= admit_after) {
       targets_.push_back({0, true, id, 0, 0, 0});
       e.a = static_cast<uint32_t>(targets_.size() + 1);
       add(targets_.back(), i);
-      ++creates;
+      ++r.creates;
     } else {
       ++e.b;
-      ++dropped;
+      ++r.dropped;
     }
   }
+  return r;
+}
 
-  // 2. Room: capacity (LRU eviction) and the memory budget, checked before any change.
+// 2. Room: capacity (LRU eviction) and the memory budget, checked before any change.
+// Returns the rows to evict.
+int64_t Table::CheckRoom(const Resolved& r) const {
   const int64_t live = static_cast<int64_t>(index_.size());
   int64_t evict = 0;
-  if (cfg_.capacity > 0 && live + creates > cfg_.capacity) {
-    const int64_t pushed_live = static_cast<int64_t>(targets_.size()) - creates;
-    if (creates + pushed_live > cfg_.capacity)
+  if (cfg_.capacity > 0 && live + r.creates > cfg_.capacity) {
+    const int64_t pushed_live = static_cast<int64_t>(targets_.size()) - r.creates;
+    if (r.creates + pushed_live > cfg_.capacity)
       throw UsageError("embedding table '" + cfg_.name + "': one push of " +
-                       std::to_string(creates + pushed_live) + " distinct ids with rows exceeds " +
-                       "the capacity of " + std::to_string(cfg_.capacity) +
+                       std::to_string(r.creates + pushed_live) +
+                       " distinct ids with rows exceeds the capacity of " +
+                       std::to_string(cfg_.capacity) +
                        " rows: raise the capacity or push smaller batches; the push was not "
                        "applied");
-    evict = std::min(live - pushed_live, live + creates - cfg_.capacity + cfg_.capacity / 32);
+    evict = std::min(live - pushed_live, live + r.creates - cfg_.capacity + cfg_.capacity / 32);
   }
   if (cfg_.max_bytes > 0) {
-    uint64_t need = ProjectedBytes(live - evict + creates);
+    uint64_t need = ProjectedBytes(live - evict + r.creates);
     // Growth of the exact counter and of its record of changes (for the next delta).
     auto growth = [](const IdMap& m, size_t n) {
       const size_t b = IdMap::BucketsFor(n);
       return (b - std::min(b, m.buckets())) * sizeof(IdMap::Entry);
     };
     if (admission_.config().mode == AdmissionConfig::Mode::kExact && admission_.enabled()) {
-      need += growth(admission_.exact(), admission_.pending() + static_cast<size_t>(new_pending));
+      need += growth(admission_.exact(), admission_.pending() + static_cast<size_t>(r.new_pending));
       if (admission_.tracking())
         need += growth(admission_.changed_ids(),
-                       admission_.changed_ids().size() + static_cast<size_t>(unrowed));
+                       admission_.changed_ids().size() + static_cast<size_t>(r.unrowed));
     }
     if (need > cfg_.max_bytes)
       throw UsageError(
           "embedding table '" + cfg_.name + "' would need " + std::to_string(need) + " bytes for " +
-          std::to_string(live - evict + creates) +
+          std::to_string(live - evict + r.creates) +
           " rows, over its memory budget max_bytes = " + std::to_string(cfg_.max_bytes) +
           ": raise max_bytes, set a capacity (LRU eviction) or ttl_steps, or "
           "admit fewer ids (admission.admit_after); the push was not applied");
   }
+  return evict;
+}
 
-  // 3. Apply: evict, count sightings, create rows, update.
+// 3. Apply: evict, count sightings, create rows, update.
+void Table::Commit(int64_t step, const uint64_t* ids, int64_t n, const float* grads, int64_t evict,
+                   int64_t dropped) {
   if (evict > 0) EvictForCapacity(evict);
   stats_.dropped_grads += dropped;
   if (admission_.enabled()) {

@@ -45,6 +45,7 @@
 
 #include "embedding/admission.h"
 #include "embedding/id_map.h"
+#include "pskv/embedding.h"
 #include "pskv/ndarray.h"
 #include "pskv/optimizer.h"
 
@@ -55,36 +56,9 @@ namespace pskv::embedding {
 /// structured ids spread evenly. Independent of the table's row hashing.
 uint32_t ShardOf(uint64_t id, uint32_t num_shards);
 
-/// The per-id initializer: a counter-based generator, value(seed, id, column) is a
-/// pure function (a 64-bit mix of the three), so every replica and restart computes
-/// the same row. Normal uses Box-Muller on two such uniforms (std::log/std::cos: the
-/// same on every host with the same libm).
-struct Initializer {
-  enum class Kind : uint8_t { kZeros = 0, kUniform = 1, kNormal = 2 };
-  Kind kind = Kind::kUniform;
-  double a = -0.01;  ///< uniform: low;  normal: mean
-  double b = 0.01;   ///< uniform: high; normal: standard deviation
-  /// Fills `out[0..width)` with id's row.
-  void Fill(uint64_t seed, uint64_t id, int64_t width, float* out) const;
-};
-
-struct TableConfig {
-  std::string name = "embedding";  ///< for messages
-  int64_t width = 64;              ///< elements per row
-  DType dtype = DType::kFloat32;   ///< the rows' dtype: float32 only (so far)
-  uint64_t seed = 0;               ///< of the initializer
-  Initializer init;
-  /// sgd (momentum or not), nag, adam, adamw, rmsprop, adagrad: pskv's rules and
-  /// hyper-parameters; lr_mult, wd_mult and sum_keys (per dense key) do not apply.
-  OptimizerConfig optimizer = OptimizerConfig::For("adagrad");
-  AdmissionConfig admission;  ///< default: every id admitted at its first push
-  /// What a pull of an id without a row reads.
-  enum class UnadmittedPull : uint8_t { kInitializer = 0, kZeros = 1 };
-  UnadmittedPull unadmitted_pull = UnadmittedPull::kInitializer;
-  int64_t ttl_steps = 0;   ///< rows not pushed for this many steps go; 0: never
-  int64_t capacity = 0;    ///< live rows at most (LRU eviction above); 0: unbounded
-  uint64_t max_bytes = 0;  ///< memory budget of this shard (rows, index, admission); 0: none
-};
+/// The per-id initializer and a table's configuration (include/pskv/embedding.h).
+using Initializer = pskv::EmbeddingInitializer;
+using TableConfig = pskv::EmbeddingConfig;
 
 /// Counters of one shard (for metrics: the server exports them).
 struct TableStats {
@@ -195,9 +169,19 @@ class Table {
   void MarkDirty(uint32_t slot);
   void EvictForCapacity(int64_t needed);
   uint64_t ProjectedBytes(int64_t rows) const;
+  // Push's steps: resolve each id (nothing changes), check the room (capacity, budget;
+  // returns the rows to evict), then commit.
+  struct Resolved {
+    int64_t creates = 0, dropped = 0, new_pending = 0, unrowed = 0;
+  };
+  Resolved Resolve(const uint64_t* ids, int64_t n, const float* grads);
+  int64_t CheckRoom(const Resolved& r) const;
+  void Commit(int64_t step, const uint64_t* ids, int64_t n, const float* grads, int64_t evict,
+              int64_t dropped);
   void ApplyUpdates(int64_t step, const float* grads);
   void Clear();
   // Restore's steps (table_io.cc).
+  struct Restoring;
   void PutRow(uint64_t id, int64_t last_step, int64_t t, const float* values_and_state);
   void DropRow(uint64_t id);
   void SwapContent(Table& o);

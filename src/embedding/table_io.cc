@@ -379,128 +379,170 @@ void Table::SwapContent(Table& o) {
   std::swap(saved_shards_, o.saved_shards_);
 }
 
-void Table::Restore(const std::vector<SavedShard>& saved, uint32_t shard, uint32_t num_shards) {
-  const std::string t = "embedding table '" + cfg_.name + "': ";
-  if (saved.empty() || num_shards == 0 || shard >= num_shards)
-    throw InvalidArgument(t +
-                          "Restore needs the files of at least one saved shard and shard < "
-                          "num_shards");
-  const uint32_t S = static_cast<uint32_t>(saved.size());
-  const bool same = S == num_shards;
-  Table tmp(cfg_);
+// Restore's state and steps: the files of each saved chain are checked and read into
+// a new table (tmp), which replaces this one's content only once all were read.
+struct Table::Restoring {
+  Restoring(Table& self, uint32_t shard, uint32_t num_shards, uint32_t saved_shards)
+      : self(self),
+        tmp(self.cfg_),
+        shard(shard),
+        num_shards(num_shards),
+        S(saved_shards),
+        same(saved_shards == num_shards),
+        t("embedding table '" + self.cfg_.name + "': ") {}
+
+  /// Reads saved shard `s`'s chain (its full save, then its deltas).
+  void Chain(const SavedShard& chain, uint32_t s);
+  /// File k of chain `s` (lineage: the full save's) fits the chain and this table.
+  void CheckFile(const Parsed& p, const std::string& path, size_t k, uint32_t s, uint64_t lineage,
+                 const std::string& full) const;
+  /// A file's rows of this shard, and the ids it evicted.
+  void TakeRows(const Parsed& p);
+  /// A file's admission state (a full save's, or a delta's changes) into the chain's.
+  static void TakeAdmission(const Parsed& p, const std::string& path, IdMap* chain_exact,
+                            std::vector<uint8_t>* chain_cbf);
+  /// The chain's last file: its clocks and counters; the chain's admission state.
+  void EndChain(const Parsed& p, const IdMap& chain_exact, const std::vector<uint8_t>& chain_cbf);
+  /// Installs what was read into `self`.
+  void Finish();
+
+  Table& self;
+  Table tmp;
+  const uint32_t shard, num_shards, S;
+  const bool same;
+  const std::string t;  // the start of messages
   int64_t step = 0, last_sweep = 0;
   IdMap exact;
   std::vector<uint8_t> cbf;
-  for (uint32_t s = same ? shard : 0; s < (same ? shard + 1 : S); ++s) {
-    const SavedShard& chain = saved[s];
-    std::vector<std::string> files{chain.full};
-    files.insert(files.end(), chain.deltas.begin(), chain.deltas.end());
-    uint64_t lineage = 0;
-    // This chain's admission state: the full save's, then each delta's changes.
-    IdMap chain_exact;
-    std::vector<uint8_t> chain_cbf;
-    for (size_t k = 0; k < files.size(); ++k) {
-      const std::string& path = files[k];
-      const std::string bytes = ReadChecked(path, kMagic);
-      const Parsed p = Parse(bytes, path);
-      if (k == 0 && p.kind != 0)
-        throw IOError("'" + path + "' is delta " + std::to_string(p.seq) +
-                      ", not a full save: pass each shard's full save first, then its deltas "
-                      "in order");
-      if (k > 0 && p.kind != 1)
-        throw IOError("'" + path + "' is a full save where delta " + std::to_string(k) +
-                      " was expected: pass one full save per shard, then its deltas");
-      if (p.shard != s || p.shards != S)
-        throw IOError("'" + path + "' is shard " + std::to_string(p.shard) + " of " +
-                      std::to_string(p.shards) + " but was passed as shard " + std::to_string(s) +
-                      " of " + std::to_string(S) +
-                      ": pass the files of every saved shard, in shard order");
-      if (k == 0) lineage = p.lineage;
-      if (p.lineage != lineage)
-        throw IOError("'" + path + "' is a delta of another full save than '" + chain.full +
-                      "': pass the deltas written after that full save");
-      if (p.seq != k)
-        throw IOError("'" + path + "' is delta " + std::to_string(p.seq) + " where delta " +
-                      std::to_string(k) +
-                      " was expected: a delta is missing or out of order; pass every delta "
-                      "since the full save, in the order written");
-      if (p.width != cfg_.width)
-        throw ShapeError(t + "'" + path + "' holds rows of " + std::to_string(p.width) +
-                         " elements but this table's have " + std::to_string(cfg_.width) +
-                         ": restore into a table of width " + std::to_string(p.width));
-      if (p.dtype != static_cast<uint8_t>(cfg_.dtype) || p.slots != static_cast<uint32_t>(slots_) ||
-          p.opt_type != cfg_.optimizer.type)
-        throw UsageError(t + "'" + path + "' was saved with optimizer '" + p.opt_type + "' (" +
-                         std::to_string(p.slots) + " state buffers per row) but this table runs '" +
-                         cfg_.optimizer.type + "' (" + std::to_string(slots_) +
-                         "): configure the saved optimizer to restore it");
-      if (p.adm_mode != static_cast<uint8_t>(cfg_.admission.mode) ||
-          (cfg_.admission.mode == AdmissionConfig::Mode::kCountingBloom &&
-           (p.cbf_counters != cfg_.admission.cbf_counters ||
-            p.cbf_hashes != cfg_.admission.cbf_hashes ||
-            (p.cbf.size() != admission_.cbf().size() && !(p.kind == 1 && p.cbf.empty())))))
-        throw UsageError(t + "'" + path +
-                         "' was saved with another admission filter (mode, or counting Bloom "
-                         "filter size): configure the saved one to restore it");
-      for (uint64_t id : p.evicted) tmp.DropRow(id);
-      for (uint64_t r = 0; r < p.num_rows; ++r) {
-        const char* at = p.rows + r * p.row_size;
-        uint64_t id;
-        int64_t ls, tt;
-        std::memcpy(&id, at, 8);
-        std::memcpy(&ls, at + 8, 8);
-        std::memcpy(&tt, at + 16, 8);
-        if (ShardOf(id, num_shards) != shard) continue;
-        // The block may be unaligned in the file buffer: copy through a float vector.
-        std::vector<float> block((p.row_size - 24) / 4);
-        std::memcpy(block.data(), at + 24, p.row_size - 24);
-        tmp.PutRow(id, ls, tt, block.data());
-      }
-      for (const IdMap::Entry& e : p.exact) {
-        if (e.a == 0) {  // a delta's: the id left the counter
-          if (IdMap::Entry* x = chain_exact.Find(e.id)) chain_exact.Erase(x);
-          continue;
-        }
-        bool inserted;
-        IdMap::Entry& n = chain_exact.FindOrInsert(e.id, &inserted);
-        n.a = e.a;
-        n.b = e.b;
-      }
-      if (!p.cbf.empty() || k == 0) chain_cbf.assign(p.cbf.begin(), p.cbf.end());
-      for (const auto& [pos, value] : p.cbf_set) {
-        if (pos >= chain_cbf.size())
-          throw Corrupt(path, "it changes admission filter counters its full save does not have");
-        chain_cbf[pos] = value;
-      }
-      if (k + 1 < files.size()) continue;
-      // The chain's last file: its clocks and counters; the chain's admission state.
-      step = std::max(step, p.step);
-      last_sweep = std::max(last_sweep, p.last_sweep);
-      chain_exact.ForEach([&](const IdMap::Entry& e) {
-        if (ShardOf(e.id, num_shards) != shard) return;
-        bool inserted;
-        IdMap::Entry& n = exact.FindOrInsert(e.id, &inserted);
-        n.a = e.a;
-        n.b = e.b;
-      });
-      if (cbf.size() < chain_cbf.size()) cbf.resize(chain_cbf.size(), 0);
-      for (size_t i = 0; i < chain_cbf.size(); ++i)  // shards' filters summed (saturating)
-        cbf[i] = static_cast<uint8_t>(std::min(255, cbf[i] + chain_cbf[i]));
-      if (same) {
-        TableStats& st = tmp.stats_;
-        st.admitted = p.counters[0];
-        st.evicted_ttl = p.counters[1];
-        st.evicted_capacity = p.counters[2];
-        st.dropped_grads = p.counters[3];
-        st.pulled_rows = p.counters[4];
-        st.pulled_defaults = p.counters[5];
-        tmp.lineage_ = p.lineage;
-        tmp.seq_ = p.seq;
-        tmp.saved_shard_ = shard;
-        tmp.saved_shards_ = num_shards;
-      }
-    }
+};
+
+void Table::Restoring::Chain(const SavedShard& chain, uint32_t s) {
+  std::vector<std::string> files{chain.full};
+  files.insert(files.end(), chain.deltas.begin(), chain.deltas.end());
+  uint64_t lineage = 0;
+  // This chain's admission state: the full save's, then each delta's changes.
+  IdMap chain_exact;
+  std::vector<uint8_t> chain_cbf;
+  for (size_t k = 0; k < files.size(); ++k) {
+    const std::string& path = files[k];
+    const std::string bytes = ReadChecked(path, kMagic);
+    const Parsed p = Parse(bytes, path);
+    if (k == 0) lineage = p.lineage;
+    CheckFile(p, path, k, s, lineage, chain.full);
+    TakeRows(p);
+    TakeAdmission(p, path, &chain_exact, &chain_cbf);
+    if (k + 1 == files.size()) EndChain(p, chain_exact, chain_cbf);
   }
+}
+
+void Table::Restoring::CheckFile(const Parsed& p, const std::string& path, size_t k, uint32_t s,
+                                 uint64_t lineage, const std::string& full) const {
+  const TableConfig& cfg = self.cfg_;
+  if (k == 0 && p.kind != 0)
+    throw IOError("'" + path + "' is delta " + std::to_string(p.seq) +
+                  ", not a full save: pass each shard's full save first, then its deltas "
+                  "in order");
+  if (k > 0 && p.kind != 1)
+    throw IOError("'" + path + "' is a full save where delta " + std::to_string(k) +
+                  " was expected: pass one full save per shard, then its deltas");
+  if (p.shard != s || p.shards != S)
+    throw IOError("'" + path + "' is shard " + std::to_string(p.shard) + " of " +
+                  std::to_string(p.shards) + " but was passed as shard " + std::to_string(s) +
+                  " of " + std::to_string(S) +
+                  ": pass the files of every saved shard, in shard order");
+  if (p.lineage != lineage)
+    throw IOError("'" + path + "' is a delta of another full save than '" + full +
+                  "': pass the deltas written after that full save");
+  if (p.seq != k)
+    throw IOError("'" + path + "' is delta " + std::to_string(p.seq) + " where delta " +
+                  std::to_string(k) +
+                  " was expected: a delta is missing or out of order; pass every delta "
+                  "since the full save, in the order written");
+  if (p.width != cfg.width)
+    throw ShapeError(t + "'" + path + "' holds rows of " + std::to_string(p.width) +
+                     " elements but this table's have " + std::to_string(cfg.width) +
+                     ": restore into a table of width " + std::to_string(p.width));
+  if (p.dtype != static_cast<uint8_t>(cfg.dtype) || p.slots != static_cast<uint32_t>(self.slots_) ||
+      p.opt_type != cfg.optimizer.type)
+    throw UsageError(t + "'" + path + "' was saved with optimizer '" + p.opt_type + "' (" +
+                     std::to_string(p.slots) + " state buffers per row) but this table runs '" +
+                     cfg.optimizer.type + "' (" + std::to_string(self.slots_) +
+                     "): configure the saved optimizer to restore it");
+  if (p.adm_mode != static_cast<uint8_t>(cfg.admission.mode) ||
+      (cfg.admission.mode == AdmissionConfig::Mode::kCountingBloom &&
+       (p.cbf_counters != cfg.admission.cbf_counters || p.cbf_hashes != cfg.admission.cbf_hashes ||
+        (p.cbf.size() != self.admission_.cbf().size() && !(p.kind == 1 && p.cbf.empty())))))
+    throw UsageError(t + "'" + path +
+                     "' was saved with another admission filter (mode, or counting Bloom "
+                     "filter size): configure the saved one to restore it");
+}
+
+void Table::Restoring::TakeRows(const Parsed& p) {
+  for (uint64_t id : p.evicted) tmp.DropRow(id);
+  for (uint64_t r = 0; r < p.num_rows; ++r) {
+    const char* at = p.rows + r * p.row_size;
+    uint64_t id;
+    int64_t ls, tt;
+    std::memcpy(&id, at, 8);
+    std::memcpy(&ls, at + 8, 8);
+    std::memcpy(&tt, at + 16, 8);
+    if (ShardOf(id, num_shards) != shard) continue;
+    // The block may be unaligned in the file buffer: copy through a float vector.
+    std::vector<float> block((p.row_size - 24) / 4);
+    std::memcpy(block.data(), at + 24, p.row_size - 24);
+    tmp.PutRow(id, ls, tt, block.data());
+  }
+}
+
+void Table::Restoring::TakeAdmission(const Parsed& p, const std::string& path, IdMap* chain_exact,
+                                     std::vector<uint8_t>* chain_cbf) {
+  for (const IdMap::Entry& e : p.exact) {
+    if (e.a == 0) {  // a delta's: the id left the counter
+      if (IdMap::Entry* x = chain_exact->Find(e.id)) chain_exact->Erase(x);
+      continue;
+    }
+    bool inserted;
+    IdMap::Entry& n = chain_exact->FindOrInsert(e.id, &inserted);
+    n.a = e.a;
+    n.b = e.b;
+  }
+  if (!p.cbf.empty() || p.kind == 0) chain_cbf->assign(p.cbf.begin(), p.cbf.end());
+  for (const auto& [pos, value] : p.cbf_set) {
+    if (pos >= chain_cbf->size())
+      throw Corrupt(path, "it changes admission filter counters its full save does not have");
+    (*chain_cbf)[pos] = value;
+  }
+}
+
+void Table::Restoring::EndChain(const Parsed& p, const IdMap& chain_exact,
+                                const std::vector<uint8_t>& chain_cbf) {
+  step = std::max(step, p.step);
+  last_sweep = std::max(last_sweep, p.last_sweep);
+  chain_exact.ForEach([&](const IdMap::Entry& e) {
+    if (ShardOf(e.id, num_shards) != shard) return;
+    bool inserted;
+    IdMap::Entry& n = exact.FindOrInsert(e.id, &inserted);
+    n.a = e.a;
+    n.b = e.b;
+  });
+  if (cbf.size() < chain_cbf.size()) cbf.resize(chain_cbf.size(), 0);
+  for (size_t i = 0; i < chain_cbf.size(); ++i)  // shards' filters summed (saturating)
+    cbf[i] = static_cast<uint8_t>(std::min(255, cbf[i] + chain_cbf[i]));
+  if (!same) return;
+  TableStats& st = tmp.stats_;
+  st.admitted = p.counters[0];
+  st.evicted_ttl = p.counters[1];
+  st.evicted_capacity = p.counters[2];
+  st.dropped_grads = p.counters[3];
+  st.pulled_rows = p.counters[4];
+  st.pulled_defaults = p.counters[5];
+  tmp.lineage_ = p.lineage;
+  tmp.seq_ = p.seq;
+  tmp.saved_shard_ = shard;
+  tmp.saved_shards_ = num_shards;
+}
+
+void Table::Restoring::Finish() {
   if (!same) tmp.stats_.admitted = static_cast<int64_t>(tmp.index_.size());
   tmp.step_ = step;
   tmp.last_sweep_ = last_sweep;
@@ -509,8 +551,23 @@ void Table::Restore(const std::vector<SavedShard>& saved, uint32_t shard, uint32
   for (uint32_t s = 0; s < tmp.top_; ++s) tmp.HeadAt(s)->flags &= ~kDirty;
   tmp.dirty_.clear();
   tmp.evicted_.clear();
-  SwapContent(tmp);
-  admission_.Track(lineage_ != 0);  // a chain continues: record changes from here
+  self.SwapContent(tmp);
+  self.admission_.Track(self.lineage_ != 0);  // a chain continues: record changes from here
+}
+
+void Table::Restore(const std::vector<SavedShard>& saved, uint32_t shard, uint32_t num_shards) {
+  if (saved.empty() || num_shards == 0 || shard >= num_shards)
+    throw InvalidArgument("embedding table '" + cfg_.name +
+                          "': Restore needs the files of at least one saved shard and shard < "
+                          "num_shards");
+  const auto S = static_cast<uint32_t>(saved.size());
+  Restoring r(*this, shard, num_shards, S);
+  if (r.same) {
+    r.Chain(saved[shard], shard);
+  } else {
+    for (uint32_t s = 0; s < S; ++s) r.Chain(saved[s], s);
+  }
+  r.Finish();
 }
 
 // ------------------------------------------------------------------------ export

@@ -45,6 +45,12 @@ enum class Kind : int {
   // values (a row_sparse key's whole table); kStates a piece of a store's
   // Optimizer::SaveStates(dump) blob; kEnd is answered once the copy is installed
   kRangeCopy = 10,
+  // Dynamic embedding tables (include/pskv/embedding.h; values:
+  // distributed/wire/embedding_codec.h, served by distributed/server/embedding_server.h),
+  // one key per server: the table's part there (every server holds one).
+  kEmbeddingCreate = 11,  // value: the table's configuration payload
+  kEmbeddingPush = 12,    // value: ids and gradients
+  kEmbeddingPull = 13,    // value: ids; reply: rows and versions
 };
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);

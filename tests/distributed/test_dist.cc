@@ -23,7 +23,38 @@ int Launch(int workers, int servers, const std::string& scenario, const std::str
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// A job of tests/distributed/embedding_worker.cc (dynamic embedding tables).
+int LaunchEmbedding(int workers, int servers, const std::string& scenario, int rounds,
+                    const std::string& extra = "") {
+  const std::string cmd = std::string(PSKV_LAUNCH) + " -n " + std::to_string(workers) + " -s " +
+                          std::to_string(servers) + " --timeout 60 " + extra + " -- " +
+                          EMBEDDING_WORKER + " " + scenario + " " + std::to_string(rounds);
+  int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 }  // namespace
+
+// Dynamic embedding tables (issue 41): 2 workers x 2 servers pushing Zipf ids give
+// the rows of in-process embedding::Tables pushed the same updates in the same order,
+// bit for bit, with admission (exact and counting Bloom), TTL and capacity eviction
+// deciding the same rows.
+TEST(DistKVStore, EmbeddingSync2Workers2ServersEqualsOneTable) {
+  EXPECT_EQ(LaunchEmbedding(2, 2, "sync", 12), 0);
+}
+// dist_async: each push applied as it arrives (one worker: the same references).
+TEST(DistKVStore, EmbeddingAsync1Worker2ServersEqualsOneTable) {
+  EXPECT_EQ(LaunchEmbedding(1, 2, "async", 12), 0);
+}
+// Typed errors naming the fix; a push over a server's budget fails on every worker
+// and changes nothing.
+TEST(DistKVStore, EmbeddingMisuseErrors) {
+  EXPECT_EQ(LaunchEmbedding(2, 2, "misuse", 1), 0);
+}
+// Not replicated yet: refused on every worker, naming PSKV_REPLICAS.
+TEST(DistKVStore, EmbeddingRefusedWithReplicas) {
+  EXPECT_EQ(LaunchEmbedding(2, 2, "replicas", 1, "--env PSKV_REPLICAS=1"), 0);
+}
 
 TEST(DistKVStore, Sync4Workers2Servers) {
   EXPECT_EQ(Launch(4, 2, "sync"), 0);

@@ -439,6 +439,11 @@ TEST(EmbeddingTable, BadInputIsATypedError) {
   c = Config();
   c.admission = {AdmissionConfig::Mode::kCountingBloom, 300, 4096, 4};
   EXPECT_THROW(Table{c}, InvalidArgument);
+  // A filter over the budget is refused before it is allocated (2^40 bytes here).
+  c = Config();
+  c.admission = {AdmissionConfig::Mode::kCountingBloom, 2, uint64_t{1} << 40, 4};
+  c.max_bytes = 1 << 20;
+  EXPECT_THROW(Table{c}, InvalidArgument);
 }
 
 // The index under churn (backward-shift deletion) against std::unordered_map.

@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/server/commands.h"
+#include "kvstore/distributed/server/embedding_server.h"
 #include "kvstore/distributed/wire/kv_payload.h"
 #include "pskv/error.h"
 
@@ -59,6 +60,7 @@ std::string ServerCommands::WorkerDone(const Call& c) {
   store_->config().done_workers.insert(c.sender);
   barriers_->Left(c.sender);
   store_->sparse().WorkerDone(c.sender, server_, [this](int id) { return node_->NodeName(id); });
+  tables_->WorkerDone(c.sender, server_);
   store_->WorkerDone(c.sender);
   return {};
 }

@@ -23,15 +23,19 @@
 
 namespace pskv {
 
+class EmbeddingServer;
+
 class ServerCommands {
  public:
   /// `events`: told of a states load applied (null: none). `server`: row_sparse
   /// rounds failed by kWorkerDone are answered with it.
-  ServerCommands(Node* node, KVServer* server, RangeStore* store, ShardPool<KVRequest>* pool,
-                 BarrierBoard* barriers, StallInspector* inspector, RangeEvents* events)
+  ServerCommands(Node* node, KVServer* server, RangeStore* store, EmbeddingServer* tables,
+                 ShardPool<KVRequest>* pool, BarrierBoard* barriers, StallInspector* inspector,
+                 RangeEvents* events)
       : node_(node),
         server_(server),
         store_(store),
+        tables_(tables),
         pool_(pool),
         barriers_(barriers),
         inspector_(inspector),
@@ -66,6 +70,7 @@ class ServerCommands {
   Node* node_;
   KVServer* server_;
   RangeStore* store_;
+  EmbeddingServer* tables_;  // the embedding tables' rounds failed by kWorkerDone
   ShardPool<KVRequest>* pool_;
   BarrierBoard* barriers_;
   StallInspector* inspector_;

@@ -12,6 +12,9 @@ namespace pskv {
 using dist::Kind;
 
 namespace {
+bool IsEmbedding(Kind k) {
+  return k == Kind::kEmbeddingCreate || k == Kind::kEmbeddingPush || k == Kind::kEmbeddingPull;
+}
 bool IsSparse(Kind k) {
   return k == Kind::kSparseInit || k == Kind::kSparsePush || k == Kind::kSparsePull ||
          k == Kind::kReplicateSparse;
@@ -45,6 +48,7 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
       replicator_(replicator),
       answers_(server_, range_),
       store_(node, range_, &answers_, &barriers_, replicator != nullptr),
+      tables_(range_, store_.config()),
       primary_(replicator ? std::make_unique<PrimaryReplication>(node, range_, replicator, &store_)
                           : nullptr),
       replica_(node, range_, replicator, &store_, &pool_),
@@ -61,7 +65,7 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
               }
             }),
       inspector_(node, &store_, &pool_, &barriers_, replicator != nullptr),
-      commands_(node, server_, &store_, &pool_, &barriers_, &inspector_, primary_.get()) {
+      commands_(node, server_, &store_, &tables_, &pool_, &barriers_, &inspector_, primary_.get()) {
   store_.Listen(primary_.get());
   if (node->options().elastic)  // docs/fault-tolerance.md, "Elastic workers"
     node->AddWorkerLeftHandler([this](int id) { pool_.Exclusive([&] { store_.WorkerLeft(id); }); });
@@ -102,6 +106,12 @@ void DistServer::Process(KVRequest&& req) {
   if (kind == Kind::kStates) return commands_.HandleStates(std::move(req));  // exclusive
   if (kind == Kind::kReplicate) return replica_.ApplyRound(req);  // one key: on its shard
   if (kind == Kind::kReplicateAsync) return replica_.ApplyAsync(req);
+  if (IsEmbedding(kind)) {  // one key: on its shard
+    if (replicator_)
+      return answers_.Error(req, {ErrorKind::kUsage, NotReplicated("dynamic embedding tables")});
+    if (req.push && sync) barriers_.Left(req.sender);
+    return tables_.Handle(std::move(req), server_);
+  }
   if (IsSparse(kind)) {
     if (replicator_ && !sync && kind == Kind::kSparsePush)  // only sync rounds are copied
       return answers_.Error(req,

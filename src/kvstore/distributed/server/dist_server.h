@@ -13,6 +13,8 @@
 //   ServerCommands      commands and optimizer states (commands.h; InitChecks)
 //   StallInspector      stalled rounds and barrier deadlocks (stall_inspector.h)
 //   SparseServer        row_sparse keys (sparse_server.h, held by the RangeStore)
+//   EmbeddingServer     the range's parts of the dynamic embedding tables
+//                       (embedding_server.h); one key per request, on its shard
 //
 // DistServer itself only dispatches: Handle picks the thread, Process the component.
 //
@@ -43,6 +45,7 @@
 
 #include "kvstore/distributed/server/answers.h"
 #include "kvstore/distributed/server/commands.h"
+#include "kvstore/distributed/server/embedding_server.h"
 #include "kvstore/distributed/server/primary_replication.h"
 #include "kvstore/distributed/server/range_store.h"
 #include "kvstore/distributed/server/range_transfer.h"
@@ -104,6 +107,7 @@ class DistServer {
   ServerAnswers answers_;
   BarrierBoard barriers_;
   RangeStore store_;
+  EmbeddingServer tables_;
   std::unique_ptr<PrimaryReplication> primary_;  // hosted only: store_'s listener
   ReplicaApply replica_;
   RangeTransfer transfer_;

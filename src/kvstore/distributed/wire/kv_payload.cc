@@ -20,7 +20,7 @@ static_assert(!NodeLevel(KvKind::kOptimizer) && !NodeLevel(KvKind::kCompression)
                   !NodeLevel(KvKind::kInitReport) && !NodeLevel(KvKind::kCheckInit) &&
                   !NodeLevel(KvKind::kRoundStatus) && !NodeLevel(KvKind::kStatesSize) &&
                   !NodeLevel(KvKind::kMode) && !NodeLevel(KvKind::kHasOptimizer) &&
-                  !NodeLevel(KvKind::kRangeStatesSizes),
+                  !NodeLevel(KvKind::kRangeStatesSizes) && !NodeLevel(KvKind::kEmbeddingTable),
               "a KV payload kind takes a node-level kind's number (protocol/payload.h)");
 static_assert(static_cast<uint8_t>(Kind::kNodeList) < kMaxKind &&
                   static_cast<uint8_t>(Kind::kBarrierState) < kMaxKind &&
@@ -53,6 +53,8 @@ const char* KindName(KvKind k) {
       return "has-optimizer reply";
     case KvKind::kRangeStatesSizes:
       return "range states sizes";
+    case KvKind::kEmbeddingTable:
+      return "embedding table";
   }
   return "unknown";
 }
@@ -328,6 +330,60 @@ RangeStatesSizes DecodeRangeStatesSizes(const std::string& body) {
   return out;
 }
 
+// ---------------------------------------------------------------- embedding table
+
+std::string EncodeEmbeddingTable(const EmbeddingConfig& c) {
+  ByteWriter w = Begin(KvKind::kEmbeddingTable);
+  w.PutString(c.name);
+  w.Put<int64_t>(c.width);
+  w.Put<uint8_t>(static_cast<uint8_t>(c.dtype));
+  w.Put<uint64_t>(c.seed);
+  w.Put<uint8_t>(static_cast<uint8_t>(c.init.kind));
+  w.Put<double>(c.init.a);
+  w.Put<double>(c.init.b);
+  w.PutString(EncodeOptimizer(c.optimizer));
+  w.Put<uint8_t>(static_cast<uint8_t>(c.admission.mode));
+  w.Put<uint32_t>(c.admission.admit_after);
+  w.Put<uint64_t>(c.admission.cbf_counters);
+  w.Put<uint32_t>(c.admission.cbf_hashes);
+  w.Put<uint8_t>(static_cast<uint8_t>(c.unadmitted_pull));
+  w.Put<int64_t>(c.ttl_steps);
+  w.Put<int64_t>(c.capacity);
+  w.Put<uint64_t>(c.max_bytes);
+  return w.Take();
+}
+
+EmbeddingConfig DecodeEmbeddingTable(const std::string& body) {
+  Reader r = Read(body, KvKind::kEmbeddingTable);
+  EmbeddingConfig c;
+  auto small = [&](uint8_t max, const char* what) {
+    const auto v = r.Get<uint8_t>();
+    if (v > max) r.Fail(std::string("bad ") + what + " " + std::to_string(v));
+    return v;
+  };
+  c.name = r.GetString(kMaxName);
+  c.width = r.Get<int64_t>();
+  const auto dtype = r.Get<uint8_t>();
+  if (dtype != static_cast<uint8_t>(DType::kFloat32))  // the only rows' dtype so far
+    r.Fail("rows of dtype code " + std::to_string(dtype) + " (only float32 is supported)");
+  c.dtype = DType::kFloat32;
+  c.seed = r.Get<uint64_t>();
+  c.init.kind = static_cast<EmbeddingInitializer::Kind>(small(2, "initializer"));
+  c.init.a = r.Get<double>();
+  c.init.b = r.Get<double>();
+  c.optimizer = DecodeOptimizer(r.GetString(kMaxText));
+  c.admission.mode = static_cast<EmbeddingAdmission::Mode>(small(1, "admission mode"));
+  c.admission.admit_after = r.Get<uint32_t>();
+  c.admission.cbf_counters = r.Get<uint64_t>();
+  c.admission.cbf_hashes = r.Get<uint32_t>();
+  c.unadmitted_pull = static_cast<EmbeddingConfig::UnadmittedPull>(small(1, "unadmitted pull"));
+  c.ttl_steps = r.Get<int64_t>();
+  c.capacity = r.Get<int64_t>();
+  c.max_bytes = r.Get<uint64_t>();
+  r.End();
+  return c;
+}
+
 void DecodeAny(const std::string& body) {
   if (body.empty()) throw ProtocolError("payload: empty");
   switch (static_cast<KvKind>(static_cast<uint8_t>(body[0]))) {
@@ -357,6 +413,9 @@ void DecodeAny(const std::string& body) {
       return;
     case KvKind::kRangeStatesSizes:
       (void)DecodeRangeStatesSizes(body);
+      return;
+    case KvKind::kEmbeddingTable:
+      (void)DecodeEmbeddingTable(body);
       return;
   }
   if (DecodeNodeLevel(body)) return;

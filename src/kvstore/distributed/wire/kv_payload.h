@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "protocol/payload.h"
+#include "pskv/embedding.h"
 #include "pskv/kvstore.h"
 #include "pskv/optimizer.h"
 
@@ -27,9 +28,10 @@ enum class KvKind : uint8_t {
   kMode = 8,               ///< kSetMode: sync flag
   kHasOptimizer = 9,       ///< kHasOptimizer reply: flag
   kRangeStatesSizes = 12,  ///< kStatesSize reply of a replicated server: RangeStatesSizes
+  kEmbeddingTable = 13,    ///< kEmbeddingCreate's value: EmbeddingConfig
 };
 /// The highest kind number of either layer.
-constexpr uint8_t kMaxKind = 12;
+constexpr uint8_t kMaxKind = 13;
 
 /// Name of a KV kind ("optimizer config", ...), for error messages.
 const char* KindName(KvKind k);
@@ -92,6 +94,13 @@ bool DecodeHasOptimizer(const std::string& body);
 using RangeStatesSizes = std::vector<std::pair<int32_t, uint64_t>>;
 std::string EncodeRangeStatesSizes(const RangeStatesSizes& sizes);
 RangeStatesSizes DecodeRangeStatesSizes(const std::string& body);
+
+/// kEmbeddingCreate's value (dist_protocol.h): a dynamic embedding table's whole
+/// configuration; the optimizer as a nested optimizer-config payload (a string).
+/// Decoding checks only the encoding (enum values, sizes); embedding::Table checks
+/// the values.
+std::string EncodeEmbeddingTable(const EmbeddingConfig& c);
+EmbeddingConfig DecodeEmbeddingTable(const std::string& body);
 
 /// Decodes `body` with the decoder its kind byte names (a KV kind or a node-level
 /// one), discarding the result (the fuzz target's entry point). Throws ProtocolError

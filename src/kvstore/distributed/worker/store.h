@@ -73,6 +73,9 @@ class DistWorkerStore : public KVStore {
   /// are those between two rounds.
   void SaveOptimizerStates(const std::string& fname, bool dump_optimizer) override;
   void LoadOptimizerStates(const std::string& fname) override;
+  /// The store's way to the servers, for the parts that talk to them on their own:
+  /// the dynamic embedding tables (embedding_worker.h).
+  ServerLink& link() { return *link_; }
 
  protected:
   void InitImpl(const std::vector<int>& keys, const std::vector<NDArray>& values) override;
