@@ -15,6 +15,9 @@ struct LaunchConfig {
   /// --spare-servers: server processes besides num_servers that take over the copies
   /// of a dead server's key ranges (PSKV_SPARE_SERVERS; docs/fault-tolerance.md).
   int spare_servers = 0;
+  /// --standby-scheduler: a second scheduler process next to the scheduler that takes
+  /// over when it dies (PSKV_SCHEDULER_STANDBY; docs/fault-tolerance.md, "The scheduler").
+  bool standby_scheduler = false;
   /// -H: a host file (`host[:ssh_port] [slots=N]` lines) or a list host1:4,host2:4.
   std::string hosts;
   int ssh_port = 22;     ///< for hosts that name no port

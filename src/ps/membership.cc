@@ -113,6 +113,7 @@ void Node::HandleNodeTable(const Message& m) {
       throw ProtocolError("node table not sent by the scheduler it names");
   id_ = self->id;
   rank_ = self->rank;
+  if (standby_linked_) transport_->Disconnect(kStandbyId);  // registration's link only
   status_.SetRank(rank_);
   for (auto& d : all) {
     nodes_[d.id] = d;

@@ -554,6 +554,14 @@ void Node::TimerLoop() {
           // a spare server.
           const RegisterHead head{options_.replicas, options_.spare_servers, options_.spare};
           SendControl(kSchedulerId, Control::kRegister, head.Encode(), EncodeNodes({d}));
+          // With a standby, to it too: it answers once it took over (a node that never
+          // reached the scheduler, started after it died: scheduler_standby.cc).
+          if (!options_.standby_scheduler.empty() && !standby_ && !registration_moved_) {
+            if (!standby_linked_)
+              transport_->Connect(kStandbyId, options_.standby_scheduler, kSchedulerToken);
+            standby_linked_ = true;
+            SendControl(kStandbyId, Control::kRegister, head.Encode(), EncodeNodes({d}));
+          }
           next_reg = now + kRegisterRetry;
         }
         if (!IsScheduler() && ready_ && !finished_ && options_.heartbeat_interval.count() > 0 &&

@@ -320,6 +320,7 @@ class Node {
   Clock::time_point awaiting_takeover_{};
   std::string scheduler_lost_;
   bool registration_moved_ = false;
+  bool standby_linked_ = false;  // registrations also go to the standby (kStandbyId)
   int waiting_group_ = 0;  // the barrier this node waits at (0: none), resent after a takeover
   // What this spare server reported installed (range, from, bytes): resent after a
   // takeover (at most one per range: bounded).

@@ -70,6 +70,8 @@ void Node::Handle(Message&& m, uint64_t token) {
                            << (sender ? NameLocked(sender) : std::string("not a node of the job"))
                            << "): " << why);
   };
+  // A standby that has not taken over ignores the registrations nodes also send it.
+  if (standby_ && c == Control::kRegister) return;
   if (const char* why = BindSender(c, token, m.h.sender, &sender)) return drop(why);
   m.h.sender = sender;  // from here on, the bound identity is the sender
   if (departed_.count(sender)) {

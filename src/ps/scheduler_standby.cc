@@ -246,6 +246,21 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
                                << "'s rejoin: " << e.what());
       next = RangeTable();
     }
+    // What the dead scheduler can have published past this standby's table: the last
+    // table or two, never a server back that left (a node's claim is checked, not
+    // trusted: it could only be a table this job's scheduler made).
+    const char* refused = nullptr;
+    if (next.num_ranges() > 0 && next.version() > n.ranges_.version() + 2)
+      refused = "it is more than two versions ahead of the last one the scheduler sent here";
+    for (int id : n.AllServerIds())
+      if (!refused && next.num_ranges() > 0 && n.ranges_.Gone(id) && !next.Gone(id))
+        refused = "it lists a server that left the job";
+    if (refused) {
+      PSKV_LOG_LIMITED(n.limiter_, "rejoin", "WARN",
+                       n.Tag() << ": ignored the range table of " << n.NameLocked(sender)
+                               << "'s rejoin: " << refused);
+      next = RangeTable();
+    }
     if (next.num_ranges() > 0 && n.ranges_.Apply(next)) {
       // The dead scheduler published it to some nodes only: everyone gets it now.
       for (int id : n.AllServerIds()) {

@@ -235,3 +235,49 @@ TEST(SchedulerFailover, KillWithAServerLosesNothingReplicated) {
   ExpectSameWeights(Undisturbed(false), r.weights, "scheduler and server 1 killed after round 3");
   EXPECT_NE(r.log.find("continue on their replicas"), std::string::npos) << r.log;
 }
+
+// Under pskv-launch --standby-scheduler: the scheduler killed between rounds; the
+// launcher lets the standby take over, the job ends with status 0 and the weights of
+// the undisturbed job.
+TEST(SchedulerFailover, KillUnderPskvLaunchLosesNothing) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("pskv_schedfail_launch_" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/log", tag = "sched-failover-" + std::to_string(::getpid());
+  const pid_t launcher =
+      Spawn({PSKV_LAUNCH, "-n", "2", "-s", "2", "--standby-scheduler", FAILOVER_WORKER,
+             std::to_string(kRounds), dir},
+            {{"PSKV_TEST_TAG", tag},
+             {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
+             {"PSKV_WIRE_CHUNK_BYTES", "262144"},
+             {"PSKV_TIMEOUT", "60"}},
+            log);
+  ASSERT_TRUE(WaitFile(dir + "/w0.r3", 30s)) << ReadFile(log);
+  auto pids = [&](const std::string& needle) {
+    auto v = PidsWithEnv(needle);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  std::vector<pid_t> ours = pids("PSKV_TEST_TAG=" + tag), scheds = pids("DMLC_ROLE=scheduler"),
+                     standbys = pids("PSKV_STANDBY=1"), both, primary;
+  std::set_intersection(ours.begin(), ours.end(), scheds.begin(), scheds.end(),
+                        std::back_inserter(both));
+  std::set_difference(both.begin(), both.end(), standbys.begin(), standbys.end(),
+                      std::back_inserter(primary));
+  ASSERT_EQ(primary.size(), 1u) << ReadFile(log);
+  ::kill(primary[0], SIGKILL);
+  auto st = WaitExit(launcher, 40s);
+  const std::string out = ReadFile(log);
+  if (!st) ::kill(-launcher, SIGKILL);
+  ASSERT_TRUE(st.has_value() && *st == 0)
+      << (st ? "exited " + std::to_string(*st) : std::string("hung")) << "\n"
+      << out;
+  EXPECT_NE(out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << out;
+  std::vector<std::string> w;
+  for (int r = 0; r < 2; ++r) w.push_back(ReadFile(dir + "/w" + std::to_string(r) + ".weights"));
+  ExpectSameWeights(Undisturbed(false), w, "scheduler killed under pskv-launch after round 3");
+  std::filesystem::remove_all(dir);
+}
