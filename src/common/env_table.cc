@@ -161,7 +161,7 @@ const EnvVar kVars[] = {
     {"PSKV_SCHEDULER_STANDBY", T::kText, 0, 0, "", "none", S::kLauncher,
      "`host:port` of a standby scheduler (a second scheduler process started with "
      "`PSKV_STANDBY=1`) that takes over when the scheduler dies; every node must set the same "
-     "([fault tolerance](docs/fault-tolerance.md#the-scheduler))",
+     "([fault tolerance](docs/fault-tolerance.md#the-scheduler-built))",
      Text<&Options::standby_scheduler>},
     {"PSKV_STANDBY", T::kBool, 0, 1, "", "0", S::kLauncher,
      "1: this scheduler process (`DMLC_ROLE=scheduler`) is the standby, bound at "

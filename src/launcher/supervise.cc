@@ -204,8 +204,7 @@ bool Supervisor::SchedulerReplaced(Child& k, const std::string& how) {
       Say(how + "; the standby scheduler takes over and the job goes on", opts_.timestamps,
           LogLevel::kWarn);
     } else {
-      Say(how + "; the job goes on without a standby scheduler", opts_.timestamps,
-          LogLevel::kWarn);
+      Say(how + "; the job goes on without a standby scheduler", opts_.timestamps, LogLevel::kWarn);
     }
     return true;
   }

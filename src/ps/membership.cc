@@ -114,6 +114,16 @@ void Node::HandleNodeTable(const Message& m) {
   id_ = self->id;
   rank_ = self->rank;
   if (standby_linked_) transport_->Disconnect(kStandbyId);  // registration's link only
+  for (auto& d : all) {
+    // A standby that took over before the job formed sent it: "the scheduler" is there.
+    const std::string at = d.host + ":" + std::to_string(d.port);
+    if (d.id == kSchedulerId && !registration_moved_ &&
+        at != options_.root_uri + ":" + std::to_string(options_.root_port)) {
+      transport_->Disconnect(kSchedulerId);
+      transport_->Connect(kSchedulerId, at, d.token);
+      registration_moved_ = true;
+    }
+  }
   status_.SetRank(rank_);
   for (auto& d : all) {
     nodes_[d.id] = d;

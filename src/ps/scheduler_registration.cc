@@ -52,7 +52,8 @@ void Scheduler::OnRegister(const Message& m) {
   const NodeDesc d = ds[0];
   const Options& o = node_->options_;
   // A second scheduler registers only as the standby the job was told of.
-  if (d.role == static_cast<int>(Role::kScheduler) && o.standby_scheduler.empty())
+  // (A standby that took over before the job formed expects none.)
+  if (d.role == static_cast<int>(Role::kScheduler) && (o.standby_scheduler.empty() || o.standby))
     throw ProtocolError("a second scheduler tried to register (no PSKV_SCHEDULER_STANDBY)");
   if (node_->ready_) {
     // Already complete: a retry of a registered node (its table was lost) gets the
@@ -62,6 +63,7 @@ void Scheduler::OnRegister(const Message& m) {
         std::vector<NodeDesc> all;
         for (auto& [i, x] : node_->nodes_) all.push_back(x);
         node_->SendControl(id, Control::kNodeTable, 0, EncodeNodes(all));
+        node_->rejoin_pending_.erase(id);  // after a takeover: it has this table now
         return;
       }
     }
@@ -72,7 +74,7 @@ void Scheduler::OnRegister(const Message& m) {
   }
   if (!state_.temp_ids.count(d.token) && !Admit(d, m)) return;
   node_->SendControl(state_.temp_ids[d.token], Control::kHeartbeat);  // "registration received"
-  const int standbys = o.standby_scheduler.empty() ? 0 : 1;
+  const int standbys = o.standby_scheduler.empty() || o.standby ? 0 : 1;
   if (static_cast<int>(state_.pending.size()) <
       node_->num_server_processes() + o.num_workers + standbys)
     return;
@@ -223,7 +225,7 @@ std::string Scheduler::RegistrationTimeout() const {
   return "registration timed out: " + std::to_string(w) + " of " + std::to_string(o.num_workers) +
          " workers and " + std::to_string(s) + " of " + std::to_string(o.num_servers) +
          " servers registered after " + SecsStr(o.register_timeout) + " (PSKV_REGISTER_TIMEOUT)" +
-         (o.standby_scheduler.empty() || standby
+         (o.standby_scheduler.empty() || o.standby || standby
               ? std::string()
               : "; the standby scheduler at " + o.standby_scheduler +
                     " (PSKV_SCHEDULER_STANDBY) did not register: is it started?");

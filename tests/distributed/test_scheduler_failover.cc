@@ -246,14 +246,13 @@ TEST(SchedulerFailover, KillUnderPskvLaunchLosesNothing) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string log = dir + "/log", tag = "sched-failover-" + std::to_string(::getpid());
-  const pid_t launcher =
-      Spawn({PSKV_LAUNCH, "-n", "2", "-s", "2", "--standby-scheduler", FAILOVER_WORKER,
-             std::to_string(kRounds), dir},
-            {{"PSKV_TEST_TAG", tag},
-             {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
-             {"PSKV_WIRE_CHUNK_BYTES", "262144"},
-             {"PSKV_TIMEOUT", "60"}},
-            log);
+  const pid_t launcher = Spawn({PSKV_LAUNCH, "-n", "2", "-s", "2", "--standby-scheduler",
+                                FAILOVER_WORKER, std::to_string(kRounds), dir},
+                               {{"PSKV_TEST_TAG", tag},
+                                {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
+                                {"PSKV_WIRE_CHUNK_BYTES", "262144"},
+                                {"PSKV_TIMEOUT", "60"}},
+                               log);
   ASSERT_TRUE(WaitFile(dir + "/w0.r3", 30s)) << ReadFile(log);
   auto pids = [&](const std::string& needle) {
     auto v = PidsWithEnv(needle);
