@@ -128,7 +128,11 @@ void Node::HandleNodeTable(const Message& m) {
   for (auto& d : all) {
     nodes_[d.id] = d;
     id_of_token_[d.token] = d.id;
-    if (d.id == kSchedulerId || d.id == kStandbyId || d.id == id_ || standby_) continue;
+    if (d.id == kSchedulerId || d.id == kStandbyId || d.id == id_) continue;
+    if (standby_) {  // the standby's links for a takeover (scheduler_standby.cc)
+      transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
+      continue;
+    }
     // Replicated servers also send to each other (their ranges' copies).
     const bool talks = role() == Role::kWorker
                            ? IsServerId(d.id)

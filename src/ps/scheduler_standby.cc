@@ -3,7 +3,9 @@
 //
 // Before a takeover the standby is a node of the job that the scheduler waits for at
 // registration (id kStandbyId, in every node's table with its token) and that follows
-// it: it receives every range table and every barrier release (with the count of
+// it: it connects to every node (sending nothing: a node that dies with the scheduler
+// is then known gone at the takeover, by its closed port), receives every range
+// table and every barrier release (with the count of
 // releases of its group), heartbeats it and watches it like the scheduler watches
 // nodes — silence, or its port closed (a killed process: known at once). It never
 // decides anything until then.
@@ -82,7 +84,6 @@ void Node::TakeOver(const std::string& why) {
     id_of_token_[token_] = kSchedulerId;
     for (auto& [id, d] : nodes_) {
       if (id == kSchedulerId || departed_.count(id)) continue;
-      transport_->Connect(id, d.host + ":" + std::to_string(d.port), d.token);
       rejoin_pending_.insert(id);
     }
     nodes = rejoin_pending_.size();
