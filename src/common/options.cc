@@ -102,6 +102,10 @@ void Options::ValidateForDistributed() const {
     throw ConfigError(
         "PSKV_STANDBY=1 is for a scheduler process (DMLC_ROLE=scheduler) that binds at "
         "PSKV_SCHEDULER_STANDBY=host:port: set both");
+  if (!standby_scheduler.empty() && heartbeat_timeout.count() <= 0)
+    throw ConfigError(
+        "PSKV_SCHEDULER_STANDBY needs failure detection (PS_HEARTBEAT_TIMEOUT > 0): the "
+        "standby takes over when it finds the scheduler dead");
   if (!standby_scheduler.empty()) {
     const auto colon = standby_scheduler.rfind(':');
     const std::string port = colon == std::string::npos ? "" : standby_scheduler.substr(colon + 1);
