@@ -149,6 +149,9 @@ void Node::StandbyTick(Clock::time_point now) {
                       << options_.standby_scheduler);
     } else if (IsScheduler() && !rejoin_pending_.empty() && now >= next_takeover_) {
       next_takeover_ = now + kTakeoverRepeat;
+      // A node that died meanwhile (removed from the range table) will not answer.
+      for (auto it = rejoin_pending_.begin(); it != rejoin_pending_.end();)
+        it = departed_.count(*it) ? rejoin_pending_.erase(it) : std::next(it);
       for (int id : rejoin_pending_) {
         Message m;  // from the standby's identity, the one the node's table names
         m.h.control = static_cast<uint8_t>(Control::kTakeover);
