@@ -93,6 +93,13 @@ struct Options {
   int spare_servers = 0;
   /// PSKV_SPARE_SERVER: this server process is one of the spares.
   bool spare = false;
+  /// PSKV_SCHEDULER_STANDBY: "host:port" of a standby scheduler that takes over when
+  /// the scheduler dies (docs/fault-tolerance.md, "The scheduler"); "" = none. All
+  /// nodes must agree: the scheduler waits for the standby to register.
+  std::string standby_scheduler;
+  /// PSKV_STANDBY: this scheduler process is the standby (it binds at
+  /// standby_scheduler and follows the scheduler at DMLC_PS_ROOT_URI:PORT).
+  bool standby = false;
   /// PSKV_HELD_REQUEST_BYTES: with replicas, the most bytes of one worker's requests a
   /// server keeps for key ranges it holds but does not lead yet (held until the range
   /// table that promotes it arrives; docs/fault-tolerance.md, "Promotion on the

@@ -158,6 +158,15 @@ const EnvVar kVars[] = {
     {"PSKV_SPARE_SERVER", T::kBool, 0, 1, "", "0", S::kLauncher,
      "1: this server process (`DMLC_ROLE=server`) is one of the job's `PSKV_SPARE_SERVERS`",
      Bool<&Options::spare>},
+    {"PSKV_SCHEDULER_STANDBY", T::kText, 0, 0, "", "none", S::kLauncher,
+     "`host:port` of a standby scheduler (a second scheduler process started with "
+     "`PSKV_STANDBY=1`) that takes over when the scheduler dies; every node must set the same "
+     "([fault tolerance](docs/fault-tolerance.md#the-scheduler-built))",
+     Text<&Options::standby_scheduler>},
+    {"PSKV_STANDBY", T::kBool, 0, 1, "", "0", S::kLauncher,
+     "1: this scheduler process (`DMLC_ROLE=scheduler`) is the standby, bound at "
+     "`PSKV_SCHEDULER_STANDBY`",
+     Bool<&Options::standby>},
     {"DMLC_JOB_CLUSTER", T::kText, 0, 0, "", "—", S::kLauncher,
      "the launcher that started the job (`local`, `ssh`, `mpi`, ...; MXNet's name); pskv does "
      "not read it",

@@ -98,6 +98,23 @@ void Options::ValidateForDistributed() const {
     throw ConfigError("PSKV_SPARE_SERVERS=" + std::to_string(spare_servers) +
                       " needs PSKV_REPLICAS >= 1 and DMLC_NUM_SERVER >= 2: spares replace "
                       "the replicas of a dead server's key ranges");
+  if (standby && (role != Role::kScheduler || standby_scheduler.empty()))
+    throw ConfigError(
+        "PSKV_STANDBY=1 is for a scheduler process (DMLC_ROLE=scheduler) that binds at "
+        "PSKV_SCHEDULER_STANDBY=host:port: set both");
+  if (!standby_scheduler.empty() && heartbeat_timeout.count() <= 0)
+    throw ConfigError(
+        "PSKV_SCHEDULER_STANDBY needs failure detection (PS_HEARTBEAT_TIMEOUT > 0): the "
+        "standby takes over when it finds the scheduler dead");
+  if (!standby_scheduler.empty()) {
+    const auto colon = standby_scheduler.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : standby_scheduler.substr(colon + 1);
+    if (colon == 0 || port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
+        std::stoi(port) > 65535)
+      throw ConfigError("PSKV_SCHEDULER_STANDBY='" + standby_scheduler +
+                        "' is not host:port (the standby scheduler's address, e.g. 10.0.0.2:9001)");
+  }
   if (spare && (role != Role::kServer || spare_servers < 1))
     throw ConfigError(
         "PSKV_SPARE_SERVER=1 is for a server process (DMLC_ROLE=server) of a job with "

@@ -89,6 +89,9 @@ struct Parser {
                    "it missed are scaled to the workers that pushed (docs/fault-tolerance.md)")
         ->type_name("N")
         ->check(CLI::Range(1, 100000));
+    app.add_flag("--standby-scheduler", c.standby_scheduler,
+                 "start a standby scheduler next to the scheduler: when the scheduler dies, "
+                 "it takes over and the job goes on (docs/fault-tolerance.md)");
     app.add_option("-H,--hosts,--hostfile", c.hosts,
                    "hosts: host1:4,host2:4 or a host file (ssh, mpi; see below)")
         ->type_name("HOSTS");

@@ -21,6 +21,9 @@ struct LaunchConfig {
   int min_workers = 0;
   /// Filled by ParseArgs: --min-workers, or PSKV_ELASTIC=1 in the job's environment.
   bool elastic = false;
+  /// --standby-scheduler: a second scheduler process next to the scheduler that takes
+  /// over when it dies (PSKV_SCHEDULER_STANDBY; docs/fault-tolerance.md, "The scheduler").
+  bool standby_scheduler = false;
   /// -H: a host file (`host[:ssh_port] [slots=N]` lines) or a list host1:4,host2:4.
   std::string hosts;
   int ssh_port = 22;     ///< for hosts that name no port

@@ -30,6 +30,11 @@ class StatusBoard {
   /// `children`: the names the plan gave the processes ("scheduler", "worker 1",
   /// "servers" for a group of processes under one command).
   explicit StatusBoard(std::vector<std::string> children);
+  /// Child `child` is called `name` from now on (a standby scheduler that took over
+  /// is "scheduler": its records decide on dead servers).
+  void Rename(size_t child, std::string name) {
+    if (child < children_.size()) children_[child] = std::move(name);
+  }
 
   /// A record (one packet or line) from child `child`; false when it is ignored
   /// (malformed, oversized, another version, an unknown child).

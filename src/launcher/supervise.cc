@@ -78,6 +78,9 @@ class Supervisor {
   /// records (launcher/status_board.h); "" when no running process is waited for.
   std::string HungHeadline(const Child* who) const;
   void BeginFailure(int status, const std::string& why, const Child* who);
+  /// `k` (dead: `how`) is the scheduler or its standby (--standby-scheduler) and the
+  /// other still runs: the job goes on (the standby takes over). False otherwise.
+  bool SchedulerReplaced(Child& k, const std::string& how);
   std::string Summary() const;
 
   const SuperviseOptions& opts_;
@@ -188,6 +191,27 @@ void Supervisor::BeginFailure(int status, const std::string& why, const Child* w
   kill_at_ = Clock::now() + opts_.grace;
 }
 
+bool Supervisor::SchedulerReplaced(Child& k, const std::string& how) {
+  const bool sched = k.spec.name == "scheduler";
+  if (!sched && k.spec.name != "standby scheduler") return false;
+  for (auto& other : kids_) {
+    if (&other == &k || other.exited || other.pid <= 0 ||
+        other.spec.name != (sched ? "standby scheduler" : "scheduler"))
+      continue;
+    k.result.survived = true;
+    if (sched) {
+      board_.Rename(k.index, "scheduler (dead)");
+      board_.Rename(other.index, "scheduler");
+      Say(how + "; the standby scheduler takes over and the job goes on", opts_.timestamps,
+          LogLevel::kWarn);
+    } else {
+      Say(how + "; the job goes on without a standby scheduler", opts_.timestamps, LogLevel::kWarn);
+    }
+    return true;
+  }
+  return false;
+}
+
 void Supervisor::StartAll() {
   for (auto& k : kids_) {
     if (!opts_.log_dir.empty()) {
@@ -241,6 +265,7 @@ void Supervisor::Reap() {
                  "connection with: " +
                  k.spec.ssh_check +
                  " (it must exit 0 without asking for a password; checklist: docs/ssh.md)";
+        if (SchedulerReplaced(k, how)) continue;
         // After the job's end a server's death fails nothing, and the workers still
         // running their own code after close() are left to finish it.
         PumpScheduler();

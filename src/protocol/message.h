@@ -42,6 +42,9 @@ constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
 
 /// Node ids: scheduler 1; server rank r: 8 + 2r; worker rank r: 9 + 2r (ps-lite's).
 constexpr int kSchedulerId = 1;
+/// The standby scheduler (PSKV_SCHEDULER_STANDBY) in the node table; it becomes
+/// kSchedulerId when it takes over.
+constexpr int kStandbyId = 3;
 inline int ServerId(int rank) {
   return 8 + 2 * rank;
 }
@@ -65,8 +68,8 @@ enum class Control : uint8_t {
   kData = 0,         // a KV request/response or a command
   kRegister = 1,     // node -> scheduler: body = NodeDesc, head = RegisterHead
   kNodeTable = 2,    // scheduler -> node: body = all NodeDescs
-  kBarrier = 3,      // node -> scheduler: head = group
-  kBarrierDone = 4,  // scheduler -> node: head = group
+  kBarrier = 3,      // node -> scheduler: head = group, timestamp = barriers of it passed
+  kBarrierDone = 4,  // scheduler -> node: head = group, timestamp = barriers released (0: one more)
   kHeartbeat = 5,
   kAck = 6,         // timestamp field = acknowledged seq
   kNodeFailed = 7,  // scheduler -> node: head = dead id, body = reason
@@ -86,7 +89,14 @@ enum class Control : uint8_t {
   // scheduler -> node, elastic workers (PSKV_ELASTIC): worker `head` left the job,
   // which goes on without it; body = why (docs/fault-tolerance.md, "Elastic workers")
   kWorkerLeft = 13,
-  kMaxControl = 13,
+  // standby scheduler -> node: the primary scheduler died and this standby is the
+  // job's scheduler now; the node answers kRejoin (repeated until it does).
+  kTakeover = 14,
+  // node -> the scheduler that took over: body = the node's range table (payload
+  // kind 11; empty when not replicated), so that a table the dead primary published
+  // to some nodes only is not lost (docs/fault-tolerance.md, "The scheduler").
+  kRejoin = 15,
+  kMaxControl = 15,
 };
 
 /// kRegister's head: the settings every node of a job must share (PSKV_REPLICAS,

@@ -34,6 +34,13 @@ void Liveness::Forget(int id) {
   connected_.erase(std::remove(connected_.begin(), connected_.end(), id), connected_.end());
 }
 
+void Liveness::Watch(int id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  last_heard_[id] = ListenClock(Clock::now());
+  if (std::find(connected_.begin(), connected_.end(), id) == connected_.end())
+    connected_.push_back(id);
+}
+
 void Liveness::Heard(int id) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = last_heard_.find(id);

@@ -123,11 +123,26 @@ void Node::HandleNodeTable(const Message& m) {
       throw ProtocolError("node table not sent by the scheduler it names");
   id_ = self->id;
   rank_ = self->rank;
+  if (standby_linked_) transport_->Disconnect(kStandbyId);  // registration's link only
+  for (auto& d : all) {
+    // A standby that took over before the job formed sent it: "the scheduler" is there.
+    const std::string at = d.host + ":" + std::to_string(d.port);
+    if (d.id == kSchedulerId && !registration_moved_ &&
+        at != options_.root_uri + ":" + std::to_string(options_.root_port)) {
+      transport_->Disconnect(kSchedulerId);
+      transport_->Connect(kSchedulerId, at, d.token);
+      registration_moved_ = true;
+    }
+  }
   status_.SetRank(rank_);
   for (auto& d : all) {
     nodes_[d.id] = d;
     id_of_token_[d.token] = d.id;
-    if (d.id == kSchedulerId || d.id == id_) continue;
+    if (d.id == kSchedulerId || d.id == kStandbyId || d.id == id_) continue;
+    if (standby_) {  // the standby's links for a takeover (scheduler_standby.cc)
+      transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
+      continue;
+    }
     // Replicated servers also send to each other (their ranges' copies).
     const bool talks = role() == Role::kWorker
                            ? IsServerId(d.id)
@@ -150,17 +165,24 @@ void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final)
   if (GroupSize(group) <= 1) return;
   const uint64_t gen = barrier_gen_[group];
   if (final) at_final_barrier_ = true;
-  if (role() == Role::kScheduler) {
+  if (IsScheduler()) {
     scheduler_->OnBarrier(kSchedulerId, group);
   } else {
-    SendControl(kSchedulerId, Control::kBarrier, group);
+    // With the releases of this group seen so far: resent to a standby that takes
+    // over (scheduler_standby.cc), it tells a missed release from a new barrier.
+    SendControl(kSchedulerId, Control::kBarrier, group, {}, gen);
+    waiting_group_ = group;
   }
+  struct Left {  // whatever way the wait ends (lk is held then)
+    int& group;
+    ~Left() { group = 0; }
+  } left{waiting_group_};
   auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
   // Bounded by `timeout` (0: none — then by failure detection); says what it is
   // waiting for after PSKV_STALL_WARNING, backing off (common/stall.h).
   // The scheduler and servers wait at the final barrier for the whole job: that
   // is no stall. A worker there has finished and waits for the others.
-  const bool quiet = role() == Role::kScheduler || (final && role() != Role::kWorker);
+  const bool quiet = IsScheduler() || (final && role() != Role::kWorker);
   const WaitPlan plan{timeout.count() > 0 ? timeout : WaitPlan::kForever,
                       quiet ? std::chrono::milliseconds(0) : options_.stall_warning};
   // The record names no node: only the scheduler knows who is missing (its own
@@ -251,6 +273,7 @@ void Node::ReportRangeCopied(int range, int from, uint64_t bytes) {
   if (failure_ || finished_) return;
   SendControl(kSchedulerId, Control::kRangeCopied, range, std::to_string(bytes),
               static_cast<uint64_t>(from));
+  copies_reported_[range] = {static_cast<uint64_t>(from), bytes};  // resent after a takeover
 }
 
 void Node::CheckSuspects(Clock::time_point now) {

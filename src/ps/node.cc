@@ -39,6 +39,7 @@ Node::Node(Options options)
   options_.ValidateForDistributed();
   fail_points_ = MakeFailPoints(*this);
   replicated_ = options_.replicas > 0 && options_.num_servers >= 2;
+  standby_ = options_.standby;
   if (options_.role == Role::kScheduler) scheduler_ = std::make_unique<Scheduler>(this);
   if (replicated_)
     ranges_ = RangeTable::Initial(options_.num_servers, options_.replicas, options_.spare_servers);
@@ -64,7 +65,7 @@ void Node::AddFailureHandler(FailureHandler h) {
 }
 
 std::string Node::Tag() const {
-  if (role() == Role::kScheduler) return "scheduler";
+  if (role() == Role::kScheduler) return standby_ ? "standby scheduler" : "scheduler";
   const int rank = rank_.load();
   return RoleName(role()) + "[" + (rank >= 0 ? std::to_string(rank) : "?") + "]";
 }
@@ -95,7 +96,7 @@ void Node::Start() {
     std::unique_lock<std::mutex> lk(mu_);
     if (std::exception_ptr err = AwaitNodeTable(lk)) {
       lk.unlock();
-      AbandonStart(err, role() == Role::kScheduler && !ready_);
+      AbandonStart(err, IsScheduler() && !ready_);
     }
     StartWatching();
   }
@@ -103,6 +104,10 @@ void Node::Start() {
   obs::NameNode(Tag());     // [observe] the lane's name in a merged timeline
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
   fail_points_->Registered();
+  if (standby_) {  // a standby follows: it is in no group until it takes over
+    status_.SetPhase(StatusPhase::kRunning);
+    return;
+  }
   try {
     Barrier(kAllGroup, options_.register_timeout);
   } catch (...) {
@@ -117,6 +122,7 @@ TransportConfig Node::MakeTransportConfig() const {
   tc.encrypt = options_.encrypt;
   tc.job = job_;
   tc.token = token_;
+  // A standby too: nodes address it as "the scheduler" once it took over.
   tc.scheduler = role() == Role::kScheduler;
   tc.handshake_timeout = options_.handshake_timeout;
   tc.keepalive_interval = options_.heartbeat_interval;
@@ -153,13 +159,21 @@ void Node::BindAndConnect(const TransportConfig& tc) {
   transport_ = DisturbForTests(
       transport_factory_ ? transport_factory_(tc) : CreateTransport(kNodeTransport, tc),
       fail_points_->Wire());
-  if (role() == Role::kScheduler) {
+  if (IsScheduler()) {
     std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";
     transport_->Bind(host, options_.root_port);
     host_ = options_.root_uri;
     port_ = options_.root_port;
     id_ = kSchedulerId;
     rank_ = 0;
+  } else if (standby_) {
+    // The standby binds its own address and follows the scheduler like a node.
+    const std::string& at = options_.standby_scheduler;
+    host_ = at.substr(0, at.rfind(':'));
+    port_ = std::stoi(at.substr(at.rfind(':') + 1));
+    transport_->Bind(IsIPv4Literal(host_) ? host_ : "0.0.0.0", port_);
+    transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port),
+                        kSchedulerToken);
   } else {
     host_ = PickHost();
     std::string ep = transport_->Bind(host_, options_.port);
@@ -174,7 +188,7 @@ void Node::OpenStatusChannel() {
   status_.Configure(StatusChannel::Open(options_.status_channel, &why), RoleName(role()), host_);
   if (!why.empty()) PSKV_WARN(Tag() << ": " << why);
   if (role() == Role::kScheduler) {
-    status_.SetRank(0);
+    status_.SetRank(standby_ ? 1 : 0);
     // What the launcher needs to wait for this scheduler's verdict on a dead server.
     const auto detect = options_.heartbeat_timeout.count() > 0
                             ? options_.heartbeat_timeout + options_.heartbeat_interval
@@ -188,7 +202,7 @@ std::exception_ptr Node::AwaitNodeTable(std::unique_lock<std::mutex>& lk) {
   // Wait for the node table (the scheduler waits for all registrations).
   // A node that reached the scheduler waits a little longer than the scheduler's
   // own registration timeout, so that the scheduler's explanation arrives first.
-  const bool sched = role() == Role::kScheduler;
+  const bool sched = IsScheduler();
   const auto deadline = start_time_ + options_.register_timeout;
   const auto grace = deadline + (sched ? 0ms : 5s);
   auto settled = [&] {
@@ -227,7 +241,7 @@ std::exception_ptr Node::AwaitNodeTable(std::unique_lock<std::mutex>& lk) {
 }
 
 std::exception_ptr Node::StartFailureLocked() const {
-  const bool sched = role() == Role::kScheduler;
+  const bool sched = IsScheduler();
   if (sched && !ready_ && !scheduler_->mismatch().empty())
     return std::make_exception_ptr(ConfigError(scheduler_->mismatch()));
   if (!refused_.empty())
@@ -271,8 +285,12 @@ void Node::AbandonStart(std::exception_ptr err, bool refuse_registered) {
 void Node::StartWatching() {
   // Watch for silence what heartbeats cover (the scheduler: every node; a node:
   // the scheduler) and for lost connections every peer this node sends to.
-  const bool sched = role() == Role::kScheduler;
+  const bool sched = IsScheduler();
   std::vector<int> silent, connected;
+  if (standby_) {  // the standby watches the scheduler as the scheduler watches nodes
+    liveness_.Start({kSchedulerId}, {kSchedulerId}, true);
+    return;
+  }
   for (auto& [id, d] : nodes_) {
     if (id == id_) continue;
     if (sched || id == kSchedulerId) silent.push_back(id);
@@ -297,6 +315,7 @@ void Node::StopThreads(std::chrono::milliseconds linger) {
 
 void Node::Finalize(std::chrono::milliseconds timeout) {
   if (!started_ || stopped_) return;
+  if (options_.standby && StandbyFinalize()) return;  // the job ended (or failed) meanwhile
   std::exception_ptr err;
   // With failure detection on, a dead or unreachable node ends this wait; a
   // live one that is just slower (rank 0 evaluating, checkpointing) is waited for.
@@ -306,7 +325,7 @@ void Node::Finalize(std::chrono::milliseconds timeout) {
   } catch (const TimeoutError& e) {
     err = std::current_exception();
     std::lock_guard<std::mutex> lk(mu_);
-    if (role() != Role::kScheduler && ready_) {
+    if (!IsScheduler() && ready_) {
       try {  // say why, instead of vanishing and being reported dead later
         SendControl(kSchedulerId, Control::kLeave, 0,
                     std::string("gave up waiting at the final barrier: ") + e.what());
@@ -343,12 +362,12 @@ void Node::Abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     finished_ = true;
-    if (role() != Role::kScheduler && ready_) {
+    if (!IsScheduler() && ready_) {
       try {
         SendControl(kSchedulerId, Control::kLeave, 0, reason);
       } catch (...) {
       }
-    } else if (role() == Role::kScheduler && ready_) {
+    } else if (IsScheduler() && ready_) {
       scheduler_->AnnounceFailure(kSchedulerId, "scheduler aborted: " + reason);
     }
   }
@@ -452,7 +471,27 @@ void Node::Fail(std::exception_ptr e, int culprit) {
 }
 
 void Node::FailNode(int dead_id, const std::string& reason) {
-  if (replicated_ && IsServerId(dead_id) && role() != Role::kScheduler) {
+  // The scheduler is no single point of failure where a standby follows it
+  // (scheduler_standby.cc): the standby takes over, a node waits for it to.
+  if (dead_id == kSchedulerId && !IsScheduler()) {
+    if (standby_) return TakeOver(reason);
+    if (AwaitTakeover(reason)) return;
+  }
+  if (dead_id == kStandbyId && IsScheduler()) {
+    liveness_.Forget(kStandbyId);
+    resender_.Forget(kStandbyId);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!nodes_.count(kStandbyId)) return;
+      id_of_token_.erase(nodes_[kStandbyId].token);
+      nodes_.erase(kStandbyId);
+    }
+    PSKV_WARN(Tag() << ": " << reason
+                    << "; the job goes on without a standby scheduler (the scheduler's death "
+                       "would now end it)");
+    return;
+  }
+  if (replicated_ && IsServerId(dead_id) && !IsScheduler()) {
     // The scheduler decides whether the job survives a server (its range table);
     // this node stops watching it and waits for the verdict, for a bounded time
     // (CheckSuspects).
@@ -480,14 +519,14 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     held_.erase(dead_id);
     schedule_.Forget(dead_id);
   }
-  if (role() == Role::kScheduler) {
+  if (IsScheduler()) {
     std::lock_guard<std::mutex> lk(mu_);
     scheduler_->DropArrivals(dead_id);  // a departed node's arrivals no longer count
   }
   // The scheduler's failed status record is written (Fail) before any node hears of
   // the failure: a launcher that sees a worker exit over it already has the verdict.
   Fail(std::make_exception_ptr(NodeFailure(why)), dead_id);
-  if (role() == Role::kScheduler) {
+  if (IsScheduler()) {
     std::lock_guard<std::mutex> lk(mu_);
     scheduler_->AnnounceFailure(dead_id, why);
   }
@@ -509,7 +548,7 @@ void Node::TimerLoop() {
       std::lock_guard<std::mutex> lk(mu_);
       if (stop_) break;
       try {
-        if (role() != Role::kScheduler && !ready_ && refused_.empty() && now >= next_reg) {
+        if (!IsScheduler() && !ready_ && refused_.empty() && now >= next_reg) {
           NodeDesc d;
           d.role = static_cast<int>(role());
           d.host = host_;
@@ -522,23 +561,32 @@ void Node::TimerLoop() {
           // a spare server.
           const RegisterHead head{options_.replicas, options_.spare_servers, options_.spare};
           SendControl(kSchedulerId, Control::kRegister, head.Encode(), EncodeNodes({d}));
+          // With a standby, to it too: it answers once it took over (a node that never
+          // reached the scheduler, started after it died: scheduler_standby.cc).
+          if (!options_.standby_scheduler.empty() && !standby_ && !registration_moved_) {
+            if (!standby_linked_)
+              transport_->Connect(kStandbyId, options_.standby_scheduler, kSchedulerToken);
+            standby_linked_ = true;
+            SendControl(kStandbyId, Control::kRegister, head.Encode(), EncodeNodes({d}));
+          }
           next_reg = now + kRegisterRetry;
         }
-        if (role() != Role::kScheduler && ready_ && !finished_ &&
-            options_.heartbeat_interval.count() > 0 && now >= next_hb) {
+        if (!IsScheduler() && ready_ && !finished_ && options_.heartbeat_interval.count() > 0 &&
+            now >= next_hb) {
           SendControl(kSchedulerId, Control::kHeartbeat);
           next_hb = now + options_.heartbeat_interval;
         }
       } catch (const std::exception& e) {
         PSKV_LOG_LIMITED(limiter_, "timer", "WARN", Tag() << ": " << e.what());
       }
-      if (role() == Role::kScheduler && ready_ && !finished_) scheduler_->WarnStalledBarriers(now);
+      if (IsScheduler() && ready_ && !finished_) scheduler_->WarnStalledBarriers(now);
     }
     CheckSuspects(now);
+    StandbyTick(now);
     // Failure detection: silence (heartbeats) and lost connections.
     auto [dead, why] = liveness_.Check(now, *transport_, [this](int id) { return NodeName(id); });
     if (dead) {
-      FailNode(dead, role() == Role::kScheduler || dead == kSchedulerId ? why : Tag() + " " + why);
+      FailNode(dead, IsScheduler() || dead == kSchedulerId ? why : Tag() + " " + why);
       continue;
     }
     // Retransmission; giving up is the failure detector's decision, not a count.

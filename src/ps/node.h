@@ -32,6 +32,13 @@
 // that owns that state (ps/scheduler.h); the Node receives, sends and keeps what
 // every node knows (the node table, range table, departed servers).
 //
+// Standby scheduler (PSKV_SCHEDULER_STANDBY; ps/scheduler_standby.cc): a second
+// scheduler process registers with the scheduler like a node (id kStandbyId, in
+// every node's table), follows its range tables and barrier releases, and, when it
+// finds the scheduler gone, becomes the scheduler (id kSchedulerId): it tells every
+// node (kTakeover), which rebinds "the scheduler" to it, answers with its range table
+// (kRejoin) and resends what it waits for (its barrier, spare copies installed).
+//
 // Threads: a receive thread (decodes, handles control messages, runs the data
 // handler — one message at a time, in arrival order) and a timer thread
 // (heartbeats, failure detection, resend). Node state, and the Scheduler's, is
@@ -121,6 +128,9 @@ class Node {
   /// job's failure if one was detected.
   void Send(int to, Message m);
 
+  /// This process acts as the job's scheduler: the scheduler, or a standby that took
+  /// over (a standby before that acts as a node following the scheduler).
+  bool IsScheduler() const { return options_.role == Role::kScheduler && !standby_.load(); }
   int id() const { return id_; }
   int rank() const { return rank_; }
   Role role() const { return options_.role; }
@@ -214,6 +224,24 @@ class Node {
   void FailNode(int dead_id, const std::string& reason);
   /// A kRangeTable from the scheduler.
   void HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk);
+  // --- standby scheduler (scheduler_standby.cc)
+  /// Standby: the scheduler is gone (`why`); this process becomes the scheduler. No
+  /// lock held.
+  void TakeOver(const std::string& why);
+  /// A node, mu_ held: the standby took over (kTakeover); "the scheduler" is it from
+  /// now on.
+  void FollowStandby(std::unique_lock<std::mutex>& lk);
+  /// A node: the scheduler died (`why`); waits a bounded time for the standby's
+  /// kTakeover instead of failing (false: no standby, fail as before). No lock held.
+  bool AwaitTakeover(const std::string& why);
+  /// Timer thread, no lock held: a standby's takeover before it had the node table,
+  /// a node's registration moved to the standby, kTakeover repeated, and a node
+  /// whose standby never took over fails.
+  void StandbyTick(Clock::time_point now);
+  /// Finalize of a standby: waits for the scheduler's final release (true: the job
+  /// ended or failed, this node stopped) or its own takeover (false: Finalize goes on
+  /// as the scheduler's).
+  bool StandbyFinalize();
   /// Replicated, not the scheduler: fails this node when a server it found gone has
   /// not left the range table within the heartbeat bound (timer thread).
   void CheckSuspects(Clock::time_point now);
@@ -299,6 +327,22 @@ class Node {
   RateLimiter limiter_;                                // warnings about what peers sent
   SendSchedule schedule_{options_.wire_window_bytes};  // under mu_
 
+  // Standby scheduler (under mu_ unless atomic). standby_: this process is a standby
+  // that has not taken over; job_done_: it saw the scheduler's final release.
+  std::atomic<bool> standby_{false};
+  bool job_done_ = false;
+  std::set<int> rejoin_pending_;  // the scheduler that took over: nodes to answer kTakeover
+  Clock::time_point next_takeover_{};
+  // A node: when it lost the scheduler and waits for the standby's kTakeover (epoch:
+  // not waiting); whether its registration moved to the standby.
+  Clock::time_point awaiting_takeover_{};
+  std::string scheduler_lost_;
+  bool registration_moved_ = false;
+  bool standby_linked_ = false;  // registrations also go to the standby (kStandbyId)
+  int waiting_group_ = 0;  // the barrier this node waits at (0: none), resent after a takeover
+  // What this spare server reported installed (range, from, bytes): resent after a
+  // takeover (at most one per range: bounded).
+  std::map<int, std::pair<uint64_t, uint64_t>> copies_reported_;
   std::atomic<bool> stop_{false};
   bool started_ = false, stopped_ = false;
   std::thread recv_thread_, timer_thread_;

@@ -3,6 +3,8 @@
 // header's sender), checked for entitlement (who may send which control
 // message), de-duplicated and ordered (PS_RESEND), credited (SendSchedule) and
 // dispatched. The receive thread runs it; see node.h.
+#include <algorithm>
+
 #include "common/logging.h"
 #include "ps/node.h"
 #include "ps/scheduler.h"
@@ -60,7 +62,7 @@ void Node::Handle(Message&& m, uint64_t token) {
   std::unique_lock<std::mutex> lk(mu_);
   // Who sent it: the node its connection's identity belongs to, never the header.
   int sender = IdOfToken(token);
-  const bool sched = role() == Role::kScheduler;
+  const bool sched = IsScheduler();
   auto drop = [&](const char* why) {
     PSKV_LOG_LIMITED(limiter_, std::to_string(token) + why, "WARN",
                      Tag() << ": dropped a " << ControlName(c) << " message (header says node "
@@ -68,6 +70,8 @@ void Node::Handle(Message&& m, uint64_t token) {
                            << (sender ? NameLocked(sender) : std::string("not a node of the job"))
                            << "): " << why);
   };
+  // A standby that has not taken over ignores the registrations nodes also send it.
+  if (standby_ && c == Control::kRegister) return;
   if (const char* why = BindSender(c, token, m.h.sender, &sender)) return drop(why);
   m.h.sender = sender;  // from here on, the bound identity is the sender
   if (departed_.count(sender) || departed_workers_.count(sender)) {
@@ -112,7 +116,7 @@ const char* Node::BindSender(Control c, uint64_t token, int header_sender, int* 
   // Before the node table exists only registration traffic can flow: to the
   // scheduler, kRegister (whose body must carry the connection's own token); from
   // it, the table, a refusal or "registration received".
-  const bool sched = role() == Role::kScheduler;
+  const bool sched = IsScheduler();
   if (ready_ && !(sched && c == Control::kRegister)) return "unknown sender";
   if (sched) return c != Control::kRegister ? "not registered" : nullptr;
   if (c != Control::kNodeTable && c != Control::kRefuse && c != Control::kHeartbeat &&
@@ -125,7 +129,7 @@ const char* Node::BindSender(Control c, uint64_t token, int header_sender, int* 
 }
 
 const char* Node::Unentitled(Control c, int sender) const {
-  const bool sched = role() == Role::kScheduler;
+  const bool sched = IsScheduler();
   switch (c) {
     case Control::kNodeTable:
     case Control::kBarrierDone:
@@ -137,7 +141,11 @@ const char* Node::Unentitled(Control c, int sender) const {
     case Control::kRegister:
     case Control::kBarrier:
     case Control::kLeave:
+    case Control::kRejoin:
       return !sched ? "only the scheduler receives this" : nullptr;
+    case Control::kTakeover:  // from the standby the node table names, to a node
+      return sender != kStandbyId || sched || standby_ ? "only the standby scheduler sends this"
+                                                       : nullptr;
     case Control::kRangeCopied:
       return !sched || !IsServerId(sender) ? "only a server tells the scheduler this" : nullptr;
     case Control::kData:
@@ -201,30 +209,45 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     }
     case Control::kRegister:
-      if (role() == Role::kScheduler) scheduler_->OnRegister(m);
+      if (IsScheduler()) scheduler_->OnRegister(m);
       return;
     case Control::kNodeTable:
-      if (role() != Role::kScheduler) HandleNodeTable(m);
+      if (!IsScheduler()) HandleNodeTable(m);
       return;
     case Control::kRefuse:
       refused_ = m.body.empty() ? "no reason given" : m.body;
       cv_.notify_all();
       return;
     case Control::kBarrier:
-      if (role() == Role::kScheduler) scheduler_->OnBarrier(sender, m.h.head);
+      if (IsScheduler()) scheduler_->OnBarrier(sender, m.h.head, m.h.timestamp);
       return;
-    case Control::kBarrierDone:
+    case Control::kBarrierDone: {
       if (options_.elastic) {  // before the waiter wakes: the release's worker set
         auto& live = live_at_release_[m.h.head];
         live.clear();
         for (int id : WorkerIds())
           if (!departed_workers_.count(id)) live.push_back(id);
       }
-      barrier_gen_[m.h.head]++;
+      // The count of releases makes a repeated release (after a takeover) harmless.
+      uint64_t& gen = barrier_gen_[m.h.head];
+      gen = m.h.timestamp ? std::max(gen, m.h.timestamp) : gen + 1;
+      if (standby_ && m.body == "final") {
+        // The scheduler released the final barrier: the job ended; nothing to take over.
+        job_done_ = true;
+        finished_ = true;
+        liveness_.Stop();
+      }
       cv_.notify_all();
       return;
+    }
+    case Control::kTakeover:
+      FollowStandby(lk);
+      return;
+    case Control::kRejoin:
+      scheduler_->OnRejoin(m, sender);
+      return;
     case Control::kHeartbeat:
-      if (role() == Role::kScheduler && sender != kSchedulerId && ready_)
+      if (IsScheduler() && sender != kSchedulerId && ready_)
         SendControl(sender, Control::kHeartbeat);
       return;
     case Control::kNodeFailed: {
@@ -244,7 +267,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
     case Control::kAck:  // handled above
       return;
     case Control::kRangeTable:
-      if (role() != Role::kScheduler) HandleRangeTable(m, lk);
+      if (!IsScheduler()) HandleRangeTable(m, lk);
       return;
     case Control::kRangeCopied:
       scheduler_->OnRangeCopied(m, sender);
@@ -256,7 +279,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       if (role() != Role::kScheduler) HandleWorkerLeft(m.h.head, lk);
       return;
     case Control::kLeave:
-      if (role() == Role::kScheduler && !finished_) {
+      if (IsScheduler() && !finished_) {
         std::string who = NameLocked(sender);
         lk.unlock();
         FailNode(sender, who + " exited before the job finished: " + m.body);

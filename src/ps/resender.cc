@@ -94,6 +94,13 @@ void Resender::Forget(int peer) {
   if (unacked_.empty()) cv_.notify_all();
 }
 
+void Resender::Reset(int peer) {
+  Forget(peer);
+  std::lock_guard<std::mutex> lk(mu_);
+  next_seq_.erase(peer);
+  seen_.erase(peer);
+}
+
 bool Resender::WaitAllAcked(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
   return cv_.wait_for(lk, timeout, [&] { return unacked_.empty(); });

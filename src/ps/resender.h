@@ -60,6 +60,9 @@ class Resender {
   std::vector<std::pair<int, std::vector<Frame>>> Due(Clock::time_point now);
   /// Drops everything kept for `peer` (it was declared dead).
   void Forget(int peer);
+  /// Forget, and the sequence numbers too: `peer` is another process from now on (a
+  /// standby scheduler that took over), whose numbering starts afresh both ways.
+  void Reset(int peer);
   /// Waits until every tracked message is acknowledged; false on timeout.
   bool WaitAllAcked(std::chrono::milliseconds timeout);
   size_t Pending() const;

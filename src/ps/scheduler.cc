@@ -30,12 +30,39 @@ void BarrierBook::Depart(int id) {
   for (auto& [group, arrived] : arrived_) arrived.erase(id);
 }
 
-void Scheduler::OnBarrier(int sender, int group) {
+void Scheduler::OnBarrier(int sender, int group, uint64_t passed) {
   if (group <= 0 || group > kAllGroup)
     throw ProtocolError("bad barrier group " + std::to_string(group));
   // Count distinct nodes, not requests (a duplicated message must not count twice),
   // and only nodes still in the job: GroupSize no longer counts a departed server.
   if (node_->departed_.count(sender)) return;
+  if (state_.took_over && sender != kSchedulerId) {
+    // After a takeover a node resends the barrier it waits at, with the releases of
+    // that group it saw: one behind, it missed the dead scheduler's last release;
+    // one ahead, that release happened, and those counted here at the old barrier
+    // missed it (scheduler_standby.cc).
+    uint64_t& released = state_.released[group];
+    if (passed + 1 == released) {
+      node_->SendControl(sender, Control::kBarrierDone, group, {}, released);
+      return;
+    }
+    if (passed == released + 1) {
+      released = passed;
+      for (int id : state_.barriers.Arrived(group)) {
+        if (id == kSchedulerId) {
+          node_->barrier_gen_[group] = released;
+          node_->cv_.notify_all();
+        } else {
+          node_->SendControl(id, Control::kBarrierDone, group, {}, released);
+        }
+      }
+      state_.barriers.Clear(group);
+    } else if (passed != released) {
+      throw ProtocolError("barrier of group " + std::to_string(group) + " after " +
+                          std::to_string(passed) + " of its releases; there were " +
+                          std::to_string(released));
+    }
+  }
   if (state_.barriers.Arrive(group, sender, node_->GroupSize(group))) return Release(group);
   // The barrier of all nodes is the final one: servers wait there from the start; it
   // stalls only once a worker has finished.
@@ -67,12 +94,21 @@ void Scheduler::Release(int group) {
   }
   state_.barrier_stall.erase(group);
   node_->status_.Resumed("barrier/" + std::to_string(group));
+  const uint64_t released = ++state_.released[group];
+  // The standby first (scheduler_standby.cc), and whether this ends the job.
+  if (node_->nodes_.count(kStandbyId)) {
+    try {
+      node_->SendControl(kStandbyId, Control::kBarrierDone, group,
+                         group == kAllGroup && node_->at_final_barrier_ ? "final" : "", released);
+    } catch (...) {
+    }
+  }
   for (int id : node_->GroupMembers(group)) {
     if (id == kSchedulerId) {
-      node_->barrier_gen_[group]++;
+      node_->barrier_gen_[group] = released;
       node_->cv_.notify_all();
     } else {
-      node_->SendControl(id, Control::kBarrierDone, group);
+      node_->SendControl(id, Control::kBarrierDone, group, {}, released);
     }
   }
 }

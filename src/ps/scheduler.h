@@ -57,6 +57,12 @@ class BarrierBook {
         v.push_back(group);
     return v;
   }
+  /// The nodes arrived at `group`'s barrier so far.
+  std::vector<int> Arrived(int group) const {
+    auto it = arrived_.find(group);
+    return it == arrived_.end() ? std::vector<int>{}
+                                : std::vector<int>(it->second.begin(), it->second.end());
+  }
   bool HasArrived(int group, int id) const {
     auto it = arrived_.find(group);
     return it != arrived_.end() && it->second.count(id) > 0;
@@ -90,6 +96,10 @@ struct SchedulerState {
   // what lost it (for the "back to full strength" log line).
   Clock::time_point copy_lost_at{};
   std::string copy_lost_what;
+  // --- standby scheduler (scheduler_standby.cc)
+  std::map<int, uint64_t> released;  // barriers released so far, per group
+  bool took_over = false;            // this scheduler is a standby that took over
+  Clock::time_point takeover_at{};
 };
 
 class Scheduler {
@@ -108,8 +118,10 @@ class Scheduler {
   std::string RegistrationTimeout() const;
 
   // --- barriers (scheduler.cc)
-  /// Node `sender` (the scheduler itself: kSchedulerId) arrived at `group`'s barrier.
-  void OnBarrier(int sender, int group);
+  /// Node `sender` (the scheduler itself: kSchedulerId) arrived at `group`'s barrier,
+  /// having passed `passed` of that group's barriers (a scheduler that took over uses
+  /// it to recognise a release of the dead scheduler's that some nodes missed).
+  void OnBarrier(int sender, int group, uint64_t passed = 0);
   /// Logs barriers waiting longer than PSKV_STALL_WARNING, naming the nodes that have
   /// not arrived (backing off); timer thread.
   void WarnStalledBarriers(Clock::time_point now);
@@ -135,6 +147,11 @@ class Scheduler {
   /// PSKV_MIN_WORKERS (then `reason` says so and the job fails). Takes the Node's
   /// mutex itself.
   bool SurviveWorker(int dead_id, std::string* reason);
+  // --- standby scheduler (scheduler_standby.cc)
+  /// This standby takes over; `released`: the releases it followed, per group.
+  void TakeOver(const std::map<int, uint64_t>& released, Clock::time_point at);
+  /// A kRejoin from node `sender` after the takeover (its range table).
+  void OnRejoin(const Message& m, int sender);
 
   /// What a standby would copy (issue 42).
   const SchedulerState& state() const { return state_; }

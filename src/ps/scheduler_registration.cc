@@ -50,9 +50,11 @@ void Scheduler::OnRegister(const Message& m) {
   std::vector<NodeDesc> ds = DecodeNodes(m.body);
   if (ds.size() != 1) throw ProtocolError("registration must describe exactly one node");
   const NodeDesc d = ds[0];
-  if (d.role == static_cast<int>(Role::kScheduler))
-    throw ProtocolError("a second scheduler tried to register");
   const Options& o = node_->options_;
+  // A second scheduler registers only as the standby the job was told of.
+  // (A standby that took over before the job formed expects none.)
+  if (d.role == static_cast<int>(Role::kScheduler) && (o.standby_scheduler.empty() || o.standby))
+    throw ProtocolError("a second scheduler tried to register (no PSKV_SCHEDULER_STANDBY)");
   if (node_->ready_) {
     // Already complete: a retry of a registered node (its table was lost) gets the
     // table again; anyone else is refused.
@@ -61,6 +63,7 @@ void Scheduler::OnRegister(const Message& m) {
         std::vector<NodeDesc> all;
         for (auto& [i, x] : node_->nodes_) all.push_back(x);
         node_->SendControl(id, Control::kNodeTable, 0, EncodeNodes(all));
+        node_->rejoin_pending_.erase(id);  // after a takeover: it has this table now
         return;
       }
     }
@@ -71,7 +74,9 @@ void Scheduler::OnRegister(const Message& m) {
   }
   if (!state_.temp_ids.count(d.token) && !Admit(d, m)) return;
   node_->SendControl(state_.temp_ids[d.token], Control::kHeartbeat);  // "registration received"
-  if (static_cast<int>(state_.pending.size()) < node_->num_server_processes() + o.num_workers)
+  const int standbys = o.standby_scheduler.empty() || o.standby ? 0 : 1;
+  if (static_cast<int>(state_.pending.size()) <
+      node_->num_server_processes() + o.num_workers + standbys)
     return;
   if (state_.mismatch.empty() && static_cast<int>(state_.spare_tokens.size()) != o.spare_servers)
     state_.mismatch = std::to_string(state_.spare_tokens.size()) +
@@ -94,7 +99,12 @@ bool Scheduler::Admit(const NodeDesc& d, const Message& m) {
   int same_role = 0;
   for (auto& [t, x] : state_.pending) same_role += x.role == d.role;
   const bool server = d.role == static_cast<int>(Role::kServer);
-  const int limit = server ? node_->num_server_processes() : o.num_workers;
+  const bool standby = d.role == static_cast<int>(Role::kScheduler);
+  const int limit = standby ? 1 : server ? node_->num_server_processes() : o.num_workers;
+  if (standby && same_role >= limit) {
+    Refuse(d, "the job already has its standby scheduler (PSKV_SCHEDULER_STANDBY)");
+    return false;
+  }
   if (same_role >= limit) {
     Refuse(d, "too many " + RoleName(static_cast<Role>(d.role)) + "s: the job expects " +
                   std::to_string(limit) + " (DMLC_NUM_" + (server ? "SERVER" : "WORKER") + ")");
@@ -139,9 +149,12 @@ void Scheduler::CheckSettings(const NodeDesc& d, const Message& m) {
 }
 
 void Scheduler::CompleteRegistration() {
-  std::vector<NodeDesc> servers, workers;
+  std::vector<NodeDesc> servers, workers, standby;
   for (auto& [t, d] : state_.pending)
-    (d.role == static_cast<int>(Role::kServer) ? servers : workers).push_back(d);
+    (d.role == static_cast<int>(Role::kServer)      ? servers
+     : d.role == static_cast<int>(Role::kScheduler) ? standby
+                                                    : workers)
+        .push_back(d);
   // Deterministic ranks: by the launcher's rank hint (DMLC_TASK_ID), then address;
   // spare servers after the others (ranks S .. S + spares - 1: they hold no range).
   auto order = [this](const NodeDesc& a, const NodeDesc& b) {
@@ -154,6 +167,11 @@ void Scheduler::CompleteRegistration() {
   std::sort(servers.begin(), servers.end(), order);
   std::sort(workers.begin(), workers.end(), order);
   std::vector<NodeDesc> all;
+  for (auto& d : standby) {  // first: it has the table before any node (scheduler_standby.cc)
+    d.rank = 0;
+    d.id = kStandbyId;
+    all.push_back(d);
+  }
   for (size_t r = 0; r < servers.size(); ++r) {
     servers[r].rank = static_cast<int>(r);
     servers[r].id = ServerId(static_cast<int>(r));
@@ -199,11 +217,18 @@ void Scheduler::RefuseRegistered(const std::string& why) {
 
 std::string Scheduler::RegistrationTimeout() const {
   const Options& o = node_->options_;
-  int s = 0, w = 0;
-  for (auto& [t, d] : state_.pending) (d.role == static_cast<int>(Role::kServer) ? s : w)++;
+  int s = 0, w = 0, standby = 0;
+  for (auto& [t, d] : state_.pending)
+    (d.role == static_cast<int>(Role::kServer)      ? s
+     : d.role == static_cast<int>(Role::kScheduler) ? standby
+                                                    : w)++;
   return "registration timed out: " + std::to_string(w) + " of " + std::to_string(o.num_workers) +
          " workers and " + std::to_string(s) + " of " + std::to_string(o.num_servers) +
-         " servers registered after " + SecsStr(o.register_timeout) + " (PSKV_REGISTER_TIMEOUT)";
+         " servers registered after " + SecsStr(o.register_timeout) + " (PSKV_REGISTER_TIMEOUT)" +
+         (o.standby_scheduler.empty() || o.standby || standby
+              ? std::string()
+              : "; the standby scheduler at " + o.standby_scheduler +
+                    " (PSKV_SCHEDULER_STANDBY) did not register: is it started?");
 }
 
 }  // namespace pskv

@@ -3,10 +3,12 @@
 // (and cut into wire chunks) and a fused pair of small keys; gradients are a function of
 // (rank, round, key), so an undisturbed job gives the same bits every time.
 //
-//   failover_worker [--barriers] ROUNDS OUT_DIR
+//   failover_worker [--barriers] [--late-barrier R] ROUNDS OUT_DIR
 //
 // --barriers: every round starts with a Barrier() (two command fan-outs to every
 // server around the scheduler's barrier), so that kills land amid commands too.
+// --late-barrier R (with --barriers): in round R, rank 0 creates OUT_DIR/w0.b<R> as it
+// enters the Barrier and rank 1 enters it 1.5 s later, so that a kill lands inside it.
 //
 // After the Init of its k-th key it creates OUT_DIR/w<rank>.i<k>, after round r
 // OUT_DIR/w<rank>.r<r> (the test kills a server at a chosen point); odd rounds
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "failover_job_io.h"
@@ -40,6 +43,12 @@ int main(int argc, char** argv) {
     --argc;
     ++argv;
   }
+  int late_round = 0;
+  if (argc > 2 && std::string(argv[1]) == "--late-barrier") {
+    late_round = std::atoi(argv[2]);
+    argc -= 2;
+    argv += 2;
+  }
   if (argc < 3) {
     std::fprintf(stderr, "usage: failover_worker [--barriers] ROUNDS OUT_DIR\n");
     return 2;
@@ -61,6 +70,9 @@ int main(int argc, char** argv) {
     for (auto n : sizes) w.emplace_back(std::vector<int64_t>{n});
     for (int r = 1; r <= rounds; ++r) {
       steps.Begin();
+      if (barriers && r == late_round && rank == 0) Touch(steps.me() + ".b" + std::to_string(r));
+      if (barriers && r == late_round && rank == 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       if (barriers) kv->Barrier();
       std::vector<NDArray> g;
       for (size_t k = 0; k < keys.size(); ++k) g.push_back(DenseGrad(sizes[k], rank, r, keys[k]));

@@ -64,3 +64,18 @@ TEST(BarrierBook, ADepartedWaiterLeavesTheOthersWaiting) {
   EXPECT_TRUE(book.Completed([](int) { return 2; }).empty());
   EXPECT_TRUE(book.Arrive(kWorkerGroup, WorkerId(2), 2));
 }
+
+// What a scheduler that took over releases when a node proves the dead scheduler's
+// release happened (scheduler_standby.cc): every distinct node counted at the old
+// barrier, once, and none of another group.
+TEST(BarrierBook, ArrivedListsEachArrivalOnce) {
+  BarrierBook book;
+  book.Arrive(kWorkerGroup, WorkerId(1), 3);
+  book.Arrive(kWorkerGroup, WorkerId(0), 3);
+  book.Arrive(kWorkerGroup, WorkerId(1), 3);  // resent after the takeover
+  book.Arrive(kServerGroup, ServerId(0), 2);
+  EXPECT_EQ(book.Arrived(kWorkerGroup), (std::vector<int>{WorkerId(0), WorkerId(1)}));
+  EXPECT_TRUE(book.Arrived(kAllGroup).empty());
+  book.Clear(kWorkerGroup);
+  EXPECT_TRUE(book.Arrived(kWorkerGroup).empty());
+}

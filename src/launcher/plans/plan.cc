@@ -96,6 +96,12 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
     ctx.common["PSKV_ELASTIC"] = "1";
     ctx.common["PSKV_MIN_WORKERS"] = std::to_string(cfg.min_workers);
   }
+  int standby_port = 0;
+  if (cfg.standby_scheduler) {
+    do standby_port = FreePort(cfg.root_uri);
+    while (standby_port == port);
+    ctx.common["PSKV_SCHEDULER_STANDBY"] = cfg.root_uri + ":" + std::to_string(standby_port);
+  }
   for (auto& [k, v] : cfg.env) ctx.common[k] = v;
   if (!cfg.job_secret.empty()) ctx.common["PSKV_JOB_SECRET"] = cfg.job_secret;
   ctx.server_bin = cfg.self_dir.empty() ? "pskv-server" : cfg.self_dir + "/pskv-server";
@@ -115,6 +121,12 @@ Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
                            StatusVia::kSocket,
                            {},
                            {}});
+  if (cfg.standby_scheduler) {  // next to it, here too (supervise.cc lets either die)
+    auto env = ctx.RoleEnv("scheduler", -1);
+    env["PSKV_STANDBY"] = "1";
+    plan.children.push_back(
+        {"standby scheduler", ctx.server_argv, env, false, {}, false, StatusVia::kSocket, {}, {}});
+  }
   for (const ClusterType& t : ClusterTypes())
     if (cfg.launcher == t.name && t.plan) t.plan(ctx, plan);
   return plan;

@@ -1,0 +1,142 @@
+// The standby scheduler's authority (ps/scheduler_standby.cc; docs/security.md): only
+// the standby the node table names may tell a node that it took over. A job of a
+// scheduler, its standby, one server and one worker, every node a thread of this
+// process over real ZeroMQ with a job secret; the worker (a member of the job, on its
+// own authenticated connection to the server) sends the server a forged kTakeover,
+// once claiming to be the standby in the header and once as itself. Had the server
+// followed it, "the scheduler" would be the standby, which has not taken over and
+// drops barrier arrivals: the barrier after the forgery would time out.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "protocol/message.h"
+#include "ps/node.h"
+#include "support/test_util.h"
+#include "transport/transport.h"
+
+using namespace pskv;
+using namespace std::chrono_literals;
+using test::FreePort;
+using test::NodeOptions;
+
+namespace {
+
+// Forwards to a real transport; the test sends raw frames through it.
+class Tap : public Transport {
+ public:
+  explicit Tap(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  std::string Bind(const std::string& host, int port) override { return inner_->Bind(host, port); }
+  void Connect(int peer, const std::string& endpoint, uint64_t token) override {
+    inner_->Connect(peer, endpoint, token);
+  }
+  void Disconnect(int peer) override { inner_->Disconnect(peer); }
+  void Send(int peer, std::vector<Frame> frames) override { inner_->Send(peer, std::move(frames)); }
+  bool Recv(Received* in, std::chrono::milliseconds timeout) override {
+    return inner_->Recv(in, timeout);
+  }
+  std::string RefusedBy(int peer) override { return inner_->RefusedBy(peer); }
+  std::chrono::steady_clock::time_point DownSince(int peer) override {
+    return inner_->DownSince(peer);
+  }
+  std::chrono::steady_clock::time_point GoneSince(int peer) override {
+    return inner_->GoneSince(peer);
+  }
+  void Close(std::chrono::milliseconds linger) override { inner_->Close(linger); }
+  std::string Name() const override { return inner_->Name(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+
+std::string What(std::exception_ptr e) {
+  if (!e) return "";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+}
+
+}  // namespace
+
+TEST(StandbyScheduler, OnlyTheStandbyOfTheNodeTableCanTakeOver) {
+  const int port = FreePort();
+  int standby_port = FreePort();
+  while (standby_port == port) standby_port = FreePort();
+  auto options = [&](Role role) {
+    Options o = NodeOptions(role, port, 1, 1);
+    o.standby_scheduler = "127.0.0.1:" + std::to_string(standby_port);
+    o.job_secret = "0123456789abcdef0123456789abcdef";
+    return o;
+  };
+  std::exception_ptr errors[4];
+  Tap* tap = nullptr;
+  std::vector<std::thread> threads;
+  testing::internal::CaptureStderr();
+  threads.emplace_back([&] {
+    try {
+      Node n(options(Role::kScheduler));
+      n.Start();
+      n.Finalize(0ms);
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  threads.emplace_back([&] {
+    try {
+      Options o = options(Role::kScheduler);
+      o.standby = true;
+      Node n(o);
+      n.Start();
+      n.Finalize(0ms);
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  threads.emplace_back([&] {
+    try {
+      Node n(options(Role::kServer));
+      n.Start();
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // before the forgery
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // after it
+      n.Finalize(30s);
+    } catch (...) {
+      errors[2] = std::current_exception();
+    }
+  });
+  threads.emplace_back([&] {
+    try {
+      Node n(options(Role::kWorker));
+      n.SetTransportFactory([&](const TransportConfig& tc) {
+        auto t = std::make_unique<Tap>(CreateTransport(kNodeTransport, tc));
+        tap = t.get();
+        return t;
+      });
+      n.Start();
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);
+      for (int claimed : {kStandbyId, WorkerId(0)}) {
+        Message m;
+        m.h.control = static_cast<uint8_t>(Control::kTakeover);
+        m.h.sender = claimed;
+        m.h.recver = ServerId(0);
+        m.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
+        tap->Send(ServerId(0), Encode(m));
+      }
+      std::this_thread::sleep_for(500ms);
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);
+      n.Finalize(30s);
+    } catch (...) {
+      errors[3] = std::current_exception();
+    }
+  });
+  for (auto& t : threads) t.join();
+  const std::string log = testing::internal::GetCapturedStderr();
+  // Both forgeries reached the server's checks (right job, a member's connection).
+  EXPECT_NE(log.find("dropped a takeover message (header says node 3, connection is worker[0]"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("only the standby scheduler sends this"), std::string::npos) << log;
+  const char* who[] = {"scheduler", "standby", "server", "worker"};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(What(errors[i]), "") << who[i];
+}
