@@ -317,7 +317,7 @@ const EnvVar kVars[] = {
      "answered; later pieces wait for answers, so no worker runs further ahead of the slowest "
      "one and sync rounds complete steadily; 0: off (all pieces at once)",
      Int<&Options::wire_ahead_bytes>},
-    {"PSKV_LINK_RATE", T::kInt, 0, int64_t{1} << 40, "", "0", S::kJob,
+    {"PSKV_LINK_RATE", T::kInt, 0, int64_t{1} << 40, "", "learned", S::kJob,
      "bytes per second of each host's link (e.g. 12000000 for 100 Mbit/s): the kernel paces "
      "each connection between a worker and a server on another host at this rate times the "
      "server's share of big keys over the busiest link's load, so that no link's queue "
@@ -326,7 +326,9 @@ const EnvVar kVars[] = {
      "key's slices bigger than "
      "`PSKV_WIRE_CHUNK_BYTES` travel in finer chunks (a 32nd of the slice, at least 16 KiB, "
      "each its own message) so that a server's answers keep up with the pushes; small keys go "
-     "no faster than their connection's rate; 0: off "
+     "no faster than their connection's rate; 0: off; unset: the same at a rate each node "
+     "learns from its connections' TCP_INFO while the job runs (probing for more every 1.6 s), "
+     "where the job's nodes are on more than one host "
      "([performance](docs/"
      "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",
      Int<&Options::link_rate>},
