@@ -182,6 +182,9 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
             time.sleep(0.01)
         c.set_rate(host, rate)
     out = p.communicate(timeout=1000)[0]
+    if os.environ.get('SCALING_LOG'):  # every job's output, e.g. with PSKV_VERBOSE=1
+        with open(os.environ['SCALING_LOG'], 'a') as f:
+            f.write('==== %s\n%s' % (json.dumps(env_kw), out))
     if p.returncode != 0:
         raise SystemExit('pskv job failed:\n' + out[-3000:])
     after = [h.counters() for h in c.hosts]

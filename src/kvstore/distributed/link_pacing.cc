@@ -52,7 +52,7 @@ std::string InterfaceOf(const std::string& addr) {
 
 bool LinksPaced(const Node& node, const Options& o) {
   if (o.link_rate > 0) return true;
-  if (o.link_rate == 0) return false;
+  if (o.link_rate < 0) return false;  // PSKV_LINK_RATE=0: off
   const HostLayout l = LayoutOf(node);
   std::vector<std::string> hosts = l.server_hosts;
   hosts.insert(hosts.end(), l.worker_hosts.begin(), l.worker_hosts.end());
@@ -130,7 +130,7 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
 // ---------------------------------------------------------------- pacer
 
 LinkPacer::LinkPacer(Node& node, const Options& o) : node_(node), o_(o) {
-  if (o.link_rate == 0) return;
+  if (o.link_rate < 0) return;  // PSKV_LINK_RATE=0: off
   const HostLayout layout = LayoutOf(node);
   const std::vector<int64_t> shares = ServerShares(o.server_weights, layout);
   const std::vector<uint64_t> rates = LinkPacingRates(layout, shares, kUnit, o.replicas);
@@ -238,6 +238,7 @@ void LinkPacer::Learn() {
   std::vector<ConnCounters> now;
   double applied = 0;
   uint64_t logged = 0;
+  int64_t windows = 0, missing = 0, sampled = 0;
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {
     const int64_t next = (NowUs() / window + 1) * window;
@@ -252,8 +253,17 @@ void LinkPacer::Learn() {
       all = node_.SendStats(conns_[i].peer, &st);
       now.push_back({st.bytes_acked, st.busy_us});
     }
-    if (!all) continue;  // a connection not up yet (or not on TCP): no window
+    ++windows;
+    if (o_.verbose >= 1 && windows % 10 == 0)
+      PSKV_INFO(node_.Tag() << ": link pacing: " << windows << " windows, " << missing
+                            << " without counters, " << sampled << " sampled, estimate "
+                            << est_->estimate() << " B/s");
+    if (!all) {  // a connection not up yet (or not on TCP): no window
+      ++missing;
+      continue;
+    }
     const uint64_t b = est_->Add(slot, now, LinkTxBytes());
+    if (est_->last_sample() > 0) ++sampled;
     if (b == 0) continue;
     const double target = static_cast<double>(b) * est_->Gain(slot + 1);
     if (target != applied) {
