@@ -175,16 +175,22 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
     if changes:
         marks = os.path.join(c.tmp, 'step')
         env_kw['SCALING_MARKS'] = marks
-    p = subprocess.Popen(c.hosts[0].argv(argv), env=env(**env_kw), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, cwd=c.tmp)
+    log = os.environ['SCALING_LOG'] + '.job' if os.environ.get('SCALING_LOG') else os.path.join(c.tmp, 'job.log')
+    with open(log, 'w') as f:
+        p = subprocess.Popen(c.hosts[0].argv(argv), env=env(**env_kw), stdout=f,
+                             stderr=subprocess.STDOUT, text=True, cwd=c.tmp)
+    if os.environ.get('SCALING_LOG'):  # every job's output as it comes, e.g. with PS_VERBOSE=1
+        with open(os.environ['SCALING_LOG'], 'a') as f:
+            f.write('==== %s %s\n' % (log, json.dumps(env_kw)))
     for after_step, host, rate in changes or []:
         while p.poll() is None and not os.path.exists('%s.%d' % (marks, after_step)):
             time.sleep(0.01)
         c.set_rate(host, rate)
-    out = p.communicate(timeout=1000)[0]
-    if os.environ.get('SCALING_LOG'):  # every job's output, e.g. with PSKV_VERBOSE=1
+    p.wait(timeout=1000)
+    out = open(log).read()
+    if os.environ.get('SCALING_LOG'):
         with open(os.environ['SCALING_LOG'], 'a') as f:
-            f.write('==== %s\n%s' % (json.dumps(env_kw), out))
+            f.write(out)
     if p.returncode != 0:
         raise SystemExit('pskv job failed:\n' + out[-3000:])
     after = [h.counters() for h in c.hosts]
