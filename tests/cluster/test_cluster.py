@@ -200,7 +200,7 @@ def test_big_keys_follow_the_link_balanced_shares(cluster, weights):
 
 
 def test_link_rate_is_learned_within_20_percent_of_the_limit(cluster):
-    """PSKV_LINK_RATE unset: the nodes learn the host links' rate from their paced
+    """PSKV_LINK_RATE=1: the nodes learn the host links' rate from their paced
     connections' TCP_INFO (src/kvstore/distributed/link_pacing.h) and log it
     (PS_VERBOSE=1). 4 workers and 4 servers on the 4 hosts' 100 Mbit/s network
     (tc tbf, 12.5 MB/s; one TCP stream's payload about 12.2 MB/s), a few seconds of
@@ -209,7 +209,7 @@ def test_link_rate_is_learned_within_20_percent_of_the_limit(cluster):
     c = cluster
     elements, rounds = 4_000_000, 5
     p = launch(c, ['-n', '4', '-s', '4', '--', PY, WORKER, 'sum', str(elements), str(rounds)], c.hosts,
-               env=job_env(PS_VERBOSE='1'), timeout=120)
+               env=job_env(PS_VERBOSE='1', PSKV_LINK_RATE='1'), timeout=120)
     assert p.returncode == 0, p.stdout[-3000:]
     last = {}
     # "worker[1]: link rate learned N B/s" when it moves, "link pacing: ... estimate N B/s"

@@ -132,11 +132,11 @@ TEST(Options, MissingDistributedVariableIsNamed) {
   }
 }
 
-TEST(Options, LinkRateUnsetIsLearnedZeroIsOff) {
-  // kvstore/distributed/link_pacing.h: unset, the rate is learned (0); a stated rate
-  // paces at it; 0 turns pacing off (< 0), and the workers' layout check says which.
+TEST(Options, LinkRateOffByDefaultOneLearns) {
+  // kvstore/distributed/link_pacing.h: unset or 0, nothing is paced; a stated rate
+  // paces at it; 1 learns the rate (< 0), and the workers' layout check says which.
   EXPECT_EQ(Options().link_rate, 0);
-  EXPECT_NE(WorkerLayoutSettings(Options()).find("PSKV_LINK_RATE=learned"), std::string::npos);
+  EXPECT_NE(WorkerLayoutSettings(Options()).find("PSKV_LINK_RATE=off"), std::string::npos);
   {
     EnvGuard g;
     g.Set("PSKV_LINK_RATE", "12500000");
@@ -145,9 +145,10 @@ TEST(Options, LinkRateUnsetIsLearnedZeroIsOff) {
               std::string::npos);
   }
   EnvGuard g;
-  g.Set("PSKV_LINK_RATE", "0");
+  g.Set("PSKV_LINK_RATE", "1");
   EXPECT_LT(Options::FromEnv().link_rate, 0);
-  EXPECT_NE(WorkerLayoutSettings(Options::FromEnv()).find("PSKV_LINK_RATE=off"), std::string::npos);
+  EXPECT_NE(WorkerLayoutSettings(Options::FromEnv()).find("PSKV_LINK_RATE=learned"),
+            std::string::npos);
 }
 
 TEST(Options, ServerWeightsAreAutoEvenOrOneWholeNumberPerServer) {

@@ -52,7 +52,7 @@ std::string InterfaceOf(const std::string& addr) {
 
 bool LinksPaced(const Node& node, const Options& o) {
   if (o.link_rate > 0) return true;
-  if (o.link_rate < 0) return false;  // PSKV_LINK_RATE=0: off
+  if (o.link_rate == 0) return false;  // PSKV_LINK_RATE unset or 0: off
   const HostLayout l = LayoutOf(node);
   std::vector<std::string> hosts = l.server_hosts;
   hosts.insert(hosts.end(), l.worker_hosts.begin(), l.worker_hosts.end());
@@ -130,7 +130,7 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
 // ---------------------------------------------------------------- pacer
 
 LinkPacer::LinkPacer(Node& node, const Options& o) : node_(node), o_(o) {
-  if (o.link_rate < 0) return;  // PSKV_LINK_RATE=0: off
+  if (o.link_rate == 0) return;  // PSKV_LINK_RATE unset or 0: off
   const HostLayout layout = LayoutOf(node);
   const std::vector<int64_t> shares = ServerShares(o.server_weights, layout);
   const std::vector<uint64_t> rates = LinkPacingRates(layout, shares, kUnit, o.replicas);

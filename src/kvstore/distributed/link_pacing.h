@@ -15,7 +15,8 @@
 // servers"). Worker-worker, server-server and same-host connections are not paced;
 // after a failover the rates stay those of the initial table.
 //
-// The link's rate, unless PSKV_LINK_RATE states it, is learned while the job runs
+// With PSKV_LINK_RATE=1 the link's rate is learned while the job runs (opt-in: one
+// measured run was slower than unpaced, docs/performance.md)
 // (LinkRateEstimator): at the end of every window of 200 ms the node reads its paced
 // connections' TCP_INFO (bytes acknowledged, time backlogged) and its host
 // interface's transmitted bytes (/proc/net/dev). While its connections are
@@ -51,7 +52,7 @@ class Node;
 namespace dist {
 
 /// Whether the store's connections are paced, by a stated rate or a learned one:
-/// PSKV_LINK_RATE > 0, or unset (learned) and the job's nodes on more than one host.
+/// PSKV_LINK_RATE > 0, or 1 (learned) and the job's nodes on more than one host.
 /// Alike on every worker (the node table), as the wire's chunking needs it to be
 /// (worker/wire_shape.h).
 bool LinksPaced(const Node& node, const Options& o);
@@ -126,8 +127,8 @@ class LinkRateEstimator {
 
 /// Paces `node`'s connections to the workers (a server of rank < S; spares are not
 /// paced) or to the servers (a worker) on other hosts: at the stated `o.link_rate`
-/// (> 0) once, or (unset) at the rate a thread of its own learns while the object
-/// lives; nothing on one host or with PSKV_LINK_RATE=0. After Node::Start; one per
+/// (> 0) once, or (PSKV_LINK_RATE=1) at the rate a thread of its own learns while
+/// the object lives; nothing on one host or with PSKV_LINK_RATE unset or 0. After Node::Start; one per
 /// node (a process's stores share a node: the first store's).
 class LinkPacer {
  public:
