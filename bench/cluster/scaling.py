@@ -106,17 +106,21 @@ def cpu():  # the machine's busy and total jiffies (one kernel for all the hosts
 
 
 times = []
+marks = os.environ.get('SCALING_MARKS')  # rank 0 touches MARKS.<step> after each step
 c0 = cpu()
-for _ in range(steps):
+for i in range(steps):
     kv.barrier()
     t = time.perf_counter()
     kv.pushpull(0, g, out=w)
     times.append(time.perf_counter() - t)
+    if marks and kv.rank == 0:
+        open('%s.%d' % (marks, i + 1), 'w').close()
 c1 = cpu()
 assert float(w[0]) == kv.num_workers and float(w[-1]) == kv.num_workers, (w[0], w[-1])
 if kv.rank == 0:
     busy = (c1[0] - c0[0]) / max(1, c1[1] - c0[1])
     print('RESULT ' + json.dumps([sorted(times)[len(times) // 2], busy]), flush=True)
+    print('STEPS ' + json.dumps(times), flush=True)
 kv.close()
 '''
 
@@ -155,10 +159,12 @@ def result(out):
     return json.loads([line for line in out.splitlines() if 'RESULT ' in line][-1].split('RESULT ', 1)[1])
 
 
-def run_pskv(c, hosts, workers, servers, elems, steps, **env_kw):
+def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
     """One pskv job: `servers` servers and `workers` workers on `hosts` by the cycling
     rule (servers on the first hosts). Returns (median step s, machine CPU busy
-    fraction during the steps, per host [rx, tx] bytes of the whole job)."""
+    fraction during the steps, per host [rx, tx] bytes of the whole job); with
+    `changes` ([(after step, host, rate)], the link of `host` set to `rate` once step
+    `after` ended) the step times instead of the median."""
     script = os.path.join(c.tmp, 'scaling_worker.py')
     with open(script, 'w') as f:
         f.write(WORKER)
@@ -166,12 +172,31 @@ def run_pskv(c, hosts, workers, servers, elems, steps, **env_kw):
         c.launcher_ssh_args() + ['-n', str(workers), '-s', str(servers), '--', '/usr/bin/python3', script,
                                  str(elems), str(steps)]
     before = [h.counters() for h in c.hosts]
-    r = subprocess.run(c.hosts[0].argv(argv), env=env(**env_kw), stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=1000, cwd=c.tmp)
-    if r.returncode != 0:
-        raise SystemExit('pskv job failed:\n' + r.stdout[-3000:])
+    if changes:
+        marks = os.path.join(c.tmp, 'step')
+        env_kw['SCALING_MARKS'] = marks
+    log = os.environ['SCALING_LOG'] + '.job' if os.environ.get('SCALING_LOG') else os.path.join(c.tmp, 'job.log')
+    with open(log, 'w') as f:
+        p = subprocess.Popen(c.hosts[0].argv(argv), env=env(**env_kw), stdout=f,
+                             stderr=subprocess.STDOUT, text=True, cwd=c.tmp)
+    if os.environ.get('SCALING_LOG'):  # every job's output as it comes, e.g. with PS_VERBOSE=1
+        with open(os.environ['SCALING_LOG'], 'a') as f:
+            f.write('==== %s %s\n' % (log, json.dumps(env_kw)))
+    for after_step, host, rate in changes or []:
+        while p.poll() is None and not os.path.exists('%s.%d' % (marks, after_step)):
+            time.sleep(0.01)
+        c.set_rate(host, rate)
+    p.wait(timeout=1000)
+    out = open(log).read()
+    if os.environ.get('SCALING_LOG'):
+        with open(os.environ['SCALING_LOG'], 'a') as f:
+            f.write(out)
+    if p.returncode != 0:
+        raise SystemExit('pskv job failed:\n' + out[-3000:])
     after = [h.counters() for h in c.hosts]
-    step, busy = result(r.stdout)
+    step, busy = result(out)
+    if changes:
+        return json.loads([x for x in out.splitlines() if 'STEPS ' in x][-1].split('STEPS ', 1)[1]), busy, out
     return step, busy, [[a[0] - b[0], a[1] - b[1]] for a, b in zip(after, before)]
 
 
@@ -236,12 +261,14 @@ def grid_config(c, args, n, k, rate, b, size):
     m = parse_size(size)
     elems, steps = m // 4, args.steps
     # Rows with the kernel-paced columns are their own series (bench/plot.py: cluster_paced.png).
-    row = {'bench': 'cluster_paced' if args.paced_repeat else 'cluster_scaling', 'workers': n, 'extra_servers': k, 'rate': rate,
+    row = {'bench': args.bench or ('cluster_paced' if args.paced_repeat else 'cluster_scaling'), 'workers': n,
+           'extra_servers': k, 'rate': rate, 'pskv_pacing': 'learned (PSKV_LINK_RATE=1)' if args.learned else 'default (PSKV_LINK_RATE unset: off)',
            'link_bytes_per_s': round(b), 'model_bytes': m, 'steps': steps, 'repeats': args.repeat,
            't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
     runs, busy, links = [], [], []
     for _ in range(args.repeat):
-        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced')
+        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced',
+                            **({'PSKV_LINK_RATE': '1'} if args.learned else {}))
         runs.append(t)
         busy.append(u)
         links.append(lk)
@@ -259,6 +286,12 @@ def grid_config(c, args, n, k, rate, b, size):
               for _ in range(args.even_repeat)]
         row['pskv_even_s'], row['pskv_even_min_s'], row['pskv_even_max_s'] = spread(ev)
         row['pskv_even_vs_t_even_split'] = round(row['pskv_even_s'] / row['t_even_split_s'], 3)
+    if args.unpaced_repeat:
+        # PSKV_LINK_RATE=0: no pacing (the default before the rate was learned).
+        up = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced', PSKV_LINK_RATE='0')[0]
+              for _ in range(args.unpaced_repeat)]
+        row['pskv_unpaced_s'], row['pskv_unpaced_min_s'], row['pskv_unpaced_max_s'] = spread(up)
+        row['pskv_unpaced_vs_t_opt'] = round(row['pskv_unpaced_s'] / row['t_opt_s'], 3)
     if args.paced_repeat:
         # Kernel pacing (src/kvstore/distributed/link_pacing.h) at the link rate measured here.
         pace = str(int(b))
@@ -287,6 +320,8 @@ def grid_config(c, args, n, k, rate, b, size):
     text = ('%-8s k=%d M=%-5s B=%.1f MB/s  t_opt %.3f s  pskv %.3f s [%.3f-%.3f] (%.2f x t_opt, cpu %.0f%%)%s%s'
             % (rate, k, size, b / 1e6, row['t_opt_s'], row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'],
                row['pskv_vs_t_opt'], 100 * row['cpu_busy'],
+               ('  unpaced %.3f s (%.2f x t_opt)' % (row['pskv_unpaced_s'], row['pskv_unpaced_vs_t_opt'])
+                if 'pskv_unpaced_s' in row else '') +
                ('  even %.3f s' % row['pskv_even_s'] if 'pskv_even_s' in row else '') +
                ('  paced %.3f s (%.2f x t_opt)' % (row['pskv_paced_s'], row['pskv_paced_vs_t_opt'])
                 if 'pskv_paced_s' in row else '') +
@@ -297,6 +332,42 @@ def grid_config(c, args, n, k, rate, b, size):
                if 'ddp_gloo_s' in row else ''))
     emit(row, args, text)
     return row
+
+
+def rate_change(c, args, n, k, rate, b):
+    """One job per pacing mode with --change-steps steps; the link of a host changes
+    rate after given steps (--change AFTER:HOST:RATE,...). Per step: its time over the
+    bound of the links' rates then (every host link carries the same bytes with the
+    link-balanced shares, so the bound scales with the slowest link), and per change
+    the steps until the step time is within 10 % of the new bound."""
+    m = parse_size(args.sizes.split(',')[0])
+    changes = [(int(a), int(h), r) for a, h, r in (x.split(':') for x in args.change.split(','))]
+    base_bits = netns_cluster._rate_bits(rate)
+    bounds, rates = [], [base_bits] * len(c.hosts)
+    for i in range(args.change_steps):
+        for a, h, r in changes:
+            if a == i:
+                rates[h] = netns_cluster._rate_bits(r)
+        bounds.append(t_opt(n, k, m, b) * base_bits / min(rates[:n + k]))
+    modes = [('learned', {'PSKV_LINK_RATE': '1'})] + ([('PSKV_LINK_RATE=B', {'PSKV_LINK_RATE': str(int(b))})] if args.paced_repeat else []) + \
+        ([('unpaced', {'PSKV_LINK_RATE': '0'})] if args.unpaced_repeat else [])
+    for name, kw in modes:
+        for h in range(len(c.hosts)):
+            c.set_rate(h, rate)
+        times, busy, _ = run_pskv(c, c.hosts, n, n + k, m // 4, args.change_steps, changes=changes,
+                                  PSKV_SERVER_WEIGHTS='balanced', **kw)
+        ratio = [round(t / bd, 3) for t, bd in zip(times, bounds)]
+        recovery = []
+        for a, _, _ in changes:
+            nxt = min([x for x, _, _ in changes if x > a] + [len(times)])
+            within = [i for i in range(a, nxt) if ratio[i] <= 1.10]
+            recovery.append(within[0] - a + 1 if within else None)
+        row = {'bench': 'cluster_rate_change', 'workers': n, 'extra_servers': k, 'rate': rate,
+               'link_bytes_per_s': round(b), 'model_bytes': m, 'pacing': name, 'changes': args.change,
+               'step_s': [round(t, 4) for t in times], 'bound_s': [round(x, 4) for x in bounds],
+               'step_vs_bound': ratio, 'recovery_steps': recovery, 'cpu_busy': round(busy, 3)}
+        emit(row, args, '%-8s k=%d %s changes %s: step/bound %s, steps to within 10 %%: %s' % (
+            rate, k, name, args.change, ' '.join('%.2f' % x for x in ratio), recovery))
 
 
 def servers_series(c, args, n, rate, b):
@@ -342,6 +413,15 @@ def main():
                     help='also this many jobs with PSKV_LINK_RATE = the measured B (kernel pacing per '
                          'connection) with the link-balanced shares, and for k > 0 --even-repeat (at least 1) '
                          'with the even split')
+    ap.add_argument('--unpaced-repeat', type=int, default=0,
+                    help='also this many jobs with PSKV_LINK_RATE=0 (no pacing; the default before it was learned)')
+    ap.add_argument('--change', default='',
+                    help='AFTER:HOST:RATE,...: instead of the grid, one job per pacing mode (learned, and with '
+                         '--paced-repeat/--unpaced-repeat stated/unpaced) in which HOST\'s link changes to RATE '
+                         'after step AFTER (first k, first size)')
+    ap.add_argument('--change-steps', type=int, default=14)
+    ap.add_argument('--learned', action='store_true', help='the main pskv column with PSKV_LINK_RATE=1 (learned rate)')
+    ap.add_argument('--bench', default='', help='the rows\' "bench" name (default cluster_scaling/cluster_paced)')
     ap.add_argument('--servers-series', default='',
                     help='server counts S (e.g. 1,2,4) for the step time against servers: S hosts that only '
                          'serve, in the cluster of the largest k, at the first rate')
@@ -360,6 +440,9 @@ def main():
         for k in ks:
             with netns_cluster.Cluster(hosts=n + k, networks={'net': rate}) as c:
                 b = link_rate(c)
+                if args.change:
+                    rate_change(c, args, n, k, rate, b)
+                    continue
                 for size in args.sizes.split(','):
                     grid_config(c, args, n, k, rate, b, size)
                 if args.servers_series and rate == rates[0] and k == max(ks):

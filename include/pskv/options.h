@@ -80,7 +80,7 @@ struct Options {
   /// every connection between a worker and a server on another host at this rate
   /// times the server's share over the busiest link's load, so that no link queues
   /// (kvstore/distributed/link_pacing.h; docs/performance.md, "Across hosts"); pushes are
-  /// then not held back by wire_ahead_bytes. 0: off.
+  /// then not held back by wire_ahead_bytes. 0: off; < 0 (set to 1): learned.
   int64_t link_rate = 0;
   /// PSKV_REPLICAS: besides its primary, this many other servers hold a copy of each
   /// server's key range (docs/fault-tolerance.md); at most num_servers - 1 are used.

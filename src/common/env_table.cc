@@ -101,6 +101,12 @@ void ApplyRole(const EnvVar& e, const char* v, Options& o) {
   o.role = r == "server" ? Role::kServer : r == "scheduler" ? Role::kScheduler : Role::kWorker;
   o.role_set = true;
 }
+// PSKV_LINK_RATE=1 learns the rate (-1); 0 or unset: off; above: the stated rate.
+// Learning stays opt-in: measured slower than unpaced in one run (docs/performance.md).
+void ApplyLinkRate(const EnvVar& e, const char* v, Options& o) {
+  const int64_t r = EnvInt(e, v);
+  o.link_rate = r == 1 ? -1 : r;
+}
 void ApplySumOrder(const EnvVar& e, const char* v, Options& o) {
   o.sum_in_arrival_order = ParseChoice(e, v) == "arrival";
 }
@@ -344,10 +350,14 @@ const EnvVar kVars[] = {
      "key's slices bigger than "
      "`PSKV_WIRE_CHUNK_BYTES` travel in finer chunks (a 32nd of the slice, at least 16 KiB, "
      "each its own message) so that a server's answers keep up with the pushes; small keys go "
-     "no faster than their connection's rate; 0: off "
+     "no faster than their connection's rate; 0: off; 1 (experimental): the same at a rate each "
+     "node "
+     "learns from its connections' TCP_INFO and its host interface's byte counters while the "
+     "job runs (probing for more every 1.6 s), "
+     "where the job's nodes are on more than one host "
      "([performance](docs/"
      "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",
-     Int<&Options::link_rate>},
+     ApplyLinkRate},
     // ---- observability
     {"PSKV_TIMELINE", T::kText, 0, 0, "", "—", S::kJob,
      "write a Chrome trace (`chrome://tracing`, Perfetto) of every push/pull/pushpull per key: "

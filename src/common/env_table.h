@@ -77,7 +77,7 @@ bool IsServerWeightsKeyword(const std::string& value);
 /// What every worker of a job must set alike to cut and name its keys alike (a
 /// chunk of a slice is a ps key; the workers name which elements each server holds):
 /// "PSKV_WIRE_CHUNK_BYTES=262144 PSKV_LINK_RATE=off PSKV_SERVER_WEIGHTS=auto".
-/// PSKV_LINK_RATE counts only as on or off (its value paces, on/off cuts).
+/// PSKV_LINK_RATE counts only as on, learned or off (its value paces, the mode cuts).
 std::string WorkerLayoutSettings(const Options& o);
 
 /// Reads the job secret from the file named by PSKV_JOB_SECRET_FILE: a private file

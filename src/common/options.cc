@@ -48,8 +48,10 @@ Options Options::FromEnv() {
 }
 
 std::string WorkerLayoutSettings(const Options& o) {
-  return "PSKV_WIRE_CHUNK_BYTES=" + std::to_string(o.wire_chunk_bytes) +
-         " PSKV_LINK_RATE=" + (o.link_rate > 0 ? "on" : "off") +
+  return "PSKV_WIRE_CHUNK_BYTES=" + std::to_string(o.wire_chunk_bytes) + " PSKV_LINK_RATE=" +
+         (o.link_rate > 0   ? "on"
+          : o.link_rate < 0 ? "learned"
+                            : "off") +
          " PSKV_SERVER_WEIGHTS=" + o.server_weights;
 }
 

@@ -61,6 +61,10 @@ void Node::SetPacingRate(int id, uint64_t bytes_per_s) {
   transport_->SetPacingRate(id, bytes_per_s);
 }
 
+bool Node::SendStats(int id, TcpSendStats* out) {
+  return transport_->SendStats(id, out);
+}
+
 std::vector<int> Node::ServerIds() const {
   std::vector<int> v;
   for (int r = 0; r < options_.num_servers; ++r) v.push_back(ServerId(r));

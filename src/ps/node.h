@@ -181,6 +181,9 @@ class Node {
   /// Caps the rate of this node's data to node `id` (Transport::SetPacingRate;
   /// after Start, once the node table connected it).
   void SetPacingRate(int id, uint64_t bytes_per_s);
+  /// The kernel's counters of the direct TCP connection carrying this node's data to
+  /// node `id` (Transport::SendStats); false where there is none.
+  bool SendStats(int id, TcpSendStats* out);
   /// "worker[1] at 127.0.0.1:4321" for any node id of the job.
   std::string NodeName(int id) const;
   /// This node's name ("server[0]"), for log lines.

@@ -111,6 +111,14 @@ struct Received {
   uint64_t conn = 0;
 };
 
+/// What the kernel counted on one direct TCP connection since it opened (TCP_INFO).
+struct TcpSendStats {
+  uint64_t bytes_acked = 0;  ///< payload bytes the peer acknowledged
+  /// Microseconds with data waiting in the socket (in flight, or held by the
+  /// receiver's window or the send buffer): the connection was backlogged.
+  uint64_t busy_us = 0;
+};
+
 /// The `token` of Transport::Connect for the job's scheduler.
 constexpr uint64_t kSchedulerToken = 0;
 
@@ -144,6 +152,11 @@ class Transport {
   /// spaces the connection's packets itself, no qdisc needed), in payload bytes per
   /// second; 0 lifts the cap. Backends without such a connection ignore it.
   virtual void SetPacingRate(int peer, uint64_t bytes_per_s) {}
+  /// The kernel's counters of the direct TCP connection that carries this node's
+  /// data to `peer` (TCP_INFO), for learning the link's rate
+  /// (kvstore/distributed/link_pacing.h). False where there is none (ZeroMQ, shared
+  /// memory, not connected yet).
+  virtual bool SendStats(int peer, TcpSendStats* out) { return false; }
   /// Releases sockets; waits at most `linger` for queued messages to go out.
   virtual void Close(std::chrono::milliseconds linger) = 0;
   virtual std::string Name() const = 0;

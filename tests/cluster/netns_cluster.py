@@ -261,6 +261,17 @@ class Cluster:
         for n in ([net] if net else self.nets):
             _sh('ip', 'link', 'set', 'dev', self.hosts[i].root_veth(n), 'down')
 
+    def set_rate(self, i, rate, net=None):
+        """Changes host i's rate limit on `net` (both directions, as built) mid-run:
+        another job on the link, an operator's change."""
+        n = net or self.nets[0]
+        bits = _rate_bits(rate)
+        burst = str(max(int(bits / 8 / 50), 16000))
+        h = self.hosts[i]
+        for dev_argv, dev in ((['ip', 'netns', 'exec', h.ns, 'tc'], n), (['tc'], h.root_veth(n))):
+            _sh(*dev_argv, 'qdisc', 'change', 'dev', dev, 'root', 'tbf', 'rate', rate, 'burst', burst,
+                'latency', '100ms')
+
     def restore(self, i, net=None):
         for n in ([net] if net else self.nets):
             _sh('ip', 'link', 'set', 'dev', self.hosts[i].root_veth(n), 'up')

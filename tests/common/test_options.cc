@@ -132,6 +132,25 @@ TEST(Options, MissingDistributedVariableIsNamed) {
   }
 }
 
+TEST(Options, LinkRateOffByDefaultOneLearns) {
+  // kvstore/distributed/link_pacing.h: unset or 0, nothing is paced; a stated rate
+  // paces at it; 1 learns the rate (< 0), and the workers' layout check says which.
+  EXPECT_EQ(Options().link_rate, 0);
+  EXPECT_NE(WorkerLayoutSettings(Options()).find("PSKV_LINK_RATE=off"), std::string::npos);
+  {
+    EnvGuard g;
+    g.Set("PSKV_LINK_RATE", "12500000");
+    EXPECT_EQ(Options::FromEnv().link_rate, 12'500'000);
+    EXPECT_NE(WorkerLayoutSettings(Options::FromEnv()).find("PSKV_LINK_RATE=on"),
+              std::string::npos);
+  }
+  EnvGuard g;
+  g.Set("PSKV_LINK_RATE", "1");
+  EXPECT_LT(Options::FromEnv().link_rate, 0);
+  EXPECT_NE(WorkerLayoutSettings(Options::FromEnv()).find("PSKV_LINK_RATE=learned"),
+            std::string::npos);
+}
+
 TEST(Options, ServerWeightsAreAutoEvenOrOneWholeNumberPerServer) {
   EXPECT_EQ(Options().server_weights, "auto");
   for (const char* ok : {"auto", "even", "balanced", "1,0,3", "7", "0,1000000"}) {

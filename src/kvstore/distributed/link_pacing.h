@@ -14,7 +14,36 @@
 // copy and its acknowledgement queue behind nothing (docs/performance.md, "Replicated
 // servers"). Worker-worker, server-server and same-host connections are not paced;
 // after a failover the rates stay those of the initial table.
+//
+// With PSKV_LINK_RATE=1 the link's rate is learned while the job runs (opt-in: one
+// measured run was slower than unpaced, docs/performance.md)
+// (LinkRateEstimator): at the end of every window of 200 ms the node reads its paced
+// connections' TCP_INFO (bytes acknowledged, time backlogged) and its host
+// interface's transmitted bytes (/proc/net/dev). While its connections are
+// backlogged, the bytes the interface sent, over the host's planned part of the
+// busiest link's load, are a sample of the link's rate: the interface counts every
+// process of the host (a worker's pushes and its co-located server's answers), so no
+// process mistakes the room another one left for a faster link. (Without the
+// interface's counter: the connections' own bytes over their planned part.) A window
+// whose backlogged connections delivered their caps was held by the caps, not the
+// link: it keeps the estimate. The estimate is the largest sample of the last
+// `horizon` windows (a lowered limit, which holds the connections below their caps,
+// is followed once the older samples age out), and in one window of every `cycle` the
+// connections are paced `probe_gain` faster, so that a raised limit shows in the
+// samples (the next window drains the probe's queue). The probe windows are slots of
+// the wall clock, alike on every node, so the processes that share a link probe
+// together and keep the planned proportions. Until the first sample nothing is paced.
+// A job whose nodes are all on one host learns nothing and paces nothing.
 #pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "pskv/options.h"
 
@@ -22,10 +51,115 @@ namespace pskv {
 class Node;
 namespace dist {
 
-/// Sets the pacing rate of `node`'s connections to the workers (a server of rank < S;
-/// spares are not paced) or to the servers (a worker) on other
-/// hosts, when `o.link_rate` > 0; after Node::Start. Idempotent.
-void PaceLinks(Node& node, const Options& o);
+/// Whether the store's connections are paced, by a stated rate or a learned one:
+/// PSKV_LINK_RATE > 0, or 1 (learned) and the job's nodes on more than one host.
+/// Alike on every worker (the node table), as the wire's chunking needs it to be
+/// (worker/wire_shape.h).
+bool LinksPaced(const Node& node, const Options& o);
+
+/// One paced connection's counters at the end of a window, as the kernel gives them
+/// (Transport::SendStats): cumulative.
+struct ConnCounters {
+  uint64_t bytes_acked = 0;
+  uint64_t busy_us = 0;
+};
+
+/// The link's rate from windows of a node's paced connections' counters. No clock and
+/// no I/O: the caller feeds the windows (unit-tested with recorded counters).
+class LinkRateEstimator {
+ public:
+  struct Config {
+    std::chrono::microseconds window{200'000};
+    /// A connection counts as backlogged in a window when busy this fraction of it.
+    double busy_fraction = 0.8;
+    /// Windows a sample counts towards the estimate (more than one cycle, so that
+    /// a probe's sample is always among them while the job is busy).
+    int horizon = 10;
+    /// Windows per cycle: the first is a probe (gain probe_gain), the second drains
+    /// what the probe queued (drain_gain), the others cruise (cruise_gain: a little
+    /// below the estimate, the largest of noisy samples).
+    int cycle = 8;
+    double probe_gain = 1.25;
+    double drain_gain = 0.75;
+    double cruise_gain = 0.97;
+    /// The least estimate (bytes/s): a connection is never paced to a stop.
+    uint64_t floor = 125'000;
+    /// Backlogged connections that delivered this fraction of their caps were held by
+    /// the caps, not by the link.
+    double capped = 0.9;
+    /// TCP payload per byte on the wire (an interface counts Ethernet, IP and TCP
+    /// headers: 1448 of 1514 bytes of a full segment).
+    double payload = 0.956;
+  };
+
+  /// `parts`: per connection, its planned part of the link (rate / link rate;
+  /// > 0); the counters fed to Add come in the same order. `host_part`: the host's
+  /// planned load over the busiest link's (server_shares.h, LinkLoads; 1 where this
+  /// host's link is the busiest).
+  LinkRateEstimator(Config c, std::vector<double> parts, double host_part = 1.0);
+
+  /// The counters at the end of window `slot` (consecutive windows have consecutive
+  /// slots; a gap restarts the comparison) and the bytes the host's interface has
+  /// transmitted (cumulative; 0: unknown). Returns the estimate after it.
+  uint64_t Add(int64_t slot, const std::vector<ConnCounters>& now, uint64_t link_tx_bytes = 0);
+  /// The link's rate learned so far (bytes/s); 0 before the first sample.
+  uint64_t estimate() const { return estimate_; }
+  /// The pacing gain of window `slot` (probe_gain, drain_gain or cruise_gain).
+  double Gain(int64_t slot) const;
+  /// The sample the last Add took (0: none: the connections were not backlogged).
+  uint64_t last_sample() const { return last_sample_; }
+
+ private:
+  Config c_;
+  std::vector<double> parts_;
+  double host_part_;
+  std::vector<ConnCounters> prev_;
+  uint64_t prev_tx_ = 0;
+  int64_t prev_slot_ = -2;
+  bool prev_backlogged_ = false;  // the window before the last one
+  struct Sample {
+    int64_t slot;
+    uint64_t rate;
+  };
+  std::vector<Sample> samples_;  // within the horizon, oldest first
+  uint64_t estimate_ = 0, last_sample_ = 0;
+};
+
+/// Paces `node`'s connections to the workers (a server of rank < S; spares are not
+/// paced) or to the servers (a worker) on other hosts: at the stated `o.link_rate`
+/// (> 0) once, or (PSKV_LINK_RATE=1) at the rate a thread of its own learns while
+/// the object lives; nothing on one host or with PSKV_LINK_RATE unset or 0. After Node::Start; one per
+/// node (a process's stores share a node: the first store's).
+class LinkPacer {
+ public:
+  LinkPacer(Node& node, const Options& o);
+  ~LinkPacer();
+  LinkPacer(const LinkPacer&) = delete;
+  LinkPacer& operator=(const LinkPacer&) = delete;
+  /// The rate learned so far (0: none yet, or not learning).
+  uint64_t learned() const;
+
+ private:
+  struct Conn {
+    int peer;
+    uint64_t rate;  // its pacing rate for a link of kUnit bytes/s
+  };
+  void Learn();
+  void Apply(double link_rate);
+  uint64_t LinkTxBytes() const;  // 0: unknown
+  Node& node_;
+  const Options o_;
+  std::vector<Conn> conns_;  // the measured ones first
+  size_t measured_ = 0;
+  std::string interface_;  // the host's interface carrying the node's address ("": unknown)
+  double host_part_ = 1.0;
+  const LinkRateEstimator::Config cfg_{};
+  std::unique_ptr<LinkRateEstimator> est_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 }  // namespace dist
 }  // namespace pskv

@@ -175,10 +175,23 @@ std::vector<int> ReplicaRanks(int r, int servers, int replicas) {
 }
 
 double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares, int replicas) {
+  double worst = 0;
+  for (const auto& [host, load] : LinkLoads(layout, shares, replicas))
+    worst = std::max(worst, load);
+  return worst;
+}
+
+std::map<std::string, double> LinkLoads(const HostLayout& layout,
+                                        const std::vector<int64_t>& shares, int replicas) {
   std::vector<Host> hosts;
   const auto n = static_cast<int64_t>(layout.worker_hosts.size());
   const size_t S = layout.server_hosts.size();
-  if (!HostsOf(layout, &hosts)) return 0;
+  if (!HostsOf(layout, &hosts)) return {};
+  // The hosts' labels, in HostsOf's order (servers by rank, then workers).
+  std::vector<std::string> labels;
+  for (const auto* list : {&layout.server_hosts, &layout.worker_hosts})
+    for (const auto& h : *list)
+      if (std::find(labels.begin(), labels.end(), h) == labels.end()) labels.push_back(h);
   auto share = [&](size_t r) {
     return shares.empty() ? 1.0 / static_cast<double>(S)
                           : static_cast<double>(shares[r]) / static_cast<double>(U);
@@ -204,15 +217,15 @@ double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares,
       extra_in[to] += share(r) * (1.0 - answers);
     }
   }
-  double worst = 0;
+  std::map<std::string, double> loads;
   for (size_t h = 0; h < hosts.size(); ++h) {
     double w = 0;
     for (int r : hosts[h].servers) w += share(static_cast<size_t>(r));
     const double a = static_cast<double>(hosts[h].workers);
     const double base = a + static_cast<double>(n - 2 * hosts[h].workers) * w;
-    worst = std::max(worst, base + std::max(extra_out[h], extra_in[h]));
+    loads[labels[h]] = base + std::max(extra_out[h], extra_in[h]);
   }
-  return worst;
+  return loads;
 }
 
 std::vector<uint64_t> LinkPacingRates(const HostLayout& layout, const std::vector<int64_t>& shares,

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,11 @@ std::vector<int> ReplicaRanks(int r, int servers, int replicas);
 /// host"). Every step is taken as push-pulls of dense keys, as in the rest of this
 /// model.
 double MaxLinkLoad(const HostLayout& layout, const std::vector<int64_t>& shares, int replicas = 0);
+
+/// Each host's link load (by host label) of which MaxLinkLoad is the largest; empty
+/// where a node's host is unknown.
+std::map<std::string, double> LinkLoads(const HostLayout& layout,
+                                        const std::vector<int64_t>& shares, int replicas = 0);
 
 /// Per server rank r: the rate (bytes per second) at which a worker and server r on
 /// different hosts each send to the other, so that every connection's part of a

@@ -36,6 +36,7 @@ class FaultTransport final : public Transport {
   void SetPacingRate(int peer, uint64_t bytes_per_s) override {
     inner_->SetPacingRate(peer, bytes_per_s);
   }
+  bool SendStats(int peer, TcpSendStats* out) override { return inner_->SendStats(peer, out); }
   std::string Name() const override { return "fault(" + inner_->Name() + ")"; }
 
   void Send(int peer, std::vector<Frame> frames) override {

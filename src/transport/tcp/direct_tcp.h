@@ -38,6 +38,7 @@
 #include "transport/admission.h"
 #include "transport/auth.h"
 #include "transport/framing.h"
+#include "transport/transport.h"
 
 namespace pskv::direct {
 
@@ -114,6 +115,9 @@ void KeepAlive(int fd, std::chrono::milliseconds interval, std::chrono::millisec
 /// bytes per second; 0: no cap). TCP paces internally once a cap is set, with any
 /// qdisc. False if the kernel refused.
 bool MaxPacingRate(int fd, uint64_t bytes_per_s);
+/// The connection's TCP_INFO counters (tcp_info.cc: the kernel's header, which
+/// glibc's <netinet/tcp.h> lags behind); false if the kernel has none.
+bool ReadSendStats(int fd, TcpSendStats* out);
 /// Sends all of `p` on a fresh (empty send buffer) socket; false if it did not go.
 bool SendAll(int fd, const std::string& p);
 

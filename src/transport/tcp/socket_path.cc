@@ -59,6 +59,9 @@ class SocketOut final : public OutPath {
     pacing_ = bytes_per_s;
     if (sock_ >= 0) MaxPacingRate(sock_, bytes_per_s);
   }
+  bool SendStats(TcpSendStats* out) const override {
+    return sock_ >= 0 && ReadSendStats(sock_, out);
+  }
   upgrade::Nonce nonce_{};
 
   Taken Accepted(std::string*) override { return sock_ < 0 ? Taken::kWaiting : Taken::kTaken; }

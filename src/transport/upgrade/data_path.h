@@ -92,6 +92,8 @@ class OutPath {
   /// Transport::SetPacingRate for this path (0: no cap); paths that are no
   /// socket ignore it.
   virtual void SetPacingRate(uint64_t bytes_per_s) {}
+  /// Transport::SendStats for this path; false where it is no socket.
+  virtual bool SendStats(TcpSendStats* out) const { return false; }
   /// Gives the path up; the reader still gets what was written. `switched`:
   /// SWITCH was sent (the reader may be waiting for data).
   virtual void Close(bool switched) = 0;

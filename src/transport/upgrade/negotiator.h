@@ -70,6 +70,7 @@ class UpgradingTransport final : public Transport {
   Clock::time_point DownSince(int peer) override { return inner_->DownSince(peer); }
   Clock::time_point GoneSince(int peer) override { return inner_->GoneSince(peer); }
   void SetPacingRate(int peer, uint64_t bytes_per_s) override;
+  bool SendStats(int peer, TcpSendStats* out) override;
 
   void Close(std::chrono::milliseconds linger) override;
 

@@ -20,7 +20,8 @@ int RunServerOrScheduler(const Options& options) {
     else if (options.role == Role::kServer)
       server = std::make_unique<DistServer>(&node);
     node.Start();
-    if (options.role == Role::kServer) dist::PaceLinks(node, options);
+    std::unique_ptr<dist::LinkPacer> pacer;
+    if (options.role == Role::kServer) pacer = std::make_unique<dist::LinkPacer>(node, options);
     node.Finalize(std::chrono::milliseconds(0));
     return 0;
   } catch (const std::exception& e) {

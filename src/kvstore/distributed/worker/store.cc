@@ -70,20 +70,20 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
                                  std::unique_ptr<LocalReducer> reducer)
     : KVStore(std::move(type), std::move(options)),
       async_(StoreType::Parse(type_).async),
-      wire_(WireShape::Of(options_)),
       reducer_(std::move(reducer)),
       keys_([this](int k) { return KeyName(k); }) {
   engine_.SetWaitSpin(std::chrono::microseconds(options_.spin_us));
   lease_ = SharedNode::Join(options_, async_, type_);
   store_id_ = lease_.store_id;
   node_ = lease_.node->node();
+  wire_ = WireShape::Of(options_, LinksPaced(*node_, options_));
   link_ = std::make_unique<ServerLink>(node_, lease_.node->worker(), options_, store_id_);
   sparse_ = std::make_unique<SparseWorker>(*link_, engine_, mu_, keys_,
                                            [this](int k) { return KeyName(k); });
   devices_ =
       std::make_unique<DeviceExchange>(StoreType::Parse(type_).device, *reducer_, *link_, wire_);
   shares_ = PlacementShares(options_, *node_);
-  PaceLinks(*node_, options_);
+  if (store_id_ == 0) pacer_ = std::make_unique<LinkPacer>(*node_, options_);
   if (node_->rank() == 0 && store_id_ == 0)
     link_->worker()->Command(kSetMode, payload::EncodeMode(!async_), options_.op_timeout);
   node_->Barrier(kWorkerGroup, options_.op_timeout);
@@ -92,6 +92,7 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
 }
 
 DistWorkerStore::~DistWorkerStore() {
+  pacer_.reset();  // its thread reads the node's connections
   if (!link_->broken()) {
     try {
       engine_.Wait(nullptr, options_.op_timeout);

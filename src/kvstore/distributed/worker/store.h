@@ -42,6 +42,7 @@
 
 #include "kvstore/compression.h"
 #include "kvstore/device_values.h"
+#include "kvstore/distributed/link_pacing.h"
 #include "kvstore/distributed/worker/device_exchange.h"
 #include "kvstore/distributed/worker/key_table.h"
 #include "kvstore/distributed/worker/local_reducer.h"
@@ -124,7 +125,7 @@ class DistWorkerStore : public KVStore {
   bool StartsHere(const KeyMeta& m, const std::vector<NDArray>& vals) const;
 
   const bool async_;
-  const WireShape wire_;
+  WireShape wire_;  // set once the node table is known (LinksPaced), then fixed
   SharedNode::Lease lease_;
   int store_id_ = 0;
   Node* node_ = nullptr;         // lease_'s
@@ -138,6 +139,7 @@ class DistWorkerStore : public KVStore {
   Engine engine_;
   std::unique_ptr<SparseWorker> sparse_;     // row_sparse keys
   std::unique_ptr<DeviceExchange> devices_;  // values and outputs on devices
+  std::unique_ptr<LinkPacer> pacer_;         // the node's (first store's), link_pacing.h
 };
 
 }  // namespace pskv::dist

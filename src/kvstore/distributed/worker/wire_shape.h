@@ -1,6 +1,6 @@
 // How a dist store's dense keys are cut into messages and paced on the wire, from the
-// store's options (PSKV_LINK_RATE, PSKV_WIRE_AHEAD_BYTES): read once by the store and
-// its parts, so that they agree.
+// store's options (PSKV_LINK_RATE, PSKV_WIRE_AHEAD_BYTES) and the node table (hosts):
+// read once by the store and its parts, so that they agree.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +25,8 @@ struct WireShape {
   int64_t chunks_per_slice = 1;
   uint64_t message_bytes = 0;
 
-  static WireShape Of(const Options& o) {
-    const bool paced = o.link_rate > 0;
+  /// `paced`: distributed/link_pacing.h, LinksPaced (a stated or a learned rate).
+  static WireShape Of(const Options& o, bool paced) {
     return {paced ? 0 : static_cast<uint64_t>(o.wire_ahead_bytes), paced ? kFineChunksPerSlice : 1,
             paced ? uint64_t{1} : 0};
   }

@@ -1,0 +1,291 @@
+// Learning a host link's rate from the paced connections' TCP_INFO counters
+// (kvstore/distributed/link_pacing.h, LinkRateEstimator): windows of counters fed as
+// the kernel reports them, and a simulated link closing the loop (pacing at the
+// estimate, the link delivering what it can).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kvstore/distributed/link_pacing.h"
+
+using namespace pskv::dist;
+
+namespace {
+
+constexpr uint64_t kWindowUs = 200'000;
+constexpr double kMB = 1e6;
+
+LinkRateEstimator::Config Cfg() {
+  LinkRateEstimator::Config c;
+  c.window = std::chrono::microseconds(kWindowUs);
+  return c;
+}
+
+// n connections' cumulative counters, advanced window by window.
+struct Conns {
+  std::vector<pskv::dist::ConnCounters> c;
+  explicit Conns(size_t n) : c(n) {}
+  // Connection i delivered `bytes` in the window, busy `busy` of it.
+  Conns& Add(size_t i, double bytes, double busy = 1.0) {
+    c[i].bytes_acked += static_cast<uint64_t>(bytes);
+    c[i].busy_us += static_cast<uint64_t>(busy * kWindowUs);
+    return *this;
+  }
+};
+
+// A k = 0 worker (n = 4): three connections to servers on other hosts, each a
+// quarter of the key over a busiest-link load of 1.5: part 1/6 of the link.
+const std::vector<double> kWorkerParts = {1.0 / 6, 1.0 / 6, 1.0 / 6};
+
+}  // namespace
+
+TEST(LinkRateEstimator, UnpacedBacklogGivesTheLinkRateFromTheParts) {
+  // Recorded shape: at 12.2 MB/s the worker's 3 flows get half the uplink (the
+  // co-located server's 3 answer flows the other half), 1.017 MB/s each... per window.
+  LinkRateEstimator e(Cfg(), kWorkerParts);
+  Conns k(3);
+  const double per_conn = 12.2 * kMB / 6 * 0.2;  // bytes per 200 ms window
+  EXPECT_EQ(e.Add(0, k.c), 0u);                  // the first counters: nothing to compare
+  for (size_t i = 0; i < 3; ++i) k.Add(i, per_conn);
+  EXPECT_EQ(e.Add(1, k.c), 0u);  // backlogged, but the window before was not known
+  for (size_t i = 0; i < 3; ++i) k.Add(i, per_conn);
+  const uint64_t b = e.Add(2, k.c);
+  EXPECT_NEAR(static_cast<double>(b), 12.2 * kMB, 0.01 * kMB);
+}
+
+TEST(LinkRateEstimator, UnpacedOneConnectionAloneIsNoSample) {
+  // One flow that has the link to itself (the others' data already sent) would
+  // read as 6 x the link: no sample until all are backlogged.
+  LinkRateEstimator e(Cfg(), kWorkerParts);
+  Conns k(3);
+  e.Add(0, k.c);
+  for (int s = 1; s <= 5; ++s) {
+    k.Add(0, 12 * kMB * 0.2).Add(1, 1000, 0.05).Add(2, 0, 0);
+    EXPECT_EQ(e.Add(s, k.c), 0u) << s;
+  }
+}
+
+TEST(LinkRateEstimator, AfterAnIdleWindowTheBurstIsNotSampled) {
+  LinkRateEstimator e(Cfg(), {1.0});
+  Conns k(1);
+  e.Add(0, k.c);
+  k.Add(0, 0, 0);
+  e.Add(1, k.c);  // idle: the rate limiter saves up a burst
+  k.Add(0, 15 * kMB * 0.2);
+  EXPECT_EQ(e.Add(2, k.c), 0u);  // the burst window
+  k.Add(0, 12 * kMB * 0.2);
+  EXPECT_NEAR(static_cast<double>(e.Add(3, k.c)), 12 * kMB, 0.01 * kMB);
+}
+
+TEST(LinkRateEstimator, AGapOrAResetConnectionRestartsTheComparison) {
+  LinkRateEstimator e(Cfg(), {1.0});
+  Conns k(1);
+  e.Add(0, k.c);
+  k.Add(0, 2.4 * kMB);
+  e.Add(1, k.c);
+  k.Add(0, 2.4 * kMB);
+  EXPECT_NEAR(static_cast<double>(e.Add(2, k.c)), 12 * kMB, 0.01 * kMB);
+  // Slot 4 after slot 2: the counters span two windows, not one.
+  k.Add(0, 4.8 * kMB);
+  e.Add(4, k.c);
+  EXPECT_EQ(e.last_sample(), 0u);
+  // A new connection's counters start again from 0.
+  Conns fresh(1);
+  fresh.Add(0, 1 * kMB);
+  e.Add(5, fresh.c);
+  EXPECT_EQ(e.last_sample(), 0u);
+}
+
+TEST(LinkRateEstimator, PacedPartialBacklogCounts) {
+  // Once paced, a backlogged connection delivers at most its cap: a sample from the
+  // busy ones alone (an idle connection waits for its answers).
+  LinkRateEstimator e(Cfg(), kWorkerParts);
+  Conns k(3);
+  e.Add(0, k.c);
+  for (int s = 1; s <= 2; ++s) {
+    for (size_t i = 0; i < 3; ++i) k.Add(i, 12 * kMB / 6 * 0.2);
+    e.Add(s, k.c);
+  }
+  ASSERT_GT(e.estimate(), 0u);
+  for (int s = 3; s <= 4; ++s) {
+    k.Add(0, 12 * kMB / 6 * 0.2).Add(1, 0, 0).Add(2, 0, 0);
+    e.Add(s, k.c);
+  }
+  EXPECT_NEAR(static_cast<double>(e.last_sample()), 12 * kMB, 0.01 * kMB);
+}
+
+TEST(LinkRateEstimator, TheGainCyclesProbeDrainCruise) {
+  LinkRateEstimator e(Cfg(), {1.0});
+  const auto c = Cfg();
+  EXPECT_EQ(e.Gain(0), c.probe_gain);
+  EXPECT_EQ(e.Gain(1), c.drain_gain);
+  for (int s = 2; s < c.cycle; ++s) EXPECT_EQ(e.Gain(s), c.cruise_gain) << s;
+  EXPECT_EQ(e.Gain(c.cycle), c.probe_gain);
+  EXPECT_EQ(e.Gain(-c.cycle), c.probe_gain);
+  EXPECT_EQ(e.Gain(-c.cycle + 1), c.drain_gain);
+}
+
+namespace {
+
+// A closed loop: `parts` connections, always backlogged, paced at estimate x gain x
+// part (unpaced: the link split evenly, as TCP does), on a link of `rate(slot)`
+// bytes/s that delivers what is offered, scaled down in proportion when offered more
+// (one FIFO). Returns the estimate after each window.
+template <class Rate>
+std::vector<uint64_t> Loop(LinkRateEstimator& e, const std::vector<double>& parts, int windows,
+                           Rate rate, int64_t first_slot = 0) {
+  Conns k(parts.size());
+  std::vector<uint64_t> out;
+  e.Add(first_slot, k.c);
+  for (int64_t s = first_slot + 1; s <= first_slot + windows; ++s) {
+    const double link = rate(s) * 0.2;
+    std::vector<double> offered(parts.size());
+    const double est = static_cast<double>(e.estimate());
+    for (size_t i = 0; i < parts.size(); ++i)
+      offered[i] = est > 0 ? est * e.Gain(s) * parts[i] * 0.2 : link / parts.size();
+    const double sum = std::accumulate(offered.begin(), offered.end(), 0.0);
+    for (size_t i = 0; i < parts.size(); ++i) k.Add(i, offered[i] * std::min(1.0, link / sum));
+    out.push_back(e.Add(s, k.c));
+  }
+  return out;
+}
+
+// The windows from `from` until the estimate stays within `tol` of `target`.
+int Settle(const std::vector<uint64_t>& est, int from, double target, double tol) {
+  int last_out = from - 1;
+  for (int i = from; i < static_cast<int>(est.size()); ++i)
+    if (std::abs(static_cast<double>(est[static_cast<size_t>(i)]) - target) > tol * target)
+      last_out = i;
+  return last_out + 1 - from;
+}
+
+}  // namespace
+
+TEST(LinkRateEstimator, ClosedLoopFindsTheRateAndHoldsIt) {
+  // All of a process's link (a server host at k >= n: one server, part 1 in total).
+  const std::vector<double> parts = {0.25, 0.25, 0.25, 0.25};
+  LinkRateEstimator e(Cfg(), parts);
+  const auto est = Loop(e, parts, 60, [](int64_t) { return 12.2 * kMB; });
+  // Within 3 windows of the start it knows the rate, and it never strays from it.
+  EXPECT_LE(Settle(est, 0, 12.2 * kMB, 0.03), 3);
+  for (size_t i = 3; i < est.size(); ++i) EXPECT_LE(est[i], 12.2 * kMB * 1.01) << i;
+}
+
+TEST(LinkRateEstimator, ClosedLoopFollowsALoweredLimitWithinTheHorizon) {
+  const std::vector<double> parts = {0.5, 0.5};
+  const auto c = Cfg();
+  LinkRateEstimator e(c, parts);
+  const auto est = Loop(e, parts, 60, [](int64_t s) { return s <= 20 ? 12.2 * kMB : 6.1 * kMB; });
+  ASSERT_NEAR(static_cast<double>(est[19]), 12.2 * kMB, 0.03 * 12.2 * kMB);
+  // The old samples age out after `horizon` windows (2 s), then it holds the new rate.
+  EXPECT_LE(Settle(est, 20, 6.1 * kMB, 0.03), c.horizon + 1);
+}
+
+TEST(LinkRateEstimator, ClosedLoopFindsARaisedLimitByProbing) {
+  const std::vector<double> parts = {0.5, 0.5};
+  const auto c = Cfg();
+  LinkRateEstimator e(c, parts);
+  const auto est = Loop(e, parts, 80, [](int64_t s) { return s <= 20 ? 6.1 * kMB : 12.2 * kMB; });
+  ASSERT_NEAR(static_cast<double>(est[19]), 6.1 * kMB, 0.03 * 6.1 * kMB);
+  // Paced at the old rate, the connections deliver only that: each probe raises the
+  // estimate by up to probe_gain; 1.25^4 > 2, so within 4 cycles (6.4 s).
+  const int settle = Settle(est, 20, 12.2 * kMB, 0.05);
+  EXPECT_LE(settle, 4 * c.cycle + 1);
+  EXPECT_GT(settle, 0);  // it did have to probe (no sample shows more than the cap)
+}
+
+TEST(LinkRateEstimator, NeverBelowTheFloor) {
+  const std::vector<double> parts = {1.0};
+  auto c = Cfg();
+  LinkRateEstimator e(c, parts);
+  const auto est = Loop(e, parts, 30, [](int64_t s) { return s <= 5 ? 12.2 * kMB : 1000.0; });
+  EXPECT_EQ(est.back(), c.floor);
+}
+
+TEST(LinkRateEstimator, TheInterfaceCountsTheHostNotTheProcess) {
+  // A k = 0 worker host: the worker's 3 flows (parts 1/6 each) have the uplink to
+  // themselves at the start of a step, before its server has answers to send. By its
+  // own bytes over its parts the worker would read 2 x the link; the interface
+  // counts what the link carried, the same for both processes of the host.
+  LinkRateEstimator own(Cfg(), kWorkerParts), host(Cfg(), kWorkerParts);
+  Conns k(3);
+  uint64_t tx = 1;
+  own.Add(0, k.c);
+  host.Add(0, k.c, tx);
+  const double wire = 12.5 * kMB * 0.2;  // the interface's bytes per window (headers too)
+  for (int s = 1; s <= 3; ++s) {
+    for (size_t i = 0; i < 3; ++i) k.Add(i, wire * 0.956 / 3);
+    tx += static_cast<uint64_t>(wire);
+    own.Add(s, k.c);
+    host.Add(s, k.c, tx);
+  }
+  EXPECT_NEAR(static_cast<double>(own.estimate()), 2 * 11.95 * kMB, 0.05 * kMB);
+  EXPECT_NEAR(static_cast<double>(host.estimate()), 11.95 * kMB, 0.05 * kMB);
+}
+
+TEST(LinkRateEstimator, AHostLessBusyThanTheBusiestScalesItsBytes) {
+  // A host whose planned load is half the busiest link's sends half the link.
+  LinkRateEstimator e(Cfg(), {0.25}, 0.5);
+  Conns k(1);
+  uint64_t tx = 1;
+  e.Add(0, k.c, tx);
+  for (int s = 1; s <= 2; ++s) {
+    k.Add(0, 1 * kMB);
+    tx += static_cast<uint64_t>(6 * kMB * 0.2);
+    e.Add(s, k.c, tx);
+  }
+  EXPECT_NEAR(static_cast<double>(e.estimate()), 12 * 0.956 * kMB, 0.05 * kMB);
+}
+
+TEST(LinkRateEstimator, TwoProcessesOfAHostAgreeAndHoldTheRate) {
+  // A closed loop of one host's worker and server (3 connections each, part 1/6,
+  // host part 1): every step the worker pushes alone for its first 2 windows, then
+  // both send for 12, then the link idles for 2 (the barrier). The link (one FIFO)
+  // delivers what is offered, in proportion when offered more; unpaced, it is split
+  // evenly among the busy connections. Both estimators read the same interface.
+  const double link = 12.5 * kMB;  // on the wire
+  LinkRateEstimator w(Cfg(), kWorkerParts), sv(Cfg(), kWorkerParts);
+  Conns kw(3), ks(3);
+  uint64_t tx = 1;
+  w.Add(0, kw.c, tx);
+  sv.Add(0, ks.c, tx);
+  std::vector<uint64_t> we, se;
+  for (int64_t s = 1; s <= 160; ++s) {
+    const int phase = static_cast<int>(s % 16);
+    const bool wb = phase < 14, sb = phase >= 2 && phase < 14;
+    const auto offer = [&](const LinkRateEstimator& e, bool busy) {
+      if (!busy) return 0.0;
+      const double est = static_cast<double>(e.estimate());
+      return est > 0 ? est * e.Gain(s) * 0.5 / 0.956 * 0.2 : 1e12;  // wire bytes
+    };
+    double ow = offer(w, wb), os = offer(sv, sb);
+    const double cap = link * 0.2, sum = ow + os;
+    if (sum > cap) {
+      // An unpaced process (TCP) takes what the other leaves, at least half.
+      const bool uw = ow >= 1e12, us = os >= 1e12;
+      if (uw && us) {
+        ow = os = cap / 2;
+      } else if (uw) {
+        os = std::min(os, cap / 2), ow = cap - os;
+      } else if (us) {
+        ow = std::min(ow, cap / 2), os = cap - ow;
+      } else {
+        ow *= cap / sum, os *= cap / sum;
+      }
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      kw.Add(i, ow * 0.956 / 3, wb ? 1.0 : 0.0);
+      ks.Add(i, os * 0.956 / 3, sb ? 1.0 : 0.0);
+    }
+    tx += static_cast<uint64_t>(ow + os);
+    we.push_back(w.Add(s, kw.c, tx));
+    se.push_back(sv.Add(s, ks.c, tx));
+  }
+  const double b = link * 0.956;
+  for (size_t i = 40; i < we.size(); ++i) {
+    EXPECT_NEAR(static_cast<double>(we[i]), b, 0.04 * b) << i;
+    EXPECT_NEAR(static_cast<double>(se[i]), b, 0.04 * b) << i;
+  }
+}
