@@ -77,6 +77,15 @@ void Sender::SetPacingRate(int peer, uint64_t bytes_per_s) {
   if (o.path) o.path->SetPacingRate(bytes_per_s);
 }
 
+bool Sender::SendStats(int peer, TcpSendStats* out) {
+  std::shared_lock<std::shared_mutex> lk(peers_mu_);
+  auto it = outs_.find(peer);
+  if (it == outs_.end()) return false;
+  Out& o = *it->second;
+  std::lock_guard<std::mutex> g(o.mu);
+  return o.state == Out::kActive && o.path && o.path->SendStats(out);
+}
+
 void Sender::Send(int peer, std::vector<Frame> frames) {
   if (frames.empty()) return;
   std::shared_lock<std::shared_mutex> lk(peers_mu_);

@@ -71,6 +71,8 @@ class Sender {
   /// Into the peer's path if it has one, else over the control connection.
   void Send(int peer, std::vector<Frame> frames);
   void SetPacingRate(int peer, uint64_t bytes_per_s);
+  /// The kernel's counters of the active data path to `peer` (false: none, or no TCP).
+  bool SendStats(int peer, TcpSendStats* out);
   /// "shm", "tcp" or "zmq": how messages to `peer` travel now.
   std::string PathTo(int peer);
   /// IncomingPaths::CutOff: this node's control connection to the node proving

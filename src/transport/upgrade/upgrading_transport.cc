@@ -95,12 +95,7 @@ void UpgradingTransport::SetPacingRate(int peer, uint64_t bytes_per_s) {
 }
 
 bool UpgradingTransport::SendStats(int peer, TcpSendStats* out) {
-  std::shared_lock<std::shared_mutex> lk(peers_mu_);
-  auto it = outs_.find(peer);
-  if (it == outs_.end()) return false;
-  Out& o = *it->second;
-  std::lock_guard<std::mutex> g(o.mu);
-  return o.state == Out::kActive && o.path && o.path->SendStats(out);
+  return sender_->SendStats(peer, out);
 }
 
 void UpgradingTransport::Send(int peer, std::vector<Frame> frames) {
