@@ -8,21 +8,14 @@
 
 #include "kvstore/distributed/wire/kv_payload.h"
 #include "pskv/error.h"
+#include "support/expect_protocol_error.h"
 
 using namespace pskv;
 using namespace pskv::payload;
 
 namespace {
 
-// Expects `f` to throw ProtocolError whose message contains `what`.
-void ExpectProtocolError(const std::function<void()>& f, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << "no ProtocolError (expected '" << what << "')";
-  } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
+using testing_support::ExpectProtocolError;
 
 OptimizerConfig SampleOptimizer() {
   OptimizerConfig c;

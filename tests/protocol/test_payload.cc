@@ -10,21 +10,14 @@
 
 #include "protocol/payload.h"
 #include "pskv/error.h"
+#include "support/expect_protocol_error.h"
 
 using namespace pskv;
 using namespace pskv::payload;
 
 namespace {
 
-// Expects `f` to throw ProtocolError whose message contains `what`.
-void ExpectProtocolError(const std::function<void()>& f, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << "no ProtocolError (expected '" << what << "')";
-  } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
+using testing_support::ExpectProtocolError;
 
 // Every node-level kind, encoded with non-default content.
 std::vector<std::string> NodeLevelPayloads() {
