@@ -128,8 +128,8 @@ class LinkRateEstimator {
 /// Paces `node`'s connections to the workers (a server of rank < S; spares are not
 /// paced) or to the servers (a worker) on other hosts: at the stated `o.link_rate`
 /// (> 0) once, or (PSKV_LINK_RATE=1) at the rate a thread of its own learns while
-/// the object lives; nothing on one host or with PSKV_LINK_RATE unset or 0. After Node::Start; one per
-/// node (a process's stores share a node: the first store's).
+/// the object lives; nothing on one host or with PSKV_LINK_RATE unset or 0. After Node::Start; one
+/// per node (a process's stores share a node: the first store's).
 class LinkPacer {
  public:
   LinkPacer(Node& node, const Options& o);
