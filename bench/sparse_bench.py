@@ -56,14 +56,20 @@ def run_pskv(args, dense):
 
 
 def run_pskv_once(args, dense, steps):
+    extra = ['--rows', str(args.rows), '--test-size', '1000'] + (['--dense'] if dense else [])
+    return launch_example(EXAMPLE, args.workers, args.servers, steps, args.batch_size, extra)
+
+
+def launch_example(example, workers, servers, steps, batch_size, extra):
+    """Runs `example` (a training example that takes --kv-store, --steps, --batch-size and
+    --json) under pskv-launch in dist_sync: its rank 0's JSON line and the bytes its
+    workers exchanged with the servers."""
     with tempfile.TemporaryDirectory(prefix='pskv_sparse_bench_') as d:
         env = dict(os.environ, PYTHONPATH=os.path.join(build_dir(), 'python'))
-        cmd = [os.path.join(build_dir(), 'pskv-launch'), '-n', str(args.workers), '-s', str(args.servers),
+        cmd = [os.path.join(build_dir(), 'pskv-launch'), '-n', str(workers), '-s', str(servers),
                '--timeout', '1800', '--env', 'PSKV_METRICS_FILE=%s' % os.path.join(d, 'metrics.txt'), '--',
-               '/usr/bin/python3', EXAMPLE, '--kv-store', 'dist_sync', '--rows', str(args.rows),
-               '--steps', str(steps), '--batch-size', str(args.batch_size), '--test-size', '1000', '--json']
-        if dense:
-            cmd.append('--dense')
+               '/usr/bin/python3', example, '--kv-store', 'dist_sync', '--steps', str(steps),
+               '--batch-size', str(batch_size), '--json'] + list(extra)
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = p.stdout.decode()
         if p.returncode != 0:
@@ -106,7 +112,9 @@ def ddp_worker(rank, args, port, q):
     dist.destroy_process_group()
 
 
-def run_ddp(args):
+def run_ddp(args, target=None):
+    """Runs `target(rank, args, port, queue)` (default ddp_worker) in args.workers
+    spawned processes; rank 0's result from the queue."""
     import socket
     import torch.multiprocessing as mp
     s = socket.socket()
@@ -115,7 +123,7 @@ def run_ddp(args):
     s.close()
     ctx = mp.get_context('spawn')
     q = ctx.Queue()
-    procs = [ctx.Process(target=ddp_worker, args=(r, args, port, q)) for r in range(args.workers)]
+    procs = [ctx.Process(target=target or ddp_worker, args=(r, args, port, q)) for r in range(args.workers)]
     for p in procs:
         p.start()
     import queue

@@ -7,6 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <random>
+#include <utility>
+
 #include "pskv/error.h"
 
 namespace pskv {
@@ -67,18 +71,46 @@ bool IsIPv4Literal(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &a) == 1;
 }
 
-int FreePort(const std::string& host) {
+namespace {
+// The kernel's range for the local ports of outgoing connections (and of bind to 0).
+std::pair<int, int> EphemeralRange() {
+  std::pair<int, int> r{32768, 60999};
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (f >> lo >> hi && lo > 0 && hi >= lo) r = {lo, hi};
+  return r;
+}
+
+// Binds a fresh socket to host:port (0: any port) and returns the port bound, or 0.
+int TryBind(const std::string& host, int port) {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   if (s < 0) throw IOError("socket() failed while looking for a free port");
   sockaddr_in a{};
   a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
   if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof a;
   const bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
                   ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   ::close(s);
-  if (!ok) throw IOError("cannot find a free port on " + host);
-  return ntohs(a.sin_port);
+  return ok ? ntohs(a.sin_port) : 0;
+}
+}  // namespace
+
+int FreePort(const std::string& host) {
+  // A port below the ephemeral range: between this check and the caller's bind, no
+  // outgoing connection of any process on the host can take it (a port from bind(0)
+  // is an ephemeral one, and a busy host hands it to the next connect()).
+  constexpr int kLowest = 10000;
+  const int below = EphemeralRange().first;
+  if (below - kLowest >= 1024) {
+    std::minstd_rand rng(std::random_device{}());
+    std::uniform_int_distribution<int> pick(kLowest, below - 1);
+    for (int attempt = 0; attempt < 64; ++attempt)
+      if (int p = TryBind(host, pick(rng))) return p;
+  }
+  if (int p = TryBind(host, 0)) return p;
+  throw IOError("cannot find a free port on " + host);
 }
 
 bool IsLoopback(const std::string& host) {

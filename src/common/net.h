@@ -19,7 +19,9 @@ bool IsIPv4Literal(const std::string& host);
 bool IsLoopback(const std::string& host);
 
 /// A TCP port on `host` (an IPv4 literal; otherwise all interfaces) that was free
-/// a moment ago (bind to port 0, read it back, close).
+/// a moment ago (bound and closed again): a random one below the kernel's ephemeral
+/// range, so no outgoing connection takes it before the caller binds it; bind to port
+/// 0 only when that range leaves no room below it.
 int FreePort(const std::string& host = "127.0.0.1");
 
 }  // namespace pskv

@@ -51,3 +51,16 @@ def test_click_prediction_reaches_the_bayes_rate():
                    'dist_sync', '--steps', '300', '--min-ratio', '0.8'])
     assert rc == 0, out
     assert 'Bayes rate' in out
+
+
+@pytest.mark.parametrize('table', ['dynamic', 'row_sparse'])
+def test_criteo_embedding_learns_the_ids(table):
+    """examples/criteo_embedding.py (issue 41 item 8): Criteo-shaped data, 26 Zipf id
+    features over a dynamic table (or a hashed row_sparse one), 2 workers x 2 servers.
+    The test AUC must reach 0.85 x the hidden model's: the ids must have been learned
+    (with no row ever admitted, only the dense features learn: 0.78 x)."""
+    rc, out = run([os.path.join(BUILD, 'pskv-launch'), '-n', '2', '-s', '2', '--timeout', '280', '--',
+                   '/usr/bin/python3', os.path.join(ROOT, 'examples', 'criteo_embedding.py'), '--kv-store',
+                   'dist_sync', '--table', table, '--samples', '100000', '--min-auc-ratio', '0.85'])
+    assert rc == 0, out
+    assert 'hidden model' in out
