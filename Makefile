@@ -70,6 +70,7 @@ bench: build
 	$(BUILD)/pskv-bench pushpull --json > bench/results/pushpull.json
 	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/train/run.py --json > bench/results/train.json
 	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/image_classification_bench.py --out bench/results/image_classification.json
+	PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/embedding_train_bench.py --json > bench/results/embedding_train.json
 	/usr/bin/python3 bench/plot.py --out docs/img bench/results/*.json
 
 # Across hosts (root: a cluster of network namespaces, tests/cluster/netns_cluster.py;
