@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,39 +43,24 @@ def run_pskv(args, table):
 
 def ddp_worker(rank, args, port, q):
     import torch
-    import torch.distributed as dist
     sys.path.insert(0, os.path.join(ROOT, 'examples'))
     sys.path.insert(0, os.path.join(sparse_bench.build_dir(), 'python'))  # the example imports pskv
     import criteo_embedding as ce
     import pskv.synthetic
-    torch.set_num_threads(1)
-    os.environ['MASTER_ADDR'] = '127.0.0.1'
-    os.environ['MASTER_PORT'] = str(port)
-    dist.init_process_group('gloo', rank=rank, world_size=args.workers)
-    torch.manual_seed(0)
+    sparse_bench.ddp_init(rank, args, port)
     data = pskv.synthetic.CriteoSynthetic(args.samples, seed=0, num_parts=args.workers, part_index=rank)
     lookup = ce.HashedLookup(args.rows, args.dim)
     lookup.emb = torch.nn.Embedding(args.rows, args.dim, sparse=False)  # DDP all-reduces dense gradients
     model = torch.nn.parallel.DistributedDataParallel(ce.ClickModel(lookup, data.num_sparse, data.num_dense,
                                                                     args.dim))
     opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     batches = data.batches(args.batch_size)
-    dist.barrier()
-    t0 = time.time()
-    for _ in range(args.steps):
+
+    def next_batch():
         dense, ids, labels = next(batches)
-        opt.zero_grad()
-        loss_fn(model(dense, torch.from_numpy(ids)), torch.from_numpy(labels)).backward()
-        opt.step()
-    dist.barrier()
-    elapsed = time.time() - t0
-    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    if rank == 0:
-        q.put({'mode': 'torch DDP (gloo)', 'samples_per_s': args.steps * args.batch_size * args.workers / elapsed,
-               'bytes_per_step_per_worker': 2.0 * (args.workers - 1) / args.workers * nbytes,
-               'bytes_measured': False})
-    dist.destroy_process_group()
+        return (dense, torch.from_numpy(ids)), torch.from_numpy(labels)
+
+    sparse_bench.ddp_train_and_report(rank, args, q, model, opt, next_batch)
 
 
 def main():

@@ -81,26 +81,45 @@ def launch_example(example, workers, servers, steps, batch_size, extra):
 def ddp_worker(rank, args, port, q):
     import numpy as np
     import torch
-    import torch.distributed as dist
     sys.path.insert(0, os.path.join(ROOT, 'examples'))
     sys.path.insert(0, os.path.join(build_dir(), 'python'))  # the example imports pskv
     import click_prediction as cp
+    ddp_init(rank, args, port)
+    gen = cp.Generator(args.rows)
+    model = torch.nn.parallel.DistributedDataParallel(cp.CTR(args.rows, 64, sparse=False))
+    opt = torch.optim.Adagrad(model.parameters(), lr=0.1)
+    rng = np.random.RandomState(100 + rank)
+
+    def next_batch():
+        ids, y, _ = gen.batch(rng, args.batch_size)
+        return (torch.from_numpy(ids),), torch.from_numpy(y)
+
+    ddp_train_and_report(rank, args, q, model, opt, next_batch)
+
+
+def ddp_init(rank, args, port):
+    """One thread, the gloo process group of args.workers on 127.0.0.1:port, seed 0."""
+    import torch
+    import torch.distributed as dist
     torch.set_num_threads(1)
     os.environ['MASTER_ADDR'] = '127.0.0.1'
     os.environ['MASTER_PORT'] = str(port)
     dist.init_process_group('gloo', rank=rank, world_size=args.workers)
     torch.manual_seed(0)
-    gen = cp.Generator(args.rows)
-    model = torch.nn.parallel.DistributedDataParallel(cp.CTR(args.rows, 64, sparse=False))
-    opt = torch.optim.Adagrad(model.parameters(), lr=0.1)
-    rng = np.random.RandomState(100 + rank)
+
+
+def ddp_train_and_report(rank, args, q, model, opt, next_batch):
+    """Trains DDP `model` for args.steps steps of `next_batch()` ((inputs...), labels)
+    with a BCE loss; rank 0 puts samples/s and the ring all-reduce's bytes on `q`."""
+    import torch
+    import torch.distributed as dist
     loss_fn = torch.nn.BCEWithLogitsLoss()
     dist.barrier()
     t0 = time.time()
     for _ in range(args.steps):
-        ids, y, _ = gen.batch(rng, args.batch_size)
+        inputs, labels = next_batch()
         opt.zero_grad()
-        loss_fn(model(torch.from_numpy(ids)), torch.from_numpy(y)).backward()
+        loss_fn(model(*inputs), labels).backward()
         opt.step()
     dist.barrier()
     elapsed = time.time() - t0
