@@ -39,6 +39,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -173,8 +174,10 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
                                  str(elems), str(steps)]
     before = [h.counters() for h in c.hosts]
     if changes:
-        marks = os.path.join(c.tmp, 'step')
-        env_kw['SCALING_MARKS'] = marks
+        # Through the launcher's --env: it forwards only the variables of pskv's own
+        # table to the nodes it starts over ssh.
+        marks = tempfile.mkdtemp(prefix='marks', dir=c.tmp) + '/step'  # fresh: no earlier job's marks
+        argv[argv.index('--'):argv.index('--')] = ['--env', 'SCALING_MARKS=' + marks]
     log = os.environ['SCALING_LOG'] + '.job' if os.environ.get('SCALING_LOG') else os.path.join(c.tmp, 'job.log')
     with open(log, 'w') as f:
         p = subprocess.Popen(c.hosts[0].argv(argv), env=env(**env_kw), stdout=f,
@@ -185,6 +188,8 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
     for after_step, host, rate in changes or []:
         while p.poll() is None and not os.path.exists('%s.%d' % (marks, after_step)):
             time.sleep(0.01)
+        if not os.path.exists('%s.%d' % (marks, after_step)):
+            raise SystemExit('the job ended before step %d was marked: the rate change was not made' % after_step)
         c.set_rate(host, rate)
     p.wait(timeout=1000)
     out = open(log).read()
