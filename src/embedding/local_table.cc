@@ -129,7 +129,7 @@ class LocalTable final : public EmbeddingTable {
   uint64_t Save(const std::string& dir, EmbeddingSaveKind kind,
                 std::chrono::milliseconds) override {
     MakeDir(dir);
-    const uint64_t seq = std::max(save_seq_, LastSavedSeq(dir, key())) + 1;
+    const uint64_t seq = std::max(save_seq_, LastSavedSeq(dir, key(), 0, 1)) + 1;
     const bool full = kind == EmbeddingSaveKind::kFull;
     const std::string path = dir + "/" + SaveFileName(key(), seq, 0, 1, step_, full);
     if (full) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <system_error>
 
@@ -51,9 +52,12 @@ std::vector<SaveFile> List(const std::string& dir, int key) {
   return out;
 }
 
+// The name of save `seq` of a part, whatever its step and kind.
 std::string Pattern(const std::string& dir, int key, uint64_t seq, uint32_t shard,
                     uint32_t shards) {
-  return (fs::path(dir) / SaveFileName(key, seq, shard, shards, 0, false)).string();
+  std::string name = SaveFileName(key, seq, shard, shards, 0, false);
+  name.replace(name.rfind("-step0.delta"), std::string::npos, "-step*.*");
+  return (fs::path(dir) / name).string();
 }
 
 }  // namespace
@@ -71,9 +75,10 @@ std::string ExportFileName(int key, uint32_t shard, uint32_t shards) {
          std::to_string(shards);
 }
 
-uint64_t LastSavedSeq(const std::string& dir, int key) {
+uint64_t LastSavedSeq(const std::string& dir, int key, uint32_t shard, uint32_t shards) {
   uint64_t seq = 0;
-  for (const SaveFile& f : List(dir, key)) seq = std::max(seq, f.seq);
+  for (const SaveFile& f : List(dir, key))
+    if (f.shards != shards || f.shard == shard) seq = std::max(seq, f.seq);
   return seq;
 }
 
@@ -111,7 +116,7 @@ SavedTable FindSaved(const std::string& dir, int key) {
                     "' is incomplete: shard " + std::to_string(s) + " of " +
                     std::to_string(out.shards) + " has no file " +
                     Pattern(dir, key, out.seq, s, out.shards) +
-                    " (step and kind aside); a save did not finish: remove the other files of "
+                    "; a save did not finish: remove the other files of "
                     "save " +
                     std::to_string(out.seq) + " to restore the save before it");
     auto full = mine.end();
@@ -128,7 +133,7 @@ SavedTable FindSaved(const std::string& dir, int key) {
     for (auto it = std::next(full); it != mine.end(); ++it, ++want) {
       if (it->first != want)
         throw IOError("delta " + Pattern(dir, key, want, s, out.shards) +
-                      " (any step) is missing from the chain of " + chain.full +
+                      " is missing from the chain of " + chain.full +
                       ": a restore needs every delta after its full save; put it back, or "
                       "remove the saves after " +
                       std::to_string(want - 1) + " to restore an earlier one");

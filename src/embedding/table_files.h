@@ -35,8 +35,10 @@ struct SavedTable {
 /// IOError (naming the directory or file, and the fix) when there is no save of `key`,
 /// a shard's file of the newest save is missing, or a delta of a chain is missing.
 SavedTable FindSaved(const std::string& dir, int key);
-/// The largest save number of `key` in `dir`; 0 when none (or no directory).
-uint64_t LastSavedSeq(const std::string& dir, int key);
+/// The largest save number of `key` in `dir` that part `shard` of `shards` sees: of its
+/// own files and of saves by another part count (not its siblings', which they may be
+/// writing now), so the parts of one job agree. 0 when none (or no directory).
+uint64_t LastSavedSeq(const std::string& dir, int key, uint32_t shard, uint32_t shards);
 /// Creates `dir` (and its parents) if missing: IOError naming it if it cannot.
 void MakeDir(const std::string& dir);
 /// The export files of `key` in `dir`, by shard. IOError when none, one is missing, or

@@ -16,10 +16,14 @@ namespace fs = std::filesystem;
 
 int Launch(int workers, int servers, const std::string& scenario, const std::string& dir,
            int rounds, const std::string& needle = "") {
-  const std::string cmd = std::string(PSKV_LAUNCH) + " -n " + std::to_string(workers) + " -s " +
-                          std::to_string(servers) + " --timeout 60 -- " + EMBEDDING_IO_WORKER +
-                          " " + scenario + " '" + dir + "' " + std::to_string(rounds) +
-                          (needle.empty() ? "" : " '" + needle + "'");
+  // Appended piece by piece (GCC 12's -Warray-bounds misfires on a chain of +).
+  std::string cmd = PSKV_LAUNCH;
+  cmd.append(" -n ").append(std::to_string(workers));
+  cmd.append(" -s ").append(std::to_string(servers));
+  cmd.append(" --timeout 60 -- ").append(EMBEDDING_IO_WORKER);
+  cmd.append(" ").append(scenario).append(" '").append(dir).append("' ");
+  cmd.append(std::to_string(rounds));
+  if (!needle.empty()) cmd.append(" '").append(needle).append("'");
   int st = std::system(cmd.c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

@@ -5,11 +5,11 @@
 // restore, export, counters and outcomes, refusing each attack alone.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <unistd.h>
 
 #include "embedding/table.h"
 #include "embedding/table_files.h"
@@ -53,15 +53,15 @@ TEST(EmbeddingAdminCodec, RoundTripAndEveryMalformedValueRefused) {
   EXPECT_THROW(Decoded(Raw(2, 7, 1, 1, "d")), InvalidArgument);                  // reserved
   EXPECT_THROW(Decoded(Raw(2, 0, 1, uint64_t{1} << 62, "d")), InvalidArgument);  // n lies
   EXPECT_THROW(Decoded(Raw(2, 0, 1, 0, "")), InvalidArgument);                   // no path
-  EXPECT_THROW(Decoded(Raw(1, 0, 1, 1, "d")), InvalidArgument);  // a path on stats
+  EXPECT_THROW(Decoded(Raw(1, 0, 1, 1, "d")), InvalidArgument);                  // a path on stats
   EXPECT_THROW(Decoded(Raw(2, 0, 1, 3, std::string("a\0b", 3))), InvalidArgument);  // NUL
   const std::string long_path(ea::kMaxPath + 1, 'a');
   EXPECT_THROW(Decoded(Raw(2, 0, 1, long_path.size(), long_path)), InvalidArgument);
 }
 
 std::string TempDir(const std::string& name) {
-  const fs::path d = fs::path(testing::TempDir()) /
-                     ("pskv-admin-" + name + "-" + std::to_string(::getpid()));
+  const fs::path d =
+      fs::path(testing::TempDir()) / ("pskv-admin-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -74,15 +74,15 @@ TEST(EmbeddingTableFiles, FindsTheNewestChainAndNamesWhatIsMissing) {
   using embedding::SaveFileName;
   const std::string d = TempDir("files");
   EXPECT_THROW(embedding::FindSaved(d, 3), IOError);
-  EXPECT_EQ(embedding::LastSavedSeq(d, 3), 0u);
+  EXPECT_EQ(embedding::LastSavedSeq(d, 3, 0, 2), 0u);
   for (uint32_t s = 0; s < 2; ++s) {
     Touch(d, SaveFileName(3, 1, s, 2, 10, true));
     Touch(d, SaveFileName(3, 2, s, 2, 12, false));
     Touch(d, SaveFileName(3, 3, s, 2, 14, true));
     Touch(d, SaveFileName(3, 4, s, 2, 15, false));
   }
-  Touch(d, SaveFileName(4, 9, 0, 1, 1, true));                      // another table
-  Touch(d, SaveFileName(3, 5, 0, 2, 1, false) + ".tmp123");         // a temporary file
+  Touch(d, SaveFileName(4, 9, 0, 1, 1, true));               // another table
+  Touch(d, SaveFileName(3, 5, 0, 2, 1, false) + ".tmp123");  // a temporary file
   const embedding::SavedTable t = embedding::FindSaved(d, 3);
   EXPECT_EQ(t.shards, 2u);
   EXPECT_EQ(t.seq, 4u);
@@ -90,10 +90,15 @@ TEST(EmbeddingTableFiles, FindsTheNewestChainAndNamesWhatIsMissing) {
   ASSERT_EQ(t.chains.size(), 2u);
   EXPECT_EQ(fs::path(t.chains[1].full).filename(), SaveFileName(3, 3, 1, 2, 14, true));
   ASSERT_EQ(t.chains[1].deltas.size(), 1u);
-  EXPECT_EQ(embedding::LastSavedSeq(d, 3), 4u);
+  EXPECT_EQ(embedding::LastSavedSeq(d, 3, 1, 2), 4u);
   // Save 6 by shard 0 alone: incomplete; then a gap in shard 1's chain.
   Touch(d, SaveFileName(3, 5, 0, 2, 16, false));
   Touch(d, SaveFileName(3, 6, 0, 2, 17, false));
+  // Shard 1 does not count shard 0's save 6, which it may be writing beside it; a
+  // save by another server count does count.
+  EXPECT_EQ(embedding::LastSavedSeq(d, 3, 1, 2), 4u);
+  EXPECT_EQ(embedding::LastSavedSeq(d, 3, 0, 2), 6u);
+  EXPECT_EQ(embedding::LastSavedSeq(d, 3, 0, 3), 6u);
   try {
     embedding::FindSaved(d, 3);
     ADD_FAILURE() << "an incomplete save was found";

@@ -6,7 +6,9 @@
 // for a restore onto another server count (each part reads every saved part's
 // files). A save runs under the part's mutex between rounds: the file is the part
 // after a whole round, and pushes of the next round wait for it.
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "embedding/table_files.h"
 #include "kvstore/dist_protocol.h"
@@ -94,7 +96,8 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
           path = a.path + "/" + embedding::ExportFileName(key, shard, shards);
           p.table->ExportRows(path);
         } else {
-          const uint64_t seq = std::max(p.save_seq, embedding::LastSavedSeq(a.path, key)) + 1;
+          const uint64_t seq =
+              std::max(p.save_seq, embedding::LastSavedSeq(a.path, key, shard, shards)) + 1;
           const bool full = a.op == ea::Op::kSaveFull;
           path = a.path + "/" + embedding::SaveFileName(key, seq, shard, shards, p.step, full);
           if (full) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <exception>
 
 #include "common/crc32c.h"
 #include "embedding/batch.h"
