@@ -40,11 +40,22 @@
 // servers do not answer within the timeout (the store's op_timeout unless given).
 // Not replicated yet: with PSKV_REPLICAS > 0 Create fails with a UsageError.
 //
+// A worker's cache of hot rows (EmbeddingCacheConfig, dist stores): Pull asks the
+// servers only for the rows not cached or cached more than `staleness` steps ago, so
+// a row read at this worker's step t is the servers' row as of a step in [t - S, t]
+// (S = 0: exactly a direct pull's rows). Pushes always go to the servers.
+//
+// Checkpoints (Save, Restore, Export): collective; with a dist store each server
+// writes (and reads) its own part's files in a directory it can reach (one shared by
+// the servers, or the same path on each host for Save/Export). File names, format and
+// guarantees: docs/embedding.md, "Checkpoints of a dist table".
+//
 // Thread-safety: one EmbeddingTable may be used by one thread at a time.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -100,6 +111,42 @@ struct EmbeddingConfig {
   uint64_t max_bytes = 0;  ///< memory budget per shard (rows, index, admission); 0: none
 };
 
+/// A worker's cache of hot rows in front of a dist table's pulls (ignored by a local
+/// store's table, which reads its rows in process). capacity 0: no cache.
+struct EmbeddingCacheConfig {
+  int64_t capacity = 0;       ///< rows cached at most; 0: no cache
+  int64_t staleness = 0;      ///< S: a cached row is served while fetched <= S steps ago
+  int64_t aging_steps = 256;  ///< LFU access counts halve every this many steps
+};
+
+/// Counters of a table: the servers' parts summed (the `table` fields), and this
+/// worker's pulls and cache (the `worker` fields).
+struct EmbeddingStats {
+  // table (every server's part, summed)
+  int64_t live = 0;              ///< rows now
+  int64_t admitted = 0;          ///< rows created (restored rows count as admitted)
+  int64_t evicted_ttl = 0;       ///< rows removed by the TTL
+  int64_t evicted_capacity = 0;  ///< rows removed to stay under a part's capacity
+  int64_t dropped_grads = 0;     ///< gradient rows dropped: ids not admitted yet
+  int64_t pulled_rows = 0;       ///< pulled ids that had a row (all workers)
+  int64_t pulled_defaults = 0;   ///< pulled ids that read the initializer or zeros
+  int64_t pending_ids = 0;       ///< ids counted by the exact admission counter
+  uint64_t memory_bytes = 0;     ///< allocated by the parts: rows, index, admission
+  int64_t step = 0;              ///< updates applied (the largest over the parts)
+  // worker (this one's calls)
+  int64_t pulls = 0;                 ///< Pull calls
+  int64_t pulled_ids = 0;            ///< distinct ids asked of the servers
+  uint64_t pull_bytes_sent = 0;      ///< pull requests' values (8 per id, 8 per part)
+  uint64_t pull_bytes_received = 0;  ///< replies' rows and versions
+  int64_t cache_hits = 0;            ///< distinct ids of pulls served by the cache
+  int64_t cache_evicted = 0;         ///< rows the cache dropped (capacity)
+  int64_t cache_rows = 0;            ///< rows cached now
+};
+
+/// What Save writes: every live row (kFull, starting a chain) or the rows changed
+/// since the previous save (kDelta).
+enum class EmbeddingSaveKind : uint8_t { kFull = 0, kDelta = 1 };
+
 /// The shard (server) of `id` among `num_shards`: a 64-bit mix of the id reduced by a
 /// multiply-high, balanced whatever the ids' structure.
 uint32_t EmbeddingShardOf(uint64_t id, uint32_t num_shards);
@@ -110,7 +157,8 @@ class EmbeddingTable {
   /// same key and configuration; a mismatch is an error on every worker). Checks the
   /// configuration first (InvalidArgument naming the field).
   static std::unique_ptr<EmbeddingTable> Create(KVStore& store, int key,
-                                                const EmbeddingConfig& config);
+                                                const EmbeddingConfig& config,
+                                                const EmbeddingCacheConfig& cache = {});
   virtual ~EmbeddingTable();
   EmbeddingTable(const EmbeddingTable&) = delete;
   EmbeddingTable& operator=(const EmbeddingTable&) = delete;
@@ -133,6 +181,34 @@ class EmbeddingTable {
   /// at most `timeout` (0: the store's op_timeout).
   virtual void Push(const NDArray& ids, const NDArray& grads,
                     std::chrono::milliseconds timeout = {}) = 0;
+
+  /// The table's counters (see EmbeddingStats): asks every server; not collective.
+  virtual EmbeddingStats Stats(std::chrono::milliseconds timeout = {}) = 0;
+
+  /// Saves the table into directory `dir` (created if missing): every server writes
+  /// its part's file, atomically (a temporary file renamed). Collective: every worker
+  /// calls it at the same point of its steps (between a push and the next); rank 0
+  /// sends the request between two barriers, so the files are the table after the
+  /// same step on every server. A kDelta needs an earlier kFull (or Restore onto the
+  /// same server count) into the same directory. Returns the bytes written (all
+  /// servers). IOError naming the file when one cannot be written (nothing is lost:
+  /// the rows go into the next save); every worker gets the error.
+  virtual uint64_t Save(const std::string& dir, EmbeddingSaveKind kind,
+                        std::chrono::milliseconds timeout = {}) = 0;
+  /// Replaces the table's content with the newest save in `dir` (its full save and
+  /// the deltas after it), saved by any number of servers. Collective, between two
+  /// barriers; clears this worker's cache. IOError naming the file and the fix for a
+  /// missing, cut or corrupt file (the table is left as it was); ShapeError /
+  /// UsageError when the saved table's width or optimizer differ.
+  virtual void Restore(const std::string& dir, std::chrono::milliseconds timeout = {}) = 0;
+  /// Writes the live rows (id -> values, no optimizer state) for serving: one file
+  /// per server in `dir`, read back by ReadExport. Collective. Returns the bytes.
+  virtual uint64_t Export(const std::string& dir, std::chrono::milliseconds timeout = {}) = 0;
+  /// Reads the export of table `key` in `dir` (every server's file): fn(id, values,
+  /// width) per live row. IOError naming the file for a missing or corrupt one.
+  static void ReadExport(
+      const std::string& dir, int key,
+      const std::function<void(uint64_t id, const float* values, int64_t width)>& fn);
 
  protected:
   EmbeddingTable(int key, EmbeddingConfig config) : key_(key), config_(std::move(config)) {}

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -102,16 +103,97 @@ void BindEmbedding(py::module_& m) {
             t.t->Push(i, g, Ms(timeout));
           },
           py::arg("ids"), py::arg("grads"), py::arg("timeout") = 0.0,
-          "One update: gradients float32 (n, width) for int64 ids.");
+          "One update: gradients float32 (n, width) for int64 ids.")
+      .def(
+          "stats",
+          [](Table& t, double timeout) {
+            Use use(*t.store);
+            EmbeddingStats s;
+            {
+              py::gil_scoped_release nogil;
+              s = t.t->Stats(Ms(timeout));
+            }
+            py::dict d;
+            d["live"] = s.live;
+            d["admitted"] = s.admitted;
+            d["evicted_ttl"] = s.evicted_ttl;
+            d["evicted_capacity"] = s.evicted_capacity;
+            d["dropped_grads"] = s.dropped_grads;
+            d["pulled_rows"] = s.pulled_rows;
+            d["pulled_defaults"] = s.pulled_defaults;
+            d["pending_ids"] = s.pending_ids;
+            d["memory_bytes"] = s.memory_bytes;
+            d["step"] = s.step;
+            d["pulls"] = s.pulls;
+            d["pulled_ids"] = s.pulled_ids;
+            d["pull_bytes_sent"] = s.pull_bytes_sent;
+            d["pull_bytes_received"] = s.pull_bytes_received;
+            d["cache_hits"] = s.cache_hits;
+            d["cache_evicted"] = s.cache_evicted;
+            d["cache_rows"] = s.cache_rows;
+            return d;
+          },
+          py::arg("timeout") = 0.0, "The table's counters (pskv::EmbeddingStats) as a dict.")
+      .def(
+          "save",
+          [](Table& t, const std::string& dir, bool full, double timeout) {
+            Use use(*t.store);
+            py::gil_scoped_release nogil;  // collective
+            return t.t->Save(dir, full ? EmbeddingSaveKind::kFull : EmbeddingSaveKind::kDelta,
+                             Ms(timeout));
+          },
+          py::arg("dir"), py::arg("full"), py::arg("timeout") = 0.0,
+          "Saves the table into dir (collective); returns the bytes written.")
+      .def(
+          "restore",
+          [](Table& t, const std::string& dir, double timeout) {
+            Use use(*t.store);
+            py::gil_scoped_release nogil;  // collective
+            t.t->Restore(dir, Ms(timeout));
+          },
+          py::arg("dir"), py::arg("timeout") = 0.0, "Restores the newest save in dir (collective).")
+      .def(
+          "export",
+          [](Table& t, const std::string& dir, double timeout) {
+            Use use(*t.store);
+            py::gil_scoped_release nogil;  // collective
+            return t.t->Export(dir, Ms(timeout));
+          },
+          py::arg("dir"), py::arg("timeout") = 0.0,
+          "Writes the live rows into dir (collective); returns the bytes written.");
+  m.def(
+      "read_embedding_export",
+      [](const std::string& dir, int key) {
+        std::vector<uint64_t> ids;
+        std::vector<float> values;
+        int64_t width = 0;
+        EmbeddingTable::ReadExport(dir, key, [&](uint64_t id, const float* v, int64_t w) {
+          width = w;
+          ids.push_back(id);
+          values.insert(values.end(), v, v + w);
+        });
+        py::array_t<uint64_t> i(static_cast<py::ssize_t>(ids.size()));
+        if (!ids.empty()) std::memcpy(i.mutable_data(), ids.data(), ids.size() * 8);
+        py::array_t<float> v(
+            {static_cast<py::ssize_t>(ids.size()), static_cast<py::ssize_t>(width)});
+        if (!values.empty()) std::memcpy(v.mutable_data(), values.data(), values.size() * 4);
+        return py::make_tuple(i, v);
+      },
+      py::arg("dir"), py::arg("key"),
+      "(ids uint64 (n,), values float32 (n, width)) of an export of table `key` in dir.");
   m.def(
       "create_embedding",
       [](Handle& h, int key, const py::dict& config) {
         const EmbeddingConfig c = ConfigOf(config);
+        EmbeddingCacheConfig cache;
+        cache.capacity = config["cache_rows"].cast<int64_t>();
+        cache.staleness = config["staleness"].cast<int64_t>();
+        cache.aging_steps = config["cache_aging_steps"].cast<int64_t>();
         Use use(h);
         auto t = std::make_unique<Table>();
         t->store = &h;
         py::gil_scoped_release nogil;  // collective: waits for the other workers
-        t->t = EmbeddingTable::Create(use.kv(), key, c);
+        t->t = EmbeddingTable::Create(use.kv(), key, c, cache);
         return t;
       },
       py::keep_alive<0, 1>(), "Creates dynamic embedding table `key` of the store (collective).");

@@ -8,6 +8,7 @@
 #include "embedding/batch.h"
 #include "embedding/id_map.h"
 #include "embedding/table.h"
+#include "embedding/table_files.h"
 #include "pskv/error.h"
 
 namespace pskv {
@@ -109,10 +110,53 @@ class LocalTable final : public EmbeddingTable {
     table_.Push(step_, d.ids.data(), static_cast<int64_t>(d.ids.size()), sum.data());
     ++step_;
   }
+  EmbeddingStats Stats(std::chrono::milliseconds) override {
+    const TableStats t = table_.Stats();
+    EmbeddingStats s;
+    s.live = t.live;
+    s.admitted = t.admitted;
+    s.evicted_ttl = t.evicted_ttl;
+    s.evicted_capacity = t.evicted_capacity;
+    s.dropped_grads = t.dropped_grads;
+    s.pulled_rows = t.pulled_rows;
+    s.pulled_defaults = t.pulled_defaults;
+    s.pending_ids = t.pending_ids;
+    s.memory_bytes = t.memory_bytes;
+    s.step = step_;
+    return s;
+  }
+  // The files of a dist table's single part (table_files.h), written here.
+  uint64_t Save(const std::string& dir, EmbeddingSaveKind kind,
+                std::chrono::milliseconds) override {
+    MakeDir(dir);
+    const uint64_t seq = std::max(save_seq_, LastSavedSeq(dir, key(), 0, 1)) + 1;
+    const bool full = kind == EmbeddingSaveKind::kFull;
+    const std::string path = dir + "/" + SaveFileName(key(), seq, 0, 1, step_, full);
+    if (full) {
+      table_.SaveFull(path);
+    } else {
+      table_.SaveDelta(path);
+    }
+    save_seq_ = seq;
+    return FileBytes(path);
+  }
+  void Restore(const std::string& dir, std::chrono::milliseconds) override {
+    const SavedTable saved = FindSaved(dir, key());
+    table_.Restore(saved.chains);  // unchanged on error
+    step_ = saved.step;
+    save_seq_ = saved.seq;
+  }
+  uint64_t Export(const std::string& dir, std::chrono::milliseconds) override {
+    MakeDir(dir);
+    const std::string path = dir + "/" + ExportFileName(key(), 0, 1);
+    table_.ExportRows(path);
+    return FileBytes(path);
+  }
 
  private:
   Table table_;
   int64_t step_ = 0;
+  uint64_t save_seq_ = 0;
 };
 
 }  // namespace
@@ -124,5 +168,12 @@ std::unique_ptr<EmbeddingTable> CreateLocalTable(int key, const EmbeddingConfig&
 }  // namespace embedding
 
 EmbeddingTable::~EmbeddingTable() = default;
+
+void EmbeddingTable::ReadExport(
+    const std::string& dir, int key,
+    const std::function<void(uint64_t id, const float* values, int64_t width)>& fn) {
+  for (const std::string& path : embedding::FindExports(dir, key))
+    embedding::Table::ReadExport(path, fn);
+}
 
 }  // namespace pskv

@@ -51,6 +51,9 @@ enum class Kind : int {
   kEmbeddingCreate = 11,  // value: the table's configuration payload
   kEmbeddingPush = 12,    // value: ids and gradients
   kEmbeddingPull = 13,    // value: ids; reply: rows and versions
+  // value: save, restore, export or counters of a table's part; reply: their outcome
+  // (distributed/wire/embedding_admin_codec.h)
+  kEmbeddingAdmin = 15,
 };
 inline int MakeCmd(Kind k, DType t) {
   return (static_cast<int>(k) << 8) | static_cast<int>(t);

@@ -13,7 +13,8 @@ using dist::Kind;
 
 namespace {
 bool IsEmbedding(Kind k) {
-  return k == Kind::kEmbeddingCreate || k == Kind::kEmbeddingPush || k == Kind::kEmbeddingPull;
+  return k == Kind::kEmbeddingCreate || k == Kind::kEmbeddingPush || k == Kind::kEmbeddingPull ||
+         k == Kind::kEmbeddingAdmin;
 }
 bool IsSparse(Kind k) {
   return k == Kind::kSparseInit || k == Kind::kSparsePush || k == Kind::kSparsePull ||

@@ -102,6 +102,7 @@ void EmbeddingServer::Handle(KVRequest&& req, KVServer* srv) {
                              TableName(wire_key) + " holds float32 rows; the request carries " +
                                  "dtype code " + std::to_string(dist::CmdDType(req.cmd)));
   if (kind == Kind::kEmbeddingPull) return Pull(p, std::move(req), srv, lk);
+  if (kind == Kind::kEmbeddingAdmin) return Admin(wire_key, p, std::move(req), srv, lk);
   if (kind != Kind::kEmbeddingPush || !req.push)
     return srv->RespondError(req, ErrorKind::kInvalid, "malformed embedding request");
   Push(wire_key, p, std::move(req), srv, lk);

@@ -22,6 +22,10 @@
 // Pull: each id's row (or the initializer's value) and its version (the step of its
 //   last push; -1 without a row).
 //
+// Admin (kEmbeddingAdmin, embedding_admin.cc): save, restore, export and counters of
+//   a part, run between rounds under the part's mutex (so a save is the part after
+//   a whole round); the outcome of each ticket is kept for the other workers' ask.
+//
 // Not replicated yet: the DistServer refuses embedding requests on replicated
 // servers (PSKV_REPLICAS > 0).
 //
@@ -68,7 +72,13 @@ class EmbeddingServer {
     std::string config;  // the create payload's bytes (a retry must match them)
     std::unique_ptr<embedding::Table> table;
     SyncRound<KVRequest> round;
-    int64_t step = 0;  // updates applied
+    int64_t step = 0;       // updates applied
+    uint64_t save_seq = 0;  // the number of the last save written or restored
+    // The last admin operation's ticket and outcome (embedding_admin_codec.h).
+    uint64_t admin_ticket = 0;
+    ErrorKind admin_error_kind = ErrorKind::kGeneric;
+    std::string admin_error;  // empty: it succeeded
+    std::string admin_reply;
   };
   void Create(int64_t wire_key, KVRequest&& req, KVServer* srv);
   /// Who may hold an id here (embedding_codec.h).
@@ -80,6 +90,9 @@ class EmbeddingServer {
   /// A sync push (validated): joins the part's round; the last one applies it.
   void JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVServer* srv,
                  std::unique_lock<std::mutex>& lk);
+  /// A kEmbeddingAdmin request (embedding_admin.cc).
+  void Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer* srv,
+             std::unique_lock<std::mutex>& lk);
   /// Applies `pushes` (decoded already once: they are valid) as one update.
   void Apply(Part& p, const std::vector<const KVRequest*>& pushes) const;
 

@@ -8,8 +8,12 @@
 // configuration (kEmbeddingCreate). A push de-duplicates the batch's ids (summing
 // their gradients in order of appearance) and sends every server its part, also an
 // empty one (its part of a sync round); a pull asks only the servers holding some of
-// the batch's distinct ids and scatters the rows back to the batch's order. The
-// values' layout: distributed/wire/embedding_codec.h.
+// the batch's distinct ids and scatters the rows back to the batch's order. With a
+// cache (EmbeddingCacheConfig) a pull asks only for the ids embedding::RowCache plans,
+// its clock the pushes this worker completed (in dist_sync, the rounds the servers
+// applied). Save, Restore and Export are collective: rank 0 sends kEmbeddingAdmin
+// between two barriers, the others then ask the servers for its outcome. The values'
+// layout: distributed/wire/embedding_codec.h, embedding_admin_codec.h.
 //
 // Blocking: every call waits through KVWorker::Await with its timeout (the store's
 // op_timeout unless given); a timeout or a dead server breaks the store (ServerLink).
@@ -27,6 +31,7 @@ class DistWorkerStore;
 /// Creates table `key` of `store` (collective; see above). The configuration was
 /// checked. UsageError with replicated servers (not supported yet).
 std::unique_ptr<EmbeddingTable> CreateDistEmbedding(DistWorkerStore& store, int key,
-                                                    const EmbeddingConfig& config);
+                                                    const EmbeddingConfig& config,
+                                                    const EmbeddingCacheConfig& cache);
 
 }  // namespace pskv::dist
