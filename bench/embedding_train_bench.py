@@ -18,6 +18,8 @@ minus those of a run of 0 steps; DDP's are computed from its ring all-reduce
 
     /usr/bin/python3 bench/embedding_train_bench.py [--workers 2,4] [--servers 2]
         [--steps 30] [--modes dynamic,row_sparse,ddp] [--json]
+    /usr/bin/python3 bench/embedding_train_bench.py --cache-sweep 0,1,4,16 [--cache-rows 65536]
+        [--workers 2] [--steps N] [--json]     # bench 8(c): bytes and AUC against S
 """
 import argparse
 import json
@@ -31,14 +33,35 @@ sys.path.insert(0, HERE)
 import sparse_bench  # noqa: E402  (the launch, byte-counting and DDP harness)
 
 
-def run_pskv(args, table):
+def run_pskv(args, table, cache=()):
     extra = ['--table', table, '--rows', str(args.rows), '--dim', str(args.dim), '--samples', str(args.samples),
-             '--test-size', str(args.test_size)]
+             '--test-size', str(args.test_size)] + list(cache)
     res, wire = sparse_bench.launch_example(EXAMPLE, args.workers, args.servers, args.steps, args.batch_size, extra)
     _, wire0 = sparse_bench.launch_example(EXAMPLE, args.workers, args.servers, 0, args.batch_size, extra)
     return {'mode': 'pskv ' + table, 'samples_per_s': res['samples_per_s'], 'auc': res['auc'],
             'hidden_model_auc': res['hidden_model_auc'],
-            'bytes_per_step_per_worker': max(0, wire - wire0) / res['steps'] / args.workers, 'bytes_measured': True}
+            'bytes_per_step_per_worker': max(0, wire - wire0) / res['steps'] / args.workers, 'bytes_measured': True,
+            'pull_bytes_received_per_step': res.get('pull_bytes_received_per_step')}
+
+
+def cache_sweep(args):
+    """Bench 8(c) in training: the dynamic table behind a worker cache of --cache-rows
+    rows, one job per staleness S (and one without a cache): rank 0's pulled bytes per
+    step and the test AUC reached."""
+    rows = []
+    for s in [None] + [int(x) for x in args.cache_sweep.split(',')]:
+        cache = [] if s is None else ['--cache-rows', str(args.cache_rows), '--staleness', str(s)]
+        r = run_pskv(args, 'dynamic', cache)
+        r.update(bench='embedding_cache', workers=args.workers, servers=args.servers, steps=args.steps,
+                 batch_size=args.batch_size, dim=args.dim, staleness=s, cache_rows=0 if s is None else args.cache_rows)
+        rows.append(r)
+        if args.json:
+            print(json.dumps(r), flush=True)
+        else:
+            print('S=%-5s pulled %.3f MB/step (rank 0), wire %.3f MB/step/worker, AUC %.4f' % (
+                '-' if s is None else s, r['pull_bytes_received_per_step'] / 1e6,
+                r['bytes_per_step_per_worker'] / 1e6, r['auc']), flush=True)
+    return rows
 
 
 def ddp_worker(rank, args, port, q):
@@ -74,8 +97,14 @@ def main():
     ap.add_argument('--steps', type=int, default=30)
     ap.add_argument('--batch-size', type=int, default=1024)
     ap.add_argument('--modes', default='dynamic,row_sparse,ddp')
+    ap.add_argument('--cache-sweep', default='', help='staleness values S: the cache sweep instead (bench 8(c))')
+    ap.add_argument('--cache-rows', type=int, default=65536)
     ap.add_argument('--json', action='store_true')
     args = ap.parse_args()
+    if args.cache_sweep:
+        args.workers = int(args.workers.split(',')[0])
+        cache_sweep(args)
+        return 0
     for workers in [int(w) for w in args.workers.split(',')]:
         args.workers = workers
         results = []

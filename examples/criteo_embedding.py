@@ -101,6 +101,9 @@ def parse_args(argv=None):
     ap.add_argument('--rows', type=int, default=1 << 20, help='row_sparse: the fixed table\'s rows')
     ap.add_argument('--admit-after', type=int, default=1, help='dynamic: pushes before an id gets a row')
     ap.add_argument('--ttl-steps', type=int, default=0, help='dynamic: evict rows not pushed for this long')
+    ap.add_argument('--cache-rows', type=int, default=0, help='dynamic: rows of the worker\'s cache (0: none)')
+    ap.add_argument('--staleness', type=int, default=0,
+                    help='dynamic: a cached row is refetched once it may be this many steps old')
     ap.add_argument('--lr', type=float, default=0.05, help='AdaGrad learning rate (table and MLP)')
     ap.add_argument('--min-auc-ratio', type=float, default=0.0,
                     help='fail if test AUC / the hidden model\'s AUC is below this')
@@ -129,7 +132,8 @@ def main(argv=None):
         table = pskv.embedding.create(kv, TABLE_KEY, args.dim, optimizer='adagrad',
                                       optimizer_params={'learning_rate': args.lr, 'rescale_grad': 1.0 / workers},
                                       init='uniform', init_range=(-0.01, 0.01), seed=1,
-                                      admit_after=args.admit_after, ttl_steps=args.ttl_steps)
+                                      admit_after=args.admit_after, ttl_steps=args.ttl_steps,
+                                      cache_rows=args.cache_rows, staleness=args.staleness)
         lookup = DynamicLookup(table)
     else:
         lookup = HashedLookup(args.rows, args.dim)
@@ -153,6 +157,8 @@ def main(argv=None):
         if kv.rank == 0 and not args.json and (step + 1) % max(1, steps // 5) == 0:
             print('step %d/%d loss %.4f' % (step + 1, steps, loss.item()), flush=True)
     elapsed = time.time() - t0
+    # The rows this worker's pulls received in training (the cache's saving), before evaluation.
+    pulled = table.stats()['pull_bytes_received'] if args.table == 'dynamic' else None
 
     # Test samples: the ones after the training set (sample i depends only on the seed and i).
     full = pskv.synthetic.CriteoSynthetic(args.samples + args.test_size, seed=0)
@@ -166,9 +172,9 @@ def main(argv=None):
     auc = pskv.synthetic.roc_auc(t_labels, scores)
     best = pskv.synthetic.roc_auc(t_labels, t_p)
     samples = steps * args.batch_size * workers
-    res = {'workers': workers, 'table': args.table, 'steps': steps, 'batch_size': args.batch_size,
-           'dim': args.dim, 'auc': auc, 'hidden_model_auc': best, 'samples_per_s': samples / max(elapsed, 1e-9),
-           'seconds': elapsed}
+    res = {'workers': workers, 'table': args.table, 'steps': steps, 'batch_size': args.batch_size, 'dim': args.dim,
+           'auc': auc, 'hidden_model_auc': best, 'samples_per_s': samples / max(elapsed, 1e-9), 'seconds': elapsed, 'cache_rows': args.cache_rows, 'staleness': args.staleness,
+           'pull_bytes_received_per_step': pulled / max(steps, 1) if pulled is not None else None}
     if kv.rank == 0:
         if args.json:
             print(json.dumps(res), flush=True)
