@@ -81,6 +81,7 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
       return NotFromPrimary(*node_, range_.index(), r);
     };
     rep.version = [this] { return replicator_->version(); };
+    rep.replicated = [this] { node_->fail_points().RoundReplicated(range_.index()); };
     rep.replicas = node->options().replicas;
     rep.spares = node->options().spare_servers;
     tables_.SetReplication(std::move(rep));

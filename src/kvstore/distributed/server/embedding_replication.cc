@@ -83,7 +83,10 @@ bool EmbeddingServer::HeldAlready(const Part& p, const KVRequest& req, KVServer*
   const uint64_t count = PushCount(req);
   auto it = p.applied_push.find(req.sender);
   if (!count || it == p.applied_push.end() || count > it->second) return false;
-  srv->Respond(req);  // its update is here (and on every copy): answered, not applied
+  PSKV_WARN(range_.node->Tag() << ": a push of " << range_.node->NodeName(req.sender)
+                               << " sent again after a failover is held here: answered without "
+                                  "applying it again");
+  srv->Respond(req);  // its update is here (and on every copy)
   return true;
 }
 
@@ -124,27 +127,29 @@ void EmbeddingServer::Applied(int64_t wire_key, Part& p, int64_t step, const ew:
   auto answer = std::make_shared<std::vector<KVRequest>>(std::move(pushes));
   const std::string what = Name(wire_key);
   // Sent under the part's lock (the caller's `lk`): its updates leave in step order.
-  rep_.send(to, std::move(m), [srv, answer, what](std::exception_ptr e) {
-    std::string why;
-    ErrorKind kind = ErrorKind::kIO;
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        why = what + ": replication failed: " + ex.what();
-        kind = KindOf(ex);
-      }
-    }
-    for (auto& r : *answer) {
-      try {
-        if (e)
-          srv->RespondError(r, kind, why);
-        else
-          srv->Respond(r);
-      } catch (...) {
-      }
-    }
-  });
+  rep_.send(to, std::move(m),
+            [srv, answer, what, replicated = rep_.replicated](std::exception_ptr e) {
+              if (!e && replicated) replicated();
+              std::string why;
+              ErrorKind kind = ErrorKind::kIO;
+              if (e) {
+                try {
+                  std::rethrow_exception(e);
+                } catch (const std::exception& ex) {
+                  why = what + ": replication failed: " + ex.what();
+                  kind = KindOf(ex);
+                }
+              }
+              for (auto& r : *answer) {
+                try {
+                  if (e)
+                    srv->RespondError(r, kind, why);
+                  else
+                    srv->Respond(r);
+                } catch (...) {
+                }
+              }
+            });
 }
 
 void EmbeddingServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv) {

@@ -83,7 +83,10 @@ class EmbeddingServer {
     /// Why a server's change of this range may not be applied here ("": from its primary).
     std::function<std::string(const KVRequest&)> not_from_primary;
     std::function<uint64_t()> version;  // of the range table changes are sent under
-    int replicas = 0, spares = 0;       // PSKV_REPLICAS, PSKV_SPARE_SERVERS
+    /// The replicas acknowledged an update, before its pushes are answered (a test's
+    /// fail point: FailPoints::RoundReplicated).
+    std::function<void()> replicated;
+    int replicas = 0, spares = 0;  // PSKV_REPLICAS, PSKV_SPARE_SERVERS
   };
   /// Makes this range's tables replicated; before any request.
   void SetReplication(Replication r) { rep_ = std::move(r); }
