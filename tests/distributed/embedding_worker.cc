@@ -210,8 +210,8 @@ void Misuse(KVStore& kv, int) {
 }
 
 void Replicas(KVStore& kv, int) {
-  ExpectError<UsageError>([&] { EmbeddingTable::Create(kv, 60, ConfigA()); }, "create, replicated",
-                          "are not supported yet");
+  ExpectError<Error>([&] { EmbeddingTable::Create(kv, 60, ConfigA()); }, "create, replicated",
+                     "are not supported yet");
 }
 
 }  // namespace
