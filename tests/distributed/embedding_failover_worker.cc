@@ -1,7 +1,7 @@
 // A training loop over dynamic embedding tables for the failover tests
 // (test_failover_embedding.cc):
 //
-//   embedding_failover_worker MODE ROUNDS OUT_DIR     MODE: sync | async
+//   embedding_failover_worker MODE ROUNDS OUT_DIR     MODE: sync | async | async-wide
 //
 // Two tables (A: AdaGrad, exact admission after 2 sightings, a TTL of 4 steps; B:
 // Adam, a counting Bloom filter, a capacity of 40 rows per server: LRU eviction).
@@ -11,7 +11,9 @@
 // r it creates OUT_DIR/w<rank>.r<r>; at the end it pulls every id any worker pushed
 // and writes the rows and versions of both tables to OUT_DIR/w<rank>.weights (each
 // round's time in ms to OUT_DIR/w<rank>.times). dist_sync or dist_async (the tests run
-// async with one worker: the order of its pushes is the table's).
+// async with one worker: the order of its pushes is the table's). async-wide: table A's
+// rows are 64 times wider (512 floats: a push of the batch's ~30 distinct ids is about
+// 64 KiB, some above, some below: big replicated updates overtaken by smaller ones).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -28,10 +30,10 @@ using namespace embedding_job;
 
 namespace {
 
-EmbeddingConfig TableA() {
+EmbeddingConfig TableA(int wide) {
   EmbeddingConfig c;
   c.name = "A";
-  c.width = 8;
+  c.width = 8 * wide;
   c.seed = 5;
   c.optimizer = OptimizerConfig::For("adagrad");
   c.optimizer.learning_rate = 0.1;
@@ -71,10 +73,10 @@ int main(int argc, char** argv) {
   const int rounds = std::atoi(argv[2]);
   const std::string out = argv[3];
   try {
-    auto kv = KVStore::Create(mode == "async" ? "dist_async" : "dist_sync");
+    auto kv = KVStore::Create(mode == "sync" ? "dist_sync" : "dist_async");
     const int rank = kv->Rank(), workers = kv->NumWorkers();
     failover_job::Steps steps(out + "/w" + std::to_string(rank));
-    auto a = EmbeddingTable::Create(*kv, 70, TableA());
+    auto a = EmbeddingTable::Create(*kv, 70, TableA(mode == "async-wide" ? 64 : 1));
     auto b = EmbeddingTable::Create(*kv, 71, TableB());
     const Zipf zipf;
     for (int r = 1; r <= rounds; ++r) {
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
       Step(*b, ids, rank, r + 100);
       steps.End("r", r);
     }
+    kv->Barrier();  // dist_async with several workers: every push applied
     std::vector<uint64_t> seen;
     for (int w = 0; w < workers; ++w)
       for (int r = 1; r <= rounds; ++r) {

@@ -190,6 +190,8 @@ void EmbeddingServer::ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv
         p.ahead.size() >= static_cast<size_t>(std::max(workers, 1)))
       return fail(req, "the update at step " + std::to_string(body.step) + " of " + Name(wire_key) +
                            " before the one at step " + std::to_string(p.step));
+    PSKV_DEBUG(range_.node->Tag() << ": " << Name(wire_key) << ": the update at step " << body.step
+                                  << " kept until the one at step " << p.step);
     p.ahead.emplace(body.step, std::move(req));
     return;
   }
