@@ -51,6 +51,11 @@ enum class Kind : int {
   kEmbeddingCreate = 11,  // value: the table's configuration payload
   kEmbeddingPush = 12,    // value: ids and gradients
   kEmbeddingPull = 13,    // value: ids; reply: rows and versions
+  // primary -> replica: one update of a table's part as the primary applied it (a sync
+  // round's concatenated pushes in rank order, or one async push); value: the push
+  // layout of embedding_codec.h; body: its step and the workers' push counts
+  // (replication_wire.h, EmbeddingRound)
+  kReplicateEmbedding = 14,
   // value: save, restore, export or counters of a table's part; reply: their outcome
   // (distributed/wire/embedding_admin_codec.h)
   kEmbeddingAdmin = 15,

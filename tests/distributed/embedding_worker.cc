@@ -20,8 +20,8 @@
 //  misuse  Typed errors naming the fix: ids of another dtype, gradients of another
 //          width or dtype, a push over a server's memory budget (refused for every
 //          worker, the table unchanged).
-//  replicas  PSKV_REPLICAS=1: Create fails on every worker, naming the setting (the
-//          tables are not replicated yet).
+//  replicas  What replication does not cover yet (PSKV_REPLICAS >= 2, spare servers):
+//          Create fails on every worker with a UsageError naming the setting.
 // Exit status 0 = every check passed.
 #include <algorithm>
 #include <cmath>
@@ -33,11 +33,13 @@
 
 #include "embedding/batch.h"
 #include "embedding/table.h"
+#include "embedding_zipf.h"
 #include "pskv/embedding.h"
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
 
 using namespace pskv;
+using namespace embedding_job;
 
 namespace {
 
@@ -47,53 +49,6 @@ void Check(bool ok, const std::string& what) {
     std::fprintf(stderr, "embedding_worker: CHECK FAILED: %s\n", what.c_str());
     ++g_failures;
   }
-}
-
-// Zipf(1.1) over 600 ranks, each rank scrambled into a u64 id (some with the high bit).
-struct Zipf {
-  std::vector<double> cdf;
-  Zipf() {
-    double s = 0;
-    for (int k = 1; k <= 600; ++k) cdf.push_back(s += 1.0 / std::pow(k, 1.1));
-    for (double& c : cdf) c /= s;
-  }
-  uint64_t Id(uint64_t rank) const {
-    uint64_t x = rank * 0x9e3779b97f4a7c15ULL + 12345;
-    x ^= x >> 29;
-    return x * 0xbf58476d1ce4e5b9ULL;
-  }
-  std::vector<uint64_t> Batch(int rank, int round, int n) const {
-    std::mt19937_64 rng(static_cast<uint64_t>(rank) * 1000003 + static_cast<uint64_t>(round));
-    std::vector<uint64_t> ids;
-    for (int i = 0; i < n; ++i) {
-      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-      ids.push_back(
-          Id(static_cast<uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin())));
-    }
-    return ids;
-  }
-};
-
-std::vector<float> Grads(const std::vector<uint64_t>& ids, int64_t width, int rank, int round) {
-  std::vector<float> g(ids.size() * static_cast<size_t>(width));
-  for (size_t i = 0; i < ids.size(); ++i)
-    for (int64_t c = 0; c < width; ++c)
-      g[i * static_cast<size_t>(width) + static_cast<size_t>(c)] =
-          static_cast<float>(static_cast<int>((ids[i] >> 7) % 17 + c * 3 + rank * 5 + round) % 11 -
-                             5) /
-          8.0f;
-  return g;
-}
-
-NDArray IdsArray(const std::vector<uint64_t>& ids) {
-  NDArray a(Shape{static_cast<int64_t>(ids.size())}, DType::kInt64);
-  std::memcpy(a.raw(), ids.data(), ids.size() * 8);
-  return a;
-}
-NDArray Floats(const std::vector<float>& v, int64_t width) {
-  NDArray a(Shape{static_cast<int64_t>(v.size()) / width, width}, DType::kFloat32);
-  std::memcpy(a.raw(), v.data(), v.size() * 4);
-  return a;
 }
 
 EmbeddingConfig ConfigA() {
@@ -256,7 +211,7 @@ void Misuse(KVStore& kv, int) {
 
 void Replicas(KVStore& kv, int) {
   ExpectError<Error>([&] { EmbeddingTable::Create(kv, 60, ConfigA()); }, "create, replicated",
-                     "PSKV_REPLICAS");
+                     "are not supported yet");
 }
 
 }  // namespace

@@ -70,6 +70,20 @@ TEST(ReplicationWire, SparseRoundRoundTripsAndIsStrict) {
   EXPECT_THROW(rw::ParseSparseRound(WithCount(b, 24, 3)), ProtocolError);
 }
 
+TEST(ReplicationWire, EmbeddingRoundRoundTripsAndIsStrict) {
+  const rw::EmbeddingRound r{5, 17, {{9, 3}, {10, 2}}};
+  const std::string b = rw::EncodeEmbeddingRound(r);
+  EXPECT_EQ(rw::ParseEmbeddingRound(b), r);
+  EXPECT_EQ(rw::ParseVersion(b), 5u);
+  ExpectStrict(
+      b, [](const std::string& s) { rw::ParseEmbeddingRound(s); }, "replicated embedding update");
+  // More push counts than the bytes hold: refused before any is read.
+  EXPECT_THROW(rw::ParseEmbeddingRound(WithCount(b, 16, 3)), ProtocolError);
+  EXPECT_THROW(rw::ParseEmbeddingRound(WithCount(b, 16, 0xffffffff)), ProtocolError);
+  const rw::EmbeddingRound empty{1, 0, {}};
+  EXPECT_EQ(rw::ParseEmbeddingRound(rw::EncodeEmbeddingRound(empty)), empty);
+}
+
 TEST(ReplicationWire, AsyncPushesRoundTripAndAreStrict) {
   const rw::AsyncPushes p{5, 9, {{4, 30, 4}, {2, -1, 2}}};
   const std::string b = rw::EncodeAsyncPushes(p);

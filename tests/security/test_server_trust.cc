@@ -6,8 +6,10 @@
 // server 1 is a Node of this process: a member holding the job's secret that serves
 // its ranges like any server (ReplicaHost) and also sends server 0, over the job's
 // own ZeroMQ connection, what only a worker may send: a push of 1000s into key 0,
-// a push-pull, a pull and a command that would switch server 0 to dist_async. Server
-// 0 must refuse each (and count them), keep key 0 exactly 1 and the job going.
+// a push-pull, a pull and a command that would switch server 0 to dist_async, and
+// what only the primary of key range 0 (server 0 itself) may send: a replicated
+// embedding-table update and a forwarded embedding-table create. Server 0 must refuse
+// each (and count them), keep key 0 exactly 1 and the job going.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -112,6 +114,18 @@ TEST(SecurityServers, AServerPosingAsAWorkerIsRefusedAndChangesNothing) {
   Message mode = WorkerLike(kCommand, dist::kSetMode, ts++);
   mode.body = payload::EncodeMode(false);
   node->Send(to, std::move(mode));
+  // Forged embedding-table changes of range 0, whose primary server 0 is (server 1 is
+  // its replica, never its primary): a replicated update and a forwarded create, each
+  // with a plausible body (the sender's table version first).
+  const std::string version(8, '\0');
+  Message update =
+      WorkerLike(kPush, dist::MakeCmd(dist::Kind::kReplicateEmbedding, DType::kFloat32), ts++, big);
+  update.body = version + std::string(12, '\0');
+  node->Send(to, std::move(update));
+  Message create =
+      WorkerLike(kPush, dist::MakeCmd(dist::Kind::kEmbeddingCreate, DType::kFloat32), ts++, big);
+  create.body = version + std::string(4, '\0');
+  node->Send(to, std::move(create));
   std::this_thread::sleep_for(1s);
 
   // The worker checks key 0 is still exactly 1, then that push 2 -> pull 2 works
@@ -134,7 +148,7 @@ TEST(SecurityServers, AServerPosingAsAWorkerIsRefusedAndChangesNothing) {
   EXPECT_EQ(s, 0) << "server 0:\n" << server_log;
   EXPECT_EQ(c, 0) << "scheduler:\n" << test::ReadFile(dir + "/scheduler.log");
   // Each forged request counted (one line at exit), none applied.
-  EXPECT_NE(server_log.find("refused 4 request(s)"), std::string::npos) << server_log;
+  EXPECT_NE(server_log.find("refused 6 request(s)"), std::string::npos) << server_log;
   for (pid_t p : {worker, server, sched}) ::kill(-p, SIGKILL);
   std::filesystem::remove_all(dir);
 }
@@ -147,10 +161,15 @@ TEST(SecurityServers, PeerRefusalAcceptsOnlyReplicationBetweenServers) {
   for (Kind k : {Kind::kDense, Kind::kInit, Kind::kCompressed, Kind::kStates, Kind::kSparseInit,
                  Kind::kSparsePush, Kind::kSparsePull})
     EXPECT_EQ(PeerRefusal(k, true, true, worker, false), "") << static_cast<int>(k);
-  for (Kind k : {Kind::kReplicate, Kind::kReplicateAsync, Kind::kReplicateSparse})
+  for (Kind k : {Kind::kEmbeddingCreate, Kind::kEmbeddingPush, Kind::kEmbeddingPull})
+    EXPECT_EQ(PeerRefusal(k, true, k == Kind::kEmbeddingPull, worker, false), "")
+        << static_cast<int>(k);
+  for (Kind k :
+       {Kind::kReplicate, Kind::kReplicateAsync, Kind::kReplicateSparse, Kind::kReplicateEmbedding})
     EXPECT_NE(PeerRefusal(k, true, false, worker, false), "") << static_cast<int>(k);
   // From a server: replicated changes (pushes), from the range's primary only ...
-  for (Kind k : {Kind::kReplicate, Kind::kReplicateAsync, Kind::kReplicateSparse}) {
+  for (Kind k : {Kind::kReplicate, Kind::kReplicateAsync, Kind::kReplicateSparse,
+                 Kind::kReplicateEmbedding}) {
     EXPECT_EQ(PeerRefusal(k, true, false, server, true), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, true, false, server, false), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, true, true, server, true), "") << static_cast<int>(k);
@@ -158,13 +177,14 @@ TEST(SecurityServers, PeerRefusalAcceptsOnlyReplicationBetweenServers) {
   }
   // ... and forwarded inits and states loads, down from the range's primary only (a
   // replica sending a states load up to its primary is refused: issue 42, hole 4) ...
-  for (Kind k : {Kind::kInit, Kind::kSparseInit, Kind::kStates}) {
+  for (Kind k : {Kind::kInit, Kind::kSparseInit, Kind::kStates, Kind::kEmbeddingCreate}) {
     EXPECT_EQ(PeerRefusal(k, true, false, server, true), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, true, false, server, false), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, false, true, server, true), "") << static_cast<int>(k);
   }
   // ... never a worker's pushes and pulls.
-  for (Kind k : {Kind::kDense, Kind::kCompressed, Kind::kSparsePush, Kind::kSparsePull}) {
+  for (Kind k : {Kind::kDense, Kind::kCompressed, Kind::kSparsePush, Kind::kSparsePull,
+                 Kind::kEmbeddingPush, Kind::kEmbeddingPull}) {
     EXPECT_NE(PeerRefusal(k, true, false, server, true), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, false, true, server, true), "") << static_cast<int>(k);
     EXPECT_NE(PeerRefusal(k, true, true, server, true), "") << static_cast<int>(k);

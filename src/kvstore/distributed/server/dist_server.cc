@@ -14,7 +14,7 @@ using dist::Kind;
 namespace {
 bool IsEmbedding(Kind k) {
   return k == Kind::kEmbeddingCreate || k == Kind::kEmbeddingPush || k == Kind::kEmbeddingPull ||
-         k == Kind::kEmbeddingAdmin;
+         k == Kind::kEmbeddingAdmin || k == Kind::kReplicateEmbedding;
 }
 bool IsSparse(Kind k) {
   return k == Kind::kSparseInit || k == Kind::kSparsePush || k == Kind::kSparsePull ||
@@ -68,6 +68,24 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
       inspector_(node, &store_, &pool_, &barriers_, replicator != nullptr),
       commands_(node, server_, &store_, &tables_, &pool_, &barriers_, &inspector_, primary_.get()) {
   store_.Listen(primary_.get());
+  if (replicator) {  // the tables' changes go through the same replicator (embedding_server.h)
+    EmbeddingServer::Replication rep;
+    rep.targets = [this](const KVRequest& r) { return primary_->Targets(r); };
+    rep.send = [this](const std::vector<int>& to, Message m, Replicator::Done done) {
+      replicator_->Send(to, std::move(m), std::move(done));
+    };
+    rep.forward = [this](const KVRequest& r, const std::vector<int>& to) {
+      primary_->Forward(r, to);
+    };
+    rep.not_from_primary = [this](const KVRequest& r) {
+      return NotFromPrimary(*node_, range_.index(), r);
+    };
+    rep.version = [this] { return replicator_->version(); };
+    rep.replicated = [this] { node_->fail_points().RoundReplicated(range_.index()); };
+    rep.replicas = node->options().replicas;
+    rep.spares = node->options().spare_servers;
+    tables_.SetReplication(std::move(rep));
+  }
   if (node->options().elastic)  // docs/fault-tolerance.md, "Elastic workers"
     node->AddWorkerLeftHandler([this](int id) { pool_.Exclusive([&] { store_.WorkerLeft(id); }); });
   inspector_.Start();
@@ -108,9 +126,7 @@ void DistServer::Process(KVRequest&& req) {
   if (kind == Kind::kReplicate) return replica_.ApplyRound(req);  // one key: on its shard
   if (kind == Kind::kReplicateAsync) return replica_.ApplyAsync(req);
   if (IsEmbedding(kind)) {  // one key: on its shard
-    if (replicator_)
-      return answers_.Error(req, {ErrorKind::kUsage, NotReplicated("dynamic embedding tables")});
-    if (req.push && sync) barriers_.Left(req.sender);
+    if (req.push && sync && IsWorkerId(req.sender)) barriers_.Left(req.sender);
     return tables_.Handle(std::move(req), server_);
   }
   if (IsSparse(kind)) {

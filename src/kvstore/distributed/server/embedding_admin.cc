@@ -77,6 +77,13 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
     p.admin_error.clear();
     try {
       if (a.op == ea::Op::kRestore) {
+        // The restore would change this copy alone: the range's replica would keep the
+        // old rows and a failover would bring them back.
+        if (rep_.targets)
+          throw UsageError(what +
+                           ": a restore of a replicated table is not supported yet (its "
+                           "replica would keep the old rows): restore it in a job with "
+                           "PSKV_REPLICAS=0 (docs/embedding.md, \"Replication\")");
         if (p.round.open())
           throw UsageError(what + ": a restore while a push round is open (" +
                            std::to_string(p.round.num_pushed()) +

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "common/logging.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/wire/embedding_codec.h"
 #include "kvstore/distributed/wire/kv_payload.h"
@@ -46,6 +47,9 @@ bool EmbeddingServer::Holds(int64_t wire_key) const {
 
 void EmbeddingServer::Create(int64_t wire_key, KVRequest&& req, KVServer* srv) {
   if (!req.push) return srv->RespondError(req, ErrorKind::kInvalid, "malformed embedding create");
+  if (const std::string why = CreateRefusal(req); !why.empty())
+    return srv->RespondError(req, IsServerId(req.sender) ? ErrorKind::kInvalid : ErrorKind::kUsage,
+                             TableName(wire_key) + ": " + why);
   std::string bytes;
   std::unique_ptr<embedding::Table> table;
   try {
@@ -56,19 +60,25 @@ void EmbeddingServer::Create(int64_t wire_key, KVRequest&& req, KVServer* srv) {
   } catch (const std::exception& e) {
     return srv->RespondError(req, KindOf(e), TableName(wire_key) + ": " + e.what());
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  auto& slot = parts_[wire_key];
-  if (slot) {  // parts are never removed: reading its config needs no lock of its own
-    if (slot->config != bytes)
-      return srv->RespondError(req, ErrorKind::kKey,
-                               TableName(wire_key) +
-                                   " exists with another configuration: create each table once, "
-                                   "with the same configuration on every worker");
-    return srv->Respond(req);  // a retry
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& slot = parts_[wire_key];
+    if (slot) {  // parts are never removed: reading its config needs no lock of its own
+      if (slot->config != bytes)
+        return srv->RespondError(req, ErrorKind::kKey,
+                                 TableName(wire_key) +
+                                     " exists with another configuration: create each table "
+                                     "once, with the same configuration on every worker");
+    } else {
+      slot = std::make_unique<Part>();
+      slot->config = std::move(bytes);
+      slot->table = std::move(table);
+    }
   }
-  slot = std::make_unique<Part>();
-  slot->config = std::move(bytes);
-  slot->table = std::move(table);
+  // Replicated: the replicas create it too before the answer (a retry is forwarded
+  // again: with a new primary, a copy may lack it).
+  if (rep_.targets)
+    if (const std::vector<int> to = rep_.targets(req); !to.empty()) return rep_.forward(req, to);
   srv->Respond(req);
 }
 
@@ -84,6 +94,7 @@ void EmbeddingServer::Handle(KVRequest&& req, KVServer* srv) {
     return srv->RespondError(req, ErrorKind::kInvalid, "malformed embedding request");
   const Kind kind = dist::CmdKind(req.cmd);
   if (kind == Kind::kEmbeddingCreate) return Create(wire_key, std::move(req), srv);
+  if (kind == Kind::kReplicateEmbedding) return ApplyCopy(wire_key, std::move(req), srv);
   Part* pp;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -115,14 +126,23 @@ void EmbeddingServer::Push(int64_t wire_key, Part& p, KVRequest&& req, KVServer*
   } catch (const std::exception& e) {
     return srv->RespondError(req, KindOf(e), TableName(wire_key) + ": " + e.what());
   }
+  if (HeldAlready(p, req, srv)) return;
+  if (!p.ahead.empty()) {  // copies of a primary that died: this copy leads now
+    PSKV_WARN(range_.node->Tag() << ": " << TableName(wire_key) << ": dropped " << p.ahead.size()
+                                 << " update(s) its dead primary sent out of order");
+    p.ahead.clear();
+  }
   if (config_.sync) return JoinRound(wire_key, p, std::move(req), srv, lk);
+  const int64_t step = p.step;
+  ew::PushRows rows;
   try {
-    Apply(p, {&req});
+    rows = Apply(p, {&req});
   } catch (const std::exception& e) {
     return srv->RespondError(req, KindOf(e), TableName(wire_key) + ": " + e.what());
   }
-  lk.unlock();
-  srv->Respond(req);
+  std::vector<KVRequest> pushes;
+  pushes.push_back(std::move(req));
+  Applied(wire_key, p, step, rows, std::move(pushes), srv, lk);
 }
 
 void EmbeddingServer::Pull(Part& p, KVRequest&& req, KVServer* srv,
@@ -155,7 +175,7 @@ void EmbeddingServer::Pull(Part& p, KVRequest&& req, KVServer* srv,
   srv->Respond(req, {req.msg.key_ptr()[0]}, std::move(f), {bytes});
 }
 
-void EmbeddingServer::Apply(Part& p, const std::vector<const KVRequest*>& pushes) const {
+ew::PushRows EmbeddingServer::Apply(Part& p, const std::vector<const KVRequest*>& pushes) const {
   const int64_t width = p.table->config().width;
   ew::PushRows all;
   for (const KVRequest* r : pushes) {
@@ -169,6 +189,7 @@ void EmbeddingServer::Apply(Part& p, const std::vector<const KVRequest*>& pushes
   }
   p.table->Push(p.step, all.ids.data(), static_cast<int64_t>(all.ids.size()), all.grads.data());
   ++p.step;
+  return all;
 }
 
 void EmbeddingServer::JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVServer* srv,
@@ -181,8 +202,10 @@ void EmbeddingServer::JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVSe
   p.round.Join(sender, std::move(req), std::chrono::steady_clock::now());
   if (!p.round.complete(node->num_workers())) return;
   auto round = p.round.Take();
+  const int64_t step = p.step;
+  ew::PushRows rows;
   try {
-    Apply(p, SyncRound<KVRequest>::RankOrder(round));
+    rows = Apply(p, SyncRound<KVRequest>::RankOrder(round));
   } catch (const std::exception& e) {
     // Table::Push refuses a push whole before it changes anything (the budget): the
     // round is over, unapplied, and the table's step does not move.
@@ -191,8 +214,9 @@ void EmbeddingServer::JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVSe
     return;
   }
   p.round.Advance();
-  lk.unlock();
-  for (auto& r : round) srv->Respond(r.push);
+  std::vector<KVRequest> pushes;
+  for (auto& r : round) pushes.push_back(std::move(r.push));
+  Applied(wire_key, p, step, rows, std::move(pushes), srv, lk);
 }
 
 void EmbeddingServer::WorkerDone(int id, KVServer* srv) {

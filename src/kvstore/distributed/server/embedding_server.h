@@ -26,8 +26,15 @@
 //   a part, run between rounds under the part's mutex (so a save is the part after
 //   a whole round); the outcome of each ticket is kept for the other workers' ask.
 //
-// Not replicated yet: the DistServer refuses embedding requests on replicated
-// servers (PSKV_REPLICAS > 0).
+// Replicated (PSKV_REPLICAS = 1; docs/fault-tolerance.md, "Dynamic embedding tables";
+// embedding_replication.cc): the primary of the range sends each update it applied (a
+// sync round's concatenated pushes, or one async push) with its step and the pushes'
+// push counts to the range's replicas (kReplicateEmbedding) and answers the pushes
+// once every replica acknowledged it; a replica applies it with the same
+// Table::Push at the same step (same bits). A create is forwarded the same way. Each
+// part remembers, per worker, the push count of its last applied push, so a push
+// retried after a failover that the part holds is answered, not applied again. A
+// replica takes a change only from the range's primary in its range table.
 //
 // Threads: a table part is touched only under its own mutex (the DistServer runs a
 // one-key request on that key's ShardPool thread, so one table's requests run in
@@ -41,6 +48,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "embedding/table.h"
 #include "kvstore/distributed/server/answers.h"
@@ -66,6 +74,27 @@ class EmbeddingServer {
   /// A worker finished: open rounds that still need its push fail with a message.
   void WorkerDone(int id, KVServer* srv);
 
+  /// What a replicated range's DistServer gives its tables (embedding_replication.cc).
+  struct Replication {
+    /// The servers to copy a request's changes to (none unless a worker sent it).
+    std::function<std::vector<int>(const KVRequest&)> targets;
+    /// Sends a change to `to`; `done` runs once all acknowledged it (or with the error).
+    std::function<void(const std::vector<int>& to, Message m,
+                       std::function<void(std::exception_ptr)> done)>
+        send;
+    /// Forwards a create applied here to `to`; answers it once they applied it too.
+    std::function<void(const KVRequest& create, const std::vector<int>& to)> forward;
+    /// Why a server's change of this range may not be applied here ("": from its primary).
+    std::function<std::string(const KVRequest&)> not_from_primary;
+    std::function<uint64_t()> version;  // of the range table changes are sent under
+    /// The replicas acknowledged an update, before its pushes are answered (a test's
+    /// fail point: FailPoints::RoundReplicated).
+    std::function<void()> replicated;
+    int replicas = 0, spares = 0;  // PSKV_REPLICAS, PSKV_SPARE_SERVERS
+  };
+  /// Makes this range's tables replicated; before any request.
+  void SetReplication(Replication r) { rep_ = std::move(r); }
+
  private:
   struct Part {
     std::mutex mu;
@@ -79,6 +108,11 @@ class EmbeddingServer {
     ErrorKind admin_error_kind = ErrorKind::kGeneric;
     std::string admin_error;  // empty: it succeeded
     std::string admin_reply;
+    // Replicated: worker id -> the push count of its last push applied here.
+    std::map<int, uint64_t> applied_push;
+    // Replica: async updates that arrived before the one they follow (a big copy
+    // overtaken by a smaller one, docs/design.md "Send scheduling"), by step.
+    std::map<int64_t, KVRequest> ahead;
   };
   void Create(int64_t wire_key, KVRequest&& req, KVServer* srv);
   /// Who may hold an id here (embedding_codec.h).
@@ -93,11 +127,29 @@ class EmbeddingServer {
   /// A kEmbeddingAdmin request (embedding_admin.cc).
   void Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer* srv,
              std::unique_lock<std::mutex>& lk);
-  /// Applies `pushes` (decoded already once: they are valid) as one update.
-  void Apply(Part& p, const std::vector<const KVRequest*>& pushes) const;
+  /// Applies `pushes` (decoded already once: they are valid) as one update; returns
+  /// the rows it pushed.
+  dist::embedding_wire::PushRows Apply(Part& p, const std::vector<const KVRequest*>& pushes) const;
+
+  // Replication (embedding_replication.cc).
+  /// A worker's push that the part holds already (retried after a failover): answered.
+  bool HeldAlready(const Part& p, const KVRequest& req, KVServer* srv) const;
+  /// After an update of `pushes` was applied at `step` (`rows`): records their push
+  /// counts and, on a replicated range's primary, sends the update to the replicas
+  /// and answers the pushes once they acknowledged it. Else answers them. Under the
+  /// part's lock (`lk`: one part's updates reach the replicas in order).
+  void Applied(int64_t wire_key, Part& p, int64_t step, const dist::embedding_wire::PushRows& rows,
+               std::vector<KVRequest> pushes, KVServer* srv, std::unique_lock<std::mutex>& lk);
+  /// Replica: a kReplicateEmbedding of `wire_key`, checked, then applied in step order.
+  void ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv);
+  /// Replica: applies copy `req` (checked) of `p` at its step; "" or why not.
+  std::string ApplyCopyNow(Part& p, const KVRequest& req, KVServer* srv);
+  /// Why a create may not be made here ("" if it may): what replication does not cover.
+  std::string CreateRefusal(const KVRequest& req) const;
 
   const RangeOf range_;
   const RangeConfig& config_;
+  Replication rep_;        // unset (no targets): not replicated
   mutable std::mutex mu_;  // parts_
   std::map<int64_t, std::unique_ptr<Part>> parts_;
 };

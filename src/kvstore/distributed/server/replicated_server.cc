@@ -13,18 +13,19 @@ namespace pskv {
 using dist::Kind;
 
 std::string PeerRefusal(Kind kind, bool push, bool pull, int sender, bool is_primary) {
-  const bool change =
-      kind == Kind::kReplicate || kind == Kind::kReplicateAsync || kind == Kind::kReplicateSparse;
+  const bool change = kind == Kind::kReplicate || kind == Kind::kReplicateAsync ||
+                      kind == Kind::kReplicateSparse || kind == Kind::kReplicateEmbedding;
   if (!IsServerId(sender))
     return change ? "a replicated change from a node that is not a server" : std::string();
   // From a server: replicated changes, and inits and states loads forwarded, all
   // pushes, all down from the range's primary to its copies.
-  const bool forwarded = kind == Kind::kInit || kind == Kind::kSparseInit || kind == Kind::kStates;
+  const bool forwarded = kind == Kind::kInit || kind == Kind::kSparseInit ||
+                         kind == Kind::kStates || kind == Kind::kEmbeddingCreate;
   if (!(change || forwarded) || !push || pull)
     return "a request of kind " + std::to_string(static_cast<int>(kind)) +
            (push ? (pull ? " (push-pull)" : " (push)") : " (pull)") +
            " from a server: servers send each other only replicated changes and forwarded "
-           "inits";
+           "inits (and embedding-table creates)";
   if (!is_primary)
     return std::string(change ? "a replicated change"
                               : "a forwarded init or optimizer-states load") +

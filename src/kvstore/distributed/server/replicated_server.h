@@ -10,17 +10,18 @@
 //    rounds), or with the error of any range that failed it (its own range's first);
 //  * answers to this node's replication requests go to the Replicator.
 // Trust between servers (docs/security.md, "Replicated servers"): another server may
-// send only what its role in the range table allows — replicated changes (kReplicate*)
-// and inits or optimizer-states loads forwarded down from the range's primary, and a
-// copy of a range (kRangeCopy) from its primary to a spare joining it; a worker may
-// send no replicated change. Every message of a server carries the sender's range-table
-// version: one newer than this node's table is held (bounded per sender, like held
-// requests) until the scheduler's table of that version arrives here, and checked
-// then — a member's claim of a newer table is never taken on trust; a version no table
-// of the job can reach is refused at once. Anything else (a server posing as a
-// worker: pushes, pulls, commands; a replica sending a states load up to its primary;
-// a copy to a server that does not join the range) is refused with an error reply,
-// counted, and named in one warning at exit (PeerRefusal, FromServer).
+// send only what its role in the range table allows — replicated changes
+// (kReplicate*) and inits, embedding-table creates or optimizer-states loads
+// forwarded down from the range's primary, and a copy of a range (kRangeCopy) from
+// its primary to a spare joining it; a worker may send no replicated change. Every
+// message of a server carries the sender's range-table version: one newer than this
+// node's table is held (bounded per sender, like held requests) until the scheduler's
+// table of that version arrives here, and checked then — a member's claim of a newer
+// table is never taken on trust; a version no table of the job can reach is refused
+// at once. Anything else (a server posing as a worker: pushes, pulls, commands; a
+// replica sending a states load up to its primary; a copy to a server that does not
+// join the range) is refused with an error reply, counted, and named in one warning
+// at exit (PeerRefusal, FromServer).
 // The DistServers are made when the first message arrives (the node's rank, hence
 // its ranges, is known only once it started).
 //

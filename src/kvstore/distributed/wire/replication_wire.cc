@@ -150,6 +150,24 @@ SparseRound ParseSparseRound(std::string_view body) {
   return x;
 }
 
+std::string EncodeEmbeddingRound(const EmbeddingRound& x) {
+  ByteWriter w;
+  w.Put<uint64_t>(x.version);
+  w.Put<int64_t>(x.step);
+  PutCounts(w, x.counts);
+  return w.Take();
+}
+
+EmbeddingRound ParseEmbeddingRound(std::string_view body) {
+  Reader r(body, "replicated embedding update");
+  EmbeddingRound x;
+  x.version = r.Get<uint64_t>();
+  x.step = r.Get<int64_t>();
+  x.counts = GetCounts(r);
+  r.End();
+  return x;
+}
+
 std::string EncodeAsyncPushes(const AsyncPushes& x) {
   ByteWriter w;
   w.Put<uint64_t>(x.version);

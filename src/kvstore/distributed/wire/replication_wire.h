@@ -12,6 +12,7 @@
 //   kReplicateSparse  version, round (i64), schedule_at (i64), n (u32), n x push count
 //   kReplicateAsync   version, worker (i32), then per key of the message: seq (i64),
 //                     schedule_at (i64), push count (u64)
+//   kReplicateEmbedding  version, step (i64), n (u32), n x push count
 //   forwarded init    worker (i32), then per key of the message its push count (u64)
 //   kRangeCopy        version, part (u8, CopyPart), range (i32), then per part:
 //     kBegin   sync (u8), keys (u64), value bytes (u64), s (u32), s x (store (i32),
@@ -89,6 +90,17 @@ struct SparseRound {
 };
 std::string EncodeSparseRound(const SparseRound& r);
 SparseRound ParseSparseRound(std::string_view body);
+
+/// kReplicateEmbedding: one update of a dynamic embedding table's part (a sync round's
+/// pushes, or one async push), applied at `step`; `counts` of the pushes it holds.
+struct EmbeddingRound {
+  uint64_t version = 0;
+  int64_t step = 0;
+  std::vector<PushCount> counts;
+  bool operator==(const EmbeddingRound&) const = default;
+};
+std::string EncodeEmbeddingRound(const EmbeddingRound& r);
+EmbeddingRound ParseEmbeddingRound(std::string_view body);
 
 /// kReplicateAsync: one worker's async pushes, one entry per key of the message.
 struct AsyncPush {

@@ -29,7 +29,7 @@ namespace pskv::dist {
 class DistWorkerStore;
 
 /// Creates table `key` of `store` (collective; see above). The configuration was
-/// checked. UsageError with replicated servers (not supported yet).
+/// checked. With replicated servers (PSKV_REPLICAS=1) the servers replicate it.
 std::unique_ptr<EmbeddingTable> CreateDistEmbedding(DistWorkerStore& store, int key,
                                                     const EmbeddingConfig& config,
                                                     const EmbeddingCacheConfig& cache);
