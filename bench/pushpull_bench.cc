@@ -305,12 +305,13 @@ int BenchPushPull(int argc, char** argv) {
         bw_g, "bytes", "tcp", "shm", "mem", "bidir", "echo", "tcp/mem", "shm/mem", "tcp/bw",
         "shm/bw", "tcp/bid", "shm/bid", "shm/tcp", "tcp us", "shm us");
   for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
-    const int reps = Reps(bytes);
+    const int reps = getenv("H40S_REPS") ? atoi(getenv("H40S_REPS")) : Reps(bytes);
     const auto n = static_cast<size_t>(bytes);
     Payload pay(bytes);
     std::vector<double> t[2];
     for (int r = -1; r < reps; ++r)  // r = -1: warm-up; alternate so drift hits both
       for (int j = 0; j < 2; ++j) {
+        if (getenv("H40S_ONLY") && j != atoi(getenv("H40S_ONLY"))) { t[j].push_back(1); continue; }
         const auto t0 = Clock::now();
         Wait([&](auto cb) {
           kv[j]->PushPull(pay.keys, pay.frame, pay.lens, pay.out, pay.lens, 0, cb);
@@ -322,6 +323,7 @@ int BenchPushPull(int argc, char** argv) {
       std::sort(t[j].begin(), t[j].end());
       tj[j] = t[j][t[j].size() / 2];
     }
+    if (getenv("H40S_ONLY")) { printf("ONLY %d med_us %.1f\n", atoi(getenv("H40S_ONLY")), tj[atoi(getenv("H40S_ONLY"))]*1e6); continue; }
     const double t_mem = Median(std::max(reps, 20), [&] { mem.Copy(n); });
     const double t_bid = Median(reps, [&] { bidir.Run(n); });
     const double t_echo = Median(reps, [&] { echo.RoundTrip(n); });

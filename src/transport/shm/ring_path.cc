@@ -45,6 +45,15 @@ std::string ReadBootId() {
   return s.size() < 64 ? s : std::string();
 }
 
+// How many bytes each side copies before it publishes them (the writer its
+// head, the reader its tail). Publishing only once the ring is full or empty
+// made the two sides take turns: the reader waited for a full ring, the writer
+// for an empty one, and a large message cost the sum of both copies instead of
+// the longer one (docs/performance.md, "Shared memory and true ceilings").
+uint64_t Step(uint64_t cap) {
+  return std::min<uint64_t>(cap / 4, uint64_t{1} << 20);
+}
+
 class RingOut final : public OutPath {
  public:
   explicit RingOut(std::unique_ptr<Ring> ring, int tx_wake)
@@ -78,11 +87,12 @@ class RingOut final : public OutPath {
         return Written::kInvalid;
       }
       uint64_t space = cap - (head_ - tail);
-      const uint64_t start = head_;
+      uint64_t published = head_;
+      const uint64_t step = Step(cap);
       while (space && !q.empty() && *written < cap) {
         framing::OutMsg& m = q.front();
         auto [p, len] = m.Piece(m.piece);
-        const uint64_t n = std::min({len - m.offset, space, cap - *written});
+        const uint64_t n = std::min({len - m.offset, space, cap - *written, step});
         if (n) ring_->CopyIn(head_, p + m.offset, n);
         head_ += n;
         space -= n;
@@ -92,11 +102,11 @@ class RingOut final : public OutPath {
           m.offset = 0;
           if (++m.piece == m.pieces()) q.pop_front();  // releases the owners
         }
+        // Published every step, not once the ring is full: the reader copies
+        // out while we copy in (see Step).
+        if (head_ - published >= step) published = Publish();
       }
-      if (head_ != start) {
-        A(s->head).store(head_, std::memory_order_seq_cst);
-        if (A(s->consumer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
-      }
+      if (head_ != published) Publish();
       if (q.empty()) return Written::kOk;
       if (*written >= cap) {  // enough for one turn: the writer thread goes on
         Signal(tx_wake_);
@@ -107,6 +117,14 @@ class RingOut final : public OutPath {
       A(s->producer_waiting).store(1, std::memory_order_seq_cst);
       if (A(s->tail).load(std::memory_order_seq_cst) == tail) return Written::kOk;
     }
+  }
+
+  // Makes the bytes written so far visible, and wakes the reader if it sleeps.
+  uint64_t Publish() {
+    Shared* s = ring_->shared();
+    A(s->head).store(head_, std::memory_order_seq_cst);
+    if (A(s->consumer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
+    return head_;
   }
 
   void Close(bool switched) override {
@@ -157,31 +175,52 @@ class RingIn final : public InPath {
   Read Pump(std::vector<Frame>* frames, const char** why) override {
     Shared* s = ring_->shared();
     const uint64_t cap = ring_->capacity();
-    const uint64_t head = A(s->head).load(std::memory_order_acquire);
-    if (head < tail_ || head - tail_ > cap) {
+    const uint64_t first_head = A(s->head).load(std::memory_order_acquire);
+    if (first_head < tail_ || first_head - tail_ > cap) {
       *why = "invalid write position";
       return Read::kBad;
     }
-    const uint64_t start = tail_;
+    const uint64_t start = tail_, step = Step(cap);
+    uint64_t published = tail_;
     bool done = false;
-    while (tail_ != head && !done) {
-      auto [dst, want] = parser_.Want();
-      const uint64_t n = std::min(want, head - tail_);
-      ring_->CopyOut(tail_, dst, n);
-      tail_ += n;
-      done = parser_.Got(n, why);
-      if (*why) return Read::kBad;
+    for (uint64_t head = first_head; !done;) {
+      while (tail_ != head && !done) {
+        auto [dst, want] = parser_.Want();
+        const uint64_t n = std::min({want, head - tail_, step});
+        ring_->CopyOut(tail_, dst, n);
+        tail_ += n;
+        done = parser_.Got(n, why);
+        if (*why) return Read::kBad;
+        // Space is given back every step, so the writer copies in while we
+        // copy out (see Step).
+        if (tail_ - published >= step) published = Release();
+      }
+      if (done || tail_ - start >= cap) break;  // at most one ring's worth per call
+      // The writer may have added more meanwhile: go on without a round
+      // through the receive loop.
+      const uint64_t more = A(s->head).load(std::memory_order_acquire);
+      if (more < tail_ || more - tail_ > cap) {
+        *why = "invalid write position";
+        return Read::kBad;
+      }
+      if (more == head) break;
+      head = more;
     }
     if (done) *frames = parser_.Take();
-    if (tail_ != start) {
-      A(s->tail).store(tail_, std::memory_order_seq_cst);
-      if (A(s->producer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
-    }
+    if (tail_ != published) Release();
     if (done) return Read::kMessage;
     if (A(s->producer_closed).load(std::memory_order_seq_cst) &&
         A(s->head).load(std::memory_order_seq_cst) == tail_)
       return Read::kClosed;  // the writer closed and everything was read
     return Read::kNothing;
+  }
+
+  // Gives the bytes read so far back to the writer, and wakes it if it waits.
+  uint64_t Release() {
+    Shared* s = ring_->shared();
+    A(s->tail).store(tail_, std::memory_order_seq_cst);
+    if (A(s->producer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
+    return tail_;
   }
 
   bool Arm() override {
