@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <fstream>
+#include <mutex>
 #include <set>
+#include <vector>
 
 #include "common/net.h"
 #include "common/payload_reader.h"
@@ -54,10 +56,60 @@ uint64_t Step(uint64_t cap) {
   return std::min<uint64_t>(cap / 4, uint64_t{1} << 20);
 }
 
+// Rings whose offer was given up before the peer attached. The offer names the
+// memfd by its descriptor number in this process; closed at once, the number is
+// soon another file's (the next ring's, offered to the same node: the scheduler
+// replaces each node's registration connection), and the peer, reading the
+// offer late, found "not the announced segment" and warned. Kept open until the
+// peer attached (it then has its own descriptor) or the attach deadline passed,
+// a late reader finds the ring it was offered, closed, and drops it quietly.
+// Bounded: at most kMax rings (the oldest goes first; its late reader warns, as
+// before), each until its offer's attach deadline.
+class Retired {
+ public:
+  static constexpr size_t kMax = 4;
+  void Add(std::shared_ptr<Ring> ring, Clock::time_point until) {
+    if (Clock::now() >= until) return;  // the peer declined: nothing will come
+    std::shared_ptr<Ring> gone;         // freed after the lock
+    std::lock_guard<std::mutex> g(mu_);
+    if (closed_) return;
+    if (rings_.size() >= kMax) {
+      gone = std::move(rings_.front().second);
+      rings_.erase(rings_.begin());
+    }
+    rings_.push_back({until, std::move(ring)});
+  }
+  // Frees the rings attached to or past their deadline (all of them: closing).
+  void Prune(bool closing) {
+    std::vector<std::shared_ptr<Ring>> gone;  // freed after the lock
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ |= closing;
+    const auto now = Clock::now();
+    for (size_t i = 0; i < rings_.size();) {
+      auto& [until, ring] = rings_[i];
+      if (closed_ || now >= until || A(ring->shared()->attached).load(std::memory_order_acquire)) {
+        gone.push_back(std::move(ring));
+        rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  bool closed_ = false;
+  std::vector<std::pair<Clock::time_point, std::shared_ptr<Ring>>> rings_;
+};
+
 class RingOut final : public OutPath {
  public:
-  explicit RingOut(std::unique_ptr<Ring> ring, int tx_wake)
-      : ring_(std::move(ring)), tx_wake_(tx_wake) {}
+  RingOut(std::unique_ptr<Ring> ring, int tx_wake, std::shared_ptr<Retired> retired,
+          Clock::duration attach_deadline)
+      : ring_(std::move(ring)),
+        tx_wake_(tx_wake),
+        retired_(std::move(retired)),
+        attach_deadline_(attach_deadline) {}
   ~RingOut() override { Close(false); }
 
   Taken Accepted(std::string* why) override {
@@ -134,14 +186,19 @@ class RingOut final : public OutPath {
     if (switched) Signal(peer_pipe_);
     if (peer_pipe_ >= 0) ::close(peer_pipe_);
     peer_pipe_ = -1;
+    if (!A(ring_->shared()->attached).load(std::memory_order_acquire))
+      retired_->Add(ring_, offered_ + attach_deadline_);
   }
 
  private:
-  std::unique_ptr<Ring> ring_;
+  std::shared_ptr<Ring> ring_;
   const int tx_wake_;
   int peer_pipe_ = -1;  // the reader's wake-up pipe
   uint64_t head_ = 0;   // private copy of the ring's head
   bool closed_ = false;
+  const std::shared_ptr<Retired> retired_;
+  const Clock::duration attach_deadline_;
+  const Clock::time_point offered_ = Clock::now();
 };
 
 class RingIn final : public InPath {
@@ -263,6 +320,7 @@ class RingPath final : public upgrade::DataPath {
 
   std::unique_ptr<OutPath> Offer(upgrade::Nonce* nonce, std::string* details,
                                  std::string* why) override {
+    retired_->Prune(false);
     std::unique_ptr<Ring> ring;
     try {
       ring = Ring::Create(host_.cfg->shm_ring_bytes);
@@ -273,8 +331,12 @@ class RingPath final : public upgrade::DataPath {
     *nonce = ring->nonce();
     *details =
         EncodeRingDetails({host_.pid, ring->fd(), host_.tx_wake, ring->capacity(), boot_id_});
-    return std::make_unique<RingOut>(std::move(ring), host_.tx_wake);
+    return std::make_unique<RingOut>(std::move(ring), host_.tx_wake, retired_,
+                                     host_.cfg->shm_attach_deadline);
   }
+
+  void Service(const Adopt&) override { retired_->Prune(false); }
+  void Close() override { retired_->Prune(true); }
 
   std::unique_ptr<InPath> Accept(const upgrade::Offer& offer, const std::string& from,
                                  std::string* why) override {
@@ -296,6 +358,7 @@ class RingPath final : public upgrade::DataPath {
   const upgrade::PathHost host_;
   const std::string boot_id_;
   const std::set<std::string> local_;
+  const std::shared_ptr<Retired> retired_ = std::make_shared<Retired>();
 };
 
 }  // namespace
