@@ -18,7 +18,7 @@
 #include "ps/node_internal.h"
 #include "ps/scheduler.h"
 #include "pskv/error.h"
-#include "transport/upgrade/upgrading_transport.h"
+#include "transport/data_path_name.h"
 
 namespace pskv {
 
