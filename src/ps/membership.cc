@@ -18,6 +18,7 @@
 #include "ps/node_internal.h"
 #include "ps/scheduler.h"
 #include "pskv/error.h"
+#include "transport/data_path_name.h"
 
 namespace pskv {
 
@@ -63,6 +64,10 @@ void Node::SetPacingRate(int id, uint64_t bytes_per_s) {
 
 bool Node::SendStats(int id, TcpSendStats* out) {
   return transport_->SendStats(id, out);
+}
+
+std::string Node::DataPathTo(int id) {
+  return transport_ ? DataPath(*transport_, id) : "zmq";
 }
 
 std::vector<int> Node::ServerIds() const {

@@ -184,6 +184,9 @@ class Node {
   /// The kernel's counters of the direct TCP connection carrying this node's data to
   /// node `id` (Transport::SendStats); false where there is none.
   bool SendStats(int id, TcpSendStats* out);
+  /// The data path carrying this node's messages to node `id` now: "shm", "tcp"
+  /// (direct) or "zmq" (benchmarks and tests check which one they measure).
+  std::string DataPathTo(int id);
   /// "worker[1] at 127.0.0.1:4321" for any node id of the job.
   std::string NodeName(int id) const;
   /// This node's name ("server[0]"), for log lines.

@@ -592,6 +592,44 @@ TEST(Shm, AMessageWrittenRightBeforeCloseIsNotLost) {
   EXPECT_EQ(lost, -1) << "the message written right before Close was lost in round " << lost;
 }
 
+// An offer its writer gave up before the reader read it (the scheduler replaces
+// each node's registration connection by its final one; here b disconnects peer 1
+// and connects the same node again as peer 2). The offer names the ring by its
+// descriptor number in b; before, that number was closed at once and soon another
+// file's (the second ring's), so the reader, reading the first offer late, warned
+// "declined shared memory ... the offered file is not the announced segment" (or
+// "cannot open the peer's descriptor") — in every pskv-bench pushpull run. Now the
+// second offer is taken and nothing is logged.
+TEST(Shm, AnOfferGivenUpBeforeItWasReadIsDroppedQuietly) {
+  auto a = Shm(11), b = Shm(22);
+  const std::string ea = a->Bind("127.0.0.1", 0);
+  b->Connect(1, ea, 11);
+  b->Send(1, {Frame::FromString("first")});  // after the offer, over ZeroMQ
+  std::this_thread::sleep_for(300ms);        // both wait in a's queue, unread
+  b->Disconnect(1);
+  b->Connect(2, ea, 11);  // a second ring
+  ::testing::internal::CaptureStderr();
+  int sent = 0;
+  Received in;
+  for (int i = 0; i < 500 && !SendsThroughShm(*b, 2); ++i) {
+    b->Send(2, {Frame::FromString("m" + std::to_string(sent++))});
+    while (a->Recv(&in, 10ms)) {
+    }
+  }
+  const bool shm = SendsThroughShm(*b, 2);
+  b->Send(2, {Frame::FromString("last")});
+  bool last = false;
+  for (int i = 0; i < 500 && !last; ++i)
+    last = a->Recv(&in, 10ms) && in.frames.size() == 1 && Str(in.frames[0]) == "last";
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(shm) << "the second offer was never taken";
+  EXPECT_TRUE(last);
+  EXPECT_EQ(err.find("declined"), std::string::npos) << err;
+  a->Close(0ms);
+  b->Close(0ms);
+  EXPECT_TRUE(RingFds().empty()) << "a given-up ring outlived its transport";
+}
+
 TEST(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
   auto a = Shm(11), b = Shm(22);
   const std::string ep = a->Bind("127.0.0.1", 0);

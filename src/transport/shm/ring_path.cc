@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <fstream>
+#include <mutex>
 #include <set>
+#include <vector>
 
 #include "common/net.h"
 #include "common/payload_reader.h"
@@ -45,10 +47,69 @@ std::string ReadBootId() {
   return s.size() < 64 ? s : std::string();
 }
 
+// How many bytes each side copies before it publishes them (the writer its
+// head, the reader its tail). Publishing only once the ring is full or empty
+// made the two sides take turns: the reader waited for a full ring, the writer
+// for an empty one, and a large message cost the sum of both copies instead of
+// the longer one (docs/performance.md, "Shared memory and true ceilings").
+uint64_t Step(uint64_t cap) {
+  return std::min<uint64_t>(cap / 4, uint64_t{1} << 20);
+}
+
+// Rings whose offer was given up before the peer attached. The offer names the
+// memfd by its descriptor number in this process; closed at once, the number is
+// soon another file's (the next ring's, offered to the same node: the scheduler
+// replaces each node's registration connection), and the peer, reading the
+// offer late, found "not the announced segment" and warned. Kept open until the
+// peer attached (it then has its own descriptor) or the attach deadline passed,
+// a late reader finds the ring it was offered, closed, and drops it quietly.
+// Bounded: at most kMax rings (the oldest goes first; its late reader warns, as
+// before), each until its offer's attach deadline.
+class Retired {
+ public:
+  static constexpr size_t kMax = 4;
+  void Add(std::shared_ptr<Ring> ring, Clock::time_point until) {
+    if (Clock::now() >= until) return;  // the peer declined: nothing will come
+    std::shared_ptr<Ring> gone;         // freed after the lock
+    std::lock_guard<std::mutex> g(mu_);
+    if (closed_) return;
+    if (rings_.size() >= kMax) {
+      gone = std::move(rings_.front().second);
+      rings_.erase(rings_.begin());
+    }
+    rings_.push_back({until, std::move(ring)});
+  }
+  // Frees the rings attached to or past their deadline (all of them: closing).
+  void Prune(bool closing) {
+    std::vector<std::shared_ptr<Ring>> gone;  // freed after the lock
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ |= closing;
+    const auto now = Clock::now();
+    for (size_t i = 0; i < rings_.size();) {
+      auto& [until, ring] = rings_[i];
+      if (closed_ || now >= until || A(ring->shared()->attached).load(std::memory_order_acquire)) {
+        gone.push_back(std::move(ring));
+        rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  bool closed_ = false;
+  std::vector<std::pair<Clock::time_point, std::shared_ptr<Ring>>> rings_;
+};
+
 class RingOut final : public OutPath {
  public:
-  explicit RingOut(std::unique_ptr<Ring> ring, int tx_wake)
-      : ring_(std::move(ring)), tx_wake_(tx_wake) {}
+  RingOut(std::unique_ptr<Ring> ring, int tx_wake, std::shared_ptr<Retired> retired,
+          Clock::duration attach_deadline)
+      : ring_(std::move(ring)),
+        tx_wake_(tx_wake),
+        retired_(std::move(retired)),
+        attach_deadline_(attach_deadline) {}
   ~RingOut() override { Close(false); }
 
   Taken Accepted(std::string* why) override {
@@ -78,11 +139,12 @@ class RingOut final : public OutPath {
         return Written::kInvalid;
       }
       uint64_t space = cap - (head_ - tail);
-      const uint64_t start = head_;
+      uint64_t published = head_;
+      const uint64_t step = Step(cap);
       while (space && !q.empty() && *written < cap) {
         framing::OutMsg& m = q.front();
         auto [p, len] = m.Piece(m.piece);
-        const uint64_t n = std::min({len - m.offset, space, cap - *written});
+        const uint64_t n = std::min({len - m.offset, space, cap - *written, step});
         if (n) ring_->CopyIn(head_, p + m.offset, n);
         head_ += n;
         space -= n;
@@ -92,11 +154,11 @@ class RingOut final : public OutPath {
           m.offset = 0;
           if (++m.piece == m.pieces()) q.pop_front();  // releases the owners
         }
+        // Published every step, not once the ring is full: the reader copies
+        // out while we copy in (see Step).
+        if (head_ - published >= step) published = Publish();
       }
-      if (head_ != start) {
-        A(s->head).store(head_, std::memory_order_seq_cst);
-        if (A(s->consumer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
-      }
+      if (head_ != published) Publish();
       if (q.empty()) return Written::kOk;
       if (*written >= cap) {  // enough for one turn: the writer thread goes on
         Signal(tx_wake_);
@@ -109,6 +171,14 @@ class RingOut final : public OutPath {
     }
   }
 
+  // Makes the bytes written so far visible, and wakes the reader if it sleeps.
+  uint64_t Publish() {
+    Shared* s = ring_->shared();
+    A(s->head).store(head_, std::memory_order_seq_cst);
+    if (A(s->consumer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
+    return head_;
+  }
+
   void Close(bool switched) override {
     if (closed_) return;
     closed_ = true;
@@ -116,14 +186,19 @@ class RingOut final : public OutPath {
     if (switched) Signal(peer_pipe_);
     if (peer_pipe_ >= 0) ::close(peer_pipe_);
     peer_pipe_ = -1;
+    if (!A(ring_->shared()->attached).load(std::memory_order_acquire))
+      retired_->Add(ring_, offered_ + attach_deadline_);
   }
 
  private:
-  std::unique_ptr<Ring> ring_;
+  std::shared_ptr<Ring> ring_;
   const int tx_wake_;
   int peer_pipe_ = -1;  // the reader's wake-up pipe
   uint64_t head_ = 0;   // private copy of the ring's head
   bool closed_ = false;
+  const std::shared_ptr<Retired> retired_;
+  const Clock::duration attach_deadline_;
+  const Clock::time_point offered_ = Clock::now();
 };
 
 class RingIn final : public InPath {
@@ -157,31 +232,52 @@ class RingIn final : public InPath {
   Read Pump(std::vector<Frame>* frames, const char** why) override {
     Shared* s = ring_->shared();
     const uint64_t cap = ring_->capacity();
-    const uint64_t head = A(s->head).load(std::memory_order_acquire);
-    if (head < tail_ || head - tail_ > cap) {
+    const uint64_t first_head = A(s->head).load(std::memory_order_acquire);
+    if (first_head < tail_ || first_head - tail_ > cap) {
       *why = "invalid write position";
       return Read::kBad;
     }
-    const uint64_t start = tail_;
+    const uint64_t start = tail_, step = Step(cap);
+    uint64_t published = tail_;
     bool done = false;
-    while (tail_ != head && !done) {
-      auto [dst, want] = parser_.Want();
-      const uint64_t n = std::min(want, head - tail_);
-      ring_->CopyOut(tail_, dst, n);
-      tail_ += n;
-      done = parser_.Got(n, why);
-      if (*why) return Read::kBad;
+    for (uint64_t head = first_head; !done;) {
+      while (tail_ != head && !done) {
+        auto [dst, want] = parser_.Want();
+        const uint64_t n = std::min({want, head - tail_, step});
+        ring_->CopyOut(tail_, dst, n);
+        tail_ += n;
+        done = parser_.Got(n, why);
+        if (*why) return Read::kBad;
+        // Space is given back every step, so the writer copies in while we
+        // copy out (see Step).
+        if (tail_ - published >= step) published = Release();
+      }
+      if (done || tail_ - start >= cap) break;  // at most one ring's worth per call
+      // The writer may have added more meanwhile: go on without a round
+      // through the receive loop.
+      const uint64_t more = A(s->head).load(std::memory_order_acquire);
+      if (more < tail_ || more - tail_ > cap) {
+        *why = "invalid write position";
+        return Read::kBad;
+      }
+      if (more == head) break;
+      head = more;
     }
     if (done) *frames = parser_.Take();
-    if (tail_ != start) {
-      A(s->tail).store(tail_, std::memory_order_seq_cst);
-      if (A(s->producer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
-    }
+    if (tail_ != published) Release();
     if (done) return Read::kMessage;
     if (A(s->producer_closed).load(std::memory_order_seq_cst) &&
         A(s->head).load(std::memory_order_seq_cst) == tail_)
       return Read::kClosed;  // the writer closed and everything was read
     return Read::kNothing;
+  }
+
+  // Gives the bytes read so far back to the writer, and wakes it if it waits.
+  uint64_t Release() {
+    Shared* s = ring_->shared();
+    A(s->tail).store(tail_, std::memory_order_seq_cst);
+    if (A(s->producer_waiting).exchange(0, std::memory_order_seq_cst)) Signal(peer_pipe_);
+    return tail_;
   }
 
   bool Arm() override {
@@ -224,6 +320,7 @@ class RingPath final : public upgrade::DataPath {
 
   std::unique_ptr<OutPath> Offer(upgrade::Nonce* nonce, std::string* details,
                                  std::string* why) override {
+    retired_->Prune(false);
     std::unique_ptr<Ring> ring;
     try {
       ring = Ring::Create(host_.cfg->shm_ring_bytes);
@@ -234,8 +331,12 @@ class RingPath final : public upgrade::DataPath {
     *nonce = ring->nonce();
     *details =
         EncodeRingDetails({host_.pid, ring->fd(), host_.tx_wake, ring->capacity(), boot_id_});
-    return std::make_unique<RingOut>(std::move(ring), host_.tx_wake);
+    return std::make_unique<RingOut>(std::move(ring), host_.tx_wake, retired_,
+                                     host_.cfg->shm_attach_deadline);
   }
+
+  void Service(const Adopt&) override { retired_->Prune(false); }
+  void Close() override { retired_->Prune(true); }
 
   std::unique_ptr<InPath> Accept(const upgrade::Offer& offer, const std::string& from,
                                  std::string* why) override {
@@ -257,6 +358,7 @@ class RingPath final : public upgrade::DataPath {
   const upgrade::PathHost host_;
   const std::string boot_id_;
   const std::set<std::string> local_;
+  const std::shared_ptr<Retired> retired_ = std::make_shared<Retired>();
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "transport/data_path_name.h"  // DataPath
 #include "transport/transport.h"
 
 namespace pskv {
@@ -37,9 +38,6 @@ std::unique_ptr<Transport> CreateShmTransport(const TransportConfig& cfg,
 /// True when messages from `t` to `peer` currently travel through shared memory
 /// (for tests and benchmarks; false for any other backend).
 bool SendsThroughShm(Transport& t, int peer);
-/// How messages from `t` to `peer` travel now: "shm", "tcp" (direct TCP) or
-/// "zmq" (for tests and benchmarks).
-std::string DataPath(Transport& t, int peer);
 /// The port `t` listens on for direct TCP connections (0: none; for tests).
 int DirectTcpPort(Transport& t);
 
