@@ -59,6 +59,10 @@ TEST(DistKVStore, EmbeddingRefusedWithTwoReplicasOrSpares) {
   EXPECT_EQ(LaunchEmbedding(2, 2, "replicas", 1, "--env PSKV_REPLICAS=1 --spare-servers 1"), 0);
 }
 
+TEST(DistKVStore, EmbeddingRestoreRefusedWhenReplicated) {
+  EXPECT_EQ(LaunchEmbedding(2, 2, "replicated_restore", 1, "--env PSKV_REPLICAS=1"), 0);
+}
+
 TEST(DistKVStore, Sync4Workers2Servers) {
   EXPECT_EQ(Launch(4, 2, "sync"), 0);
 }
