@@ -67,8 +67,11 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
       inspector_(node, &store_, &pool_, &barriers_, replicator != nullptr),
       commands_(node, server_, &store_, &tables_, &pool_, &barriers_, &inspector_, primary_.get()) {
   store_.Listen(primary_.get());
-  if (node->options().elastic)  // docs/fault-tolerance.md, "Elastic workers"
+  if (node->options().elastic) {  // docs/fault-tolerance.md, "Elastic workers"
     node->AddWorkerLeftHandler([this](int id) { pool_.Exclusive([&] { store_.WorkerLeft(id); }); });
+    node->AddWorkerJoinedHandler(
+        [this](int id) { pool_.Exclusive([&] { store_.WorkerJoined(id); }); });
+  }
   inspector_.Start();
 }
 
