@@ -130,7 +130,11 @@ bool Scheduler::AdmitJoiners() {
                               "place of one that left";
       PSKV_WARN(n.Tag() << ": refused the worker at " << asked.host << ":" << asked.port
                         << " that asked to join the running job: " << why);
-      Refuse(asked, why);
+      try {
+        Refuse(asked, why);
+      } catch (const std::exception& e) {  // it left meanwhile: nothing to tell
+        PSKV_WARN(n.Tag() << ": could not tell it: " << e.what());
+      }
       continue;
     }
     NodeDesc d = asked;
@@ -162,11 +166,15 @@ bool Scheduler::AdmitJoiners() {
   for (auto& [i, x] : n.nodes_) all.push_back(x);
   const std::string table = EncodeNodes(all);
   for (int id : admitted) {
-    n.SendControl(id, Control::kNodeTable, 1, table);  // head 1: joined a running job
-    if (n.replicated_)
-      n.SendControl(id, Control::kRangeTable, 0, payload::EncodeRangeTable(n.ranges_.ToData()));
-    for (int gone : n.departed_workers_)
-      n.SendControl(id, Control::kWorkerLeft, gone, state_.removal_reason[gone]);
+    try {  // a newcomer that died meanwhile is dropped again (liveness)
+      n.SendControl(id, Control::kNodeTable, 1, table);  // head 1: joined a running job
+      if (n.replicated_)
+        n.SendControl(id, Control::kRangeTable, 0, payload::EncodeRangeTable(n.ranges_.ToData()));
+      for (int gone : n.departed_workers_)
+        n.SendControl(id, Control::kWorkerLeft, gone, state_.removal_reason[gone]);
+    } catch (const std::exception& e) {
+      PSKV_WARN(n.Tag() << ": could not send " << n.NameLocked(id) << " the job: " << e.what());
+    }
   }
   state_.join_acks.clear();
   for (int id : admitted) {

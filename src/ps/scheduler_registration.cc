@@ -39,7 +39,9 @@ void Scheduler::Refuse(const NodeDesc& d, const std::string& why) {
                                                                << " without telling it: " << why);
     return;
   }
-  const int tid = state_.next_temp_id++;
+  // A registrant already answered (an elastic worker waiting to join) has its channel.
+  auto known = state_.temp_ids.find(d.token);
+  const int tid = known != state_.temp_ids.end() ? known->second : state_.next_temp_id++;
   ReplyTo(d, tid);
   node_->SendControl(tid, Control::kRefuse, 0, why);
   node_->transport_->Disconnect(tid);
