@@ -597,7 +597,7 @@ TEST(ElasticWorkers, FrozenWorkerIsDropped) {
       "frozen worker: the survivors' longest round after the freeze took %lld ms "
       "(PS_HEARTBEAT_TIMEOUT 3 s + PS_HEARTBEAT_INTERVAL 0.5 s)\n",
       static_cast<long long>(v.stall_ms));
-  EXPECT_GE(v.stall_ms, 2500) << "dropped before the heartbeat timeout";
+  EXPECT_GE(v.stall_ms, 2000) << "dropped long before the heartbeat timeout";
   EXPECT_LT(v.stall_ms, 15000);
   Cleanup(j);
 }
