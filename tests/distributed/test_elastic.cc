@@ -623,3 +623,35 @@ TEST(ElasticWorkers, WithReplicatedServers) {
   Check(j, {0, 2}, {{1, when}}, rounds);
   Cleanup(j);
 }
+
+// A worker must prove it belongs to the job to join it, as any node: one with another
+// PSKV_JOB_SECRET is refused at the transport's handshake and exits non-zero; the job
+// goes on with the workers left (no round holds a push of rank 1 after the kill), and
+// the replacement with the job's secret then joins.
+TEST(ElasticWorkers, JoinNeedsTheJobSecret) {
+  const int rounds = 24, epoch = 4;
+  Job j = Start("secret", 3, 2, rounds, epoch, 30, {},
+                {{"PSKV_JOB_SECRET", "the-job-secret-0123456789abcdef"}});
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t killed_at = NowMs();
+  auto env = Env(j.port, "worker", 3, 2);
+  env["PSKV_JOB_SECRET"] = "another-secret-0123456789abcdef";
+  const pid_t impostor = Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "x"},
+      env, j.log);
+  auto st = WaitExit(impostor, 20s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  EXPECT_NE(*st, 0);
+  EXPECT_FALSE(std::filesystem::exists(j.dir + "/w1x.log"));
+  const int64_t started_at = NowMs();
+  env["PSKV_JOB_SECRET"] = "the-job-secret-0123456789abcdef";
+  j.procs.push_back(Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
+      env, j.log));
+  ExpectFinished(j, {victim}, 30s);
+  CheckJoined(j, "w1j", rounds, epoch, killed_at, started_at);
+  Cleanup(j);
+}
