@@ -212,7 +212,17 @@ class KVStore {
   /// returns the workers still in the job at its release and this worker's position
   /// among them (by rank) — the same list on every worker, so the parts cover the
   /// data once. Otherwise {NumWorkers(), Rank()} (no barrier).
-  virtual std::pair<int, int> EpochPartition() { return {NumWorkers(), Rank()}; }
+  /// A worker that joined a running elastic job (in place of one that left) calls
+  /// it first of all at its first epoch: it was admitted at the release of the others'
+  /// epoch barrier, and gets its part of that epoch without waiting.
+  virtual std::pair<int, int> EpochPartition() {
+    ++epoch_;
+    return {NumWorkers(), Rank()};
+  }
+  /// The epoch the last EpochPartition() dealt, counted from 0 (-1 before the first
+  /// call): the epoch barriers the job released before it, so a worker that joined a
+  /// running job learns which epoch it starts in (the calls of this process otherwise).
+  int Epoch() const { return epoch_; }
   /// The creation string, lower-cased.
   const std::string& Type() const { return type_; }
   const Options& options() const { return options_; }
@@ -250,6 +260,8 @@ class KVStore {
   Options options_;
   /// The optimizer installed by SetOptimizer on a store that updates locally.
   std::shared_ptr<Optimizer> optimizer_;
+  /// What Epoch() returns (EpochPartition sets it).
+  int epoch_ = -1;
 
  private:
   enum class KeyKind { kUnset, kInt, kString };

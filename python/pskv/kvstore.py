@@ -346,6 +346,43 @@ class KVStore(_Tracking, _RowSparse, _Updates):
 
     _barrier = barrier
 
+    def epoch_partition(self):
+        """The data partition this worker reads next epoch, as ``(num_parts, part_index)``.
+
+        With elastic workers (``PSKV_ELASTIC=1``, docs/fault-tolerance.md, "Elastic
+        workers") call it at the start of every epoch: it passes a barrier of the workers
+        and deals the data over the workers in the job at its release (the same list on
+        every worker, so the parts cover the data once); a worker that joined a running
+        job calls it first of all and gets its part of the epoch it was admitted in
+        (``epoch`` says which). Otherwise ``(num_workers, rank)``, with no barrier. Pass
+        the pair to ``pskv.data`` iterators as ``num_parts`` / ``part_index``.
+
+        Returns
+        -------
+        tuple of (int, int)
+
+        Raises
+        ------
+        pskv.TimeoutError
+            ``PSKV_TIMEOUT`` passed at the barrier.
+        pskv.NodeFailure
+            The job failed (or this worker was dropped from it).
+        """
+        return tuple(self._kv.epoch_partition())
+
+    @property
+    def epoch(self):
+        """The epoch the last ``epoch_partition()`` dealt, counted from 0 (-1 before it).
+
+        With elastic workers it counts the epoch barriers the job released, so a worker
+        that joined a running job learns the epoch it starts in.
+
+        Returns
+        -------
+        int
+        """
+        return self._kv.epoch
+
     def close(self):
         """Waits for pending operations and releases the store; a dist worker passes
         the job's final barrier here. Called at interpreter exit for open stores.

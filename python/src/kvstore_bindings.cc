@@ -279,6 +279,14 @@ void BindKVStore(py::module_& m) {
              py::gil_scoped_release nogil;
              kv.Barrier();
            })
+      .def("epoch_partition",
+           [](Handle& h) {
+             Use use(h);
+             KVStore& kv = use.kv();
+             py::gil_scoped_release nogil;
+             return kv.EpochPartition();
+           })
+      .def_property_readonly("epoch", [](Handle& h) { return h.kv().Epoch(); })
       .def("set_optimizer",
            [](Handle& h, const std::string& type, const std::map<std::string, std::string>& p) {
              Use use(h);

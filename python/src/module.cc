@@ -36,6 +36,7 @@ constexpr Rename kPythonNames[] = {
     {"LoadOptimizerStates", "load_optimizer_states"},
     {"WaitAll", "wait_all"},
     {"Barrier", "barrier"},
+    {"EpochPartition", "epoch_partition"},
     {"Broadcast", "broadcast"},
     {"Init", "init"},
     {"Push", "push"},

@@ -74,6 +74,15 @@ void StatusReporter::Joined(const NodeRef& node) {
   AddOnce(&joined_, node);
 }
 
+void StatusReporter::Returned(const NodeRef& node) {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = std::find(departed_.begin(), departed_.end(), node);
+  if (it == departed_.end()) return;
+  departed_.erase(it);
+  EmitLocked();
+}
+
 void StatusReporter::AddOnce(std::vector<NodeRef>* list, const NodeRef& node) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lk(mu_);

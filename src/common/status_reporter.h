@@ -60,6 +60,9 @@ class StatusReporter {
   void Departed(const NodeRef& node);
   /// Spare server `node` joined the key ranges it was assigned (it is their replica).
   void Joined(const NodeRef& node);
+  /// Elastic workers: a new process took the place of departed worker `node` (it
+  /// joined the running job): `node` is no longer listed departed.
+  void Returned(const NodeRef& node);
 
   /// The record of the current state (for tests and for the writer).
   StatusRecord Snapshot() const;

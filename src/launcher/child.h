@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "launcher/process.h"
 #include "launcher/status_board.h"
@@ -29,6 +30,9 @@ struct Child {
   bool exited = false;
   std::chrono::steady_clock::time_point start_time, exit_time;
   std::string partial;
+  // Started again (restarted worker): the scheduler's departed list then, which still
+  // names the rank it takes over until the scheduler admits it.
+  std::vector<NodeRef> departed_at_restart;
 };
 
 /// Starts the child in its own process group; -1 (errno set) if it cannot.

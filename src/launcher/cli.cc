@@ -89,6 +89,12 @@ struct Parser {
                    "it missed are scaled to the workers that pushed (docs/fault-tolerance.md)")
         ->type_name("N")
         ->check(CLI::Range(1, 100000));
+    app.add_option("--restart-workers", c.restart_workers,
+                   "with elastic workers (--min-workers): start a worker the scheduler dropped "
+                   "again, at most N times in all; it joins the running job in its place at "
+                   "the workers' next epoch barrier (KVStore::EpochPartition)")
+        ->type_name("N")
+        ->check(CLI::Range(0, 1000000));
     app.add_flag("--standby-scheduler", c.standby_scheduler,
                  "start a standby scheduler next to the scheduler: when the scheduler dies, "
                  "it takes over and the job goes on (docs/fault-tolerance.md)");
@@ -337,6 +343,10 @@ LaunchConfig ParseArgs(int argc, char** argv) {
               (c.forward_env.count("PSKV_ELASTIC") && c.forward_env["PSKV_ELASTIC"] == "1");
   for (auto& [k, v] : c.env)
     if (k == "PSKV_ELASTIC") c.elastic = c.min_workers > 0 || v == "1";
+  if (c.restart_workers > 0 && !c.elastic)
+    throw InvalidArgument(
+        "--restart-workers needs elastic workers (--min-workers N): a strict job ends when a "
+        "worker dies");
   ReadJobSecret(c);
   FindOwnFiles(c);
   return c;

@@ -81,6 +81,7 @@ int Launch(const LaunchConfig& config) {
   so.log_dir = cfg.log_dir;
   so.timestamps = cfg.timestamps;
   so.elastic_workers = cfg.elastic;
+  so.restart_workers = cfg.restart_workers;
   int rc = Supervise(plan.children, so);
   // The job's files (SGE job scripts, YARN's secret file) go with it: `qsub -sync y`
   // and YARN's client return when their job ended.

@@ -21,6 +21,10 @@ struct LaunchConfig {
   int min_workers = 0;
   /// Filled by ParseArgs: --min-workers, or PSKV_ELASTIC=1 in the job's environment.
   bool elastic = false;
+  /// --restart-workers: with elastic workers, a worker the scheduler dropped is started
+  /// again (the same command and rank), at most this many times in all; it joins the
+  /// running job at the workers' next epoch barrier (docs/fault-tolerance.md).
+  int restart_workers = 0;
   /// --standby-scheduler: a second scheduler process next to the scheduler that takes
   /// over when it dies (PSKV_SCHEDULER_STANDBY; docs/fault-tolerance.md, "The scheduler").
   bool standby_scheduler = false;

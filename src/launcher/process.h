@@ -57,6 +57,7 @@ struct ChildResult {
   /// A server (or the scheduler) that died after the job's end, when the scheduler had
   /// released every node from the final barrier: not a failure (server_loss.h).
   bool after_end = false;
+  int restarts = 0;      ///< times it was started again (SuperviseOptions::restart_workers)
   double seconds = 0;    ///< wall time from start to exit
   std::string log_file;  ///< SuperviseOptions::log_dir/<name>.log, or ""
   std::deque<std::string> last_lines;
@@ -77,6 +78,9 @@ struct SuperviseOptions {
   /// Elastic workers (PSKV_ELASTIC): a worker's death waits for the scheduler's verdict
   /// (dropped: the job goes on) instead of ending the job (launcher/server_loss.h).
   bool elastic_workers = false;
+  /// Elastic workers: a worker child the scheduler dropped is started again (its spec
+  /// unchanged), at most this many times in all.
+  int restart_workers = 0;
 };
 
 /// The launcher's messages: "HH:MM:SS.mmm pskv-launch: <msg>" on stderr (and in

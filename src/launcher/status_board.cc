@@ -26,6 +26,10 @@ std::string StatusBoard::NodeName(const NodeRef& ref) {
   return ref.role == "scheduler" ? ref.role : ref.role + " " + std::to_string(ref.rank);
 }
 
+void StatusBoard::Forget(size_t child) {
+  std::erase_if(reporters_, [&](const Reporter& r) { return r.child == child; });
+}
+
 bool StatusBoard::Add(size_t child, std::string_view text) {
   auto rec = child < children_.size() ? DecodeStatus(text) : std::nullopt;
   if (!rec) {

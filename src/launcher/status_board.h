@@ -39,6 +39,8 @@ class StatusBoard {
   /// A record (one packet or line) from child `child`; false when it is ignored
   /// (malformed, oversized, another version, an unknown child).
   bool Add(size_t child, std::string_view record);
+  /// Child `child` was started again: the records of its previous process are dropped.
+  void Forget(size_t child);
   /// Counts a record the caller dropped unread (e.g. a packet over kMaxRecordBytes).
   void Ignore() { ++ignored_; }
   size_t ignored() const { return ignored_; }

@@ -52,6 +52,7 @@ class Supervisor {
       kids_[i].result.name = specs[i].name;
     }
     losses_.set_elastic_workers(opts.elastic_workers);
+    restarts_left_ = opts.restart_workers;
   }
 
   int Run(std::vector<ChildResult>* results);
@@ -81,6 +82,8 @@ class Supervisor {
   /// `k` (dead: `how`) is the scheduler or its standby (--standby-scheduler) and the
   /// other still runs: the job goes on (the standby takes over). False otherwise.
   bool SchedulerReplaced(Child& k, const std::string& how);
+  /// Worker child `k`, dropped by the scheduler, is started again (--restart-workers).
+  void Restart(Child& k);
   std::string Summary() const;
 
   const SuperviseOptions& opts_;
@@ -91,6 +94,7 @@ class Supervisor {
   int status_ = 0;
   bool failing_ = false;
   std::vector<std::string> joined_;  // spare servers that joined key ranges, as said
+  int restarts_left_ = 0;            // --restart-workers
   Clock::time_point kill_at_{};
 };
 
@@ -116,6 +120,8 @@ void Supervisor::FollowVerdicts() {
     if (v.survived) {
       (v.after_end ? k.result.after_end : k.result.survived) = true;
       Say(v.message, opts_.timestamps, LogLevel::kWarn);
+      if (!v.after_end && restarts_left_ > 0 && ServerLosses::IsWorker(v.child, board_) && k.exited)
+        Restart(k);
     } else {
       BeginFailure(v.status, v.message, &k);
       return;
@@ -124,6 +130,11 @@ void Supervisor::FollowVerdicts() {
   for (size_t c : losses_.Departed(board_, alive)) {
     Child& k = kids_[c];
     if (k.result.stopped_by_us) continue;
+    // A restarted worker, until the scheduler admitted it, has the rank the departed
+    // list still names.
+    if (k.result.restarts > 0 && board_.Scheduler() &&
+        board_.Scheduler()->second->departed == k.departed_at_restart)
+      continue;
     Say(k.spec.name + " (pid " + std::to_string(k.pid) +
             ") was declared dead by the scheduler, which goes on without it: stopping it",
         opts_.timestamps, LogLevel::kWarn);
@@ -210,6 +221,38 @@ bool Supervisor::SchedulerReplaced(Child& k, const std::string& how) {
     return true;
   }
   return false;
+}
+
+void Supervisor::Restart(Child& k) {
+  --restarts_left_;
+  // What the previous process left unread, then its pipes; its records go (the new
+  // process reports afresh: until it is admitted, its rank is the departed one).
+  PumpOutput(k, opts_, board_);
+  if (k.status_fd >= 0) PumpStatus(k, board_);
+  Close(k.out_fd);
+  Close(k.status_fd);
+  Close(k.in_fd);
+  board_.Forget(k.index);
+  const auto sched = board_.Scheduler();
+  k.departed_at_restart = sched ? sched->second->departed : std::vector<NodeRef>{};
+  k.partial.clear();
+  k.exited = false;
+  k.start_time = Clock::now();
+  k.pid = Spawn(k);
+  k.result.pid = k.pid;
+  k.result.stopped_by_us = false;
+  k.result.signaled = false;
+  ++k.result.restarts;
+  if (k.pid < 0) {
+    k.exited = true;
+    BeginFailure(1, "cannot restart " + k.spec.name + ": " + std::strerror(errno), nullptr);
+    return;
+  }
+  Say(k.spec.name + " started again (pid " + std::to_string(k.pid) +
+          ", --restart-workers: " + std::to_string(restarts_left_) +
+          " restart(s) left): it joins the running job in place of the worker that left, at "
+          "the workers' next epoch barrier",
+      opts_.timestamps, LogLevel::kWarn);
 }
 
 void Supervisor::StartAll() {
@@ -417,6 +460,12 @@ std::string Supervisor::Summary() const {
     }
   std::string spares, late;
   for (auto& j : joined_) spares += "; " + j + ", a spare, joined";
+  std::string restarted;  // --restart-workers
+  for (auto& k : kids_)
+    if (k.result.restarts > 0)
+      restarted +=
+          "; " + k.spec.name + " started again" +
+          (k.result.restarts > 1 ? " " + std::to_string(k.result.restarts) + " times" : "");
   for (auto& k : kids_)
     if (k.result.after_end) late += (late.empty() ? "" : ", ") + k.spec.name;
   if (!late.empty()) late = " (" + late + " died after its end, which fails nothing)";
@@ -425,7 +474,7 @@ std::string Supervisor::Summary() const {
           ? "job succeeded in " + Seconds(total) +
                 (!lost.empty() ? ", surviving the loss of " + lost + " (" +
                                      (lost_servers ? "key ranges moved to replicas" + spares
-                                                   : std::string("workers dropped: PSKV_ELASTIC")) +
+                                                   : "workers dropped: PSKV_ELASTIC" + restarted) +
                                      ")" + late
                  : !late.empty() ? late
                                  : ": all " + std::to_string(kids_.size()) + " processes exited 0")

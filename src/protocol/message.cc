@@ -164,10 +164,10 @@ bool CoveredByResend(const std::vector<Frame>& frames) {
 }
 
 const char* ControlName(Control c) {
-  static const char* kNames[] = {"data",         "register",    "node_table", "barrier",
-                                 "barrier_done", "heartbeat",   "ack",        "node_failed",
-                                 "refuse",       "leave",       "credit",     "range_table",
-                                 "range_copied", "worker_left", "takeover",   "rejoin"};
+  static const char* kNames[] = {
+      "data",         "register",    "node_table", "barrier", "barrier_done",  "heartbeat",
+      "ack",          "node_failed", "refuse",     "leave",   "credit",        "range_table",
+      "range_copied", "worker_left", "takeover",   "rejoin",  "worker_joined", "join_ready"};
   const auto i = static_cast<size_t>(c);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
 }

@@ -63,6 +63,11 @@ inline int RankOfId(int id) {
 /// Barrier groups (bit flags, ps-lite's values).
 constexpr int kSchedulerGroup = 1, kServerGroup = 2, kWorkerGroup = 4;
 constexpr int kAllGroup = kSchedulerGroup | kServerGroup | kWorkerGroup;
+/// The workers' barrier of KVStore::EpochPartition (elastic workers): the workers'
+/// group plus a flag bit that sizes nothing; a worker joins a running job only at its
+/// release (docs/fault-tolerance.md, "Elastic workers").
+constexpr int kEpochFlag = 8;
+constexpr int kEpochGroup = kWorkerGroup | kEpochFlag;
 
 enum class Control : uint8_t {
   kData = 0,         // a KV request/response or a command
@@ -96,18 +101,30 @@ enum class Control : uint8_t {
   // kind 11; empty when not replicated), so that a table the dead primary published
   // to some nodes only is not lost (docs/fault-tolerance.md, "The scheduler").
   kRejoin = 15,
-  kMaxControl = 15,
+  // scheduler -> node, elastic workers (PSKV_ELASTIC): worker `head` joined the running
+  // job in place of one that left (a new or restarted process); body = its NodeDesc
+  // (payload kind 1, one entry). Sent at an epoch barrier's release, before it: rounds
+  // from then on expect its pushes. A server answers kJoinReady once it can take them.
+  kWorkerJoined = 16,
+  // server -> scheduler: it applied kWorkerJoined for worker `head` (the scheduler
+  // holds the epoch barrier's release until every live server did)
+  kJoinReady = 17,
+  kMaxControl = 17,
 };
 
 /// kRegister's head: the settings every node of a job must share (PSKV_REPLICAS,
-/// PSKV_SPARE_SERVERS) and whether the registering server is a spare.
+/// PSKV_SPARE_SERVERS, PSKV_ELASTIC) and whether the registering server is a spare.
 struct RegisterHead {
   int replicas = 0;  // < 256
   int spares = 0;    // < 4096
   bool spare = false;
-  int Encode() const { return (replicas & 0xff) | (spares & 0xfff) << 8 | (spare ? 1 << 20 : 0); }
+  bool elastic = false;
+  int Encode() const {
+    return (replicas & 0xff) | (spares & 0xfff) << 8 | (spare ? 1 << 20 : 0) |
+           (elastic ? 1 << 21 : 0);
+  }
   static RegisterHead Decode(int head) {
-    return {head & 0xff, (head >> 8) & 0xfff, ((head >> 20) & 1) != 0};
+    return {head & 0xff, (head >> 8) & 0xfff, ((head >> 20) & 1) != 0, ((head >> 21) & 1) != 0};
   }
 };
 

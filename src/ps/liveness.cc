@@ -34,9 +34,9 @@ void Liveness::Forget(int id) {
   connected_.erase(std::remove(connected_.begin(), connected_.end(), id), connected_.end());
 }
 
-void Liveness::Watch(int id) {
+void Liveness::Watch(int id, bool silence) {
   std::lock_guard<std::mutex> lk(mu_);
-  last_heard_[id] = ListenClock(Clock::now());
+  if (silence) last_heard_[id] = ListenClock(Clock::now());
   if (std::find(connected_.begin(), connected_.end(), id) == connected_.end())
     connected_.push_back(id);
 }

@@ -53,8 +53,9 @@ class Liveness {
   void Stop() { on_ = false; }
   /// Stops watching peer `id` (it left the job and the job goes on without it).
   void Forget(int id);
-  /// Watches peer `id` again (silence and connection), as if just heard from.
-  void Watch(int id);
+  /// Watches peer `id` again (silence, unless `silence` is false, and connection), as
+  /// if just heard from.
+  void Watch(int id, bool silence = true);
   void Heard(int id);
   /// The receive thread got a message (stops listening) / calls Recv again.
   void Deaf(Clock::time_point now = Clock::now());

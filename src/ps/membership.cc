@@ -132,6 +132,9 @@ void Node::HandleNodeTable(const Message& m) {
       throw ProtocolError("node table not sent by the scheduler it names");
   id_ = self->id;
   rank_ = self->rank;
+  // Elastic workers: a table sent at an epoch barrier's release to a worker that joins
+  // the running job (it passes no start barrier: Start awaits that release).
+  joined_ = m.h.head == 1 && options_.elastic && role() == Role::kWorker;
   if (standby_linked_) transport_->Disconnect(kStandbyId);  // registration's link only
   for (auto& d : all) {
     // A standby that took over before the job formed sent it: "the scheduler" is there.
@@ -171,7 +174,9 @@ void Node::Barrier(int group, std::chrono::milliseconds timeout) {
 void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final) {
   std::unique_lock<std::mutex> lk(mu_);
   if (failure_) std::rethrow_exception(failure_);
-  if (GroupSize(group) <= 1) return;
+  // The epoch barrier goes to the scheduler even for a worker left alone: a worker
+  // joins a running elastic job at its release.
+  if (GroupSize(group) <= 1 && group != kEpochGroup) return;
   const uint64_t gen = barrier_gen_[group];
   if (final) at_final_barrier_ = true;
   if (IsScheduler()) {
@@ -231,6 +236,17 @@ std::vector<int> Node::LiveWorkersAtRelease(int group) const {
   return it == live_at_release_.end() ? std::vector<int>{} : it->second;
 }
 
+uint64_t Node::BarriersReleased(int group) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = barrier_gen_.find(group);
+  return it == barrier_gen_.end() ? 0 : it->second;
+}
+
+void Node::AddWorkerJoinedHandler(WorkerLeftHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  worker_joined_handlers_.push_back(std::move(h));
+}
+
 void Node::AddWorkerLeftHandler(WorkerLeftHandler h) {
   std::lock_guard<std::mutex> lk(mu_);
   worker_left_handlers_.push_back(std::move(h));
@@ -250,6 +266,52 @@ void Node::HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk) {
   PSKV_WARN(Tag() << ": " << NodeName(id)
                   << " left the job (PSKV_ELASTIC); the job goes on without it");
   for (auto& h : handlers) h(id);
+}
+
+void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk) {
+  const int id = m.h.head;
+  if (!options_.elastic || !IsWorkerId(id) || RankOfId(id) >= options_.num_workers || id == id_)
+    return;
+  std::vector<NodeDesc> ds;
+  try {
+    ds = DecodeNodes(m.body);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "joined", "WARN",
+                     Tag() << ": dropped a worker_joined: " << e.what());
+    return;
+  }
+  if (ds.size() != 1 || ds[0].id != id || ds[0].role != static_cast<int>(Role::kWorker)) {
+    PSKV_LOG_LIMITED(limiter_, "joined", "WARN",
+                     Tag() << ": dropped a worker_joined that does not describe worker " << id);
+    return;
+  }
+  const NodeDesc d = ds[0];
+  const bool server = role() == Role::kServer;
+  auto it = nodes_.find(id);
+  const bool fresh = it == nodes_.end() || it->second.token != d.token;  // else: resent
+  std::vector<WorkerLeftHandler> handlers;
+  if (fresh) {
+    if (it != nodes_.end()) id_of_token_.erase(it->second.token);  // the process that left
+    nodes_[id] = d;
+    id_of_token_[d.token] = id;
+    departed_workers_.erase(id);
+    held_.erase(id);
+    schedule_.Forget(id);
+    handlers = worker_joined_handlers_;
+    lk.unlock();
+    resender_.Forget(id);  // its sequence numbers start afresh
+    if (server) {
+      transport_->Disconnect(id);
+      transport_->Connect(id, d.host + ":" + std::to_string(d.port), d.token);
+      liveness_.Watch(id, /*silence=*/false);  // its connection, as for every worker
+    }
+    PSKV_WARN(Tag() << ": " << NodeName(id)
+                    << " joined the job (PSKV_ELASTIC); the rounds from now on expect it");
+    for (auto& h : handlers) h(id);
+  }
+  if (!server) return;
+  if (!lk.owns_lock()) lk.lock();
+  SendControl(kSchedulerId, Control::kJoinReady, id);  // the scheduler releases the epoch
 }
 
 RangeTable Node::range_table() const {

@@ -94,7 +94,22 @@ void Node::Start() {
   timer_thread_ = std::thread([this] { TimerLoop(); });
   {
     std::unique_lock<std::mutex> lk(mu_);
-    if (std::exception_ptr err = AwaitNodeTable(lk)) {
+    std::exception_ptr err = AwaitNodeTable(lk);
+    if (err && join_pending_ && !ready_ && !failure_ && refused_.empty()) {
+      // Elastic workers: the scheduler took this registration as a join of the running
+      // job, which admits it at the workers' next epoch barrier (EpochPartition).
+      cv_.wait_for(lk, options_.op_timeout,
+                   [&] { return ready_ || failure_ || !refused_.empty(); });
+      err =
+          ready_ || failure_ || !refused_.empty()
+              ? StartFailureLocked()
+              : std::make_exception_ptr(TimeoutError(
+                    Tag() + ": the running job did not admit this worker within " +
+                    SecsStr(options_.register_timeout + options_.op_timeout) +
+                    " (PSKV_REGISTER_TIMEOUT + PSKV_TIMEOUT): a worker joins an elastic job at "
+                    "the workers' next epoch barrier (KVStore::EpochPartition); do they call it?"));
+    }
+    if (err) {
       lk.unlock();
       AbandonStart(err, IsScheduler() && !ready_);
     }
@@ -109,7 +124,10 @@ void Node::Start() {
     return;
   }
   try {
-    Barrier(kAllGroup, options_.register_timeout);
+    if (joined_)  // joined a running job: admitted at an epoch barrier's release
+      AwaitAdmission();
+    else
+      Barrier(kAllGroup, options_.register_timeout);
   } catch (...) {
     AbandonStart(std::current_exception(), false);
   }
@@ -303,6 +321,19 @@ void Node::StartWatching() {
   liveness_.Start(silent, connected, sched);
 }
 
+void Node::AwaitAdmission() {
+  std::unique_lock<std::mutex> lk(mu_);
+  const bool released = cv_.wait_for(lk, options_.register_timeout, [&] {
+    return barrier_gen_[kEpochGroup] > 0 || failure_ != nullptr;
+  });
+  if (failure_) std::rethrow_exception(failure_);
+  if (!released)
+    throw TimeoutError(Tag() +
+                       ": joined the running job, but the epoch barrier that admitted it "
+                       "was not released within " +
+                       SecsStr(options_.register_timeout) + " (PSKV_REGISTER_TIMEOUT)");
+}
+
 // ------------------------------------------------------------------ stop
 
 void Node::StopThreads(std::chrono::milliseconds linger) {
@@ -381,7 +412,8 @@ bool Node::IsResendable(Control c) const {
   return options_.resend &&
          (c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
           c == Control::kNodeFailed || c == Control::kCredit || c == Control::kRangeTable ||
-          c == Control::kRangeCopied || c == Control::kWorkerLeft);
+          c == Control::kRangeCopied || c == Control::kWorkerLeft || c == Control::kWorkerJoined ||
+          c == Control::kJoinReady);
 }
 
 // Called with mu_ held.
@@ -559,7 +591,8 @@ void Node::TimerLoop() {
           // The header's head carries this node's PSKV_REPLICAS and PSKV_SPARE_SERVERS
           // (every node of a job must set the same: Scheduler::CheckSettings) and whether it is
           // a spare server.
-          const RegisterHead head{options_.replicas, options_.spare_servers, options_.spare};
+          const RegisterHead head{options_.replicas, options_.spare_servers, options_.spare,
+                                  options_.elastic};
           SendControl(kSchedulerId, Control::kRegister, head.Encode(), EncodeNodes({d}));
           // With a standby, to it too: it answers once it took over (a node that never
           // reached the scheduler, started after it died: scheduler_standby.cc).

@@ -104,6 +104,10 @@ class Node {
   /// Elastic workers (PSKV_ELASTIC): runs (on the receive thread, without the node's
   /// lock) once for each worker the scheduler dropped from the job.
   void AddWorkerLeftHandler(WorkerLeftHandler h);
+  /// Elastic workers: runs (on the receive thread, without the node's lock) once for
+  /// each worker that joined the running job in place of one that left (a server
+  /// tells the scheduler it is ready for the newcomer's pushes after these ran).
+  void AddWorkerJoinedHandler(WorkerLeftHandler h);
 
   /// Registers and passes the start-up barrier. Throws TimeoutError (what is
   /// missing), NodeFailure, ProtocolError (refused) or IOError.
@@ -169,6 +173,12 @@ class Node {
   /// `group` (the scheduler's kWorkerLeft notices reach every node before that release:
   /// the same list on every node). Empty before the first release.
   std::vector<int> LiveWorkersAtRelease(int group) const;
+  /// The barriers of `group` the scheduler released so far (as this node heard).
+  uint64_t BarriersReleased(int group) const;
+  /// Elastic workers: this worker joined a running job (in place of one that left)
+  /// instead of starting with it; its Start returned at the release of the epoch
+  /// barrier (kEpochGroup) that admitted it. Set before Start returns.
+  bool joined() const { return joined_; }
   const Options& options() const { return options_; }
   /// Where tests disturb this node (ps/fail_points.h): the process's installed
   /// FailPoints, else the no-op one; set_fail_points (before Start) for a node made in
@@ -253,6 +263,11 @@ class Node {
   void CheckSuspects(Clock::time_point now);
   /// A kWorkerLeft from the scheduler: worker `id` is out of the job (elastic).
   void HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk);
+  /// A kWorkerJoined from the scheduler: a worker joined the running job (elastic).
+  void HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk);
+  /// A worker that joined a running job: waits for the epoch barrier's release that
+  /// admitted it (it passes no start barrier). Throws as Start does.
+  void AwaitAdmission();
   bool IsResendable(Control c) const;
   int GroupSize(int group) const;
   std::vector<int> GroupMembers(int group) const;
@@ -307,6 +322,11 @@ class Node {
   // who hears of it.
   std::set<int> departed_workers_;
   std::vector<WorkerLeftHandler> worker_left_handlers_;
+  std::vector<WorkerLeftHandler> worker_joined_handlers_;
+  // A worker whose registration the scheduler took as a join of the running job
+  // (kHeartbeat head 1: it waits for the next epoch barrier), and one admitted so.
+  bool join_pending_ = false;
+  std::atomic<bool> joined_{false};
   std::map<int, std::vector<int>> live_at_release_;  // per barrier group (elastic)
   std::exception_ptr failure_;
   std::map<int, NodeDesc> nodes_;        // the node table, by id

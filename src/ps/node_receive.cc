@@ -137,6 +137,7 @@ const char* Node::Unentitled(Control c, int sender) const {
     case Control::kRefuse:
     case Control::kRangeTable:
     case Control::kWorkerLeft:
+    case Control::kWorkerJoined:
       return sender != kSchedulerId ? "only the scheduler sends this" : nullptr;
     case Control::kRegister:
     case Control::kBarrier:
@@ -147,6 +148,7 @@ const char* Node::Unentitled(Control c, int sender) const {
       return sender != kStandbyId || sched || standby_ ? "only the standby scheduler sends this"
                                                        : nullptr;
     case Control::kRangeCopied:
+    case Control::kJoinReady:
       return !sched || !IsServerId(sender) ? "only a server tells the scheduler this" : nullptr;
     case Control::kData:
     case Control::kCredit: {
@@ -247,8 +249,14 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       scheduler_->OnRejoin(m, sender);
       return;
     case Control::kHeartbeat:
-      if (IsScheduler() && sender != kSchedulerId && ready_)
+      if (IsScheduler() && sender != kSchedulerId && ready_) {
         SendControl(sender, Control::kHeartbeat);
+      } else if (!ready_ && sender == kSchedulerId && m.h.head == 1 && !join_pending_) {
+        // Registration received as a join of the running job (elastic workers).
+        join_pending_ = true;
+        PSKV_INFO(Tag() << ": the job is running; this worker joins it at the workers' next "
+                           "epoch barrier (PSKV_ELASTIC)");
+      }
       return;
     case Control::kNodeFailed: {
       std::string reason = m.body;
@@ -277,6 +285,12 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kWorkerLeft:
       if (role() != Role::kScheduler) HandleWorkerLeft(m.h.head, lk);
+      return;
+    case Control::kWorkerJoined:
+      if (role() != Role::kScheduler) HandleWorkerJoined(m, lk);
+      return;
+    case Control::kJoinReady:
+      scheduler_->OnJoinReady(sender, m.h.head);
       return;
     case Control::kLeave:
       if (IsScheduler() && !finished_) {

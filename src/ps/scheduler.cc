@@ -31,7 +31,7 @@ void BarrierBook::Depart(int id) {
 }
 
 void Scheduler::OnBarrier(int sender, int group, uint64_t passed) {
-  if (group <= 0 || group > kAllGroup)
+  if (group <= 0 || (group > kAllGroup && group != kEpochGroup))
     throw ProtocolError("bad barrier group " + std::to_string(group));
   // Count distinct nodes, not requests (a duplicated message must not count twice),
   // and only nodes still in the job: GroupSize no longer counts a departed server.
@@ -72,10 +72,16 @@ void Scheduler::OnBarrier(int sender, int group, uint64_t passed) {
 }
 
 void Scheduler::Release(int group) {
+  if (group == kEpochGroup && HoldForJoiners()) return;  // workers join (scheduler_elastic.cc)
   state_.barriers.Clear(group);
   // Released from the final barrier, every node closes its connections and exits: a
   // closed port or silence is the end of the job now, not a death.
-  if (group == kAllGroup && node_->at_final_barrier_) node_->liveness_.Stop();
+  if (group == kAllGroup && node_->at_final_barrier_) {
+    node_->liveness_.Stop();
+    for (auto& [token, d] : state_.joiners)  // elastic workers waiting to join
+      Refuse(d, "the job ended before the workers' next epoch barrier");
+    state_.joiners.clear();
+  }
   if (obs::Enabled()) {  // [observe] the scheduler's view: first arrival until release
     const uint64_t now = obs::NowUs();
     auto it = state_.barrier_stall.find(group);
@@ -116,6 +122,7 @@ void Scheduler::Release(int group) {
 void Scheduler::ReleaseCompletedBarriers() {
   for (int group : state_.barriers.Completed([this](int g) { return node_->GroupSize(g); }))
     Release(group);
+  if (state_.join_held) ReleaseHeldJoin();  // a server that was to take a joiner left
 }
 
 void Scheduler::WarnStalledBarriers(Clock::time_point now) {

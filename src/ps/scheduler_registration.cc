@@ -39,7 +39,9 @@ void Scheduler::Refuse(const NodeDesc& d, const std::string& why) {
                                                                << " without telling it: " << why);
     return;
   }
-  const int tid = state_.next_temp_id++;
+  // A registrant already answered (an elastic worker waiting to join) has its channel.
+  auto known = state_.temp_ids.find(d.token);
+  const int tid = known != state_.temp_ids.end() ? known->second : state_.next_temp_id++;
   ReplyTo(d, tid);
   node_->SendControl(tid, Control::kRefuse, 0, why);
   node_->transport_->Disconnect(tid);
@@ -67,6 +69,8 @@ void Scheduler::OnRegister(const Message& m) {
         return;
       }
     }
+    if (o.elastic && d.role == static_cast<int>(Role::kWorker))
+      return OnJoinRequest(d, m);  // in place of a worker that left (scheduler_elastic.cc)
     Refuse(d, "the job already has all its " + std::to_string(o.num_workers) + " workers and " +
                   std::to_string(node_->num_server_processes()) +
                   " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");
@@ -133,6 +137,7 @@ void Scheduler::CheckSettings(const NodeDesc& d, const Message& m) {
   };
   differs("PSKV_REPLICAS", head.replicas, o.replicas);
   differs("PSKV_SPARE_SERVERS", head.spares, o.spare_servers);
+  differs("PSKV_ELASTIC", head.elastic ? 1 : 0, o.elastic ? 1 : 0);
   if (head.spare) state_.spare_tokens.insert(d.token);
   // Workers that cut keys differently would push chunks no other worker pushes:
   // rounds that never complete. Refused with both settings named.

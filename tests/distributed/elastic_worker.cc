@@ -4,7 +4,7 @@
 // 2^rank, so that each round's update names the workers whose pushes it summed (the
 // test solves for them) and every sum is exact in float32 whatever the order.
 //
-//   elastic_worker ROUNDS OUT_DIR [EPOCH_ROUNDS [SLEEP_MS [DIE_RANK DIE_ROUND]]]
+//   elastic_worker ROUNDS OUT_DIR [EPOCH_ROUNDS [SLEEP_MS [DIE_RANK DIE_ROUND [TAG]]]]
 //
 // It writes its pid to OUT_DIR/w<rank>.pid. After round r it appends "r <ms> <v> <v> ..."
 // (the wall clock in ms since the epoch, then a few elements of every key) to
@@ -15,7 +15,11 @@
 // OUT_DIR/w<rank>.parts. SLEEP_MS: a pause before each round (a step's compute), so
 // that a kill lands near the round chosen. DIE_RANK, DIE_ROUND: that worker, in that
 // round, pushes the first two keys only, waits until their rounds were summed, and
-// kills itself (SIGKILL): a death amid a step.
+// kills itself (SIGKILL): a death amid a step. TAG (a worker started to join the running
+// job in place of one that left) is appended to its file names (w<rank><TAG>.*); such a
+// worker starts at the epoch it was admitted in (KVStore::Epoch), so its rounds are
+// numbered as the others', and writes the weights it pulled before its first round to
+// w<rank><TAG>.start ("<round before its first> <v> <v> ...", as a log line).
 #include <unistd.h>
 
 #include <chrono>
@@ -65,10 +69,11 @@ int main(int argc, char** argv) {
   const int sleep_ms = argc > 4 ? std::atoi(argv[4]) : 0;
   const int die_rank = argc > 6 ? std::atoi(argv[5]) : -1;
   const int die_round = argc > 6 ? std::atoi(argv[6]) : -1;
+  const std::string tag = argc > 7 ? argv[7] : "";
   try {
     auto kv = KVStore::Create("dist_sync");
     const int rank = kv->Rank();
-    const std::string me = out + "/w" + std::to_string(rank);
+    const std::string me = out + "/w" + std::to_string(rank) + tag;
     std::ofstream(me + ".pid") << ::getpid() << "\n";
     for (size_t k = 0; k < kKeys.size(); ++k) {
       NDArray v({kSizes[k]});
@@ -78,13 +83,31 @@ int main(int argc, char** argv) {
     kv->SetOptimizer(OptimizerConfig::FromParams("sgd", {{"learning_rate", "1"}}));
     std::vector<NDArray> w;
     for (auto n : kSizes) w.emplace_back(std::vector<int64_t>{n});
+    kv->Pull(kKeys, w);  // the current weights (a worker that joined: those of the job)
+    kv->WaitAll();
+    auto write_values = [&](FILE* f, int r, long long ms) {
+      std::fprintf(f, "%d %lld", r, ms);
+      for (auto& a : w)
+        for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2}, a.size() - 1})
+          std::fprintf(f, " %.9g", static_cast<double>(a.data<float>()[i]));
+      std::fprintf(f, "\n");
+    };
     FILE* log = std::fopen((me + ".log").c_str(), "w");
     FILE* parts = epoch_rounds > 0 ? std::fopen((me + ".parts").c_str(), "w") : nullptr;
+    bool first = true;
     for (int r = 1; r <= rounds; ++r) {
-      if (epoch_rounds > 0 && (r - 1) % epoch_rounds == 0) {
+      if (epoch_rounds > 0 && (first || (r - 1) % epoch_rounds == 0)) {
         auto [num_parts, part_index] = kv->EpochPartition();
-        std::fprintf(parts, "e %d %d %d\n", (r - 1) / epoch_rounds, num_parts, part_index);
+        if (first && kv->Epoch() > 0) {  // joined a running job: its epoch's first round
+          r = kv->Epoch() * epoch_rounds + 1;
+          FILE* start = std::fopen((me + ".start").c_str(), "w");
+          write_values(start, r - 1, 0);
+          std::fclose(start);
+        }
+        first = false;
+        std::fprintf(parts, "e %d %d %d\n", kv->Epoch(), num_parts, part_index);
         std::fflush(parts);
+        if (r > rounds) break;
       }
       if (sleep_ms > 0) ::usleep(static_cast<useconds_t>(sleep_ms) * 1000);
       std::vector<NDArray> g;
@@ -103,13 +126,9 @@ int main(int argc, char** argv) {
       }
       kv->WaitAll();
       const auto now = std::chrono::system_clock::now().time_since_epoch();
-      std::fprintf(log, "%d %lld", r,
+      write_values(log, r,
                    static_cast<long long>(
                        std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
-      for (auto& a : w)
-        for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2}, a.size() - 1})
-          std::fprintf(log, " %.9g", static_cast<double>(a.data<float>()[i]));
-      std::fprintf(log, "\n");
       std::fflush(log);
       Touch(me + ".r" + std::to_string(r));
     }

@@ -39,7 +39,7 @@ int64_t LoggedIndex(size_t k, int j) {
 
 struct Job {
   std::string dir, log;
-  int workers = 0;
+  int workers = 0, port = 0;
   std::vector<pid_t> procs;  // scheduler, servers, workers (by start order)
   std::vector<pid_t> worker_pids;
 };
@@ -68,20 +68,25 @@ std::string TempDir(const std::string& name) {
 }
 
 Job Start(const std::string& name, int workers, int min_workers, int rounds, int epoch_rounds,
-          int sleep_ms, std::vector<std::string> extra = {}) {
+          int sleep_ms, std::vector<std::string> extra = {},
+          const std::map<std::string, std::string>& more_env = {}) {
   Job j;
   j.dir = TempDir(name);
   j.log = j.dir + "/log";
   j.workers = workers;
   const int port = FreePort();
-  j.procs.push_back(Spawn({PSKV_SERVER}, Env(port, "scheduler", workers, min_workers), j.log));
-  for (int s = 0; s < 2; ++s)
-    j.procs.push_back(Spawn({PSKV_SERVER}, Env(port, "server", workers, min_workers), j.log));
+  j.port = port;
+  auto env = [&](const char* role) {
+    auto e = Env(port, role, workers, min_workers);
+    for (auto& [k, v] : more_env) e[k] = v;
+    return e;
+  };
+  j.procs.push_back(Spawn({PSKV_SERVER}, env("scheduler"), j.log));
+  for (int s = 0; s < 2; ++s) j.procs.push_back(Spawn({PSKV_SERVER}, env("server"), j.log));
   std::vector<std::string> argv = {ELASTIC_WORKER, std::to_string(rounds), j.dir,
                                    std::to_string(epoch_rounds), std::to_string(sleep_ms)};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  for (int w = 0; w < workers; ++w)
-    j.procs.push_back(Spawn(argv, Env(port, "worker", workers, min_workers), j.log));
+  for (int w = 0; w < workers; ++w) j.procs.push_back(Spawn(argv, env("worker"), j.log));
   return j;
 }
 
@@ -138,6 +143,53 @@ double Update(int workers, unsigned mask, float base) {
                              (static_cast<float>(mask) * base));
 }
 
+// The contributor set of every (round, key) (`sets[round][key index]`, bit r: worker r),
+// solved from the deltas of the weights logged in `ref` (rounds 1, 2, ...).
+void Solve(const std::vector<Line>& ref, int W, std::vector<std::vector<unsigned>>* sets) {
+  sets->assign(ref.size() + 1, std::vector<unsigned>(kKeys.size()));
+  std::vector<double> prev(kKeys.size() * kLogged, 1000.0);
+  for (size_t r = 0; r < ref.size(); ++r) {
+    const int round = static_cast<int>(r) + 1;
+    ASSERT_EQ(ref[r].round, round) << "the reference log skips a round";
+    for (size_t k = 0; k < kKeys.size(); ++k) {
+      std::vector<unsigned> fits;
+      for (unsigned mask = 1; mask < (1u << W); ++mask) {
+        bool ok = true;
+        for (int e = 0; e < kLogged && ok; ++e) {
+          const size_t at = k * kLogged + static_cast<size_t>(e);
+          const double delta = prev[at] - ref[r].v[at];
+          ok = std::fabs(delta - Update(W, mask, Base(round, kKeys[k], LoggedIndex(k, e)))) < 1e-2;
+        }
+        if (ok) fits.push_back(mask);
+      }
+      ASSERT_EQ(fits.size(), 1u) << "round " << round << " key " << kKeys[k]
+                                 << ": the update is not the scaled sum of one set of pushes";
+      (*sets)[static_cast<size_t>(round)][k] = fits[0];
+    }
+    prev = ref[r].v;
+  }
+}
+
+// Every element of the final weights in `path`, against the reference from `sets`.
+void CheckWeights(const std::string& path, int W, const std::vector<std::vector<unsigned>>& sets) {
+  std::string bytes = ReadFile(path);
+  int64_t total = 0;
+  for (auto n : kSizes) total += n;
+  ASSERT_EQ(bytes.size(), static_cast<size_t>(total) * 4) << path;
+  const float* got = reinterpret_cast<const float*>(bytes.data());
+  int64_t at = 0, bad = 0;
+  for (size_t k = 0; k < kKeys.size(); ++k)
+    for (int64_t i = 0; i < kSizes[k]; ++i, ++at) {
+      float w = 1000.0f;
+      for (size_t r = 1; r < sets.size(); ++r)
+        w -= static_cast<float>(Update(W, sets[r][k], Base(static_cast<int>(r), kKeys[k], i)));
+      if (w != got[at] && bad++ < 3)
+        ADD_FAILURE() << path << ": key " << kKeys[k] << "[" << i << "] = " << got[at]
+                      << ", reference " << w;
+    }
+  EXPECT_EQ(bad, 0) << path << ": elements differing from the reference";
+}
+
 struct Verdict {
   int rounds = 0;
   int64_t stall_ms = -1;  // the longest gap between two rounds' ends on survivor 0
@@ -159,31 +211,13 @@ void Check(const Job& j, const std::vector<int>& survivors, const std::map<int, 
     for (size_t r = 0; r < std::min(mine.size(), ref.size()); ++r)
       EXPECT_EQ(mine[r].v, ref[r].v) << "worker " << s << " round " << r + 1;
   }
-  // Contributor set of every (round, key), solved from the logged deltas.
-  std::vector<std::vector<unsigned>> sets(ref.size() + 1, std::vector<unsigned>(kKeys.size()));
-  std::vector<double> prev(kKeys.size() * kLogged, 1000.0);
-  for (size_t r = 0; r < ref.size(); ++r) {
-    const int round = static_cast<int>(r) + 1;
-    for (size_t k = 0; k < kKeys.size(); ++k) {
-      std::vector<unsigned> fits;
-      for (unsigned mask = 1; mask < (1u << W); ++mask) {
-        bool ok = true;
-        for (int e = 0; e < kLogged && ok; ++e) {
-          const size_t at = k * kLogged + static_cast<size_t>(e);
-          const double delta = prev[at] - ref[r].v[at];
-          ok = std::fabs(delta - Update(W, mask, Base(round, kKeys[k], LoggedIndex(k, e)))) < 1e-2;
-        }
-        if (ok) fits.push_back(mask);
-      }
-      ASSERT_EQ(fits.size(), 1u) << "round " << round << " key " << kKeys[k]
-                                 << ": the update is not the scaled sum of one set of pushes";
-      sets[static_cast<size_t>(round)][k] = fits[0];
+  std::vector<std::vector<unsigned>> sets;
+  ASSERT_NO_FATAL_FAILURE(Solve(ref, W, &sets));
+  for (size_t r = 1; r < sets.size(); ++r)
+    for (size_t k = 0; k < kKeys.size(); ++k)
       for (int s : survivors)
-        EXPECT_TRUE(fits[0] & (1u << s)) << "round " << round << " key " << kKeys[k]
-                                         << " lacks the push of worker " << s << ", which lived";
-    }
-    prev = ref[r].v;
-  }
+        EXPECT_TRUE(sets[r][k] & (1u << s)) << "round " << r << " key " << kKeys[k]
+                                            << " lacks the push of worker " << s << ", which lived";
   // Each killed worker: a prefix of full rounds, at most one partial round after it,
   // nothing later; at least every round it completed (its markers), at most one more.
   for (auto& [d, when] : killed) {
@@ -208,25 +242,7 @@ void Check(const Job& j, const std::vector<int>& survivors, const std::map<int, 
     for (size_t r = 1; r < ref.size(); ++r)
       if (ref[r].ms >= when) out.stall_ms = std::max(out.stall_ms, ref[r].ms - ref[r - 1].ms);
   }
-  // Every element of the final weights, against the reference from the sets.
-  for (int s : survivors) {
-    std::string bytes = ReadFile(j.dir + "/w" + std::to_string(s) + ".weights");
-    int64_t total = 0;
-    for (auto n : kSizes) total += n;
-    ASSERT_EQ(bytes.size(), static_cast<size_t>(total) * 4) << "worker " << s;
-    const float* got = reinterpret_cast<const float*>(bytes.data());
-    int64_t at = 0, bad = 0;
-    for (size_t k = 0; k < kKeys.size(); ++k)
-      for (int64_t i = 0; i < kSizes[k]; ++i, ++at) {
-        float w = 1000.0f;
-        for (int r = 1; r <= static_cast<int>(ref.size()); ++r)
-          w -= static_cast<float>(Update(W, sets[static_cast<size_t>(r)][k], Base(r, kKeys[k], i)));
-        if (w != got[at] && bad++ < 3)
-          ADD_FAILURE() << "worker " << s << " key " << kKeys[k] << "[" << i << "] = " << got[at]
-                        << ", reference " << w;
-      }
-    EXPECT_EQ(bad, 0) << "elements differing from the reference";
-  }
+  for (int s : survivors) CheckWeights(j.dir + "/w" + std::to_string(s) + ".weights", W, sets);
   out.rounds = static_cast<int>(ref.size());
   out.sets = sets;
 }
@@ -392,5 +408,250 @@ TEST(ElasticWorkers, UnderTheLauncher) {
   EXPECT_NE(log.find("the scheduler dropped it (PSKV_ELASTIC)"), std::string::npos) << log;
   EXPECT_NE(log.find("(workers dropped: PSKV_ELASTIC)"), std::string::npos) << log;
   Check(j, {0, 2}, {{1, when}}, rounds);
+  Cleanup(j);
+}
+
+// Checks a job of 3 workers in which worker 1 was killed and a new process joined in
+// its place (its files: `joiner`.*): from the first round of an epoch after the kill to
+// the end, the newcomer's weights are the job's, and before its first round it pulled
+// those of the round before; the rounds between the kill and the join hold the pushes
+// of workers 0 and 2 (scaled by 3/2), those from the join on all three again; the
+// epochs from the join on are dealt in 3 parts (the newcomer reads part 1); every
+// element of every worker's final weights equals the reference from those sets.
+void CheckJoined(const Job& j, const std::string& joiner, int rounds, int epoch, int64_t killed_at,
+                 int64_t started_at) {
+  const std::string log = ReadFile(j.log);
+  std::vector<Line> ref = ReadLog(j.dir + "/w0.log");
+  ASSERT_EQ(static_cast<int>(ref.size()), rounds) << log;
+  EXPECT_EQ(ReadLog(j.dir + "/w2.log").size(), ref.size());
+  for (auto& l : ReadLog(j.dir + "/w2.log"))
+    EXPECT_EQ(l.v, ref[static_cast<size_t>(l.round - 1)].v);
+  std::vector<std::vector<unsigned>> sets;
+  ASSERT_NO_FATAL_FAILURE(Solve(ref, 3, &sets));
+  std::vector<Line> joined = ReadLog(j.dir + "/" + joiner + ".log");
+  ASSERT_FALSE(joined.empty()) << log;
+  const int first = joined.front().round;
+  int completed = 0;  // by the killed worker (a newcomer's markers start after a gap)
+  while (std::filesystem::exists(j.dir + "/w1.r" + std::to_string(completed + 1))) ++completed;
+  EXPECT_GT(first, completed + 1) << log;
+  EXPECT_EQ((first - 1) % epoch, 0) << "joined amid an epoch";
+  EXPECT_EQ(joined.back().round, rounds);
+  EXPECT_EQ(static_cast<int>(joined.size()), rounds - first + 1);
+  for (auto& l : joined) EXPECT_EQ(l.v, ref[static_cast<size_t>(l.round - 1)].v) << l.round;
+  std::vector<Line> start = ReadLog(j.dir + "/" + joiner + ".start");
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_EQ(start[0].round, first - 1);
+  EXPECT_EQ(start[0].v, ref[static_cast<size_t>(first - 2)].v) << "the weights it pulled";
+  // Who pushed: all three until the kill, 0 and 2 until the join (the round the kill
+  // caught: either), all three again from the join on.
+  for (int r = 1; r <= rounds; ++r)
+    for (size_t k = 0; k < kKeys.size(); ++k) {
+      const unsigned got = sets[static_cast<size_t>(r)][k];
+      if (r <= completed || r >= first)
+        EXPECT_EQ(got, 7u) << "round " << r << " key " << kKeys[k];
+      else if (r == completed + 1)
+        EXPECT_TRUE(got == 7u || got == 5u) << "round " << r << " key " << kKeys[k];
+      else
+        EXPECT_EQ(got, 5u) << "round " << r << " key " << kKeys[k];
+    }
+  for (const std::string& w : {std::string("w0"), std::string("w2"), joiner})
+    CheckWeights(j.dir + "/" + w + ".weights", 3, sets);
+  std::map<int, std::map<std::string, std::pair<int, int>>> parts;  // epoch -> worker -> part
+  for (const std::string& w : {std::string("w0"), std::string("w2"), joiner}) {
+    std::ifstream f(j.dir + "/" + w + ".parts");
+    std::string e;
+    for (int ep, n, i; f >> e >> ep >> n >> i;) parts[ep][w] = {n, i};
+  }
+  const int join_epoch = (first - 1) / epoch;
+  EXPECT_EQ(static_cast<int>(parts.size()), rounds / epoch);
+  // (The killed worker's parts file is not read: a restarted worker rewrote it.)
+  for (auto& [ep, got] : parts) {
+    std::set<int> idx, num;
+    for (auto& [w, p] : got) {
+      num.insert(p.first);
+      idx.insert(p.second);
+    }
+    EXPECT_EQ(num.size(), 1u) << "epoch " << ep << ": workers disagree on the parts";
+    EXPECT_EQ(idx.size(), got.size()) << "epoch " << ep << ": a part read twice";
+    if (ep >= join_epoch) {
+      EXPECT_EQ(got.size(), 3u) << "epoch " << ep;
+      EXPECT_EQ(*num.begin(), 3) << "epoch " << ep;
+      EXPECT_EQ(got[joiner], std::make_pair(3, 1)) << "epoch " << ep;
+    } else {
+      EXPECT_EQ(got.size(), 2u) << "epoch " << ep;
+      if (*num.begin() == 2) {
+        EXPECT_EQ(idx, (std::set<int>{0, 1})) << "epoch " << ep;
+      }
+    }
+  }
+  EXPECT_NE(log.find("joined the running job (PSKV_ELASTIC)"), std::string::npos) << log;
+  std::printf(
+      "killed after round %d; the replacement, started %lld ms after the kill, pushed "
+      "from round %d (epoch %d); its first round ended %lld ms after its start; the "
+      "first round with it ended %lld ms after the one before\n",
+      completed, static_cast<long long>(started_at - killed_at), first, join_epoch,
+      static_cast<long long>(joined.front().ms - started_at),
+      static_cast<long long>(ref[static_cast<size_t>(first - 1)].ms -
+                             ref[static_cast<size_t>(first - 2)].ms));
+}
+
+// Joining: worker 1 of 3 killed after its round 6, and a new worker process (the same
+// program and environment, started by hand) joins the running job in its place at the
+// workers' next epoch barrier (CheckJoined).
+TEST(ElasticWorkers, ReplacementJoins) {
+  const int rounds = 24, epoch = 4;
+  Job j = Start("join", 3, 2, rounds, epoch, 30);
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t killed_at = NowMs();
+  ASSERT_TRUE(WaitExit(victim, 5s).has_value());
+  const int64_t started_at = NowMs();
+  j.procs.push_back(Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
+      Env(j.port, "worker", 3, 2), j.log));
+  ExpectFinished(j, {victim}, 30s);
+  CheckJoined(j, "w1j", rounds, epoch, killed_at, started_at);
+  Cleanup(j);
+}
+
+// A worker that asks to join while no worker left is refused with a typed error saying
+// why; the job is not disturbed.
+TEST(ElasticWorkers, JoinWithoutAPlaceIsRefused) {
+  const int rounds = 16;
+  Job j = Start("noplace", 2, 1, rounds, 4, 30);
+  ASSERT_TRUE(WaitFile(j.dir + "/w0.r2", 20s)) << ReadFile(j.log);
+  const pid_t extra =
+      Spawn({ELASTIC_WORKER, std::to_string(rounds), j.dir, "4", "30", "-1", "-1", "x"},
+            Env(j.port, "worker", 2, 1), j.log);
+  auto st = WaitExit(extra, 20s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  EXPECT_EQ(*st, 1);
+  ExpectFinished(j, {}, 30s);
+  const std::string log = ReadFile(j.log);
+  EXPECT_NE(log.find("was refused by the scheduler"), std::string::npos) << log;
+  EXPECT_NE(log.find("a worker joins in place of one that left"), std::string::npos) << log;
+  Check(j, {0, 1}, {}, rounds);
+  Cleanup(j);
+}
+
+// Under pskv-launch --min-workers 2 --restart-workers 1: worker 1 killed after its round
+// 6 is started again by the launcher (the same command, rank 1) and joins the running
+// job (CheckJoined); the job succeeds, the summary says so.
+TEST(ElasticWorkers, RestartedUnderTheLauncher) {
+  Job j;
+  j.dir = TempDir("restart");
+  j.log = j.dir + "/log";
+  j.workers = 3;
+  const int rounds = 24, epoch = 4;
+  pid_t launcher = Spawn(
+      {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2", "--restart-workers", "1", "--",
+       ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30"},
+      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
+      j.log);
+  j.procs.push_back(launcher);
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t killed_at = NowMs();
+  auto st = WaitExit(launcher, 60s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  const std::string log = ReadFile(j.log);
+  EXPECT_EQ(*st, 0) << log;
+  EXPECT_NE(log.find("started again"), std::string::npos) << log;
+  EXPECT_NE(log.find("worker 1 started again"), std::string::npos) << log;
+  CheckJoined(j, "w1", rounds, epoch, killed_at, killed_at);
+  Cleanup(j);
+}
+
+// A frozen worker (SIGSTOP: no closed port) is dropped after PS_HEARTBEAT_TIMEOUT (3 s
+// here) + PS_HEARTBEAT_INTERVAL: the survivors' round that waited for it ends that much
+// later (measured); resumed (SIGCONT), it learns it was dropped and exits non-zero
+// without disturbing the job, whose weights are the reference's.
+TEST(ElasticWorkers, FrozenWorkerIsDropped) {
+  const int rounds = 30;
+  Job j = Start("frozen", 3, 2, rounds, 0, 30);
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGSTOP);
+  const int64_t when = NowMs();
+  // Resumed once the survivors went on (two rounds after the drop).
+  std::vector<Line> seen;
+  for (int i = 0; i < 300 && seen.size() < 12; ++i) {
+    std::this_thread::sleep_for(50ms);
+    seen = ReadLog(j.dir + "/w0.log");
+  }
+  ::kill(victim, SIGCONT);
+  auto st = WaitExit(victim, 15s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  EXPECT_NE(*st, 0);
+  ExpectFinished(j, {victim}, 30s);
+  const std::string log = ReadFile(j.log);
+  EXPECT_NE(log.find("dropped from the job by the scheduler"), std::string::npos) << log;
+  Verdict v;
+  Check(j, {0, 2}, {{1, when}}, rounds, &v);
+  std::printf(
+      "frozen worker: the survivors' longest round after the freeze took %lld ms "
+      "(PS_HEARTBEAT_TIMEOUT 3 s + PS_HEARTBEAT_INTERVAL 0.5 s)\n",
+      static_cast<long long>(v.stall_ms));
+  EXPECT_GE(v.stall_ms, 2000) << "dropped long before the heartbeat timeout";
+  EXPECT_LT(v.stall_ms, 15000);
+  Cleanup(j);
+}
+
+// Elastic workers with replicated servers (PSKV_REPLICAS=1): worker 1 killed after its
+// round 5, then server 0 after the survivors' round 14, so the rest of the job reads
+// the replicas the primaries kept: the primaries scaled the short rounds before copying
+// them, so the copies agree and every element of the final weights is the reference's.
+TEST(ElasticWorkers, WithReplicatedServers) {
+  const int rounds = 24;
+  Job j = Start("replicas", 3, 2, rounds, 4, 30, {}, {{"PSKV_REPLICAS", "1"}});
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r5", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t when = NowMs();
+  ASSERT_TRUE(WaitFile(j.dir + "/w0.r14", 30s)) << ReadFile(j.log);
+  const pid_t server0 = j.procs[1];  // the first server started (its rank is either)
+  ::kill(server0, SIGKILL);
+  ExpectFinished(j, {victim, server0}, 40s);
+  const std::string log = ReadFile(j.log);
+  EXPECT_NE(log.find("continue on their replicas"), std::string::npos) << log;
+  Check(j, {0, 2}, {{1, when}}, rounds);
+  Cleanup(j);
+}
+
+// A worker must prove it belongs to the job to join it, as any node: one with another
+// PSKV_JOB_SECRET is refused at the transport's handshake and exits non-zero; the job
+// goes on with the workers left (no round holds a push of rank 1 after the kill), and
+// the replacement with the job's secret then joins.
+TEST(ElasticWorkers, JoinNeedsTheJobSecret) {
+  const int rounds = 24, epoch = 4;
+  Job j = Start("secret", 3, 2, rounds, epoch, 30, {},
+                {{"PSKV_JOB_SECRET", "the-job-secret-0123456789abcdef"}});
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t killed_at = NowMs();
+  auto env = Env(j.port, "worker", 3, 2);
+  env["PSKV_JOB_SECRET"] = "another-secret-0123456789abcdef";
+  const pid_t impostor = Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "x"},
+      env, j.log);
+  auto st = WaitExit(impostor, 20s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  EXPECT_NE(*st, 0);
+  EXPECT_FALSE(std::filesystem::exists(j.dir + "/w1x.log"));
+  const int64_t started_at = NowMs();
+  env["PSKV_JOB_SECRET"] = "the-job-secret-0123456789abcdef";
+  j.procs.push_back(Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
+      env, j.log));
+  ExpectFinished(j, {victim}, 30s);
+  CheckJoined(j, "w1j", rounds, epoch, killed_at, started_at);
   Cleanup(j);
 }

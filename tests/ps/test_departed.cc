@@ -229,3 +229,41 @@ TEST(Departed, ReplicasSettingThatDiffersFailsEveryNodeAtStartup) {
   for (auto& e : errors) EXPECT_NE(e.find("PSKV_REPLICAS differs"), std::string::npos) << e;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
 }
+
+// One worker set PSKV_ELASTIC=1, the rest of the job not: every node fails at startup
+// with a typed error naming the variable (ConfigError on the scheduler, the refusal —
+// ProtocolError — on the others), none after the registration timeout.
+TEST(Departed, ElasticSettingThatDiffersFailsEveryNodeAtStartup) {
+  const int port = FreePort(), S = 1;
+  std::vector<std::string> errors(4);
+  std::vector<int> typed(4, 0);
+  std::vector<std::thread> threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      const Role role = i == 0 ? Role::kScheduler : i < 2 ? Role::kServer : Role::kWorker;
+      Options o = NodeOptions(role, port, S, 2);
+      o.elastic = i == 3;
+      o.register_timeout = 60s;
+      try {
+        Node node(o);
+        node.Start();
+        errors[static_cast<size_t>(i)] = "started";
+        node.Finalize(1s);
+      } catch (const ConfigError& e) {
+        errors[static_cast<size_t>(i)] += e.what();
+        typed[static_cast<size_t>(i)] = i == 0;
+      } catch (const ProtocolError& e) {
+        errors[static_cast<size_t>(i)] += e.what();
+        typed[static_cast<size_t>(i)] = i != 0;
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(i)] += e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < errors.size(); ++i) {
+    EXPECT_NE(errors[i].find("PSKV_ELASTIC differs"), std::string::npos) << errors[i];
+    EXPECT_TRUE(typed[i]) << "node " << i << ": " << errors[i];
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+}

@@ -157,6 +157,11 @@ void RangeStore::WorkerLeft(int id) {
   });
 }
 
+void RangeStore::WorkerJoined(int id) {
+  left_workers_.erase(id);
+  ForEachKey([&](int64_t, KeyState& st) { st.applied_push.erase(id); });
+}
+
 void RangeStore::Merge(KeyState& st, const Waiter& w, bool first) {
   const KVRequest& req = w.r->req;
   const Message& m = req.msg;

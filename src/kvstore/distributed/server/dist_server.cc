@@ -86,8 +86,11 @@ DistServer::DistServer(Node* node, KVServer* server, int range, Replicator* repl
     rep.spares = node->options().spare_servers;
     tables_.SetReplication(std::move(rep));
   }
-  if (node->options().elastic)  // docs/fault-tolerance.md, "Elastic workers"
+  if (node->options().elastic) {  // docs/fault-tolerance.md, "Elastic workers"
     node->AddWorkerLeftHandler([this](int id) { pool_.Exclusive([&] { store_.WorkerLeft(id); }); });
+    node->AddWorkerJoinedHandler(
+        [this](int id) { pool_.Exclusive([&] { store_.WorkerJoined(id); }); });
+  }
   inspector_.Start();
 }
 

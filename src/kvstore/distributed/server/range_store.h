@@ -266,6 +266,10 @@ class RangeStore {
   /// with the pushes that arrived; a round that summed k < num_workers pushes scales
   /// its sum by num_workers / k (ScaleSum; docs/fault-tolerance.md, "Elastic workers").
   void WorkerLeft(int id);
+  /// Elastic workers: worker `id` joined the running job in place of one that left
+  /// (exclusive section, at an epoch barrier): rounds from now on expect its pushes;
+  /// the push counts of the process that left are forgotten (the newcomer counts anew).
+  void WorkerJoined(int id);
 
   // ---- answers of sync pushes (range_store.cc)
   /// Key `w.index` of a round request is done: with `value` (moved from), or null with

@@ -26,10 +26,10 @@ void ServerLink::Await(uint64_t ts, const std::shared_ptr<Completion>& done,
   }
 }
 
-void ServerLink::WorkerBarrier() {
+void ServerLink::WorkerBarrier(int group) {
   Command(kBarrierState, payload::EncodeBarrierState(true));
   try {
-    node_->Barrier(kWorkerGroup, options_.op_timeout);
+    node_->Barrier(group, options_.op_timeout);
   } catch (...) {
     MarkBrokenIf(std::current_exception());
     throw;

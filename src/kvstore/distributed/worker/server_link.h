@@ -37,7 +37,8 @@ class ServerLink {
   void Await(uint64_t ts, const std::shared_ptr<Completion>& done, const std::string& what);
   /// A barrier of the workers, announced to the servers: a sync round that waits for
   /// this worker's push while it is in here is reported as a deadlock, not a hang.
-  void WorkerBarrier();
+  /// `group`: kWorkerGroup, or kEpochGroup (KVStore::EpochPartition).
+  void WorkerBarrier(int group = kWorkerGroup);
 
   void MarkBroken(const std::string& why);
   /// Breaks the store if `e` is a TimeoutError or NodeFailure.

@@ -84,9 +84,10 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
       std::make_unique<DeviceExchange>(StoreType::Parse(type_).device, *reducer_, *link_, wire_);
   shares_ = PlacementShares(options_, *node_);
   if (store_id_ == 0) pacer_ = std::make_unique<LinkPacer>(*node_, options_);
-  if (node_->rank() == 0 && store_id_ == 0)
+  catching_up_ = node_->joined();
+  if (node_->rank() == 0 && store_id_ == 0 && !catching_up_)
     link_->worker()->Command(kSetMode, payload::EncodeMode(!async_), options_.op_timeout);
-  node_->Barrier(kWorkerGroup, options_.op_timeout);
+  if (!catching_up_) node_->Barrier(kWorkerGroup, options_.op_timeout);
   // Last, so a constructor that threw leaves no engine behind in the shared node.
   lease_.node->AddEngine(&engine_);
 }
@@ -118,12 +119,18 @@ DistWorkerStore::~DistWorkerStore() {
 }
 
 std::pair<int, int> DistWorkerStore::EpochPartition() {
-  if (!options_.elastic) return {NumWorkers(), Rank()};
-  link_->WorkerBarrier();
-  // A worker left alone passes the barrier without a release (Node::Barrier): it reads
-  // everything.
-  if (node_->LiveWorkerIds().size() <= 1) return {1, 0};
-  const std::vector<int> live = node_->LiveWorkersAtRelease(kWorkerGroup);
+  if (!options_.elastic) {
+    ++epoch_;
+    return {NumWorkers(), Rank()};
+  }
+  // A worker that joined the running job was admitted at the release of an epoch
+  // barrier (Node::Start): that release deals its first epoch.
+  if (catching_up_)
+    catching_up_ = false;
+  else
+    link_->WorkerBarrier(kEpochGroup);
+  epoch_ = static_cast<int>(node_->BarriersReleased(kEpochGroup)) - 1;
+  const std::vector<int> live = node_->LiveWorkersAtRelease(kEpochGroup);
   for (size_t i = 0; i < live.size(); ++i)
     if (live[i] == node_->id()) return {static_cast<int>(live.size()), static_cast<int>(i)};
   throw UsageError("EpochPartition: this worker is no longer in the job");
@@ -131,6 +138,10 @@ std::pair<int, int> DistWorkerStore::EpochPartition() {
 
 void DistWorkerStore::SetOptimizer(const OptimizerConfig& config) {
   config.Validate();
+  if (catching_up_) {  // the servers have the job's optimizer
+    has_server_optimizer_ = true;
+    return;
+  }
   if (node_->rank() == 0)
     link_->Command(StoreCommand(kSetOptimizer, store_id_), payload::EncodeOptimizer(config));
   has_server_optimizer_ = true;
@@ -144,9 +155,10 @@ void DistWorkerStore::SetGradientCompression(const CompressionConfig& config) {
     if (!keys_.empty())
       throw UsageError("SetGradientCompression must be called before the first Init");
   }
-  if (node_->rank() == 0) link_->Command(kSetCompression, payload::EncodeCompression(config));
+  if (node_->rank() == 0 && !catching_up_)
+    link_->Command(kSetCompression, payload::EncodeCompression(config));
   compressor_ = config.active() ? std::make_unique<GradientCompressor>(config) : nullptr;
-  link_->WorkerBarrier();
+  if (!catching_up_) link_->WorkerBarrier();
 }
 
 void DistWorkerStore::SaveOptimizerStates(const std::string& fname, bool dump_optimizer) {
@@ -214,6 +226,8 @@ void DistWorkerStore::InitImpl(const std::vector<int>& keys, const std::vector<N
       created.push_back(keys_.Add(std::move(m)));
     }
   }
+  // Joined a running job: the servers hold these keys (a Pull reads their values).
+  if (catching_up_) return;
   payload::InitReport report;
   for (size_t i = 0; i < keys.size(); ++i)
     // Ids are wire keys: the stores of a process report in separate namespaces.

@@ -65,7 +65,11 @@ class DistWorkerStore : public KVStore {
 
   int Rank() const override { return link_->rank(); }
   int NumWorkers() const override { return node_->num_workers(); }
-  void Barrier() override { link_->WorkerBarrier(); }
+  /// A worker that joined a running elastic job skips the barriers before its first
+  /// EpochPartition (the others passed them long ago).
+  void Barrier() override {
+    if (!catching_up_) link_->WorkerBarrier();
+  }
   std::pair<int, int> EpochPartition() override;
   void SetOptimizer(const OptimizerConfig& config) override;
   void SetGradientCompression(const CompressionConfig& config) override;
@@ -132,6 +136,11 @@ class DistWorkerStore : public KVStore {
   std::vector<int64_t> shares_;  // of a big dense key per server (PlaceKey); empty: even
   std::unique_ptr<ServerLink> link_;
   bool has_server_optimizer_ = false;
+  // Elastic workers: this worker joined a running job (Node::joined) and has not yet
+  // called EpochPartition: the collective start-up calls (the constructor's barrier,
+  // SetOptimizer, SetGradientCompression, Init, Barrier) send nothing and wait for no
+  // one — the servers already hold what the job's first workers set up.
+  bool catching_up_ = false;
   std::unique_ptr<LocalReducer> reducer_;
   std::unique_ptr<GradientCompressor> compressor_;
   std::mutex mu_;
