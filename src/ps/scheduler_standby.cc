@@ -149,9 +149,10 @@ void Node::StandbyTick(Clock::time_point now) {
                       << options_.standby_scheduler);
     } else if (IsScheduler() && !rejoin_pending_.empty() && now >= next_takeover_) {
       next_takeover_ = now + kTakeoverRepeat;
-      // A node that died meanwhile (removed from the range table) will not answer.
-      for (auto it = rejoin_pending_.begin(); it != rejoin_pending_.end();)
-        it = departed_.count(*it) ? rejoin_pending_.erase(it) : std::next(it);
+      // A node that left meanwhile (a server removed from the range table, an elastic
+      // worker dropped) will not answer.
+      for (int id : std::set<int>(rejoin_pending_))
+        if (departed_.count(id) || departed_workers_.count(id)) scheduler_->Settled(id);
       for (int id : rejoin_pending_) {
         Message m;  // from the standby's identity, the one the node's table names
         m.h.control = static_cast<uint8_t>(Control::kTakeover);
@@ -238,7 +239,7 @@ void Scheduler::TakeOver(const std::map<int, uint64_t>& released, Clock::time_po
 
 void Scheduler::OnRejoin(const Message& m, int sender) {
   Node& n = *node_;
-  if (!state_.took_over || !n.rejoin_pending_.erase(sender)) return;  // repeated
+  if (!state_.took_over || !n.rejoin_pending_.count(sender)) return;  // repeated
   if (n.replicated_ && !m.body.empty()) {
     RangeTable next;
     try {
@@ -274,7 +275,7 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
         n.liveness_.Forget(id);
         n.resender_.Forget(id);
         state_.barriers.Depart(id);
-        n.rejoin_pending_.erase(id);
+        Settled(id);
       }
       PSKV_WARN(n.Tag() << ": adopted the newer range table " << n.NameLocked(sender)
                         << " had: " << n.ranges_.Describe());
@@ -282,12 +283,20 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
       ReleaseCompletedBarriers();
     }
   }
-  if (n.rejoin_pending_.empty())
-    PSKV_WARN(n.Tag() << ": every node rejoined, "
-                      << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                               state_.takeover_at)
-                             .count()
-                      << " ms after the takeover");
+  Settled(sender);
+}
+
+void Scheduler::Settled(int id) {
+  Node& n = *node_;
+  if (!state_.took_over || !n.rejoin_pending_.erase(id)) return;
+  if (n.departed_.count(id) || n.departed_workers_.count(id)) ++state_.left_since_takeover;
+  if (!n.rejoin_pending_.empty()) return;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - state_.takeover_at);
+  const int left = state_.left_since_takeover;
+  // The tests measure the takeover by this line: every case must write it.
+  PSKV_WARN(n.Tag() << ": every node rejoined, " << ms.count() << " ms after the takeover"
+                    << (left ? " (" + std::to_string(left) + " left the job instead)" : ""));
 }
 
 }  // namespace pskv
