@@ -94,12 +94,16 @@ enum class Control : uint8_t {
   // scheduler -> node, elastic workers (PSKV_ELASTIC): worker `head` left the job,
   // which goes on without it; body = why (docs/fault-tolerance.md, "Elastic workers")
   kWorkerLeft = 13,
-  // standby scheduler -> node: the primary scheduler died and this standby is the
-  // job's scheduler now; the node answers kRejoin (repeated until it does).
+  // standby scheduler -> node, head = kTakeoverAsk: the standby lost the scheduler;
+  // did the node lose it too? (answered kRejoin with a vote). head = kTakeoverCommit:
+  // every node did, this standby is the job's scheduler now; the node answers kRejoin
+  // (repeated until it does) — or, if it still reaches its scheduler, refuses with a
+  // vote (docs/fault-tolerance.md, "Split brain").
   kTakeover = 14,
-  // node -> the scheduler that took over: body = the node's range table (payload
-  // kind 11; empty when not replicated), so that a table the dead primary published
-  // to some nodes only is not lost (docs/fault-tolerance.md, "The scheduler").
+  // node -> the scheduler that took over, head = kRejoinAfterTakeover: body = the
+  // node's range table (payload kind 11; empty when not replicated), so that a table
+  // the dead primary published to some nodes only is not lost (docs/fault-tolerance.md,
+  // "The scheduler"). node -> a standby that asked, head = kVoteLost or kVoteAlive.
   kRejoin = 15,
   // scheduler -> node, elastic workers (PSKV_ELASTIC): worker `head` joined the running
   // job in place of one that left (a new or restarted process); body = its NodeDesc
@@ -111,6 +115,13 @@ enum class Control : uint8_t {
   kJoinReady = 17,
   kMaxControl = 17,
 };
+
+/// kTakeover's head.
+constexpr int kTakeoverCommit = 0, kTakeoverAsk = 1;
+/// kRejoin's head: the rejoin after a commit, or a node's answer to kTakeoverAsk —
+/// it lost the scheduler too (its connection closed, or its own failure detection
+/// found it dead), or its link to the scheduler is alive.
+constexpr int kRejoinAfterTakeover = 0, kVoteLost = 1, kVoteAlive = 2;
 
 /// kRegister's head: the settings every node of a job must share (PSKV_REPLICAS,
 /// PSKV_SPARE_SERVERS, PSKV_ELASTIC) and whether the registering server is a spare.

@@ -34,6 +34,9 @@ struct WireDisturbance {
   /// With every send-window credit a node also sends one for far more messages than
   /// it received (which the peer must drop).
   bool bogus_credits = false;
+  /// Every message the node sends to a peer for which `cut(peer)` is true is dropped
+  /// (a partition the test starts and ends itself; called on each send). Unset: none.
+  std::function<bool(int peer)> cut;
 };
 
 class FailPoints {

@@ -37,6 +37,7 @@ std::string Node::NameLocked(int id) const {
     return "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port);
   auto it = nodes_.find(id);
   std::string role = IsServerId(id) ? "server" : "worker";
+  if (id == kStandbyId) return "standby scheduler at " + options_.standby_scheduler;
   std::string n = role + "[" + std::to_string(RankOfId(id)) + "]";
   if (it != nodes_.end()) n += " at " + it->second.host + ":" + std::to_string(it->second.port);
   return n;

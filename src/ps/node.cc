@@ -506,7 +506,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   // The scheduler is no single point of failure where a standby follows it
   // (scheduler_standby.cc): the standby takes over, a node waits for it to.
   if (dead_id == kSchedulerId && !IsScheduler()) {
-    if (standby_) return TakeOver(reason);
+    if (standby_) return SeekTakeover(reason);
     if (AwaitTakeover(reason)) return;
   }
   if (dead_id == kStandbyId && IsScheduler()) {

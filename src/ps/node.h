@@ -216,8 +216,8 @@ class Node {
   /// (`*sender`: the token's node id, 0 if none; the scheduler before the node
   /// table). Null, or why the message is dropped.
   const char* BindSender(Control c, uint64_t token, int header_sender, int* sender);
-  /// Why `sender` may not send control `c` (null: it may).
-  const char* Unentitled(Control c, int sender) const;
+  /// Why `sender` may not send control `c` with header head `head` (null: it may).
+  const char* Unentitled(Control c, int sender, int head) const;
   /// mu_ held: a sequenced message (PS_RESEND): acknowledged, de-duplicated, held
   /// until the gap before it is filled, then dispatched with those it released.
   void DispatchInOrder(Message&& m, int sender, bool scheduled, std::unique_lock<std::mutex>& lk);
@@ -244,6 +244,16 @@ class Node {
   /// Standby: the scheduler is gone (`why`); this process becomes the scheduler. No
   /// lock held.
   void TakeOver(const std::string& why);
+  /// Standby, after the job formed: the scheduler seems gone from here (`why`); asks
+  /// every node whether it lost it too, and takes over only once each did or is gone
+  /// itself (StandbyTick). No lock held.
+  void SeekTakeover(const std::string& why);
+  /// A node, mu_ held: a kTakeover with head `head` from the standby — a question
+  /// (answered with a vote) or a commit (followed if this node lost its scheduler).
+  void AnswerTakeover(int head, std::unique_lock<std::mutex>& lk);
+  /// A node, mu_ held: whether its own link to the scheduler is lost (its connection
+  /// closed and a new one was refused, or its failure detection found it dead).
+  bool SchedulerLostHere() const;
   /// A node, mu_ held: the standby took over (kTakeover); "the scheduler" is it from
   /// now on.
   void FollowStandby(std::unique_lock<std::mutex>& lk);
@@ -359,6 +369,12 @@ class Node {
   bool job_done_ = false;
   std::set<int> rejoin_pending_;  // the scheduler that took over: nodes to answer kTakeover
   Clock::time_point next_takeover_{};
+  // A standby that lost the scheduler: since when it asks the nodes (epoch: not
+  // asking), why, and their latest answers (bounded by the node table).
+  Clock::time_point seeking_since_{};
+  std::string seeking_why_;
+  std::set<int> votes_lost_, votes_alive_;
+  bool vote_linked_ = false;  // a node: connected to the standby to answer its question
   // A node: when it lost the scheduler and waits for the standby's kTakeover (epoch:
   // not waiting); whether its registration moved to the standby.
   Clock::time_point awaiting_takeover_{};

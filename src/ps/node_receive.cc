@@ -82,7 +82,7 @@ void Node::Handle(Message&& m, uint64_t token) {
     return drop(IsWorkerId(sender) ? "the worker left the job (PSKV_ELASTIC)"
                                    : "the sender was removed from the job");
   }
-  if (const char* why = Unentitled(c, sender)) return drop(why);
+  if (const char* why = Unentitled(c, sender, m.h.head)) return drop(why);
   liveness_.Heard(sender);
   if (sender == kSchedulerId) scheduler_seen_ = true;
 
@@ -128,7 +128,7 @@ const char* Node::BindSender(Control c, uint64_t token, int header_sender, int* 
   return nullptr;
 }
 
-const char* Node::Unentitled(Control c, int sender) const {
+const char* Node::Unentitled(Control c, int sender, int head) const {
   const bool sched = IsScheduler();
   switch (c) {
     case Control::kNodeTable:
@@ -139,12 +139,19 @@ const char* Node::Unentitled(Control c, int sender) const {
     case Control::kWorkerLeft:
     case Control::kWorkerJoined:
       return sender != kSchedulerId ? "only the scheduler sends this" : nullptr;
+    case Control::kRejoin:
+      if (head == kVoteLost || head == kVoteAlive)  // a node's answer to a standby's question
+        return !standby_ || !(IsServerId(sender) || IsWorkerId(sender))
+                   ? "only a node answers a standby scheduler's question"
+                   : nullptr;
+      if (head != kRejoinAfterTakeover) return "unknown kind of rejoin";
+      [[fallthrough]];
     case Control::kRegister:
     case Control::kBarrier:
     case Control::kLeave:
-    case Control::kRejoin:
       return !sched ? "only the scheduler receives this" : nullptr;
     case Control::kTakeover:  // from the standby the node table names, to a node
+      if (head != kTakeoverAsk && head != kTakeoverCommit) return "unknown kind of takeover";
       return sender != kStandbyId || sched || standby_ ? "only the standby scheduler sends this"
                                                        : nullptr;
     case Control::kRangeCopied:
@@ -243,9 +250,15 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     }
     case Control::kTakeover:
-      FollowStandby(lk);
+      AnswerTakeover(m.h.head, lk);
       return;
     case Control::kRejoin:
+      if (m.h.head != kRejoinAfterTakeover) {               // a vote (Unentitled: to a standby)
+        if (seeking_since_ == Clock::time_point{}) return;  // late: decided already
+        (m.h.head == kVoteLost ? votes_lost_ : votes_alive_).insert(sender);
+        (m.h.head == kVoteLost ? votes_alive_ : votes_lost_).erase(sender);
+        return;
+      }
       scheduler_->OnRejoin(m, sender);
       return;
     case Control::kHeartbeat:

@@ -188,6 +188,7 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
     }
     n.ranges_ = next;
     n.departed_.insert(dead_id);
+    Settled(dead_id);  // after a takeover: it will not rejoin
     state_.removal_reason[dead_id] = *reason;
     TellRemoved(dead_id);
     n.held_.erase(dead_id);

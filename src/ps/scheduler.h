@@ -104,6 +104,7 @@ struct SchedulerState {
   std::map<int, uint64_t> released;  // barriers released so far, per group
   bool took_over = false;            // this scheduler is a standby that took over
   Clock::time_point takeover_at{};
+  int left_since_takeover = 0;  // nodes that left instead of rejoining
 };
 
 class Scheduler {
@@ -162,6 +163,9 @@ class Scheduler {
   void TakeOver(const std::map<int, uint64_t>& released, Clock::time_point at);
   /// A kRejoin from node `sender` after the takeover (its range table).
   void OnRejoin(const Message& m, int sender);
+  /// After a takeover: node `id` rejoined or left the job (no kRejoin will come from
+  /// it); logs when every node did. Repeats do nothing.
+  void Settled(int id);
 
   /// What a standby would copy (issue 42).
   const SchedulerState& state() const { return state_; }

@@ -65,7 +65,7 @@ void Scheduler::OnRegister(const Message& m) {
         std::vector<NodeDesc> all;
         for (auto& [i, x] : node_->nodes_) all.push_back(x);
         node_->SendControl(id, Control::kNodeTable, 0, EncodeNodes(all));
-        node_->rejoin_pending_.erase(id);  // after a takeover: it has this table now
+        Settled(id);  // after a takeover: it has this table now
         return;
       }
     }

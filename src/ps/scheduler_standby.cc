@@ -45,6 +45,7 @@ using node_internal::SecsStr;
 
 namespace {
 constexpr auto kTakeoverRepeat = 200ms;
+constexpr auto kAskRepeat = 50ms;  // the question to the nodes that did not lose it yet
 }  // namespace
 
 // ------------------------------------------------------------------ the standby
@@ -103,6 +104,21 @@ void Node::TakeOver(const std::string& why) {
   cv_.notify_all();
 }
 
+void Node::SeekTakeover(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!standby_ || finished_ || failure_ || job_done_ || stop_) return;
+    if (seeking_since_ != Clock::time_point{}) return;  // asking already
+    seeking_since_ = Clock::now();
+    seeking_why_ = why;
+    next_takeover_ = {};
+    PSKV_WARN(Tag() << ": " << why
+                    << "; asking every node whether it lost the scheduler too before taking over");
+  }
+  liveness_.Forget(kSchedulerId);
+  StandbyTick(Clock::now());  // the first question at once
+}
+
 bool Node::StandbyFinalize() {
   std::unique_lock<std::mutex> lk(mu_);
   // Until the scheduler's final release (the job ended), a failure, or a takeover.
@@ -130,8 +146,11 @@ bool Node::StandbyFinalize() {
 
 void Node::StandbyTick(Clock::time_point now) {
   if (options_.standby_scheduler.empty()) return;
-  std::string lost_why;
+  std::string lost_why, gave_up;
   bool take_over = false;
+  std::string takeover_why =
+      "the scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
+      " is gone before the job formed (its connection closed and a new one was refused)";
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stop_ || finished_ || failure_) return;
@@ -149,12 +168,14 @@ void Node::StandbyTick(Clock::time_point now) {
                       << options_.standby_scheduler);
     } else if (IsScheduler() && !rejoin_pending_.empty() && now >= next_takeover_) {
       next_takeover_ = now + kTakeoverRepeat;
-      // A node that died meanwhile (removed from the range table) will not answer.
-      for (auto it = rejoin_pending_.begin(); it != rejoin_pending_.end();)
-        it = departed_.count(*it) ? rejoin_pending_.erase(it) : std::next(it);
+      // A node that left meanwhile (a server removed from the range table, an elastic
+      // worker dropped) will not answer.
+      for (int id : std::set<int>(rejoin_pending_))
+        if (departed_.count(id) || departed_workers_.count(id)) scheduler_->Settled(id);
       for (int id : rejoin_pending_) {
         Message m;  // from the standby's identity, the one the node's table names
         m.h.control = static_cast<uint8_t>(Control::kTakeover);
+        m.h.head = kTakeoverCommit;
         m.h.sender = kStandbyId;
         m.h.recver = id;
         m.h.job = job_;
@@ -164,6 +185,63 @@ void Node::StandbyTick(Clock::time_point now) {
           PSKV_LOG_LIMITED(limiter_, "takeover", "WARN",
                            Tag() << ": cannot tell " << NameLocked(id) << ": " << e.what());
         }
+      }
+    } else if (standby_ && seeking_since_ != Clock::time_point{}) {
+      // Split brain: only a scheduler that every node lost is taken over. A node that
+      // still reaches it says so; one that does not answer may be cut off from this
+      // standby only. A node gone itself (its port closed: died with the scheduler)
+      // counts as lost.
+      std::vector<int> alive, silent;
+      int lost = 0, gone = 0;
+      for (auto& [id, d] : nodes_) {
+        if (id == kSchedulerId || id == kStandbyId || departed_.count(id) ||
+            departed_workers_.count(id))
+          continue;
+        if (votes_lost_.count(id))
+          ++lost;
+        else if (transport_->GoneSince(id) != Clock::time_point{})
+          ++gone;
+        else
+          (votes_alive_.count(id) ? alive : silent).push_back(id);
+      }
+      const std::chrono::milliseconds bound = std::max<std::chrono::milliseconds>(
+          options_.heartbeat_timeout + options_.heartbeat_interval, 1s);
+      if (alive.empty() && silent.empty()) {
+        take_over = true;
+        takeover_why = seeking_why_ + "; every node lost it too (" + std::to_string(lost) +
+                       " said so, " + std::to_string(gone) + " gone with it)";
+        seeking_since_ = {};
+      } else if (now - seeking_since_ > bound) {
+        std::string who;
+        for (int id : alive) who += (who.empty() ? "" : ", ") + NameLocked(id);
+        std::string quiet;
+        for (int id : silent) quiet += (quiet.empty() ? "" : ", ") + NameLocked(id);
+        gave_up = seeking_why_ + "; but " +
+                  (alive.empty() ? std::string("no node confirmed it")
+                                 : who + " still reach" + (alive.size() > 1 ? "" : "es") + " it") +
+                  (quiet.empty() ? "" : " (no answer from " + quiet + ")") + " within " +
+                  SecsStr(bound) +
+                  ": this standby is cut off from a scheduler that lives (a network "
+                  "partition?) and does not take over (two schedulers would split the "
+                  "job); it stops, and the job goes on without a standby";
+        seeking_since_ = {};
+      } else if (now >= next_takeover_) {
+        next_takeover_ = now + kAskRepeat;
+        for (auto* v : {&alive, &silent})
+          for (int id : *v) {
+            Message m;
+            m.h.control = static_cast<uint8_t>(Control::kTakeover);
+            m.h.head = kTakeoverAsk;
+            m.h.sender = kStandbyId;
+            m.h.recver = id;
+            m.h.job = job_;
+            try {
+              transport_->Send(id, Encode(m));
+            } catch (const std::exception& e) {
+              PSKV_LOG_LIMITED(limiter_, "ask", "WARN",
+                               Tag() << ": cannot ask " << NameLocked(id) << ": " << e.what());
+            }
+          }
       }
     } else if (awaiting_takeover_ != Clock::time_point{} &&
                now - awaiting_takeover_ >
@@ -175,10 +253,9 @@ void Node::StandbyTick(Clock::time_point now) {
       awaiting_takeover_ = {};
     }
   }
-  if (take_over)
-    TakeOver("the scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
-             " is gone before the job formed (its connection closed and a new one was refused)");
+  if (take_over) TakeOver(takeover_why);
   if (!lost_why.empty()) Fail(std::make_exception_ptr(NodeFailure(lost_why)), kSchedulerId);
+  if (!gave_up.empty()) Fail(std::make_exception_ptr(NodeFailure(gave_up)));
 }
 
 // ------------------------------------------------------------------ the nodes
@@ -197,8 +274,32 @@ bool Node::AwaitTakeover(const std::string& why) {
   return true;
 }
 
+bool Node::SchedulerLostHere() const {
+  return awaiting_takeover_ != Clock::time_point{} ||
+         transport_->GoneSince(kSchedulerId) != Clock::time_point{};
+}
+
+void Node::AnswerTakeover(int head, std::unique_lock<std::mutex>& lk) {
+  const bool lost = SchedulerLostHere();
+  if (head == kTakeoverCommit && lost) return FollowStandby(lk);
+  // A question; or a commit while this node still reaches its scheduler, refused:
+  // following it would make two schedulers of one job (docs/security.md).
+  if (!nodes_.count(kStandbyId)) return;
+  if (head == kTakeoverCommit)
+    PSKV_LOG_LIMITED(limiter_, "takeover-refused", "WARN",
+                     Tag() << ": refused the standby scheduler's takeover: the scheduler still "
+                              "answers here");
+  const NodeDesc& sd = nodes_[kStandbyId];
+  if (!vote_linked_) {  // answered on a connection of its own (the standby is no peer)
+    transport_->Connect(kStandbyId, sd.host + ":" + std::to_string(sd.port), sd.token);
+    vote_linked_ = true;
+  }
+  SendControl(kStandbyId, Control::kRejoin, lost ? kVoteLost : kVoteAlive);
+}
+
 void Node::FollowStandby(std::unique_lock<std::mutex>& lk) {
   if (nodes_.count(kStandbyId)) {
+    if (vote_linked_) transport_->Disconnect(kStandbyId);
     NodeDesc sd = nodes_[kStandbyId];
     for (auto it = id_of_token_.begin(); it != id_of_token_.end();)
       it = it->second == kSchedulerId || it->second == kStandbyId ? id_of_token_.erase(it)
@@ -219,7 +320,7 @@ void Node::FollowStandby(std::unique_lock<std::mutex>& lk) {
                     << (waited ? "" : " (the scheduler died)") << "; rejoining it");
   }
   // Repeated kTakeover (its kRejoin may be lost): all of this is idempotent there.
-  SendControl(kSchedulerId, Control::kRejoin, 0,
+  SendControl(kSchedulerId, Control::kRejoin, kRejoinAfterTakeover,
               replicated_ ? payload::EncodeRangeTable(ranges_.ToData()) : std::string());
   if (waiting_group_)
     SendControl(kSchedulerId, Control::kBarrier, waiting_group_, {}, barrier_gen_[waiting_group_]);
@@ -238,7 +339,7 @@ void Scheduler::TakeOver(const std::map<int, uint64_t>& released, Clock::time_po
 
 void Scheduler::OnRejoin(const Message& m, int sender) {
   Node& n = *node_;
-  if (!state_.took_over || !n.rejoin_pending_.erase(sender)) return;  // repeated
+  if (!state_.took_over || !n.rejoin_pending_.count(sender)) return;  // repeated
   if (n.replicated_ && !m.body.empty()) {
     RangeTable next;
     try {
@@ -274,7 +375,7 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
         n.liveness_.Forget(id);
         n.resender_.Forget(id);
         state_.barriers.Depart(id);
-        n.rejoin_pending_.erase(id);
+        Settled(id);
       }
       PSKV_WARN(n.Tag() << ": adopted the newer range table " << n.NameLocked(sender)
                         << " had: " << n.ranges_.Describe());
@@ -282,12 +383,20 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
       ReleaseCompletedBarriers();
     }
   }
-  if (n.rejoin_pending_.empty())
-    PSKV_WARN(n.Tag() << ": every node rejoined, "
-                      << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                               state_.takeover_at)
-                             .count()
-                      << " ms after the takeover");
+  Settled(sender);
+}
+
+void Scheduler::Settled(int id) {
+  Node& n = *node_;
+  if (!state_.took_over || !n.rejoin_pending_.erase(id)) return;
+  if (n.departed_.count(id) || n.departed_workers_.count(id)) ++state_.left_since_takeover;
+  if (!n.rejoin_pending_.empty()) return;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - state_.takeover_at);
+  const int left = state_.left_since_takeover;
+  // The tests measure the takeover by this line: every case must write it.
+  PSKV_WARN(n.Tag() << ": every node rejoined, " << ms.count() << " ms after the takeover"
+                    << (left ? " (" + std::to_string(left) + " left the job instead)" : ""));
 }
 
 }  // namespace pskv

@@ -32,8 +32,9 @@ std::optional<std::vector<Frame>> ExtraMessageForTests(const WireDisturbance& wi
 
 std::unique_ptr<Transport> DisturbForTests(std::unique_ptr<Transport> t,
                                            const WireDisturbance& wire) {
-  if (!wire.duplicate_replies && !wire.bogus_credits) return t;
+  if (!wire.duplicate_replies && !wire.bogus_credits && !wire.cut) return t;
   FaultConfig fc;
+  fc.cut = wire.cut;
   fc.also_send = [wire](const std::vector<Frame>& frames) {
     return ExtraMessageForTests(wire, frames);
   };

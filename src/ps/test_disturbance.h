@@ -20,7 +20,8 @@ namespace pskv {
 ///    also sent once more before it — a message of its own for the receiver (no
 ///    resend number, outside the send window);
 ///  * bogus_credits: every credit (Control::kCredit) is preceded by one for far
-///    more messages than were received, which the peer must drop.
+///    more messages than were received, which the peer must drop;
+///  * cut: every message to a peer it names is dropped.
 std::unique_ptr<Transport> DisturbForTests(std::unique_ptr<Transport> t,
                                            const WireDisturbance& wire);
 

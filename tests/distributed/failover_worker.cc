@@ -3,12 +3,14 @@
 // (and cut into wire chunks) and a fused pair of small keys; gradients are a function of
 // (rank, round, key), so an undisturbed job gives the same bits every time.
 //
-//   failover_worker [--barriers] [--late-barrier R] ROUNDS OUT_DIR
+//   failover_worker [--barriers] [--late-barrier R] [--pace MS] ROUNDS OUT_DIR
 //
 // --barriers: every round starts with a Barrier() (two command fan-outs to every
 // server around the scheduler's barrier), so that kills land amid commands too.
 // --late-barrier R (with --barriers): in round R, rank 0 creates OUT_DIR/w0.b<R> as it
 // enters the Barrier and rank 1 enters it 1.5 s later, so that a kill lands inside it.
+// --pace MS: every round starts with a sleep of MS ms (a job long enough for a test's
+// disturbance to play out while it runs).
 //
 // After the Init of its k-th key it creates OUT_DIR/w<rank>.i<k>, after round r
 // OUT_DIR/w<rank>.r<r> (the test kills a server at a chosen point); odd rounds
@@ -49,8 +51,16 @@ int main(int argc, char** argv) {
     argc -= 2;
     argv += 2;
   }
+  int pace_ms = 0;
+  if (argc > 2 && std::string(argv[1]) == "--pace") {
+    pace_ms = std::atoi(argv[2]);
+    argc -= 2;
+    argv += 2;
+  }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: failover_worker [--barriers] ROUNDS OUT_DIR\n");
+    std::fprintf(stderr,
+                 "usage: failover_worker [--barriers] [--late-barrier R] [--pace MS] ROUNDS "
+                 "OUT_DIR\n");
     return 2;
   }
   const int rounds = std::atoi(argv[1]);
@@ -69,6 +79,7 @@ int main(int argc, char** argv) {
     std::vector<NDArray> w;
     for (auto n : sizes) w.emplace_back(std::vector<int64_t>{n});
     for (int r = 1; r <= rounds; ++r) {
+      if (pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
       steps.Begin();
       if (barriers && r == late_round && rank == 0) Touch(steps.me() + ".b" + std::to_string(r));
       if (barriers && r == late_round && rank == 1)

@@ -35,6 +35,10 @@ struct Spec {
   bool barriers = false;  // failover_worker --barriers --late-barrier 4
   int replicas = 0;
   bool standby = true;
+  int rounds = kRounds;
+  int pace_ms = 0;                                   // failover_worker --pace
+  std::map<std::string, std::string> env{};          // for every process
+  std::map<std::string, std::string> standby_env{};  // the standby's: it runs pskv-test-server
 };
 
 std::map<std::string, std::string> Env(const Spec& s, int port, int standby_port,
@@ -50,6 +54,7 @@ std::map<std::string, std::string> Env(const Spec& s, int port, int standby_port
                                             {"PSKV_WIRE_CHUNK_BYTES", "262144"},
                                             {"PSKV_TIMEOUT", "60"}};
   if (s.standby) env["PSKV_SCHEDULER_STANDBY"] = "127.0.0.1:" + std::to_string(standby_port);
+  for (auto& [k, v] : s.env) env[k] = v;
   return env;
 }
 
@@ -68,7 +73,8 @@ Run StartSchedulers(const Spec& s, int* port, int* standby_port) {
   if (s.standby) {
     auto env = Env(s, *port, *standby_port, "scheduler");
     env["PSKV_STANDBY"] = "1";
-    j.standby = Spawn({PSKV_SERVER}, env, j.log);
+    for (auto& [k, v] : s.standby_env) env[k] = v;
+    j.standby = Spawn({s.standby_env.empty() ? PSKV_SERVER : PSKV_TEST_SERVER}, env, j.log);
   }
   return j;
 }
@@ -85,7 +91,8 @@ void StartWorkers(const Spec& s, Run& j, int port, int standby_port) {
   for (int w = 0; w < 2; ++w) {
     std::vector<std::string> argv = {FAILOVER_WORKER};
     if (s.barriers) argv.insert(argv.end(), {"--barriers", "--late-barrier", "4"});
-    argv.insert(argv.end(), {std::to_string(kRounds), j.dir});
+    if (s.pace_ms) argv.insert(argv.end(), {"--pace", std::to_string(s.pace_ms)});
+    argv.insert(argv.end(), {std::to_string(s.rounds), j.dir});
     auto env = Env(s, port, standby_port, "worker");
     env["DMLC_TASK_ID"] = std::to_string(w);
     j.workers.push_back(Spawn(argv, env, j.log));
@@ -181,13 +188,16 @@ Result RunJob(const Spec& s, Kill kill, bool server_too = false) {
   return res;
 }
 
-// The undisturbed job (no standby: a standby changes nothing either).
-const std::vector<std::string>& Undisturbed(bool barriers) {
-  static std::map<bool, std::vector<std::string>> w;
-  if (!w.count(barriers))
-    w[barriers] =
-        RunJob({"undisturbed" + std::to_string(barriers), barriers, 0, false}, Kill::kNone).weights;
-  return w[barriers];
+// The undisturbed job of `rounds` rounds (no standby: a standby changes nothing either).
+const std::vector<std::string>& Undisturbed(bool barriers, int rounds = kRounds) {
+  static std::map<std::pair<bool, int>, std::vector<std::string>> w;
+  const auto key = std::make_pair(barriers, rounds);
+  if (!w.count(key)) {
+    Spec s{"undisturbed" + std::to_string(barriers), barriers, 0, false};
+    s.rounds = rounds;
+    w[key] = RunJob(s, Kill::kNone).weights;
+  }
+  return w[key];
 }
 
 // Milliseconds the log says the takeover took until every node rejoined (-1: none).
@@ -252,6 +262,59 @@ TEST(SchedulerFailover, KillWithAServerLosesNothingReplicated) {
   auto r = RunJob({"with_server", false, 1}, Kill::kBetweenRounds, /*server_too=*/true);
   ExpectSameWeights(Undisturbed(false), r.weights, "scheduler and server 1 killed after round 3");
   EXPECT_NE(r.log.find("continue on their replicas"), std::string::npos) << r.log;
+  // The takeover ends although the dead server never rejoins: it left the job instead
+  // (this line once never came, and the measure below waited its whole bound).
+  EXPECT_NE(r.log.find("(1 left the job instead)"), std::string::npos) << r.log;
+  std::printf(
+      "[ stall ] scheduler and server 1 killed between rounds: slowest round %.0f ms; kill "
+      "-> every node rejoined or left %.0f ms (of which the takeover -> settled %ld ms)\n",
+      r.slowest_round_ms, r.kill_to_rejoined_ms, RejoinMs(r.log));
+}
+
+// Split brain (docs/fault-tolerance.md, "Split brain"): the standby's link to a live
+// scheduler is cut (its messages to the scheduler vanish, a test fail point of
+// pskv-test-server); the nodes still reach the scheduler. The standby finds the
+// scheduler silent and asks every node; each says it still reaches it, so the standby
+// does not take over: it stops with an error naming the partition, and the job ends
+// under its one scheduler with the undisturbed job's weights. (Before this rule the
+// standby took over and the nodes followed it: two schedulers.)
+TEST(SchedulerFailover, StandbyCutOffFromALiveSchedulerDoesNotTakeOver) {
+  Spec s{"cut_standby"};
+  s.rounds = 40;
+  s.pace_ms = 100;  // ~4 s: the standby's detection and its question fall inside the job
+  s.env = {{"PS_HEARTBEAT_TIMEOUT", "1"}, {"PS_HEARTBEAT_INTERVAL", "0.25"}};
+  s.standby_env = {{"PSKV_TEST_CUT_SCHEDULER_AFTER", "300"}};
+  int port = 0, standby_port = 0;
+  ::Run j = StartSchedulers(s, &port, &standby_port);
+  StartServers(s, j, port, standby_port);
+  StartWorkers(s, j, port, standby_port);
+  std::vector<std::string> weights;
+  auto finish = [&](pid_t p) {  // the exit status, -1 if it hangs
+    auto st = WaitExit(p, 60s);
+    return st ? *st : -1;
+  };
+  for (size_t w = 0; w < j.workers.size(); ++w) {
+    const int st = finish(j.workers[w]);
+    EXPECT_EQ(st, 0) << "worker " << w << "; log:\n" << ReadFile(j.log);
+    weights.push_back(ReadFile(j.dir + "/w" + std::to_string(w) + ".weights"));
+  }
+  // The scheduler and the servers end the job cleanly; the standby stopped with an error.
+  EXPECT_EQ(finish(j.scheduler), 0) << ReadFile(j.log);
+  for (pid_t p : j.servers) EXPECT_EQ(finish(p), 0) << ReadFile(j.log);
+  const int standby_status = finish(j.standby);
+  const std::string log = ReadFile(j.log);
+  EXPECT_NE(standby_status, 0) << log;
+  EXPECT_NE(log.find("cuts its link to the scheduler"), std::string::npos) << log;
+  EXPECT_NE(log.find("asking every node whether it lost the scheduler too"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("still reach it"), std::string::npos) << log;
+  EXPECT_NE(log.find("does not take over"), std::string::npos) << log;
+  EXPECT_EQ(log.find("takes over as the job's scheduler"), std::string::npos) << log;
+  EXPECT_EQ(log.find("took over"), std::string::npos) << log;
+  ExpectSameWeights(Undisturbed(false, s.rounds), weights,
+                    "the standby cut off from the scheduler");
+  Stop(j);
+  std::filesystem::remove_all(j.dir);
 }
 
 // Under pskv-launch --standby-scheduler: the scheduler killed between rounds; the

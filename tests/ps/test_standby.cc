@@ -6,8 +6,11 @@
 // once claiming to be the standby in the header and once as itself. Had the server
 // followed it, "the scheduler" would be the standby, which has not taken over and
 // drops barrier arrivals: the barrier after the forgery would time out.
+// And split brain (docs/security.md): even the standby itself — its own connection,
+// its identity — cannot make a node leave a scheduler the node still reaches.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "protocol/message.h"
@@ -137,6 +140,94 @@ TEST(StandbyScheduler, OnlyTheStandbyOfTheNodeTableCanTakeOver) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("only the standby scheduler sends this"), std::string::npos) << log;
+  const char* who[] = {"scheduler", "standby", "server", "worker"};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(What(errors[i]), "") << who[i];
+}
+
+// The standby's genuine identity (its own authenticated connection) sends a server the
+// takeover's commit while the scheduler lives (a standby cut off from the scheduler,
+// or one that misjudged it): the server refuses — it still reaches its scheduler —
+// and answers so; the barrier after it completes at the scheduler. Had the server
+// followed, its arrival would go to the standby, which drops it: a timeout.
+TEST(StandbyScheduler, NodeRefusesATakeoverWhileItsSchedulerLives) {
+  const int port = FreePort();
+  int standby_port = FreePort();
+  while (standby_port == port) standby_port = FreePort();
+  auto options = [&](Role role) {
+    Options o = NodeOptions(role, port, 1, 1);
+    o.standby_scheduler = "127.0.0.1:" + std::to_string(standby_port);
+    o.job_secret = "0123456789abcdef0123456789abcdef";
+    return o;
+  };
+  std::exception_ptr errors[4];
+  std::atomic<Tap*> tap{nullptr};
+  std::atomic<bool> sent{false};
+  std::vector<std::thread> threads;
+  testing::internal::CaptureStderr();
+  threads.emplace_back([&] {
+    try {
+      Node n(options(Role::kScheduler));
+      n.Start();
+      n.Finalize(0ms);
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  threads.emplace_back([&] {
+    try {
+      Options o = options(Role::kScheduler);
+      o.standby = true;
+      Node n(o);
+      n.SetTransportFactory([&](const TransportConfig& tc) {
+        auto t = std::make_unique<Tap>(CreateTransport(kNodeTransport, tc));
+        tap = t.get();
+        return t;
+      });
+      n.Start();
+      n.Finalize(0ms);
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  threads.emplace_back([&] {
+    try {
+      Node n(options(Role::kServer));
+      n.Start();
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // before the commit
+      while (!sent) std::this_thread::sleep_for(10ms);
+      std::this_thread::sleep_for(300ms);
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // after it
+      n.Finalize(30s);
+    } catch (...) {
+      errors[2] = std::current_exception();
+    }
+  });
+  threads.emplace_back([&] {
+    try {
+      Node n(options(Role::kWorker));
+      n.Start();
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);
+      Message m;  // what a standby that took over sends first
+      m.h.control = static_cast<uint8_t>(Control::kTakeover);
+      m.h.head = kTakeoverCommit;
+      m.h.sender = kStandbyId;
+      m.h.recver = ServerId(0);
+      m.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
+      tap.load()->Send(ServerId(0), Encode(m));
+      sent = true;
+      std::this_thread::sleep_for(300ms);
+      n.Barrier(kServerGroup | kWorkerGroup, 10s);
+      n.Finalize(30s);
+    } catch (...) {
+      errors[3] = std::current_exception();
+    }
+  });
+  for (auto& t : threads) t.join();
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("refused the standby scheduler's takeover: the scheduler still answers here"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("took over"), std::string::npos) << log;
   const char* who[] = {"scheduler", "standby", "server", "worker"};
   for (int i = 0; i < 4; ++i) EXPECT_EQ(What(errors[i]), "") << who[i];
 }

@@ -1,10 +1,12 @@
 #include "support/env_fail_points.h"
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,6 +32,7 @@ struct Settings {
   int64_t exit_before_delegated_answer = 0;
   int64_t hold_replication_round = 0;
   int64_t exit_amid_replication = 0;
+  int64_t cut_scheduler_after_ms = 0;
 };
 
 // The variable `name` as an integer in [lo, hi] (0 when unset or empty).
@@ -59,6 +62,7 @@ Settings ReadSettings() {
   s.exit_before_delegated_answer = Read("PSKV_TEST_EXIT_BEFORE_DELEGATED_ANSWER", 0, kBig);
   s.hold_replication_round = Read("PSKV_TEST_HOLD_REPLICATION_ROUND", 0, kBig);
   s.exit_amid_replication = Read("PSKV_TEST_EXIT_AMID_REPLICATION", -kBig, kBig);
+  s.cut_scheduler_after_ms = Read("PSKV_TEST_CUT_SCHEDULER_AFTER", 0, 3600000);
   return s;
 }
 
@@ -67,13 +71,30 @@ class Points : public FailPoints {
   Points(const Node& node, Settings s) : node_(node), s_(s) {}
   ~Points() override { Quiesce(); }
 
-  WireDisturbance Wire() override { return {s_.duplicate_replies, s_.bogus_credits}; }
+  WireDisturbance Wire() override {
+    WireDisturbance w{s_.duplicate_replies, s_.bogus_credits, {}};
+    // A standby (a scheduler that is not the job's scheduler yet): its messages to the
+    // scheduler vanish once the cut began; the scheduler's and the nodes' links stay.
+    if (s_.cut_scheduler_after_ms > 0 && node_.role() == Role::kScheduler && !node_.IsScheduler())
+      w.cut = [at_ = cut_at_](int peer) {  // shared: the transport may outlive this
+        const int64_t at = at_->load();
+        return peer == kSchedulerId && at > 0 && Clock::now().time_since_epoch().count() >= at;
+      };
+    return w;
+  }
   std::chrono::milliseconds ReplyDelay() override {
     return std::chrono::milliseconds(s_.reply_delay_ms);
   }
   uint64_t CopyHoldChanges() override { return static_cast<uint64_t>(s_.copy_hold_changes); }
 
   void Registered() override {
+    if (s_.cut_scheduler_after_ms > 0 && node_.role() == Role::kScheduler && !node_.IsScheduler()) {
+      *cut_at_ = (Clock::now() + std::chrono::milliseconds(s_.cut_scheduler_after_ms))
+                     .time_since_epoch()
+                     .count();
+      Log("cuts its link to the scheduler in " + std::to_string(s_.cut_scheduler_after_ms) +
+          " ms (test hook)");
+    }
     if (s_.exit_at_start && node_.role() == Role::kServer)
       Exit("exiting before the start barrier (test hook)");
   }
@@ -157,6 +178,8 @@ class Points : public FailPoints {
   std::mutex mu_;
   std::map<int, int64_t> replicated_, forwarded_, delegated_;  // by key range
   int64_t fanouts_ = 0;
+  // When a standby's link to the scheduler is cut: Clock ticks since its epoch (0: not yet).
+  std::shared_ptr<std::atomic<int64_t>> cut_at_ = std::make_shared<std::atomic<int64_t>>(0);
   std::vector<std::thread> held_;
 };
 

@@ -35,6 +35,9 @@
 //                                      two or more targets to the first of them only, and
 //                                      exits when that one acknowledged it; -n: to the last
 //                                      target only
+//   PSKV_TEST_CUT_SCHEDULER_AFTER=ms   a standby scheduler drops every message it sends to
+//                                      the scheduler from ms after its node table arrived
+//                                      (its link to the scheduler cut, the nodes' not)
 // 0 (or unset) turns a point off. A malformed value is a pskv::ConfigError.
 #pragma once
 

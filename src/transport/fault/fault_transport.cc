@@ -81,6 +81,7 @@ class FaultTransport final : public Transport {
 
  private:
   bool Partitioned(int peer) const {
+    if (cfg_.cut && cfg_.cut(peer)) return true;
     if (!cfg_.partition_peers.count(peer)) return false;
     const auto now = std::chrono::steady_clock::now();
     return now >= cfg_.partition_from && now < cfg_.partition_from + cfg_.partition_for;

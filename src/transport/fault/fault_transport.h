@@ -35,6 +35,9 @@ struct FaultConfig {
   /// During the partition, also report the connection to those peers as down
   /// (what the real transport's keep-alive reports for a lost connection).
   bool partition_reports_down = false;
+  /// A partition the caller starts and ends at will: every message to a peer for
+  /// which `cut(peer)` is true is dropped (called on each send). Unset: none.
+  std::function<bool(int peer)> cut;
   /// Before each outgoing message (outside a partition), `also_send` may return
   /// another message, which is sent first: a forged or renumbered variant the
   /// layer above derives from it (ps/test_disturbance.h). Unset: nothing extra.

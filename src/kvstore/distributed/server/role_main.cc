@@ -25,7 +25,9 @@ int RunServerOrScheduler(const Options& options) {
     node.Finalize(std::chrono::milliseconds(0));
     return 0;
   } catch (const std::exception& e) {
-    PSKV_ERROR("the job failed: " << e.what());
+    // A standby's error is its own (it stops; the job goes on with its scheduler).
+    PSKV_ERROR((options.standby ? "the standby scheduler stops: " : "the job failed: ")
+               << e.what());
     return 1;
   }
 }
