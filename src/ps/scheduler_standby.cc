@@ -44,6 +44,17 @@ using namespace std::chrono_literals;
 using node_internal::SecsStr;
 
 namespace {
+// A kTakeover of `head` (ask or commit) to node `to`, from the standby's identity (the
+// one the node's table names).
+Message TakeoverMessage(uint8_t head, int to, uint64_t job) {
+  Message m;
+  m.h.control = static_cast<uint8_t>(Control::kTakeover);
+  m.h.head = head;
+  m.h.sender = kStandbyId;
+  m.h.recver = to;
+  m.h.job = job;
+  return m;
+}
 constexpr auto kTakeoverRepeat = 200ms;
 constexpr auto kAskRepeat = 50ms;  // the question to the nodes that did not lose it yet
 }  // namespace
@@ -173,14 +184,8 @@ void Node::StandbyTick(Clock::time_point now) {
       for (int id : std::set<int>(rejoin_pending_))
         if (departed_.count(id) || departed_workers_.count(id)) scheduler_->Settled(id);
       for (int id : rejoin_pending_) {
-        Message m;  // from the standby's identity, the one the node's table names
-        m.h.control = static_cast<uint8_t>(Control::kTakeover);
-        m.h.head = kTakeoverCommit;
-        m.h.sender = kStandbyId;
-        m.h.recver = id;
-        m.h.job = job_;
         try {
-          transport_->Send(id, Encode(m));
+          transport_->Send(id, Encode(TakeoverMessage(kTakeoverCommit, id, job_)));
         } catch (const std::exception& e) {
           PSKV_LOG_LIMITED(limiter_, "takeover", "WARN",
                            Tag() << ": cannot tell " << NameLocked(id) << ": " << e.what());
@@ -229,14 +234,8 @@ void Node::StandbyTick(Clock::time_point now) {
         next_takeover_ = now + kAskRepeat;
         for (auto* v : {&alive, &silent})
           for (int id : *v) {
-            Message m;
-            m.h.control = static_cast<uint8_t>(Control::kTakeover);
-            m.h.head = kTakeoverAsk;
-            m.h.sender = kStandbyId;
-            m.h.recver = id;
-            m.h.job = job_;
             try {
-              transport_->Send(id, Encode(m));
+              transport_->Send(id, Encode(TakeoverMessage(kTakeoverAsk, id, job_)));
             } catch (const std::exception& e) {
               PSKV_LOG_LIMITED(limiter_, "ask", "WARN",
                                Tag() << ": cannot ask " << NameLocked(id) << ": " << e.what());
