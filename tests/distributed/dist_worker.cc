@@ -35,6 +35,7 @@ namespace {
 
 using ::pskv::test::g_failures;
 using ::pskv::test::g_tag;
+using ::pskv::test::Throws;
 
 NDArray Full(const Shape& s, double v, DType t = DType::kFloat32) {
   NDArray a(s, t);
@@ -58,19 +59,6 @@ const double kRate = 2;
 
 OptimizerConfig AddRate(double rate) {
   return OptimizerConfig::FromParams("sgd", {{"learning_rate", std::to_string(-rate)}});
-}
-
-template <typename F>
-bool Throws(F&& f, const char* needle) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::strstr(e.what(), needle)) return true;
-    std::fprintf(stderr, "%s: error '%s' lacks '%s'\n", g_tag.c_str(), e.what(), needle);
-    return false;
-  }
-  std::fprintf(stderr, "%s: no error (expected one mentioning '%s')\n", g_tag.c_str(), needle);
-  return false;
 }
 
 // ---------------------------------------------------------------- scenarios
