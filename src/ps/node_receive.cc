@@ -203,6 +203,8 @@ void Node::DispatchInOrder(Message&& m, int sender, bool scheduled,
   if (auto it = held_.find(sender); it != held_.end() && it->second.empty()) held_.erase(it);
 }
 
+// Over 80 lines on purpose: the protocol's dispatch table, one case per control kind,
+// each a few lines or a call to the component that handles it — read in one piece.
 void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
   const auto c = static_cast<Control>(m.h.control);
   switch (c) {

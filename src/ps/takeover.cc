@@ -161,8 +161,6 @@ bool Takeover::Finalize() {
   return false;  // Finalize goes on as the scheduler's
 }
 
-// Long because it is one decision per state of the takeover, each short, under one
-// lock; split, each part would re-take the lock and re-check the state.
 void Takeover::Tick(Clock::time_point now) {
   const Options& o = n_.options_;
   if (o.standby_scheduler.empty()) return;
@@ -201,55 +199,7 @@ void Takeover::Tick(Clock::time_point now) {
         }
       }
     } else if (n_.standby_ && seeking_since_ != Clock::time_point{}) {
-      // Split brain: only a scheduler that every node lost is taken over. A node that
-      // still reaches it says so; one that does not answer may be cut off from this
-      // standby only. A node gone itself (its port closed: died with the scheduler)
-      // counts as lost.
-      std::vector<int> alive, silent;
-      int lost = 0, gone = 0;
-      for (auto& [id, d] : n_.members_.nodes()) {
-        if (id == kSchedulerId || id == kStandbyId || n_.members_.Departed(id)) continue;
-        if (votes_lost_.count(id))
-          ++lost;
-        else if (n_.transport_->GoneSince(id) != Clock::time_point{})
-          ++gone;
-        else
-          (votes_alive_.count(id) ? alive : silent).push_back(id);
-      }
-      const std::chrono::milliseconds bound =
-          std::max<std::chrono::milliseconds>(o.heartbeat_timeout + o.heartbeat_interval, 1s);
-      if (alive.empty() && silent.empty()) {
-        take_over = true;
-        takeover_why = seeking_why_ + "; every node lost it too (" + std::to_string(lost) +
-                       " said so, " + std::to_string(gone) + " gone with it)";
-        seeking_since_ = {};
-      } else if (now - seeking_since_ > bound) {
-        std::string who;
-        for (int id : alive) who += (who.empty() ? "" : ", ") + n_.NameLocked(id);
-        std::string quiet;
-        for (int id : silent) quiet += (quiet.empty() ? "" : ", ") + n_.NameLocked(id);
-        gave_up = seeking_why_ + "; but " +
-                  (alive.empty() ? std::string("no node confirmed it")
-                                 : who + " still reach" + (alive.size() > 1 ? "" : "es") + " it") +
-                  (quiet.empty() ? "" : " (no answer from " + quiet + ")") + " within " +
-                  SecsStr(bound) +
-                  ": this standby is cut off from a scheduler that lives (a network "
-                  "partition?) and does not take over (two schedulers would split the "
-                  "job); it stops, and the job goes on without a standby";
-        seeking_since_ = {};
-      } else if (now >= next_takeover_) {
-        next_takeover_ = now + kAskRepeat;
-        for (auto* v : {&alive, &silent})
-          for (int id : *v) {
-            try {
-              n_.transport_->Send(id, Encode(TakeoverMessage(kTakeoverAsk, id, n_.job_)));
-            } catch (const std::exception& e) {
-              PSKV_LOG_LIMITED(n_.limiter_, "ask", "WARN",
-                               n_.Tag()
-                                   << ": cannot ask " << n_.NameLocked(id) << ": " << e.what());
-            }
-          }
-      }
+      take_over = AskOrDecide(now, &takeover_why, &gave_up);
     } else if (awaiting_takeover_ != Clock::time_point{} &&
                now - awaiting_takeover_ > o.heartbeat_timeout + o.heartbeat_interval) {
       lost_why = scheduler_lost_ + "; the standby scheduler at " + o.standby_scheduler +
@@ -262,6 +212,59 @@ void Takeover::Tick(Clock::time_point now) {
   if (take_over) TakeOver(takeover_why);
   if (!lost_why.empty()) n_.Fail(std::make_exception_ptr(NodeFailure(lost_why)), kSchedulerId);
   if (!gave_up.empty()) n_.Fail(std::make_exception_ptr(NodeFailure(gave_up)));
+}
+
+bool Takeover::AskOrDecide(Clock::time_point now, std::string* takeover_why, std::string* gave_up) {
+  // Split brain: only a scheduler that every node lost is taken over. A node that
+  // still reaches it says so; one that does not answer may be cut off from this
+  // standby only. A node gone itself (its port closed: died with the scheduler)
+  // counts as lost.
+  const Options& o = n_.options_;
+  std::vector<int> alive, silent;
+  int lost = 0, gone = 0;
+  for (auto& [id, d] : n_.members_.nodes()) {
+    if (id == kSchedulerId || id == kStandbyId || n_.members_.Departed(id)) continue;
+    if (votes_lost_.count(id))
+      ++lost;
+    else if (n_.transport_->GoneSince(id) != Clock::time_point{})
+      ++gone;
+    else
+      (votes_alive_.count(id) ? alive : silent).push_back(id);
+  }
+  const std::chrono::milliseconds bound =
+      std::max<std::chrono::milliseconds>(o.heartbeat_timeout + o.heartbeat_interval, 1s);
+  if (alive.empty() && silent.empty()) {
+    *takeover_why = seeking_why_ + "; every node lost it too (" + std::to_string(lost) +
+                    " said so, " + std::to_string(gone) + " gone with it)";
+    seeking_since_ = {};
+    return true;
+  } else if (now - seeking_since_ > bound) {
+    std::string who;
+    for (int id : alive) who += (who.empty() ? "" : ", ") + n_.NameLocked(id);
+    std::string quiet;
+    for (int id : silent) quiet += (quiet.empty() ? "" : ", ") + n_.NameLocked(id);
+    *gave_up = seeking_why_ + "; but " +
+               (alive.empty() ? std::string("no node confirmed it")
+                              : who + " still reach" + (alive.size() > 1 ? "" : "es") + " it") +
+               (quiet.empty() ? "" : " (no answer from " + quiet + ")") + " within " +
+               SecsStr(bound) +
+               ": this standby is cut off from a scheduler that lives (a network "
+               "partition?) and does not take over (two schedulers would split the "
+               "job); it stops, and the job goes on without a standby";
+    seeking_since_ = {};
+  } else if (now >= next_takeover_) {
+    next_takeover_ = now + kAskRepeat;
+    for (auto* v : {&alive, &silent})
+      for (int id : *v) {
+        try {
+          n_.transport_->Send(id, Encode(TakeoverMessage(kTakeoverAsk, id, n_.job_)));
+        } catch (const std::exception& e) {
+          PSKV_LOG_LIMITED(n_.limiter_, "ask", "WARN",
+                           n_.Tag() << ": cannot ask " << n_.NameLocked(id) << ": " << e.what());
+        }
+      }
+  }
+  return false;
 }
 
 // ------------------------------------------------------------------ the nodes

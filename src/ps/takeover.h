@@ -72,6 +72,10 @@ class Takeover {
   void Tick(Clock::time_point now);
 
  private:
+  /// A standby asking the nodes, mu_ held: asks again those that did not say they
+  /// lost the scheduler; true (with `*takeover_why`) when every node lost it too;
+  /// `*gave_up` when some did not within the bound (this standby then stops).
+  bool AskOrDecide(Clock::time_point now, std::string* takeover_why, std::string* gave_up);
   /// mu_ held: whether this node's own link to the scheduler is lost.
   bool LostHere() const;
   /// mu_ held: the standby took over; "the scheduler" is it from now on.
