@@ -173,7 +173,7 @@ void EmbeddingTable::ReadExport(
     const std::string& dir, int key,
     const std::function<void(uint64_t id, const float* values, int64_t width)>& fn) {
   for (const std::string& path : embedding::FindExports(dir, key))
-    embedding::Table::ReadExport(path, fn);
+    embedding::ReadExportFile(path, fn);
 }
 
 }  // namespace pskv

@@ -144,9 +144,6 @@ class Table {
   /// Writes the live rows (id -> values; no state) for serving: "PSKVEMX1", width,
   /// count, (u64 id, width float32) each, CRC32C; temporary file and rename.
   void ExportRows(const std::string& path) const;
-  /// Reads an ExportRows file: fn(id, values) for each row. IOError if corrupt.
-  static void ReadExport(const std::string& path,
-                         const std::function<void(uint64_t, const float*, int64_t width)>& fn);
 
  private:
   // A row block's header; the row's values and optimizer state follow it.
@@ -209,5 +206,10 @@ class Table {
   std::vector<Target> targets_;
   std::vector<float> acc_;
 };
+
+/// Reads a Table::ExportRows file: fn(id, values, width) for each row. IOError if
+/// corrupt (table_io.cc).
+void ReadExportFile(const std::string& path,
+                    const std::function<void(uint64_t, const float*, int64_t width)>& fn);
 
 }  // namespace pskv::embedding

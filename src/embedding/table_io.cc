@@ -587,8 +587,8 @@ void Table::ExportRows(const std::string& path) const {
   f.Commit();
 }
 
-void Table::ReadExport(const std::string& path,
-                       const std::function<void(uint64_t, const float*, int64_t)>& fn) {
+void ReadExportFile(const std::string& path,
+                    const std::function<void(uint64_t, const float*, int64_t)>& fn) {
   const std::string b = ReadChecked(path, kExportMagic);
   if (b.size() < 24) throw Corrupt(path, "cut short");
   int64_t width;

@@ -237,7 +237,7 @@ TEST(EmbeddingCheckpoint, ExportHoldsTheLiveRowsValues) {
   const std::string path = TempPath("export");
   t.ExportRows(path);
   std::map<uint64_t, std::vector<float>> got;
-  Table::ReadExport(path, [&](uint64_t id, const float* v, int64_t w) {
+  ReadExportFile(path, [&](uint64_t id, const float* v, int64_t w) {
     ASSERT_EQ(w, 5);
     got[id] = std::vector<float>(v, v + w);
   });
@@ -250,7 +250,7 @@ TEST(EmbeddingCheckpoint, ExportHoldsTheLiveRowsValues) {
   std::string bytes = ReadAll(path);
   bytes[bytes.size() / 2] ^= 1;
   WriteAll(path, bytes, bytes.size());
-  EXPECT_THROW(Table::ReadExport(path, [](uint64_t, const float*, int64_t) {}), IOError);
+  EXPECT_THROW(ReadExportFile(path, [](uint64_t, const float*, int64_t) {}), IOError);
 }
 
 // Item 9: every single-byte corruption (three ways) and every cut of a full save or a
