@@ -3,6 +3,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/stream_copy.h"
 #include "protocol/payload.h"
 #include "pskv/error.h"
 
@@ -62,8 +63,16 @@ std::vector<Frame> Encode(const Message& m) {
 }
 
 void Message::CopyVals(uint64_t offset, uint64_t len, char* out) const {
-  ForEachPiece(offset, len,
-               [&](const char* p, uint64_t n, uint64_t at) { std::memcpy(out + at, p, n); });
+  // Chunk by chunk, memcpy would read every destination line before writing it
+  // (each chunk is far below glibc's threshold for streaming): a large value is
+  // streamed past the cache, which it does not fit anyway (common/stream_copy.h).
+  const bool stream = len >= kStreamAfterBytes;
+  ForEachPiece(offset, len, [&](const char* p, uint64_t n, uint64_t at) {
+    if (stream)
+      StreamCopy(out + at, p, n);
+    else
+      std::memcpy(out + at, p, n);
+  });
 }
 
 const char* Message::Contiguous(uint64_t offset, uint64_t len, std::string* scratch) const {

@@ -115,6 +115,7 @@ class Parser {
   bool Got(uint64_t n, const char** bad) {
     if (st_ == kBody) {
       got_ += n;
+      msg_bytes_ += n;
       return got_ == size_ && EndFrame();
     }
     have_ += static_cast<uint32_t>(n);
@@ -130,6 +131,7 @@ class Parser {
         return false;
       }
       frames_.clear();
+      msg_bytes_ = 0;
       st_ = kSize;
       return false;
     }
@@ -147,6 +149,8 @@ class Parser {
   std::vector<Frame> Take() { return std::exchange(frames_, {}); }
   /// Between two messages (nothing of a message read yet).
   bool Idle() const { return st_ == kPrefix && have_ == 0; }
+  /// Bytes of the current message's frames stored so far (0 between messages).
+  uint64_t MessageBytes() const { return msg_bytes_; }
 
  private:
   bool EndFrame() {
@@ -158,6 +162,7 @@ class Parser {
     st_ = kSize;
     if (frames_.size() < nframes_) return false;
     st_ = kPrefix;
+    msg_bytes_ = 0;
     return true;
   }
 
@@ -167,7 +172,7 @@ class Parser {
   uint32_t have_ = 0, nframes_ = 0;
   std::vector<Frame> frames_;
   std::shared_ptr<char[]> buf_;
-  uint64_t size_ = 0, got_ = 0;
+  uint64_t size_ = 0, got_ = 0, msg_bytes_ = 0;
 };
 
 }  // namespace pskv::framing

@@ -35,7 +35,10 @@ Header& H(std::vector<Frame>& f) {
 }  // namespace
 
 TEST(Message, RoundTripsIncludingChunkedValues) {
-  for (uint64_t len : {uint64_t{0}, uint64_t{12}, kChunkBytes, kChunkBytes * 3 + 5}) {
+  // kChunkBytes * 9 + 5: a value large enough to be copied out with streaming stores
+  // (common/stream_copy.h).
+  for (uint64_t len :
+       {uint64_t{0}, uint64_t{12}, kChunkBytes, kChunkBytes * 3 + 5, kChunkBytes * 9 + 5}) {
     Message m = Sample(len);
     auto frames = Encode(m);
     Message d = Decode(std::move(frames));
@@ -49,6 +52,13 @@ TEST(Message, RoundTripsIncludingChunkedValues) {
       std::string scratch;
       const char* p = d.Contiguous(1, len - 2, &scratch);
       EXPECT_EQ(0, std::memcmp(p, m.vals.data + 1, len - 2));
+      // A range that starts mid-chunk, into a destination that is not aligned, and
+      // the bytes around it untouched.
+      std::string odd(len + 4, '\x5a');
+      d.CopyVals(1, len - 2, odd.data() + 3);
+      EXPECT_EQ(0, std::memcmp(odd.data() + 3, m.vals.data + 1, len - 2));
+      EXPECT_EQ(odd.substr(0, 3), "\x5a\x5a\x5a");
+      EXPECT_EQ(odd.substr(len + 1), "\x5a\x5a\x5a");
     }
   }
 }

@@ -661,6 +661,42 @@ TEST(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
   EXPECT_TRUE(RingFds().empty()) << "a ring outlived its transports";
 }
 
+// A message larger than kStreamAfterBytes: the reader copies its later bytes out
+// of the ring with streaming stores (common/stream_copy.h) at whatever offsets the
+// ring's wrap and steps give, into frames of odd sizes; every byte arrives, and
+// the message after it (read with plain copies again) too.
+TEST(Shm, AMessageLargerThanTheCacheArrivesIntact) {
+  auto a = Shm(11), b = Shm(22);
+  const std::string ep = a->Bind("127.0.0.1", 0);
+  b->Connect(1, ep, 11);
+  int expected = 0;
+  int sent = UntilShm(*a, *b, &expected);
+  ASSERT_TRUE(SendsThroughShm(*b, 1)) << "the ring was never taken into use";
+  const std::vector<size_t> sizes = {(5 << 20) + 7, 3, (4 << 20) + 13, 1, (1 << 20) + 5};
+  b->Send(1, {Frame::FromString("big" + std::to_string(sent++)),
+              Frame::FromString(Pattern(sizes[0], 0)), Frame::FromString(Pattern(sizes[1], 1)),
+              Frame::FromString(Pattern(sizes[2], 2)), Frame::FromString(Pattern(sizes[3], 3)),
+              Frame::FromString(Pattern(sizes[4], 4))});
+  b->Send(1,
+          {Frame::FromString("m" + std::to_string(sent++)), Frame::FromString(Pattern(70000, 9))});
+  int big = 0;
+  for (; expected < sent; ++expected) {
+    Received in;
+    ASSERT_TRUE(RecvWithin(*a, &in, 20s)) << "message " << expected;
+    if (in.frames.size() == 6) {
+      ++big;
+      EXPECT_EQ(Str(in.frames[0]), "big" + std::to_string(expected));
+      for (size_t k = 0; k < sizes.size(); ++k)
+        EXPECT_TRUE(Str(in.frames[1 + k]) == Pattern(sizes[k], static_cast<int>(k))) << k;
+    } else if (in.frames.size() == 2 && in.frames[1].size == 70000) {
+      EXPECT_TRUE(Str(in.frames[1]) == Pattern(70000, 9));
+    }
+  }
+  EXPECT_EQ(big, 1);
+  a->Close(0ms);
+  b->Close(0ms);
+}
+
 // A node with shared memory off (or on another host) declines the offer: TCP
 // carries everything and no control message reaches the caller.
 TEST(Shm, MixedPeersUseTcp) {

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/frame.h"
 #include "common/net.h"
+#include "common/stream_copy.h"
 #include "protocol/message.h"
 #include "pskv/error.h"
 #include "transport/fault/fault_transport.h"
@@ -49,6 +51,29 @@ TEST(FrameOf, AnArrayKeepsItsBytes) {
   EXPECT_EQ(std::string(f.data, f.size), "abcd");
   Frame c = Frame::Copy("xyz", 3);
   EXPECT_EQ(std::string(c.data, c.size), "xyz");
+}
+
+// StreamCopy (the shared-memory reader's and Message::CopyVals' copy of large
+// messages) copies exactly like memcpy: every alignment of source and destination,
+// sizes around its 16-byte head, 64-byte blocks and the memcpy cut-off, and not a
+// byte outside the destination.
+TEST(StreamCopy, CopiesEveryAlignmentAndSizeExactly) {
+  std::vector<char> src(5000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 13 + 1);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{255}, size_t{256}, size_t{257},
+                   size_t{319}, size_t{320}, size_t{4096}, size_t{4096 + 63}})
+    for (size_t sa = 0; sa < 16; ++sa)
+      for (size_t da = 0; da < 16; ++da) {
+        std::vector<char> dst(n + 64, '#');
+        StreamCopy(dst.data() + 16 + da, src.data() + sa, n);
+        ASSERT_EQ(0, std::memcmp(dst.data() + 16 + da, src.data() + sa, n))
+            << n << " bytes, source +" << sa << ", destination +" << da;
+        for (size_t i = 0; i < dst.size(); ++i) {
+          if (i < 16 + da || i >= 16 + da + n) {
+            ASSERT_EQ(dst[i], '#') << "byte " << i << " outside the destination was written";
+          }
+        }
+      }
 }
 
 TEST(TransportRegistry, BackendsRegisterThemselves) {

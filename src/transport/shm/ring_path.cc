@@ -11,6 +11,7 @@
 
 #include "common/net.h"
 #include "common/payload_reader.h"
+#include "common/stream_copy.h"
 #include "pskv/error.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/upgrade/control_codec.h"
@@ -244,7 +245,9 @@ class RingIn final : public InPath {
       while (tail_ != head && !done) {
         auto [dst, want] = parser_.Want();
         const uint64_t n = std::min({want, head - tail_, step});
-        ring_->CopyOut(tail_, dst, n);
+        // A large message's bytes are streamed past the cache: they are read only
+        // once all of it arrived, when its first bytes are long gone from it.
+        ring_->CopyOut(tail_, dst, n, parser_.MessageBytes() >= kStreamAfterBytes);
         tail_ += n;
         done = parser_.Got(n, why);
         if (*why) return Read::kBad;

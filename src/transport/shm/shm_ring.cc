@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/stream_copy.h"
 #include "pskv/error.h"
 
 namespace pskv::shm {
@@ -63,6 +64,10 @@ int OpenPeerFile(int pid, int fd, int flags, Check ok, std::string* why) {
     return -1;
   }
   return f;
+}
+
+void CopyPlain(char* dst, const char* src, size_t n) {
+  std::memcpy(dst, src, n);
 }
 
 bool ValidCapacity(uint64_t c) {
@@ -167,10 +172,11 @@ void Ring::CopyIn(uint64_t pos, const char* src, uint64_t n) const {
   if (n > first) std::memcpy(data(), src + first, n - first);
 }
 
-void Ring::CopyOut(uint64_t pos, char* dst, uint64_t n) const {
+void Ring::CopyOut(uint64_t pos, char* dst, uint64_t n, bool stream) const {
   const uint64_t at = pos & (capacity_ - 1), first = std::min(n, capacity_ - at);
-  std::memcpy(dst, data() + at, first);
-  if (n > first) std::memcpy(dst + first, data(), n - first);
+  void (*copy)(char*, const char*, size_t) = stream ? StreamCopy : CopyPlain;
+  copy(dst, data() + at, first);
+  if (n > first) copy(dst + first, data(), n - first);
 }
 
 int OpenPeerPipe(int pid, int fd, std::string* why) {

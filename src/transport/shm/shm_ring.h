@@ -73,8 +73,10 @@ class Ring {
   char* data() const { return base_ + kControlBytes; }
 
   /// Copies n bytes to/from ring position `pos` (wrapping around the end).
+  /// `stream`: write `dst` past the caches (StreamCopy, common/stream_copy.h), for
+  /// a message too large to be read from the cache after it arrived.
   void CopyIn(uint64_t pos, const char* src, uint64_t n) const;
-  void CopyOut(uint64_t pos, char* dst, uint64_t n) const;
+  void CopyOut(uint64_t pos, char* dst, uint64_t n, bool stream = false) const;
 
  private:
   Ring() = default;
