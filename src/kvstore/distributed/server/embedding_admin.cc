@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "embedding/stats_fields.h"
 #include "embedding/table_files.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/server/embedding_server.h"
@@ -52,15 +53,10 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
   std::string reply;
   if (a.op == ea::Op::kStats) {
     const embedding::TableStats s = p.table->Stats();
-    w[ea::kLive] = s.live;
-    w[ea::kAdmitted] = s.admitted;
-    w[ea::kEvictedTtl] = s.evicted_ttl;
-    w[ea::kEvictedCapacity] = s.evicted_capacity;
-    w[ea::kDroppedGrads] = s.dropped_grads;
-    w[ea::kPulledRows] = s.pulled_rows;
-    w[ea::kPulledDefaults] = s.pulled_defaults;
-    w[ea::kPendingIds] = s.pending_ids;
-    w[ea::kMemoryBytes] = static_cast<int64_t>(s.memory_bytes);
+    size_t i = 0;
+    embedding::ForEachStat([&](const char*, const char*, auto field, auto) {
+      w[i++] = static_cast<int64_t>(s.*field);
+    });
     w[ea::kPartStep] = p.step;
     reply = Reply(w);
   } else if (a.op == ea::Op::kOutcome) {

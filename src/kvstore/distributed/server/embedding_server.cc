@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "embedding/stats_fields.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/wire/embedding_codec.h"
 #include "kvstore/distributed/wire/kv_payload.h"
@@ -39,6 +40,33 @@ void FailAll(std::vector<SyncRound<KVRequest>::Entry>& pushes, KVServer* srv, Er
 }
 
 }  // namespace
+
+EmbeddingServer::EmbeddingServer(RangeOf range, const RangeConfig& config)
+    : range_(range), config_(config) {
+  // A scrape reads every part under its lock (between updates); the registry's lock
+  // is taken before mu_ and a part's, never while one is held here.
+  gauges_ = obs::Gauges([this](std::vector<obs::GaugeSample>* out) {
+    std::vector<std::pair<int64_t, Part*>> parts;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& [wk, p] : parts_) parts.emplace_back(wk, p.get());
+    }
+    for (auto& [wk, p] : parts) {
+      embedding::TableStats s;
+      {
+        std::lock_guard<std::mutex> lk(p->mu);
+        s = p->table->Stats();
+      }
+      const std::string labels = "table=\"" + std::to_string(dist::KeyOf(wk)) + "\",range=\"" +
+                                 std::to_string(range_.index()) + "\"";
+      embedding::ForEachStat([&](const char* name, const char* help, auto field, auto) {
+        out->push_back({std::string("pskv_embedding_") + name,
+                        std::string("Dynamic embedding table part: ") + help + ".", labels,
+                        static_cast<double>(s.*field)});
+      });
+    }
+  });
+}
 
 bool EmbeddingServer::Holds(int64_t wire_key) const {
   std::lock_guard<std::mutex> lk(mu_);

@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "common/observe.h"
 #include "embedding/table.h"
 #include "kvstore/distributed/server/answers.h"
 #include "kvstore/distributed/server/range_store.h"
@@ -64,7 +65,9 @@ class EmbeddingServer {
   /// The tables of key range `range` (this server's index among the servers is
   /// range.index()); `config` is the range's (sync mode, finished workers), read at
   /// each request. Both outlive this.
-  EmbeddingServer(RangeOf range, const RangeConfig& config) : range_(range), config_(config) {}
+  /// Registers the parts' counters as gauges of the metrics endpoint
+  /// (pskv_embedding_*{table, range}; embedding/stats_fields.h).
+  EmbeddingServer(RangeOf range, const RangeConfig& config);
 
   /// True if `wire_key` is an embedding table here.
   bool Holds(int64_t wire_key) const;
@@ -152,6 +155,7 @@ class EmbeddingServer {
   Replication rep_;        // unset (no targets): not replicated
   mutable std::mutex mu_;  // parts_
   std::map<int64_t, std::unique_ptr<Part>> parts_;
+  obs::Gauges gauges_;  // last: unregistered before the parts go
 };
 
 }  // namespace pskv
