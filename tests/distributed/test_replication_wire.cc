@@ -82,6 +82,15 @@ TEST(ReplicationWire, EmbeddingRoundRoundTripsAndIsStrict) {
   EXPECT_THROW(rw::ParseEmbeddingRound(WithCount(b, 16, 0xffffffff)), ProtocolError);
   const rw::EmbeddingRound empty{1, 0, {}};
   EXPECT_EQ(rw::ParseEmbeddingRound(rw::EncodeEmbeddingRound(empty)), empty);
+  // A restore: its directory round-trips; a path too long or holding a NUL is refused.
+  const rw::EmbeddingRound restore{2, 9, {}, "/shared/ckpt"};
+  EXPECT_EQ(rw::ParseEmbeddingRound(rw::EncodeEmbeddingRound(restore)), restore);
+  EXPECT_THROW(rw::ParseEmbeddingRound(
+                   rw::EncodeEmbeddingRound({2, 9, {}, std::string(rw::kMaxRestorePath + 1, 'a')})),
+               ProtocolError);
+  EXPECT_THROW(
+      rw::ParseEmbeddingRound(rw::EncodeEmbeddingRound({2, 9, {}, std::string("a\0b", 3)})),
+      ProtocolError);
 }
 
 TEST(ReplicationWire, AsyncPushesRoundTripAndAreStrict) {

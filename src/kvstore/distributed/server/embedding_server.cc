@@ -161,7 +161,6 @@ void EmbeddingServer::Push(int64_t wire_key, Part& p, KVRequest&& req, KVServer*
     p.ahead.clear();
   }
   if (config_.sync) return JoinRound(wire_key, p, std::move(req), srv, lk);
-  const int64_t step = p.step;
   ew::PushRows rows;
   try {
     rows = Apply(p, {&req});
@@ -170,7 +169,7 @@ void EmbeddingServer::Push(int64_t wire_key, Part& p, KVRequest&& req, KVServer*
   }
   std::vector<KVRequest> pushes;
   pushes.push_back(std::move(req));
-  Applied(wire_key, p, step, rows, std::move(pushes), srv, lk);
+  Applied(wire_key, p, rows, std::move(pushes), srv, lk);
 }
 
 void EmbeddingServer::Pull(Part& p, KVRequest&& req, KVServer* srv,
@@ -230,7 +229,6 @@ void EmbeddingServer::JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVSe
   p.round.Join(sender, std::move(req), std::chrono::steady_clock::now());
   if (!p.round.complete(node->num_workers())) return;
   auto round = p.round.Take();
-  const int64_t step = p.step;
   ew::PushRows rows;
   try {
     rows = Apply(p, SyncRound<KVRequest>::RankOrder(round));
@@ -244,7 +242,7 @@ void EmbeddingServer::JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVSe
   p.round.Advance();
   std::vector<KVRequest> pushes;
   for (auto& r : round) pushes.push_back(std::move(r.push));
-  Applied(wire_key, p, step, rows, std::move(pushes), srv, lk);
+  Applied(wire_key, p, rows, std::move(pushes), srv, lk);
 }
 
 void EmbeddingServer::WorkerDone(int id, KVServer* srv) {
