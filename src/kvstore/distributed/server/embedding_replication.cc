@@ -3,9 +3,11 @@
 //
 // The primary of a range applies an update of a table's part (a sync round's pushes
 // concatenated in rank order, or one async push) and sends the replicas the rows it
-// pushed, in the push layout (embedding_codec.h), with the step it applied them at and
-// the pushes' push counts (kReplicateEmbedding). A replica applies them with the same
-// Table::Push at the same step, so its part is the primary's, bit for bit: a part's
+// pushed, in the push layout (embedding_codec.h), with the part's change number (the
+// updates and restores it applied before) and the pushes' push counts
+// (kReplicateEmbedding). A restore is sent the same way (the body names the
+// directory, no values): each replica restores its copy from the same files. A replica applies them
+// with the same Table::Push at the same step, so its part is the primary's, bit for bit: a part's
 // content depends only on its configuration and the sequence of pushes (table.h). The
 // pushes are answered only once every replica acknowledged the update, so no worker
 // sees a row a promoted replica lacks; a replica acknowledges an update once it
@@ -17,8 +19,11 @@
 // big copy (>= 64 KiB) may be overtaken by a smaller one (docs/design.md, "Send
 // scheduling"): a replica keeps an update ahead of its step (at most one per worker:
 // a worker has one push of a table unanswered) until the one before it arrived.
-// An update whose step the part passed is acknowledged, not applied again (a new
-// primary sending what this copy holds).
+// A change whose number the part passed is acknowledged, not applied again (a new
+// primary sending what this copy holds). With PSKV_REPLICAS >= 2 a replica keeps its
+// parts' last changes (sync: the last; async: the last num_workers, as a worker has
+// one push of a table unanswered): once promoted it sends them again to the other
+// copies (TakeLastChanges), which may have missed them.
 //
 // After a failover a worker sends its unanswered pushes again to the new primary: a
 // push the part holds (its count at most the worker's last applied one) is answered

@@ -26,12 +26,15 @@
 //   a part, run between rounds under the part's mutex (so a save is the part after
 //   a whole round); the outcome of each ticket is kept for the other workers' ask.
 //
-// Replicated (PSKV_REPLICAS = 1; docs/fault-tolerance.md, "Dynamic embedding tables";
-// embedding_replication.cc): the primary of the range sends each update it applied (a
-// sync round's concatenated pushes, or one async push) with its step and the pushes'
-// push counts to the range's replicas (kReplicateEmbedding) and answers the pushes
-// once every replica acknowledged it; a replica applies it with the same
-// Table::Push at the same step (same bits). A create is forwarded the same way. Each
+// Replicated (PSKV_REPLICAS >= 1; docs/fault-tolerance.md, "Dynamic embedding tables";
+// embedding_replication.cc): the primary of the range sends each change it applied —
+// an update (a sync round's concatenated pushes, or one async push) or a restore —
+// numbered in the part's change order, with the pushes' push counts, to the range's
+// replicas (kReplicateEmbedding) and answers once every replica acknowledged it; a
+// replica applies it the same way (Table::Push at the same step, or a restore from
+// the same files: same bits). A create is forwarded the same way. With R >= 2 a
+// replica keeps its parts' last changes, which it sends again once promoted
+// (TakeLastChanges, through ReplicaApply::ResendLastRounds). Each
 // part remembers, per worker, the push count of its last applied push, so a push
 // retried after a failover that the part holds is answered, not applied again. A
 // replica takes a change only from the range's primary in its range table.
