@@ -16,6 +16,11 @@ time of a restore of the full save and both deltas.
     /usr/bin/python3 bench/embedding_dist_bench.py [--workers 2] [--servers 2]
         [--ids 1048576] [--batch 8192] [--steps 100] [--warmup 20]
         [--cache-rows 65536] [--staleness 0,1,4,16] [--delta-steps 9]
+
+--replicas 0,1,2 measures the replication's cost instead: one job per PSKV_REPLICAS
+value (the same ids, one uncached table), each worker timing its pushes only (a sync
+push returns once the round was applied and, replicated, acknowledged by every copy of
+its range): the time of one push per step, and per row pushed.
 """
 import argparse
 import json
@@ -39,10 +44,36 @@ def batch(args, rank, step):
     return (ranks * np.uint64(0x9E3779B97F4A7C15) + np.uint64(12345)).view(np.int64)
 
 
-def worker(args):
+def push_worker(args, kv):
+    """--replicas: the time of each step's push of one uncached table."""
+    t = pskv_module().embedding.create(kv, 30, width=64, optimizer='adagrad',
+                                       optimizer_params={'learning_rate': 0.05})
+    rng = np.random.default_rng(kv.rank)
+    times, rows = [], 0
+    for i in range(args.warmup + args.steps):
+        ids = batch(args, kv.rank, i)
+        t.pull(ids)
+        grads = rng.standard_normal((ids.size, 64)).astype(np.float32) * 0.01
+        t0 = time.perf_counter()
+        t.push(ids, grads)
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+            rows += np.unique(ids).size
+    print('RESULT ' + json.dumps({'rank': kv.rank, 'push_s': times, 'rows': rows}), flush=True)
+    kv.close()
+
+
+def pskv_module():
     sys.path.insert(0, os.path.join(BUILD, 'python'))
     import pskv
+    return pskv
+
+
+def worker(args):
+    pskv = pskv_module()
     kv = pskv.create('dist_sync')
+    if args.replicas:
+        return push_worker(args, kv)
     rank = kv.rank
     kw = dict(width=64, optimizer='adagrad', optimizer_params={'learning_rate': 0.05})
     stale = [int(s) for s in args.staleness.split(',')]
@@ -100,6 +131,29 @@ def worker(args):
     kv.close()
 
 
+def replicas_sweep(args):
+    print('%d workers x %d servers, %d-id batches over %d ids, 64-float rows, AdaGrad, %d steps'
+          % (args.workers, args.servers, args.batch, args.ids, args.steps))
+    print('| PSKV_REPLICAS | push per step (median, ms) | per row pushed (us) | against R=0 |')
+    print('|---|---|---|---|')
+    base = None
+    for r in [int(x) for x in args.replicas.split(',')]:
+        cmd = [os.path.join(BUILD, 'pskv-launch'), '-n', str(args.workers), '-s', str(args.servers),
+               '--timeout', '300', '--env', 'PSKV_REPLICAS=%d' % r, '--', sys.executable,
+               os.path.abspath(__file__), '--worker'] + sys.argv[1:]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = p.stdout.decode()
+        results = [json.loads(line.split('RESULT ', 1)[1]) for line in out.splitlines() if 'RESULT ' in line]
+        if p.returncode or len(results) != args.workers:
+            sys.stderr.write(out)
+            return 1
+        med = float(np.median([x for res in results for x in res['push_s']]))
+        per_row = np.mean([sum(res['push_s']) / res['rows'] for res in results])
+        base = base or med
+        print('| %d | %.2f | %.2f | %+.0f %% |' % (r, med * 1e3, per_row * 1e6, 100 * (med / base - 1)))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--workers', type=int, default=2)
@@ -111,11 +165,14 @@ def main():
     ap.add_argument('--cache-rows', type=int, default=65536)
     ap.add_argument('--staleness', default='0,1,4,16')
     ap.add_argument('--delta-steps', type=int, default=9)
+    ap.add_argument('--replicas', default='', help='PSKV_REPLICAS values: the replication cost instead')
     ap.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     ap.add_argument('--dir', help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    if args.replicas:
+        return replicas_sweep(args)
     d = tempfile.mkdtemp(prefix='pskv-emb-bench-')
     try:
         cmd = [os.path.join(BUILD, 'pskv-launch'), '-n', str(args.workers), '-s', str(args.servers),

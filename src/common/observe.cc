@@ -341,7 +341,68 @@ void AppendDeviceCopies(std::string& o, const std::string& node) {
        node + "} " + std::to_string(c.kernel_launches) + "\n";
 }
 
+// Registered gauge sources (Gauges), by id. Their own mutex, held while they run, so
+// that a Gauges' destructor waits for a scrape using it; never taken with State::mu.
+struct GaugeRegistry {
+  std::mutex mu;
+  uint64_t next = 1;
+  std::map<uint64_t, GaugeSource> sources;
+};
+GaugeRegistry& G() {
+  static GaugeRegistry* g = new GaugeRegistry;  // never destroyed: used from atexit
+  return *g;
+}
+
+// The gauges' samples, grouped by metric name (one HELP and TYPE line each).
+void AppendGauges(std::string& o, const std::string& node) {
+  std::vector<GaugeSample> samples;
+  {
+    GaugeRegistry& g = G();
+    std::lock_guard<std::mutex> lk(g.mu);
+    for (auto& [id, source] : g.sources) {
+      try {
+        source(&samples);
+      } catch (const std::exception& e) {
+        PSKV_WARN("metrics: a gauge source failed: " << e.what());
+      }
+    }
+  }
+  std::stable_sort(samples.begin(), samples.end(),
+                   [](const GaugeSample& a, const GaugeSample& b) { return a.name < b.name; });
+  char num[64];
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const GaugeSample& x = samples[i];
+    if (i == 0 || samples[i - 1].name != x.name)
+      o += "# HELP " + x.name + " " + x.help + "\n# TYPE " + x.name + " gauge\n";
+    std::snprintf(num, sizeof num, "%.17g", x.value);
+    o += x.name + "{" + node + (x.labels.empty() ? "" : "," + x.labels) + "} " + num + "\n";
+  }
+}
+
 }  // namespace
+
+Gauges::Gauges(GaugeSource source) {
+  GaugeRegistry& g = G();
+  std::lock_guard<std::mutex> lk(g.mu);
+  id_ = g.next++;
+  g.sources.emplace(id_, std::move(source));
+}
+
+Gauges::~Gauges() {
+  if (!id_) return;
+  GaugeRegistry& g = G();
+  std::lock_guard<std::mutex> lk(g.mu);  // waits for a scrape running it
+  g.sources.erase(id_);
+}
+
+Gauges& Gauges::operator=(Gauges&& o) noexcept {
+  if (this != &o) {
+    Gauges gone(std::move(*this));
+    id_ = o.id_;
+    o.id_ = 0;
+  }
+  return *this;
+}
 
 std::string PrometheusText() {
   State& s = S();
@@ -365,6 +426,7 @@ std::string PrometheusText() {
   AppendOps(o, node, ops);
   AppendPeers(o, node, peers, peer_ops);
   if (cuda::Initialized()) AppendDeviceCopies(o, node);
+  AppendGauges(o, node);
   return o;
 }
 

@@ -17,7 +17,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "pskv/options.h"
 
@@ -59,6 +61,34 @@ void CountPeer(const std::string& peer, const char* direction, uint64_t bytes);
 /// sending the request to that server's answer; on a server, from receiving a request
 /// to answering it (a sync push waits there for its round).
 void CountPeerOp(const std::string& peer, uint64_t latency_us, bool failed = false);
+
+/// One gauge sample: metric `name` (pskv_...), its `help` text, `labels` (Prometheus
+/// label pairs without braces, e.g. `table="3"`; the node's label is added) and value.
+struct GaugeSample {
+  std::string name, help, labels;
+  double value = 0;
+};
+/// Appends the current samples of what it watches (called at each scrape and at the
+/// metrics file's dump, on the endpoint's thread or at exit; it may take its object's
+/// locks, never the recorder's).
+using GaugeSource = std::function<void(std::vector<GaugeSample>*)>;
+
+/// Registers a source of gauges for as long as the returned handle lives (its
+/// destructor waits for a scrape running it, so the source may point into the
+/// handle's owner). Cheap when metrics are off: nothing calls it. Thread-safe.
+class Gauges {
+ public:
+  Gauges() = default;
+  explicit Gauges(GaugeSource source);
+  ~Gauges();
+  Gauges(Gauges&& o) noexcept : id_(o.id_) { o.id_ = 0; }
+  Gauges& operator=(Gauges&& o) noexcept;
+  Gauges(const Gauges&) = delete;
+  Gauges& operator=(const Gauges&) = delete;
+
+ private:
+  uint64_t id_ = 0;  // 0: none
+};
 
 /// The counters in Prometheus' text exposition format (version 0.0.4).
 std::string PrometheusText();

@@ -7,6 +7,7 @@
 
 #include "embedding/batch.h"
 #include "embedding/id_map.h"
+#include "embedding/stats_fields.h"
 #include "embedding/table.h"
 #include "embedding/table_files.h"
 #include "pskv/error.h"
@@ -111,17 +112,8 @@ class LocalTable final : public EmbeddingTable {
     ++step_;
   }
   EmbeddingStats Stats(std::chrono::milliseconds) override {
-    const TableStats t = table_.Stats();
     EmbeddingStats s;
-    s.live = t.live;
-    s.admitted = t.admitted;
-    s.evicted_ttl = t.evicted_ttl;
-    s.evicted_capacity = t.evicted_capacity;
-    s.dropped_grads = t.dropped_grads;
-    s.pulled_rows = t.pulled_rows;
-    s.pulled_defaults = t.pulled_defaults;
-    s.pending_ids = t.pending_ids;
-    s.memory_bytes = t.memory_bytes;
+    AddStats(table_.Stats(), &s);
     s.step = step_;
     return s;
   }

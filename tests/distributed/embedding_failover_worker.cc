@@ -1,7 +1,8 @@
 // A training loop over dynamic embedding tables for the failover tests
 // (test_failover_embedding.cc):
 //
-//   embedding_failover_worker MODE ROUNDS OUT_DIR     MODE: sync | async | async-wide
+//   embedding_failover_worker MODE ROUNDS OUT_DIR
+//     MODE: sync | async | async-wide | sync-restore
 //
 // Two tables (A: AdaGrad, exact admission after 2 sightings, a TTL of 4 steps; B:
 // Adam, a counting Bloom filter, a capacity of 40 rows per server: LRU eviction).
@@ -14,6 +15,9 @@
 // async with one worker: the order of its pushes is the table's). async-wide: table A's
 // rows are 64 times wider (512 floats: a push of the batch's ~30 distinct ids is about
 // 64 KiB, some above, some below: big replicated updates overtaken by smaller ones).
+// sync-restore: dist_sync; both tables saved (full) to OUT_DIR/ckpt after round 4 and
+// restored from it after round 6 (rounds 5 and 6 undone; the rounds after it go on
+// from the restored rows, optimizer state, admission counters and step).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -73,17 +77,27 @@ int main(int argc, char** argv) {
   const int rounds = std::atoi(argv[2]);
   const std::string out = argv[3];
   try {
-    auto kv = KVStore::Create(mode == "sync" ? "dist_sync" : "dist_async");
+    const bool restore = mode == "sync-restore";
+    auto kv = KVStore::Create(mode == "sync" || restore ? "dist_sync" : "dist_async");
     const int rank = kv->Rank(), workers = kv->NumWorkers();
     failover_job::Steps steps(out + "/w" + std::to_string(rank));
     auto a = EmbeddingTable::Create(*kv, 70, TableA(mode == "async-wide" ? 64 : 1));
     auto b = EmbeddingTable::Create(*kv, 71, TableB());
     const Zipf zipf;
+    const std::string ckpt = out + "/ckpt";
     for (int r = 1; r <= rounds; ++r) {
       steps.Begin();
       const auto ids = zipf.Batch(rank, r, 48);
       Step(*a, ids, rank, r);
       Step(*b, ids, rank, r + 100);
+      if (restore && r == 4) {  // both tables saved after round 4 ...
+        a->Save(ckpt, EmbeddingSaveKind::kFull);
+        b->Save(ckpt, EmbeddingSaveKind::kFull);
+      }
+      if (restore && r == 6) {  // ... and restored after round 6: rounds 5 and 6 undone
+        a->Restore(ckpt);
+        b->Restore(ckpt);
+      }
       steps.End("r", r);
     }
     kv->Barrier();  // dist_async with several workers: every push applied

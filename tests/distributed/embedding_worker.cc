@@ -20,7 +20,7 @@
 //  misuse  Typed errors naming the fix: ids of another dtype, gradients of another
 //          width or dtype, a push over a server's memory budget (refused for every
 //          worker, the table unchanged).
-//  replicas  What replication does not cover yet (PSKV_REPLICAS >= 2, spare servers):
+//  replicas  What replication does not cover yet (spare servers, PSKV_SPARE_SERVERS):
 //          Create fails on every worker with a UsageError naming the setting.
 // Exit status 0 = every check passed.
 #include <algorithm>
@@ -215,24 +215,6 @@ void Replicas(KVStore& kv, int) {
                      "are not supported yet");
 }
 
-// PSKV_REPLICAS=1: Save works; Restore is refused on every worker (it would change
-// the primaries' copies alone) and leaves the table as it was.
-void ReplicatedRestore(KVStore& kv, int) {
-  auto t = EmbeddingTable::Create(kv, 61, ConfigA());
-  const Zipf zipf;
-  const auto ids = zipf.Batch(kv.Rank(), 0, 64);
-  t->Push(IdsArray(ids), Floats(Grads(ids, 8, kv.Rank(), 0), 8));
-  const NDArray before = t->Pull(IdsArray(ids));
-  const std::string dir = std::string("/tmp/pskv_emb_restore_") + std::getenv("DMLC_PS_ROOT_PORT");
-  Check(t->Save(dir, EmbeddingSaveKind::kFull) > 0, "save, replicated: nothing written");
-  ExpectError<UsageError>([&] { t->Restore(dir); }, "restore, replicated", "not supported yet");
-  const NDArray after = t->Pull(IdsArray(ids));
-  Check(std::memcmp(before.data<float>(), after.data<float>(), before.nbytes()) == 0,
-        "restore, replicated: the rows changed");
-  kv.Barrier();
-  if (kv.Rank() == 0) std::system(("rm -rf " + dir).c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,8 +232,6 @@ int main(int argc, char** argv) {
       Misuse(*kv, rounds);
     } else if (scenario == "replicas") {
       Replicas(*kv, rounds);
-    } else if (scenario == "replicated_restore") {
-      ReplicatedRestore(*kv, rounds);
     } else {
       std::fprintf(stderr, "embedding_worker: unknown scenario %s\n", scenario.c_str());
       return 2;

@@ -124,3 +124,60 @@ TEST(FailoverEmbedding, AsyncThreeWorkersWideRowsSurviveAKill) {
     ++kept;
   std::printf("[ overtaken ] %zu update(s) kept by a replica until their step came\n", kept);
 }
+
+// PSKV_REPLICAS=2 with three servers (every range on all three): two servers killed one
+// after the other amid the rounds (30 ms per request on the servers); the job finishes
+// on the last server with the unreplicated job's bits. A promoted replica sends its
+// last change again to the other copy, which may have missed it (EmbeddingServer::
+// TakeLastChanges; refused at create before).
+TEST(FailoverEmbedding, TwoReplicasSurviveTwoKills) {
+  const auto& want = Unreplicated("sync", 3, 2);
+  ExpectSameWeights(want, RunReplicaJob(Spec("emb_r2", "sync", 3, 2, 2, 0)).weights,
+                    "PSKV_REPLICAS=2, undisturbed");
+  const std::vector<std::pair<int, int>> orders = {{1, 2}, {0, 1}};
+  int n = 0;
+  for (auto [first, second] : orders) {
+    const std::string what = "PSKV_REPLICAS=2: server " + std::to_string(first) +
+                             " killed after round 3, server " + std::to_string(second) +
+                             " after round 7";
+    const auto r = RunReplicaJob(Spec("emb_r2_kills" + std::to_string(n++), "sync", 3, 2, 2, 30),
+                                 {{first, "w0.r3", {}}, {second, "w0.r7", {}}});
+    ExpectSameWeights(want, r.weights, what);
+  }
+}
+
+// A restore of replicated tables reaches the replicas (before it, only the primaries
+// restored, so it was refused): the tables are saved after round 4 and restored after
+// round 6; a primary killed after round 7 leaves the rows of the unreplicated job
+// (whose rounds 5 and 6 were undone too). Without the replicas' restore the promoted
+// copy serves rows that kept rounds 5 and 6.
+TEST(FailoverEmbedding, ARestoreReachesTheReplicas) {
+  const auto& want = Unreplicated("sync-restore", 2, 2);
+  ASSERT_NE(want, Unreplicated("sync", 2, 2)) << "the restore changed nothing";
+  for (int victim : {0, 1}) {
+    const auto r = RunReplicaJob(
+        Spec("emb_restore_kill" + std::to_string(victim), "sync-restore", 2, 2, 1, 30), victim,
+        "w0.r7");
+    ExpectSameWeights(
+        want, r.weights,
+        "restored after round 6, server " + std::to_string(victim) + " killed after round 7");
+  }
+}
+
+// The primary of range 1 sends its 10th replicated change (a create or an update of
+// a table) to server 2 only and exits once server 2 acknowledged it
+// (PSKV_TEST_EXIT_AMID_REPLICATION). Server 2, promoted, holds a change server 0
+// lacks: it sends it again before running the retried pushes (which it answers
+// without applying them again); then server 2 is killed too and server 0 leads every
+// range with the unreplicated job's bits. Without the change sent again, server 0
+// lacks it for good.
+TEST(FailoverEmbedding, APromotedReplicaAheadOfTheOtherSendsItsLastChangeAgain) {
+  const auto& want = Unreplicated("sync", 3, 2);
+  auto s = Spec("emb_r2_ahead", "sync", 3, 2, 2, 0);
+  s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = "10";
+  const auto r = RunReplicaJob(s, {{1, "w0.r8", {}}, {2, "w0.r9", {}}});
+  ExpectSameWeights(want, r.weights, "server 1 died amid a replication, then server 2 killed");
+  EXPECT_NE(r.log.find("exiting amid a replicated change, sent to server[2]"), std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find("again to its other copies"), std::string::npos) << r.log;
+}

@@ -71,7 +71,7 @@ TEST(ReplicationWire, SparseRoundRoundTripsAndIsStrict) {
 }
 
 TEST(ReplicationWire, EmbeddingRoundRoundTripsAndIsStrict) {
-  const rw::EmbeddingRound r{5, 17, {{9, 3}, {10, 2}}};
+  const rw::EmbeddingRound r{5, 17, {{9, 3}, {10, 2}}, {}};
   const std::string b = rw::EncodeEmbeddingRound(r);
   EXPECT_EQ(rw::ParseEmbeddingRound(b), r);
   EXPECT_EQ(rw::ParseVersion(b), 5u);
@@ -80,8 +80,17 @@ TEST(ReplicationWire, EmbeddingRoundRoundTripsAndIsStrict) {
   // More push counts than the bytes hold: refused before any is read.
   EXPECT_THROW(rw::ParseEmbeddingRound(WithCount(b, 16, 3)), ProtocolError);
   EXPECT_THROW(rw::ParseEmbeddingRound(WithCount(b, 16, 0xffffffff)), ProtocolError);
-  const rw::EmbeddingRound empty{1, 0, {}};
+  const rw::EmbeddingRound empty{1, 0, {}, {}};
   EXPECT_EQ(rw::ParseEmbeddingRound(rw::EncodeEmbeddingRound(empty)), empty);
+  // A restore: its directory round-trips; a path too long or holding a NUL is refused.
+  const rw::EmbeddingRound restore{2, 9, {}, "/shared/ckpt"};
+  EXPECT_EQ(rw::ParseEmbeddingRound(rw::EncodeEmbeddingRound(restore)), restore);
+  EXPECT_THROW(rw::ParseEmbeddingRound(
+                   rw::EncodeEmbeddingRound({2, 9, {}, std::string(rw::kMaxRestorePath + 1, 'a')})),
+               ProtocolError);
+  EXPECT_THROW(
+      rw::ParseEmbeddingRound(rw::EncodeEmbeddingRound({2, 9, {}, std::string("a\0b", 3)})),
+      ProtocolError);
 }
 
 TEST(ReplicationWire, AsyncPushesRoundTripAndAreStrict) {

@@ -5,12 +5,19 @@
 // restore, export, counters and outcomes, refusing each attack alone.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 
+#include "common/observe.h"
+#include "embedding/stats_fields.h"
 #include "embedding/table.h"
 #include "embedding/table_files.h"
 #include "kvstore/dist_protocol.h"
@@ -124,6 +131,12 @@ TEST(EmbeddingTableFiles, FindsTheNewestChainAndNamesWhatIsMissing) {
 
 constexpr int kTable = 7;
 
+// A counter's word in a stats reply (embedding/stats_fields.h).
+template <typename T>
+size_t At(T embedding::TableStats::*field) {
+  return embedding::StatIndex(field);
+}
+
 struct Job {
   InProcessDistJob job{[] {
                          Options o;
@@ -170,10 +183,10 @@ TEST(EmbeddingAdminServer, SavesRestoresCountsAndRefusesHostileRequestsAlone) {
   j.Push({1, 2, 3});
   j.Push({1, 2});
   auto s = j.Admin(ea::Op::kStats, 0);
-  EXPECT_EQ(s[ea::kLive], 2);
-  EXPECT_EQ(s[ea::kAdmitted], 2);
-  EXPECT_EQ(s[ea::kDroppedGrads], 3);
-  EXPECT_EQ(s[ea::kPendingIds], 1);
+  EXPECT_EQ(s[At(&embedding::TableStats::live)], 2);
+  EXPECT_EQ(s[At(&embedding::TableStats::admitted)], 2);
+  EXPECT_EQ(s[At(&embedding::TableStats::dropped_grads)], 3);
+  EXPECT_EQ(s[At(&embedding::TableStats::pending_ids)], 1);
   EXPECT_EQ(s[ea::kPartStep], 2);
   // Hostile values: refused alone.
   EXPECT_THROW(j.Admin("short"), InvalidArgument);
@@ -195,12 +208,83 @@ TEST(EmbeddingAdminServer, SavesRestoresCountsAndRefusesHostileRequestsAlone) {
   j.Push({1, 4, 5});  // changes rows; the restore goes back to save 2
   EXPECT_EQ(j.Admin(ea::Op::kRestore, 4, d)[ea::kRows], 3);
   s = j.Admin(ea::Op::kStats, 0);
-  EXPECT_EQ(s[ea::kLive], 3);
+  EXPECT_EQ(s[At(&embedding::TableStats::live)], 3);
   EXPECT_EQ(s[ea::kPartStep], 3);
   EXPECT_GT(j.Admin(ea::Op::kExport, 5, d + "/x")[ea::kBytes], 0);
   // A restore from a directory without a save: IOError naming it; nothing changes.
   EXPECT_THROW(j.Admin(ea::Op::kRestore, 6, d + "/none"), IOError);
-  EXPECT_EQ(j.Admin(ea::Op::kStats, 0)[ea::kLive], 3);
+  EXPECT_EQ(j.Admin(ea::Op::kStats, 0)[At(&embedding::TableStats::live)], 3);
+}
+
+// GET /metrics of this process's endpoint (the whole answer, headers included).
+std::string Scrape(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, n);
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+// The value of the sample of `metric` for table kTable's part on range 0, or "".
+std::string Sample(const std::string& text, const std::string& metric) {
+  const std::regex re(metric + "\\{[^}]*table=\"" + std::to_string(kTable) +
+                      "\",range=\"0\"\\} ([0-9.e+-]+)\n");
+  std::smatch m;
+  return std::regex_search(text, m, re) ? m[1].str() : std::string();
+}
+
+// Issue 41 item 3: a server's table counters (admitted, evicted, live rows, ...) are
+// gauges of its metrics endpoint (PSKV_METRICS_PORT), read at each scrape, and gone
+// with the server.
+TEST(EmbeddingAdminServer, TheCountersAreGaugesOfTheMetricsEndpoint) {
+  Options o;
+  o.metrics_port = 23000 + static_cast<int>(::getpid() % 20000);
+  o.metrics_host = "127.0.0.1";
+  obs::Configure(o, "server");
+  const int port = obs::MetricsPort();
+  ASSERT_GT(port, 0);
+  {
+    Job j;
+    EmbeddingConfig c;
+    c.width = 4;
+    c.admission.admit_after = 2;
+    c.capacity = 2;
+    j.Call(payload::EncodeEmbeddingTable(c), Kind::kEmbeddingCreate);
+    j.Push({1, 2, 3});
+    j.Push({1, 2});
+    std::string text = Scrape(port);
+    EXPECT_NE(text.find("# TYPE pskv_embedding_live_rows gauge"), std::string::npos) << text;
+    EXPECT_EQ(Sample(text, "pskv_embedding_live_rows"), "2") << text;
+    EXPECT_EQ(Sample(text, "pskv_embedding_admitted_rows"), "2") << text;
+    EXPECT_EQ(Sample(text, "pskv_embedding_dropped_grads"), "3") << text;
+    EXPECT_EQ(Sample(text, "pskv_embedding_evicted_capacity_rows"), "0") << text;
+    j.Push({3, 4});  // 3 is admitted: a third row over the capacity of 2 evicts one
+    text = Scrape(port);
+    const auto s = j.Admin(ea::Op::kStats, 0);
+    for (auto [metric, value] :
+         {std::pair{"pskv_embedding_live_rows", s[At(&embedding::TableStats::live)]},
+          std::pair{"pskv_embedding_admitted_rows", s[At(&embedding::TableStats::admitted)]},
+          std::pair{"pskv_embedding_evicted_capacity_rows",
+                    s[At(&embedding::TableStats::evicted_capacity)]},
+          std::pair{"pskv_embedding_evicted_ttl_rows", s[At(&embedding::TableStats::evicted_ttl)]},
+          std::pair{"pskv_embedding_memory_bytes", s[At(&embedding::TableStats::memory_bytes)]}})
+      EXPECT_EQ(Sample(text, metric), std::to_string(value)) << metric << "\n" << text;
+    EXPECT_EQ(s[At(&embedding::TableStats::admitted)], 3);
+    EXPECT_EQ(s[At(&embedding::TableStats::evicted_capacity)], 1);
+  }
+  EXPECT_EQ(Scrape(port).find("pskv_embedding_"), std::string::npos);  // the server is gone
 }
 
 }  // namespace

@@ -87,8 +87,9 @@ class DistServer {
   void CopyTo(int to) { transfer_.CopyTo(to); }
   /// A replica just promoted to primary of this range sends the last changes it
   /// applied as a replica to the range's other copies (ReplicaApply::ResendLastRounds).
+  /// With the embedding tables' last changes (EmbeddingServer::TakeLastChanges).
   size_t ResendLastRounds(std::function<void()> done) {
-    return replica_.ResendLastRounds(std::move(done));
+    return replica_.ResendLastRounds(std::move(done), tables_.TakeLastChanges());
   }
 
  private:

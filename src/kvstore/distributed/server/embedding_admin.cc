@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "embedding/stats_fields.h"
 #include "embedding/table_files.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/server/embedding_server.h"
@@ -27,6 +28,18 @@ std::string Reply(const int64_t (&w)[ea::kReplyWords]) {
 }
 
 }  // namespace
+
+uint64_t EmbeddingServer::RestorePart(Part& p, int64_t wire_key, const std::string& dir) const {
+  const auto key = static_cast<int>(dist::KeyOf(wire_key));
+  const embedding::SavedTable saved = embedding::FindSaved(dir, key);
+  auto t = std::make_unique<embedding::Table>(p.table->config());
+  t->Restore(saved.chains, static_cast<uint32_t>(range_.index()),
+             static_cast<uint32_t>(range_.node->num_servers()));
+  p.table = std::move(t);
+  p.step = saved.step;
+  p.save_seq = saved.seq;
+  return saved.seq;
+}
 
 void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer* srv,
                             std::unique_lock<std::mutex>& lk) {
@@ -52,15 +65,10 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
   std::string reply;
   if (a.op == ea::Op::kStats) {
     const embedding::TableStats s = p.table->Stats();
-    w[ea::kLive] = s.live;
-    w[ea::kAdmitted] = s.admitted;
-    w[ea::kEvictedTtl] = s.evicted_ttl;
-    w[ea::kEvictedCapacity] = s.evicted_capacity;
-    w[ea::kDroppedGrads] = s.dropped_grads;
-    w[ea::kPulledRows] = s.pulled_rows;
-    w[ea::kPulledDefaults] = s.pulled_defaults;
-    w[ea::kPendingIds] = s.pending_ids;
-    w[ea::kMemoryBytes] = static_cast<int64_t>(s.memory_bytes);
+    size_t i = 0;
+    embedding::ForEachStat([&](const char*, const char*, auto field, auto) {
+      w[i++] = static_cast<int64_t>(s.*field);
+    });
     w[ea::kPartStep] = p.step;
     reply = Reply(w);
   } else if (a.op == ea::Op::kOutcome) {
@@ -77,24 +85,11 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
     p.admin_error.clear();
     try {
       if (a.op == ea::Op::kRestore) {
-        // The restore would change this copy alone: the range's replica would keep the
-        // old rows and a failover would bring them back.
-        if (rep_.targets)
-          throw UsageError(what +
-                           ": a restore of a replicated table is not supported yet (its "
-                           "replica would keep the old rows): restore it in a job with "
-                           "PSKV_REPLICAS=0 (docs/embedding.md, \"Replication\")");
         if (p.round.open())
           throw UsageError(what + ": a restore while a push round is open (" +
                            std::to_string(p.round.num_pushed()) +
                            " workers pushed): call Restore on every worker between steps");
-        const embedding::SavedTable saved = embedding::FindSaved(a.path, key);
-        auto t = std::make_unique<embedding::Table>(p.table->config());
-        t->Restore(saved.chains, shard, shards);
-        p.table = std::move(t);
-        p.step = saved.step;
-        p.save_seq = saved.seq;
-        w[ea::kSeq] = static_cast<int64_t>(saved.seq);
+        w[ea::kSeq] = static_cast<int64_t>(RestorePart(p, wire_key, a.path));
         w[ea::kRows] = p.table->Stats().live;
       } else {
         embedding::MakeDir(a.path);
@@ -120,6 +115,10 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
       }
       w[ea::kStep] = p.step;
       p.admin_reply = reply = Reply(w);
+      // Replicated: the range's other copies restore from the same files before the
+      // answer (a failover right after it serves the restored rows).
+      if (a.op == ea::Op::kRestore)
+        return Restored(wire_key, p, a.path, std::move(req), std::move(reply), srv, lk);
     } catch (const std::exception& e) {
       p.admin_error_kind = KindOf(e);
       p.admin_error = what + " on server " + std::to_string(shard) + ": " + e.what();

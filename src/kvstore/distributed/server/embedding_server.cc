@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "embedding/stats_fields.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/wire/embedding_codec.h"
 #include "kvstore/distributed/wire/kv_payload.h"
@@ -39,6 +40,33 @@ void FailAll(std::vector<SyncRound<KVRequest>::Entry>& pushes, KVServer* srv, Er
 }
 
 }  // namespace
+
+EmbeddingServer::EmbeddingServer(RangeOf range, const RangeConfig& config)
+    : range_(range), config_(config) {
+  // A scrape reads every part under its lock (between updates); the registry's lock
+  // is taken before mu_ and a part's, never while one is held here.
+  gauges_ = obs::Gauges([this](std::vector<obs::GaugeSample>* out) {
+    std::vector<std::pair<int64_t, Part*>> parts;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& [wk, p] : parts_) parts.emplace_back(wk, p.get());
+    }
+    for (auto& [wk, p] : parts) {
+      embedding::TableStats s;
+      {
+        std::lock_guard<std::mutex> lk(p->mu);
+        s = p->table->Stats();
+      }
+      const std::string labels = "table=\"" + std::to_string(dist::KeyOf(wk)) + "\",range=\"" +
+                                 std::to_string(range_.index()) + "\"";
+      embedding::ForEachStat([&](const char* name, const char* help, auto field, auto) {
+        out->push_back({std::string("pskv_embedding_") + name,
+                        std::string("Dynamic embedding table part: ") + help + ".", labels,
+                        static_cast<double>(s.*field)});
+      });
+    }
+  });
+}
 
 bool EmbeddingServer::Holds(int64_t wire_key) const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -133,7 +161,6 @@ void EmbeddingServer::Push(int64_t wire_key, Part& p, KVRequest&& req, KVServer*
     p.ahead.clear();
   }
   if (config_.sync) return JoinRound(wire_key, p, std::move(req), srv, lk);
-  const int64_t step = p.step;
   ew::PushRows rows;
   try {
     rows = Apply(p, {&req});
@@ -142,7 +169,7 @@ void EmbeddingServer::Push(int64_t wire_key, Part& p, KVRequest&& req, KVServer*
   }
   std::vector<KVRequest> pushes;
   pushes.push_back(std::move(req));
-  Applied(wire_key, p, step, rows, std::move(pushes), srv, lk);
+  Applied(wire_key, p, rows, std::move(pushes), srv, lk);
 }
 
 void EmbeddingServer::Pull(Part& p, KVRequest&& req, KVServer* srv,
@@ -202,7 +229,6 @@ void EmbeddingServer::JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVSe
   p.round.Join(sender, std::move(req), std::chrono::steady_clock::now());
   if (!p.round.complete(node->num_workers())) return;
   auto round = p.round.Take();
-  const int64_t step = p.step;
   ew::PushRows rows;
   try {
     rows = Apply(p, SyncRound<KVRequest>::RankOrder(round));
@@ -216,7 +242,7 @@ void EmbeddingServer::JoinRound(int64_t wire_key, Part& p, KVRequest&& req, KVSe
   p.round.Advance();
   std::vector<KVRequest> pushes;
   for (auto& r : round) pushes.push_back(std::move(r.push));
-  Applied(wire_key, p, step, rows, std::move(pushes), srv, lk);
+  Applied(wire_key, p, rows, std::move(pushes), srv, lk);
 }
 
 void EmbeddingServer::WorkerDone(int id, KVServer* srv) {

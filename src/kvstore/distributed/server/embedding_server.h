@@ -26,12 +26,15 @@
 //   a part, run between rounds under the part's mutex (so a save is the part after
 //   a whole round); the outcome of each ticket is kept for the other workers' ask.
 //
-// Replicated (PSKV_REPLICAS = 1; docs/fault-tolerance.md, "Dynamic embedding tables";
-// embedding_replication.cc): the primary of the range sends each update it applied (a
-// sync round's concatenated pushes, or one async push) with its step and the pushes'
-// push counts to the range's replicas (kReplicateEmbedding) and answers the pushes
-// once every replica acknowledged it; a replica applies it with the same
-// Table::Push at the same step (same bits). A create is forwarded the same way. Each
+// Replicated (PSKV_REPLICAS >= 1; docs/fault-tolerance.md, "Dynamic embedding tables";
+// embedding_replication.cc): the primary of the range sends each change it applied —
+// an update (a sync round's concatenated pushes, or one async push) or a restore —
+// numbered in the part's change order, with the pushes' push counts, to the range's
+// replicas (kReplicateEmbedding) and answers once every replica acknowledged it; a
+// replica applies it the same way (Table::Push at the same step, or a restore from
+// the same files: same bits). A create is forwarded the same way. With R >= 2 a
+// replica keeps its parts' last changes, which it sends again once promoted
+// (TakeLastChanges, through ReplicaApply::ResendLastRounds). Each
 // part remembers, per worker, the push count of its last applied push, so a push
 // retried after a failover that the part holds is answered, not applied again. A
 // replica takes a change only from the range's primary in its range table.
@@ -42,6 +45,7 @@
 // mu_ (lookups and inserts only; parts are never removed).
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -50,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "common/observe.h"
 #include "embedding/table.h"
 #include "kvstore/distributed/server/answers.h"
 #include "kvstore/distributed/server/range_store.h"
@@ -64,7 +69,9 @@ class EmbeddingServer {
   /// The tables of key range `range` (this server's index among the servers is
   /// range.index()); `config` is the range's (sync mode, finished workers), read at
   /// each request. Both outlive this.
-  EmbeddingServer(RangeOf range, const RangeConfig& config) : range_(range), config_(config) {}
+  /// Registers the parts' counters as gauges of the metrics endpoint
+  /// (pskv_embedding_*{table, range}; embedding/stats_fields.h).
+  EmbeddingServer(RangeOf range, const RangeConfig& config);
 
   /// True if `wire_key` is an embedding table here.
   bool Holds(int64_t wire_key) const;
@@ -94,6 +101,11 @@ class EmbeddingServer {
   };
   /// Makes this range's tables replicated; before any request.
   void SetReplication(Replication r) { rep_ = std::move(r); }
+  /// A replica just promoted to primary (PSKV_REPLICAS >= 2): per part, the last
+  /// changes it applied as a replica, in order (sync: the last one; async: the last
+  /// num_workers), for ReplicaApply::ResendLastRounds to send again to the other
+  /// copies, which may have missed them. Taken: a second call returns none.
+  std::vector<std::vector<std::shared_ptr<const Message>>> TakeLastChanges();
 
  private:
   struct Part {
@@ -101,7 +113,8 @@ class EmbeddingServer {
     std::string config;  // the create payload's bytes (a retry must match them)
     std::unique_ptr<embedding::Table> table;
     SyncRound<KVRequest> round;
-    int64_t step = 0;       // updates applied
+    int64_t step = 0;       // updates applied (the table's step; a restore sets it)
+    int64_t changes = 0;    // updates and restores applied: their order on every copy
     uint64_t save_seq = 0;  // the number of the last save written or restored
     // The last admin operation's ticket and outcome (embedding_admin_codec.h).
     uint64_t admin_ticket = 0;
@@ -113,6 +126,8 @@ class EmbeddingServer {
     // Replica: async updates that arrived before the one they follow (a big copy
     // overtaken by a smaller one, docs/design.md "Send scheduling"), by step.
     std::map<int64_t, KVRequest> ahead;
+    // Replica with PSKV_REPLICAS >= 2: the last changes applied here (TakeLastChanges).
+    std::deque<std::shared_ptr<const Message>> kept;
   };
   void Create(int64_t wire_key, KVRequest&& req, KVServer* srv);
   /// Who may hold an id here (embedding_codec.h).
@@ -127,6 +142,10 @@ class EmbeddingServer {
   /// A kEmbeddingAdmin request (embedding_admin.cc).
   void Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer* srv,
              std::unique_lock<std::mutex>& lk);
+  /// Replaces the part by the save in `dir` (embedding/table_files.h): its rows, step
+  /// and save number; the number of the save restored. Throws what FindSaved and
+  /// Table::Restore throw (the part unchanged).
+  uint64_t RestorePart(Part& p, int64_t wire_key, const std::string& dir) const;
   /// Applies `pushes` (decoded already once: they are valid) as one update; returns
   /// the rows it pushed.
   dist::embedding_wire::PushRows Apply(Part& p, const std::vector<const KVRequest*>& pushes) const;
@@ -138,12 +157,20 @@ class EmbeddingServer {
   /// counts and, on a replicated range's primary, sends the update to the replicas
   /// and answers the pushes once they acknowledged it. Else answers them. Under the
   /// part's lock (`lk`: one part's updates reach the replicas in order).
-  void Applied(int64_t wire_key, Part& p, int64_t step, const dist::embedding_wire::PushRows& rows,
+  void Applied(int64_t wire_key, Part& p, const dist::embedding_wire::PushRows& rows,
                std::vector<KVRequest> pushes, KVServer* srv, std::unique_lock<std::mutex>& lk);
+  /// After a restore from `dir` was applied on a replicated range's primary: sends it to
+  /// the replicas, then answers `req` with `reply` (or the replication's error). Else
+  /// answers it. Under the part's lock (`lk`), which it releases.
+  void Restored(int64_t wire_key, Part& p, const std::string& dir, KVRequest&& req,
+                std::string reply, KVServer* srv, std::unique_lock<std::mutex>& lk);
+  /// Sends change `m` (its body set) of part `p` to `to`; `done` as Replication::send's.
+  void SendChange(int64_t wire_key, const std::vector<int>& to, Message m,
+                  std::function<void(std::exception_ptr)> done);
   /// Replica: a kReplicateEmbedding of `wire_key`, checked, then applied in step order.
   void ApplyCopy(int64_t wire_key, KVRequest&& req, KVServer* srv);
   /// Replica: applies copy `req` (checked) of `p` at its step; "" or why not.
-  std::string ApplyCopyNow(Part& p, const KVRequest& req, KVServer* srv);
+  std::string ApplyCopyNow(int64_t wire_key, Part& p, const KVRequest& req, KVServer* srv);
   /// Why a create may not be made here ("" if it may): what replication does not cover.
   std::string CreateRefusal(const KVRequest& req) const;
 
@@ -152,6 +179,7 @@ class EmbeddingServer {
   Replication rep_;        // unset (no targets): not replicated
   mutable std::mutex mu_;  // parts_
   std::map<int64_t, std::unique_ptr<Part>> parts_;
+  obs::Gauges gauges_;  // last: unregistered before the parts go
 };
 
 }  // namespace pskv

@@ -63,8 +63,11 @@ class ReplicaApply {
   /// last num_workers copies) to the range's other copies; a copy that holds one
   /// acknowledges it without applying it again. `done` runs once every copy
   /// acknowledged them (or failed), possibly before this returns. Kept only with
-  /// PSKV_REPLICAS >= 2. Returns the number of keys sent.
-  size_t ResendLastRounds(std::function<void()> done);
+  /// PSKV_REPLICAS >= 2. `more`: further sequences of changes kept elsewhere (an
+  /// embedding table part's last changes, in order), each sent one per wave. Returns
+  /// the number of keys (and sequences) sent.
+  size_t ResendLastRounds(std::function<void()> done,
+                          std::vector<std::vector<std::shared_ptr<const Message>>> more = {});
 
  private:
   /// What the primary's workers expect of this copy for one round: Delegated answers.

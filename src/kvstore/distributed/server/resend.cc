@@ -9,6 +9,8 @@
 //  * dist_async pushes: the last num_workers copies (a copy is answered to its worker
 //    only once every replica acknowledged it, and a worker has at most one push of a
 //    key unanswered, so at most num_workers of a key's copies can be missing).
+//  * a dynamic embedding table's part: its last change (sync) or its last num_workers
+//    (async), kept by EmbeddingServer (TakeLastChanges), for the same reasons.
 // They are sent again in waves: a wave holds no two messages of one key, and a wave
 // goes once the one before it was acknowledged, so every copy gets a key's changes in
 // their order whatever the transport reorders. A copy that holds a change
@@ -94,7 +96,8 @@ struct Waves : std::enable_shared_from_this<Waves> {
 
 }  // namespace
 
-size_t ReplicaApply::ResendLastRounds(std::function<void()> done) {
+size_t ReplicaApply::ResendLastRounds(
+    std::function<void()> done, std::vector<std::vector<std::shared_ptr<const Message>>> more) {
   const std::vector<int> to = replicator_->Targets(range_.index());
   const uint64_t version = replicator_->version();
   size_t keys = 0;
@@ -142,7 +145,12 @@ size_t ReplicaApply::ResendLastRounds(std::function<void()> done) {
       if (w->waves.size() <= c.wave) w->waves.resize(c.wave + 1);
       w->waves[c.wave].push_back(Again(c.m, version));
     }
+    for (const auto& seq : more) {  // a sequence's i-th change in wave i: in order
+      if (w->waves.size() < seq.size()) w->waves.resize(seq.size());
+      for (size_t i = 0; i < seq.size(); ++i) w->waves[i].push_back(Again(seq[i], version));
+    }
   }
+  keys += more.size();
   w->SendNext();
   return to.empty() ? 0 : keys;
 }

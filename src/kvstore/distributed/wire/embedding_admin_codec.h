@@ -4,8 +4,8 @@
 //
 // Request (push+pull), little-endian:
 //   [u32 op][u32 zero][u64 ticket][u64 n][n bytes: a directory path, kSaveFull..kExport]
-// Reply: kReplyWords i64 (kReplyWords * 8 bytes): for kStats the part's TableStats
-// fields and its step (ReplyStats), otherwise the outcome (ReplyOutcome).
+// Reply: kReplyWords i64 (kReplyWords * 8 bytes): for kStats the part's counters
+// (embedding/stats_fields.h) and its step (kPartStep), otherwise the outcome (ReplyOutcome).
 //
 // The ticket numbers a table's collective calls on every worker alike: rank 0 sends
 // the operation, the other workers then ask (kOutcome) for the outcome of that ticket,
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 
+#include "embedding/stats_fields.h"
 #include "kvstore/distributed/wire/sparse_codec.h"  // Source
 
 namespace pskv::dist::embedding_admin {
@@ -45,18 +46,10 @@ Request Decode(const sparse_wire::Source& v);
 
 /// Word indices of an outcome reply.
 enum ReplyOutcome : uint32_t { kBytes = 0, kSeq = 1, kStep = 2, kRows = 3 };
-/// Word indices of a stats reply (TableStats' fields, then the part's step).
-enum ReplyStats : uint32_t {
-  kLive = 0,
-  kAdmitted,
-  kEvictedTtl,
-  kEvictedCapacity,
-  kDroppedGrads,
-  kPulledRows,
-  kPulledDefaults,
-  kPendingIds,
-  kMemoryBytes,
-  kPartStep,
-};
+/// A stats reply: words 0 .. StatCount() - 1 are the part's counters in
+/// embedding::ForEachStat's order (embedding/stats_fields.h, their one definition),
+/// then the part's step.
+constexpr uint32_t kPartStep = static_cast<uint32_t>(embedding::StatCount());
+static_assert(kPartStep < kReplyWords, "the stats reply holds every counter and the step");
 
 }  // namespace pskv::dist::embedding_admin

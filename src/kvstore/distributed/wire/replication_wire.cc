@@ -153,8 +153,9 @@ SparseRound ParseSparseRound(std::string_view body) {
 std::string EncodeEmbeddingRound(const EmbeddingRound& x) {
   ByteWriter w;
   w.Put<uint64_t>(x.version);
-  w.Put<int64_t>(x.step);
+  w.Put<int64_t>(x.seq);
   PutCounts(w, x.counts);
+  w.PutString(x.restore);
   return w.Take();
 }
 
@@ -162,8 +163,10 @@ EmbeddingRound ParseEmbeddingRound(std::string_view body) {
   Reader r(body, "replicated embedding update");
   EmbeddingRound x;
   x.version = r.Get<uint64_t>();
-  x.step = r.Get<int64_t>();
+  x.seq = r.Get<int64_t>();
   x.counts = GetCounts(r);
+  x.restore = r.GetString(kMaxRestorePath);
+  if (x.restore.find('\0') != std::string::npos) r.Fail("a restore path holding a NUL byte");
   r.End();
   return x;
 }

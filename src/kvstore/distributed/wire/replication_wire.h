@@ -32,6 +32,7 @@
 // against the announced ones) is the receiver's to check.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -91,14 +92,18 @@ struct SparseRound {
 std::string EncodeSparseRound(const SparseRound& r);
 SparseRound ParseSparseRound(std::string_view body);
 
-/// kReplicateEmbedding: one update of a dynamic embedding table's part (a sync round's
-/// pushes, or one async push), applied at `step`; `counts` of the pushes it holds.
+/// kReplicateEmbedding: one change of a dynamic embedding table's part — an update (a
+/// sync round's pushes, or one async push; `counts` of the pushes it holds) or, when
+/// `restore` names a directory, a restore from the save there — numbered `seq` (the
+/// changes the part applied before it: its order on every copy).
 struct EmbeddingRound {
   uint64_t version = 0;
-  int64_t step = 0;
+  int64_t seq = 0;
   std::vector<PushCount> counts;
+  std::string restore;  // at most kMaxRestorePath bytes, no NUL
   bool operator==(const EmbeddingRound&) const = default;
 };
+constexpr size_t kMaxRestorePath = 4096;
 std::string EncodeEmbeddingRound(const EmbeddingRound& r);
 EmbeddingRound ParseEmbeddingRound(std::string_view body);
 

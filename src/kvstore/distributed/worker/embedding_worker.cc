@@ -5,11 +5,13 @@
 #include <array>
 #include <cstring>
 #include <exception>
+#include <type_traits>
 
 #include "common/crc32c.h"
 #include "embedding/batch.h"
 #include "embedding/local_table.h"
 #include "embedding/row_cache.h"
+#include "embedding/stats_fields.h"
 #include "embedding/table.h"
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/wire/embedding_admin_codec.h"
@@ -301,15 +303,10 @@ EmbeddingStats DistTable::Stats(std::chrono::milliseconds timeout) {
     out.cache_rows = c.cached;
   }
   for (const auto& r : AskAll({ea::Op::kStats, 0, {}}, "counters of " + what_, timeout)) {
-    out.live += r[ea::kLive];
-    out.admitted += r[ea::kAdmitted];
-    out.evicted_ttl += r[ea::kEvictedTtl];
-    out.evicted_capacity += r[ea::kEvictedCapacity];
-    out.dropped_grads += r[ea::kDroppedGrads];
-    out.pulled_rows += r[ea::kPulledRows];
-    out.pulled_defaults += r[ea::kPulledDefaults];
-    out.pending_ids += r[ea::kPendingIds];
-    out.memory_bytes += static_cast<uint64_t>(r[ea::kMemoryBytes]);
+    size_t i = 0;
+    embedding::ForEachStat([&](const char*, const char*, auto, auto field) {
+      out.*field += static_cast<std::remove_reference_t<decltype(out.*field)>>(r[i++]);
+    });
     out.step = std::max(out.step, r[ea::kPartStep]);
   }
   return out;
