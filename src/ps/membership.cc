@@ -122,7 +122,8 @@ int Node::IdOfToken(uint64_t token) const {
 }
 
 void Node::HandleNodeTable(const Message& m) {
-  if (ready_) return;  // a resent table
+  if (ready_ && m.h.head == kNodeTableStandby) return AddStandby(m);  // scheduler_standby.cc
+  if (ready_) return;                                                 // a resent table
   std::vector<NodeDesc> all = DecodeNodes(m.body);
   const NodeDesc* self = nullptr;
   for (auto& d : all)
@@ -135,7 +136,7 @@ void Node::HandleNodeTable(const Message& m) {
   rank_ = self->rank;
   // Elastic workers: a table sent at an epoch barrier's release to a worker that joins
   // the running job (it passes no start barrier: Start awaits that release).
-  joined_ = m.h.head == 1 && options_.elastic && role() == Role::kWorker;
+  joined_ = m.h.head == kNodeTableJoined && options_.elastic && role() == Role::kWorker;
   if (standby_linked_) transport_->Disconnect(kStandbyId);  // registration's link only
   for (auto& d : all) {
     // A standby that took over before the job formed sent it: "the scheduler" is there.
@@ -300,11 +301,11 @@ void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk
     schedule_.Forget(id);
     handlers = worker_joined_handlers_;
     lk.unlock();
-    resender_.Forget(id);  // its sequence numbers start afresh
-    if (server) {
+    resender_.Forget(id);      // its sequence numbers start afresh
+    if (server || standby_) {  // a standby links every node, for a takeover
       transport_->Disconnect(id);
       transport_->Connect(id, d.host + ":" + std::to_string(d.port), d.token);
-      liveness_.Watch(id, /*silence=*/false);  // its connection, as for every worker
+      if (server) liveness_.Watch(id, /*silence=*/false);  // its connection, as for every worker
     }
     PSKV_WARN(Tag() << ": " << NodeName(id)
                     << " joined the job (PSKV_ELASTIC); the rounds from now on expect it");

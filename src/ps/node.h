@@ -257,6 +257,9 @@ class Node {
   /// A node, mu_ held: the standby took over (kTakeover); "the scheduler" is it from
   /// now on.
   void FollowStandby(std::unique_lock<std::mutex>& lk);
+  /// A node, mu_ held: the scheduler's kNodeTable (head kNodeTableStandby) naming a
+  /// fresh standby scheduler, which the node's table names from now on.
+  void AddStandby(const Message& m);
   /// A node: the scheduler died (`why`); waits a bounded time for the standby's
   /// kTakeover instead of failing (false: no standby, fail as before). No lock held.
   bool AwaitTakeover(const std::string& why);

@@ -296,11 +296,11 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
     case Control::kCredit:
       HandleCredit(sender, m.h.timestamp);
       return;
-    case Control::kWorkerLeft:
-      if (role() != Role::kScheduler) HandleWorkerLeft(m.h.head, lk);
+    case Control::kWorkerLeft:  // a standby follows them too (its table)
+      if (!IsScheduler()) HandleWorkerLeft(m.h.head, lk);
       return;
     case Control::kWorkerJoined:
-      if (role() != Role::kScheduler) HandleWorkerJoined(m, lk);
+      if (!IsScheduler()) HandleWorkerJoined(m, lk);
       return;
     case Control::kJoinReady:
       scheduler_->OnJoinReady(sender, m.h.head);

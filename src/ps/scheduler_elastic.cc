@@ -167,7 +167,7 @@ bool Scheduler::AdmitJoiners() {
   const std::string table = EncodeNodes(all);
   for (int id : admitted) {
     try {  // a newcomer that died meanwhile is dropped again (liveness)
-      n.SendControl(id, Control::kNodeTable, 1, table);  // head 1: joined a running job
+      n.SendControl(id, Control::kNodeTable, kNodeTableJoined, table);
       if (n.replicated_)
         n.SendControl(id, Control::kRangeTable, 0, payload::EncodeRangeTable(n.ranges_.ToData()));
       for (int gone : n.departed_workers_)

@@ -299,6 +299,7 @@ void Node::AnswerTakeover(int head, std::unique_lock<std::mutex>& lk) {
 void Node::FollowStandby(std::unique_lock<std::mutex>& lk) {
   if (nodes_.count(kStandbyId)) {
     if (vote_linked_) transport_->Disconnect(kStandbyId);
+    vote_linked_ = false;  // a fresh standby's question needs a link of its own
     NodeDesc sd = nodes_[kStandbyId];
     for (auto it = id_of_token_.begin(); it != id_of_token_.end();)
       it = it->second == kSchedulerId || it->second == kStandbyId ? id_of_token_.erase(it)
@@ -328,7 +329,99 @@ void Node::FollowStandby(std::unique_lock<std::mutex>& lk) {
   (void)lk;
 }
 
+void Node::AddStandby(const Message& m) {
+  std::vector<NodeDesc> ds;
+  try {
+    ds = DecodeNodes(m.body);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "standby", "WARN", Tag() << ": dropped a new standby: " << e.what());
+    return;
+  }
+  if (ds.size() != 1 || ds[0].id != kStandbyId ||
+      ds[0].role != static_cast<int>(Role::kScheduler)) {
+    PSKV_LOG_LIMITED(limiter_, "standby", "WARN",
+                     Tag() << ": dropped a new standby that does not describe a standby scheduler");
+    return;
+  }
+  if (standby_ || role() == Role::kScheduler) return;
+  const NodeDesc& d = ds[0];
+  if (auto it = nodes_.find(kStandbyId); it != nodes_.end()) {
+    if (it->second.token == d.token) return;  // resent
+    id_of_token_.erase(it->second.token);
+  }
+  if (vote_linked_) transport_->Disconnect(kStandbyId);
+  vote_linked_ = false;
+  nodes_[kStandbyId] = d;
+  id_of_token_[d.token] = kStandbyId;
+  if (options_.verbose >= 1)
+    PSKV_INFO(Tag() << ": a fresh standby scheduler at " << d.host << ":" << d.port
+                    << " follows the scheduler");
+}
+
 // ------------------------------------------------------------------ the scheduler's part
+
+void Scheduler::AdmitStandby(const NodeDesc& asked, const Message& m) {
+  Node& n = *node_;
+  const Options& o = n.options_;
+  const RegisterHead head = RegisterHead::Decode(m.h.head);
+  const std::string at = asked.host + ":" + std::to_string(asked.port);
+  // Not amid a takeover: a node that has not followed it yet would drop the news (from
+  // whom it still takes for the standby). The standby repeats its registration.
+  if (!n.rejoin_pending_.empty()) return;
+  std::string why;
+  if (o.standby_scheduler.empty())
+    why = "this job has no standby scheduler (its nodes set no PSKV_SCHEDULER_STANDBY)";
+  else if (n.nodes_.count(kStandbyId))
+    why = "the job already has its standby scheduler (PSKV_SCHEDULER_STANDBY)";
+  else if (n.failure_ || n.finished_ || n.job_done_)
+    why = "the job is ending";
+  else if (head.replicas != o.replicas || head.spares != o.spare_servers ||
+           head.elastic != o.elastic)
+    why = "its PSKV_REPLICAS, PSKV_SPARE_SERVERS or PSKV_ELASTIC differ from the job's";
+  if (!why.empty()) {
+    PSKV_WARN(n.Tag() << ": refused the standby scheduler at " << at << ": " << why);
+    return Refuse(asked, why);
+  }
+  NodeDesc d = asked;
+  d.id = kStandbyId;
+  d.rank = 0;
+  n.nodes_[kStandbyId] = d;
+  n.id_of_token_[d.token] = kStandbyId;
+  n.resender_.Forget(kStandbyId);
+  n.transport_->Disconnect(kStandbyId);
+  n.transport_->Connect(kStandbyId, at, d.token);
+  // What a standby following from the start would have: the node table, the range
+  // table, the workers that left and how many releases of each group there were (a
+  // takeover tells a missed release from a new barrier by them). Barrier arrivals in
+  // progress are not copied: after a takeover every node resends its own.
+  std::vector<NodeDesc> all;
+  for (auto& [i, x] : n.nodes_) all.push_back(x);
+  n.SendControl(kStandbyId, Control::kNodeTable, kNodeTableStart, EncodeNodes(all));
+  if (n.replicated_)
+    n.SendControl(kStandbyId, Control::kRangeTable, 0,
+                  payload::EncodeRangeTable(n.ranges_.ToData()));
+  for (int gone : n.departed_workers_)
+    n.SendControl(kStandbyId, Control::kWorkerLeft, gone, state_.removal_reason[gone]);
+  for (auto& [group, count] : state_.released)
+    if (count > 0) n.SendControl(kStandbyId, Control::kBarrierDone, group, {}, count);
+  // Every node's table names it from now on: it may ask and commit a takeover.
+  const std::string body = EncodeNodes({d});
+  for (auto& [id, x] : n.nodes_) {
+    if (id == kSchedulerId || id == kStandbyId || n.departed_.count(id) ||
+        n.departed_workers_.count(id))
+      continue;
+    try {
+      n.SendControl(id, Control::kNodeTable, kNodeTableStandby, body);
+    } catch (const std::exception& e) {
+      PSKV_WARN(n.Tag() << ": could not tell " << n.NameLocked(id)
+                        << " of the new standby: " << e.what());
+    }
+  }
+  n.liveness_.Watch(kStandbyId);
+  PSKV_WARN(n.Tag() << ": the standby scheduler at " << at
+                    << " registered: it follows this scheduler as its standby (every node "
+                       "was told)");
+}
 
 void Scheduler::TakeOver(const std::map<int, uint64_t>& released, Clock::time_point at) {
   state_.took_over = true;
