@@ -102,10 +102,11 @@ struct Parser {
     app.add_flag("--standby-scheduler", standby,
                  "(the default) start a standby scheduler next to the scheduler: when the "
                  "scheduler dies, it takes over and the job goes on, and a fresh standby is "
-                 "started to follow it (not with --launcher kubernetes; docs/fault-tolerance.md)");
+                 "started to follow it (also when the standby dies, 3 times at most; not with "
+                 "--launcher kubernetes; docs/fault-tolerance.md)");
     app.add_flag("--no-standby-scheduler", no_standby,
                  "start no standby scheduler: the scheduler's death ends the job (saves a "
-                 "process and ~0.1 s of start-up)");
+                 "process; the job starts ~10 ms sooner, within noise)");
     app.add_option("-H,--hosts,--hostfile", c.hosts,
                    "hosts: host1:4,host2:4 or a host file (ssh, mpi; see below)")
         ->type_name("HOSTS");

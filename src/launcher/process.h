@@ -83,9 +83,10 @@ struct SuperviseOptions {
   /// unchanged), at most this many times in all.
   int restart_workers = 0;
   /// Standby scheduler: the children named "scheduler" and "standby scheduler" may each
-  /// die while the other runs (the standby takes over). Set: after a takeover, the
-  /// spec of a fresh standby that follows `active` (the standby that took over), the
-  /// `number`th standby of the job; it is started so a later death is survived too.
+  /// die while the other runs (the standby takes over). Set: after a takeover, or a
+  /// standby's death (3 times at most), the spec of a fresh standby that follows
+  /// `active` (the job's scheduler), the `number`th standby of the job; it is started
+  /// so a later death is survived too.
   std::function<ChildSpec(const ChildSpec& active, int number)> next_standby;
 };
 

@@ -109,8 +109,10 @@ class Supervisor {
   std::vector<std::string> joined_;  // spare servers that joined key ranges, as said
   int restarts_left_ = 0;            // --restart-workers
   Clock::time_point kill_at_{};
-  std::optional<size_t> standby_due_;     // the scheduler a fresh standby is to follow
-  int standbys_ = 1;                      // standby schedulers started so far
+  std::optional<size_t> standby_due_;  // the scheduler a fresh standby is to follow
+  int standbys_ = 1;                   // standby schedulers started so far
+  static constexpr int kMaxStandbyReplacements = 3;
+  int standby_replacements_ = 0;          // fresh standbys started after a standby's death
   Clock::time_point stop_standbys_at_{};  // StopIdleStandbys: set when the scheduler ended
 };
 
@@ -240,7 +242,16 @@ bool Supervisor::SchedulerReplaced(Child& k, const std::string& how) {
                                   : std::string()),
           opts_.timestamps, LogLevel::kWarn);
     } else {
-      Say(how + "; the job goes on without a standby scheduler", opts_.timestamps, LogLevel::kWarn);
+      // A standby that keeps dying (cut off from the scheduler, say) is not replaced
+      // forever: kMaxStandbyReplacements at most.
+      const bool fresh = opts_.next_standby && standby_replacements_ < kMaxStandbyReplacements;
+      if (fresh) {
+        ++standby_replacements_;
+        standby_due_ = other.index;
+      }
+      Say(how + "; the job goes on without a standby scheduler" +
+              (fresh ? " until a fresh one, started now, follows the scheduler" : ""),
+          opts_.timestamps, LogLevel::kWarn);
     }
     return true;
   }
@@ -322,7 +333,7 @@ void Supervisor::StartFreshStandby() {
   Child& k = kids_.back();
   if (!Start(k)) return;
   Say(k.spec.name + " (pid " + std::to_string(k.pid) + ") started: it follows " +
-          kids_[active].spec.name + ", the job's scheduler now, as its standby",
+          kids_[active].spec.name + ", the job's scheduler, as its standby",
       opts_.timestamps, LogLevel::kWarn);
 }
 

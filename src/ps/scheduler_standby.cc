@@ -368,6 +368,11 @@ void Scheduler::AdmitStandby(const NodeDesc& asked, const Message& m) {
   // Not amid a takeover: a node that has not followed it yet would drop the news (from
   // whom it still takes for the standby). The standby repeats its registration.
   if (!n.rejoin_pending_.empty()) return;
+  // Nor before the scheduler forgot a standby that died (its port closed): the fresh
+  // one that replaces it repeats its registration until then.
+  if (n.nodes_.count(kStandbyId) &&
+      n.transport_->GoneSince(kStandbyId) != Node::Clock::time_point{})
+    return;
   std::string why;
   if (o.standby_scheduler.empty())
     why = "this job has no standby scheduler (its nodes set no PSKV_SCHEDULER_STANDBY)";

@@ -317,17 +317,19 @@ TEST(SchedulerFailover, StandbyCutOffFromALiveSchedulerDoesNotTakeOver) {
   std::filesystem::remove_all(j.dir);
 }
 
-// Under pskv-launch (a standby by default): `kills` schedulers killed with SIGKILL
-// mid-training, one after the other — first the scheduler after round 3, then (kills
-// == 2) the standby that took over, once the fresh standby the launcher started for it
-// has registered, after round 12. The launcher exits 0 and says what happened; the
-// weights are the undisturbed job's.
+// Under pskv-launch (a standby by default): the schedulers `kills` names killed with
+// SIGKILL mid-training, one after the other — kSchedulerTwice: the scheduler after round
+// 3, then the standby that took over, once the fresh standby the launcher started for it
+// has registered, after round 12; kStandbyThenScheduler: the standby after round 3,
+// then, once its fresh replacement registered, the scheduler after round 12. The
+// launcher exits 0 and says what happened; the weights are the undisturbed job's.
 struct LaunchRun {
   std::string out;
   std::vector<std::string> weights;
 };
+enum class Kills { kScheduler, kSchedulerTwice, kStandbyThenScheduler };
 LaunchRun LaunchAndKillSchedulers(const std::string& name, std::vector<std::string> flags,
-                                  int kills) {
+                                  Kills kills) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("pskv_schedfail_" + name + "_" + std::to_string(::getpid())))
                               .string();
@@ -369,9 +371,10 @@ LaunchRun LaunchAndKillSchedulers(const std::string& name, std::vector<std::stri
   std::set_difference(scheds.begin(), scheds.end(), standbys.begin(), standbys.end(),
                       std::back_inserter(primary));
   if (primary.size() != 1u) return fail("not one scheduler besides the standbys");
-  ::kill(primary[0], SIGKILL);
-  if (kills == 2) {
-    if (standbys.size() != 1u) return fail("not one standby scheduler");
+  if (standbys.size() != 1u) return fail("not one standby scheduler");
+  const bool standby_first = kills == Kills::kStandbyThenScheduler;
+  ::kill(standby_first ? standbys[0] : primary[0], SIGKILL);
+  if (kills != Kills::kScheduler) {
     // The fresh standby registered with the standby that took over (its log line).
     const auto t0 = std::chrono::steady_clock::now();
     while (ReadFile(log).find("follows this scheduler as its standby") == std::string::npos) {
@@ -380,7 +383,7 @@ LaunchRun LaunchAndKillSchedulers(const std::string& name, std::vector<std::stri
     }
     if (!WaitFile(dir + "/w0.r12", 30s)) return fail("round 12 never finished");
     if (std::filesystem::exists(dir + "/w0.r29")) return fail("the job ended before the 2nd kill");
-    ::kill(standbys[0], SIGKILL);
+    ::kill(standby_first ? primary[0] : standbys[0], SIGKILL);
   }
   auto st = WaitExit(launcher, 60s);
   r.out = ReadFile(log);
@@ -389,41 +392,7 @@ LaunchRun LaunchAndKillSchedulers(const std::string& name, std::vector<std::stri
   for (int w = 0; w < 2; ++w)
     r.weights.push_back(ReadFile(dir + "/w" + std::to_string(w) + ".weights"));
   std::filesystem::remove_all(dir);
-  return r;
-}
-
-// With the default standby: the scheduler killed between rounds; the launcher lets the
-// standby take over, starts a fresh standby, and the job ends with status 0 and the
-// weights of the undisturbed job.
-TEST(SchedulerFailover, KillUnderPskvLaunchLosesNothing) {
-  const LaunchRun r = LaunchAndKillSchedulers("launch", {}, 1);
-  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("a fresh standby is started to follow it"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("a standby scheduler took over"), std::string::npos) << r.out;
-  ExpectSameWeights(Undisturbed(false, 30), r.weights, "scheduler killed under pskv-launch");
-}
-
-// --standby-scheduler (the default, stated) is still accepted and does the same.
-TEST(SchedulerFailover, KillUnderPskvLaunchWithStandbyFlag) {
-  const LaunchRun r = LaunchAndKillSchedulers("launch_flag", {"--standby-scheduler"}, 1);
-  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
-      << r.out;
-  ExpectSameWeights(Undisturbed(false, 30), r.weights, "scheduler killed (--standby-scheduler)");
-}
-
-// Two scheduler deaths: the scheduler, then the standby that took over from it. The
-// fresh standby the launcher started got the job's state (node table, range table,
-// barrier releases) from the new scheduler and takes over the second time.
-TEST(SchedulerFailover, TwoSchedulerDeathsUnderPskvLaunchLoseNothing) {
-  const LaunchRun r = LaunchAndKillSchedulers("launch_twice", {}, 2);
-  size_t takeovers = 0;
-  for (size_t at = 0; (at = r.out.find("the standby scheduler takes over and the job goes on",
-                                       at)) != std::string::npos;
-       ++at)
-    ++takeovers;
-  EXPECT_EQ(takeovers, 2u) << r.out;
-  EXPECT_NE(r.out.find("standby scheduler 2 (pid "), std::string::npos) << r.out;
+  if (kills == Kills::kScheduler) return r;
   // The console's "HH:MM:SS.mmm" of the first line containing `needle`, in ms (-1: none).
   auto at = [&](const std::string& needle) -> long {
     const auto p = r.out.find(needle);
@@ -450,6 +419,42 @@ TEST(SchedulerFailover, TwoSchedulerDeathsUnderPskvLaunchLoseNothing) {
         return v;
       }()
           .c_str());
+  return r;
+}
+
+// With the default standby: the scheduler killed between rounds; the launcher lets the
+// standby take over, starts a fresh standby, and the job ends with status 0 and the
+// weights of the undisturbed job.
+TEST(SchedulerFailover, KillUnderPskvLaunchLosesNothing) {
+  const LaunchRun r = LaunchAndKillSchedulers("launch", {}, Kills::kScheduler);
+  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("a fresh standby is started to follow it"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a standby scheduler took over"), std::string::npos) << r.out;
+  ExpectSameWeights(Undisturbed(false, 30), r.weights, "scheduler killed under pskv-launch");
+}
+
+// --standby-scheduler (the default, stated) is still accepted and does the same.
+TEST(SchedulerFailover, KillUnderPskvLaunchWithStandbyFlag) {
+  const LaunchRun r =
+      LaunchAndKillSchedulers("launch_flag", {"--standby-scheduler"}, Kills::kScheduler);
+  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << r.out;
+  ExpectSameWeights(Undisturbed(false, 30), r.weights, "scheduler killed (--standby-scheduler)");
+}
+
+// Two scheduler deaths: the scheduler, then the standby that took over from it. The
+// fresh standby the launcher started got the job's state (node table, range table,
+// barrier releases) from the new scheduler and takes over the second time.
+TEST(SchedulerFailover, TwoSchedulerDeathsUnderPskvLaunchLoseNothing) {
+  const LaunchRun r = LaunchAndKillSchedulers("launch_twice", {}, Kills::kSchedulerTwice);
+  size_t takeovers = 0;
+  for (size_t at = 0; (at = r.out.find("the standby scheduler takes over and the job goes on",
+                                       at)) != std::string::npos;
+       ++at)
+    ++takeovers;
+  EXPECT_EQ(takeovers, 2u) << r.out;
+  EXPECT_NE(r.out.find("standby scheduler 2 (pid "), std::string::npos) << r.out;
   ExpectSameWeights(Undisturbed(false, 30), r.weights, "two schedulers killed under pskv-launch");
 }
 
@@ -480,4 +485,16 @@ TEST(SchedulerFailover, NoStandbyUnderPskvLaunchStopsTheJob) {
   EXPECT_NE(*st, 0) << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("scheduler (pid "), std::string::npos) << ReadFile(log);
   std::filesystem::remove_all(dir);
+}
+
+// The standby dies first: the launcher starts a fresh standby, which registers with the
+// scheduler once it forgot the dead one; then the scheduler dies and the fresh standby
+// takes over.
+TEST(SchedulerFailover, StandbyThenSchedulerDieUnderPskvLaunchLoseNothing) {
+  const LaunchRun r = LaunchAndKillSchedulers("standby_first", {}, Kills::kStandbyThenScheduler);
+  EXPECT_NE(r.out.find("until a fresh one, started now, follows the scheduler"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << r.out;
+  ExpectSameWeights(Undisturbed(false, 30), r.weights, "the standby, then the scheduler killed");
 }

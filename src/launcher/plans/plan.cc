@@ -84,7 +84,15 @@ void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status, Servers se
 
 ChildSpec NextStandby(const ChildSpec& active, int number) {
   ChildSpec c = active;
-  const std::string at = active.env.at("PSKV_SCHEDULER_STANDBY");
+  auto env = [&](const char* k) {
+    auto it = active.env.find(k);
+    return it == active.env.end() ? std::string() : it->second;
+  };
+  // Where the job's scheduler listens: a standby that took over, at its own address;
+  // the first scheduler, at the job's root address.
+  const std::string at = env("PSKV_STANDBY") == "1"
+                             ? env("PSKV_SCHEDULER_STANDBY")
+                             : env("DMLC_PS_ROOT_URI") + ":" + env("DMLC_PS_ROOT_PORT");
   const std::string host = at.substr(0, at.rfind(':')), port = at.substr(at.rfind(':') + 1);
   c.env["DMLC_PS_ROOT_URI"] = host;
   c.env["DMLC_PS_ROOT_PORT"] = port;
