@@ -68,8 +68,9 @@ class Supervisor {
     return names;
   }
   void StartAll();
-  /// Starts child `k` (its log file first); false (the job failing) if it cannot.
-  bool Start(Child& k);
+  /// Starts child `k` (its log file first); false if it cannot (then the job fails,
+  /// unless `optional`: a warning).
+  bool Start(Child& k, bool optional = false);
   /// After a takeover: starts a fresh standby that follows the new scheduler
   /// (SuperviseOptions::next_standby). Outside Reap: it adds a child.
   void StartFreshStandby();
@@ -290,7 +291,7 @@ void Supervisor::Restart(Child& k) {
       opts_.timestamps, LogLevel::kWarn);
 }
 
-bool Supervisor::Start(Child& k) {
+bool Supervisor::Start(Child& k, bool optional) {
   if (!opts_.log_dir.empty()) {
     k.result.log_file = opts_.log_dir + "/" + LogFileName(k.spec.name);
     k.log_fd = ::open(k.result.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -300,7 +301,11 @@ bool Supervisor::Start(Child& k) {
   k.result.pid = k.pid;
   if (k.pid < 0) {
     k.exited = true;
-    BeginFailure(1, "cannot start " + k.spec.name + ": " + std::strerror(errno), nullptr);
+    const std::string why = "cannot start " + k.spec.name + ": " + std::strerror(errno);
+    if (optional)
+      Say(why, opts_.timestamps, LogLevel::kWarn);
+    else
+      BeginFailure(1, why, nullptr);
     return false;
   }
   return true;
@@ -331,7 +336,7 @@ void Supervisor::StartFreshStandby() {
   c.scheduling = Child::Scheduling::kStandby;
   kids_.push_back(std::move(c));
   Child& k = kids_.back();
-  if (!Start(k)) return;
+  if (!Start(k, /*optional=*/true)) return;
   Say(k.spec.name + " (pid " + std::to_string(k.pid) + ") started: it follows " +
           kids_[active].spec.name + ", the job's scheduler, as its standby",
       opts_.timestamps, LogLevel::kWarn);
