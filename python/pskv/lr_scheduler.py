@@ -27,7 +27,13 @@ class LRScheduler(object):
         -------
         dict
         """
-        return {'warmup_steps': self.warmup_steps, 'warmup_begin_lr': self.warmup_begin_lr}
+        p = {'warmup_steps': self.warmup_steps, 'warmup_begin_lr': self.warmup_begin_lr}
+        p.update(self._schedule())
+        return p
+
+    def _schedule(self):
+        """This schedule's own parameters (none for the base class)."""
+        return {}
 
 
 class FactorScheduler(LRScheduler):
@@ -48,22 +54,9 @@ class FactorScheduler(LRScheduler):
         super().__init__(**kw)
         self.step, self.factor, self.stop_factor_lr = step, factor, stop_factor_lr
 
-    def params(self, base_lr):
-        """The optimizer parameters that select this schedule.
-
-        Parameters
-        ----------
-        base_lr : float
-            The optimizer's base learning rate.
-
-        Returns
-        -------
-        dict
-        """
-        p = super().params(base_lr)
-        p.update(lr_scheduler='factor', lr_step=self.step, lr_factor=self.factor,
-                 stop_factor_lr=self.stop_factor_lr)
-        return p
+    def _schedule(self):
+        return dict(lr_scheduler='factor', lr_step=self.step, lr_factor=self.factor,
+                    stop_factor_lr=self.stop_factor_lr)
 
 
 class MultiFactorScheduler(LRScheduler):
@@ -82,21 +75,8 @@ class MultiFactorScheduler(LRScheduler):
         super().__init__(**kw)
         self.steps, self.factor = list(step), factor
 
-    def params(self, base_lr):
-        """The optimizer parameters that select this schedule.
-
-        Parameters
-        ----------
-        base_lr : float
-            The optimizer's base learning rate.
-
-        Returns
-        -------
-        dict
-        """
-        p = super().params(base_lr)
-        p.update(lr_scheduler='multifactor', lr_steps=self.steps, lr_factor=self.factor)
-        return p
+    def _schedule(self):
+        return dict(lr_scheduler='multifactor', lr_steps=self.steps, lr_factor=self.factor)
 
 
 class CosineScheduler(LRScheduler):
@@ -115,18 +95,5 @@ class CosineScheduler(LRScheduler):
         super().__init__(**kw)
         self.max_update, self.final_lr = max_update, final_lr
 
-    def params(self, base_lr):
-        """The optimizer parameters that select this schedule.
-
-        Parameters
-        ----------
-        base_lr : float
-            The optimizer's base learning rate.
-
-        Returns
-        -------
-        dict
-        """
-        p = super().params(base_lr)
-        p.update(lr_scheduler='cosine', max_update=self.max_update, final_lr=self.final_lr)
-        return p
+    def _schedule(self):
+        return dict(lr_scheduler='cosine', max_update=self.max_update, final_lr=self.final_lr)

@@ -1,7 +1,7 @@
-// Node, part 1: lifecycle (start, finalize, abort), sending, failures and the timer
-// thread. The node table, groups, barrier waits and the range table are in
-// membership.cc, receiving in node_receive.cc; the scheduler's decisions in its
-// component (ps/scheduler.h).
+// Node: lifecycle (finalize, abort), sending, failures, the timer thread and barrier
+// waits. Its start phases are in node_start.cc, receiving in node_receive.cc; its
+// components own the rest (node.h): who is in the job (ps/membership.h), the standby's
+// failover (ps/takeover.h), the scheduler's decisions (ps/scheduler.h).
 #include "ps/node.h"
 
 #include <algorithm>
@@ -14,11 +14,10 @@
 #include "common/env_table.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "common/observe.h"  // [observe]
 #include "ps/node_internal.h"
 #include "ps/scheduler.h"
-#include "ps/test_disturbance.h"
 #include "pskv/error.h"
+#include "transport/data_path_name.h"
 
 namespace pskv {
 
@@ -30,19 +29,22 @@ constexpr auto kRegisterRetry = 500ms;
 constexpr auto kStarvedAfter = 200ms;
 }  // namespace
 
+namespace {
+Options Validated(Options o) {
+  o.ValidateForDistributed();
+  return o;
+}
+}  // namespace
+
 Node::Node(Options options)
-    : options_(std::move(options)),
+    : options_(Validated(std::move(options))),
       liveness_(options_.heartbeat_interval, options_.heartbeat_timeout),
       resender_(options_.resend_timeout,
                 std::max<std::chrono::milliseconds>(options_.resend_timeout,
                                                     options_.heartbeat_interval * 2)) {
-  options_.ValidateForDistributed();
   fail_points_ = MakeFailPoints(*this);
-  replicated_ = options_.replicas > 0 && options_.num_servers >= 2;
   standby_ = options_.standby;
   if (options_.role == Role::kScheduler) scheduler_ = std::make_unique<Scheduler>(this);
-  if (replicated_)
-    ranges_ = RangeTable::Initial(options_.num_servers, options_.replicas, options_.spare_servers);
   std::string job = options_.job_id.empty()
                         ? options_.root_uri + ":" + std::to_string(options_.root_port)
                         : options_.job_id;
@@ -75,265 +77,6 @@ std::exception_ptr Node::failure() const {
   return failure_;
 }
 
-// ------------------------------------------------------------------ start
-
-// Start runs its phases in order: the transport (config, bind, connect), the status
-// channel, the receive and timer threads, the wait for the node table (the
-// scheduler: for every registration), liveness, and the start barrier. A phase that
-// fails stops the threads and throws (AbandonStart).
-void Node::Start() {
-  if (started_) throw UsageError("Node::Start called twice");
-  started_ = true;
-  WarnIfOpen();
-  BindAndConnect(MakeTransportConfig());
-  OpenStatusChannel();
-  start_time_ = Clock::now();
-  if (options_.verbose >= 1)
-    PSKV_INFO(Tag() << ": bound " << host_ << ":" << port_ << ", job " << std::hex << job_);
-  recv_thread_ = std::thread([this] { ReceiveLoop(); });
-  timer_thread_ = std::thread([this] { TimerLoop(); });
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    std::exception_ptr err = AwaitNodeTable(lk);
-    if (err && join_pending_ && !ready_ && !failure_ && refused_.empty()) {
-      // Elastic workers: the scheduler took this registration as a join of the running
-      // job, which admits it at the workers' next epoch barrier (EpochPartition).
-      cv_.wait_for(lk, options_.op_timeout,
-                   [&] { return ready_ || failure_ || !refused_.empty(); });
-      err =
-          ready_ || failure_ || !refused_.empty()
-              ? StartFailureLocked()
-              : std::make_exception_ptr(TimeoutError(
-                    Tag() + ": the running job did not admit this worker within " +
-                    SecsStr(options_.register_timeout + options_.op_timeout) +
-                    " (PSKV_REGISTER_TIMEOUT + PSKV_TIMEOUT): a worker joins an elastic job at "
-                    "the workers' next epoch barrier (KVStore::EpochPartition); do they call it?"));
-    }
-    if (err) {
-      lk.unlock();
-      AbandonStart(err, IsScheduler() && !ready_);
-    }
-    StartWatching();
-  }
-  AdoptNodeLogName(Tag());  // only if the program asked (pskv/process.h)
-  obs::NameNode(Tag());     // [observe] the lane's name in a merged timeline
-  if (options_.verbose >= 1) PSKV_INFO(Tag() << ": registered; id " << id_);
-  fail_points_->Registered();
-  if (standby_) {  // a standby follows: it is in no group until it takes over
-    status_.SetPhase(StatusPhase::kRunning);
-    return;
-  }
-  try {
-    if (joined_)  // joined a running job: admitted at an epoch barrier's release
-      AwaitAdmission();
-    else
-      Barrier(kAllGroup, options_.register_timeout);
-  } catch (...) {
-    AbandonStart(std::current_exception(), false);
-  }
-  status_.SetPhase(StatusPhase::kRunning);
-}
-
-TransportConfig Node::MakeTransportConfig() const {
-  TransportConfig tc;
-  tc.secret = options_.job_secret;
-  tc.encrypt = options_.encrypt;
-  tc.job = job_;
-  tc.token = token_;
-  // A standby too: nodes address it as "the scheduler" once it took over.
-  tc.scheduler = role() == Role::kScheduler;
-  tc.handshake_timeout = options_.handshake_timeout;
-  tc.keepalive_interval = options_.heartbeat_interval;
-  // As long as the heartbeat timeout: a peer whose receive queue is full (slow
-  // handler, TCP back-pressure) must not look like a dead connection sooner.
-  tc.keepalive_timeout = options_.heartbeat_timeout;
-  tc.shm = options_.shm == "0"   ? TransportConfig::Shm::kOff
-           : options_.shm == "1" ? TransportConfig::Shm::kOn
-                                 : TransportConfig::Shm::kAuto;
-  tc.shm_ring_bytes = static_cast<uint64_t>(options_.shm_ring_bytes);
-  tc.tcp_direct = options_.tcp_direct;
-  tc.spin = std::chrono::microseconds(options_.spin_us);
-  // The largest frame the protocol can legally carry (message.h): a value chunk,
-  // a command body, or a frame of kMaxKeys keys. Anything larger is hostile.
-  tc.max_frame = std::max({kChunkBytes, uint64_t{kMaxBody}, uint64_t{kMaxKeys} * 8}) + kHeaderSize;
-  tc.max_pending_connections = options_.max_pending_connections > 0
-                                   ? options_.max_pending_connections
-                                   : 4 * (options_.num_workers + options_.num_servers + 1) + 64;
-  return tc;
-}
-
-void Node::WarnIfOpen() const {
-  if (!options_.job_secret.empty()) return;
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true))
-    PSKV_WARN(
-        "this job has no secret: it is OPEN to anyone who can reach its ports, who can join "
-        "it, read its values and change its weights. Start it with pskv-launch (which sets "
-        "a secret), or set PSKV_JOB_SECRET or PSKV_JOB_SECRET_FILE on every node "
-        "(docs/security.md)");
-}
-
-void Node::BindAndConnect(const TransportConfig& tc) {
-  transport_ = DisturbForTests(
-      transport_factory_ ? transport_factory_(tc) : CreateTransport(kNodeTransport, tc),
-      fail_points_->Wire());
-  if (IsScheduler()) {
-    std::string host = IsIPv4Literal(options_.root_uri) ? options_.root_uri : "0.0.0.0";
-    transport_->Bind(host, options_.root_port);
-    host_ = options_.root_uri;
-    port_ = options_.root_port;
-    id_ = kSchedulerId;
-    rank_ = 0;
-  } else if (standby_) {
-    // The standby binds its own address and follows the scheduler like a node.
-    const std::string& at = options_.standby_scheduler;
-    host_ = at.substr(0, at.rfind(':'));
-    port_ = std::stoi(at.substr(at.rfind(':') + 1));
-    transport_->Bind(IsIPv4Literal(host_) ? host_ : "0.0.0.0", port_);
-    transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port),
-                        kSchedulerToken);
-  } else {
-    host_ = PickHost();
-    std::string ep = transport_->Bind(host_, options_.port);
-    port_ = std::stoi(ep.substr(ep.rfind(':') + 1));
-    transport_->Connect(kSchedulerId, options_.root_uri + ":" + std::to_string(options_.root_port),
-                        kSchedulerToken);
-  }
-}
-
-void Node::OpenStatusChannel() {
-  std::string why;
-  status_.Configure(StatusChannel::Open(options_.status_channel, &why), RoleName(role()), host_);
-  if (!why.empty()) PSKV_WARN(Tag() << ": " << why);
-  if (role() == Role::kScheduler) {
-    status_.SetRank(standby_ ? 1 : 0);
-    // What the launcher needs to wait for this scheduler's verdict on a dead server.
-    const auto detect = options_.heartbeat_timeout.count() > 0
-                            ? options_.heartbeat_timeout + options_.heartbeat_interval
-                            : std::chrono::milliseconds(0);
-    status_.SetJob(replicated_ ? options_.replicas : 0, detect.count());
-  }
-  status_.SetPhase(StatusPhase::kRegistering);
-}
-
-std::exception_ptr Node::AwaitNodeTable(std::unique_lock<std::mutex>& lk) {
-  // Wait for the node table (the scheduler waits for all registrations).
-  // A node that reached the scheduler waits a little longer than the scheduler's
-  // own registration timeout, so that the scheduler's explanation arrives first.
-  const bool sched = IsScheduler();
-  const auto deadline = start_time_ + options_.register_timeout;
-  const auto grace = deadline + (sched ? 0ms : 5s);
-  auto settled = [&] {
-    if (refused_.empty() && !sched) {
-      std::string why = transport_->RefusedBy(kSchedulerId);
-      if (!why.empty()) refused_ = why;
-    }
-    return ready_ || failure_ || !refused_.empty();
-  };
-  // The transport's handshake outcome is polled, not signalled: re-check every
-  // 100 ms until the deadline. The scheduler explains a timeout (StartFailureLocked);
-  // a node that has not heard from the scheduler says every 10 s that it is still
-  // waiting (a worker started by hand before, or without, its scheduler).
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  auto next_note = start_time_ + 10s;
-  WaitReporting(
-      WaitPlan{left, std::chrono::milliseconds(0), 100ms},
-      [&](Clock::time_point until) {
-        if (cv_.wait_until(lk, until, settled)) return true;
-        const auto now = Clock::now();
-        if (!sched && !scheduler_seen_ && now >= next_note && now < deadline) {
-          next_note += 10s;
-          const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start_time_);
-          lk.unlock();
-          PSKV_INFO(Tag() << ": waiting for the scheduler at " << options_.root_uri << ":"
-                          << options_.root_port << " (" << waited.count() << " s of "
-                          << SecsStr(options_.register_timeout)
-                          << ", PSKV_REGISTER_TIMEOUT); is it started? (pskv-launch starts it)");
-          lk.lock();
-        }
-        return false;
-      },
-      [](std::chrono::milliseconds) {});
-  if (!settled() && scheduler_seen_) cv_.wait_until(lk, grace, settled);
-  return StartFailureLocked();
-}
-
-std::exception_ptr Node::StartFailureLocked() const {
-  const bool sched = IsScheduler();
-  if (sched && !ready_ && !scheduler_->mismatch().empty())
-    return std::make_exception_ptr(ConfigError(scheduler_->mismatch()));
-  if (!refused_.empty())
-    return std::make_exception_ptr(
-        ProtocolError(Tag() + " was refused by the scheduler at " + options_.root_uri + ":" +
-                      std::to_string(options_.root_port) + ": " + refused_));
-  if (failure_) return failure_;
-  if (ready_) return nullptr;
-  std::string msg;
-  if (sched) {
-    msg = scheduler_->RegistrationTimeout();
-  } else if (!scheduler_seen_) {
-    msg = "scheduler at " + options_.root_uri + ":" + std::to_string(options_.root_port) +
-          " not reachable after " + SecsStr(options_.register_timeout) +
-          " (check DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT, and that the scheduler runs)";
-  } else {
-    msg = "registered with the scheduler, but the job did not finish registration within " +
-          SecsStr(options_.register_timeout) + " (are all workers and servers started?)";
-  }
-  return std::make_exception_ptr(TimeoutError(msg));
-}
-
-void Node::AbandonStart(std::exception_ptr err, bool refuse_registered) {
-  status_.Failed(ErrorKindName(err), ErrorMessage(err));
-  if (refuse_registered) {
-    // Tell the nodes that did register, so they fail now with the reason.
-    std::string why;
-    try {
-      std::rethrow_exception(err);
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    std::lock_guard<std::mutex> g(mu_);
-    scheduler_->RefuseRegistered(why);
-  }
-  StopThreads(200ms);
-  stopped_ = true;
-  std::rethrow_exception(err);
-}
-
-void Node::StartWatching() {
-  // Watch for silence what heartbeats cover (the scheduler: every node; a node:
-  // the scheduler) and for lost connections every peer this node sends to.
-  const bool sched = IsScheduler();
-  std::vector<int> silent, connected;
-  if (standby_) {  // the standby watches the scheduler as the scheduler watches nodes
-    liveness_.Start({kSchedulerId}, {kSchedulerId}, true);
-    return;
-  }
-  for (auto& [id, d] : nodes_) {
-    if (id == id_) continue;
-    if (sched || id == kSchedulerId) silent.push_back(id);
-    const bool talks =
-        sched || id == kSchedulerId || (role() == Role::kWorker ? IsServerId(id) : IsWorkerId(id));
-    if (talks) connected.push_back(id);
-  }
-  // The scheduler, whose verdict the others wait for, also trusts a peer's closed
-  // port (Liveness, "Gone"): a killed process is known dead at once.
-  liveness_.Start(silent, connected, sched);
-}
-
-void Node::AwaitAdmission() {
-  std::unique_lock<std::mutex> lk(mu_);
-  const bool released = cv_.wait_for(lk, options_.register_timeout, [&] {
-    return barrier_gen_[kEpochGroup] > 0 || failure_ != nullptr;
-  });
-  if (failure_) std::rethrow_exception(failure_);
-  if (!released)
-    throw TimeoutError(Tag() +
-                       ": joined the running job, but the epoch barrier that admitted it "
-                       "was not released within " +
-                       SecsStr(options_.register_timeout) + " (PSKV_REGISTER_TIMEOUT)");
-}
-
 // ------------------------------------------------------------------ stop
 
 void Node::StopThreads(std::chrono::milliseconds linger) {
@@ -346,7 +89,7 @@ void Node::StopThreads(std::chrono::milliseconds linger) {
 
 void Node::Finalize(std::chrono::milliseconds timeout) {
   if (!started_ || stopped_) return;
-  if (options_.standby && StandbyFinalize()) return;  // the job ended (or failed) meanwhile
+  if (options_.standby && takeover_.Finalize()) return;  // the job ended (or failed) meanwhile
   std::exception_ptr err;
   // With failure detection on, a dead or unreachable node ends this wait; a
   // live one that is just slower (rank 0 evaluating, checkpointing) is waited for.
@@ -504,34 +247,31 @@ void Node::Fail(std::exception_ptr e, int culprit) {
 
 void Node::FailNode(int dead_id, const std::string& reason) {
   // The scheduler is no single point of failure where a standby follows it
-  // (scheduler_standby.cc): the standby takes over, a node waits for it to.
+  // (ps/takeover.h): the standby takes over, a node waits for it to.
   if (dead_id == kSchedulerId && !IsScheduler()) {
-    if (standby_) return SeekTakeover(reason);
-    if (AwaitTakeover(reason)) return;
+    if (standby_) return takeover_.Seek(reason);
+    if (takeover_.Await(reason)) return;
   }
   if (dead_id == kStandbyId && IsScheduler()) {
     liveness_.Forget(kStandbyId);
     resender_.Forget(kStandbyId);
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (!nodes_.count(kStandbyId)) return;
-      id_of_token_.erase(nodes_[kStandbyId].token);
-      nodes_.erase(kStandbyId);
+      if (!members_.DropStandby()) return;
     }
     PSKV_WARN(Tag() << ": " << reason
                     << "; the job goes on without a standby scheduler (the scheduler's death "
                        "would now end it)");
     return;
   }
-  if (replicated_ && IsServerId(dead_id) && !IsScheduler()) {
+  if (replicated() && IsServerId(dead_id) && !IsScheduler()) {
     // The scheduler decides whether the job survives a server (its range table);
     // this node stops watching it and waits for the verdict, for a bounded time
     // (CheckSuspects).
     liveness_.Forget(dead_id);
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (departed_.count(dead_id)) return;
-      suspects_.emplace(dead_id, Suspect{Clock::now(), reason});
+      if (!members_.Suspect(dead_id, reason)) return;
     }
     PSKV_WARN(Tag() << ": " << reason << "; waiting for the scheduler's range table");
     return;
@@ -543,7 +283,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     return;
   }
   std::string why = reason;
-  if (replicated_ && IsServerId(dead_id) && scheduler_->SurviveServer(dead_id, &why)) return;
+  if (replicated() && IsServerId(dead_id) && scheduler_->SurviveServer(dead_id, &why)) return;
   if (options_.elastic && IsWorkerId(dead_id) && scheduler_->SurviveWorker(dead_id, &why)) return;
   resender_.Forget(dead_id);
   {
@@ -595,13 +335,8 @@ void Node::TimerLoop() {
                                   options_.elastic};
           SendControl(kSchedulerId, Control::kRegister, head.Encode(), EncodeNodes({d}));
           // With a standby, to it too: it answers once it took over (a node that never
-          // reached the scheduler, started after it died: scheduler_standby.cc).
-          if (!options_.standby_scheduler.empty() && !standby_ && !registration_moved_) {
-            if (!standby_linked_)
-              transport_->Connect(kStandbyId, options_.standby_scheduler, kSchedulerToken);
-            standby_linked_ = true;
-            SendControl(kStandbyId, Control::kRegister, head.Encode(), EncodeNodes({d}));
-          }
+          // reached the scheduler, started after it died: ps/takeover.cc).
+          takeover_.RegisterWithStandby(head.Encode(), EncodeNodes({d}));
           next_reg = now + kRegisterRetry;
         }
         if (!IsScheduler() && ready_ && !finished_ && options_.heartbeat_interval.count() > 0 &&
@@ -615,7 +350,7 @@ void Node::TimerLoop() {
       if (IsScheduler() && ready_ && !finished_) scheduler_->WarnStalledBarriers(now);
     }
     CheckSuspects(now);
-    StandbyTick(now);
+    takeover_.Tick(now);
     // Failure detection: silence (heartbeats) and lost connections.
     auto [dead, why] = liveness_.Check(now, *transport_, [this](int id) { return NodeName(id); });
     if (dead) {
@@ -633,6 +368,143 @@ void Node::TimerLoop() {
       }
     }
   }
+}
+
+// ------------------------------------------------------------------ barriers
+
+void Node::Barrier(int group, std::chrono::milliseconds timeout) {
+  BarrierImpl(group, timeout, false);
+}
+
+void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (failure_) std::rethrow_exception(failure_);
+  // The epoch barrier goes to the scheduler even for a worker left alone: a worker
+  // joins a running elastic job at its release.
+  if (GroupSize(group) <= 1 && group != kEpochGroup) return;
+  const uint64_t gen = barrier_gen_[group];
+  if (final) at_final_barrier_ = true;
+  if (IsScheduler()) {
+    scheduler_->OnBarrier(kSchedulerId, group);
+  } else {
+    // With the releases of this group seen so far: resent to a standby that takes
+    // over (ps/takeover.cc), it tells a missed release from a new barrier.
+    SendControl(kSchedulerId, Control::kBarrier, group, {}, gen);
+    waiting_group_ = group;
+  }
+  struct Left {  // whatever way the wait ends (lk is held then)
+    int& group;
+    ~Left() { group = 0; }
+  } left{waiting_group_};
+  auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
+  // Bounded by `timeout` (0: none — then by failure detection); says what it is
+  // waiting for after PSKV_STALL_WARNING, backing off (common/stall.h).
+  // The scheduler and servers wait at the final barrier for the whole job: that
+  // is no stall. A worker there has finished and waits for the others.
+  const bool quiet = IsScheduler() || (final && role() != Role::kWorker);
+  const WaitPlan plan{timeout.count() > 0 ? timeout : WaitPlan::kForever,
+                      quiet ? std::chrono::milliseconds(0) : options_.stall_warning};
+  // The record names no node: only the scheduler knows who is missing (its own
+  // record names them).
+  StatusWait stall_status(&status_);
+  const bool reached = WaitReporting(
+      plan, [&](Clock::time_point until) { return cv_.wait_until(lk, until, done); },
+      [&](std::chrono::milliseconds waited) {
+        stall_status.Report(final ? "final barrier" : "barrier", {}, 0, waited);
+        if (final)
+          PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
+                          << " (the scheduler's log names the workers still running)");
+        else
+          PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
+                          << " (the scheduler's log names the nodes it waits for)");
+      });
+  if (!reached) {
+    const std::string why = Tag() + ": barrier timed out after " + SecsStr(timeout) +
+                            " (some nodes did not reach it; the scheduler's log names them; "
+                            "raise PSKV_TIMEOUT if they are just slow)";
+    stall_status.Fail("TimeoutError", why);
+    throw TimeoutError(why);
+  }
+  if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
+}
+
+std::vector<int> Node::LiveWorkersAtRelease(int group) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = live_at_release_.find(group);
+  return it == live_at_release_.end() ? std::vector<int>{} : it->second;
+}
+
+uint64_t Node::BarriersReleased(int group) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = barrier_gen_.find(group);
+  return it == barrier_gen_.end() ? 0 : it->second;
+}
+
+void Node::ResendWaits() {
+  if (waiting_group_)
+    SendControl(kSchedulerId, Control::kBarrier, waiting_group_, {}, barrier_gen_[waiting_group_]);
+  for (auto& [range, fb] : copies_reported_)
+    SendControl(kSchedulerId, Control::kRangeCopied, range, std::to_string(fb.second), fb.first);
+}
+
+// ------------------------------------------------------------------ membership
+
+NodeRef NodeRefOf(int id) {
+  if (id == kSchedulerId) return {"scheduler", 0};
+  return {IsServerId(id) ? "server" : "worker", RankOfId(id)};
+}
+
+void Node::AddRangeTableHandler(RangeTableHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  range_handlers_.push_back(std::move(h));
+}
+
+void Node::AddWorkerJoinedHandler(WorkerLeftHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  worker_joined_handlers_.push_back(std::move(h));
+}
+
+void Node::AddWorkerLeftHandler(WorkerLeftHandler h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  worker_left_handlers_.push_back(std::move(h));
+}
+
+void Node::ReportRangeCopied(int range, int from, uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failure_ || finished_) return;
+  SendControl(kSchedulerId, Control::kRangeCopied, range, std::to_string(bytes),
+              static_cast<uint64_t>(from));
+  copies_reported_[range] = {static_cast<uint64_t>(from), bytes};  // resent after a takeover
+}
+
+void Node::CheckSuspects(Clock::time_point now) {
+  // A server this node lost that the scheduler keeps (it still hears from it): a
+  // partition between the two. Waiting for a table that never comes would end only
+  // at PSKV_TIMEOUT; after as long again as this node's own detection took, fail.
+  const auto grace = options_.heartbeat_timeout + options_.heartbeat_interval;
+  std::pair<int, std::string> lost;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    lost = members_.OverdueSuspect(now, grace);
+  }
+  if (!lost.first) return;
+  const std::string why = lost.second + ", yet the scheduler still counts " + NodeName(lost.first) +
+                          " in the job " + node_internal::SecsStr(grace) +
+                          " later: a network partition between this node and that server "
+                          "(check the network between the two hosts)";
+  Fail(std::make_exception_ptr(NodeFailure(why)), lost.first);
+}
+
+void Node::SetPacingRate(int id, uint64_t bytes_per_s) {
+  transport_->SetPacingRate(id, bytes_per_s);
+}
+
+bool Node::SendStats(int id, TcpSendStats* out) {
+  return transport_->SendStats(id, out);
+}
+
+std::string Node::DataPathTo(int id) {
+  return transport_ ? DataPath(*transport_, id) : "zmq";
 }
 
 }  // namespace pskv

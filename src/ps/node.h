@@ -32,18 +32,28 @@
 // that owns that state (ps/scheduler.h); the Node receives, sends and keeps what
 // every node knows (the node table, range table, departed servers).
 //
-// Standby scheduler (PSKV_SCHEDULER_STANDBY; ps/scheduler_standby.cc): a second
+// Standby scheduler (PSKV_SCHEDULER_STANDBY; ps/takeover.h): a second
 // scheduler process registers with the scheduler like a node (id kStandbyId, in
 // every node's table), follows its range tables and barrier releases, and, when it
 // finds the scheduler gone, becomes the scheduler (id kSchedulerId): it tells every
 // node (kTakeover), which rebinds "the scheduler" to it, answers with its range table
 // (kRejoin) and resends what it waits for (its barrier, spare copies installed).
 //
+// Components (leveldb's DBImpl is the model: a central class that delegates to parts
+// that own their state): Membership (ps/membership.h: the node table, departed
+// servers and workers, suspects, the range table — pure bookkeeping), Takeover
+// (ps/takeover.h: the standby scheduler's failover, both sides), Scheduler (the
+// scheduler's role), Liveness, Resender and SendSchedule. Node itself keeps the
+// lifecycle (node.cc; its start phases in node_start.cc), sending, failures, the
+// timer thread and barrier waits (node.cc), and receiving (node_receive.cc).
+//
 // Threads: a receive thread (decodes, handles control messages, runs the data
 // handler — one message at a time, in arrival order) and a timer thread
-// (heartbeats, failure detection, resend). Node state, and the Scheduler's, is
-// under mu_; the data handler and failure callbacks are called without it held, so
-// they may Send.
+// (heartbeats, failure detection, resend). Lock rule: Node's state, and that of its
+// Membership, Takeover and Scheduler, is under mu_ (one lock: a message's handling
+// touches several of them at once); Liveness, Resender and StatusReporter have their
+// own locks, taken after mu_ (never the other way). The data handler and failure
+// callbacks are called without mu_ held, so they may Send.
 #pragma once
 
 #include <atomic>
@@ -57,6 +67,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/rate_limit.h"
@@ -65,9 +76,11 @@
 #include "protocol/message.h"
 #include "ps/fail_points.h"
 #include "ps/liveness.h"
+#include "ps/membership.h"
 #include "ps/range_table.h"
 #include "ps/resender.h"
 #include "ps/send_schedule.h"
+#include "ps/takeover.h"
 #include "pskv/options.h"
 #include "transport/transport.h"
 
@@ -142,33 +155,35 @@ class Node {
   int num_servers() const { return options_.num_servers; }
   /// The servers that hold the job's key ranges at the start (DMLC_NUM_SERVER of
   /// them; key placement counts these).
-  std::vector<int> ServerIds() const;
+  std::vector<int> ServerIds() const { return members_.ServerIds(); }
   /// Every server process: ServerIds() and the spares (PSKV_SPARE_SERVERS).
-  std::vector<int> AllServerIds() const;
+  std::vector<int> AllServerIds() const { return members_.AllServerIds(); }
   int num_server_processes() const { return options_.num_servers + options_.spare_servers; }
   /// The server processes still in the job (spares included), less those whose
   /// death the range table survived.
-  std::vector<int> LiveServerIds() const;
+  std::vector<int> LiveServerIds() const { return Locked(&Membership::LiveServerIds); }
   /// A spare server: it installed the copy of key range `range` that node `from`
   /// (the range's primary) sent, `bytes` in all; tells the scheduler, which then
   /// lists it as the range's replica (docs/fault-tolerance.md, "Back to full strength").
   void ReportRangeCopied(int range, int from, uint64_t bytes);
   /// The current range table; empty when PSKV_REPLICAS is 0 (or there is one server).
-  RangeTable range_table() const;
+  RangeTable range_table() const { return Locked(&Membership::ranges); }
   /// The current primary of key range `range` (-1 if there is no such range) and the
   /// version of the range table that says so.
-  std::pair<int, uint64_t> RangePrimary(int range) const;
+  std::pair<int, uint64_t> RangePrimary(int range) const {
+    return Locked(&Membership::RangePrimary, range);
+  }
   /// True when servers replicate their ranges, so a server's death is survived.
-  bool replicated() const { return replicated_; }
+  bool replicated() const { return members_.replicated(); }
   /// Replicated: true if server `id` is known to be gone — the range table removed it,
   /// or this node lost it (FailNode: its connection closed, or silence) and waits for
   /// the scheduler's verdict. A failed send to such a server is expected (the next
   /// range table routes around it); one to any other node is an error.
-  bool ServerLost(int id) const;
-  std::vector<int> WorkerIds() const;
+  bool ServerLost(int id) const { return Locked(&Membership::ServerLost, id); }
+  std::vector<int> WorkerIds() const { return members_.WorkerIds(); }
   /// The workers still in the job: WorkerIds() less those an elastic job dropped
   /// (PSKV_ELASTIC; docs/fault-tolerance.md, "Elastic workers").
-  std::vector<int> LiveWorkerIds() const;
+  std::vector<int> LiveWorkerIds() const { return Locked(&Membership::LiveWorkerIds); }
   /// The workers in the job when the scheduler released this node's last barrier of
   /// `group` (the scheduler's kWorkerLeft notices reach every node before that release:
   /// the same list on every node). Empty before the first release.
@@ -187,7 +202,7 @@ class Node {
   void set_fail_points(std::unique_ptr<FailPoints> f) { fail_points_ = std::move(f); }
   /// The address node `id` advertised (its host in the node table, the same on
   /// every node once started); "" if unknown.
-  std::string HostOf(int id) const;
+  std::string HostOf(int id) const { return Locked(&Membership::HostOf, id); }
   /// Caps the rate of this node's data to node `id` (Transport::SetPacingRate;
   /// after Start, once the node table connected it).
   void SetPacingRate(int id, uint64_t bytes_per_s);
@@ -198,7 +213,7 @@ class Node {
   /// (direct) or "zmq" (benchmarks and tests check which one they measure).
   std::string DataPathTo(int id);
   /// "worker[1] at 127.0.0.1:4321" for any node id of the job.
-  std::string NodeName(int id) const;
+  std::string NodeName(int id) const { return Locked(&Membership::Name, id); }
   /// This node's name ("server[0]"), for log lines.
   std::string Tag() const;
   /// The failure that broke the job (null while healthy).
@@ -227,6 +242,13 @@ class Node {
   /// The node id bound to connection identity `token`, or 0 (unknown). mu_ held.
   int IdOfToken(uint64_t token) const;
   void HandleNodeTable(const Message& m);
+  /// A Membership query `f(args...)` under mu_ (Node's public queries).
+  template <typename F, typename... A>
+  auto Locked(F f, A... args) const
+      -> std::decay_t<std::invoke_result_t<F, const Membership&, A...>> {
+    std::lock_guard<std::mutex> lk(mu_);
+    return (members_.*f)(args...);
+  }
   /// `final`: the barrier of Finalize (quieter stall warnings).
   void BarrierImpl(int group, std::chrono::milliseconds timeout, bool final);
   void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0);
@@ -240,37 +262,9 @@ class Node {
   void FailNode(int dead_id, const std::string& reason);
   /// A kRangeTable from the scheduler.
   void HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk);
-  // --- standby scheduler (scheduler_standby.cc)
-  /// Standby: the scheduler is gone (`why`); this process becomes the scheduler. No
-  /// lock held.
-  void TakeOver(const std::string& why);
-  /// Standby, after the job formed: the scheduler seems gone from here (`why`); asks
-  /// every node whether it lost it too, and takes over only once each did or is gone
-  /// itself (StandbyTick). No lock held.
-  void SeekTakeover(const std::string& why);
-  /// A node, mu_ held: a kTakeover with head `head` from the standby — a question
-  /// (answered with a vote) or a commit (followed if this node lost its scheduler).
-  void AnswerTakeover(int head, std::unique_lock<std::mutex>& lk);
-  /// A node, mu_ held: whether its own link to the scheduler is lost (its connection
-  /// closed and a new one was refused, or its failure detection found it dead).
-  bool SchedulerLostHere() const;
-  /// A node, mu_ held: the standby took over (kTakeover); "the scheduler" is it from
-  /// now on.
-  void FollowStandby(std::unique_lock<std::mutex>& lk);
-  /// A node, mu_ held: the scheduler's kNodeTable (head kNodeTableStandby) naming a
-  /// fresh standby scheduler, which the node's table names from now on.
-  void AddStandby(const Message& m);
-  /// A node: the scheduler died (`why`); waits a bounded time for the standby's
-  /// kTakeover instead of failing (false: no standby, fail as before). No lock held.
-  bool AwaitTakeover(const std::string& why);
-  /// Timer thread, no lock held: a standby's takeover before it had the node table,
-  /// a node's registration moved to the standby, kTakeover repeated, and a node
-  /// whose standby never took over fails.
-  void StandbyTick(Clock::time_point now);
-  /// Finalize of a standby: waits for the scheduler's final release (true: the job
-  /// ended or failed, this node stopped) or its own takeover (false: Finalize goes on
-  /// as the scheduler's).
-  bool StandbyFinalize();
+  /// A node that rejoins the standby that took over (Takeover), mu_ held: resends
+  /// what it waits for — its barrier, the range copies it installed.
+  void ResendWaits();
   /// Replicated, not the scheduler: fails this node when a server it found gone has
   /// not left the range table within the heartbeat bound (timer thread).
   void CheckSuspects(Clock::time_point now);
@@ -282,9 +276,10 @@ class Node {
   /// admitted it (it passes no start barrier). Throws as Start does.
   void AwaitAdmission();
   bool IsResendable(Control c) const;
-  int GroupSize(int group) const;
-  std::vector<int> GroupMembers(int group) const;
-  std::string NameLocked(int id) const;
+  // Membership under mu_ held (also the Scheduler's).
+  int GroupSize(int group) const { return members_.GroupSize(group); }
+  std::vector<int> GroupMembers(int group) const { return members_.GroupMembers(group); }
+  std::string NameLocked(int id) const { return members_.Name(id); }
   void StopThreads(std::chrono::milliseconds linger);
   std::string PickHost() const;
   // The phases of Start, in order.
@@ -321,19 +316,10 @@ class Node {
   mutable std::condition_variable cv_;
   std::vector<FailureHandler> failure_handlers_;
   std::vector<RangeTableHandler> range_handlers_;
-  // Replicated servers (PSKV_REPLICAS >= 1 and S >= 2): the range table and the
-  // servers that left it (dead, their ranges taken over).
-  bool replicated_ = false;
-  RangeTable ranges_;
-  std::set<int> departed_;
-  struct Suspect {
-    Clock::time_point since;  // when this node found the server gone
-    std::string reason;
-  };
-  std::map<int, Suspect> suspects_;  // replicated: servers lost here, not yet removed
-  // Elastic workers (PSKV_ELASTIC): the workers the scheduler dropped from the job, and
-  // who hears of it.
-  std::set<int> departed_workers_;
+  // Who is in the job (under mu_): the node table, departed servers and workers,
+  // suspects, the range table.
+  Membership members_{options_};
+  // Elastic workers (PSKV_ELASTIC): who hears of a worker that left or joined.
   std::vector<WorkerLeftHandler> worker_left_handlers_;
   std::vector<WorkerLeftHandler> worker_joined_handlers_;
   // A worker whose registration the scheduler took as a join of the running job
@@ -342,9 +328,7 @@ class Node {
   std::atomic<bool> joined_{false};
   std::map<int, std::vector<int>> live_at_release_;  // per barrier group (elastic)
   std::exception_ptr failure_;
-  std::map<int, NodeDesc> nodes_;        // the node table, by id
-  std::map<uint64_t, int> id_of_token_;  // connection identity -> node id (from the table)
-  uint64_t scheduler_token_ = 0;         // the identity the node table came from
+  uint64_t scheduler_token_ = 0;  // the identity the node table came from
   bool ready_ = false;
   bool scheduler_seen_ = false;
   std::string refused_;
@@ -366,25 +350,10 @@ class Node {
   RateLimiter limiter_;                                // warnings about what peers sent
   SendSchedule schedule_{options_.wire_window_bytes};  // under mu_
 
-  // Standby scheduler (under mu_ unless atomic). standby_: this process is a standby
-  // that has not taken over; job_done_: it saw the scheduler's final release.
+  // Standby scheduler. standby_: this process is a standby that has not taken over.
   std::atomic<bool> standby_{false};
-  bool job_done_ = false;
-  std::set<int> rejoin_pending_;  // the scheduler that took over: nodes to answer kTakeover
-  Clock::time_point next_takeover_{};
-  // A standby that lost the scheduler: since when it asks the nodes (epoch: not
-  // asking), why, and their latest answers (bounded by the node table).
-  Clock::time_point seeking_since_{};
-  std::string seeking_why_;
-  std::set<int> votes_lost_, votes_alive_;
-  bool vote_linked_ = false;  // a node: connected to the standby to answer its question
-  // A node: when it lost the scheduler and waits for the standby's kTakeover (epoch:
-  // not waiting); whether its registration moved to the standby.
-  Clock::time_point awaiting_takeover_{};
-  std::string scheduler_lost_;
-  bool registration_moved_ = false;
-  bool standby_linked_ = false;  // registrations also go to the standby (kStandbyId)
-  int waiting_group_ = 0;  // the barrier this node waits at (0: none), resent after a takeover
+  Takeover takeover_{*this};  // its failover, both sides (under mu_)
+  int waiting_group_ = 0;     // the barrier this node waits at (0: none), resent after a takeover
   // What this spare server reported installed (range, from, bytes): resent after a
   // takeover (at most one per range: bounded).
   std::map<int, std::pair<uint64_t, uint64_t>> copies_reported_;
@@ -393,6 +362,7 @@ class Node {
   std::thread recv_thread_, timer_thread_;
 
   friend class Scheduler;  // its component: uses the plumbing and the shared tables
+  friend class Takeover;   // its component: acts through the plumbing
 };
 
 }  // namespace pskv

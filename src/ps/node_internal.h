@@ -1,7 +1,7 @@
 // Helpers shared by the files that implement Node (node.cc: lifecycle, sending,
-// failures; node_receive.cc: receiving; membership.cc: node table, identities,
-// groups, barrier waits, range table) and its Scheduler (scheduler.cc,
-// scheduler_registration.cc). Not part of any API.
+// failures, barrier waits; node_start.cc: the start phases; node_receive.cc:
+// receiving) and its components (takeover.cc, the Scheduler's files). Not part of
+// any API.
 #pragma once
 
 #include <chrono>

@@ -1,8 +1,11 @@
-// Node, part 4: receiving — every message is decoded, checked to belong to this
+// Node, receiving — every message is decoded, checked to belong to this
 // job, bound to the node its connection's identity belongs to (never the
 // header's sender), checked for entitlement (who may send which control
 // message), de-duplicated and ordered (PS_RESEND), credited (SendSchedule) and
-// dispatched. The receive thread runs it; see node.h.
+// dispatched; and what the scheduler tells every node (the node table, a range
+// table, a worker that left or joined) applied to the Membership, with the
+// connections, liveness and handlers that follow from it. The receive thread runs
+// it; see node.h.
 #include <algorithm>
 
 #include "common/logging.h"
@@ -61,7 +64,7 @@ void Node::Handle(Message&& m, uint64_t token) {
   const auto c = static_cast<Control>(m.h.control);
   std::unique_lock<std::mutex> lk(mu_);
   // Who sent it: the node its connection's identity belongs to, never the header.
-  int sender = IdOfToken(token);
+  int sender = members_.IdOfToken(token);
   const bool sched = IsScheduler();
   auto drop = [&](const char* why) {
     PSKV_LOG_LIMITED(limiter_, std::to_string(token) + why, "WARN",
@@ -74,7 +77,7 @@ void Node::Handle(Message&& m, uint64_t token) {
   if (standby_ && c == Control::kRegister) return;
   if (const char* why = BindSender(c, token, m.h.sender, &sender)) return drop(why);
   m.h.sender = sender;  // from here on, the bound identity is the sender
-  if (departed_.count(sender) || departed_workers_.count(sender)) {
+  if (members_.Departed(sender)) {
     // A server the job went on without, yet still running (frozen and resumed, or cut
     // off from the scheduler only): nothing it sends counts any more — no data, no
     // barrier arrival, no ack. The scheduler tells it that it was removed.
@@ -161,7 +164,7 @@ const char* Node::Unentitled(Control c, int sender, int head) const {
     case Control::kCredit: {
       // Servers replicating their ranges also talk to each other.
       const bool ok = role() == Role::kServer
-                          ? IsWorkerId(sender) || (replicated_ && IsServerId(sender))
+                          ? IsWorkerId(sender) || (replicated() && IsServerId(sender))
                       : role() == Role::kWorker ? IsServerId(sender)
                                                 : false;
       return ok ? nullptr : "data between these roles is not part of the protocol";
@@ -200,6 +203,8 @@ void Node::DispatchInOrder(Message&& m, int sender, bool scheduled,
   if (auto it = held_.find(sender); it != held_.end() && it->second.empty()) held_.erase(it);
 }
 
+// Over 80 lines on purpose: the protocol's dispatch table, one case per control kind,
+// each a few lines or a call to the component that handles it — read in one piece.
 void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
   const auto c = static_cast<Control>(m.h.control);
   switch (c) {
@@ -232,17 +237,14 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kBarrierDone: {
       if (options_.elastic) {  // before the waiter wakes: the release's worker set
-        auto& live = live_at_release_[m.h.head];
-        live.clear();
-        for (int id : WorkerIds())
-          if (!departed_workers_.count(id)) live.push_back(id);
+        live_at_release_[m.h.head] = members_.LiveWorkerIds();
       }
       // The count of releases makes a repeated release (after a takeover) harmless.
       uint64_t& gen = barrier_gen_[m.h.head];
       gen = m.h.timestamp ? std::max(gen, m.h.timestamp) : gen + 1;
       if (standby_ && m.body == "final") {
         // The scheduler released the final barrier: the job ended; nothing to take over.
-        job_done_ = true;
+        takeover_.JobDone();
         finished_ = true;
         liveness_.Stop();
       }
@@ -250,13 +252,11 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     }
     case Control::kTakeover:
-      AnswerTakeover(m.h.head, lk);
+      takeover_.Answer(m.h.head, lk);
       return;
     case Control::kRejoin:
-      if (m.h.head != kRejoinAfterTakeover) {               // a vote (Unentitled: to a standby)
-        if (seeking_since_ == Clock::time_point{}) return;  // late: decided already
-        (m.h.head == kVoteLost ? votes_lost_ : votes_alive_).insert(sender);
-        (m.h.head == kVoteLost ? votes_alive_ : votes_lost_).erase(sender);
+      if (m.h.head != kRejoinAfterTakeover) {  // a vote (Unentitled: to a standby)
+        takeover_.Vote(sender, m.h.head);
         return;
       }
       scheduler_->OnRejoin(m, sender);
@@ -273,14 +273,14 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kNodeFailed: {
       std::string reason = m.body;
-      if (m.h.head == id_ && replicated_ && role() == Role::kServer)
+      if (m.h.head == id_ && replicated() && role() == Role::kServer)
         reason = Tag() + " was removed from the job by the scheduler (" + m.body +
                  "); the job goes on without this server, whose key ranges continue on their "
                  "replicas: this process stops";
       if (m.h.head == id_ && options_.elastic && role() == Role::kWorker)
         reason = Tag() + " was dropped from the job by the scheduler (" + m.body +
                  "); the job goes on without this worker (PSKV_ELASTIC): this process stops";
-      const int culprit = nodes_.count(m.h.head) ? m.h.head : 0;
+      const int culprit = members_.Has(m.h.head) ? m.h.head : 0;
       lk.unlock();
       Fail(std::make_exception_ptr(NodeFailure(reason)), culprit);
       return;
@@ -313,6 +313,130 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       }
       return;
   }
+}
+
+// ------------------------------------------------------------------ what the scheduler tells
+
+void Node::HandleNodeTable(const Message& m) {
+  if (ready_ && m.h.head == kNodeTableStandby) return takeover_.AddStandby(m);
+  if (ready_) return;  // a resent table
+  std::vector<NodeDesc> all = DecodeNodes(m.body);
+  const NodeDesc* self = nullptr;
+  for (auto& d : all)
+    if (d.token == token_) self = &d;
+  if (!self) throw ProtocolError("node table without this node");
+  for (auto& d : all)
+    if (d.id == kSchedulerId && d.token != scheduler_token_)
+      throw ProtocolError("node table not sent by the scheduler it names");
+  id_ = self->id;
+  rank_ = self->rank;
+  // Elastic workers: a table sent at an epoch barrier's release to a worker that joins
+  // the running job (it passes no start barrier: Start awaits that release).
+  joined_ = m.h.head == kNodeTableJoined && options_.elastic && role() == Role::kWorker;
+  const NodeDesc* sched = nullptr;
+  for (auto& d : all)
+    if (d.id == kSchedulerId) sched = &d;
+  takeover_.OnNodeTable(sched);  // the registration's link to a standby, a moved scheduler
+  status_.SetRank(rank_);
+  members_.AdoptTable(all);
+  for (auto& d : all) {
+    if (d.id == kSchedulerId || d.id == kStandbyId || d.id == id_) continue;
+    if (standby_) {  // the standby's links for a takeover (ps/takeover.h)
+      transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
+      continue;
+    }
+    // Replicated servers also send to each other (their ranges' copies).
+    const bool talks = role() == Role::kWorker
+                           ? IsServerId(d.id)
+                           : IsWorkerId(d.id) || (replicated() && IsServerId(d.id));
+    if (talks) transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);
+  }
+  ready_ = true;
+  cv_.notify_all();
+}
+
+void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) {
+  if (!replicated()) return;
+  RangeTable next;
+  try {
+    next = RangeTable::FromData(payload::DecodeRangeTable(m.body), options_.num_servers,
+                                options_.spare_servers);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "range table", "WARN", Tag() << ": dropped: " << e.what());
+    return;
+  }
+  std::vector<int> gone;
+  if (!members_.ApplyRanges(next, &gone)) return;  // not newer
+  for (int id : gone) {
+    held_.erase(id);
+    schedule_.Forget(id);
+  }
+  if (options_.verbose >= 1) PSKV_INFO(Tag() << ": range table " << members_.ranges().Describe());
+  auto handlers = range_handlers_;
+  RangeTable table = members_.ranges();
+  lk.unlock();
+  for (int id : gone) {
+    liveness_.Forget(id);
+    resender_.Forget(id);
+    transport_->Disconnect(id);  // what it still sends is dropped (Handle)
+  }
+  for (auto& h : handlers) h(table);
+}
+
+void Node::HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk) {
+  if (!options_.elastic || !IsWorkerId(id) || RankOfId(id) >= options_.num_workers) return;
+  if (id == id_) return;                 // this worker: kNodeFailed naming it stops it
+  if (!members_.WorkerLeft(id)) return;  // resent
+  held_.erase(id);
+  schedule_.Forget(id);
+  auto handlers = worker_left_handlers_;
+  lk.unlock();
+  liveness_.Forget(id);
+  resender_.Forget(id);
+  if (role() == Role::kServer) transport_->Disconnect(id);  // what it still sends is dropped
+  PSKV_WARN(Tag() << ": " << NodeName(id)
+                  << " left the job (PSKV_ELASTIC); the job goes on without it");
+  for (auto& h : handlers) h(id);
+}
+
+void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk) {
+  const int id = m.h.head;
+  if (!options_.elastic || !IsWorkerId(id) || RankOfId(id) >= options_.num_workers || id == id_)
+    return;
+  std::vector<NodeDesc> ds;
+  try {
+    ds = DecodeNodes(m.body);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(limiter_, "joined", "WARN",
+                     Tag() << ": dropped a worker_joined: " << e.what());
+    return;
+  }
+  if (ds.size() != 1 || ds[0].id != id || ds[0].role != static_cast<int>(Role::kWorker)) {
+    PSKV_LOG_LIMITED(limiter_, "joined", "WARN",
+                     Tag() << ": dropped a worker_joined that does not describe worker " << id);
+    return;
+  }
+  const NodeDesc d = ds[0];
+  const bool server = role() == Role::kServer;
+  std::vector<WorkerLeftHandler> handlers;
+  if (members_.WorkerJoined(d)) {  // else: resent
+    held_.erase(id);
+    schedule_.Forget(id);
+    handlers = worker_joined_handlers_;
+    lk.unlock();
+    resender_.Forget(id);      // its sequence numbers start afresh
+    if (server || standby_) {  // a standby links every node, for a takeover
+      transport_->Disconnect(id);
+      transport_->Connect(id, d.host + ":" + std::to_string(d.port), d.token);
+      if (server) liveness_.Watch(id, /*silence=*/false);  // its connection, as for every worker
+    }
+    PSKV_WARN(Tag() << ": " << NodeName(id)
+                    << " joined the job (PSKV_ELASTIC); the rounds from now on expect it");
+    for (auto& h : handlers) h(id);
+  }
+  if (!server) return;
+  if (!lk.owns_lock()) lk.lock();
+  SendControl(kSchedulerId, Control::kJoinReady, id);  // the scheduler releases the epoch
 }
 
 }  // namespace pskv

@@ -35,7 +35,7 @@ void Scheduler::OnBarrier(int sender, int group, uint64_t passed) {
     throw ProtocolError("bad barrier group " + std::to_string(group));
   // Count distinct nodes, not requests (a duplicated message must not count twice),
   // and only nodes still in the job: GroupSize no longer counts a departed server.
-  if (node_->departed_.count(sender)) return;
+  if (node_->members_.departed_.count(sender)) return;
   if (state_.took_over && sender != kSchedulerId) {
     // After a takeover a node resends the barrier it waits at, with the releases of
     // that group it saw: one behind, it missed the dead scheduler's last release;
@@ -102,7 +102,7 @@ void Scheduler::Release(int group) {
   node_->status_.Resumed("barrier/" + std::to_string(group));
   const uint64_t released = ++state_.released[group];
   // The standby first (scheduler_standby.cc), and whether this ends the job.
-  if (node_->nodes_.count(kStandbyId)) {
+  if (node_->members_.nodes_.count(kStandbyId)) {
     try {
       node_->SendControl(kStandbyId, Control::kBarrierDone, group,
                          group == kAllGroup && node_->at_final_barrier_ ? "final" : "", released);
@@ -153,7 +153,7 @@ void Scheduler::WarnStalledBarriers(Clock::time_point now) {
 // ------------------------------------------------------------------ failures
 
 void Scheduler::AnnounceFailure(int culprit, const std::string& why) {
-  for (auto& [id, d] : node_->nodes_) {
+  for (auto& [id, d] : node_->members_.nodes_) {
     if (id == kSchedulerId || id == culprit) continue;
     try {
       node_->SendControl(id, Control::kNodeFailed, culprit, why);
@@ -169,8 +169,8 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
   {
     std::lock_guard<std::mutex> lk(n.mu_);
     if (n.failure_ || n.finished_) return false;
-    if (n.departed_.count(dead_id)) return true;  // handled already
-    RangeTable next = n.ranges_;
+    if (n.members_.departed_.count(dead_id)) return true;  // handled already
+    RangeTable next = n.members_.ranges_;
     const auto removal = next.Remove(dead_id);
     if (!removal.lost.empty()) {
       std::string lost;
@@ -186,20 +186,20 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
                         << " joins the key ranges left short of a copy; their primaries send it "
                            "their state");
     }
-    n.ranges_ = next;
-    n.departed_.insert(dead_id);
+    n.members_.ranges_ = next;
+    n.members_.departed_.insert(dead_id);
     Settled(dead_id);  // after a takeover: it will not rejoin
     state_.removal_reason[dead_id] = *reason;
     TellRemoved(dead_id);
     n.held_.erase(dead_id);
     n.schedule_.Forget(dead_id);
     state_.barriers.Depart(dead_id);
-    PSKV_WARN(n.Tag() << ": " << *reason
-                      << "; its key ranges continue on their replicas: " << n.ranges_.Describe());
+    PSKV_WARN(n.Tag() << ": " << *reason << "; its key ranges continue on their replicas: "
+                      << n.members_.ranges_.Describe());
     PublishRanges();
     ReleaseCompletedBarriers();
     handlers = n.range_handlers_;
-    table = n.ranges_;
+    table = n.members_.ranges_;
   }
   n.liveness_.Forget(dead_id);
   n.resender_.Forget(dead_id);
@@ -210,10 +210,10 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
 
 void Scheduler::OnRangeCopied(const Message& m, int sender) {
   Node& n = *node_;
-  const RangeTable& ranges = n.ranges_;
+  const RangeTable& ranges = n.members_.ranges_;
   const int range = m.h.head;
   const int from = static_cast<int>(m.h.timestamp);
-  if (!n.replicated_ || range < 0 || range >= ranges.num_ranges()) return;
+  if (!n.members_.replicated_ || range < 0 || range >= ranges.num_ranges()) return;
   // Only a copy sent by the range's current primary counts: one sent by a primary
   // that died since is replaced by the new primary's (it sends its own).
   if (ranges.Primary(range) != from) {
@@ -222,7 +222,7 @@ void Scheduler::OnRangeCopied(const Message& m, int sender) {
                       << "waiting for the copy of " << n.NameLocked(ranges.Primary(range)));
     return;
   }
-  if (!n.ranges_.Joined(range, sender)) return;  // repeated, or it left
+  if (!n.members_.ranges_.Joined(range, sender)) return;  // repeated, or it left
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - state_.copy_lost_at)
           .count();
@@ -243,9 +243,9 @@ void Scheduler::OnRangeCopied(const Message& m, int sender) {
 }
 
 void Scheduler::PublishRanges() {
-  const std::string body = payload::EncodeRangeTable(node_->ranges_.ToData());
-  for (auto& [id, d] : node_->nodes_) {
-    if (id == kSchedulerId || node_->departed_.count(id)) continue;
+  const std::string body = payload::EncodeRangeTable(node_->members_.ranges_.ToData());
+  for (auto& [id, d] : node_->members_.nodes_) {
+    if (id == kSchedulerId || node_->members_.departed_.count(id)) continue;
     try {
       node_->SendControl(id, Control::kRangeTable, 0, body);
     } catch (...) {

@@ -30,15 +30,16 @@ bool Scheduler::SurviveWorker(int dead_id, std::string* reason) {
     std::lock_guard<std::mutex> lk(n.mu_);
     if (n.failure_ || n.finished_) return false;
     if (RankOfId(dead_id) >= n.options_.num_workers) return false;
-    if (n.departed_workers_.count(dead_id)) return true;  // handled already
-    const int left = n.options_.num_workers - static_cast<int>(n.departed_workers_.size()) - 1;
+    if (n.members_.departed_workers_.count(dead_id)) return true;  // handled already
+    const int left =
+        n.options_.num_workers - static_cast<int>(n.members_.departed_workers_.size()) - 1;
     if (left < n.options_.min_workers) {
       *reason +=
           "; " + std::to_string(left) + " worker" + (left == 1 ? "" : "s") +
           " would be left, fewer than PSKV_MIN_WORKERS=" + std::to_string(n.options_.min_workers);
       return false;
     }
-    n.departed_workers_.insert(dead_id);
+    n.members_.departed_workers_.insert(dead_id);
     state_.removal_reason[dead_id] = *reason;
     TellRemoved(dead_id);  // in case it still runs (frozen, cut off)
     n.held_.erase(dead_id);
@@ -46,9 +47,9 @@ bool Scheduler::SurviveWorker(int dead_id, std::string* reason) {
     state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; the job goes on with " << left << " of "
                       << n.options_.num_workers << " workers (PSKV_ELASTIC)");
-    for (auto& [id, d] : n.nodes_) {
-      if (id == kSchedulerId || id == dead_id || n.departed_.count(id) ||
-          n.departed_workers_.count(id))
+    for (auto& [id, d] : n.members_.nodes_) {
+      if (id == kSchedulerId || id == dead_id || n.members_.departed_.count(id) ||
+          n.members_.departed_workers_.count(id))
         continue;
       try {
         n.SendControl(id, Control::kWorkerLeft, dead_id, *reason);
@@ -104,7 +105,7 @@ void Scheduler::OnJoinRequest(const NodeDesc& d, const Message& m) {
 bool Scheduler::HoldForJoiners() {
   if (state_.join_held) {
     for (auto it = state_.join_acks.begin(); it != state_.join_acks.end();)
-      it = node_->departed_.count(*it) ? state_.join_acks.erase(it) : std::next(it);
+      it = node_->members_.departed_.count(*it) ? state_.join_acks.erase(it) : std::next(it);
     if (!state_.join_acks.empty()) return true;
     state_.join_held = false;
     return false;
@@ -120,10 +121,10 @@ bool Scheduler::AdmitJoiners() {
     // Its launcher's rank (DMLC_TASK_ID) if that worker left, else the lowest that left.
     int id = 0;
     if (asked.rank_hint >= 0 && asked.rank_hint < o.num_workers &&
-        n.departed_workers_.count(WorkerId(static_cast<int>(asked.rank_hint))))
+        n.members_.departed_workers_.count(WorkerId(static_cast<int>(asked.rank_hint))))
       id = WorkerId(static_cast<int>(asked.rank_hint));
-    else if (!n.departed_workers_.empty())
-      id = *n.departed_workers_.begin();
+    else if (!n.members_.departed_workers_.empty())
+      id = *n.members_.departed_workers_.begin();
     if (!id) {
       const std::string why = "the job has all its " + std::to_string(o.num_workers) +
                               " workers (DMLC_NUM_WORKER); with PSKV_ELASTIC a worker joins in "
@@ -140,11 +141,11 @@ bool Scheduler::AdmitJoiners() {
     NodeDesc d = asked;
     d.id = id;
     d.rank = RankOfId(id);
-    if (auto old = n.nodes_.find(id); old != n.nodes_.end())
-      n.id_of_token_.erase(old->second.token);
-    n.nodes_[id] = d;
-    n.id_of_token_[d.token] = id;
-    n.departed_workers_.erase(id);
+    if (auto old = n.members_.nodes_.find(id); old != n.members_.nodes_.end())
+      n.members_.id_of_token_.erase(old->second.token);
+    n.members_.nodes_[id] = d;
+    n.members_.id_of_token_[d.token] = id;
+    n.members_.departed_workers_.erase(id);
     state_.removal_reason.erase(id);
     state_.removed_told.erase(id);
     n.held_.erase(id);
@@ -163,14 +164,15 @@ bool Scheduler::AdmitJoiners() {
   state_.joiners.clear();
   if (admitted.empty()) return false;
   std::vector<NodeDesc> all;
-  for (auto& [i, x] : n.nodes_) all.push_back(x);
+  for (auto& [i, x] : n.members_.nodes_) all.push_back(x);
   const std::string table = EncodeNodes(all);
   for (int id : admitted) {
     try {  // a newcomer that died meanwhile is dropped again (liveness)
       n.SendControl(id, Control::kNodeTable, kNodeTableJoined, table);
-      if (n.replicated_)
-        n.SendControl(id, Control::kRangeTable, 0, payload::EncodeRangeTable(n.ranges_.ToData()));
-      for (int gone : n.departed_workers_)
+      if (n.members_.replicated_)
+        n.SendControl(id, Control::kRangeTable, 0,
+                      payload::EncodeRangeTable(n.members_.ranges_.ToData()));
+      for (int gone : n.members_.departed_workers_)
         n.SendControl(id, Control::kWorkerLeft, gone, state_.removal_reason[gone]);
     } catch (const std::exception& e) {
       PSKV_WARN(n.Tag() << ": could not send " << n.NameLocked(id) << " the job: " << e.what());
@@ -178,9 +180,10 @@ bool Scheduler::AdmitJoiners() {
   }
   state_.join_acks.clear();
   for (int id : admitted) {
-    const std::string body = EncodeNodes({n.nodes_[id]});
-    for (auto& [peer, x] : n.nodes_) {
-      if (peer == kSchedulerId || n.departed_.count(peer) || n.departed_workers_.count(peer) ||
+    const std::string body = EncodeNodes({n.members_.nodes_[id]});
+    for (auto& [peer, x] : n.members_.nodes_) {
+      if (peer == kSchedulerId || n.members_.departed_.count(peer) ||
+          n.members_.departed_workers_.count(peer) ||
           std::find(admitted.begin(), admitted.end(), peer) != admitted.end())
         continue;
       try {
@@ -190,8 +193,8 @@ bool Scheduler::AdmitJoiners() {
       }
     }
     PSKV_WARN(n.Tag() << ": " << n.NameLocked(id) << " joined the running job (PSKV_ELASTIC): "
-                      << o.num_workers - static_cast<int>(n.departed_workers_.size()) << " of "
-                      << o.num_workers << " workers from this epoch on");
+                      << o.num_workers - static_cast<int>(n.members_.departed_workers_.size())
+                      << " of " << o.num_workers << " workers from this epoch on");
   }
   state_.join_held = !state_.join_acks.empty();
   return state_.join_held;
@@ -205,7 +208,7 @@ void Scheduler::OnJoinReady(int sender, int /*id*/) {
 
 void Scheduler::ReleaseHeldJoin() {
   for (int id : state_.join_acks)
-    if (!node_->departed_.count(id)) return;
+    if (!node_->members_.departed_.count(id)) return;
   Release(kEpochGroup);  // HoldForJoiners lets it go now
 }
 

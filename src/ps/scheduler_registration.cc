@@ -62,10 +62,10 @@ void Scheduler::OnRegister(const Message& m) {
   if (node_->ready_) {
     // Already complete: a retry of a registered node (its table was lost) gets the
     // table again; anyone else is refused.
-    for (auto& [id, n] : node_->nodes_) {
+    for (auto& [id, n] : node_->members_.nodes_) {
       if (n.token == d.token) {
         std::vector<NodeDesc> all;
-        for (auto& [i, x] : node_->nodes_) all.push_back(x);
+        for (auto& [i, x] : node_->members_.nodes_) all.push_back(x);
         node_->SendControl(id, Control::kNodeTable, 0, EncodeNodes(all));
         Settled(id);  // after a takeover: it has this table now
         return;
@@ -199,8 +199,8 @@ void Scheduler::CompleteRegistration() {
   me.token = node_->token_;
   all.push_back(me);
   for (auto& d : all) {
-    node_->nodes_[d.id] = d;
-    node_->id_of_token_[d.token] = d.id;
+    node_->members_.nodes_[d.id] = d;
+    node_->members_.id_of_token_[d.token] = d.id;
     if (d.id == kSchedulerId) continue;
     node_->transport_->Disconnect(state_.temp_ids[d.token]);
     node_->transport_->Connect(d.id, d.host + ":" + std::to_string(d.port), d.token);

@@ -31,6 +31,7 @@ namespace {
 
 using ::pskv::test::g_failures;
 using ::pskv::test::g_tag;
+using ::pskv::test::Throws;
 
 struct KeySpec {
   int key;
@@ -218,19 +219,6 @@ void Run(const std::string& type, const std::string& ref_type, int steps, bool a
   kv->Barrier();
 }
 
-template <typename F>
-bool Throws(F&& f, const char* needle) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    if (std::strstr(e.what(), needle)) return true;
-    std::fprintf(stderr, "%s: error '%s' lacks '%s'\n", g_tag.c_str(), e.what(), needle);
-    return false;
-  }
-  std::fprintf(stderr, "%s: no UsageError (expected one mentioning '%s')\n", g_tag.c_str(), needle);
-  return false;
-}
-
 // row_sparse keys do not take row ids or rows on devices: a typed error saying what to do.
 void RowSparseRefused(const std::string& type) {
   auto kv = KVStore::Create(type);
@@ -241,8 +229,8 @@ void RowSparseRefused(const std::string& type) {
   rows.Fill(1);
   kv->Init(9, RowSparseNDArray::FromRows({6, 4}, ids, rows));
   RowSparseNDArray out({6, 4});
-  CHECK_TRUE(Throws([&] { kv->RowSparsePull(9, {out}, {ids.To(Device::CUDA(0))}); },
-                    "move them to the host"),
+  CHECK_TRUE(Throws<UsageError>([&] { kv->RowSparsePull(9, {out}, {ids.To(Device::CUDA(0))}); },
+                                "move them to the host"),
              "row ids on a device");
   kv->Barrier();
 }

@@ -35,6 +35,7 @@ namespace {
 
 using ::pskv::test::g_failures;
 using ::pskv::test::g_tag;
+using ::pskv::test::Throws;
 
 NDArray Full(const Shape& s, double v, DType t = DType::kFloat32) {
   NDArray a(s, t);
@@ -58,19 +59,6 @@ const double kRate = 2;
 
 OptimizerConfig AddRate(double rate) {
   return OptimizerConfig::FromParams("sgd", {{"learning_rate", std::to_string(-rate)}});
-}
-
-template <typename F>
-bool Throws(F&& f, const char* needle) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::strstr(e.what(), needle)) return true;
-    std::fprintf(stderr, "%s: error '%s' lacks '%s'\n", g_tag.c_str(), e.what(), needle);
-    return false;
-  }
-  std::fprintf(stderr, "%s: no error (expected one mentioning '%s')\n", g_tag.c_str(), needle);
-  return false;
 }
 
 // ---------------------------------------------------------------- scenarios
@@ -367,6 +355,19 @@ void States(KVStore& kv, int rounds) {
 
 // ---------------------------------------------------------------- priorities on the wire
 
+// Arrays of `shapes` with values uniform in [-1, 1) drawn from `rng`, cast to `types`.
+std::vector<NDArray> RandomArrays(const std::vector<Shape>& shapes, const std::vector<DType>& types,
+                                  std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<NDArray> out;
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    NDArray a(shapes[j]);
+    for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
+    out.push_back(a.AsType(types[j]));
+  }
+  return out;
+}
+
 // Run with PSKV_WIRE_CHUNK_BYTES=65536, PSKV_WIRE_WINDOW_BYTES=1 (one big message
 // in flight at a time) and a server that sleeps a few ms per request: a big
 // low-priority push-pull (64 chunks) is issued, then a small high-priority one. The
@@ -445,25 +446,14 @@ void ChunkEqual(KVStore& kv, int rounds) {
   const std::vector<DType> types = {DType::kFloat32, DType::kFloat32, DType::kFloat32,
                                     DType::kFloat16};
   std::mt19937 rng(1234);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<NDArray> init;
-  for (size_t j = 0; j < keys.size(); ++j) {
-    NDArray a(shapes[j]);
-    for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
-    init.push_back(a.AsType(types[j]));
-  }
+  const std::vector<NDArray> init = RandomArrays(shapes, types, rng);
   for (KVStore* s : {&kv, plain.get()}) {
     s->SetOptimizer(opt);
     s->Init(keys, init);
   }
   std::mt19937 grng(99 + static_cast<unsigned>(r));
   for (int round = 0; round < rounds; ++round) {
-    std::vector<NDArray> grads;
-    for (size_t j = 0; j < keys.size(); ++j) {
-      NDArray g(shapes[j]);
-      for (int64_t i = 0; i < g.size(); ++i) g.data<float>()[i] = u(grng);
-      grads.push_back(g.AsType(types[j]));
-    }
+    const std::vector<NDArray> grads = RandomArrays(shapes, types, grng);
     for (KVStore* s : {&kv, plain.get()}) {
       std::vector<NDArray> outs;
       for (size_t j = 0; j < keys.size(); ++j) outs.emplace_back(shapes[j], types[j]);
@@ -519,25 +509,14 @@ void Placement(KVStore& kv, int rounds) {
   const std::vector<Shape> shapes = {{300, 100}, {7}, {40, 50}};
   const std::vector<DType> types = {DType::kFloat32, DType::kFloat32, DType::kFloat16};
   std::mt19937 rng(1234);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<NDArray> init;
-  for (size_t j = 0; j < keys.size(); ++j) {
-    NDArray a(shapes[j]);
-    for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
-    init.push_back(a.AsType(types[j]));
-  }
+  const std::vector<NDArray> init = RandomArrays(shapes, types, rng);
   for (KVStore* s : {&kv, even.get()}) {
     s->SetOptimizer(opt);
     s->Init(keys, init);
   }
   std::mt19937 grng(99 + static_cast<unsigned>(r));
   for (int round = 0; round < rounds; ++round) {
-    std::vector<NDArray> grads;
-    for (size_t j = 0; j < keys.size(); ++j) {
-      NDArray g(shapes[j]);
-      for (int64_t i = 0; i < g.size(); ++i) g.data<float>()[i] = u(grng);
-      grads.push_back(g.AsType(types[j]));
-    }
+    const std::vector<NDArray> grads = RandomArrays(shapes, types, grng);
     for (KVStore* s : {&kv, even.get()}) s->Push(keys, grads);
     kv.WaitAll();
     even->WaitAll();

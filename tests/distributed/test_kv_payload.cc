@@ -48,14 +48,7 @@ OptimizerConfig SampleOptimizer() {
 
 // Every payload kind, encoded with non-default content.
 std::vector<std::string> AllPayloads() {
-  NodeDesc d;
-  d.id = 9;
-  d.role = 1;
-  d.rank = 2;
-  d.host = "10.0.0.1";
-  d.port = 9100;
-  d.token = 0xfeedbeef;
-  d.rank_hint = 3;
+  const NodeDesc d = testing_support::SampleNodeDesc();
   CompressionConfig comp;
   comp.type = "2bit";
   comp.threshold = 0.3f;

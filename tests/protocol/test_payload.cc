@@ -21,14 +21,7 @@ using testing_support::ExpectProtocolError;
 
 // Every node-level kind, encoded with non-default content.
 std::vector<std::string> NodeLevelPayloads() {
-  NodeDesc d;
-  d.id = 9;
-  d.role = 1;
-  d.rank = 2;
-  d.host = "10.0.0.1";
-  d.port = 9100;
-  d.token = 0xfeedbeef;
-  d.rank_hint = 3;
+  const NodeDesc d = testing_support::SampleNodeDesc();
   RangeTableData table;
   table.version = 3;
   table.ranges = {{9, {11}, {}}, {11, {}, {13}}};

@@ -4,12 +4,31 @@
 #pragma once
 
 #include <cstdio>
+#include <cstring>
 #include <string>
+
+#include "pskv/error.h"
 
 namespace pskv::test {
 
 inline int g_failures = 0;
 inline std::string g_tag = "worker";
+
+// True if `f` throws an `E` (a pskv::Error by default) whose message contains
+// `needle`; else prints what happened instead and returns false.
+template <typename E = Error, typename F>
+bool Throws(F&& f, const char* needle) {
+  try {
+    f();
+  } catch (const E& e) {
+    if (std::strstr(e.what(), needle)) return true;
+    std::fprintf(stderr, "%s: error '%s' lacks '%s'\n", g_tag.c_str(), e.what(), needle);
+    return false;
+  }
+  std::fprintf(stderr, "%s: no error of the expected type (expected one mentioning '%s')\n",
+               g_tag.c_str(), needle);
+  return false;
+}
 
 }  // namespace pskv::test
 
