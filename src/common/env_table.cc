@@ -166,7 +166,8 @@ const EnvVar kVars[] = {
      Bool<&Options::spare>},
     {"PSKV_SCHEDULER_STANDBY", T::kText, 0, 0, "", "none", S::kLauncher,
      "`host:port` of a standby scheduler (a second scheduler process started with "
-     "`PSKV_STANDBY=1`) that takes over when the scheduler dies; every node must set the same "
+     "`PSKV_STANDBY=1`) that takes over when the scheduler dies; every node must set the same; "
+     "`pskv-launch` sets it by default (not with `--no-standby-scheduler` or kubernetes) "
      "([fault tolerance](docs/fault-tolerance.md#the-scheduler-built))",
      Text<&Options::standby_scheduler>},
     {"PSKV_STANDBY", T::kBool, 0, 1, "", "0", S::kLauncher,

@@ -33,6 +33,8 @@ struct Child {
   // Started again (restarted worker): the scheduler's departed list then, which still
   // names the rank it takes over until the scheduler admits it.
   std::vector<NodeRef> departed_at_restart;
+  // Scheduler children: the one acting as the job's scheduler, and its standby.
+  enum class Scheduling { kNone, kActive, kStandby } scheduling = Scheduling::kNone;
 };
 
 /// Starts the child in its own process group; -1 (errno set) if it cannot.

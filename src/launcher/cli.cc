@@ -45,10 +45,13 @@ advertises.
 
 Lifecycle: the exit status is 0 when every process exits 0, else the first failure's
 status; when a process fails, the others are stopped within a few seconds and the
-headline names the failing process (or the one the others were waiting for, when a
-job hangs) and its status. Ctrl-C or SIGTERM stop the whole job. No process of the job
-outlives the launcher. At the end a summary lists every process, its exit status and
-wall time.
+headline names the failing process (or the one the others were waiting for, when a job
+hangs) and its status. The scheduler's death is not a failure: a standby scheduler
+(started by default, next to the scheduler) takes over, and the launcher starts a
+fresh standby to follow it, so the job survives a later death too
+(--no-standby-scheduler: none; not with --launcher kubernetes). Ctrl-C or SIGTERM stop
+the whole job. No process of the job outlives the launcher. At the end a summary lists every
+process, its exit status and wall time.
 
 Examples:
   pskv-launch -n 2 -s 1 -- ./train_fmnist --kv-store dist_sync
@@ -65,6 +68,7 @@ struct Parser {
   CLI::App app{kDescription, "pskv-launch"};
   std::vector<std::string> env, env_server, env_worker;
   bool no_timestamps = false;
+  bool standby = false, no_standby = false;
 
   explicit Parser(LaunchConfig& c) {
     app.set_version_flag("--version", Version());
@@ -95,9 +99,14 @@ struct Parser {
                    "the workers' next epoch barrier (KVStore::EpochPartition)")
         ->type_name("N")
         ->check(CLI::Range(0, 1000000));
-    app.add_flag("--standby-scheduler", c.standby_scheduler,
-                 "start a standby scheduler next to the scheduler: when the scheduler dies, "
-                 "it takes over and the job goes on (docs/fault-tolerance.md)");
+    app.add_flag("--standby-scheduler", standby,
+                 "(the default) start a standby scheduler next to the scheduler: when the "
+                 "scheduler dies, it takes over and the job goes on, and a fresh standby is "
+                 "started to follow it (also when the standby dies, 3 times at most; not with "
+                 "--launcher kubernetes; docs/fault-tolerance.md)");
+    app.add_flag("--no-standby-scheduler", no_standby,
+                 "start no standby scheduler: the scheduler's death ends the job (saves a "
+                 "process; the job starts ~10 ms sooner, within noise)");
     app.add_option("-H,--hosts,--hostfile", c.hosts,
                    "hosts: host1:4,host2:4 or a host file (ssh, mpi; see below)")
         ->type_name("HOSTS");
@@ -204,6 +213,12 @@ void ParseCommandLine(int argc, char** argv, LaunchConfig& c) {
   for (auto& kv : p.env_server) c.env_server.push_back(ParseKV("--env-server", kv));
   for (auto& kv : p.env_worker) c.env_worker.push_back(ParseKV("--env-worker", kv));
   c.timestamps = !p.no_timestamps;
+  if (p.standby && p.no_standby)
+    throw InvalidArgument("give --standby-scheduler or --no-standby-scheduler, not both");
+  // A standby by default, where the scheduler runs next to the launcher (every type but
+  // kubernetes, whose scheduler is a pod of its own).
+  c.standby_scheduler = !p.no_standby;
+  c.standby_asked = p.standby;
 }
 
 // Fills the defaults that depend on other options and rejects combinations that cannot work.
@@ -243,6 +258,13 @@ void ValidateOptions(LaunchConfig& c) {
     throw InvalidArgument(
         "--launcher kubernetes needs --image (a container image with pskv-server "
         "and the workers' program)");
+  if (c.launcher == "kubernetes") {
+    if (c.standby_asked)
+      throw InvalidArgument(
+          "--standby-scheduler does not work with --launcher kubernetes (the scheduler is a pod "
+          "of its own there; its death ends the job)");
+    c.standby_scheduler = false;
+  }
   if (c.launcher != "kubernetes" && c.k8s_apply)
     throw InvalidArgument("--apply is for --launcher kubernetes");
 }

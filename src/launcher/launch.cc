@@ -82,6 +82,7 @@ int Launch(const LaunchConfig& config) {
   so.timestamps = cfg.timestamps;
   so.elastic_workers = cfg.elastic;
   so.restart_workers = cfg.restart_workers;
+  if (cfg.standby_scheduler) so.next_standby = NextStandby;
   int rc = Supervise(plan.children, so);
   // The job's files (SGE job scripts, YARN's secret file) go with it: `qsub -sync y`
   // and YARN's client return when their job ended.

@@ -25,9 +25,12 @@ struct LaunchConfig {
   /// again (the same command and rank), at most this many times in all; it joins the
   /// running job at the workers' next epoch barrier (docs/fault-tolerance.md).
   int restart_workers = 0;
-  /// --standby-scheduler: a second scheduler process next to the scheduler that takes
-  /// over when it dies (PSKV_SCHEDULER_STANDBY; docs/fault-tolerance.md, "The scheduler").
-  bool standby_scheduler = false;
+  /// A second scheduler process next to the scheduler that takes over when it dies
+  /// (PSKV_SCHEDULER_STANDBY; docs/fault-tolerance.md, "The scheduler"); after a
+  /// takeover the launcher starts a fresh one (NextStandby). On by default (not with
+  /// kubernetes); --no-standby-scheduler turns it off.
+  bool standby_scheduler = true;
+  bool standby_asked = false;  ///< --standby-scheduler given explicitly
   /// -H: a host file (`host[:ssh_port] [slots=N]` lines) or a list host1:4,host2:4.
   std::string hosts;
   int ssh_port = 22;     ///< for hosts that name no port

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -81,6 +82,12 @@ struct SuperviseOptions {
   /// Elastic workers: a worker child the scheduler dropped is started again (its spec
   /// unchanged), at most this many times in all.
   int restart_workers = 0;
+  /// Standby scheduler: the children named "scheduler" and "standby scheduler" may each
+  /// die while the other runs (the standby takes over). Set: after a takeover, or a
+  /// standby's death (3 times at most), the spec of a fresh standby that follows
+  /// `active` (the job's scheduler), the `number`th standby of the job; it is started
+  /// so a later death is survived too.
+  std::function<ChildSpec(const ChildSpec& active, int number)> next_standby;
 };
 
 /// The launcher's messages: "HH:MM:SS.mmm pskv-launch: <msg>" on stderr (and in

@@ -36,6 +36,11 @@ class StatusBoard {
     if (child < children_.size()) children_[child] = std::move(name);
   }
 
+  /// A child added after the start (a fresh standby scheduler); its index.
+  size_t AddChild(std::string name) {
+    children_.push_back(std::move(name));
+    return children_.size() - 1;
+  }
   /// A record (one packet or line) from child `child`; false when it is ignored
   /// (malformed, oversized, another version, an unknown child).
   bool Add(size_t child, std::string_view record);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "launcher/child.h"
 #include "launcher/server_loss.h"
@@ -50,6 +51,9 @@ class Supervisor {
       kids_[i].index = i;
       kids_[i].spec = specs[i];
       kids_[i].result.name = specs[i].name;
+      kids_[i].scheduling = specs[i].name == "scheduler"           ? Child::Scheduling::kActive
+                            : specs[i].name == "standby scheduler" ? Child::Scheduling::kStandby
+                                                                   : Child::Scheduling::kNone;
     }
     losses_.set_elastic_workers(opts.elastic_workers);
     restarts_left_ = opts.restart_workers;
@@ -64,6 +68,15 @@ class Supervisor {
     return names;
   }
   void StartAll();
+  /// Starts child `k` (its log file first); false if it cannot (then the job fails,
+  /// unless `optional`: a warning).
+  bool Start(Child& k, bool optional = false);
+  /// After a takeover: starts a fresh standby that follows the new scheduler
+  /// (SuperviseOptions::next_standby). Outside Reap: it adds a child.
+  void StartFreshStandby();
+  /// The job's scheduler exited 0 (the job ended): a standby that has not seen the
+  /// end (a fresh one still registering) is stopped after a grace period.
+  void StopIdleStandbys();
   void Reap();
   void Poll();
   void StopAll(int sig);
@@ -79,8 +92,9 @@ class Supervisor {
   /// records (launcher/status_board.h); "" when no running process is waited for.
   std::string HungHeadline(const Child* who) const;
   void BeginFailure(int status, const std::string& why, const Child* who);
-  /// `k` (dead: `how`) is the scheduler or its standby (--standby-scheduler) and the
-  /// other still runs: the job goes on (the standby takes over). False otherwise.
+  /// `k` (dead: `how`) is the scheduler or its standby and the other still runs: the
+  /// job goes on (the standby takes over, and a fresh standby follows it). False
+  /// otherwise.
   bool SchedulerReplaced(Child& k, const std::string& how);
   /// Worker child `k`, dropped by the scheduler, is started again (--restart-workers).
   void Restart(Child& k);
@@ -96,6 +110,11 @@ class Supervisor {
   std::vector<std::string> joined_;  // spare servers that joined key ranges, as said
   int restarts_left_ = 0;            // --restart-workers
   Clock::time_point kill_at_{};
+  std::optional<size_t> standby_due_;  // the scheduler a fresh standby is to follow
+  int standbys_ = 1;                   // standby schedulers started so far
+  static constexpr int kMaxStandbyReplacements = 3;
+  int standby_replacements_ = 0;          // fresh standbys started after a standby's death
+  Clock::time_point stop_standbys_at_{};  // StopIdleStandbys: set when the scheduler ended
 };
 
 void Supervisor::StopAll(int sig) {
@@ -203,20 +222,37 @@ void Supervisor::BeginFailure(int status, const std::string& why, const Child* w
 }
 
 bool Supervisor::SchedulerReplaced(Child& k, const std::string& how) {
-  const bool sched = k.spec.name == "scheduler";
-  if (!sched && k.spec.name != "standby scheduler") return false;
+  using S = Child::Scheduling;
+  if (k.scheduling == S::kNone) return false;
+  const bool sched = k.scheduling == S::kActive;
   for (auto& other : kids_) {
     if (&other == &k || other.exited || other.pid <= 0 ||
-        other.spec.name != (sched ? "standby scheduler" : "scheduler"))
+        other.scheduling != (sched ? S::kStandby : S::kActive))
       continue;
     k.result.survived = true;
+    k.scheduling = S::kNone;
     if (sched) {
+      other.scheduling = S::kActive;
       board_.Rename(k.index, "scheduler (dead)");
       board_.Rename(other.index, "scheduler");
-      Say(how + "; the standby scheduler takes over and the job goes on", opts_.timestamps,
-          LogLevel::kWarn);
+      if (opts_.next_standby) standby_due_ = other.index;
+      Say(how + "; the standby scheduler takes over and the job goes on" +
+              (opts_.next_standby ? " (" + other.spec.name +
+                                        " is the job's scheduler now; a "
+                                        "fresh standby is started to follow it)"
+                                  : std::string()),
+          opts_.timestamps, LogLevel::kWarn);
     } else {
-      Say(how + "; the job goes on without a standby scheduler", opts_.timestamps, LogLevel::kWarn);
+      // A standby that keeps dying (cut off from the scheduler, say) is not replaced
+      // forever: kMaxStandbyReplacements at most.
+      const bool fresh = opts_.next_standby && standby_replacements_ < kMaxStandbyReplacements;
+      if (fresh) {
+        ++standby_replacements_;
+        standby_due_ = other.index;
+      }
+      Say(how + "; the job goes on without a standby scheduler" +
+              (fresh ? " until a fresh one, started now, follows the scheduler" : ""),
+          opts_.timestamps, LogLevel::kWarn);
     }
     return true;
   }
@@ -255,21 +291,68 @@ void Supervisor::Restart(Child& k) {
       opts_.timestamps, LogLevel::kWarn);
 }
 
-void Supervisor::StartAll() {
-  for (auto& k : kids_) {
-    if (!opts_.log_dir.empty()) {
-      k.result.log_file = opts_.log_dir + "/" + LogFileName(k.spec.name);
-      k.log_fd = ::open(k.result.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    }
-    k.start_time = Clock::now();
-    k.pid = Spawn(k);
-    k.result.pid = k.pid;
-    if (k.pid < 0) {
-      k.exited = true;
-      BeginFailure(1, "cannot start " + k.spec.name + ": " + std::strerror(errno), nullptr);
-      break;
-    }
+bool Supervisor::Start(Child& k, bool optional) {
+  if (!opts_.log_dir.empty()) {
+    k.result.log_file = opts_.log_dir + "/" + LogFileName(k.spec.name);
+    k.log_fd = ::open(k.result.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   }
+  k.start_time = Clock::now();
+  k.pid = Spawn(k);
+  k.result.pid = k.pid;
+  if (k.pid < 0) {
+    k.exited = true;
+    const std::string why = "cannot start " + k.spec.name + ": " + std::strerror(errno);
+    if (optional)
+      Say(why, opts_.timestamps, LogLevel::kWarn);
+    else
+      BeginFailure(1, why, nullptr);
+    return false;
+  }
+  return true;
+}
+
+void Supervisor::StartAll() {
+  for (auto& k : kids_)
+    if (!Start(k)) break;
+}
+
+void Supervisor::StartFreshStandby() {
+  if (!standby_due_) return;
+  const size_t active = *standby_due_;
+  standby_due_.reset();
+  if (failing_ || kids_[active].exited || kids_[active].scheduling != Child::Scheduling::kActive)
+    return;
+  Child c;
+  try {
+    c.spec = opts_.next_standby(kids_[active].spec, ++standbys_);
+  } catch (const std::exception& e) {
+    Say(std::string("cannot make a fresh standby scheduler: ") + e.what() +
+            "; the job goes on without a standby",
+        opts_.timestamps, LogLevel::kWarn);
+    return;
+  }
+  c.index = board_.AddChild(c.spec.name);
+  c.result.name = c.spec.name;
+  c.scheduling = Child::Scheduling::kStandby;
+  kids_.push_back(std::move(c));
+  Child& k = kids_.back();
+  if (!Start(k, /*optional=*/true)) return;
+  Say(k.spec.name + " (pid " + std::to_string(k.pid) + ") started: it follows " +
+          kids_[active].spec.name + ", the job's scheduler, as its standby",
+      opts_.timestamps, LogLevel::kWarn);
+}
+
+void Supervisor::StopIdleStandbys() {
+  if (stop_standbys_at_ == Clock::time_point{} || Clock::now() < stop_standbys_at_) return;
+  stop_standbys_at_ = {};
+  for (auto& k : kids_)
+    if (k.scheduling == Child::Scheduling::kStandby && !k.exited && k.pid > 0) {
+      Say(k.spec.name + " (pid " + std::to_string(k.pid) +
+              ") still runs after the job's scheduler ended the job: stopping it",
+          opts_.timestamps, LogLevel::kInfo);
+      ::kill(-k.pid, SIGTERM);
+      k.result.stopped_by_us = true;
+    }
 }
 
 void Supervisor::Reap() {
@@ -287,6 +370,10 @@ void Supervisor::Reap() {
       Close(k.in_fd);
       ::kill(-k.pid, SIGKILL);  // whatever it left behind in its group
       const bool failed = k.result.status != 0 && !k.result.stopped_by_us;
+      // The job's end: a standby sees the final release and exits by itself; one that
+      // never saw it (a fresh standby still registering) is stopped soon.
+      if (k.result.status == 0 && k.scheduling == Child::Scheduling::kActive)
+        stop_standbys_at_ = k.exit_time + std::chrono::seconds(3);
       if (failed || losses_.pending()) {
         // Its last words, read before anything is decided on its exit: a scheduler
         // that finished may have sent the verdict on a dead server just before.
@@ -415,6 +502,8 @@ int Supervisor::Run(std::vector<ChildResult>* results) {
     }
     if (!alive && !open) break;
     FollowVerdicts();
+    StartFreshStandby();
+    StopIdleStandbys();
     if (failing_ && alive && Clock::now() >= kill_at_) StopAll(SIGKILL);
     if (!failing_ && opts_.timeout.count() > 0 && Clock::now() - start_ > opts_.timeout)
       BeginFailure(124, "timeout of " + std::to_string(opts_.timeout.count() / 1000) + " s reached",
@@ -452,11 +541,13 @@ std::string Supervisor::Summary() const {
   size_t width = 7;
   for (auto& k : kids_) width = std::max(width, k.spec.name.size());
   std::string lost;
-  bool lost_servers = false;
+  bool lost_servers = false, lost_workers = false, lost_schedulers = false;
   for (auto& k : kids_)
     if (k.result.survived) {
       lost += (lost.empty() ? "" : ", ") + k.spec.name;
-      lost_servers |= !ServerLosses::IsWorker(k.index, board_);
+      const bool sched = k.spec.name.find("scheduler") != std::string::npos;
+      lost_schedulers |= sched;
+      (ServerLosses::IsWorker(k.index, board_) ? lost_workers : lost_servers) |= !sched;
     }
   std::string spares, late;
   for (auto& j : joined_) spares += "; " + j + ", a spare, joined";
@@ -469,13 +560,16 @@ std::string Supervisor::Summary() const {
   for (auto& k : kids_)
     if (k.result.after_end) late += (late.empty() ? "" : ", ") + k.spec.name;
   if (!late.empty()) late = " (" + late + " died after its end, which fails nothing)";
+  std::string how;
+  if (lost_servers) how += "key ranges moved to replicas" + spares;
+  if (lost_workers)
+    how += (how.empty() ? "" : "; ") + ("workers dropped: PSKV_ELASTIC" + restarted);
+  if (lost_schedulers)
+    how += (how.empty() ? "" : "; ") + std::string("a standby scheduler took over");
   std::string text =
       status_ == 0
           ? "job succeeded in " + Seconds(total) +
-                (!lost.empty() ? ", surviving the loss of " + lost + " (" +
-                                     (lost_servers ? "key ranges moved to replicas" + spares
-                                                   : "workers dropped: PSKV_ELASTIC" + restarted) +
-                                     ")" + late
+                (!lost.empty()   ? ", surviving the loss of " + lost + " (" + how + ")" + late
                  : !late.empty() ? late
                                  : ": all " + std::to_string(kids_.size()) + " processes exited 0")
           : "job FAILED (exit status " + std::to_string(status_) + ") after " + Seconds(total);

@@ -72,7 +72,7 @@ constexpr int kEpochGroup = kWorkerGroup | kEpochFlag;
 enum class Control : uint8_t {
   kData = 0,         // a KV request/response or a command
   kRegister = 1,     // node -> scheduler: body = NodeDesc, head = RegisterHead
-  kNodeTable = 2,    // scheduler -> node: body = all NodeDescs
+  kNodeTable = 2,    // scheduler -> node: body = all NodeDescs (head: kNodeTable*)
   kBarrier = 3,      // node -> scheduler: head = group, timestamp = barriers of it passed
   kBarrierDone = 4,  // scheduler -> node: head = group, timestamp = barriers released (0: one more)
   kHeartbeat = 5,
@@ -115,6 +115,12 @@ enum class Control : uint8_t {
   kJoinReady = 17,
   kMaxControl = 17,
 };
+
+/// kNodeTable's head: the table at registration; the table a worker gets that joined a
+/// running job (elastic); to a node of a running job, the fresh standby scheduler that
+/// registered after a takeover (body: its NodeDesc alone, id kStandbyId): the node's
+/// table names it as the standby from then on (docs/fault-tolerance.md, "The scheduler").
+constexpr int kNodeTableStart = 0, kNodeTableJoined = 1, kNodeTableStandby = 2;
 
 /// kTakeover's head.
 constexpr int kTakeoverCommit = 0, kTakeoverAsk = 1;

@@ -129,6 +129,15 @@ bool Membership::DropStandby() {
   return true;
 }
 
+bool Membership::SetStandby(const NodeDesc& d) {
+  auto it = nodes_.find(kStandbyId);
+  if (it != nodes_.end() && it->second.token == d.token) return false;  // resent
+  if (it != nodes_.end()) id_of_token_.erase(it->second.token);
+  nodes_[kStandbyId] = d;
+  id_of_token_[d.token] = kStandbyId;
+  return true;
+}
+
 bool Membership::ApplyRanges(const RangeTable& next, std::vector<int>* gone) {
   if (!ranges_.Apply(next)) return false;  // not newer
   for (int id : AllServerIds())

@@ -72,6 +72,9 @@ class Membership {
   NodeDesc PromoteStandby();
   /// Drops the standby from the table (it died); false if it was not there.
   bool DropStandby();
+  /// A fresh standby `d` (id kStandbyId) replaces the table's standby, if any; false
+  /// if it is that one already (a resent notice).
+  bool SetStandby(const NodeDesc& d);
   /// Applies a newer range table; false if it is not newer. `gone`: the servers it
   /// removed that had not departed yet (now departed).
   bool ApplyRanges(const RangeTable& next, std::vector<int>* gone);

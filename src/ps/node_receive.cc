@@ -296,11 +296,11 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
     case Control::kCredit:
       HandleCredit(sender, m.h.timestamp);
       return;
-    case Control::kWorkerLeft:
-      if (role() != Role::kScheduler) HandleWorkerLeft(m.h.head, lk);
+    case Control::kWorkerLeft:  // a standby follows them too (its table)
+      if (!IsScheduler()) HandleWorkerLeft(m.h.head, lk);
       return;
     case Control::kWorkerJoined:
-      if (role() != Role::kScheduler) HandleWorkerJoined(m, lk);
+      if (!IsScheduler()) HandleWorkerJoined(m, lk);
       return;
     case Control::kJoinReady:
       scheduler_->OnJoinReady(sender, m.h.head);
@@ -318,6 +318,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
 // ------------------------------------------------------------------ what the scheduler tells
 
 void Node::HandleNodeTable(const Message& m) {
+  if (ready_ && m.h.head == kNodeTableStandby) return takeover_.AddStandby(m);
   if (ready_) return;  // a resent table
   std::vector<NodeDesc> all = DecodeNodes(m.body);
   const NodeDesc* self = nullptr;
@@ -331,7 +332,7 @@ void Node::HandleNodeTable(const Message& m) {
   rank_ = self->rank;
   // Elastic workers: a table sent at an epoch barrier's release to a worker that joins
   // the running job (it passes no start barrier: Start awaits that release).
-  joined_ = m.h.head == 1 && options_.elastic && role() == Role::kWorker;
+  joined_ = m.h.head == kNodeTableJoined && options_.elastic && role() == Role::kWorker;
   const NodeDesc* sched = nullptr;
   for (auto& d : all)
     if (d.id == kSchedulerId) sched = &d;
@@ -423,11 +424,11 @@ void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk
     schedule_.Forget(id);
     handlers = worker_joined_handlers_;
     lk.unlock();
-    resender_.Forget(id);  // its sequence numbers start afresh
-    if (server) {
+    resender_.Forget(id);      // its sequence numbers start afresh
+    if (server || standby_) {  // a standby links every node, for a takeover
       transport_->Disconnect(id);
       transport_->Connect(id, d.host + ":" + std::to_string(d.port), d.token);
-      liveness_.Watch(id, /*silence=*/false);  // its connection, as for every worker
+      if (server) liveness_.Watch(id, /*silence=*/false);  // its connection, as for every worker
     }
     PSKV_WARN(Tag() << ": " << NodeName(id)
                     << " joined the job (PSKV_ELASTIC); the rounds from now on expect it");

@@ -166,6 +166,12 @@ class Scheduler {
   /// After a takeover: node `id` rejoined or left the job (no kRejoin will come from
   /// it); logs when every node did. Repeats do nothing.
   void Settled(int id);
+  /// A standby scheduler's registration after the job formed (the launcher starts a
+  /// fresh one after a takeover, or after the standby died): admitted as kStandbyId
+  /// when the job has none — it gets the node table, the range table, the workers that
+  /// left and the count of every group's releases, and every node learns of it
+  /// (kNodeTable, head kNodeTableStandby) — else refused.
+  void AdmitStandby(const NodeDesc& d, const Message& m);
 
   /// What a standby would copy (issue 42).
   const SchedulerState& state() const { return state_; }

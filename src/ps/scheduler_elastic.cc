@@ -168,7 +168,7 @@ bool Scheduler::AdmitJoiners() {
   const std::string table = EncodeNodes(all);
   for (int id : admitted) {
     try {  // a newcomer that died meanwhile is dropped again (liveness)
-      n.SendControl(id, Control::kNodeTable, 1, table);  // head 1: joined a running job
+      n.SendControl(id, Control::kNodeTable, kNodeTableJoined, table);
       if (n.members_.replicated_)
         n.SendControl(id, Control::kRangeTable, 0,
                       payload::EncodeRangeTable(n.members_.ranges_.ToData()));

@@ -54,8 +54,10 @@ void Scheduler::OnRegister(const Message& m) {
   const NodeDesc d = ds[0];
   const Options& o = node_->options_;
   // A second scheduler registers only as the standby the job was told of.
-  // (A standby that took over before the job formed expects none.)
-  if (d.role == static_cast<int>(Role::kScheduler) && (o.standby_scheduler.empty() || o.standby))
+  // (A standby that took over before the job formed expects none; after the job
+  // formed, a fresh standby may register: AdmitStandby.)
+  if (d.role == static_cast<int>(Role::kScheduler) && !node_->ready_ &&
+      (o.standby_scheduler.empty() || o.standby))
     throw ProtocolError("a second scheduler tried to register (no PSKV_SCHEDULER_STANDBY)");
   if (node_->ready_) {
     // Already complete: a retry of a registered node (its table was lost) gets the
@@ -71,6 +73,8 @@ void Scheduler::OnRegister(const Message& m) {
     }
     if (o.elastic && d.role == static_cast<int>(Role::kWorker))
       return OnJoinRequest(d, m);  // in place of a worker that left (scheduler_elastic.cc)
+    if (d.role == static_cast<int>(Role::kScheduler))
+      return AdmitStandby(d, m);  // a fresh standby (scheduler_standby.cc)
     Refuse(d, "the job already has all its " + std::to_string(o.num_workers) + " workers and " +
                   std::to_string(node_->num_server_processes()) +
                   " servers (is this node from another job? set PSKV_JOB_ID to tell jobs apart)");

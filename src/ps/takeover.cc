@@ -6,10 +6,14 @@
 // registration (id kStandbyId, in every node's table with its token) and that follows
 // it: it connects to every node (sending nothing: a node that dies with the scheduler
 // is then known gone at the takeover, by its closed port), receives every range
-// table and every barrier release (with the count of
-// releases of its group), heartbeats it and watches it like the scheduler watches
-// nodes — silence, or its port closed (a killed process: known at once). It never
-// decides anything until then.
+// table, every barrier release (with the count of releases of its group) and every
+// elastic worker's leave and join (it links a joined worker too), heartbeats it and
+// watches it like the scheduler watches nodes — silence, or its port closed (a killed
+// process: known at once). It never decides anything until then.
+//
+// A fresh standby (registered after the job formed, Scheduler::AdmitStandby) gets
+// that state from the scheduler at once; every node then learns of it (kNodeTable,
+// head kNodeTableStandby: AddStandby) and takes its question and takeover, no other.
 //
 // Takeover: the standby finds the scheduler gone, takes the id kSchedulerId, connects
 // to every node of the table and sends each kTakeover (repeated until it answers).
@@ -310,6 +314,7 @@ void Takeover::Answer(int head, std::unique_lock<std::mutex>& lk) {
 void Takeover::Follow() {
   if (n_.members_.Has(kStandbyId)) {
     if (vote_linked_) n_.transport_->Disconnect(kStandbyId);
+    vote_linked_ = false;  // a fresh standby's question needs a link of its own
     const NodeDesc sd = n_.members_.PromoteStandby();
     n_.scheduler_token_ = sd.token;
     n_.transport_->Disconnect(kSchedulerId);
@@ -335,6 +340,31 @@ void Takeover::RegisterWithStandby(int head, const std::string& body) {
     n_.transport_->Connect(kStandbyId, n_.options_.standby_scheduler, kSchedulerToken);
   standby_linked_ = true;
   n_.SendControl(kStandbyId, Control::kRegister, head, body);
+}
+
+void Takeover::AddStandby(const Message& m) {
+  std::vector<NodeDesc> ds;
+  try {
+    ds = DecodeNodes(m.body);
+  } catch (const std::exception& e) {
+    PSKV_LOG_LIMITED(n_.limiter_, "standby", "WARN",
+                     n_.Tag() << ": dropped a new standby: " << e.what());
+    return;
+  }
+  if (ds.size() != 1 || ds[0].id != kStandbyId ||
+      ds[0].role != static_cast<int>(Role::kScheduler)) {
+    PSKV_LOG_LIMITED(n_.limiter_, "standby", "WARN",
+                     n_.Tag() << ": dropped a new standby that does not describe a standby "
+                                 "scheduler");
+    return;
+  }
+  if (n_.standby_ || n_.role() == Role::kScheduler) return;
+  if (!n_.members_.SetStandby(ds[0])) return;  // resent
+  if (vote_linked_) n_.transport_->Disconnect(kStandbyId);
+  vote_linked_ = false;
+  if (n_.options_.verbose >= 1)
+    PSKV_INFO(n_.Tag() << ": a fresh standby scheduler at " << ds[0].host << ":" << ds[0].port
+                       << " follows the scheduler");
 }
 
 void Takeover::OnNodeTable(const NodeDesc* d) {

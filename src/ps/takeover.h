@@ -29,6 +29,7 @@ namespace pskv {
 
 class Node;
 struct NodeDesc;
+struct Message;
 
 class Takeover {
  public:
@@ -66,6 +67,9 @@ class Takeover {
   /// the job formed sent the table.
   void OnNodeTable(const NodeDesc* scheduler);
 
+  /// mu_ held, a node of a running job: the scheduler's kNodeTable (head
+  /// kNodeTableStandby) naming a fresh standby, which the table names from now on.
+  void AddStandby(const Message& m);
   /// Timer thread, no lock held: a standby's takeover before it had the node table,
   /// a node's registration moved to the standby, kTakeover repeated, the standby's
   /// question repeated and decided, and a node whose standby never took over fails.

@@ -90,7 +90,8 @@ def test_yarn_command_as_a_shell_runs_it(tmp_path):
             '/opt/hadoop 3/share/hadoop/yarn/hadoop-yarn-applications-distributedshell.jar', a
     got = records(rec)
     assert sum('role=worker' in g and "[x y][it's]" in g for g in got) == 2, got
-    assert sum('role=server' in g for g in got) == 1 and sum('role=scheduler' in g for g in got) == 1, got
+    # the scheduler and its standby (started by default) run next to the launcher
+    assert sum('role=server' in g for g in got) == 1 and sum('role=scheduler' in g for g in got) == 2, got
     assert {g.split()[1] for g in got if 'role=worker' in g} == {'task=0', 'task=1'}, got
 
     # HADOOP_YARN_HOME unset: the shell says what to set, nothing runs with a bad path

@@ -566,6 +566,55 @@ TEST(ElasticWorkers, RestartedUnderTheLauncher) {
   Cleanup(j);
 }
 
+// The standby scheduler follows the workers that leave and join (pskv-launch starts one
+// by default): worker 1 killed after its round 6 is started again and joins; once it
+// pushed a few rounds, the scheduler is killed too. The standby, whose table names the
+// joined process (not the dead one), takes over: the newcomer follows it, and the job
+// ends as in RestartedUnderTheLauncher (CheckJoined). Before the standby followed
+// kWorkerJoined it sent its takeover to the dead process's address: the newcomer never
+// heard of it and failed.
+TEST(ElasticWorkers, SchedulerDiesAfterAWorkerLeftAndJoined) {
+  Job j;
+  j.dir = TempDir("sched_dies");
+  j.log = j.dir + "/log";
+  j.workers = 3;
+  const int rounds = 40, epoch = 4;
+  const std::string tag = "PSKV_TEST_TAG=elastic-sched-" + std::to_string(::getpid());
+  pid_t launcher = Spawn(
+      {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2", "--restart-workers", "1", "--env",
+       tag, "--", ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30"},
+      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
+      j.log);
+  j.procs.push_back(launcher);
+  pid_t victim = WorkerPid(j, 1);
+  ASSERT_GT(victim, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
+  ::kill(victim, SIGKILL);
+  const int64_t killed_at = NowMs();
+  // The restarted worker 1 pushed rounds of its own: kill the scheduler.
+  ASSERT_TRUE(WaitFile(j.dir + "/w1.r16", 30s)) << ReadFile(j.log);
+  ASSERT_FALSE(std::filesystem::exists(j.dir + "/w0.r" + std::to_string(rounds)))
+      << "the job ended before the scheduler's kill";
+  std::vector<pid_t> scheds = PidsWithEnv("DMLC_ROLE=scheduler"), ours = PidsWithEnv(tag),
+                     standbys = PidsWithEnv("PSKV_STANDBY=1"), primary;
+  for (pid_t p : ours)
+    if (std::count(scheds.begin(), scheds.end(), p) &&
+        !std::count(standbys.begin(), standbys.end(), p))
+      primary.push_back(p);
+  ASSERT_EQ(primary.size(), 1u) << ReadFile(j.log);
+  ::kill(primary[0], SIGKILL);
+  auto st = WaitExit(launcher, 60s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  const std::string log = ReadFile(j.log);
+  EXPECT_EQ(*st, 0) << log;
+  EXPECT_NE(log.find("worker 1 started again"), std::string::npos) << log;
+  EXPECT_NE(log.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("every node rejoined"), std::string::npos) << log;
+  CheckJoined(j, "w1", rounds, epoch, killed_at, killed_at);
+  Cleanup(j);
+}
+
 // A frozen worker (SIGSTOP: no closed port) is dropped after PS_HEARTBEAT_TIMEOUT (3 s
 // here) + PS_HEARTBEAT_INTERVAL: the survivors' round that waited for it ends that much
 // later (measured); resumed (SIGCONT), it learns it was dropped and exits non-zero

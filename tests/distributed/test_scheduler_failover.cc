@@ -317,47 +317,184 @@ TEST(SchedulerFailover, StandbyCutOffFromALiveSchedulerDoesNotTakeOver) {
   std::filesystem::remove_all(j.dir);
 }
 
-// Under pskv-launch --standby-scheduler: the scheduler killed between rounds; the
-// launcher lets the standby take over, the job ends with status 0 and the weights of
-// the undisturbed job.
-TEST(SchedulerFailover, KillUnderPskvLaunchLosesNothing) {
+// Under pskv-launch (a standby by default): the schedulers `kills` names killed with
+// SIGKILL mid-training, one after the other — kSchedulerTwice: the scheduler after round
+// 3, then the standby that took over, once the fresh standby the launcher started for it
+// has registered, after round 12; kStandbyThenScheduler: the standby after round 3,
+// then, once its fresh replacement registered, the scheduler after round 12. The
+// launcher exits 0 and says what happened; the weights are the undisturbed job's.
+struct LaunchRun {
+  std::string out;
+  std::vector<std::string> weights;
+};
+enum class Kills { kScheduler, kSchedulerTwice, kStandbyThenScheduler };
+LaunchRun LaunchAndKillSchedulers(const std::string& name, std::vector<std::string> flags,
+                                  Kills kills) {
   const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("pskv_schedfail_launch_" + std::to_string(::getpid())))
+                           ("pskv_schedfail_" + name + "_" + std::to_string(::getpid())))
                               .string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string log = dir + "/log", tag = "sched-failover-" + std::to_string(::getpid());
-  const pid_t launcher = Spawn({PSKV_LAUNCH, "-n", "2", "-s", "2", "--standby-scheduler",
-                                FAILOVER_WORKER, std::to_string(kRounds), dir},
+  const std::string log = dir + "/log", tag = "sched-failover-" + name + std::to_string(::getpid());
+  std::vector<std::string> argv = {PSKV_LAUNCH, "-n", "2", "-s", "2"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  // 30 rounds of >= 60 ms: ~2 s, time for a fresh standby to register in between.
+  argv.insert(argv.end(), {FAILOVER_WORKER, "--pace", "60", "30", dir});
+  const pid_t launcher = Spawn(argv,
                                {{"PSKV_TEST_TAG", tag},
                                 {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
                                 {"PSKV_WIRE_CHUNK_BYTES", "262144"},
                                 {"PSKV_TIMEOUT", "60"}},
                                log);
-  ASSERT_TRUE(WaitFile(dir + "/w0.r3", 30s)) << ReadFile(log);
+  LaunchRun r;
+  auto fail = [&](const std::string& what) {
+    ADD_FAILURE() << name << ": " << what << "\n" << ReadFile(log);
+    ::kill(-launcher, SIGKILL);
+    ::waitpid(launcher, nullptr, 0);
+    return r;
+  };
+  if (!WaitFile(dir + "/w0.r3", 30s)) return fail("round 3 never finished");
   auto pids = [&](const std::string& needle) {
     auto v = PidsWithEnv(needle);
     std::sort(v.begin(), v.end());
     return v;
   };
-  std::vector<pid_t> ours = pids("PSKV_TEST_TAG=" + tag), scheds = pids("DMLC_ROLE=scheduler"),
-                     standbys = pids("PSKV_STANDBY=1"), both, primary;
-  std::set_intersection(ours.begin(), ours.end(), scheds.begin(), scheds.end(),
-                        std::back_inserter(both));
-  std::set_difference(both.begin(), both.end(), standbys.begin(), standbys.end(),
+  auto both = [](const std::vector<pid_t>& a, const std::vector<pid_t>& b) {
+    std::vector<pid_t> v;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(v));
+    return v;
+  };
+  const std::vector<pid_t> ours = pids("PSKV_TEST_TAG=" + tag),
+                           scheds = both(ours, pids("DMLC_ROLE=scheduler")),
+                           standbys = both(ours, pids("PSKV_STANDBY=1"));
+  std::vector<pid_t> primary;
+  std::set_difference(scheds.begin(), scheds.end(), standbys.begin(), standbys.end(),
                       std::back_inserter(primary));
-  ASSERT_EQ(primary.size(), 1u) << ReadFile(log);
-  ::kill(primary[0], SIGKILL);
-  auto st = WaitExit(launcher, 40s);
-  const std::string out = ReadFile(log);
-  if (!st) ::kill(-launcher, SIGKILL);
-  ASSERT_TRUE(st.has_value() && *st == 0)
-      << (st ? "exited " + std::to_string(*st) : std::string("hung")) << "\n"
-      << out;
-  EXPECT_NE(out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
-      << out;
-  std::vector<std::string> w;
-  for (int r = 0; r < 2; ++r) w.push_back(ReadFile(dir + "/w" + std::to_string(r) + ".weights"));
-  ExpectSameWeights(Undisturbed(false), w, "scheduler killed under pskv-launch after round 3");
+  if (primary.size() != 1u) return fail("not one scheduler besides the standbys");
+  if (standbys.size() != 1u) return fail("not one standby scheduler");
+  const bool standby_first = kills == Kills::kStandbyThenScheduler;
+  ::kill(standby_first ? standbys[0] : primary[0], SIGKILL);
+  if (kills != Kills::kScheduler) {
+    // The fresh standby registered with the standby that took over (its log line).
+    const auto t0 = std::chrono::steady_clock::now();
+    while (ReadFile(log).find("follows this scheduler as its standby") == std::string::npos) {
+      if (std::chrono::steady_clock::now() - t0 > 20s) return fail("no fresh standby registered");
+      std::this_thread::sleep_for(20ms);
+    }
+    if (!WaitFile(dir + "/w0.r12", 30s)) return fail("round 12 never finished");
+    if (std::filesystem::exists(dir + "/w0.r29")) return fail("the job ended before the 2nd kill");
+    ::kill(standby_first ? primary[0] : standbys[0], SIGKILL);
+  }
+  auto st = WaitExit(launcher, 60s);
+  r.out = ReadFile(log);
+  if (!st) return fail("the launcher hung");
+  EXPECT_EQ(*st, 0) << name << ": the launcher exited " << *st << "\n" << r.out;
+  for (int w = 0; w < 2; ++w)
+    r.weights.push_back(ReadFile(dir + "/w" + std::to_string(w) + ".weights"));
   std::filesystem::remove_all(dir);
+  if (kills == Kills::kScheduler) return r;
+  // The console's "HH:MM:SS.mmm" of the first line containing `needle`, in ms (-1: none).
+  auto at = [&](const std::string& needle) -> long {
+    const auto p = r.out.find(needle);
+    if (p == std::string::npos) return -1;
+    const auto bol = r.out.rfind('\n', p) + 1;
+    const std::string t = r.out.substr(bol, 12);
+    return ((std::stol(t.substr(0, 2)) * 60 + std::stol(t.substr(3, 2))) * 60 +
+            std::stol(t.substr(6, 2))) *
+               1000 +
+           std::stol(t.substr(9, 3));
+  };
+  const long started = at(") started: it follows"),
+             registered = at("registered: it follows this scheduler as its standby");
+  EXPECT_GE(started, 0) << r.out;
+  EXPECT_GE(registered, started) << r.out;
+  std::printf("[ stall ] the fresh standby registered %ld ms after the launcher started it\n",
+              registered - started);
+  std::printf(
+      "[ stall ] takeovers, every node rejoined after: %s\n",
+      [&] {
+        std::string v;
+        for (size_t p = 0; (p = r.out.find(" ms after the takeover", p)) != std::string::npos; ++p)
+          v += r.out.substr(r.out.rfind(", ", p) + 2, p - r.out.rfind(", ", p) - 2) + " ms ";
+        return v;
+      }()
+          .c_str());
+  return r;
+}
+
+// With the default standby: the scheduler killed between rounds; the launcher lets the
+// standby take over, starts a fresh standby, and the job ends with status 0 and the
+// weights of the undisturbed job.
+TEST(SchedulerFailover, KillUnderPskvLaunchLosesNothing) {
+  const LaunchRun r = LaunchAndKillSchedulers("launch", {}, Kills::kScheduler);
+  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("a fresh standby is started to follow it"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a standby scheduler took over"), std::string::npos) << r.out;
+  ExpectSameWeights(Undisturbed(false, 30), r.weights, "scheduler killed under pskv-launch");
+}
+
+// --standby-scheduler (the default, stated) is still accepted and does the same.
+TEST(SchedulerFailover, KillUnderPskvLaunchWithStandbyFlag) {
+  const LaunchRun r =
+      LaunchAndKillSchedulers("launch_flag", {"--standby-scheduler"}, Kills::kScheduler);
+  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << r.out;
+  ExpectSameWeights(Undisturbed(false, 30), r.weights, "scheduler killed (--standby-scheduler)");
+}
+
+// Two scheduler deaths: the scheduler, then the standby that took over from it. The
+// fresh standby the launcher started got the job's state (node table, range table,
+// barrier releases) from the new scheduler and takes over the second time.
+TEST(SchedulerFailover, TwoSchedulerDeathsUnderPskvLaunchLoseNothing) {
+  const LaunchRun r = LaunchAndKillSchedulers("launch_twice", {}, Kills::kSchedulerTwice);
+  size_t takeovers = 0;
+  for (size_t at = 0; (at = r.out.find("the standby scheduler takes over and the job goes on",
+                                       at)) != std::string::npos;
+       ++at)
+    ++takeovers;
+  EXPECT_EQ(takeovers, 2u) << r.out;
+  EXPECT_NE(r.out.find("standby scheduler 2 (pid "), std::string::npos) << r.out;
+  ExpectSameWeights(Undisturbed(false, 30), r.weights, "two schedulers killed under pskv-launch");
+}
+
+// --no-standby-scheduler: the old behaviour, the scheduler's death ends the job at once.
+TEST(SchedulerFailover, NoStandbyUnderPskvLaunchStopsTheJob) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("pskv_schedfail_nostandby_" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/log", tag = "sched-nostandby-" + std::to_string(::getpid());
+  const pid_t launcher = Spawn({PSKV_LAUNCH, "-n", "1", "-s", "1", "--no-standby-scheduler",
+                                FAILOVER_WORKER, "--pace", "100", "60", dir},
+                               {{"PSKV_TEST_TAG", tag}, {"PSKV_TIMEOUT", "60"}}, log);
+  ASSERT_TRUE(WaitFile(dir + "/w0.r3", 30s)) << ReadFile(log);
+  std::vector<pid_t> scheds = PidsWithEnv("DMLC_ROLE=scheduler"),
+                     ours = PidsWithEnv("PSKV_TEST_TAG=" + tag),
+                     standbys = PidsWithEnv("PSKV_STANDBY=1");
+  std::vector<pid_t> mine;
+  for (pid_t p : ours)
+    if (std::count(scheds.begin(), scheds.end(), p)) mine.push_back(p);
+  ASSERT_EQ(mine.size(), 1u) << "one scheduler, no standby\n" << ReadFile(log);
+  for (pid_t p : ours) EXPECT_EQ(std::count(standbys.begin(), standbys.end(), p), 0);
+  ::kill(mine[0], SIGKILL);
+  auto st = WaitExit(launcher, 30s);
+  if (!st) ::kill(-launcher, SIGKILL);
+  ASSERT_TRUE(st.has_value()) << ReadFile(log);
+  EXPECT_NE(*st, 0) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("scheduler (pid "), std::string::npos) << ReadFile(log);
+  std::filesystem::remove_all(dir);
+}
+
+// The standby dies first: the launcher starts a fresh standby, which registers with the
+// scheduler once it forgot the dead one; then the scheduler dies and the fresh standby
+// takes over.
+TEST(SchedulerFailover, StandbyThenSchedulerDieUnderPskvLaunchLoseNothing) {
+  const LaunchRun r = LaunchAndKillSchedulers("standby_first", {}, Kills::kStandbyThenScheduler);
+  EXPECT_NE(r.out.find("until a fresh one, started now, follows the scheduler"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << r.out;
+  ExpectSameWeights(Undisturbed(false, 30), r.weights, "the standby, then the scheduler killed");
 }

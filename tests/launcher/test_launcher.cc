@@ -88,7 +88,7 @@ TEST(Launcher, NoSecretRunsAnOpenJobAndSaysSoOncePerProcess) {
   EXPECT_EQ(r.status, 0) << r.out;
   size_t n = 0;
   for (size_t at = 0; (at = r.out.find("OPEN to anyone", at)) != std::string::npos; ++at) ++n;
-  EXPECT_EQ(n, 3u) << r.out;  // scheduler, server, worker: once each
+  EXPECT_EQ(n, 4u) << r.out;  // scheduler, its standby, server, worker: once each
 }
 
 // A job that hangs: the headline names the process that hung, not the first
@@ -274,7 +274,7 @@ TEST(Launcher, SigtermStopsEveryChild) {
                   {}, dir + "/out");
   ASSERT_TRUE(WaitFile(dir + "/worker0", 30s) && WaitFile(dir + "/worker1", 30s))
       << ReadFile(dir + "/out");
-  EXPECT_EQ(PidsWithEnv(tag).size(), 4u);  // scheduler, server, 2 workers
+  EXPECT_EQ(PidsWithEnv(tag).size(), 5u);  // scheduler, its standby, server, 2 workers
   ::kill(p, SIGTERM);
   auto st = WaitExit(p, 10s);
   ASSERT_TRUE(st.has_value());
@@ -369,6 +369,40 @@ TEST(Launcher, ServerThreadsAreTheServersShareOfTheCoresUnlessChosen) {
              {{"PSKV_SERVER_THREADS", "5"}});
   EXPECT_EQ(server_line(r.out).find("PSKV_SERVER_THREADS="), std::string::npos)
       << "the exported value must reach the server unchanged: " << r.out;
+}
+
+// A standby scheduler by default, next to the scheduler (every launcher that runs the
+// scheduler here), bound at its own port that every process is told of;
+// --no-standby-scheduler: none; --standby-scheduler is still accepted; kubernetes has
+// none (and refuses the flag).
+TEST(Launcher, StandbySchedulerByDefault) {
+  for (std::string launcher : {"local", "mpi", "slurm", "sge", "yarn"}) {
+    RunResult r = Launch({"-n", "1", "-s", "1", "--launcher", launcher, "--dry-run", "--", "prog"});
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("[standby scheduler] "), std::string::npos) << launcher << "\n" << r.out;
+    EXPECT_NE(r.out.find("PSKV_STANDBY=1"), std::string::npos) << launcher << "\n" << r.out;
+    EXPECT_NE(r.out.find("PSKV_SCHEDULER_STANDBY="), std::string::npos) << launcher << "\n"
+                                                                        << r.out;
+    r = Launch({"-n", "1", "-s", "1", "--launcher", launcher, "--no-standby-scheduler", "--dry-run",
+                "--", "prog"});
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out.find("standby"), std::string::npos) << launcher << "\n" << r.out;
+    EXPECT_EQ(r.out.find("PSKV_SCHEDULER_STANDBY"), std::string::npos) << launcher << "\n" << r.out;
+  }
+  RunResult r = Launch({"-n", "1", "-s", "1", "--standby-scheduler", "--dry-run", "--", "prog"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("[standby scheduler] "), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "-s", "1", "--standby-scheduler", "--no-standby-scheduler", "--dry-run",
+              "--", "prog"});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("not both"), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "-s", "1", "--launcher", "kubernetes", "--image", "img", "--", "prog"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("PSKV_SCHEDULER_STANDBY"), std::string::npos) << r.out;
+  r = Launch({"-n", "1", "-s", "1", "--launcher", "kubernetes", "--image", "img",
+              "--standby-scheduler", "--", "prog"});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("does not work with --launcher kubernetes"), std::string::npos) << r.out;
 }
 
 TEST(Launcher, UsageErrors) {

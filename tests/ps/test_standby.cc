@@ -5,7 +5,9 @@
 // own authenticated connection to the server) sends the server a forged kTakeover,
 // once claiming to be the standby in the header and once as itself. Had the server
 // followed it, "the scheduler" would be the standby, which has not taken over and
-// drops barrier arrivals: the barrier after the forgery would time out.
+// drops barrier arrivals: the barrier after the forgery would time out. It also forges
+// the scheduler's news of a fresh standby (kNodeTable, head kNodeTableStandby) naming
+// itself as the standby, which would let its own takeover count: dropped.
 // And split brain (docs/security.md): even the standby itself — its own connection,
 // its identity — cannot make a node leave a scheduler the node still reaches.
 #include <gtest/gtest.h>
@@ -126,6 +128,24 @@ TEST(StandbyScheduler, OnlyTheStandbyOfTheNodeTableCanTakeOver) {
         m.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
         tap->Send(ServerId(0), Encode(m));
       }
+      // A forged "fresh standby" (kNodeTable, head kNodeTableStandby) naming this worker
+      // as the job's standby: only the scheduler may send it.
+      Message t;
+      t.h.control = static_cast<uint8_t>(Control::kNodeTable);
+      t.h.head = kNodeTableStandby;
+      t.h.sender = kSchedulerId;
+      t.h.recver = ServerId(0);
+      t.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
+      NodeDesc me;
+      me.id = kStandbyId;
+      me.role = static_cast<int>(Role::kScheduler);
+      me.host = "127.0.0.1";
+      me.port = 1;
+      me.token = 1;
+      t.body = EncodeNodes({me});
+      tap->Send(ServerId(0), Encode(t));
+      t.h.sender = WorkerId(0);  // in its own name
+      tap->Send(ServerId(0), Encode(t));
       std::this_thread::sleep_for(500ms);
       n.Barrier(kServerGroup | kWorkerGroup, 10s);
       n.Finalize(30s);
@@ -140,6 +160,14 @@ TEST(StandbyScheduler, OnlyTheStandbyOfTheNodeTableCanTakeOver) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("only the standby scheduler sends this"), std::string::npos) << log;
+  // (The one in the scheduler's name is dropped as the takeover in the standby's: the
+  // header's sender differs from the connection's; logged once for both.)
+  const auto forged = log.find(
+      "dropped a node_table message (header says node 9, connection is "
+      "worker[0]");
+  ASSERT_NE(forged, std::string::npos) << log;
+  const std::string line = log.substr(forged, log.find('\n', forged) - forged);
+  EXPECT_NE(line.find("only the scheduler sends this"), std::string::npos) << line;
   const char* who[] = {"scheduler", "standby", "server", "worker"};
   for (int i = 0; i < 4; ++i) EXPECT_EQ(What(errors[i]), "") << who[i];
 }

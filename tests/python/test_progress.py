@@ -100,18 +100,22 @@ def test_timelines_of_a_job_merge_into_one_trace_with_a_lane_per_node(tmp_path):
                    '/usr/bin/python3', str(script)], env=env(), cwd=str(tmp_path))
     assert rc == 0, out
     files = sorted(os.listdir(trace.parent))
-    assert len(files) == 4 and all(re.match(r'trace\.(scheduler|server|worker)\.\d+\.json$', f) for f in files), files
+    # the scheduler and its standby (pskv-launch starts one by default), a server, 2 workers
+    assert len(files) == 5 and all(re.match(r'trace\.(scheduler|server|worker)\.\d+\.json$', f) for f in files), files
     merged = tmp_path / 'job.json'
     rc, out = run(['/usr/bin/python3', '-m', 'pskv.timeline', 'merge', str(trace), '-o', str(merged)], env=env())
     assert rc == 0, out
-    assert '4 processes (scheduler, server[0], worker[0], worker[1])' in out, out
+    assert '5 processes (' in out, out
     events = json.load(open(merged))['traceEvents']
     names = {e['pid']: e['args']['name'] for e in events if e.get('name') == 'process_name'}
-    assert [names[p].split(' ')[0] for p in sorted(names)] == ['scheduler', 'server[0]', 'worker[0]', 'worker[1]']
+    lanes = [names[p].split(' (pid')[0] for p in sorted(names)]
+    # the two schedulers first (in the order they started), then by role and rank
+    assert sorted(lanes[:2]) == ['scheduler', 'standby scheduler'], lanes
+    assert lanes[2:] == ['server[0]', 'worker[0]', 'worker[1]'], lanes
     spans = [e for e in events if e.get('ph') == 'X']
-    for lane in sorted(names)[1:]:     # the server and both workers recorded their operations
+    for lane in sorted(names)[2:]:     # the server and both workers recorded their operations
         assert any(e['pid'] == lane for e in spans), (names[lane], len(spans))
-    assert any(e['name'] == 'pushpull' for e in spans if e['pid'] == 3), [e for e in spans if e['pid'] == 3][:5]
+    assert any(e['name'] == 'pushpull' for e in spans if e['pid'] == 4), [e for e in spans if e['pid'] == 4][:5]
     # The directory works as well, and a file cut short (a killed process) is read up to
     # its last whole event.
     worker = [f for f in files if '.worker.' in f][0]
@@ -120,7 +124,7 @@ def test_timelines_of_a_job_merge_into_one_trace_with_a_lane_per_node(tmp_path):
     (trace.parent / worker).write_text(cut)
     rc, out = run(['/usr/bin/python3', '-m', 'pskv.timeline', 'merge', str(trace.parent), '-o', str(merged)],
                   env=env())
-    assert rc == 0 and '4 processes' in out, out
+    assert rc == 0 and '5 processes' in out, out
     rc, out = run(['/usr/bin/python3', '-m', 'pskv.timeline', 'merge', str(tmp_path / 'nothing'), '-o',
                    str(merged)], env=env())
     assert rc == 1 and 'no PSKV_TIMELINE files' in out, out

@@ -82,6 +82,29 @@ void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status, Servers se
   plan.children.push_back(child("workers", group("worker", cfg.num_workers, -1)));
 }
 
+ChildSpec NextStandby(const ChildSpec& active, int number) {
+  ChildSpec c = active;
+  auto env = [&](const char* k) {
+    auto it = active.env.find(k);
+    return it == active.env.end() ? std::string() : it->second;
+  };
+  // Where the job's scheduler listens: a standby that took over, at its own address;
+  // the first scheduler, at the job's root address.
+  const std::string at = env("PSKV_STANDBY") == "1"
+                             ? env("PSKV_SCHEDULER_STANDBY")
+                             : env("DMLC_PS_ROOT_URI") + ":" + env("DMLC_PS_ROOT_PORT");
+  const std::string host = at.substr(0, at.rfind(':')), port = at.substr(at.rfind(':') + 1);
+  c.env["DMLC_PS_ROOT_URI"] = host;
+  c.env["DMLC_PS_ROOT_PORT"] = port;
+  int mine = 0;
+  do mine = FreePort(host);
+  while (std::to_string(mine) == port);
+  c.env["PSKV_SCHEDULER_STANDBY"] = host + ":" + std::to_string(mine);
+  c.env["PSKV_STANDBY"] = "1";
+  c.name = "standby scheduler " + std::to_string(number);
+  return c;
+}
+
 Plan MakePlan(const LaunchConfig& cfg, const std::string& job_id) {
   const int port = cfg.root_port ? cfg.root_port : FreePort(cfg.root_uri);
   PlanContext ctx{cfg, job_id, {}, {}, {}};

@@ -82,6 +82,12 @@ enum class Servers {
 void PlanGroups(const PlanContext& ctx, Plan& plan, StatusVia status, Servers servers,
                 const std::function<std::vector<std::string>(Group&, Plan&)>& command);
 
+/// The spec of a fresh standby scheduler that follows `active`, the job's scheduler (a
+/// standby that took over: its PSKV_SCHEDULER_STANDBY is its address; the first
+/// scheduler: DMLC_PS_ROOT_*), bound at a new free port of the same host; named
+/// "standby scheduler `number`".
+ChildSpec NextStandby(const ChildSpec& active, int number);
+
 /// argv as one shell word list ("a 'b c'").
 std::string JoinQuoted(const std::vector<std::string>& argv);
 /// Each K=V of `env` as two words: `flag`, `K=V`.
