@@ -105,7 +105,8 @@ class Membership {
   };
   std::map<int, Suspect_> suspects_;  // replicated: servers lost here, not yet removed
 
-  friend class Scheduler;  // decides membership on the scheduler's node
+  friend class Scheduler;       // decides membership on the scheduler's node
+  friend class ElasticWorkers;  // the scheduler's component: seats joining workers
 };
 
 }  // namespace pskv

@@ -284,7 +284,8 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   }
   std::string why = reason;
   if (replicated() && IsServerId(dead_id) && scheduler_->SurviveServer(dead_id, &why)) return;
-  if (options_.elastic && IsWorkerId(dead_id) && scheduler_->SurviveWorker(dead_id, &why)) return;
+  if (options_.elastic && IsWorkerId(dead_id) && scheduler_->elastic().SurviveWorker(dead_id, &why))
+    return;
   resender_.Forget(dead_id);
   {
     std::lock_guard<std::mutex> lk(mu_);

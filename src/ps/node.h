@@ -361,8 +361,9 @@ class Node {
   bool started_ = false, stopped_ = false;
   std::thread recv_thread_, timer_thread_;
 
-  friend class Scheduler;  // its component: uses the plumbing and the shared tables
-  friend class Takeover;   // its component: acts through the plumbing
+  friend class Scheduler;       // its component: uses the plumbing and the shared tables
+  friend class ElasticWorkers;  // the scheduler's component: seats joining workers
+  friend class Takeover;        // its component: acts through the plumbing
 };
 
 }  // namespace pskv

@@ -303,7 +303,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       if (!IsScheduler()) HandleWorkerJoined(m, lk);
       return;
     case Control::kJoinReady:
-      scheduler_->OnJoinReady(sender, m.h.head);
+      scheduler_->elastic().OnJoinReady(sender);
       return;
     case Control::kLeave:
       if (IsScheduler() && !finished_) {

@@ -72,15 +72,13 @@ void Scheduler::OnBarrier(int sender, int group, uint64_t passed) {
 }
 
 void Scheduler::Release(int group) {
-  if (group == kEpochGroup && HoldForJoiners()) return;  // workers join (scheduler_elastic.cc)
+  if (group == kEpochGroup && elastic_.HoldRelease()) return;  // workers join (elastic_workers.h)
   state_.barriers.Clear(group);
   // Released from the final barrier, every node closes its connections and exits: a
   // closed port or silence is the end of the job now, not a death.
   if (group == kAllGroup && node_->at_final_barrier_) {
     node_->liveness_.Stop();
-    for (auto& [token, d] : state_.joiners)  // elastic workers waiting to join
-      Refuse(d, "the job ended before the workers' next epoch barrier");
-    state_.joiners.clear();
+    elastic_.RefuseWaiting("the job ended before the workers' next epoch barrier");
   }
   if (obs::Enabled()) {  // [observe] the scheduler's view: first arrival until release
     const uint64_t now = obs::NowUs();
@@ -122,7 +120,7 @@ void Scheduler::Release(int group) {
 void Scheduler::ReleaseCompletedBarriers() {
   for (int group : state_.barriers.Completed([this](int g) { return node_->GroupSize(g); }))
     Release(group);
-  if (state_.join_held) ReleaseHeldJoin();  // a server that was to take a joiner left
+  elastic_.RecheckHeld();  // a server that was to take a joiner left
 }
 
 void Scheduler::WarnStalledBarriers(Clock::time_point now) {

@@ -32,6 +32,7 @@
 
 #include "common/stall.h"
 #include "protocol/message.h"
+#include "ps/elastic_workers.h"
 
 namespace pskv {
 
@@ -96,10 +97,6 @@ struct SchedulerState {
   // what lost it (for the "back to full strength" log line).
   Clock::time_point copy_lost_at{};
   std::string copy_lost_what;
-  // --- elastic workers joining the running job (scheduler_elastic.cc)
-  std::map<uint64_t, NodeDesc> joiners;  // by token: admitted at the next epoch barrier
-  std::set<int> join_acks;               // servers yet to take the workers just admitted
-  bool join_held = false;                // the epoch barrier's release waits for them
   // --- standby scheduler (scheduler_standby.cc)
   std::map<int, uint64_t> released;  // barriers released so far, per group
   bool took_over = false;            // this scheduler is a standby that took over
@@ -111,6 +108,8 @@ class Scheduler {
  public:
   using Clock = std::chrono::steady_clock;
   explicit Scheduler(Node* node) : node_(node) {}
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // --- registration (scheduler_registration.cc)
   /// A kRegister whose body names the connection's own identity.
@@ -146,18 +145,8 @@ class Scheduler {
   /// removed from the job, so that it stops (kNodeFailed naming itself).
   void TellRemoved(int id);
 
-  // --- elastic workers (scheduler_elastic.cc)
-  /// PSKV_ELASTIC: worker `dead_id` is gone; drops it from the job (every node hears
-  /// kWorkerLeft; barriers count it out). False when that would leave fewer than
-  /// PSKV_MIN_WORKERS (then `reason` says so and the job fails). Takes the Node's
-  /// mutex itself.
-  bool SurviveWorker(int dead_id, std::string* reason);
-  /// PSKV_ELASTIC: a worker's registration after the job formed (a new or restarted
-  /// process): it joins in place of a worker that left, at the release of the workers'
-  /// next epoch barrier (kEpochGroup), or is refused (no place, settings differ).
-  void OnJoinRequest(const NodeDesc& d, const Message& m);
-  /// A kJoinReady: server `sender` takes the pushes of worker `id`, just admitted.
-  void OnJoinReady(int sender, int id);
+  // --- elastic workers (its component, ps/elastic_workers.h)
+  ElasticWorkers& elastic() { return elastic_; }
   // --- standby scheduler (scheduler_standby.cc)
   /// This standby takes over; `released`: the releases it followed, per group.
   void TakeOver(const std::map<int, uint64_t>& released, Clock::time_point at);
@@ -194,21 +183,14 @@ class Scheduler {
   void ReleaseCompletedBarriers();
   /// Sends the range table to every node still in the job.
   void PublishRanges();
-  // --- elastic workers joining (scheduler_elastic.cc)
-  /// At the release of the epoch barrier: admits the workers waiting to join; true
-  /// while the release waits for the servers to take them (kJoinReady).
-  bool HoldForJoiners();
-  bool AdmitJoiners();
-  /// Releases the epoch barrier held for joiners once every live server took them.
-  void ReleaseHeldJoin();
-  /// Why worker `d` (registering with `m`) cannot join the running job ("" if it can).
-  std::string JoinRefusal(const NodeDesc& d, const Message& m) const;
-
   Node* node_;
   SchedulerState state_;
+  ElasticWorkers elastic_{*node_, *this};
   // Refusals sent in the current second (not job state: a standby starts afresh).
   Clock::time_point refusal_window_;
   int refusals_ = 0;
+
+  friend class ElasticWorkers;  // its component: releases, refusals, removal reasons
 };
 
 }  // namespace pskv

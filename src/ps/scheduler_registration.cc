@@ -72,7 +72,7 @@ void Scheduler::OnRegister(const Message& m) {
       }
     }
     if (o.elastic && d.role == static_cast<int>(Role::kWorker))
-      return OnJoinRequest(d, m);  // in place of a worker that left (scheduler_elastic.cc)
+      return elastic_.OnJoinRequest(d, m);  // in place of a worker that left (elastic_workers.h)
     if (d.role == static_cast<int>(Role::kScheduler))
       return AdmitStandby(d, m);  // a fresh standby (scheduler_standby.cc)
     Refuse(d, "the job already has all its " + std::to_string(o.num_workers) + " workers and " +

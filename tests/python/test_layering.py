@@ -31,7 +31,7 @@ LAYERS = {
     'transport/fault': {'common', 'transport'},
     'ps': {'common', 'protocol', 'transport', 'transport/fault'},
     'kvstore': {'common', 'device', 'ndarray', 'sparse', 'protocol', 'ps'},
-    'kvstore/distributed/wire': {'common', 'sparse', 'protocol', 'kvstore'},
+    'kvstore/distributed/wire': {'common', 'sparse', 'protocol', 'kvstore', 'embedding'},
     'kvstore/distributed': {'common', 'sparse', 'protocol', 'ps', 'kvstore',
                             'kvstore/distributed/wire'},
     'kvstore/distributed/worker': {'common', 'device', 'ndarray', 'sparse', 'protocol', 'ps',

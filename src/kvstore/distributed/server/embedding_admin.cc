@@ -41,6 +41,30 @@ uint64_t EmbeddingServer::RestorePart(Part& p, int64_t wire_key, const std::stri
   return saved.seq;
 }
 
+std::string EmbeddingServer::WritePart(Part& p, int64_t wire_key, const ea::Request& a) const {
+  const auto key = static_cast<int>(dist::KeyOf(wire_key));
+  const auto shard = static_cast<uint32_t>(range_.index());
+  const auto shards = static_cast<uint32_t>(range_.node->num_servers());
+  embedding::MakeDir(a.path);
+  if (a.op == ea::Op::kExport) {
+    const std::string path = a.path + "/" + embedding::ExportFileName(key, shard, shards);
+    p.table->ExportRows(path);
+    return path;
+  }
+  const uint64_t seq =
+      std::max(p.save_seq, embedding::LastSavedSeq(a.path, key, shard, shards)) + 1;
+  const bool full = a.op == ea::Op::kSaveFull;
+  const std::string path =
+      a.path + "/" + embedding::SaveFileName(key, seq, shard, shards, p.step, full);
+  if (full) {
+    p.table->SaveFull(path, shard, shards);
+  } else {
+    p.table->SaveDelta(path);
+  }
+  p.save_seq = seq;
+  return path;
+}
+
 void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer* srv,
                             std::unique_lock<std::mutex>& lk) {
   const std::string what = "embedding table " + std::to_string(dist::KeyOf(wire_key));
@@ -58,9 +82,7 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
   } catch (const std::exception& e) {
     return srv->RespondError(req, KindOf(e), what + ": " + e.what());
   }
-  const auto key = static_cast<int>(dist::KeyOf(wire_key));
   const auto shard = static_cast<uint32_t>(range_.index());
-  const auto shards = static_cast<uint32_t>(range_.node->num_servers());
   int64_t w[ea::kReplyWords] = {};
   std::string reply;
   if (a.op == ea::Op::kStats) {
@@ -92,24 +114,8 @@ void EmbeddingServer::Admin(int64_t wire_key, Part& p, KVRequest&& req, KVServer
         w[ea::kSeq] = static_cast<int64_t>(RestorePart(p, wire_key, a.path));
         w[ea::kRows] = p.table->Stats().live;
       } else {
-        embedding::MakeDir(a.path);
-        std::string path;
-        if (a.op == ea::Op::kExport) {
-          path = a.path + "/" + embedding::ExportFileName(key, shard, shards);
-          p.table->ExportRows(path);
-        } else {
-          const uint64_t seq =
-              std::max(p.save_seq, embedding::LastSavedSeq(a.path, key, shard, shards)) + 1;
-          const bool full = a.op == ea::Op::kSaveFull;
-          path = a.path + "/" + embedding::SaveFileName(key, seq, shard, shards, p.step, full);
-          if (full) {
-            p.table->SaveFull(path, shard, shards);
-          } else {
-            p.table->SaveDelta(path);
-          }
-          p.save_seq = seq;
-          w[ea::kSeq] = static_cast<int64_t>(seq);
-        }
+        const std::string path = WritePart(p, wire_key, a);
+        if (a.op != ea::Op::kExport) w[ea::kSeq] = static_cast<int64_t>(p.save_seq);
         w[ea::kBytes] = static_cast<int64_t>(embedding::FileBytes(path));
         w[ea::kRows] = p.table->Stats().live;
       }

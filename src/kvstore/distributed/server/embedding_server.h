@@ -64,6 +64,10 @@
 
 namespace pskv {
 
+namespace dist::embedding_admin {
+struct Request;
+}  // namespace dist::embedding_admin
+
 class EmbeddingServer {
  public:
   /// The tables of key range `range` (this server's index among the servers is
@@ -146,6 +150,9 @@ class EmbeddingServer {
   /// and save number; the number of the save restored. Throws what FindSaved and
   /// Table::Restore throw (the part unchanged).
   uint64_t RestorePart(Part& p, int64_t wire_key, const std::string& dir) const;
+  /// Writes the part's save (full or delta, numbered after every save of its table in
+  /// the directory) or export file for `a`; returns the file's path.
+  std::string WritePart(Part& p, int64_t wire_key, const dist::embedding_admin::Request& a) const;
   /// Applies `pushes` (decoded already once: they are valid) as one update; returns
   /// the rows it pushed.
   dist::embedding_wire::PushRows Apply(Part& p, const std::vector<const KVRequest*>& pushes) const;
