@@ -10,9 +10,10 @@
 //
 // What it owns: SchedulerState, every fact those decisions rest on that the other
 // nodes do not have — one plain struct, so that a standby scheduler could later hold
-// a copy of it (issue 42; not done yet). The facts every node has (the node table,
-// the range table, the departed servers, completed barriers) stay in the Node, which
-// a copy would need too.
+// a copy of it. The facts every node has (the node table, the range table, the
+// departed servers: the Node's Membership; completed barriers) stay in the Node, and a
+// standby follows them as every node does (docs/design.md, "The scheduler as a
+// component"). Elastic workers are its component ElasticWorkers (elastic_workers.h).
 //
 // What it uses of its Node (a friend): sending (SendControl, the transport's
 // connections), the node table, the range table and departed set, the status
