@@ -43,7 +43,7 @@ bool Scheduler::SurviveWorker(int dead_id, std::string* reason) {
     state_.removal_reason[dead_id] = *reason;
     TellRemoved(dead_id);  // in case it still runs (frozen, cut off)
     n.held_.erase(dead_id);
-    n.schedule_.Forget(dead_id);
+    n.send_.Forget(dead_id);
     state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; the job goes on with " << left << " of "
                       << n.options_.num_workers << " workers (PSKV_ELASTIC)");
@@ -149,7 +149,7 @@ bool Scheduler::AdmitJoiners() {
     state_.removal_reason.erase(id);
     state_.removed_told.erase(id);
     n.held_.erase(id);
-    n.schedule_.Forget(id);
+    n.send_.Forget(id);
     n.resender_.Forget(id);
     if (auto t = state_.temp_ids.find(token); t != state_.temp_ids.end()) {
       n.transport_->Disconnect(t->second);
