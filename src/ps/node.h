@@ -54,9 +54,9 @@
 // handler — one message at a time, in arrival order) and a timer thread
 // (heartbeats, failure detection, resend). Lock rule: Node's state, and that of its
 // Membership, Takeover, Barriers, SendPath and Scheduler, is under mu_ (one lock: a
-// message's handling touches several of them at once); Liveness, Resender and StatusReporter have their
-// own locks, taken after mu_ (never the other way). The data handler and failure
-// callbacks are called without mu_ held, so they may Send.
+// message's handling touches several of them at once); Liveness, Resender and
+// StatusReporter have their own locks, taken after mu_ (never the other way). The data
+// handler and failure callbacks are called without mu_ held, so they may Send.
 #pragma once
 
 #include <atomic>
