@@ -44,7 +44,7 @@ bool ElasticWorkers::SurviveWorker(int dead_id, std::string* reason) {
     s_.state_.removal_reason[dead_id] = *reason;
     s_.TellRemoved(dead_id);  // in case it still runs (frozen, cut off)
     n.held_.erase(dead_id);
-    n.schedule_.Forget(dead_id);
+    n.send_.Forget(dead_id);
     s_.state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; the job goes on with " << left << " of "
                       << n.options_.num_workers << " workers (PSKV_ELASTIC)");
@@ -135,7 +135,7 @@ void ElasticWorkers::Seat(int id, uint64_t token, NodeDesc d) {
   s_.state_.removal_reason.erase(id);
   s_.state_.removed_told.erase(id);
   n.held_.erase(id);
-  n.schedule_.Forget(id);
+  n.send_.Forget(id);
   n.resender_.Forget(id);
   if (auto t = s_.state_.temp_ids.find(token); t != s_.state_.temp_ids.end()) {
     n.transport_->Disconnect(t->second);

@@ -1,7 +1,8 @@
-// Node: lifecycle (finalize, abort), sending, failures, the timer thread and barrier
-// waits. Its start phases are in node_start.cc, receiving in node_receive.cc; its
-// components own the rest (node.h): who is in the job (ps/membership.h), the standby's
-// failover (ps/takeover.h), the scheduler's decisions (ps/scheduler.h).
+// Node: lifecycle (finalize, abort), failures and the timer thread. Start is in
+// node_start.cc, receiving in node_receive.cc; its components own the rest (node.h):
+// who is in the job (ps/membership.h), the standby's failover (ps/takeover.h), barrier
+// waits (ps/barriers.h), sending (ps/send_path.h), the scheduler's decisions
+// (ps/scheduler.h).
 #include "ps/node.h"
 
 #include <algorithm>
@@ -61,11 +62,6 @@ Node::~Node() {
   if (started_ && !stopped_) Abort("node destroyed without Finalize");
 }
 
-void Node::AddFailureHandler(FailureHandler h) {
-  std::lock_guard<std::mutex> lk(mu_);
-  failure_handlers_.push_back(std::move(h));
-}
-
 std::string Node::Tag() const {
   if (role() == Role::kScheduler) return standby_ ? "standby scheduler" : "scheduler";
   const int rank = rank_.load();
@@ -95,7 +91,7 @@ void Node::Finalize(std::chrono::milliseconds timeout) {
   // live one that is just slower (rank 0 evaluating, checkpointing) is waited for.
   const bool detecting = options_.heartbeat_timeout.count() > 0;
   try {
-    BarrierImpl(kAllGroup, detecting ? 0ms : timeout, /*final=*/true);
+    barriers_.Wait(kAllGroup, detecting ? 0ms : timeout, /*final=*/true);
   } catch (const TimeoutError& e) {
     err = std::current_exception();
     std::lock_guard<std::mutex> lk(mu_);
@@ -149,79 +145,6 @@ void Node::Abort(const std::string& reason) {
   stopped_ = true;
 }
 
-// ------------------------------------------------------------------ sending
-
-bool Node::IsResendable(Control c) const {
-  return options_.resend &&
-         (c == Control::kData || c == Control::kBarrier || c == Control::kBarrierDone ||
-          c == Control::kNodeFailed || c == Control::kCredit || c == Control::kRangeTable ||
-          c == Control::kRangeCopied || c == Control::kWorkerLeft || c == Control::kWorkerJoined ||
-          c == Control::kJoinReady);
-}
-
-// Called with mu_ held.
-void Node::SendFrames(int to, Message& m) {
-  m.h.sender = id_;
-  m.h.recver = to;
-  m.h.job = job_;
-  const auto c = static_cast<Control>(m.h.control);
-  if (IsResendable(c) && to < 1000000) m.h.seq = resender_.NextSeq(to);
-  std::vector<Frame> frames = Encode(m);
-  if (options_.verbose >= 2) PSKV_INFO(Tag() << " send " << Describe(m.h));
-  if (m.h.seq) resender_.Track(to, m.h.seq, frames);
-  transport_->Send(to, std::move(frames));
-}
-
-void Node::SendControl(int to, Control c, int head, std::string body, uint64_t ts) {
-  Message m;
-  m.h.control = static_cast<uint8_t>(c);
-  m.h.head = head;
-  m.h.timestamp = ts;
-  m.body = std::move(body);
-  SendFrames(to, m);
-}
-
-void Node::Send(int to, Message m) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (failure_) std::rethrow_exception(failure_);
-  if (!ready_) throw UsageError("Node::Send before the node is registered");
-  m.h.control = static_cast<uint8_t>(Control::kData);
-  m.h.flags &= static_cast<uint8_t>(~kScheduled);
-  if (!schedule_.Schedules(m.h.vals_len) || to >= 1000000) return SendFrames(to, m);
-  m.h.flags |= kScheduled;
-  if (!schedule_.Enqueue(to, m)) {
-    // Bounded: an overfull queue degrades to sending at once (never blocks, never fails).
-    PSKV_LOG_LIMITED(limiter_, "sendqueue", "WARN",
-                     Tag() << ": more than " << SendSchedule::kMaxQueued
-                           << " big messages wait for " << NameLocked(to)
-                           << "; sending without priority order");
-    const uint64_t bytes = m.h.vals_len;
-    SendFrames(to, m);
-    schedule_.Sent(to, bytes);
-    return;
-  }
-  schedule_.Pump(to, [&](Message& q) { SendFrames(to, q); });
-}
-
-void Node::HandleCredit(int sender, uint64_t count) {
-  if (!schedule_.Credit(sender, count)) {
-    PSKV_LOG_LIMITED(limiter_, std::to_string(sender) + "/credit", "WARN",
-                     Tag() << ": dropped a credit from " << NameLocked(sender) << " for " << count
-                           << " messages: fewer were sent to it");
-    return;
-  }
-  try {
-    schedule_.Pump(sender, [&](Message& q) { SendFrames(sender, q); });
-  } catch (const std::exception& e) {
-    PSKV_LOG_LIMITED(limiter_, "pump", "WARN",
-                     Tag() << ": cannot send to " << NameLocked(sender) << ": " << e.what());
-  }
-}
-
-void Node::SendCredit(int sender) {
-  SendControl(sender, Control::kCredit, 0, {}, schedule_.Received(sender));
-}
-
 // ------------------------------------------------------------------ failures
 
 void Node::Fail(std::exception_ptr e, int culprit) {
@@ -231,8 +154,8 @@ void Node::Fail(std::exception_ptr e, int culprit) {
     std::lock_guard<std::mutex> lk(mu_);
     if (failure_ || finished_) return;
     failure_ = e;
-    handlers = failure_handlers_;
-    schedule_.DropQueues();  // queued sends fail with their requests (the failure handlers)
+    handlers = events_.failure;
+    send_.DropQueues();  // queued sends fail with their requests (the failure handlers)
   }
   cv_.notify_all();
   status_.Failed(ErrorKindName(e), ErrorMessage(e),
@@ -290,7 +213,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     held_.erase(dead_id);
-    schedule_.Forget(dead_id);
+    send_.Forget(dead_id);
   }
   if (IsScheduler()) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -371,103 +294,11 @@ void Node::TimerLoop() {
   }
 }
 
-// ------------------------------------------------------------------ barriers
-
-void Node::Barrier(int group, std::chrono::milliseconds timeout) {
-  BarrierImpl(group, timeout, false);
-}
-
-void Node::BarrierImpl(int group, std::chrono::milliseconds timeout, bool final) {
-  std::unique_lock<std::mutex> lk(mu_);
-  if (failure_) std::rethrow_exception(failure_);
-  // The epoch barrier goes to the scheduler even for a worker left alone: a worker
-  // joins a running elastic job at its release.
-  if (GroupSize(group) <= 1 && group != kEpochGroup) return;
-  const uint64_t gen = barrier_gen_[group];
-  if (final) at_final_barrier_ = true;
-  if (IsScheduler()) {
-    scheduler_->OnBarrier(kSchedulerId, group);
-  } else {
-    // With the releases of this group seen so far: resent to a standby that takes
-    // over (ps/takeover.cc), it tells a missed release from a new barrier.
-    SendControl(kSchedulerId, Control::kBarrier, group, {}, gen);
-    waiting_group_ = group;
-  }
-  struct Left {  // whatever way the wait ends (lk is held then)
-    int& group;
-    ~Left() { group = 0; }
-  } left{waiting_group_};
-  auto done = [&] { return barrier_gen_[group] != gen || failure_ != nullptr; };
-  // Bounded by `timeout` (0: none — then by failure detection); says what it is
-  // waiting for after PSKV_STALL_WARNING, backing off (common/stall.h).
-  // The scheduler and servers wait at the final barrier for the whole job: that
-  // is no stall. A worker there has finished and waits for the others.
-  const bool quiet = IsScheduler() || (final && role() != Role::kWorker);
-  const WaitPlan plan{timeout.count() > 0 ? timeout : WaitPlan::kForever,
-                      quiet ? std::chrono::milliseconds(0) : options_.stall_warning};
-  // The record names no node: only the scheduler knows who is missing (its own
-  // record names them).
-  StatusWait stall_status(&status_);
-  const bool reached = WaitReporting(
-      plan, [&](Clock::time_point until) { return cv_.wait_until(lk, until, done); },
-      [&](std::chrono::milliseconds waited) {
-        stall_status.Report(final ? "final barrier" : "barrier", {}, 0, waited);
-        if (final)
-          PSKV_WARN(Tag() << ": finished; waiting for the rest of the job for " << SecsStr(waited)
-                          << " (the scheduler's log names the workers still running)");
-        else
-          PSKV_WARN(Tag() << ": waiting at a barrier for " << SecsStr(waited)
-                          << " (the scheduler's log names the nodes it waits for)");
-      });
-  if (!reached) {
-    const std::string why = Tag() + ": barrier timed out after " + SecsStr(timeout) +
-                            " (some nodes did not reach it; the scheduler's log names them; "
-                            "raise PSKV_TIMEOUT if they are just slow)";
-    stall_status.Fail("TimeoutError", why);
-    throw TimeoutError(why);
-  }
-  if (barrier_gen_[group] == gen && failure_) std::rethrow_exception(failure_);
-}
-
-std::vector<int> Node::LiveWorkersAtRelease(int group) const {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = live_at_release_.find(group);
-  return it == live_at_release_.end() ? std::vector<int>{} : it->second;
-}
-
-uint64_t Node::BarriersReleased(int group) const {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = barrier_gen_.find(group);
-  return it == barrier_gen_.end() ? 0 : it->second;
-}
-
-void Node::ResendWaits() {
-  if (waiting_group_)
-    SendControl(kSchedulerId, Control::kBarrier, waiting_group_, {}, barrier_gen_[waiting_group_]);
-  for (auto& [range, fb] : copies_reported_)
-    SendControl(kSchedulerId, Control::kRangeCopied, range, std::to_string(fb.second), fb.first);
-}
-
 // ------------------------------------------------------------------ membership
 
 NodeRef NodeRefOf(int id) {
   if (id == kSchedulerId) return {"scheduler", 0};
   return {IsServerId(id) ? "server" : "worker", RankOfId(id)};
-}
-
-void Node::AddRangeTableHandler(RangeTableHandler h) {
-  std::lock_guard<std::mutex> lk(mu_);
-  range_handlers_.push_back(std::move(h));
-}
-
-void Node::AddWorkerJoinedHandler(WorkerLeftHandler h) {
-  std::lock_guard<std::mutex> lk(mu_);
-  worker_joined_handlers_.push_back(std::move(h));
-}
-
-void Node::AddWorkerLeftHandler(WorkerLeftHandler h) {
-  std::lock_guard<std::mutex> lk(mu_);
-  worker_left_handlers_.push_back(std::move(h));
 }
 
 void Node::ReportRangeCopied(int range, int from, uint64_t bytes) {

@@ -42,18 +42,21 @@
 // Components (leveldb's DBImpl is the model: a central class that delegates to parts
 // that own their state): Membership (ps/membership.h: the node table, departed
 // servers and workers, suspects, the range table — pure bookkeeping), Takeover
-// (ps/takeover.h: the standby scheduler's failover, both sides), Scheduler (the
-// scheduler's role), Liveness, Resender and SendSchedule. Node itself keeps the
-// lifecycle (node.cc; its start phases in node_start.cc), sending, failures, the
-// timer thread and barrier waits (node.cc), and receiving (node_receive.cc).
+// (ps/takeover.h: the standby scheduler's failover, both sides), Barriers
+// (ps/barriers.h: this node's barrier waits and the releases it heard), SendPath
+// (ps/send_path.h: the sending side and the send schedule with its credits),
+// NodeStart (ps/node_start.h: the phases of Start), Scheduler (the scheduler's role),
+// Liveness and Resender. Node itself keeps the lifecycle (node.cc; Start in
+// node_start.cc), failures and the timer thread (node.cc), receiving and dispatch
+// (node_receive.cc), and the handler lists (Events).
 //
 // Threads: a receive thread (decodes, handles control messages, runs the data
 // handler — one message at a time, in arrival order) and a timer thread
 // (heartbeats, failure detection, resend). Lock rule: Node's state, and that of its
-// Membership, Takeover and Scheduler, is under mu_ (one lock: a message's handling
-// touches several of them at once); Liveness, Resender and StatusReporter have their
-// own locks, taken after mu_ (never the other way). The data handler and failure
-// callbacks are called without mu_ held, so they may Send.
+// Membership, Takeover, Barriers, SendPath and Scheduler, is under mu_ (one lock: a
+// message's handling touches several of them at once); Liveness, Resender and
+// StatusReporter have their own locks, taken after mu_ (never the other way). The data
+// handler and failure callbacks are called without mu_ held, so they may Send.
 #pragma once
 
 #include <atomic>
@@ -74,12 +77,13 @@
 #include "common/stall.h"
 #include "common/status_reporter.h"
 #include "protocol/message.h"
+#include "ps/barriers.h"
 #include "ps/fail_points.h"
 #include "ps/liveness.h"
 #include "ps/membership.h"
 #include "ps/range_table.h"
 #include "ps/resender.h"
-#include "ps/send_schedule.h"
+#include "ps/send_path.h"
 #include "ps/takeover.h"
 #include "pskv/options.h"
 #include "transport/transport.h"
@@ -110,17 +114,17 @@ class Node {
   /// Runs on the receive thread for every data message; must not block for long
   /// (control messages, e.g. barrier releases, wait behind it).
   void SetDataHandler(DataHandler h) { data_handler_ = std::move(h); }
-  void AddFailureHandler(FailureHandler h);
+  void AddFailureHandler(FailureHandler h) { Add(&Events::failure, std::move(h)); }
   /// Runs (on the receive thread, without the node's lock) each time a newer range
   /// table is applied (replicated servers only: docs/fault-tolerance.md).
-  void AddRangeTableHandler(RangeTableHandler h);
+  void AddRangeTableHandler(RangeTableHandler h) { Add(&Events::range_table, std::move(h)); }
   /// Elastic workers (PSKV_ELASTIC): runs (on the receive thread, without the node's
   /// lock) once for each worker the scheduler dropped from the job.
-  void AddWorkerLeftHandler(WorkerLeftHandler h);
+  void AddWorkerLeftHandler(WorkerLeftHandler h) { Add(&Events::worker_left, std::move(h)); }
   /// Elastic workers: runs (on the receive thread, without the node's lock) once for
   /// each worker that joined the running job in place of one that left (a server
   /// tells the scheduler it is ready for the newcomer's pushes after these ran).
-  void AddWorkerJoinedHandler(WorkerLeftHandler h);
+  void AddWorkerJoinedHandler(WorkerLeftHandler h) { Add(&Events::worker_joined, std::move(h)); }
 
   /// Registers and passes the start-up barrier. Throws TimeoutError (what is
   /// missing), NodeFailure, ProtocolError (refused) or IOError.
@@ -139,11 +143,13 @@ class Node {
 
   /// Blocks until every member of `group` (kWorkerGroup, kServerGroup, kAllGroup,
   /// ...) called Barrier with it. Throws NodeFailure / TimeoutError.
-  void Barrier(int group, std::chrono::milliseconds timeout);
+  void Barrier(int group, std::chrono::milliseconds timeout) {
+    barriers_.Wait(group, timeout, /*final=*/false);
+  }
 
   /// Sends a data message; sender, recver, job and seq are filled in. Throws the
   /// job's failure if one was detected.
-  void Send(int to, Message m);
+  void Send(int to, Message m) { send_.Data(to, std::move(m)); }
 
   /// This process acts as the job's scheduler: the scheduler, or a standby that took
   /// over (a standby before that acts as a node following the scheduler).
@@ -187,9 +193,11 @@ class Node {
   /// The workers in the job when the scheduler released this node's last barrier of
   /// `group` (the scheduler's kWorkerLeft notices reach every node before that release:
   /// the same list on every node). Empty before the first release.
-  std::vector<int> LiveWorkersAtRelease(int group) const;
+  std::vector<int> LiveWorkersAtRelease(int group) const {
+    return barriers_.LiveWorkersAtRelease(group);
+  }
   /// The barriers of `group` the scheduler released so far (as this node heard).
-  uint64_t BarriersReleased(int group) const;
+  uint64_t BarriersReleased(int group) const { return barriers_.Released(group); }
   /// Elastic workers: this worker joined a running job (in place of one that left)
   /// instead of starting with it; its Start returned at the release of the epoch
   /// barrier (kEpochGroup) that admitted it. Set before Start returns.
@@ -249,22 +257,15 @@ class Node {
     std::lock_guard<std::mutex> lk(mu_);
     return (members_.*f)(args...);
   }
-  /// `final`: the barrier of Finalize (quieter stall warnings).
-  void BarrierImpl(int group, std::chrono::milliseconds timeout, bool final);
-  void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0);
-  void SendFrames(int to, Message& m);
-  /// A kCredit from `sender` saying it received `count` scheduled messages.
-  void HandleCredit(int sender, uint64_t count);
-  /// Receiver side: acknowledge one more scheduled message from `sender`.
-  void SendCredit(int sender);
+  /// mu_ held: a control message (SendPath; the name the Scheduler and Takeover use).
+  void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0) {
+    send_.SendControl(to, c, head, std::move(body), ts);
+  }
   /// `culprit`: the node id the failure blames (a dead peer), 0 if none.
   void Fail(std::exception_ptr e, int culprit = 0);
   void FailNode(int dead_id, const std::string& reason);
   /// A kRangeTable from the scheduler.
   void HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk);
-  /// A node that rejoins the standby that took over (Takeover), mu_ held: resends
-  /// what it waits for — its barrier, the range copies it installed.
-  void ResendWaits();
   /// Replicated, not the scheduler: fails this node when a server it found gone has
   /// not left the range table within the heartbeat bound (timer thread).
   void CheckSuspects(Clock::time_point now);
@@ -272,31 +273,11 @@ class Node {
   void HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk);
   /// A kWorkerJoined from the scheduler: a worker joined the running job (elastic).
   void HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk);
-  /// A worker that joined a running job: waits for the epoch barrier's release that
-  /// admitted it (it passes no start barrier). Throws as Start does.
-  void AwaitAdmission();
-  bool IsResendable(Control c) const;
   // Membership under mu_ held (also the Scheduler's).
   int GroupSize(int group) const { return members_.GroupSize(group); }
   std::vector<int> GroupMembers(int group) const { return members_.GroupMembers(group); }
   std::string NameLocked(int id) const { return members_.Name(id); }
   void StopThreads(std::chrono::milliseconds linger);
-  std::string PickHost() const;
-  // The phases of Start, in order.
-  void WarnIfOpen() const;
-  TransportConfig MakeTransportConfig() const;
-  void BindAndConnect(const TransportConfig& tc);
-  void OpenStatusChannel();
-  /// Waits (lk on mu_ held) for the node table, a refusal or a failure, at most
-  /// PSKV_REGISTER_TIMEOUT; returns why the start failed, or null.
-  std::exception_ptr AwaitNodeTable(std::unique_lock<std::mutex>& lk);
-  /// mu_ held: the error a start that waited for the node table ends with (null: none).
-  std::exception_ptr StartFailureLocked() const;
-  /// Reports `err`, tells the nodes that registered (`refuse_registered`: the
-  /// scheduler before the job formed), stops the threads and throws `err`.
-  [[noreturn]] void AbandonStart(std::exception_ptr err, bool refuse_registered);
-  /// mu_ held: Liveness watches the peers of the node table.
-  void StartWatching();
 
   Options options_;
   uint64_t job_ = 0;
@@ -314,19 +295,25 @@ class Node {
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::vector<FailureHandler> failure_handlers_;
-  std::vector<RangeTableHandler> range_handlers_;
+  // Who hears of what (the Add*Handler lists; under mu_, copied before they run).
+  struct Events {
+    std::vector<FailureHandler> failure;
+    std::vector<RangeTableHandler> range_table;
+    // Elastic workers (PSKV_ELASTIC): who hears of a worker that left or joined.
+    std::vector<WorkerLeftHandler> worker_left, worker_joined;
+  } events_;
+  template <typename H>
+  void Add(std::vector<H> Events::*list, H h) {
+    std::lock_guard<std::mutex> lk(mu_);
+    (events_.*list).push_back(std::move(h));
+  }
   // Who is in the job (under mu_): the node table, departed servers and workers,
   // suspects, the range table.
   Membership members_{options_};
-  // Elastic workers (PSKV_ELASTIC): who hears of a worker that left or joined.
-  std::vector<WorkerLeftHandler> worker_left_handlers_;
-  std::vector<WorkerLeftHandler> worker_joined_handlers_;
   // A worker whose registration the scheduler took as a join of the running job
   // (kHeartbeat head 1: it waits for the next epoch barrier), and one admitted so.
   bool join_pending_ = false;
   std::atomic<bool> joined_{false};
-  std::map<int, std::vector<int>> live_at_release_;  // per barrier group (elastic)
   std::exception_ptr failure_;
   uint64_t scheduler_token_ = 0;  // the identity the node table came from
   bool ready_ = false;
@@ -334,26 +321,24 @@ class Node {
   std::string refused_;
   Clock::time_point start_time_;
   std::unique_ptr<FailPoints> fail_points_;  // never null
-  std::map<int, uint64_t> barrier_gen_;      // completed barriers per group
   // The scheduler's role (registration, barrier counting, verdicts on failures; under
   // mu_): only on the scheduler's node.
   std::unique_ptr<Scheduler> scheduler_;
   // liveness and resend (own locks)
   Liveness liveness_;
   Resender resender_;
-  StatusReporter status_;          // own lock, taken after mu_ (never the other way)
-  bool finished_ = false;          // final barrier passed: no more failure detection
-  bool at_final_barrier_ = false;  // this node waits at the final barrier (under mu_)
+  StatusReporter status_;  // own lock, taken after mu_ (never the other way)
+  bool finished_ = false;  // final barrier passed: no more failure detection
   // Messages received after a gap in a sender's sequence, until it is filled
   // (at most Resender::kMaxHeld per sender).
   std::map<int, std::map<uint64_t, Message>> held_;
-  RateLimiter limiter_;                                // warnings about what peers sent
-  SendSchedule schedule_{options_.wire_window_bytes};  // under mu_
+  RateLimiter limiter_;                               // warnings about what peers sent
+  SendPath send_{*this, options_.wire_window_bytes};  // sending, send scheduling (under mu_)
 
   // Standby scheduler. standby_: this process is a standby that has not taken over.
   std::atomic<bool> standby_{false};
   Takeover takeover_{*this};  // its failover, both sides (under mu_)
-  int waiting_group_ = 0;     // the barrier this node waits at (0: none), resent after a takeover
+  Barriers barriers_{*this};  // this node's barrier waits (under mu_)
   // What this spare server reported installed (range, from, bytes): resent after a
   // takeover (at most one per range: bounded).
   std::map<int, std::pair<uint64_t, uint64_t>> copies_reported_;
@@ -364,6 +349,9 @@ class Node {
   friend class Scheduler;       // its component: uses the plumbing and the shared tables
   friend class ElasticWorkers;  // the scheduler's component: seats joining workers
   friend class Takeover;        // its component: acts through the plumbing
+  friend class Barriers;        // its component: acts through the plumbing
+  friend class SendPath;        // its component: acts through the plumbing
+  friend class NodeStart;       // the phases of Start
 };
 
 }  // namespace pskv

@@ -1,7 +1,6 @@
-// Helpers shared by the files that implement Node (node.cc: lifecycle, sending,
-// failures, barrier waits; node_start.cc: the start phases; node_receive.cc:
-// receiving) and its components (takeover.cc, the Scheduler's files). Not part of
-// any API.
+// Helpers shared by the files that implement Node (node.cc: lifecycle, failures;
+// node_start.cc: the start phases; node_receive.cc: receiving) and its components
+// (takeover.cc, barriers.cc, the Scheduler's files). Not part of any API.
 #pragma once
 
 #include <chrono>

@@ -103,7 +103,7 @@ void Node::Handle(Message&& m, uint64_t token) {
   // A scheduled message is acknowledged on arrival (once), before it is handled.
   const bool scheduled = c == Control::kData && (m.h.flags & kScheduled);
   if (!m.h.seq) {
-    if (scheduled) SendCredit(sender);
+    if (scheduled) send_.Credit(sender);
     return Dispatch(std::move(m), sender, lk);
   }
   DispatchInOrder(std::move(m), sender, scheduled, lk);
@@ -181,7 +181,7 @@ void Node::DispatchInOrder(Message&& m, int sender, bool scheduled,
   if (arrival == Resender::Arrival::kFull) return;  // resent later
   SendControl(sender, Control::kAck, 0, {}, seq);
   if (arrival == Resender::Arrival::kDuplicate) return;
-  if (scheduled) SendCredit(sender);
+  if (scheduled) send_.Credit(sender);
   if (arrival == Resender::Arrival::kHold) {
     held_[sender].emplace(seq, std::move(m));
     return;
@@ -236,12 +236,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       if (IsScheduler()) scheduler_->OnBarrier(sender, m.h.head, m.h.timestamp);
       return;
     case Control::kBarrierDone: {
-      if (options_.elastic) {  // before the waiter wakes: the release's worker set
-        live_at_release_[m.h.head] = members_.LiveWorkerIds();
-      }
-      // The count of releases makes a repeated release (after a takeover) harmless.
-      uint64_t& gen = barrier_gen_[m.h.head];
-      gen = m.h.timestamp ? std::max(gen, m.h.timestamp) : gen + 1;
+      barriers_.OnRelease(m.h.head, m.h.timestamp);
       if (standby_ && m.body == "final") {
         // The scheduler released the final barrier: the job ended; nothing to take over.
         takeover_.JobDone();
@@ -294,7 +289,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       scheduler_->OnRangeCopied(m, sender);
       return;
     case Control::kCredit:
-      HandleCredit(sender, m.h.timestamp);
+      send_.OnCredit(sender, m.h.timestamp);
       return;
     case Control::kWorkerLeft:  // a standby follows them too (its table)
       if (!IsScheduler()) HandleWorkerLeft(m.h.head, lk);
@@ -369,10 +364,10 @@ void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) 
   if (!members_.ApplyRanges(next, &gone)) return;  // not newer
   for (int id : gone) {
     held_.erase(id);
-    schedule_.Forget(id);
+    send_.Forget(id);
   }
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": range table " << members_.ranges().Describe());
-  auto handlers = range_handlers_;
+  auto handlers = events_.range_table;
   RangeTable table = members_.ranges();
   lk.unlock();
   for (int id : gone) {
@@ -388,8 +383,8 @@ void Node::HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk) {
   if (id == id_) return;                 // this worker: kNodeFailed naming it stops it
   if (!members_.WorkerLeft(id)) return;  // resent
   held_.erase(id);
-  schedule_.Forget(id);
-  auto handlers = worker_left_handlers_;
+  send_.Forget(id);
+  auto handlers = events_.worker_left;
   lk.unlock();
   liveness_.Forget(id);
   resender_.Forget(id);
@@ -421,8 +416,8 @@ void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk
   std::vector<WorkerLeftHandler> handlers;
   if (members_.WorkerJoined(d)) {  // else: resent
     held_.erase(id);
-    schedule_.Forget(id);
-    handlers = worker_joined_handlers_;
+    send_.Forget(id);
+    handlers = events_.worker_joined;
     lk.unlock();
     resender_.Forget(id);      // its sequence numbers start afresh
     if (server || standby_) {  // a standby links every node, for a takeover

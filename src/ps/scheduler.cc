@@ -50,7 +50,7 @@ void Scheduler::OnBarrier(int sender, int group, uint64_t passed) {
       released = passed;
       for (int id : state_.barriers.Arrived(group)) {
         if (id == kSchedulerId) {
-          node_->barrier_gen_[group] = released;
+          node_->barriers_.gen_[group] = released;
           node_->cv_.notify_all();
         } else {
           node_->SendControl(id, Control::kBarrierDone, group, {}, released);
@@ -76,7 +76,7 @@ void Scheduler::Release(int group) {
   state_.barriers.Clear(group);
   // Released from the final barrier, every node closes its connections and exits: a
   // closed port or silence is the end of the job now, not a death.
-  if (group == kAllGroup && node_->at_final_barrier_) {
+  if (group == kAllGroup && node_->barriers_.at_final_) {
     node_->liveness_.Stop();
     elastic_.RefuseWaiting("the job ended before the workers' next epoch barrier");
   }
@@ -103,13 +103,13 @@ void Scheduler::Release(int group) {
   if (node_->members_.nodes_.count(kStandbyId)) {
     try {
       node_->SendControl(kStandbyId, Control::kBarrierDone, group,
-                         group == kAllGroup && node_->at_final_barrier_ ? "final" : "", released);
+                         group == kAllGroup && node_->barriers_.at_final_ ? "final" : "", released);
     } catch (...) {
     }
   }
   for (int id : node_->GroupMembers(group)) {
     if (id == kSchedulerId) {
-      node_->barrier_gen_[group] = released;
+      node_->barriers_.gen_[group] = released;
       node_->cv_.notify_all();
     } else {
       node_->SendControl(id, Control::kBarrierDone, group, {}, released);
@@ -190,13 +190,13 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
     state_.removal_reason[dead_id] = *reason;
     TellRemoved(dead_id);
     n.held_.erase(dead_id);
-    n.schedule_.Forget(dead_id);
+    n.send_.Forget(dead_id);
     state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; its key ranges continue on their replicas: "
                       << n.members_.ranges_.Describe());
     PublishRanges();
     ReleaseCompletedBarriers();
-    handlers = n.range_handlers_;
+    handlers = n.events_.range_table;
     table = n.members_.ranges_;
   }
   n.liveness_.Forget(dead_id);

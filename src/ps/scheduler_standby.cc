@@ -56,7 +56,7 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
       for (int id : n.AllServerIds()) {
         if (!n.members_.ranges_.Gone(id) || !n.members_.departed_.insert(id).second) continue;
         n.held_.erase(id);
-        n.schedule_.Forget(id);
+        n.send_.Forget(id);
         n.liveness_.Forget(id);
         n.resender_.Forget(id);
         state_.barriers.Depart(id);

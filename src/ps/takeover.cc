@@ -45,6 +45,7 @@
 #include "common/logging.h"
 #include "ps/node.h"
 #include "ps/node_internal.h"
+#include "ps/node_start.h"
 #include "ps/scheduler.h"
 #include "pskv/error.h"
 
@@ -102,9 +103,9 @@ void Takeover::TakeOver(const std::string& why) {
       rejoin_pending_.insert(id);
     }
     nodes = rejoin_pending_.size();
-    n_.scheduler_->TakeOver(n_.barrier_gen_, t0);
+    n_.scheduler_->TakeOver(n_.barriers_.released(), t0);
     // The start barrier still open: the dead scheduler's arrival is this one's.
-    if (n_.barrier_gen_[kAllGroup] == 0) n_.scheduler_->OnBarrier(kSchedulerId, kAllGroup);
+    if (n_.barriers_.released()[kAllGroup] == 0) n_.scheduler_->OnBarrier(kSchedulerId, kAllGroup);
     next_takeover_ = {};
     PSKV_WARN(n_.Tag() << ": " << why << "; the standby at " << n_.options_.standby_scheduler
                        << " takes over as the job's scheduler; telling the " << nodes << " nodes");
@@ -112,7 +113,7 @@ void Takeover::TakeOver(const std::string& why) {
   n_.liveness_.Forget(kSchedulerId);
   {
     std::lock_guard<std::mutex> lk(n_.mu_);
-    n_.StartWatching();  // every node now, as the scheduler does
+    NodeStart(n_).StartWatching();  // every node now, as the scheduler does
   }
   Tick(Clock::now());  // the first kTakeover at once
   n_.cv_.notify_all();
@@ -161,7 +162,8 @@ bool Takeover::Finalize() {
   }
   // Took over: the final barrier follows the start barrier (which a takeover during
   // start-up completes first).
-  n_.cv_.wait(lk, [&] { return n_.barrier_gen_[kAllGroup] >= 1 || n_.failure_ != nullptr; });
+  n_.cv_.wait(lk,
+              [&] { return n_.barriers_.released()[kAllGroup] >= 1 || n_.failure_ != nullptr; });
   return false;  // Finalize goes on as the scheduler's
 }
 
@@ -331,7 +333,9 @@ void Takeover::Follow() {
   n_.SendControl(kSchedulerId, Control::kRejoin, kRejoinAfterTakeover,
                  n_.members_.replicated() ? payload::EncodeRangeTable(n_.members_.ranges().ToData())
                                           : std::string());
-  n_.ResendWaits();
+  n_.barriers_.ResendWait();
+  for (auto& [range, fb] : n_.copies_reported_)  // the range copies it installed
+    n_.SendControl(kSchedulerId, Control::kRangeCopied, range, std::to_string(fb.second), fb.first);
 }
 
 void Takeover::RegisterWithStandby(int head, const std::string& body) {
