@@ -90,6 +90,28 @@ Job Start(const std::string& name, int workers, int min_workers, int rounds, int
   return j;
 }
 
+// A job of 3 workers and 2 servers under pskv-launch --min-workers 2 (and `launch_args`),
+// the workers running `rounds` rounds of ELASTIC_WORKER with epochs of `epoch` rounds;
+// the launcher is the job's one process.
+Job StartLaunched(const std::string& name, int rounds, int epoch,
+                  const std::vector<std::string>& launch_args = {}) {
+  Job j;
+  j.dir = TempDir(name);
+  j.log = j.dir + "/log";
+  j.workers = 3;
+  std::vector<std::string> argv = {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2"};
+  argv.insert(argv.end(), launch_args.begin(), launch_args.end());
+  for (const std::string& a :
+       {std::string("--"), std::string(ELASTIC_WORKER), std::to_string(rounds), j.dir,
+        std::to_string(epoch), std::string("30")})
+    argv.push_back(a);
+  j.procs.push_back(Spawn(
+      argv,
+      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
+      j.log));
+  return j;
+}
+
 void Cleanup(const Job& j) {
   for (pid_t p : j.procs) {
     ::kill(-p, SIGKILL);
@@ -385,17 +407,9 @@ TEST(ElasticWorkers, BelowMinimumFails) {
 // Under pskv-launch --min-workers 2: worker rank 1 killed after its round 3; the launcher
 // reports the verdict, the job succeeds (exit status 0) and its weights are right.
 TEST(ElasticWorkers, UnderTheLauncher) {
-  Job j;
-  j.dir = TempDir("launcher");
-  j.log = j.dir + "/log";
-  j.workers = 3;
   const int rounds = 20;
-  pid_t launcher = Spawn(
-      {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2", "--", ELASTIC_WORKER,
-       std::to_string(rounds), j.dir, "0", "30"},
-      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
-      j.log);
-  j.procs.push_back(launcher);
+  Job j = StartLaunched("launcher", rounds, 0);
+  const pid_t launcher = j.procs[0];
   pid_t victim = WorkerPid(j, 1);
   ASSERT_GT(victim, 0) << ReadFile(j.log);
   ASSERT_TRUE(WaitFile(j.dir + "/w1.r3", 20s)) << ReadFile(j.log);
@@ -540,17 +554,9 @@ TEST(ElasticWorkers, JoinWithoutAPlaceIsRefused) {
 // 6 is started again by the launcher (the same command, rank 1) and joins the running
 // job (CheckJoined); the job succeeds, the summary says so.
 TEST(ElasticWorkers, RestartedUnderTheLauncher) {
-  Job j;
-  j.dir = TempDir("restart");
-  j.log = j.dir + "/log";
-  j.workers = 3;
   const int rounds = 24, epoch = 4;
-  pid_t launcher = Spawn(
-      {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2", "--restart-workers", "1", "--",
-       ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30"},
-      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
-      j.log);
-  j.procs.push_back(launcher);
+  Job j = StartLaunched("restart", rounds, epoch, {"--restart-workers", "1"});
+  const pid_t launcher = j.procs[0];
   pid_t victim = WorkerPid(j, 1);
   ASSERT_GT(victim, 0) << ReadFile(j.log);
   ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
@@ -574,18 +580,10 @@ TEST(ElasticWorkers, RestartedUnderTheLauncher) {
 // kWorkerJoined it sent its takeover to the dead process's address: the newcomer never
 // heard of it and failed.
 TEST(ElasticWorkers, SchedulerDiesAfterAWorkerLeftAndJoined) {
-  Job j;
-  j.dir = TempDir("sched_dies");
-  j.log = j.dir + "/log";
-  j.workers = 3;
   const int rounds = 40, epoch = 4;
   const std::string tag = "PSKV_TEST_TAG=elastic-sched-" + std::to_string(::getpid());
-  pid_t launcher = Spawn(
-      {PSKV_LAUNCH, "-n", "3", "-s", "2", "--min-workers", "2", "--restart-workers", "1", "--env",
-       tag, "--", ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30"},
-      {{"PS_HEARTBEAT_INTERVAL", "0.5"}, {"PS_HEARTBEAT_TIMEOUT", "3"}, {"PSKV_TIMEOUT", "60"}},
-      j.log);
-  j.procs.push_back(launcher);
+  Job j = StartLaunched("sched_dies", rounds, epoch, {"--restart-workers", "1", "--env", tag});
+  const pid_t launcher = j.procs[0];
   pid_t victim = WorkerPid(j, 1);
   ASSERT_GT(victim, 0) << ReadFile(j.log);
   ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
