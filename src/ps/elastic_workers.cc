@@ -43,8 +43,7 @@ bool ElasticWorkers::SurviveWorker(int dead_id, std::string* reason) {
     n.members_.departed_workers_.insert(dead_id);
     s_.state_.removal_reason[dead_id] = *reason;
     s_.TellRemoved(dead_id);  // in case it still runs (frozen, cut off)
-    n.held_.erase(dead_id);
-    n.send_.Forget(dead_id);
+    n.ForgetPeer(dead_id);
     s_.state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; the job goes on with " << left << " of "
                       << n.options_.num_workers << " workers (PSKV_ELASTIC)");
@@ -59,8 +58,6 @@ bool ElasticWorkers::SurviveWorker(int dead_id, std::string* reason) {
     }
     s_.ReleaseCompletedBarriers();
   }
-  n.liveness_.Forget(dead_id);
-  n.resender_.Forget(dead_id);
   n.status_.Departed(NodeRefOf(dead_id));  // the launcher lets the job go on without it
   return true;
 }
@@ -134,9 +131,7 @@ void ElasticWorkers::Seat(int id, uint64_t token, NodeDesc d) {
   n.members_.departed_workers_.erase(id);
   s_.state_.removal_reason.erase(id);
   s_.state_.removed_told.erase(id);
-  n.held_.erase(id);
-  n.send_.Forget(id);
-  n.resender_.Forget(id);
+  n.ForgetPeer(id);  // the process that left; the newcomer is watched below
   if (auto t = s_.state_.temp_ids.find(token); t != s_.state_.temp_ids.end()) {
     n.transport_->Disconnect(t->second);
     s_.state_.temp_ids.erase(t);

@@ -176,10 +176,9 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     if (takeover_.Await(reason)) return;
   }
   if (dead_id == kStandbyId && IsScheduler()) {
-    liveness_.Forget(kStandbyId);
-    resender_.Forget(kStandbyId);
     {
       std::lock_guard<std::mutex> lk(mu_);
+      ForgetPeer(kStandbyId);
       if (!members_.DropStandby()) return;
     }
     PSKV_WARN(Tag() << ": " << reason
@@ -209,15 +208,10 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   if (replicated() && IsServerId(dead_id) && scheduler_->SurviveServer(dead_id, &why)) return;
   if (options_.elastic && IsWorkerId(dead_id) && scheduler_->elastic().SurviveWorker(dead_id, &why))
     return;
-  resender_.Forget(dead_id);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    held_.erase(dead_id);
-    send_.Forget(dead_id);
-  }
-  if (IsScheduler()) {
-    std::lock_guard<std::mutex> lk(mu_);
-    scheduler_->DropArrivals(dead_id);  // a departed node's arrivals no longer count
+    ForgetPeer(dead_id);
+    if (IsScheduler()) scheduler_->DropArrivals(dead_id);  // its arrivals no longer count
   }
   // The scheduler's failed status record is written (Fail) before any node hears of
   // the failure: a launcher that sees a worker exit over it already has the verdict.

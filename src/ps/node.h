@@ -261,6 +261,17 @@ class Node {
   void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0) {
     send_.SendControl(to, c, head, std::move(body), ts);
   }
+  /// mu_ held: forgets peer `id` — it left the job, or another process takes its id
+  /// from now on: the messages held for a gap in its sequence, its send queue and
+  /// window, whether it is alive and what awaits its acknowledgement (Liveness and
+  /// Resender take their own locks after mu_, as the lock rule allows). One that
+  /// watches the newcomer in its place calls Liveness::Watch after.
+  void ForgetPeer(int id) {
+    held_.erase(id);
+    send_.Forget(id);
+    liveness_.Forget(id);
+    resender_.Forget(id);
+  }
   /// `culprit`: the node id the failure blames (a dead peer), 0 if none.
   void Fail(std::exception_ptr e, int culprit = 0);
   void FailNode(int dead_id, const std::string& reason);

@@ -362,19 +362,12 @@ void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) 
   }
   std::vector<int> gone;
   if (!members_.ApplyRanges(next, &gone)) return;  // not newer
-  for (int id : gone) {
-    held_.erase(id);
-    send_.Forget(id);
-  }
+  for (int id : gone) ForgetPeer(id);
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": range table " << members_.ranges().Describe());
   auto handlers = events_.range_table;
   RangeTable table = members_.ranges();
   lk.unlock();
-  for (int id : gone) {
-    liveness_.Forget(id);
-    resender_.Forget(id);
-    transport_->Disconnect(id);  // what it still sends is dropped (Handle)
-  }
+  for (int id : gone) transport_->Disconnect(id);  // what it still sends is dropped (Handle)
   for (auto& h : handlers) h(table);
 }
 
@@ -382,12 +375,9 @@ void Node::HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk) {
   if (!options_.elastic || !IsWorkerId(id) || RankOfId(id) >= options_.num_workers) return;
   if (id == id_) return;                 // this worker: kNodeFailed naming it stops it
   if (!members_.WorkerLeft(id)) return;  // resent
-  held_.erase(id);
-  send_.Forget(id);
+  ForgetPeer(id);
   auto handlers = events_.worker_left;
   lk.unlock();
-  liveness_.Forget(id);
-  resender_.Forget(id);
   if (role() == Role::kServer) transport_->Disconnect(id);  // what it still sends is dropped
   PSKV_WARN(Tag() << ": " << NodeName(id)
                   << " left the job (PSKV_ELASTIC); the job goes on without it");
@@ -415,11 +405,9 @@ void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk
   const bool server = role() == Role::kServer;
   std::vector<WorkerLeftHandler> handlers;
   if (members_.WorkerJoined(d)) {  // else: resent
-    held_.erase(id);
-    send_.Forget(id);
+    ForgetPeer(id);                // the process that left
     handlers = events_.worker_joined;
     lk.unlock();
-    resender_.Forget(id);      // its sequence numbers start afresh
     if (server || standby_) {  // a standby links every node, for a takeover
       transport_->Disconnect(id);
       transport_->Connect(id, d.host + ":" + std::to_string(d.port), d.token);

@@ -189,8 +189,7 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
     Settled(dead_id);  // after a takeover: it will not rejoin
     state_.removal_reason[dead_id] = *reason;
     TellRemoved(dead_id);
-    n.held_.erase(dead_id);
-    n.send_.Forget(dead_id);
+    n.ForgetPeer(dead_id);
     state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; its key ranges continue on their replicas: "
                       << n.members_.ranges_.Describe());
@@ -199,8 +198,6 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
     handlers = n.events_.range_table;
     table = n.members_.ranges_;
   }
-  n.liveness_.Forget(dead_id);
-  n.resender_.Forget(dead_id);
   n.status_.Departed(NodeRefOf(dead_id));  // the launcher lets the job go on without it
   for (auto& h : handlers) h(table);
   return true;

@@ -55,10 +55,7 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
       // The dead scheduler published it to some nodes only: everyone gets it now.
       for (int id : n.AllServerIds()) {
         if (!n.members_.ranges_.Gone(id) || !n.members_.departed_.insert(id).second) continue;
-        n.held_.erase(id);
-        n.send_.Forget(id);
-        n.liveness_.Forget(id);
-        n.resender_.Forget(id);
+        n.ForgetPeer(id);
         state_.barriers.Depart(id);
         Settled(id);
       }
@@ -116,7 +113,7 @@ void Scheduler::AdmitStandby(const NodeDesc& asked, const Message& m) {
   d.id = kStandbyId;
   d.rank = 0;
   n.members_.SetStandby(d);
-  n.resender_.Forget(kStandbyId);
+  n.ForgetPeer(kStandbyId);  // a standby before it (watched again below)
   n.transport_->Disconnect(kStandbyId);
   n.transport_->Connect(kStandbyId, at, d.token);
   // What a standby following from the start would have: the node table, the range

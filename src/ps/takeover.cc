@@ -82,8 +82,8 @@ void Takeover::TakeOver(const std::string& why) {
     n_.id_ = kSchedulerId;
     n_.rank_ = 0;
     n_.transport_->Disconnect(kSchedulerId);
-    n_.resender_.Reset(kSchedulerId);
-    n_.held_.erase(kSchedulerId);
+    n_.ForgetPeer(kSchedulerId);       // the dead scheduler: this process has its id now
+    n_.resender_.Reset(kSchedulerId);  // its sequence numbers too
     n_.status_.SetRank(0);
     if (!n_.ready_) {
       // Before the job formed: registrations start afresh here (nodes move theirs).
@@ -110,7 +110,6 @@ void Takeover::TakeOver(const std::string& why) {
     PSKV_WARN(n_.Tag() << ": " << why << "; the standby at " << n_.options_.standby_scheduler
                        << " takes over as the job's scheduler; telling the " << nodes << " nodes");
   }
-  n_.liveness_.Forget(kSchedulerId);
   {
     std::lock_guard<std::mutex> lk(n_.mu_);
     NodeStart(n_).StartWatching();  // every node now, as the scheduler does
@@ -321,8 +320,8 @@ void Takeover::Follow() {
     n_.scheduler_token_ = sd.token;
     n_.transport_->Disconnect(kSchedulerId);
     n_.transport_->Connect(kSchedulerId, sd.host + ":" + std::to_string(sd.port), sd.token);
-    n_.resender_.Reset(kSchedulerId);
-    n_.held_.erase(kSchedulerId);
+    n_.ForgetPeer(kSchedulerId);       // the dead one
+    n_.resender_.Reset(kSchedulerId);  // its sequence numbers too: the standby's start afresh
     const bool waited = awaiting_takeover_ != Clock::time_point{};
     awaiting_takeover_ = {};
     n_.liveness_.Watch(kSchedulerId);
