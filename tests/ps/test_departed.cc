@@ -10,6 +10,7 @@
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "pskv/error.h"
+#include "support/node_threads.h"
 #include "support/test_util.h"
 #include "transport/fault/fault_transport.h"
 
@@ -17,19 +18,10 @@ using namespace pskv;
 using namespace std::chrono_literals;
 using test::FreePort;
 using test::NodeOptions;
-
-namespace {
-
-std::string What(std::exception_ptr e) {
-  if (!e) return "";
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-}
-
-}  // namespace
+using test::RunNode;
+using test::StartAtOnce;
+using test::Threw;
+using test::What;
 
 // Server 1 arrives at a barrier of the servers while it is cut off (its arrival is
 // resent once the partition heals): by then the scheduler has removed it, so its
@@ -48,26 +40,15 @@ TEST(Departed, RemovedServerNeitherCountsInBarriersNorGoesOn) {
       return CreateFaultTransport(CreateTransport("zmq", tc), fc);
     };
   };
-  auto make = [&](Role role, int rank) {
-    Options o = NodeOptions(role, port, S, 1);
-    o.replicas = 1;
-    o.rank_hint = rank;
-    if (role == Role::kScheduler) o.heartbeat_timeout = 1500ms;
-    auto node = std::make_unique<Node>(o);
-    if (role == Role::kScheduler) node->SetTransportFactory(cut(ServerId(1)));
-    return node;
-  };
   std::exception_ptr sched_error, worker_error, server_errors[3];
   std::string barrier_of_server0 = "released", removed;
   std::vector<std::thread> threads;
   threads.emplace_back([&] {
-    try {
-      auto node = make(Role::kScheduler, -1);
-      node->Start();
-      node->Finalize(0ms);
-    } catch (...) {
-      sched_error = std::current_exception();
-    }
+    Options o = NodeOptions(Role::kScheduler, port, S, 1);
+    o.replicas = 1;
+    o.rank_hint = -1;
+    o.heartbeat_timeout = 1500ms;
+    RunNode(o, &sched_error, [&](Node& n) { n.SetTransportFactory(cut(ServerId(1))); });
   });
   for (int s = 0; s < S; ++s)
     threads.emplace_back([&, s] {
@@ -108,16 +89,11 @@ TEST(Departed, RemovedServerNeitherCountsInBarriersNorGoesOn) {
       }
     });
   threads.emplace_back([&] {
-    try {
-      Options o = NodeOptions(Role::kWorker, port, S, 1);
-      o.replicas = 1;
-      Node node(o);
-      node.Start();
-      std::this_thread::sleep_until(cut_from + cut_for + 4s);
-      node.Finalize(30s);
-    } catch (...) {
-      worker_error = std::current_exception();
-    }
+    Options o = NodeOptions(Role::kWorker, port, S, 1);
+    o.replicas = 1;
+    RunNode(
+        o, &worker_error, {},
+        [&](Node&) { std::this_thread::sleep_until(cut_from + cut_for + 4s); }, 30s);
   });
   for (auto& t : threads) t.join();
   EXPECT_NE(barrier_of_server0.find("barrier timed out"), std::string::npos)
@@ -146,23 +122,9 @@ TEST(Departed, OneSidedPartitionFromAPrimaryFailsWithinTheBound) {
   std::string seen;
   std::chrono::steady_clock::duration took{};
   std::vector<std::thread> threads;
-  threads.emplace_back([&] {
-    try {
-      Node node(make(Role::kScheduler));
-      node.Start();
-      node.Finalize(0ms);
-    } catch (...) {
-    }
-  });
+  threads.emplace_back([&] { RunNode(make(Role::kScheduler), nullptr); });
   for (int s = 0; s < S; ++s)
-    threads.emplace_back([&] {
-      try {
-        Node node(make(Role::kServer));
-        node.Start();
-        node.Finalize(30s);
-      } catch (...) {
-      }
-    });
+    threads.emplace_back([&] { RunNode(make(Role::kServer), nullptr, {}, {}, 30s); });
   threads.emplace_back([&] {
     try {
       Node node(make(Role::kWorker));
@@ -206,27 +168,11 @@ TEST(Departed, OneSidedPartitionFromAPrimaryFailsWithinTheBound) {
 // One server set another PSKV_REPLICAS than the rest: every node fails at startup
 // with an error naming the variable (none waits for the registration timeout).
 TEST(Departed, ReplicasSettingThatDiffersFailsEveryNodeAtStartup) {
-  const int port = FreePort(), S = 2;
-  std::vector<std::string> errors(4);
-  std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 4; ++i)
-    threads.emplace_back([&, i] {
-      const Role role = i == 0 ? Role::kScheduler : i < 3 ? Role::kServer : Role::kWorker;
-      Options o = NodeOptions(role, port, S, 1);
-      o.replicas = i == 2 ? 0 : 1;
-      o.register_timeout = 60s;
-      try {
-        Node node(o);
-        node.Start();
-        errors[static_cast<size_t>(i)] = "started";
-        node.Finalize(1s);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(i)] += e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) EXPECT_NE(e.find("PSKV_REPLICAS differs"), std::string::npos) << e;
+  const auto started =
+      StartAtOnce(FreePort(), 2, 1, [](int i, Options& o) { o.replicas = i == 2 ? 0 : 1; });
+  for (auto& e : started)
+    EXPECT_NE(e.what.find("PSKV_REPLICAS differs"), std::string::npos) << e.what;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
 }
 
@@ -234,36 +180,13 @@ TEST(Departed, ReplicasSettingThatDiffersFailsEveryNodeAtStartup) {
 // with a typed error naming the variable (ConfigError on the scheduler, the refusal —
 // ProtocolError — on the others), none after the registration timeout.
 TEST(Departed, ElasticSettingThatDiffersFailsEveryNodeAtStartup) {
-  const int port = FreePort(), S = 1;
-  std::vector<std::string> errors(4);
-  std::vector<int> typed(4, 0);
-  std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 4; ++i)
-    threads.emplace_back([&, i] {
-      const Role role = i == 0 ? Role::kScheduler : i < 2 ? Role::kServer : Role::kWorker;
-      Options o = NodeOptions(role, port, S, 2);
-      o.elastic = i == 3;
-      o.register_timeout = 60s;
-      try {
-        Node node(o);
-        node.Start();
-        errors[static_cast<size_t>(i)] = "started";
-        node.Finalize(1s);
-      } catch (const ConfigError& e) {
-        errors[static_cast<size_t>(i)] += e.what();
-        typed[static_cast<size_t>(i)] = i == 0;
-      } catch (const ProtocolError& e) {
-        errors[static_cast<size_t>(i)] += e.what();
-        typed[static_cast<size_t>(i)] = i != 0;
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(i)] += e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < errors.size(); ++i) {
-    EXPECT_NE(errors[i].find("PSKV_ELASTIC differs"), std::string::npos) << errors[i];
-    EXPECT_TRUE(typed[i]) << "node " << i << ": " << errors[i];
+  const auto started = StartAtOnce(FreePort(), 1, 2, [](int i, Options& o) { o.elastic = i == 3; });
+  for (size_t i = 0; i < started.size(); ++i) {
+    const auto& e = started[i];
+    EXPECT_NE(e.what.find("PSKV_ELASTIC differs"), std::string::npos) << e.what;
+    EXPECT_TRUE(i == 0 ? Threw<ConfigError>(e.error) : Threw<ProtocolError>(e.error))
+        << "node " << i << ": " << e.what;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
 }

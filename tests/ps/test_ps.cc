@@ -7,6 +7,7 @@
 #include "ps/kv_app.h"
 #include "ps/node.h"
 #include "pskv/error.h"
+#include "support/node_threads.h"
 #include "support/test_util.h"
 #include "transport/fault/fault_transport.h"
 
@@ -343,29 +344,15 @@ TEST(Ps, ServerErrorsArriveTyped) {
 // naming both settings, instead of rounds that wait for chunks nobody else pushes.
 TEST(Ps, WorkersThatCutKeysDifferentlyFailEveryNodeAtStartup) {
   for (int variant = 0; variant < 2; ++variant) {
-    const int port = FreePort();
-    std::vector<std::string> errors(4);
-    std::vector<std::thread> threads;
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 4; ++i)
-      threads.emplace_back([&, i] {
-        const Role role = i == 0 ? Role::kScheduler : i == 1 ? Role::kServer : Role::kWorker;
-        Options o = NodeOptions(role, port, 1, 2);
-        o.register_timeout = 60s;
-        if (i == 3 && variant == 0) o.wire_chunk_bytes = 64 << 10;
-        if (i == 3 && variant == 1) o.link_rate = 12'500'000;
-        try {
-          Node node(o);
-          node.Start();
-          errors[static_cast<size_t>(i)] = "started";
-          node.Finalize(1s);
-        } catch (const ConfigError& e) {
-          errors[static_cast<size_t>(i)] += e.what();
-        } catch (const std::exception& e) {
-          errors[static_cast<size_t>(i)] += std::string("not a ConfigError: ") + e.what();
-        }
-      });
-    for (auto& t : threads) t.join();
+    const auto started = test::StartAtOnce(FreePort(), 1, 2, [&](int i, Options& o) {
+      if (i == 3 && variant == 0) o.wire_chunk_bytes = 64 << 10;
+      if (i == 3 && variant == 1) o.link_rate = 12'500'000;
+    });
+    std::vector<std::string> errors;
+    for (auto& s : started)
+      errors.push_back(
+          (s.error && !test::Threw<ConfigError>(s.error) ? "not a ConfigError: " : "") + s.what);
     const std::string differ = variant == 0 ? "PSKV_WIRE_CHUNK_BYTES=65536" : "PSKV_LINK_RATE=on";
     for (auto& e : errors) {
       EXPECT_NE(e.find("the workers of this job cut their keys differently"), std::string::npos)

@@ -17,6 +17,7 @@
 
 #include "protocol/message.h"
 #include "ps/node.h"
+#include "support/node_threads.h"
 #include "support/test_util.h"
 #include "transport/transport.h"
 
@@ -24,6 +25,8 @@ using namespace pskv;
 using namespace std::chrono_literals;
 using test::FreePort;
 using test::NodeOptions;
+using test::RunNode;
+using test::What;
 
 namespace {
 
@@ -54,107 +57,106 @@ class Tap : public Transport {
   std::unique_ptr<Transport> inner_;
 };
 
-std::string What(std::exception_ptr e) {
-  if (!e) return "";
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
+// A job of a scheduler, its standby, one server and one worker on 127.0.0.1, with a
+// job secret: a node's options by its role.
+struct StandbyJob {
+  StandbyJob() {
+    while (standby_port == port) standby_port = FreePort();
   }
+  Options operator()(Role role) const {
+    Options o = NodeOptions(role, port, 1, 1);
+    o.standby_scheduler = "127.0.0.1:" + std::to_string(standby_port);
+    o.job_secret = "0123456789abcdef0123456789abcdef";
+    return o;
+  }
+  const int port = FreePort();
+  int standby_port = FreePort();
+};
+
+// `o` as the standby scheduler's.
+Options Standby(Options o) {
+  o.standby = true;
+  return o;
+}
+
+// A node's setup: its transport wrapped in a Tap, which `*tap` then points to.
+template <typename P>
+std::function<void(Node&)> Tapped(P* tap) {
+  return [tap](Node& n) {
+    n.SetTransportFactory([tap](const TransportConfig& tc) {
+      auto t = std::make_unique<Tap>(CreateTransport(kNodeTransport, tc));
+      *tap = t.get();
+      return t;
+    });
+  };
+}
+
+// Joins the threads of the job's scheduler, standby, server and worker, and expects
+// that none failed; returns what they logged (the test captures stderr).
+std::string JoinAll(std::vector<std::thread>* threads, const std::exception_ptr* errors) {
+  for (auto& t : *threads) t.join();
+  const char* who[] = {"scheduler", "standby", "server", "worker"};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(What(errors[i]), "") << who[i];
+  return testing::internal::GetCapturedStderr();
 }
 
 }  // namespace
 
 TEST(StandbyScheduler, OnlyTheStandbyOfTheNodeTableCanTakeOver) {
-  const int port = FreePort();
-  int standby_port = FreePort();
-  while (standby_port == port) standby_port = FreePort();
-  auto options = [&](Role role) {
-    Options o = NodeOptions(role, port, 1, 1);
-    o.standby_scheduler = "127.0.0.1:" + std::to_string(standby_port);
-    o.job_secret = "0123456789abcdef0123456789abcdef";
-    return o;
-  };
+  const StandbyJob options;
+  const int port = options.port;
   std::exception_ptr errors[4];
   Tap* tap = nullptr;
   std::vector<std::thread> threads;
   testing::internal::CaptureStderr();
+  threads.emplace_back([&] { RunNode(options(Role::kScheduler), &errors[0]); });
+  threads.emplace_back([&] { RunNode(Standby(options(Role::kScheduler)), &errors[1]); });
   threads.emplace_back([&] {
-    try {
-      Node n(options(Role::kScheduler));
-      n.Start();
-      n.Finalize(0ms);
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
+    RunNode(
+        options(Role::kServer), &errors[2], {},
+        [](Node& n) {
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);  // before the forgery
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);  // after it
+        },
+        30s);
   });
   threads.emplace_back([&] {
-    try {
-      Options o = options(Role::kScheduler);
-      o.standby = true;
-      Node n(o);
-      n.Start();
-      n.Finalize(0ms);
-    } catch (...) {
-      errors[1] = std::current_exception();
-    }
+    RunNode(
+        options(Role::kWorker), &errors[3], Tapped(&tap),
+        [&](Node& n) {
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);
+          for (int claimed : {kStandbyId, WorkerId(0)}) {
+            Message m;
+            m.h.control = static_cast<uint8_t>(Control::kTakeover);
+            m.h.sender = claimed;
+            m.h.recver = ServerId(0);
+            m.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
+            tap->Send(ServerId(0), Encode(m));
+          }
+          // A forged "fresh standby" (kNodeTable, head kNodeTableStandby) naming this worker
+          // as the job's standby: only the scheduler may send it.
+          Message t;
+          t.h.control = static_cast<uint8_t>(Control::kNodeTable);
+          t.h.head = kNodeTableStandby;
+          t.h.sender = kSchedulerId;
+          t.h.recver = ServerId(0);
+          t.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
+          NodeDesc me;
+          me.id = kStandbyId;
+          me.role = static_cast<int>(Role::kScheduler);
+          me.host = "127.0.0.1";
+          me.port = 1;
+          me.token = 1;
+          t.body = EncodeNodes({me});
+          tap->Send(ServerId(0), Encode(t));
+          t.h.sender = WorkerId(0);  // in its own name
+          tap->Send(ServerId(0), Encode(t));
+          std::this_thread::sleep_for(500ms);
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);
+        },
+        30s);
   });
-  threads.emplace_back([&] {
-    try {
-      Node n(options(Role::kServer));
-      n.Start();
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // before the forgery
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // after it
-      n.Finalize(30s);
-    } catch (...) {
-      errors[2] = std::current_exception();
-    }
-  });
-  threads.emplace_back([&] {
-    try {
-      Node n(options(Role::kWorker));
-      n.SetTransportFactory([&](const TransportConfig& tc) {
-        auto t = std::make_unique<Tap>(CreateTransport(kNodeTransport, tc));
-        tap = t.get();
-        return t;
-      });
-      n.Start();
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);
-      for (int claimed : {kStandbyId, WorkerId(0)}) {
-        Message m;
-        m.h.control = static_cast<uint8_t>(Control::kTakeover);
-        m.h.sender = claimed;
-        m.h.recver = ServerId(0);
-        m.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
-        tap->Send(ServerId(0), Encode(m));
-      }
-      // A forged "fresh standby" (kNodeTable, head kNodeTableStandby) naming this worker
-      // as the job's standby: only the scheduler may send it.
-      Message t;
-      t.h.control = static_cast<uint8_t>(Control::kNodeTable);
-      t.h.head = kNodeTableStandby;
-      t.h.sender = kSchedulerId;
-      t.h.recver = ServerId(0);
-      t.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
-      NodeDesc me;
-      me.id = kStandbyId;
-      me.role = static_cast<int>(Role::kScheduler);
-      me.host = "127.0.0.1";
-      me.port = 1;
-      me.token = 1;
-      t.body = EncodeNodes({me});
-      tap->Send(ServerId(0), Encode(t));
-      t.h.sender = WorkerId(0);  // in its own name
-      tap->Send(ServerId(0), Encode(t));
-      std::this_thread::sleep_for(500ms);
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);
-      n.Finalize(30s);
-    } catch (...) {
-      errors[3] = std::current_exception();
-    }
-  });
-  for (auto& t : threads) t.join();
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = JoinAll(&threads, errors);
   // Both forgeries reached the server's checks (right job, a member's connection).
   EXPECT_NE(log.find("dropped a takeover message (header says node 3, connection is worker[0]"),
             std::string::npos)
@@ -168,8 +170,6 @@ TEST(StandbyScheduler, OnlyTheStandbyOfTheNodeTableCanTakeOver) {
   ASSERT_NE(forged, std::string::npos) << log;
   const std::string line = log.substr(forged, log.find('\n', forged) - forged);
   EXPECT_NE(line.find("only the scheduler sends this"), std::string::npos) << line;
-  const char* who[] = {"scheduler", "standby", "server", "worker"};
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(What(errors[i]), "") << who[i];
 }
 
 // The standby's genuine identity (its own authenticated connection) sends a server the
@@ -178,84 +178,48 @@ TEST(StandbyScheduler, OnlyTheStandbyOfTheNodeTableCanTakeOver) {
 // and answers so; the barrier after it completes at the scheduler. Had the server
 // followed, its arrival would go to the standby, which drops it: a timeout.
 TEST(StandbyScheduler, NodeRefusesATakeoverWhileItsSchedulerLives) {
-  const int port = FreePort();
-  int standby_port = FreePort();
-  while (standby_port == port) standby_port = FreePort();
-  auto options = [&](Role role) {
-    Options o = NodeOptions(role, port, 1, 1);
-    o.standby_scheduler = "127.0.0.1:" + std::to_string(standby_port);
-    o.job_secret = "0123456789abcdef0123456789abcdef";
-    return o;
-  };
+  const StandbyJob options;
+  const int port = options.port;
   std::exception_ptr errors[4];
   std::atomic<Tap*> tap{nullptr};
   std::atomic<bool> sent{false};
   std::vector<std::thread> threads;
   testing::internal::CaptureStderr();
+  threads.emplace_back([&] { RunNode(options(Role::kScheduler), &errors[0]); });
+  threads.emplace_back(
+      [&] { RunNode(Standby(options(Role::kScheduler)), &errors[1], Tapped(&tap)); });
   threads.emplace_back([&] {
-    try {
-      Node n(options(Role::kScheduler));
-      n.Start();
-      n.Finalize(0ms);
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
+    RunNode(
+        options(Role::kServer), &errors[2], {},
+        [&](Node& n) {
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);  // before the commit
+          while (!sent) std::this_thread::sleep_for(10ms);
+          std::this_thread::sleep_for(300ms);
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);  // after it
+        },
+        30s);
   });
   threads.emplace_back([&] {
-    try {
-      Options o = options(Role::kScheduler);
-      o.standby = true;
-      Node n(o);
-      n.SetTransportFactory([&](const TransportConfig& tc) {
-        auto t = std::make_unique<Tap>(CreateTransport(kNodeTransport, tc));
-        tap = t.get();
-        return t;
-      });
-      n.Start();
-      n.Finalize(0ms);
-    } catch (...) {
-      errors[1] = std::current_exception();
-    }
+    RunNode(
+        options(Role::kWorker), &errors[3], {},
+        [&](Node& n) {
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);
+          Message m;  // what a standby that took over sends first
+          m.h.control = static_cast<uint8_t>(Control::kTakeover);
+          m.h.head = kTakeoverCommit;
+          m.h.sender = kStandbyId;
+          m.h.recver = ServerId(0);
+          m.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
+          tap.load()->Send(ServerId(0), Encode(m));
+          sent = true;
+          std::this_thread::sleep_for(300ms);
+          n.Barrier(kServerGroup | kWorkerGroup, 10s);
+        },
+        30s);
   });
-  threads.emplace_back([&] {
-    try {
-      Node n(options(Role::kServer));
-      n.Start();
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // before the commit
-      while (!sent) std::this_thread::sleep_for(10ms);
-      std::this_thread::sleep_for(300ms);
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);  // after it
-      n.Finalize(30s);
-    } catch (...) {
-      errors[2] = std::current_exception();
-    }
-  });
-  threads.emplace_back([&] {
-    try {
-      Node n(options(Role::kWorker));
-      n.Start();
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);
-      Message m;  // what a standby that took over sends first
-      m.h.control = static_cast<uint8_t>(Control::kTakeover);
-      m.h.head = kTakeoverCommit;
-      m.h.sender = kStandbyId;
-      m.h.recver = ServerId(0);
-      m.h.job = JobHash("127.0.0.1:" + std::to_string(port) + "/1w1s");
-      tap.load()->Send(ServerId(0), Encode(m));
-      sent = true;
-      std::this_thread::sleep_for(300ms);
-      n.Barrier(kServerGroup | kWorkerGroup, 10s);
-      n.Finalize(30s);
-    } catch (...) {
-      errors[3] = std::current_exception();
-    }
-  });
-  for (auto& t : threads) t.join();
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = JoinAll(&threads, errors);
   EXPECT_NE(log.find("refused the standby scheduler's takeover: the scheduler still answers here"),
             std::string::npos)
       << log;
   EXPECT_EQ(log.find("took over"), std::string::npos) << log;
-  const char* who[] = {"scheduler", "standby", "server", "worker"};
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(What(errors[i]), "") << who[i];
 }
