@@ -522,14 +522,18 @@ TEST_P(TransportSuite, KeepaliveReportsAPeerThatStoppedAnswering) {
 
 // ------------------------------------------------------------ shared memory
 
-std::unique_ptr<Transport> Shm(uint64_t token,
-                               TransportConfig::Shm mode = TransportConfig::Shm::kAuto,
-                               uint64_t max_frame = uint64_t{128} << 20) {
+// A node transport with shared memory `mode` and a small ring (64 KiB).
+TransportConfig ShmConfig(uint64_t token, TransportConfig::Shm mode = TransportConfig::Shm::kAuto,
+                          uint64_t max_frame = uint64_t{128} << 20) {
   TransportConfig c = Config(token);
   c.shm = mode;
   c.shm_ring_bytes = 64 << 10;
   c.max_frame = max_frame;
-  return CreateTransport(kNodeTransport, c);
+  return c;
+}
+
+std::unique_ptr<Transport> ShmTransport(uint64_t token) {
+  return CreateTransport(kNodeTransport, ShmConfig(token));
 }
 
 // The fds of this process that are pskv rings.
@@ -567,18 +571,45 @@ std::string Pattern(size_t n, int seed) {
   return s;
 }
 
+// Two transports of one process: `a` (token 11) bound on a free port, `b` (token 22)
+// connected to it as its peer 1 (Connect); then, if a test asks, b's messages going
+// through the ring (Switch). The tests that fork make their transports themselves.
+class Shm : public ::testing::Test {
+ protected:
+  void Connect(const TransportConfig& ca = ShmConfig(11),
+               const TransportConfig& cb = ShmConfig(22)) {
+    b.reset();
+    a.reset();
+    a = CreateTransport(kNodeTransport, ca);
+    b = CreateTransport(kNodeTransport, cb);
+    endpoint = a->Bind("127.0.0.1", 0);
+    b->Connect(1, endpoint, 11);
+    sent = expected = 0;
+  }
+  // b sends numbered messages until it writes into the ring (UntilShm), which it must.
+  void Switch() {
+    sent = UntilShm(*a, *b, &expected);
+    ASSERT_TRUE(SendsThroughShm(*b, 1)) << "the ring was never taken into use";
+  }
+  void Close() {
+    a->Close(0ms);
+    b->Close(0ms);
+  }
+  std::unique_ptr<Transport> a, b;
+  std::string endpoint;        // a's
+  int sent = 0, expected = 0;  // b's next message's number, a's next expected one
+};
+
 // A writer that switches to its ring, writes and closes at once (the scheduler's
 // final barrier release, then exit): the ring's bytes and its "closed" flag can be
 // seen before the SWITCH, which travels over ZeroMQ. Before: the reader took a
 // closed ring it had not switched to for an abandoned offer and dropped it with the
 // message (a server then waited at the end of the job until it declared the
 // scheduler dead).
-TEST(Shm, AMessageWrittenRightBeforeCloseIsNotLost) {
+TEST_F(Shm, AMessageWrittenRightBeforeCloseIsNotLost) {
   int lost = -1;
   for (int round = 0; round < 20 && lost < 0; ++round) {
-    auto a = Shm(11), b = Shm(22);
-    const std::string ea = a->Bind("127.0.0.1", 0);
-    b->Connect(1, ea, 11);
+    Connect();
     b->Send(1, {Frame::FromString("first")});  // over ZeroMQ, after the offer
     Received in;
     ASSERT_TRUE(RecvWithin(*a, &in, 5s));  // a attached the ring on the way
@@ -600,16 +631,13 @@ TEST(Shm, AMessageWrittenRightBeforeCloseIsNotLost) {
 // "declined shared memory ... the offered file is not the announced segment" (or
 // "cannot open the peer's descriptor") — in every pskv-bench pushpull run. Now the
 // second offer is taken and nothing is logged.
-TEST(Shm, AnOfferGivenUpBeforeItWasReadIsDroppedQuietly) {
-  auto a = Shm(11), b = Shm(22);
-  const std::string ea = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ea, 11);
+TEST_F(Shm, AnOfferGivenUpBeforeItWasReadIsDroppedQuietly) {
+  Connect();
   b->Send(1, {Frame::FromString("first")});  // after the offer, over ZeroMQ
   std::this_thread::sleep_for(300ms);        // both wait in a's queue, unread
   b->Disconnect(1);
-  b->Connect(2, ea, 11);  // a second ring
+  b->Connect(2, endpoint, 11);  // a second ring
   ::testing::internal::CaptureStderr();
-  int sent = 0;
   Received in;
   for (int i = 0; i < 500 && !SendsThroughShm(*b, 2); ++i) {
     b->Send(2, {Frame::FromString("m" + std::to_string(sent++))});
@@ -625,18 +653,13 @@ TEST(Shm, AnOfferGivenUpBeforeItWasReadIsDroppedQuietly) {
   EXPECT_TRUE(shm) << "the second offer was never taken";
   EXPECT_TRUE(last);
   EXPECT_EQ(err.find("declined"), std::string::npos) << err;
-  a->Close(0ms);
-  b->Close(0ms);
+  Close();
   EXPECT_TRUE(RingFds().empty()) << "a given-up ring outlived its transport";
 }
 
-TEST(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
-  auto a = Shm(11), b = Shm(22);
-  const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep, 11);
-  int expected = 0;
-  int sent = UntilShm(*a, *b, &expected);
-  ASSERT_TRUE(SendsThroughShm(*b, 1)) << "the ring was never taken into use";
+TEST_F(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Switch());
   const std::vector<size_t> sizes = {0,       1,      7, 4096, (64 << 10) - 1, (64 << 10) + 13,
                                      1 << 20, 3 << 20};
   for (size_t k = 0; k < sizes.size(); ++k)
@@ -656,8 +679,7 @@ TEST(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
       EXPECT_EQ(in.frames[2].size, 0u);
     }
   }
-  a->Close(0ms);
-  b->Close(0ms);
+  Close();
   EXPECT_TRUE(RingFds().empty()) << "a ring outlived its transports";
 }
 
@@ -665,13 +687,9 @@ TEST(Shm, SwitchKeepsTheOrderAndEverySizeStreamsThroughASmallRing) {
 // of the ring with streaming stores (common/stream_copy.h) at whatever offsets the
 // ring's wrap and steps give, into frames of odd sizes; every byte arrives, and
 // the message after it (read with plain copies again) too.
-TEST(Shm, AMessageLargerThanTheCacheArrivesIntact) {
-  auto a = Shm(11), b = Shm(22);
-  const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep, 11);
-  int expected = 0;
-  int sent = UntilShm(*a, *b, &expected);
-  ASSERT_TRUE(SendsThroughShm(*b, 1)) << "the ring was never taken into use";
+TEST_F(Shm, AMessageLargerThanTheCacheArrivesIntact) {
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Switch());
   const std::vector<size_t> sizes = {(5 << 20) + 7, 3, (4 << 20) + 13, 1, (1 << 20) + 5};
   b->Send(1, {Frame::FromString("big" + std::to_string(sent++)),
               Frame::FromString(Pattern(sizes[0], 0)), Frame::FromString(Pattern(sizes[1], 1)),
@@ -693,18 +711,16 @@ TEST(Shm, AMessageLargerThanTheCacheArrivesIntact) {
     }
   }
   EXPECT_EQ(big, 1);
-  a->Close(0ms);
-  b->Close(0ms);
+  Close();
 }
 
 // A node with shared memory off (or on another host) declines the offer: TCP
 // carries everything and no control message reaches the caller.
-TEST(Shm, MixedPeersUseTcp) {
+TEST_F(Shm, MixedPeersUseTcp) {
   for (int off_side = 0; off_side < 2; ++off_side) {
-    auto a = Shm(11, off_side == 0 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto);
-    auto b = Shm(22, off_side == 1 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto);
-    const std::string ep = a->Bind("127.0.0.1", 0);
-    b->Connect(1, ep, 11);
+    Connect(
+        ShmConfig(11, off_side == 0 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto),
+        ShmConfig(22, off_side == 1 ? TransportConfig::Shm::kOff : TransportConfig::Shm::kAuto));
     for (int i = 0; i < 100; ++i) {
       b->Send(1, {Frame::FromString("m" + std::to_string(i))});
       Received in;
@@ -713,23 +729,17 @@ TEST(Shm, MixedPeersUseTcp) {
       EXPECT_EQ(Str(in.frames[0]), "m" + std::to_string(i));
     }
     EXPECT_FALSE(SendsThroughShm(*b, 1));
-    a->Close(0ms);
-    b->Close(0ms);
+    Close();
   }
 }
 
 // The offering side does not keep a ring the peer declined: past the attach
 // deadline (here 300 ms) its memory is given back and TCP goes on. Before: the
 // ring (8 MiB by default) stayed until the connection went.
-TEST(Shm, ADeclinedOfferIsGivenUp) {
-  auto a = Shm(11, TransportConfig::Shm::kOff);
-  TransportConfig cb = Config(22);
-  cb.shm = TransportConfig::Shm::kAuto;
-  cb.shm_ring_bytes = 64 << 10;
+TEST_F(Shm, ADeclinedOfferIsGivenUp) {
+  TransportConfig cb = ShmConfig(22);
   cb.shm_attach_deadline = std::chrono::milliseconds(300);
-  auto b = CreateTransport(kNodeTransport, cb);
-  const std::string ep = a->Bind("127.0.0.1", 0);
-  b->Connect(1, ep, 11);
+  Connect(ShmConfig(11, TransportConfig::Shm::kOff), cb);
   bool gone = false;
   for (int i = 0; i < 100 && !gone; ++i) {  // bounded: 100 x (send + 50 ms)
     b->Send(1, {Frame::FromString("m" + std::to_string(i))});
@@ -741,22 +751,17 @@ TEST(Shm, ADeclinedOfferIsGivenUp) {
   }
   EXPECT_TRUE(gone) << "the declined ring is still held";
   EXPECT_FALSE(SendsThroughShm(*b, 1));
-  a->Close(0ms);
-  b->Close(0ms);
+  Close();
 }
 
 // A hostile writer (here: this test, writing into the mapped ring as a peer
 // could) makes the reader drop the ring, never crash or hang; the writer then
 // goes back to TCP and messages flow again.
-TEST(Shm, GarbageInTheRingIsRefusedAndTcpTakesOver) {
+TEST_F(Shm, GarbageInTheRingIsRefusedAndTcpTakesOver) {
   for (int kind = 0; kind < 3; ++kind) {
     SCOPED_TRACE("garbage kind " + std::to_string(kind));
-    auto a = Shm(11, TransportConfig::Shm::kAuto, 1 << 20), b = Shm(22);
-    const std::string ep = a->Bind("127.0.0.1", 0);
-    b->Connect(1, ep, 11);
-    int expected = 0;
-    int sent = UntilShm(*a, *b, &expected);
-    ASSERT_TRUE(SendsThroughShm(*b, 1));
+    Connect(ShmConfig(11, TransportConfig::Shm::kAuto, 1 << 20));
+    ASSERT_NO_FATAL_FAILURE(Switch());
     for (Received in; expected < sent; ++expected) ASSERT_TRUE(RecvWithin(*a, &in, 5s));
     const std::vector<int> fds = RingFds();
     ASSERT_FALSE(fds.empty());
@@ -779,19 +784,18 @@ TEST(Shm, GarbageInTheRingIsRefusedAndTcpTakesOver) {
     ASSERT_TRUE(RecvWithin(*a, &in, 5s));
     EXPECT_EQ(Str(in.frames.at(0)), "after");
     EXPECT_FALSE(SendsThroughShm(*b, 1));
-    a->Close(0ms);
-    b->Close(0ms);
+    Close();
   }
 }
 
 // Processes: the writer in a child process, the reader here; then a reader
 // that dies is reported down, and Close returns although its ring is full.
 // Both children are forked before this process starts any thread.
-TEST(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
+TEST_F(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
   const int port = FreePort(), dead_port = FreePort();
   pid_t writer = ::fork();
   if (writer == 0) {
-    auto b = Shm(22);
+    b = ShmTransport(22);
     b->Connect(1, "127.0.0.1:" + std::to_string(port), 11);
     for (int i = 0; i < 1000 && !SendsThroughShm(*b, 1); ++i) {
       b->Send(1, {Frame::FromString("p")});
@@ -807,14 +811,14 @@ TEST(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
   }
   pid_t reader = ::fork();
   if (reader == 0) {
-    auto r = Shm(11);
+    auto r = ShmTransport(11);
     r->Bind("127.0.0.1", dead_port);
     Received in;
     for (int i = 0; i < 600; ++i) r->Recv(&in, 100ms);  // bounded: 60 s
     _exit(0);
   }
 
-  auto a = Shm(11);
+  a = ShmTransport(11);
   a->Bind("127.0.0.1", port);
   int expected = 0;
   const auto end = std::chrono::steady_clock::now() + 60s;
@@ -839,12 +843,10 @@ TEST(Shm, BetweenProcessesInOrderAndADeadReaderIsNoticed) {
   a->Close(0ms);
 
   // The reader process dies while this one writes to it.
-  TransportConfig cb = Config(22);
-  cb.shm = TransportConfig::Shm::kAuto;
-  cb.shm_ring_bytes = 64 << 10;
+  TransportConfig cb = ShmConfig(22);
   cb.keepalive_interval = 200ms;
   cb.keepalive_timeout = 600ms;
-  auto b = CreateTransport(kNodeTransport, cb);
+  b = CreateTransport(kNodeTransport, cb);
   b->Connect(1, "127.0.0.1:" + std::to_string(dead_port), 11);
   for (int i = 0; i < 1000 && !SendsThroughShm(*b, 1); ++i) {
     b->Send(1, {Frame::FromString("p")});
