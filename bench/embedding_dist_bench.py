@@ -131,6 +131,23 @@ def worker(args):
     kv.close()
 
 
+def launch(args, timeout, launch_args=(), worker_args=()):
+    """Runs this script's workers (--worker, `worker_args`, then this run's arguments) under
+    pskv-launch with `launch_args`: their RESULT records, or None where the job failed or a
+    worker wrote none (its output then goes to stderr)."""
+    cmd = ([os.path.join(BUILD, 'pskv-launch'), '-n', str(args.workers), '-s', str(args.servers),
+            '--timeout', str(timeout)] + list(launch_args)
+           + ['--', sys.executable, os.path.abspath(__file__), '--worker'] + list(worker_args)
+           + sys.argv[1:])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = p.stdout.decode()
+    results = [json.loads(line.split('RESULT ', 1)[1]) for line in out.splitlines() if 'RESULT ' in line]
+    if p.returncode or len(results) != args.workers:
+        sys.stderr.write(out)
+        return None
+    return results
+
+
 def replicas_sweep(args):
     print('%d workers x %d servers, %d-id batches over %d ids, 64-float rows, AdaGrad, %d steps'
           % (args.workers, args.servers, args.batch, args.ids, args.steps))
@@ -138,14 +155,8 @@ def replicas_sweep(args):
     print('|---|---|---|---|')
     base = None
     for r in [int(x) for x in args.replicas.split(',')]:
-        cmd = [os.path.join(BUILD, 'pskv-launch'), '-n', str(args.workers), '-s', str(args.servers),
-               '--timeout', '300', '--env', 'PSKV_REPLICAS=%d' % r, '--', sys.executable,
-               os.path.abspath(__file__), '--worker'] + sys.argv[1:]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        out = p.stdout.decode()
-        results = [json.loads(line.split('RESULT ', 1)[1]) for line in out.splitlines() if 'RESULT ' in line]
-        if p.returncode or len(results) != args.workers:
-            sys.stderr.write(out)
+        results = launch(args, 300, launch_args=['--env', 'PSKV_REPLICAS=%d' % r])
+        if results is None:
             return 1
         med = float(np.median([x for res in results for x in res['push_s']]))
         per_row = np.mean([sum(res['push_s']) / res['rows'] for res in results])
@@ -175,14 +186,8 @@ def main():
         return replicas_sweep(args)
     d = tempfile.mkdtemp(prefix='pskv-emb-bench-')
     try:
-        cmd = [os.path.join(BUILD, 'pskv-launch'), '-n', str(args.workers), '-s', str(args.servers),
-               '--timeout', '900', '--', sys.executable, os.path.abspath(__file__), '--worker',
-               '--dir', d] + sys.argv[1:]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        out = p.stdout.decode()
-        results = [json.loads(line.split('RESULT ', 1)[1]) for line in out.splitlines() if 'RESULT ' in line]
-        if p.returncode or len(results) != args.workers:
-            sys.stderr.write(out)
+        results = launch(args, 900, worker_args=['--dir', d])
+        if results is None:
             return 1
         r0 = results[0]
         print('%d workers x %d servers, %d-id batches over %d ids, %d steps: %d live rows, %.1f s'
