@@ -139,6 +139,31 @@ int64_t NowMs() {
       .count();
 }
 
+// A worker KillWorkerAfter signalled: its pid, and NowMs() right after the signal.
+struct Killed {
+  pid_t pid = 0;
+  int64_t at = 0;
+};
+
+// Sends worker `rank` signal `sig` once it finished round `round` (its marker file).
+void KillWorkerAfter(const Job& j, int rank, int round, Killed* killed, int sig = SIGKILL) {
+  killed->pid = WorkerPid(j, rank);
+  ASSERT_GT(killed->pid, 0) << ReadFile(j.log);
+  ASSERT_TRUE(WaitFile(j.dir + "/w" + std::to_string(rank) + ".r" + std::to_string(round), 20s))
+      << ReadFile(j.log);
+  ::kill(killed->pid, sig);
+  killed->at = NowMs();
+}
+
+// Waits at most `bound` for the launcher (the job's one process) to exit, which it
+// must with status 0; `*log`: the job's log then.
+void ExpectLauncherSucceeds(const Job& j, std::chrono::milliseconds bound, std::string* log) {
+  auto st = WaitExit(j.procs[0], bound);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  *log = ReadFile(j.log);
+  EXPECT_EQ(*st, 0) << *log;
+}
+
 struct Line {
   int round = 0;
   int64_t ms = 0;
@@ -289,14 +314,11 @@ void ExpectFinished(const Job& j, const std::set<pid_t>& killed, std::chrono::mi
 TEST(ElasticWorkers, KillAtChosenRound) {
   const int rounds = 24, epoch = 5;
   Job j = Start("chosen", 3, 2, rounds, epoch, 30);
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
-  const int64_t when = NowMs();
-  ExpectFinished(j, {victim}, 20s);
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
+  ExpectFinished(j, {k.pid}, 20s);
   Verdict v;
-  Check(j, {0, 2}, {{1, when}}, rounds, &v);
+  Check(j, {0, 2}, {{1, k.at}}, rounds, &v);
   std::printf("stall after the kill: %lld ms (PS_HEARTBEAT_TIMEOUT 3 s)\n",
               static_cast<long long>(v.stall_ms));
   // Partitions: an epoch before the kill has 3 parts (the ranks), one after it 2.
@@ -387,13 +409,11 @@ TEST(ElasticWorkers, KillAtRandomMoments) {
 // Below PSKV_MIN_WORKERS the job fails, naming the setting, within the detection bound.
 TEST(ElasticWorkers, BelowMinimumFails) {
   Job j = Start("minimum", 3, 3, 200, 0, 20);
-  pid_t victim = WorkerPid(j, 2);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w2.r2", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 2, 2, &k));
   const auto end = std::chrono::steady_clock::now() + 15s;
   for (pid_t p : j.procs) {
-    if (p == victim) continue;
+    if (p == k.pid) continue;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         end - std::chrono::steady_clock::now());
     auto st = WaitExit(p, std::max(left, 1ms));
@@ -409,19 +429,13 @@ TEST(ElasticWorkers, BelowMinimumFails) {
 TEST(ElasticWorkers, UnderTheLauncher) {
   const int rounds = 20;
   Job j = StartLaunched("launcher", rounds, 0);
-  const pid_t launcher = j.procs[0];
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r3", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
-  const int64_t when = NowMs();
-  auto st = WaitExit(launcher, 30s);
-  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
-  const std::string log = ReadFile(j.log);
-  EXPECT_EQ(*st, 0) << log;
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 3, &k));
+  std::string log;
+  ASSERT_NO_FATAL_FAILURE(ExpectLauncherSucceeds(j, 30s, &log));
   EXPECT_NE(log.find("the scheduler dropped it (PSKV_ELASTIC)"), std::string::npos) << log;
   EXPECT_NE(log.find("(workers dropped: PSKV_ELASTIC)"), std::string::npos) << log;
-  Check(j, {0, 2}, {{1, when}}, rounds);
+  Check(j, {0, 2}, {{1, k.at}}, rounds);
   Cleanup(j);
 }
 
@@ -515,18 +529,15 @@ void CheckJoined(const Job& j, const std::string& joiner, int rounds, int epoch,
 TEST(ElasticWorkers, ReplacementJoins) {
   const int rounds = 24, epoch = 4;
   Job j = Start("join", 3, 2, rounds, epoch, 30);
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
-  const int64_t killed_at = NowMs();
-  ASSERT_TRUE(WaitExit(victim, 5s).has_value());
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
+  ASSERT_TRUE(WaitExit(k.pid, 5s).has_value());
   const int64_t started_at = NowMs();
   j.procs.push_back(Spawn(
       {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
       Env(j.port, "worker", 3, 2), j.log));
-  ExpectFinished(j, {victim}, 30s);
-  CheckJoined(j, "w1j", rounds, epoch, killed_at, started_at);
+  ExpectFinished(j, {k.pid}, 30s);
+  CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
   Cleanup(j);
 }
 
@@ -556,19 +567,13 @@ TEST(ElasticWorkers, JoinWithoutAPlaceIsRefused) {
 TEST(ElasticWorkers, RestartedUnderTheLauncher) {
   const int rounds = 24, epoch = 4;
   Job j = StartLaunched("restart", rounds, epoch, {"--restart-workers", "1"});
-  const pid_t launcher = j.procs[0];
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
-  const int64_t killed_at = NowMs();
-  auto st = WaitExit(launcher, 60s);
-  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
-  const std::string log = ReadFile(j.log);
-  EXPECT_EQ(*st, 0) << log;
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
+  std::string log;
+  ASSERT_NO_FATAL_FAILURE(ExpectLauncherSucceeds(j, 60s, &log));
   EXPECT_NE(log.find("started again"), std::string::npos) << log;
   EXPECT_NE(log.find("worker 1 started again"), std::string::npos) << log;
-  CheckJoined(j, "w1", rounds, epoch, killed_at, killed_at);
+  CheckJoined(j, "w1", rounds, epoch, k.at, k.at);
   Cleanup(j);
 }
 
@@ -583,12 +588,8 @@ TEST(ElasticWorkers, SchedulerDiesAfterAWorkerLeftAndJoined) {
   const int rounds = 40, epoch = 4;
   const std::string tag = "PSKV_TEST_TAG=elastic-sched-" + std::to_string(::getpid());
   Job j = StartLaunched("sched_dies", rounds, epoch, {"--restart-workers", "1", "--env", tag});
-  const pid_t launcher = j.procs[0];
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
-  const int64_t killed_at = NowMs();
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
   // The restarted worker 1 pushed rounds of its own: kill the scheduler.
   ASSERT_TRUE(WaitFile(j.dir + "/w1.r16", 30s)) << ReadFile(j.log);
   ASSERT_FALSE(std::filesystem::exists(j.dir + "/w0.r" + std::to_string(rounds)))
@@ -601,15 +602,13 @@ TEST(ElasticWorkers, SchedulerDiesAfterAWorkerLeftAndJoined) {
       primary.push_back(p);
   ASSERT_EQ(primary.size(), 1u) << ReadFile(j.log);
   ::kill(primary[0], SIGKILL);
-  auto st = WaitExit(launcher, 60s);
-  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
-  const std::string log = ReadFile(j.log);
-  EXPECT_EQ(*st, 0) << log;
+  std::string log;
+  ASSERT_NO_FATAL_FAILURE(ExpectLauncherSucceeds(j, 60s, &log));
   EXPECT_NE(log.find("worker 1 started again"), std::string::npos) << log;
   EXPECT_NE(log.find("the standby scheduler takes over and the job goes on"), std::string::npos)
       << log;
   EXPECT_NE(log.find("every node rejoined"), std::string::npos) << log;
-  CheckJoined(j, "w1", rounds, epoch, killed_at, killed_at);
+  CheckJoined(j, "w1", rounds, epoch, k.at, k.at);
   Cleanup(j);
 }
 
@@ -620,26 +619,23 @@ TEST(ElasticWorkers, SchedulerDiesAfterAWorkerLeftAndJoined) {
 TEST(ElasticWorkers, FrozenWorkerIsDropped) {
   const int rounds = 30;
   Job j = Start("frozen", 3, 2, rounds, 0, 30);
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGSTOP);
-  const int64_t when = NowMs();
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k, SIGSTOP));
   // Resumed once the survivors went on (two rounds after the drop).
   std::vector<Line> seen;
   for (int i = 0; i < 300 && seen.size() < 12; ++i) {
     std::this_thread::sleep_for(50ms);
     seen = ReadLog(j.dir + "/w0.log");
   }
-  ::kill(victim, SIGCONT);
-  auto st = WaitExit(victim, 15s);
+  ::kill(k.pid, SIGCONT);
+  auto st = WaitExit(k.pid, 15s);
   ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
   EXPECT_NE(*st, 0);
-  ExpectFinished(j, {victim}, 30s);
+  ExpectFinished(j, {k.pid}, 30s);
   const std::string log = ReadFile(j.log);
   EXPECT_NE(log.find("dropped from the job by the scheduler"), std::string::npos) << log;
   Verdict v;
-  Check(j, {0, 2}, {{1, when}}, rounds, &v);
+  Check(j, {0, 2}, {{1, k.at}}, rounds, &v);
   std::printf(
       "frozen worker: the survivors' longest round after the freeze took %lld ms "
       "(PS_HEARTBEAT_TIMEOUT 3 s + PS_HEARTBEAT_INTERVAL 0.5 s)\n",
@@ -656,18 +652,15 @@ TEST(ElasticWorkers, FrozenWorkerIsDropped) {
 TEST(ElasticWorkers, WithReplicatedServers) {
   const int rounds = 24;
   Job j = Start("replicas", 3, 2, rounds, 4, 30, {}, {{"PSKV_REPLICAS", "1"}});
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r5", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
-  const int64_t when = NowMs();
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 5, &k));
   ASSERT_TRUE(WaitFile(j.dir + "/w0.r14", 30s)) << ReadFile(j.log);
   const pid_t server0 = j.procs[1];  // the first server started (its rank is either)
   ::kill(server0, SIGKILL);
-  ExpectFinished(j, {victim, server0}, 40s);
+  ExpectFinished(j, {k.pid, server0}, 40s);
   const std::string log = ReadFile(j.log);
   EXPECT_NE(log.find("continue on their replicas"), std::string::npos) << log;
-  Check(j, {0, 2}, {{1, when}}, rounds);
+  Check(j, {0, 2}, {{1, k.at}}, rounds);
   Cleanup(j);
 }
 
@@ -679,11 +672,8 @@ TEST(ElasticWorkers, JoinNeedsTheJobSecret) {
   const int rounds = 24, epoch = 4;
   Job j = Start("secret", 3, 2, rounds, epoch, 30, {},
                 {{"PSKV_JOB_SECRET", "the-job-secret-0123456789abcdef"}});
-  pid_t victim = WorkerPid(j, 1);
-  ASSERT_GT(victim, 0) << ReadFile(j.log);
-  ASSERT_TRUE(WaitFile(j.dir + "/w1.r6", 20s)) << ReadFile(j.log);
-  ::kill(victim, SIGKILL);
-  const int64_t killed_at = NowMs();
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
   auto env = Env(j.port, "worker", 3, 2);
   env["PSKV_JOB_SECRET"] = "another-secret-0123456789abcdef";
   const pid_t impostor = Spawn(
@@ -698,7 +688,7 @@ TEST(ElasticWorkers, JoinNeedsTheJobSecret) {
   j.procs.push_back(Spawn(
       {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
       env, j.log));
-  ExpectFinished(j, {victim}, 30s);
-  CheckJoined(j, "w1j", rounds, epoch, killed_at, started_at);
+  ExpectFinished(j, {k.pid}, 30s);
+  CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
   Cleanup(j);
 }
