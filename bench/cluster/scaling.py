@@ -164,8 +164,8 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
     """One pskv job: `servers` servers and `workers` workers on `hosts` by the cycling
     rule (servers on the first hosts). Returns (median step s, machine CPU busy
     fraction during the steps, per host [rx, tx] bytes of the whole job); with
-    `changes` ([(after step, host, rate)], the link of `host` set to `rate` once step
-    `after` ended) the step times instead of the median."""
+    `changes` ([(after step, action)]: `action()` once step `after` ended) the step
+    times instead of the median."""
     script = os.path.join(c.tmp, 'scaling_worker.py')
     with open(script, 'w') as f:
         f.write(WORKER)
@@ -185,12 +185,12 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
     if os.environ.get('SCALING_LOG'):  # every job's output as it comes, e.g. with PS_VERBOSE=1
         with open(os.environ['SCALING_LOG'], 'a') as f:
             f.write('==== %s %s\n' % (log, json.dumps(env_kw)))
-    for after_step, host, rate in changes or []:
+    for after_step, act in sorted(changes or [], key=lambda x: x[0]):
         while p.poll() is None and not os.path.exists('%s.%d' % (marks, after_step)):
             time.sleep(0.01)
         if not os.path.exists('%s.%d' % (marks, after_step)):
-            raise SystemExit('the job ended before step %d was marked: the rate change was not made' % after_step)
-        c.set_rate(host, rate)
+            raise SystemExit('the job ended before step %d was marked: the change was not made' % after_step)
+        act()
     p.wait(timeout=1000)
     out = open(log).read()
     if os.environ.get('SCALING_LOG'):
@@ -267,13 +267,12 @@ def grid_config(c, args, n, k, rate, b, size):
     elems, steps = m // 4, args.steps
     # Rows with the kernel-paced columns are their own series (bench/plot.py: cluster_paced.png).
     row = {'bench': args.bench or ('cluster_paced' if args.paced_repeat else 'cluster_scaling'), 'workers': n,
-           'extra_servers': k, 'rate': rate, 'pskv_pacing': 'learned (PSKV_LINK_RATE=1)' if args.learned else 'default (PSKV_LINK_RATE unset: off)',
+           'extra_servers': k, 'rate': rate, 'pskv_pacing': 'default (PSKV_LINK_RATE unset: learned)',
            'link_bytes_per_s': round(b), 'model_bytes': m, 'steps': steps, 'repeats': args.repeat,
            't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
     runs, busy, links = [], [], []
     for _ in range(args.repeat):
-        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced',
-                            **({'PSKV_LINK_RATE': '1'} if args.learned else {}))
+        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced')
         runs.append(t)
         busy.append(u)
         links.append(lk)
@@ -292,7 +291,7 @@ def grid_config(c, args, n, k, rate, b, size):
         row['pskv_even_s'], row['pskv_even_min_s'], row['pskv_even_max_s'] = spread(ev)
         row['pskv_even_vs_t_even_split'] = round(row['pskv_even_s'] / row['t_even_split_s'], 3)
     if args.unpaced_repeat:
-        # PSKV_LINK_RATE=0: no pacing (the default before the rate was learned).
+        # PSKV_LINK_RATE=0: no pacing (the default before issue 40's learned rate).
         up = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced', PSKV_LINK_RATE='0')[0]
               for _ in range(args.unpaced_repeat)]
         row['pskv_unpaced_s'], row['pskv_unpaced_min_s'], row['pskv_unpaced_max_s'] = spread(up)
@@ -346,7 +345,8 @@ def rate_change(c, args, n, k, rate, b):
     link-balanced shares, so the bound scales with the slowest link), and per change
     the steps until the step time is within 10 % of the new bound."""
     m = parse_size(args.sizes.split(',')[0])
-    changes = [(int(a), int(h), r) for a, h, r in (x.split(':') for x in args.change.split(','))]
+    changes = [(int(a), int(h), r) for a, h, r in (x.split(':') for x in args.change.split(','))] \
+        if args.change else []
     base_bits = netns_cluster._rate_bits(rate)
     bounds, rates = [], [base_bits] * len(c.hosts)
     for i in range(args.change_steps):
@@ -354,25 +354,77 @@ def rate_change(c, args, n, k, rate, b):
             if a == i:
                 rates[h] = netns_cluster._rate_bits(r)
         bounds.append(t_opt(n, k, m, b) * base_bits / min(rates[:n + k]))
-    modes = [('learned', {'PSKV_LINK_RATE': '1'})] + ([('PSKV_LINK_RATE=B', {'PSKV_LINK_RATE': str(int(b))})] if args.paced_repeat else []) + \
+    modes = [('default (learned)', {})] + ([('PSKV_LINK_RATE=B', {'PSKV_LINK_RATE': str(int(b))})] if args.paced_repeat else []) + \
         ([('unpaced', {'PSKV_LINK_RATE': '0'})] if args.unpaced_repeat else [])
+    compete = [int(x) for x in args.compete.split(':')] if args.compete else None
     for name, kw in modes:
         for h in range(len(c.hosts)):
             c.set_rate(h, rate)
-        times, busy, _ = run_pskv(c, c.hosts, n, n + k, m // 4, args.change_steps, changes=changes,
+        acts = [(a, lambda h=h, r=r: c.set_rate(h, r)) for a, h, r in changes]
+        flow = None
+        if compete:
+            # A bulk TCP flow from host SRC to host DST (not the job's) between two steps.
+            flow = CompetingFlow(c, compete[2], compete[3])
+            acts += [(compete[0], flow.start), (compete[1], flow.stop)]
+        times, busy, _ = run_pskv(c, c.hosts, n, n + k, m // 4, args.change_steps, changes=acts,
                                   PSKV_SERVER_WEIGHTS='balanced', **kw)
+        marks = sorted(set([a for a, _, _ in changes] + (compete[:2] if compete else [])))
+        if flow:
+            # While it ran the flow took `flow.rate` of SRC's uplink and DST's downlink:
+            # the job's bound is that of links of B - flow.rate.
+            flow.stop()
+            for i in range(compete[0], min(compete[1], len(bounds))):
+                bounds[i] = t_opt(n, k, m, b) * b / max(b - flow.rate, 1.0)
         ratio = [round(t / bd, 3) for t, bd in zip(times, bounds)]
         recovery = []
-        for a, _, _ in changes:
-            nxt = min([x for x, _, _ in changes if x > a] + [len(times)])
+        for a in marks:
+            nxt = min([x for x in marks if x > a] + [len(times)])
             within = [i for i in range(a, nxt) if ratio[i] <= 1.10]
             recovery.append(within[0] - a + 1 if within else None)
         row = {'bench': 'cluster_rate_change', 'workers': n, 'extra_servers': k, 'rate': rate,
                'link_bytes_per_s': round(b), 'model_bytes': m, 'pacing': name, 'changes': args.change,
+               'compete': args.compete, 'competing_flow_bytes_per_s': round(flow.rate) if flow else None,
                'step_s': [round(t, 4) for t in times], 'bound_s': [round(x, 4) for x in bounds],
                'step_vs_bound': ratio, 'recovery_steps': recovery, 'cpu_busy': round(busy, 3)}
         emit(row, args, '%-8s k=%d %s changes %s: step/bound %s, steps to within 10 %%: %s' % (
             rate, k, name, args.change, ' '.join('%.2f' % x for x in ratio), recovery))
+
+
+class CompetingFlow:
+    """A bulk TCP stream from host `src` to host `dst` of cluster `c` (the kernel's
+    default congestion control), started and stopped between a job's steps; `rate`:
+    its payload bytes/s while it ran (the receiver's count over the time)."""
+
+    def __init__(self, c, src, dst, port=5998):
+        self.c, self.src, self.dst, self.port = c, src, dst, port
+        self.recv = self.send = None
+        self.rate = 0.0
+
+    def start(self):
+        self.recv = self.c.hosts[self.dst].popen(['/usr/bin/python3', '-c', (
+            'import socket,time\n'
+            's=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n'
+            's.bind(("0.0.0.0", %d)); s.listen(1); print("up", flush=True); a,_=s.accept(); n=0; t=time.time()\n'
+            'while True:\n'
+            '    b=a.recv(1<<20)\n'
+            '    if not b: break\n'
+            '    n+=len(b)\n'
+            'print(n, time.time()-t, flush=True)\n') % self.port], stdout=subprocess.PIPE, text=True)
+        self.recv.stdout.readline()  # listening
+        self.send = self.c.hosts[self.src].popen(['/usr/bin/python3', '-c', (
+            'import socket\n'
+            's=socket.create_connection(("%s", %d)); buf=b"x"*(1<<20)\n'
+            'while True: s.sendall(buf)\n') % (self.c.hosts[self.dst].addr(), self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self):
+        if self.send is None:
+            return
+        self.send.kill()
+        self.send.wait(30)
+        self.send = None
+        n, secs = self.recv.communicate(timeout=60)[0].split()
+        self.rate = float(n) / max(float(secs), 1e-3)
 
 
 def servers_series(c, args, n, rate, b):
@@ -425,7 +477,10 @@ def main():
                          '--paced-repeat/--unpaced-repeat stated/unpaced) in which HOST\'s link changes to RATE '
                          'after step AFTER (first k, first size)')
     ap.add_argument('--change-steps', type=int, default=14)
-    ap.add_argument('--learned', action='store_true', help='the main pskv column with PSKV_LINK_RATE=1 (learned rate)')
+    ap.add_argument('--compete', default='',
+                    help='AFTER:UNTIL:SRC:DST: instead of the grid (or with --change), one job per pacing '
+                         'mode in which a bulk TCP flow from host SRC to host DST runs from step AFTER to '
+                         'step UNTIL; its steps measured against the bound of links of B less the flow\'s rate')
     ap.add_argument('--bench', default='', help='the rows\' "bench" name (default cluster_scaling/cluster_paced)')
     ap.add_argument('--servers-series', default='',
                     help='server counts S (e.g. 1,2,4) for the step time against servers: S hosts that only '
@@ -445,7 +500,7 @@ def main():
         for k in ks:
             with netns_cluster.Cluster(hosts=n + k, networks={'net': rate}) as c:
                 b = link_rate(c)
-                if args.change:
+                if args.change or args.compete:
                     rate_change(c, args, n, k, rate, b)
                     continue
                 for size in args.sizes.split(','):

@@ -48,6 +48,24 @@ std::string InterfaceOf(const std::string& addr) {
   return name;
 }
 
+// The host's cores' busy and total time (jiffies since boot; /proc/stat's first line:
+// user nice system idle iowait irq softirq steal ...). {0, 0}: unknown.
+struct CoreTimes {
+  uint64_t busy = 0, total = 0;
+};
+CoreTimes ReadCoreTimes() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  CoreTimes t;
+  if (!(f >> cpu) || cpu != "cpu") return t;
+  uint64_t v = 0;
+  for (int i = 0; i < 8 && f >> v; ++i) {
+    t.total += v;
+    if (i != 3 && i != 4) t.busy += v;  // idle and iowait are not busy
+  }
+  return t;
+}
+
 }  // namespace
 
 bool LinksPaced(const Node& node, const Options& o) {
@@ -66,12 +84,13 @@ LinkRateEstimator::LinkRateEstimator(Config c, std::vector<double> parts, double
     : c_(c), parts_(std::move(parts)), host_part_(host_part > 0 ? host_part : 1.0) {}
 
 double LinkRateEstimator::Gain(int64_t slot) const {
+  if (starting_) return c_.startup_gain;
   const int64_t phase = ((slot % c_.cycle) + c_.cycle) % c_.cycle;
   return phase == 0 ? c_.probe_gain : phase == 1 ? c_.drain_gain : c_.cruise_gain;
 }
 
 uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& now,
-                                uint64_t link_tx_bytes) {
+                                uint64_t link_tx_bytes, uint64_t elapsed_us, double cores_busy) {
   bool consecutive = now.size() == parts_.size() && prev_.size() == now.size() &&
                      slot == prev_slot_ + 1 && link_tx_bytes >= prev_tx_;
   for (size_t i = 0; consecutive && i < now.size(); ++i)
@@ -79,7 +98,7 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
   last_sample_ = 0;
   bool backlogged = false;
   if (consecutive) {
-    const auto window = static_cast<double>(c_.window.count());
+    const auto window = static_cast<double>(elapsed_us > 0 ? elapsed_us : c_.window.count());
     double acked = 0, part = 0;
     size_t busy = 0;
     for (size_t i = 0; i < now.size(); ++i) {
@@ -109,7 +128,9 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
     const bool capped = est > 0 && acked >= c_.capped * est * gain * part * window / 1e6;
     const double taken = capped && gain <= 1.0 ? std::max(sample, est) : sample;
     // The window after an idle one may carry a burst the rate limiter saved up.
-    if (backlogged && prev_backlogged_ && taken > 0) {
+    if (backlogged && prev_backlogged_ && cores_busy >= c_.cores_busy) {
+      samples_.push_back({slot, 0});  // the cores may have held it: no sample
+    } else if (backlogged && prev_backlogged_ && taken > 0) {
       last_sample_ = static_cast<uint64_t>(taken);
       samples_.push_back({slot, last_sample_});
     }
@@ -122,8 +143,27 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
     samples_.erase(samples_.begin());
   // No sample within the horizon (an idle job): the estimate stays.
   uint64_t best = 0;
-  for (const Sample& s : samples_) best = std::max(best, s.rate);
+  sampled_ = cores_held_ = 0;
+  for (const Sample& s : samples_) {
+    best = std::max(best, s.rate);
+    ++(s.rate > 0 ? sampled_ : cores_held_);
+  }
+  const uint64_t before = estimate_;
   if (best > 0) estimate_ = std::max(best, c_.floor);
+  if (last_sample_ > 0) {
+    // Starting: the caps are loose (startup_gain), so a sample shows what the link
+    // takes; once `full_windows` samples in a row grew the estimate by less than
+    // full_growth, the link (or the job) is the limit: cruise. A probe that found
+    // that much room starts again (a raised limit is found in a few windows).
+    const double grew = before > 0 ? static_cast<double>(last_sample_) / static_cast<double>(before) : 1e9;
+    if (starting_) {
+      plateau_ = grew < 1 + c_.full_growth ? plateau_ + 1 : 0;
+      if (plateau_ >= c_.full_windows) starting_ = false;
+    } else if (Gain(slot) > 1.0 && grew >= 1 + c_.full_growth) {
+      starting_ = true;
+      plateau_ = 0;
+    }
+  }
   return estimate_;
 }
 
@@ -223,6 +263,10 @@ uint64_t LinkPacer::LinkTxBytes() const {
 }
 
 void LinkPacer::Apply(double link_rate) {
+  if (link_rate <= 0) {  // unpaced: the kernel's "no cap"
+    for (const Conn& c : conns_) node_.SetPacingRate(c.peer, ~uint64_t{0});
+    return;
+  }
   for (const Conn& c : conns_)
     node_.SetPacingRate(
         c.peer,
@@ -239,6 +283,8 @@ void LinkPacer::Learn() {
   double applied = 0;
   uint64_t logged = 0;
   int64_t windows = 0, missing = 0, sampled = 0;
+  CoreTimes jiffies = ReadCoreTimes();
+  auto last_read = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {
     const int64_t next = (NowUs() / window + 1) * window;
@@ -262,10 +308,24 @@ void LinkPacer::Learn() {
       ++missing;
       continue;
     }
-    const uint64_t b = est_->Add(slot, now, LinkTxBytes());
+    const uint64_t tx = LinkTxBytes();
+    const auto read_at = std::chrono::steady_clock::now();
+    const auto elapsed = read_at - last_read;
+    last_read = read_at;
+    const CoreTimes cores = ReadCoreTimes();
+    const double busy = cores.total > jiffies.total && cores.busy >= jiffies.busy
+                            ? static_cast<double>(cores.busy - jiffies.busy) /
+                                  static_cast<double>(cores.total - jiffies.total)
+                            : 0;
+    jiffies = cores;
+    const uint64_t b = est_->Add(
+        slot, now, tx,
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()),
+        busy);
     if (est_->last_sample() > 0) ++sampled;
     if (b == 0) continue;
-    const double target = static_cast<double>(b) * est_->Gain(slot + 1);
+    // Where the cores hold the job, no cap (0: unpaced).
+    const double target = est_->cores_limit() ? 0 : static_cast<double>(b) * est_->Gain(slot + 1);
     if (target != applied) {
       Apply(target);
       applied = target;

@@ -82,11 +82,21 @@ class LinkRateEstimator {
     double probe_gain = 1.25;
     double drain_gain = 0.75;
     double cruise_gain = 0.97;
+    /// Starting (and after a probe found `full_growth` more room), every window is
+    /// paced at the estimate times startup_gain, so that the caps do not hide the
+    /// link, until `full_windows` samples in a row grow the estimate by less than
+    /// full_growth (the link holds them: the pipe is full, as BBR's start-up).
+    double startup_gain = 2.0;
+    double full_growth = 0.1;
+    int full_windows = 3;
     /// The least estimate (bytes/s): a connection is never paced to a stop.
     uint64_t floor = 125'000;
     /// Backlogged connections that delivered this fraction of their caps were held by
     /// the caps, not by the link.
     double capped = 0.9;
+    /// A backlogged window with this fraction of the host's cores busy was held by
+    /// the cores (or may have been): no sample.
+    double cores_busy = 0.5;
     /// TCP payload per byte on the wire (an interface counts Ethernet, IP and TCP
     /// headers: 1448 of 1514 bytes of a full segment).
     double payload = 0.956;
@@ -101,11 +111,20 @@ class LinkRateEstimator {
   /// The counters at the end of window `slot` (consecutive windows have consecutive
   /// slots; a gap restarts the comparison) and the bytes the host's interface has
   /// transmitted (cumulative; 0: unknown). Returns the estimate after it.
-  uint64_t Add(int64_t slot, const std::vector<ConnCounters>& now, uint64_t link_tx_bytes = 0);
+  /// `elapsed_us`: the time since the previous counters were read, where the caller
+  /// knows it (0: the window's length; a thread woken late reads a longer window).
+  /// `cores_busy`: the fraction of the host's cores busy in the window (0: unknown).
+  uint64_t Add(int64_t slot, const std::vector<ConnCounters>& now, uint64_t link_tx_bytes = 0,
+               uint64_t elapsed_us = 0, double cores_busy = 0);
   /// The link's rate learned so far (bytes/s); 0 before the first sample.
   uint64_t estimate() const { return estimate_; }
-  /// The pacing gain of window `slot` (probe_gain, drain_gain or cruise_gain).
+  /// The pacing gain of window `slot` (startup_gain while starting, else probe_gain,
+  /// drain_gain or cruise_gain).
   double Gain(int64_t slot) const;
+  /// Whether the host's cores, not its link, held the connections in most of the
+  /// backlogged windows of the horizon: then pace nothing (a cap below what the cores
+  /// manage only slows the job).
+  bool cores_limit() const { return cores_held_ > sampled_; }
   /// The sample the last Add took (0: none: the connections were not backlogged).
   uint64_t last_sample() const { return last_sample_; }
 
@@ -119,10 +138,13 @@ class LinkRateEstimator {
   bool prev_backlogged_ = false;  // the window before the last one
   struct Sample {
     int64_t slot;
-    uint64_t rate;
+    uint64_t rate;  // 0: a window the cores held
   };
   std::vector<Sample> samples_;  // within the horizon, oldest first
+  int sampled_ = 0, cores_held_ = 0;  // samples_ by kind
   uint64_t estimate_ = 0, last_sample_ = 0;
+  bool starting_ = true;
+  int plateau_ = 0;  // samples in a row that grew the estimate by less than full_growth
 };
 
 /// Paces `node`'s connections to the workers (a server of rank < S; spares are not
