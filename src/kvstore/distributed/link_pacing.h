@@ -15,25 +15,29 @@
 // servers"). Worker-worker, server-server and same-host connections are not paced;
 // after a failover the rates stay those of the initial table.
 //
-// With PSKV_LINK_RATE=1 the link's rate is learned while the job runs (opt-in: one
-// measured run was slower than unpaced, docs/performance.md)
+// With PSKV_LINK_RATE=1 the link's rate is learned while the job runs (opt-in: with
+// 4 MiB steps it measured slower than unpaced, docs/performance.md)
 // (LinkRateEstimator): at the end of every window of 200 ms the node reads its paced
-// connections' TCP_INFO (bytes acknowledged, time backlogged) and its host
-// interface's transmitted bytes (/proc/net/dev). While its connections are
-// backlogged, the bytes the interface sent, over the host's planned part of the
-// busiest link's load, are a sample of the link's rate: the interface counts every
-// process of the host (a worker's pushes and its co-located server's answers), so no
-// process mistakes the room another one left for a faster link. (Without the
-// interface's counter: the connections' own bytes over their planned part.) A window
+// connections' TCP_INFO (bytes acknowledged, time backlogged), its host interface's
+// transmitted bytes (/proc/net/dev) and the host's busy cores (/proc/stat), over the
+// window's real length. While its connections are backlogged, the bytes the
+// interface sent, over the host's planned part of the busiest link's load, are a
+// sample of the link's rate: the interface counts every process of the host (a
+// worker's pushes and its co-located server's answers), so no process mistakes the
+// room another one left for a faster link. (Without the interface's counter: the
+// connections' own bytes over their planned part.) The estimate is the largest sample
+// of the last `horizon` windows. Starting, the caps are startup_gain x the estimate,
+// loose, so that the samples show the link, until full_windows samples in a row grow
+// it by less than full_growth (BBR's full pipe); then in one window of every `cycle`
+// the connections are paced `probe_gain` faster (a probe that finds full_growth more
+// room starts up again), the next drains, the others cruise a little below. A window
 // whose backlogged connections delivered their caps was held by the caps, not the
-// link: it keeps the estimate. The estimate is the largest sample of the last
-// `horizon` windows (a lowered limit, which holds the connections below their caps,
-// is followed once the older samples age out), and in one window of every `cycle` the
-// connections are paced `probe_gain` faster, so that a raised limit shows in the
-// samples (the next window drains the probe's queue). The probe windows are slots of
-// the wall clock, alike on every node, so the processes that share a link probe
-// together and keep the planned proportions. Until the first sample nothing is paced.
-// A job whose nodes are all on one host learns nothing and paces nothing.
+// link: outside a probe it keeps the estimate. The probe windows are slots of the wall
+// clock, alike on every node, so the processes that share a link probe together and
+// keep the planned proportions. A backlogged window with half the host's cores busy
+// is no sample, and where such windows outnumber the samples nothing is capped (the
+// cores are the limit). Until the first sample nothing is paced. A job whose nodes
+// are all on one host learns nothing and paces nothing.
 #pragma once
 
 #include <chrono>
