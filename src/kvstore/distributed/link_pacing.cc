@@ -126,7 +126,10 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
     // windows the link held, and probes, measure.
     const double est = static_cast<double>(estimate_), gain = Gain(slot);
     const bool capped = est > 0 && acked >= c_.capped * est * gain * part * window / 1e6;
-    const double taken = capped && gain <= 1.0 ? std::max(sample, est) : sample;
+    // (A drain window that delivered its caps shows only that the link took 0.75 of
+    // the estimate: no evidence for the rest of it.)
+    const double taken =
+        capped && gain <= 1.0 && gain >= c_.cruise_gain ? std::max(sample, est) : sample;
     // The window after an idle one may carry a burst the rate limiter saved up.
     if (backlogged && prev_backlogged_ && cores_busy >= c_.cores_busy) {
       samples_.push_back({slot, 0});  // the cores may have held it: no sample
@@ -149,7 +152,17 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
     ++(s.rate > 0 ? sampled_ : cores_held_);
   }
   const uint64_t before = estimate_;
-  if (best > 0) estimate_ = std::max(best, c_.floor);
+  if (best > 0) {
+    // A host's samples are its own link's rate only where that link is the limit;
+    // where another link holds its connections (a slower host they send to) they show
+    // what it sends, and capped at that the job would slow further: the estimate falls
+    // by at most most_drop per window and never below least_of_peak of the job's
+    // highest (measured: a link halved mid-job stalled a step for 63 s without this).
+    peak_ = std::max(peak_, best);
+    const double slowest = std::max(static_cast<double>(estimate_) * (1 - c_.most_drop),
+                                    static_cast<double>(peak_) * c_.least_of_peak);
+    estimate_ = std::max({best, static_cast<uint64_t>(slowest), c_.floor});
+  }
   if (last_sample_ > 0) {
     // Starting: the caps are loose (startup_gain), so a sample shows what the link
     // takes; once `full_windows` samples in a row grew the estimate by less than

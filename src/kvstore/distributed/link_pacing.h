@@ -93,11 +93,15 @@ class LinkRateEstimator {
     double startup_gain = 2.0;
     double full_growth = 0.1;
     int full_windows = 3;
+    /// The most the estimate falls per window, and the least it falls to: this part of
+    /// the highest estimate of the job (a link held by another one reads low).
+    double most_drop = 0.1;
+    double least_of_peak = 0.25;
     /// The least estimate (bytes/s): a connection is never paced to a stop.
     uint64_t floor = 125'000;
     /// Backlogged connections that delivered this fraction of their caps were held by
     /// the caps, not by the link.
-    double capped = 0.9;
+    double capped = 0.98;
     /// A backlogged window with this fraction of the host's cores busy was held by
     /// the cores (or may have been): no sample.
     double cores_busy = 0.5;
@@ -148,6 +152,7 @@ class LinkRateEstimator {
   int sampled_ = 0, cores_held_ = 0;  // samples_ by kind
   uint64_t estimate_ = 0, last_sample_ = 0;
   bool starting_ = true;
+  uint64_t peak_ = 0;  // the highest max-filter value so far
   int plateau_ = 0;  // samples in a row that grew the estimate by less than full_growth
 };
 
