@@ -168,7 +168,8 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
     // takes; once `full_windows` samples in a row grew the estimate by less than
     // full_growth, the link (or the job) is the limit: cruise. A probe that found
     // that much room starts again (a raised limit is found in a few windows).
-    const double grew = before > 0 ? static_cast<double>(last_sample_) / static_cast<double>(before) : 1e9;
+    const double grew =
+        before > 0 ? static_cast<double>(last_sample_) / static_cast<double>(before) : 1e9;
     if (starting_) {
       plateau_ = grew < 1 + c_.full_growth ? plateau_ + 1 : 0;
       if (plateau_ >= c_.full_windows) starting_ = false;
@@ -331,10 +332,11 @@ void LinkPacer::Learn() {
                                   static_cast<double>(cores.total - jiffies.total)
                             : 0;
     jiffies = cores;
-    const uint64_t b = est_->Add(
-        slot, now, tx,
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()),
-        busy);
+    const uint64_t b =
+        est_->Add(slot, now, tx,
+                  static_cast<uint64_t>(
+                      std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()),
+                  busy);
     if (est_->last_sample() > 0) ++sampled;
     if (b == 0) continue;
     // Where the cores hold the job, no cap (0: unpaced).

@@ -148,12 +148,12 @@ class LinkRateEstimator {
     int64_t slot;
     uint64_t rate;  // 0: a window the cores held
   };
-  std::vector<Sample> samples_;  // within the horizon, oldest first
+  std::vector<Sample> samples_;       // within the horizon, oldest first
   int sampled_ = 0, cores_held_ = 0;  // samples_ by kind
   uint64_t estimate_ = 0, last_sample_ = 0;
   bool starting_ = true;
   uint64_t peak_ = 0;  // the highest max-filter value so far
-  int plateau_ = 0;  // samples in a row that grew the estimate by less than full_growth
+  int plateau_ = 0;    // samples in a row that grew the estimate by less than full_growth
 };
 
 /// Paces `node`'s connections to the workers (a server of rank < S; spares are not
