@@ -142,6 +142,13 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
   prev_tx_ = link_tx_bytes;
   prev_ = now;
   prev_slot_ = slot;
+  Follow(slot);
+  return estimate_;
+}
+
+// The estimate after window `slot`'s sample (if any): the largest sample of the
+// horizon, falling at most most_drop per window, and the start-up's state.
+void LinkRateEstimator::Follow(int64_t slot) {
   while (!samples_.empty() && samples_.front().slot <= slot - c_.horizon)
     samples_.erase(samples_.begin());
   // No sample within the horizon (an idle job): the estimate stays.
@@ -178,7 +185,6 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
       plateau_ = 0;
     }
   }
-  return estimate_;
 }
 
 // ---------------------------------------------------------------- pacer

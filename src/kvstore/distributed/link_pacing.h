@@ -137,6 +137,7 @@ class LinkRateEstimator {
   uint64_t last_sample() const { return last_sample_; }
 
  private:
+  void Follow(int64_t slot);
   Config c_;
   std::vector<double> parts_;
   double host_part_;
