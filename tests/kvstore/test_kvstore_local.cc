@@ -4,6 +4,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string>
+
+#include <unistd.h>
 
 #include "pskv/error.h"
 #include "pskv/kvstore.h"
@@ -252,7 +255,11 @@ TEST_P(LocalStores, OptimizerRunsInTheStoreAndStatesSaveAndLoad) {
   kv->Pull(0, {out});
   kv->WaitAll();
   ExpectAll(out, 0.9f);
-  auto path = (std::filesystem::temp_directory_path() / "pskv_test_states.bin").string();
+  // A file of this process's own: ctest -j runs the "local" and "device" cases at once
+  // (a shared name let one remove the other's file: failed once in a fresh clone).
+  auto path = (std::filesystem::temp_directory_path() /
+               ("pskv_test_states_" + std::to_string(::getpid()) + ".bin"))
+                  .string();
   kv->SaveOptimizerStates(path);
   kv->Push(0, {Ones({2}, 1)});
   kv->Pull(0, {out});
