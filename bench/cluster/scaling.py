@@ -61,19 +61,26 @@ def env(**kw):
     return e
 
 
-def link_rate(c, nbytes=8 << 20):
-    """Bytes/s of one TCP stream from host 1 to host 0 through the rate limit."""
-    port = 5999
-    server = c.hosts[0].popen(['/usr/bin/python3', '-c', (
-        'import socket,sys\n'
+def bulk_receiver(host, port):
+    """A process on `host` that counts the bytes of one TCP connection to `port` and
+    prints "N SECONDS" when it closes; returned once it listens."""
+    p = host.popen(['/usr/bin/python3', '-c', (
+        'import socket,time\n'
         's=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n'
-        's.bind(("0.0.0.0", %d)); s.listen(1); a,_=s.accept(); n=0\n'
+        's.bind(("0.0.0.0", %d)); s.listen(1); print("up", flush=True); a,_=s.accept(); n=0; t=time.time()\n'
         'while True:\n'
         '    b=a.recv(1<<20)\n'
         '    if not b: break\n'
         '    n+=len(b)\n'
-        'print(n)\n') % port], stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # the listener is up (python starts in the namespace)
+        'print(n, time.time()-t, flush=True)\n') % port], stdout=subprocess.PIPE, text=True)
+    p.stdout.readline()  # "up": listening
+    return p
+
+
+def link_rate(c, nbytes=8 << 20):
+    """Bytes/s of one TCP stream from host 1 to host 0 through the rate limit."""
+    port = 5999
+    server = bulk_receiver(c.hosts[0], port)
     t = c.hosts[1].run(['/usr/bin/python3', '-c', (
         'import socket,time\n'
         's=socket.create_connection(("%s", %d)); buf=b"x"*(1<<20); t=time.perf_counter()\n'
@@ -402,16 +409,7 @@ class CompetingFlow:
         self.rate = 0.0
 
     def start(self):
-        self.recv = self.c.hosts[self.dst].popen(['/usr/bin/python3', '-c', (
-            'import socket,time\n'
-            's=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n'
-            's.bind(("0.0.0.0", %d)); s.listen(1); print("up", flush=True); a,_=s.accept(); n=0; t=time.time()\n'
-            'while True:\n'
-            '    b=a.recv(1<<20)\n'
-            '    if not b: break\n'
-            '    n+=len(b)\n'
-            'print(n, time.time()-t, flush=True)\n') % self.port], stdout=subprocess.PIPE, text=True)
-        self.recv.stdout.readline()  # listening
+        self.recv = bulk_receiver(self.c.hosts[self.dst], self.port)
         self.send = self.c.hosts[self.src].popen(['/usr/bin/python3', '-c', (
             'import socket\n'
             's=socket.create_connection(("%s", %d)); buf=b"x"*(1<<20)\n'
