@@ -80,9 +80,9 @@ struct Options {
   /// every connection between a worker and a server on another host at this rate
   /// times the server's share over the busiest link's load, so that no link queues
   /// (kvstore/distributed/link_pacing.h; docs/performance.md, "Across hosts"); pushes are
-  /// then not held back by wire_ahead_bytes. 0 (default): off; < 0 (set to 1): learned
-  /// while the job runs, where its nodes are on more than one host.
-  int64_t link_rate = 0;
+  /// then not held back by wire_ahead_bytes. < 0 (default; PSKV_LINK_RATE=1): learned
+  /// while the job runs, where its nodes are on more than one host; 0: off.
+  int64_t link_rate = -1;
   /// PSKV_REPLICAS: besides its primary, this many other servers hold a copy of each
   /// server's key range (docs/fault-tolerance.md); at most num_servers - 1 are used.
   /// 0 (default): a dead server ends the job. All nodes of a job must agree.

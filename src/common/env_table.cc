@@ -101,9 +101,7 @@ void ApplyRole(const EnvVar& e, const char* v, Options& o) {
   o.role = r == "server" ? Role::kServer : r == "scheduler" ? Role::kScheduler : Role::kWorker;
   o.role_set = true;
 }
-// PSKV_LINK_RATE=1 learns the rate (-1); 0 or unset: off; above: the stated rate.
-// Learning stays opt-in: with 4 MiB steps it measured slower than unpaced
-// (docs/performance.md, "The rate learned instead of stated").
+// PSKV_LINK_RATE=1 or unset learns the rate (-1); 0: off; above: the stated rate.
 void ApplyLinkRate(const EnvVar& e, const char* v, Options& o) {
   const int64_t r = EnvInt(e, v);
   o.link_rate = r == 1 ? -1 : r;
@@ -343,7 +341,7 @@ const EnvVar kVars[] = {
      "answered; later pieces wait for answers, so no worker runs further ahead of the slowest "
      "one and sync rounds complete steadily; 0: off (all pieces at once)",
      Int<&Options::wire_ahead_bytes>},
-    {"PSKV_LINK_RATE", T::kInt, 0, int64_t{1} << 40, "", "0", S::kJob,
+    {"PSKV_LINK_RATE", T::kInt, 0, int64_t{1} << 40, "", "1", S::kJob,
      "bytes per second of each host's link (e.g. 12000000 for 100 Mbit/s): the kernel paces "
      "each connection between a worker and a server on another host at this rate times the "
      "server's share of big keys over the busiest link's load, so that no link's queue "
@@ -352,11 +350,12 @@ const EnvVar kVars[] = {
      "key's slices bigger than "
      "`PSKV_WIRE_CHUNK_BYTES` travel in finer chunks (a 32nd of the slice, at least 16 KiB, "
      "each its own message) so that a server's answers keep up with the pushes; small keys go "
-     "no faster than their connection's rate; 1 (opt-in): the same at a rate each node "
-     "learns from its connections' TCP_INFO and its host interface's byte counters while the "
-     "job runs (a start-up that doubles the caps until the link holds them, then probing for "
-     "more every 1.6 s; nothing paced while the host's cores, not its link, hold the "
-     "connections), where the job's nodes are on more than one host; 0 (the default): off "
+     "no faster than their connection's rate; 1 (the default): the same at a rate learned "
+     "while the job runs, where its nodes are on more than one host: each node's from its "
+     "connections' TCP_INFO and its host interface's byte counters (a start-up that doubles "
+     "the caps until the link holds them, then probing for more every 0.8 s; nothing paced "
+     "while the host's cores, not its link, hold the connections), one rate for the job "
+     "shared through the heartbeats (the upper quartile of the nodes'); 0: off "
      "([performance](docs/"
      "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",
      ApplyLinkRate},

@@ -259,7 +259,8 @@ void Node::TimerLoop() {
         }
         if (!IsScheduler() && ready_ && !finished_ && options_.heartbeat_interval.count() > 0 &&
             now >= next_hb) {
-          SendControl(kSchedulerId, Control::kHeartbeat);
+          // Its head: the link rate this node learned (0: none; ps/link_rate_share.h).
+          SendControl(kSchedulerId, Control::kHeartbeat, link_rates_.Outgoing());
           next_hb = now + options_.heartbeat_interval;
         }
       } catch (const std::exception& e) {

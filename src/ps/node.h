@@ -79,6 +79,7 @@
 #include "protocol/message.h"
 #include "ps/barriers.h"
 #include "ps/fail_points.h"
+#include "ps/link_rate_share.h"
 #include "ps/liveness.h"
 #include "ps/membership.h"
 #include "ps/range_table.h"
@@ -203,6 +204,9 @@ class Node {
   /// barrier (kEpochGroup) that admitted it. Set before Start returns.
   bool joined() const { return joined_; }
   const Options& options() const { return options_; }
+  /// The link rate this node learned and the job's, shared through the heartbeats
+  /// (ps/link_rate_share.h; kvstore/distributed/link_pacing.h).
+  LinkRateShare& link_rates() { return link_rates_; }
   /// Where tests disturb this node (ps/fail_points.h): the process's installed
   /// FailPoints, else the no-op one; set_fail_points (before Start) for a node made in
   /// a test.
@@ -338,8 +342,9 @@ class Node {
   // liveness and resend (own locks)
   Liveness liveness_;
   Resender resender_;
-  StatusReporter status_;  // own lock, taken after mu_ (never the other way)
-  bool finished_ = false;  // final barrier passed: no more failure detection
+  LinkRateShare link_rates_;  // the scheduler's table under mu_
+  StatusReporter status_;     // own lock, taken after mu_ (never the other way)
+  bool finished_ = false;     // final barrier passed: no more failure detection
   // Messages received after a gap in a sender's sequence, until it is filled
   // (at most Resender::kMaxHeld per sender).
   std::map<int, std::map<uint64_t, Message>> held_;

@@ -258,7 +258,14 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
       return;
     case Control::kHeartbeat:
       if (IsScheduler() && sender != kSchedulerId && ready_) {
-        SendControl(sender, Control::kHeartbeat);
+        // The answer's head: the job's link rate (ps/link_rate_share.h). A node silent
+        // for 3 intervals no longer counts (it left, or stopped learning).
+        const auto expiry =
+            std::max<Clock::duration>(3 * options_.heartbeat_interval, std::chrono::seconds(3));
+        SendControl(sender, Control::kHeartbeat,
+                    link_rates_.Record(sender, m.h.head, Clock::now(), expiry));
+      } else if (ready_ && sender == kSchedulerId) {
+        link_rates_.Heard(m.h.head);
       } else if (!ready_ && sender == kSchedulerId && m.h.head == 1 && !join_pending_) {
         // Registration received as a join of the running job (elastic workers).
         join_pending_ = true;

@@ -132,12 +132,12 @@ TEST(Options, MissingDistributedVariableIsNamed) {
   }
 }
 
-TEST(Options, LinkRateOffByDefaultOneLearns) {
-  // kvstore/distributed/link_pacing.h: unset or 0, nothing is paced; a stated rate
-  // paces at it; 1 learns the rate (< 0); the workers' layout check says which.
-  EXPECT_EQ(Options().link_rate, 0);
-  EXPECT_EQ(Options::FromEnv().link_rate, 0);
-  EXPECT_NE(WorkerLayoutSettings(Options()).find("PSKV_LINK_RATE=off"), std::string::npos);
+TEST(Options, LinkRateLearnedByDefaultZeroIsOff) {
+  // kvstore/distributed/link_pacing.h: unset or 1, the rate is learned (< 0); 0, nothing
+  // is paced; a stated rate paces at it; the workers' layout check says which.
+  EXPECT_LT(Options().link_rate, 0);
+  EXPECT_LT(Options::FromEnv().link_rate, 0);
+  EXPECT_NE(WorkerLayoutSettings(Options()).find("PSKV_LINK_RATE=learned"), std::string::npos);
   {
     EnvGuard g;
     g.Set("PSKV_LINK_RATE", "0");

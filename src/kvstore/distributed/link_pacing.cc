@@ -70,7 +70,7 @@ CoreTimes ReadCoreTimes() {
 
 bool LinksPaced(const Node& node, const Options& o) {
   if (o.link_rate > 0) return true;
-  if (o.link_rate == 0) return false;  // PSKV_LINK_RATE unset or 0: off
+  if (o.link_rate == 0) return false;  // PSKV_LINK_RATE=0: off
   const HostLayout l = LayoutOf(node);
   std::vector<std::string> hosts = l.server_hosts;
   hosts.insert(hosts.end(), l.worker_hosts.begin(), l.worker_hosts.end());
@@ -125,13 +125,19 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
     // (a host busier some windows than others, the cruise below the estimate). Only
     // windows the link held, and probes, measure.
     const double est = static_cast<double>(estimate_), gain = Gain(slot);
-    const bool capped = est > 0 && acked >= c_.capped * est * gain * part * window / 1e6;
+    const double base = paced_at_ > 0 ? static_cast<double>(paced_at_) : est;
+    const bool capped = base > 0 && acked >= c_.capped * base * gain * part * window / 1e6;
+    // Capped, but the host's link carried less than the caps' rate: another process of
+    // the host left room; the window shows nothing of the link.
+    const bool unshown = capped && sample < c_.capped_link * base * gain;
     // (A drain window that delivered its caps shows only that the link took 0.75 of
     // the estimate: no evidence for the rest of it.)
     const double taken =
         capped && gain <= 1.0 && gain >= c_.cruise_gain ? std::max(sample, est) : sample;
     // The window after an idle one may carry a burst the rate limiter saved up.
-    if (backlogged && prev_backlogged_ && cores_busy >= c_.cores_busy) {
+    if (unshown) {
+      // no sample
+    } else if (backlogged && prev_backlogged_ && cores_busy >= c_.cores_busy) {
       samples_.push_back({slot, 0});  // the cores may have held it: no sample
     } else if (backlogged && prev_backlogged_ && taken > 0) {
       last_sample_ = static_cast<uint64_t>(taken);
@@ -190,7 +196,7 @@ void LinkRateEstimator::Follow(int64_t slot) {
 // ---------------------------------------------------------------- pacer
 
 LinkPacer::LinkPacer(Node& node, const Options& o) : node_(node), o_(o) {
-  if (o.link_rate == 0) return;  // PSKV_LINK_RATE unset or 0: off
+  if (o.link_rate == 0) return;  // PSKV_LINK_RATE=0: off
   const HostLayout layout = LayoutOf(node);
   const std::vector<int64_t> shares = ServerShares(o.server_weights, layout);
   const std::vector<uint64_t> rates = LinkPacingRates(layout, shares, kUnit, o.replicas);
@@ -323,7 +329,8 @@ void LinkPacer::Learn() {
     if (o_.verbose >= 1 && windows % 10 == 0)
       PSKV_INFO(node_.Tag() << ": link pacing: " << windows << " windows, " << missing
                             << " without counters, " << sampled << " sampled, estimate "
-                            << est_->estimate() << " B/s");
+                            << est_->estimate() << " B/s, the job's " << node_.link_rates().Job()
+                            << " B/s");
     if (!all) {  // a connection not up yet (or not on TCP): no window
       ++missing;
       continue;
@@ -345,15 +352,23 @@ void LinkPacer::Learn() {
                   busy);
     if (est_->last_sample() > 0) ++sampled;
     if (b == 0) continue;
+    // Paced at the job's rate (every node at one: ps/link_rate_share.h) once the
+    // scheduler answered with one, else at this node's own.
+    // A node starting (its caps loose, its estimate still growing) reports nothing.
+    node_.link_rates().Report(est_->starting() ? 0 : b);
+    const uint64_t job = node_.link_rates().Job();
+    const uint64_t base = job > 0 && !est_->starting() ? job : b;
+    est_->PacedAt(base);
     // Where the cores hold the job, no cap (0: unpaced).
-    const double target = est_->cores_limit() ? 0 : static_cast<double>(b) * est_->Gain(slot + 1);
+    const double target =
+        est_->cores_limit() ? 0 : static_cast<double>(base) * est_->Gain(slot + 1);
     if (target != applied) {
       Apply(target);
       applied = target;
     }
-    if (o_.verbose >= 1 && (b > logged * 11 / 10 || b < logged * 9 / 10)) {
-      PSKV_INFO(node_.Tag() << ": link rate learned " << b << " B/s");
-      logged = b;
+    if (o_.verbose >= 1 && (base > logged * 11 / 10 || base < logged * 9 / 10)) {
+      PSKV_INFO(node_.Tag() << ": link rate learned " << b << " B/s, the job's " << job << " B/s");
+      logged = base;
     }
   }
 }

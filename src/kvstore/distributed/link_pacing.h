@@ -15,9 +15,8 @@
 // servers"). Worker-worker, server-server and same-host connections are not paced;
 // after a failover the rates stay those of the initial table.
 //
-// With PSKV_LINK_RATE=1 the link's rate is learned while the job runs (opt-in: with
-// 4 MiB steps it measured slower than unpaced, docs/performance.md)
-// (LinkRateEstimator): at the end of every window of 200 ms the node reads its paced
+// By default (PSKV_LINK_RATE unset or 1) the link's rate is learned while the job runs
+// (LinkRateEstimator): at the end of every window of 100 ms the node reads its paced
 // connections' TCP_INFO (bytes acknowledged, time backlogged), its host interface's
 // transmitted bytes (/proc/net/dev) and the host's busy cores (/proc/stat), over the
 // window's real length. While its connections are backlogged, the bytes the
@@ -32,12 +31,18 @@
 // the connections are paced `probe_gain` faster (a probe that finds full_growth more
 // room starts up again), the next drains, the others cruise a little below. A window
 // whose backlogged connections delivered their caps was held by the caps, not the
-// link: outside a probe it keeps the estimate. The probe windows are slots of the wall
+// link: outside a probe it keeps the estimate, where the host's link carried (nearly)
+// the caps' rate (else another process of the host left room: no sample). The probe
+// windows are slots of the wall
 // clock, alike on every node, so the processes that share a link probe together and
 // keep the planned proportions. A backlogged window with half the host's cores busy
 // is no sample, and where such windows outnumber the samples nothing is capped (the
-// cores are the limit). Until the first sample nothing is paced. A job whose nodes
-// are all on one host learns nothing and paces nothing.
+// cores are the limit). Until the first sample nothing is paced. Once started, every
+// node paces at one rate for the job, the upper quartile of the nodes' estimates,
+// shared through the heartbeats (ps/link_rate_share.h; the parts are planned for one
+// rate on every link: nodes pacing at rates of their own, 11.3-13.1 MB/s on links of
+// 12.25, offer a link flows out of proportion). A job whose nodes are all on one host
+// learns nothing and paces nothing.
 #pragma once
 
 #include <chrono>
@@ -73,12 +78,15 @@ struct ConnCounters {
 class LinkRateEstimator {
  public:
   struct Config {
-    std::chrono::microseconds window{200'000};
+    /// 100 ms: steps of 0.4 s (4 MiB at 100 Mbit/s) hold a few windows; with 200 ms
+    /// ones they held few backlogged pairs and the job ran 1.26-1.40 x the bound (100
+    /// ms: 1.05-1.13 x; 50 ms read a token bucket's bursts as 15-20 % more link).
+    std::chrono::microseconds window{100'000};
     /// A connection counts as backlogged in a window when busy this fraction of it.
     double busy_fraction = 0.8;
     /// Windows a sample counts towards the estimate (more than one cycle, so that
     /// a probe's sample is always among them while the job is busy).
-    int horizon = 10;
+    int horizon = 20;
     /// Windows per cycle: the first is a probe (gain probe_gain), the second drains
     /// what the probe queued (drain_gain), the others cruise (cruise_gain: a little
     /// below the estimate, the largest of noisy samples).
@@ -102,6 +110,11 @@ class LinkRateEstimator {
     /// Backlogged connections that delivered this fraction of their caps were held by
     /// the caps, not by the link.
     double capped = 0.98;
+    /// ... and such a window counts for the estimate only where the host's link carried
+    /// this fraction of the capped rate: else another process of the host (its server
+    /// or worker) left room that the capped ones could not take, and the link was not
+    /// shown to carry the estimate (measured: held estimates 10-20 % above the link).
+    double capped_link = 0.9;
     /// A backlogged window with this fraction of the host's cores busy was held by
     /// the cores (or may have been): no sample.
     double cores_busy = 0.5;
@@ -124,6 +137,9 @@ class LinkRateEstimator {
   /// `cores_busy`: the fraction of the host's cores busy in the window (0: unknown).
   uint64_t Add(int64_t slot, const std::vector<ConnCounters>& now, uint64_t link_tx_bytes = 0,
                uint64_t elapsed_us = 0, double cores_busy = 0);
+  /// The rate the caps of the coming windows are a part of, where it is not the
+  /// estimate (the job's shared rate, ps/link_rate_share.h; 0: the estimate).
+  void PacedAt(uint64_t rate) { paced_at_ = rate; }
   /// The link's rate learned so far (bytes/s); 0 before the first sample.
   uint64_t estimate() const { return estimate_; }
   /// The pacing gain of window `slot` (startup_gain while starting, else probe_gain,
@@ -133,6 +149,8 @@ class LinkRateEstimator {
   /// backlogged windows of the horizon: then pace nothing (a cap below what the cores
   /// manage only slows the job).
   bool cores_limit() const { return cores_held_ > sampled_; }
+  /// Whether it is starting (its caps loose: startup_gain).
+  bool starting() const { return starting_; }
   /// The sample the last Add took (0: none: the connections were not backlogged).
   uint64_t last_sample() const { return last_sample_; }
 
@@ -151,7 +169,7 @@ class LinkRateEstimator {
   };
   std::vector<Sample> samples_;       // within the horizon, oldest first
   int sampled_ = 0, cores_held_ = 0;  // samples_ by kind
-  uint64_t estimate_ = 0, last_sample_ = 0;
+  uint64_t estimate_ = 0, last_sample_ = 0, paced_at_ = 0;
   bool starting_ = true;
   uint64_t peak_ = 0;  // the highest max-filter value so far
   int plateau_ = 0;    // samples in a row that grew the estimate by less than full_growth
@@ -159,8 +177,8 @@ class LinkRateEstimator {
 
 /// Paces `node`'s connections to the workers (a server of rank < S; spares are not
 /// paced) or to the servers (a worker) on other hosts: at the stated `o.link_rate`
-/// (> 0) once, or (PSKV_LINK_RATE=1) at the rate a thread of its own learns while
-/// the object lives; nothing on one host or with PSKV_LINK_RATE unset or 0. After Node::Start; one
+/// (> 0) once, or (PSKV_LINK_RATE unset or 1) at the rate a thread of its own learns
+/// while the object lives; nothing on one host or with PSKV_LINK_RATE=0. After Node::Start; one
 /// per node (a process's stores share a node: the first store's).
 class LinkPacer {
  public:
