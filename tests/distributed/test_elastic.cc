@@ -598,6 +598,8 @@ TEST(ElasticWorkers, ResumedWorkerAfterItsReplacementWithResend) {
   ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
   EXPECT_NE(*st, 0);
   ExpectFinished(j, {k.pid}, 30s);
+  const std::string log = ReadFile(j.log);
+  EXPECT_NE(log.find("dropped from the job by the scheduler"), std::string::npos) << log;
   CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
   Cleanup(j);
 }
