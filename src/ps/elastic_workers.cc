@@ -43,7 +43,7 @@ bool ElasticWorkers::SurviveWorker(int dead_id, std::string* reason) {
     n.members_.departed_workers_.insert(dead_id);
     s_.state_.removal_reason[dead_id] = *reason;
     s_.TellRemoved(dead_id);  // in case it still runs (frozen, cut off)
-    n.ForgetPeer(dead_id);
+    n.ForgetPeer(dead_id, Node::Forgotten::kGone);
     s_.state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; the job goes on with " << left << " of "
                       << n.options_.num_workers << " workers (PSKV_ELASTIC)");
@@ -131,7 +131,9 @@ void ElasticWorkers::Seat(int id, uint64_t token, NodeDesc d) {
   n.members_.departed_workers_.erase(id);
   s_.state_.removal_reason.erase(id);
   s_.state_.removed_told.erase(id);
-  n.ForgetPeer(id);  // the process that left; the newcomer is watched below
+  // The process that left; the newcomer numbers its messages afresh (PS_RESEND) and is
+  // watched below.
+  n.ForgetPeer(id, Node::Forgotten::kReplaced);
   if (auto t = s_.state_.temp_ids.find(token); t != s_.state_.temp_ids.end()) {
     n.transport_->Disconnect(t->second);
     s_.state_.temp_ids.erase(t);

@@ -178,7 +178,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
   if (dead_id == kStandbyId && IsScheduler()) {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      ForgetPeer(kStandbyId);
+      ForgetPeer(kStandbyId, Forgotten::kGone);  // a fresh one is Reset (AdmitStandby)
       if (!members_.DropStandby()) return;
     }
     PSKV_WARN(Tag() << ": " << reason
@@ -210,7 +210,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
     return;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    ForgetPeer(dead_id);
+    ForgetPeer(dead_id, Forgotten::kGone);
     if (IsScheduler()) scheduler_->DropArrivals(dead_id);  // its arrivals no longer count
   }
   // The scheduler's failed status record is written (Fail) before any node hears of

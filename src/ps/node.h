@@ -265,16 +265,29 @@ class Node {
   void SendControl(int to, Control c, int head = 0, std::string body = {}, uint64_t ts = 0) {
     send_.SendControl(to, c, head, std::move(body), ts);
   }
+  /// What follows a peer ForgetPeer forgets. kGone: it left the job (died, was dropped
+  /// or removed) and may still run (frozen, cut off), under its own connection: the
+  /// sequence numbers (PS_RESEND) with it are kept, as they are still the numbering of
+  /// that process. kReplaced: another process takes its id from now on (a worker joining
+  /// in a dead one's place, a fresh standby, a standby that took over): the numbering
+  /// starts afresh both ways, as the newcomer's does — with the old numbers it would hold
+  /// what this node sends behind a gap that never fills, and this node would drop what
+  /// it sends as duplicates. (What the old process still sends comes on its own
+  /// connection, whose token no longer names the id: dropped before any numbering.)
+  enum class Forgotten { kGone, kReplaced };
   /// mu_ held: forgets peer `id` — it left the job, or another process takes its id
-  /// from now on: the messages held for a gap in its sequence, its send queue and
-  /// window, whether it is alive and what awaits its acknowledgement (Liveness and
+  /// from now on (`what`): the messages held for a gap in its sequence, its send queue
+  /// and window, whether it is alive and what awaits its acknowledgement (Liveness and
   /// Resender take their own locks after mu_, as the lock rule allows). One that
   /// watches the newcomer in its place calls Liveness::Watch after.
-  void ForgetPeer(int id) {
+  void ForgetPeer(int id, Forgotten what) {
     held_.erase(id);
     send_.Forget(id);
     liveness_.Forget(id);
-    resender_.Forget(id);
+    if (what == Forgotten::kReplaced)
+      resender_.Reset(id);
+    else
+      resender_.Forget(id);
   }
   /// `culprit`: the node id the failure blames (a dead peer), 0 if none.
   void Fail(std::exception_ptr e, int culprit = 0);

@@ -369,7 +369,7 @@ void Node::HandleRangeTable(const Message& m, std::unique_lock<std::mutex>& lk) 
   }
   std::vector<int> gone;
   if (!members_.ApplyRanges(next, &gone)) return;  // not newer
-  for (int id : gone) ForgetPeer(id);
+  for (int id : gone) ForgetPeer(id, Forgotten::kGone);
   if (options_.verbose >= 1) PSKV_INFO(Tag() << ": range table " << members_.ranges().Describe());
   auto handlers = events_.range_table;
   RangeTable table = members_.ranges();
@@ -382,7 +382,7 @@ void Node::HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk) {
   if (!options_.elastic || !IsWorkerId(id) || RankOfId(id) >= options_.num_workers) return;
   if (id == id_) return;                 // this worker: kNodeFailed naming it stops it
   if (!members_.WorkerLeft(id)) return;  // resent
-  ForgetPeer(id);
+  ForgetPeer(id, Forgotten::kGone);
   auto handlers = events_.worker_left;
   lk.unlock();
   if (role() == Role::kServer) transport_->Disconnect(id);  // what it still sends is dropped
@@ -411,8 +411,8 @@ void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk
   const NodeDesc d = ds[0];
   const bool server = role() == Role::kServer;
   std::vector<WorkerLeftHandler> handlers;
-  if (members_.WorkerJoined(d)) {  // else: resent
-    ForgetPeer(id);                // the process that left
+  if (members_.WorkerJoined(d)) {          // else: resent
+    ForgetPeer(id, Forgotten::kReplaced);  // the process that left; numbering afresh
     handlers = events_.worker_joined;
     lk.unlock();
     if (server || standby_) {  // a standby links every node, for a takeover

@@ -58,10 +58,12 @@ class Resender {
   uint64_t TakeNext(int from);
   /// Messages due for retransmission at `now` (their next deadline is moved on).
   std::vector<std::pair<int, std::vector<Frame>>> Due(Clock::time_point now);
-  /// Drops everything kept for `peer` (it was declared dead).
+  /// Drops everything kept for `peer` (it was declared dead), keeping the sequence
+  /// numbers: they are still those of that process, should it still run.
   void Forget(int peer);
   /// Forget, and the sequence numbers too: `peer` is another process from now on (a
-  /// standby scheduler that took over), whose numbering starts afresh both ways.
+  /// standby scheduler that took over, a fresh standby, a worker joining in place of one
+  /// that left), whose numbering starts afresh both ways.
   void Reset(int peer);
   /// Waits until every tracked message is acknowledged; false on timeout.
   bool WaitAllAcked(std::chrono::milliseconds timeout);

@@ -189,7 +189,7 @@ bool Scheduler::SurviveServer(int dead_id, std::string* reason) {
     Settled(dead_id);  // after a takeover: it will not rejoin
     state_.removal_reason[dead_id] = *reason;
     TellRemoved(dead_id);
-    n.ForgetPeer(dead_id);
+    n.ForgetPeer(dead_id, Node::Forgotten::kGone);
     state_.barriers.Depart(dead_id);
     PSKV_WARN(n.Tag() << ": " << *reason << "; its key ranges continue on their replicas: "
                       << n.members_.ranges_.Describe());

@@ -55,7 +55,7 @@ void Scheduler::OnRejoin(const Message& m, int sender) {
       // The dead scheduler published it to some nodes only: everyone gets it now.
       for (int id : n.AllServerIds()) {
         if (!n.members_.ranges_.Gone(id) || !n.members_.departed_.insert(id).second) continue;
-        n.ForgetPeer(id);
+        n.ForgetPeer(id, Node::Forgotten::kGone);
         state_.barriers.Depart(id);
         Settled(id);
       }
@@ -113,7 +113,8 @@ void Scheduler::AdmitStandby(const NodeDesc& asked, const Message& m) {
   d.id = kStandbyId;
   d.rank = 0;
   n.members_.SetStandby(d);
-  n.ForgetPeer(kStandbyId);  // a standby before it (watched again below)
+  // A standby before it (the fresh one is watched below; its numbering starts afresh).
+  n.ForgetPeer(kStandbyId, Node::Forgotten::kReplaced);
   n.transport_->Disconnect(kStandbyId);
   n.transport_->Connect(kStandbyId, at, d.token);
   // What a standby following from the start would have: the node table, the range

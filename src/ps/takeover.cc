@@ -82,8 +82,8 @@ void Takeover::TakeOver(const std::string& why) {
     n_.id_ = kSchedulerId;
     n_.rank_ = 0;
     n_.transport_->Disconnect(kSchedulerId);
-    n_.ForgetPeer(kSchedulerId);       // the dead scheduler: this process has its id now
-    n_.resender_.Reset(kSchedulerId);  // its sequence numbers too
+    // The dead scheduler: this process has its id now (its sequence numbers too).
+    n_.ForgetPeer(kSchedulerId, Node::Forgotten::kReplaced);
     n_.status_.SetRank(0);
     if (!n_.ready_) {
       // Before the job formed: registrations start afresh here (nodes move theirs).
@@ -320,8 +320,8 @@ void Takeover::Follow() {
     n_.scheduler_token_ = sd.token;
     n_.transport_->Disconnect(kSchedulerId);
     n_.transport_->Connect(kSchedulerId, sd.host + ":" + std::to_string(sd.port), sd.token);
-    n_.ForgetPeer(kSchedulerId);       // the dead one
-    n_.resender_.Reset(kSchedulerId);  // its sequence numbers too: the standby's start afresh
+    // The dead one; its sequence numbers too: the standby's start afresh.
+    n_.ForgetPeer(kSchedulerId, Node::Forgotten::kReplaced);
     const bool waited = awaiting_takeover_ != Clock::time_point{};
     awaiting_takeover_ = {};
     n_.liveness_.Watch(kSchedulerId);

@@ -541,6 +541,69 @@ TEST(ElasticWorkers, ReplacementJoins) {
   Cleanup(j);
 }
 
+// As ReplacementJoins, with PS_RESEND=1 (sequence numbers per peer, acknowledgements,
+// in-order delivery): the newcomer is another process under the id of the one that
+// left, so the scheduler's and the servers' numbering with that id starts afresh both
+// ways. When they kept the dead process's numbers, the newcomer held the release of the
+// epoch barrier that admitted it behind a gap that never filled (and the nodes took its
+// messages, numbered from 1, for duplicates): it hung, and the job with it.
+const std::map<std::string, std::string> kResend = {{"PS_RESEND", "1"},
+                                                    {"PS_RESEND_TIMEOUT", "300"}};
+TEST(ElasticWorkers, ReplacementJoinsWithResend) {
+  const int rounds = 24, epoch = 4;
+  Job j = Start("join_resend", 3, 2, rounds, epoch, 30, {}, kResend);
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
+  ASSERT_TRUE(WaitExit(k.pid, 5s).has_value());
+  const int64_t started_at = NowMs();
+  auto env = Env(j.port, "worker", 3, 2);
+  env.insert(kResend.begin(), kResend.end());
+  j.procs.push_back(Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
+      env, j.log));
+  ExpectFinished(j, {k.pid}, 30s);
+  CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
+  Cleanup(j);
+}
+
+// With PS_RESEND=1, a frozen worker (SIGSTOP) is dropped and a newcomer joins in its
+// place; once the newcomer pushed rounds of its own, the old process is resumed
+// (SIGCONT) with its unacknowledged messages, numbered in the old sequence, still to
+// resend. None of them may count as the newcomer's (they come on the old process's
+// connection, which no longer names the id): the old process exits non-zero, the job
+// ends, and every round from the join on is the sum of the three live workers' pushes
+// (CheckJoined), bitwise.
+TEST(ElasticWorkers, ResumedWorkerAfterItsReplacementWithResend) {
+  const int rounds = 32, epoch = 4;
+  Job j = Start("resumed_resend", 3, 2, rounds, epoch, 30, {}, kResend);
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k, SIGSTOP));
+  // The newcomer asks to join at once: it is seated at the first epoch barrier after
+  // the scheduler dropped the frozen one (heartbeat timeout, 3 s).
+  const int64_t started_at = NowMs();
+  auto env = Env(j.port, "worker", 3, 2);
+  env.insert(kResend.begin(), kResend.end());
+  j.procs.push_back(Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
+      env, j.log));
+  // The newcomer pushed two rounds: resume the old process.
+  bool pushed = false;
+  for (int i = 0; i < 600 && !pushed; ++i) {
+    std::this_thread::sleep_for(50ms);
+    pushed = ReadLog(j.dir + "/w1j.log").size() >= 2;
+  }
+  ::kill(k.pid, SIGCONT);
+  ASSERT_TRUE(pushed) << ReadFile(j.log);
+  auto st = WaitExit(k.pid, 20s);
+  ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
+  EXPECT_NE(*st, 0);
+  ExpectFinished(j, {k.pid}, 30s);
+  const std::string log = ReadFile(j.log);
+  EXPECT_NE(log.find("dropped from the job by the scheduler"), std::string::npos) << log;
+  CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
+  Cleanup(j);
+}
+
 // A worker that asks to join while no worker left is refused with a typed error saying
 // why; the job is not disturbed.
 TEST(ElasticWorkers, JoinWithoutAPlaceIsRefused) {

@@ -329,7 +329,7 @@ struct LaunchRun {
 };
 enum class Kills { kScheduler, kSchedulerTwice, kStandbyThenScheduler };
 LaunchRun LaunchAndKillSchedulers(const std::string& name, std::vector<std::string> flags,
-                                  Kills kills) {
+                                  Kills kills, bool barriers = false) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("pskv_schedfail_" + name + "_" + std::to_string(::getpid())))
                               .string();
@@ -339,7 +339,9 @@ LaunchRun LaunchAndKillSchedulers(const std::string& name, std::vector<std::stri
   std::vector<std::string> argv = {PSKV_LAUNCH, "-n", "2", "-s", "2"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   // 30 rounds of >= 60 ms: ~2 s, time for a fresh standby to register in between.
-  argv.insert(argv.end(), {FAILOVER_WORKER, "--pace", "60", "30", dir});
+  argv.push_back(FAILOVER_WORKER);
+  if (barriers) argv.push_back("--barriers");
+  argv.insert(argv.end(), {"--pace", "60", "30", dir});
   const pid_t launcher = Spawn(argv,
                                {{"PSKV_TEST_TAG", tag},
                                 {"MXNET_KVSTORE_BIGARRAY_BOUND", "1000"},
@@ -497,4 +499,21 @@ TEST(SchedulerFailover, StandbyThenSchedulerDieUnderPskvLaunchLoseNothing) {
   EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
       << r.out;
   ExpectSameWeights(Undisturbed(false, 30), r.weights, "the standby, then the scheduler killed");
+}
+
+// As StandbyThenSchedulerDieUnderPskvLaunchLoseNothing, with PS_RESEND=1 (sequence
+// numbers per peer) and a Barrier() in every round: the fresh standby is another process
+// under the dead standby's id, so the scheduler numbers what it sends it (the job's
+// barrier releases, its range table, the workers that left) from 1 again. When the
+// scheduler went on with the dead standby's numbers, the fresh one held all of it behind
+// a gap that never filled and took over the job with no release counted: the workers'
+// next barrier, after a dozen releases, was refused as a protocol error and the job hung.
+TEST(SchedulerFailover, StandbyThenSchedulerDieWithResendLoseNothing) {
+  const LaunchRun r = LaunchAndKillSchedulers(
+      "standby_first_resend", {"--env", "PS_RESEND=1", "--env", "PS_RESEND_TIMEOUT=300"},
+      Kills::kStandbyThenScheduler, /*barriers=*/true);
+  EXPECT_NE(r.out.find("the standby scheduler takes over and the job goes on"), std::string::npos)
+      << r.out;
+  ExpectSameWeights(Undisturbed(true, 30), r.weights,
+                    "the standby, then the scheduler killed, PS_RESEND=1");
 }
