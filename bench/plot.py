@@ -12,6 +12,11 @@
   cluster_servers.png  step time against the number of server hosts (the O(m/n) claim)
   cluster_paced.png    as cluster_scaling.png, with the connections paced by the kernel
                        (scaling.py --paced-repeat: PSKV_LINK_RATE = the measured B)
+  cluster_default.png  as cluster_paced.png, pskv by default (the rate learned) against the
+                       rate stated, unpaced and DDP (scaling.py --bench cluster_default)
+  cluster_rate_change.png  step time over the bound, step by step, while a link's rate
+                       changes or a competing flow runs (scaling.py --change / --compete
+                       --bench cluster_default_change)
 
     bench/plot.py --out docs/img build/bench/*.json
 
@@ -109,7 +114,7 @@ def plot_cluster(recs, out, plt):
         x = list(range(len(rows)))
         labels = ['k=%d\n%s' % (r['extra_servers'], human_bytes(r['model_bytes'])) for r in rows]
 
-        def bars(key, lo, hi, off, color, label):
+        def bars(key, lo, hi, off, color, label, width):
             xs = [i + off for i, r in zip(x, rows) if key in r]
             ys = [r[key] / r['t_opt_s'] for r in rows if key in r]
             if not xs:
@@ -118,13 +123,19 @@ def plot_cluster(recs, out, plt):
             if lo:
                 err = [[(r[key] - r.get(lo, r[key])) / r['t_opt_s'] for r in rows if key in r],
                        [(r.get(hi, r[key]) - r[key]) / r['t_opt_s'] for r in rows if key in r]]
-            ax.bar(xs, ys, 0.2, yerr=err, capsize=2, color=color, label=label)
+            ax.bar(xs, ys, width, yerr=err, capsize=2, color=color, label=label)
 
-        bars('pskv_s', 'pskv_min_s', 'pskv_max_s', -0.3, '#4477aa', 'pskv (link-balanced shares)')
-        bars('pskv_paced_s', 'pskv_paced_min_s', 'pskv_paced_max_s', -0.1, '#228833',
-             'pskv, kernel-paced (PSKV_LINK_RATE = B)')
-        bars('pskv_even_s', 'pskv_even_min_s', 'pskv_even_max_s', 0.1, '#88ccee', 'pskv, even split')
-        bars('ddp_gloo_s', 'ddp_min_s', 'ddp_max_s', 0.3, '#999999', 'DDP gloo (4 worker hosts)')
+        # Only the columns measured get a bar, side by side.
+        cols = [c for c in [
+            ('pskv_s', 'pskv_min_s', 'pskv_max_s', '#4477aa', 'pskv, %s' % rows[0].get('pskv_pacing', 'default')),
+            ('pskv_paced_s', 'pskv_paced_min_s', 'pskv_paced_max_s', '#228833', 'pskv, rate stated (PSKV_LINK_RATE = B)'),
+            ('pskv_unpaced_s', 'pskv_unpaced_min_s', 'pskv_unpaced_max_s', '#ccbb44', 'pskv, unpaced (PSKV_LINK_RATE=0)'),
+            ('pskv_even_s', 'pskv_even_min_s', 'pskv_even_max_s', '#88ccee', 'pskv, even split'),
+            ('ddp_gloo_s', 'ddp_min_s', 'ddp_max_s', '#999999', 'DDP gloo (4 worker hosts)')]
+            if any(c[0] in r for r in rows)]
+        width = 0.8 / max(1, len(cols))
+        for i, (key, lo, hi, color, label) in enumerate(cols):
+            bars(key, lo, hi, (i - (len(cols) - 1) / 2) * width, color, label, width)
         ax.axhline(1.0, color='#cc3311', ls='--', label='t_opt = 2n(n-1)M / ((n²+kn-2k)B)')
         ax.axhline(1.1, color='#cc3311', ls=':', lw=0.8, label='t_opt + 10 %')
         ax.set_xticks(x)
@@ -134,6 +145,34 @@ def plot_cluster(recs, out, plt):
             rows[0]['workers'], rate, rows[0]['link_bytes_per_s'] / 1e6), fontsize=10)
         ax.legend(fontsize=7, loc='upper left')
         ax.set_ylim(0, max(2.0, ax.get_ylim()[1]))
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def plot_rate_change(recs, out, plt):
+    """Step time over the bound of the links then, step by step, per pacing mode: one
+    panel per experiment (a link's rate changed mid-job, a competing flow)."""
+    exps = list(dict.fromkeys((r['changes'], r.get('compete', '')) for r in recs))
+    fig, axes = plt.subplots(1, len(exps), figsize=(6 * len(exps), 3.8), squeeze=False)
+    for ax, (changes, compete) in zip(axes[0], exps):
+        rows = [r for r in recs if (r['changes'], r.get('compete', '')) == (changes, compete)]
+        for r in rows:
+            ax.plot(range(1, len(r['step_vs_bound']) + 1), r['step_vs_bound'], marker='o', ms=3,
+                    label=r['pacing'])
+        ax.axhline(1.1, color='#cc3311', ls=':', lw=0.8, label='bound + 10 %')
+        what = []
+        if changes:
+            what.append('link changes ' + changes + ' (after step:host:rate)')
+        if compete:
+            what.append('competing flow ' + compete + ' (from:to step, src:dst host)')
+        r0 = rows[0]
+        ax.set_title('k=%d, %s, %s links: %s' % (r0['extra_servers'], human_bytes(r0['model_bytes']), r0['rate'],
+                                                  '; '.join(what)), fontsize=8)
+        ax.set_xlabel('step')
+        ax.set_ylabel('step time / bound of the links then')
+        ax.set_ylim(0, max(2.0, ax.get_ylim()[1]))
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     plt.close(fig)
@@ -176,34 +215,25 @@ def main(argv=None):
     recs = load(a.files)
     os.makedirs(a.out, exist_ok=True)
     written = []
-    train = [r for r in recs if r.get('bench') == 'train']
-    if train:
-        written.append(os.path.join(a.out, 'train.png'))
-        plot_train(train, written[-1], plt)
-    pp = [r for r in recs if r.get('bench') == 'pushpull']
-    if pp:
-        written.append(os.path.join(a.out, 'pushpull.png'))
-        plot_sizes(pp, 'bytes', written[-1], plt, 'push+pull throughput (1 worker, 1 server)', 'message size')
-    red = [r for r in recs if r.get('bench') == 'reduce']
-    if red:
-        written.append(os.path.join(a.out, 'reduce.png'))
-        plot_sizes(red, 'elements', written[-1], plt, 'reduction of float32 arrays', 'elements')
-    sp = [r for r in recs if r.get('bench') == 'sparse']
-    if sp:
-        written.append(os.path.join(a.out, 'sparse.png'))
-        plot_sparse(sp, written[-1], plt)
-    cl = [r for r in recs if r.get('bench') == 'cluster_scaling']
-    if cl:
-        written.append(os.path.join(a.out, 'cluster_scaling.png'))
-        plot_cluster(cl, written[-1], plt)
-    cp = [r for r in recs if r.get('bench') == 'cluster_paced']
-    if cp:
-        written.append(os.path.join(a.out, 'cluster_paced.png'))
-        plot_cluster(cp, written[-1], plt)
-    cs = [r for r in recs if r.get('bench') == 'cluster_servers']
-    if cs:
-        written.append(os.path.join(a.out, 'cluster_servers.png'))
-        plot_servers(cs, written[-1], plt)
+    # bench name -> (file, how it is drawn)
+    plots = [
+        ('train', 'train.png', plot_train),
+        ('pushpull', 'pushpull.png', lambda r, out, plt: plot_sizes(
+            r, 'bytes', out, plt, 'push+pull throughput (1 worker, 1 server)', 'message size')),
+        ('reduce', 'reduce.png', lambda r, out, plt: plot_sizes(
+            r, 'elements', out, plt, 'reduction of float32 arrays', 'elements')),
+        ('sparse', 'sparse.png', plot_sparse),
+        ('cluster_scaling', 'cluster_scaling.png', plot_cluster),
+        ('cluster_paced', 'cluster_paced.png', plot_cluster),
+        ('cluster_default', 'cluster_default.png', plot_cluster),
+        ('cluster_default_change', 'cluster_rate_change.png', plot_rate_change),
+        ('cluster_servers', 'cluster_servers.png', plot_servers),
+    ]
+    for bench, name, draw in plots:
+        rows = [r for r in recs if r.get('bench') == bench]
+        if rows:
+            written.append(os.path.join(a.out, name))
+            draw(rows, written[-1], plt)
     if not written:
         sys.exit('bench/plot.py: no benchmark records in %s' % ' '.join(a.files))
     for w in written:

@@ -274,13 +274,12 @@ def grid_config(c, args, n, k, rate, b, size):
     elems, steps = m // 4, args.steps
     # Rows with the kernel-paced columns are their own series (bench/plot.py: cluster_paced.png).
     row = {'bench': args.bench or ('cluster_paced' if args.paced_repeat else 'cluster_scaling'), 'workers': n,
-           'extra_servers': k, 'rate': rate, 'pskv_pacing': 'learned (PSKV_LINK_RATE=1)' if args.learned else 'default (PSKV_LINK_RATE unset: off)',
+           'extra_servers': k, 'rate': rate, 'pskv_pacing': 'default (PSKV_LINK_RATE unset: learned)',
            'link_bytes_per_s': round(b), 'model_bytes': m, 'steps': steps, 'repeats': args.repeat,
            't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
     runs, busy, links = [], [], []
     for _ in range(args.repeat):
-        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced',
-                            **({'PSKV_LINK_RATE': '1'} if args.learned else {}))
+        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced')
         runs.append(t)
         busy.append(u)
         links.append(lk)
@@ -299,7 +298,7 @@ def grid_config(c, args, n, k, rate, b, size):
         row['pskv_even_s'], row['pskv_even_min_s'], row['pskv_even_max_s'] = spread(ev)
         row['pskv_even_vs_t_even_split'] = round(row['pskv_even_s'] / row['t_even_split_s'], 3)
     if args.unpaced_repeat:
-        # PSKV_LINK_RATE=0: no pacing (the default).
+        # PSKV_LINK_RATE=0: no pacing (the default before the rate was learned).
         up = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced', PSKV_LINK_RATE='0')[0]
               for _ in range(args.unpaced_repeat)]
         row['pskv_unpaced_s'], row['pskv_unpaced_min_s'], row['pskv_unpaced_max_s'] = spread(up)
@@ -362,7 +361,7 @@ def rate_change(c, args, n, k, rate, b):
             if a == i:
                 rates[h] = netns_cluster._rate_bits(r)
         bounds.append(t_opt(n, k, m, b) * base_bits / min(rates[:n + k]))
-    modes = [('learned', {'PSKV_LINK_RATE': '1'})] + ([('PSKV_LINK_RATE=B', {'PSKV_LINK_RATE': str(int(b))})] if args.paced_repeat else []) + \
+    modes = [('learned', {})] + ([('PSKV_LINK_RATE=B', {'PSKV_LINK_RATE': str(int(b))})] if args.paced_repeat else []) + \
         ([('unpaced', {'PSKV_LINK_RATE': '0'})] if args.unpaced_repeat else [])
     compete = [int(x) for x in args.compete.split(':')] if args.compete else None
     for name, kw in modes:
@@ -389,7 +388,7 @@ def rate_change(c, args, n, k, rate, b):
             nxt = min([x for x in marks if x > a] + [len(times)])
             within = [i for i in range(a, nxt) if ratio[i] <= 1.10]
             recovery.append(within[0] - a + 1 if within else None)
-        row = {'bench': 'cluster_rate_change', 'workers': n, 'extra_servers': k, 'rate': rate,
+        row = {'bench': args.bench or 'cluster_rate_change', 'workers': n, 'extra_servers': k, 'rate': rate,
                'link_bytes_per_s': round(b), 'model_bytes': m, 'pacing': name, 'changes': args.change,
                'compete': args.compete, 'competing_flow_bytes_per_s': round(flow.rate) if flow else None,
                'step_s': [round(t, 4) for t in times], 'bound_s': [round(x, 4) for x in bounds],
@@ -480,7 +479,6 @@ def main():
                     help='AFTER:UNTIL:SRC:DST: instead of the grid (or with --change), one job per pacing '
                          'mode in which a bulk TCP flow from host SRC to host DST runs from step AFTER to '
                          'step UNTIL; its steps measured against the bound of links of B less the flow\'s rate')
-    ap.add_argument('--learned', action='store_true', help='the main pskv column with PSKV_LINK_RATE=1 (learned rate)')
     ap.add_argument('--bench', default='', help='the rows\' "bench" name (default cluster_scaling/cluster_paced)')
     ap.add_argument('--servers-series', default='',
                     help='server counts S (e.g. 1,2,4) for the step time against servers: S hosts that only '

@@ -200,27 +200,35 @@ def test_big_keys_follow_the_link_balanced_shares(cluster, weights):
 
 
 def test_link_rate_is_learned_within_20_percent_of_the_limit(cluster):
-    """PSKV_LINK_RATE=1: the nodes learn the host links' rate from their paced
-    connections' TCP_INFO (src/kvstore/distributed/link_pacing.h) and log it
-    (PS_VERBOSE=1). 4 workers and 4 servers on the 4 hosts' 100 Mbit/s network
-    (tc tbf, 12.5 MB/s; one TCP stream's payload about 12.2 MB/s), a few seconds of
-    push+pulls of 16 MB: every worker's last estimate within 20 % of the limit."""
+    """By default (PSKV_LINK_RATE unset) the nodes learn the host links' rate from their
+    paced connections' TCP_INFO (src/kvstore/distributed/link_pacing.h), share it
+    through the heartbeats (src/ps/link_rate_share.h) and log both (PS_VERBOSE=1). 4
+    workers and 4 servers on the 4 hosts' 100 Mbit/s network (tc tbf, 12.5 MB/s; one
+    TCP stream's payload about 12.2 MB/s), a few seconds of push+pulls of 16 MB: every
+    worker's last estimate, and the job's rate every node paces at, within 20 % of the
+    limit."""
     import re
     c = cluster
-    elements, rounds = 4_000_000, 5
+    elements, rounds = 4_000_000, 8
     p = launch(c, ['-n', '4', '-s', '4', '--', PY, WORKER, 'sum', str(elements), str(rounds)], c.hosts,
-               env=job_env(PS_VERBOSE='1', PSKV_LINK_RATE='1'), timeout=120)
+               env=job_env(PS_VERBOSE='1'), timeout=120)
     assert p.returncode == 0, p.stdout[-3000:]
-    last = {}
-    # "worker[1]: link rate learned N B/s" when it moves, "link pacing: ... estimate N B/s"
-    # every 2 s.
-    for node, rate in re.findall(r'(\w+\[\d+\]): (?:link rate learned|link pacing: [^\n]* estimate) (\d+) B/s',
-                                 p.stdout):
+    last, job = {}, {}
+    # "worker[1]: link rate learned N B/s, the job's M B/s" when it moves, "link pacing:
+    # ... estimate N B/s, the job's M B/s" every second.
+    for node, rate, shared in re.findall(
+            r'(\w+\[\d+\]): (?:link rate learned|link pacing: [^\n]* estimate) (\d+) B/s, the job\'s (\d+) B/s',
+            p.stdout):
         last[node] = int(rate)
+        if int(shared) > 0:
+            job[node] = int(shared)
     workers = {k: v for k, v in last.items() if k.startswith('worker')}
     assert len(workers) == 4, (last, p.stdout[-3000:])
     for node, rate in last.items():
         assert 0.8 * 12.5e6 < rate < 1.2 * 12.5e6, (node, last)
+    assert len(job) >= 4, (job, p.stdout[-3000:])
+    for node, rate in job.items():
+        assert 0.8 * 12.5e6 < rate < 1.2 * 12.5e6, (node, job)
 
 
 def test_link_cut_fails_every_process_naming_the_node(cluster, tmp_path):

@@ -157,6 +157,17 @@ void KillWorkerAfter(const Job& j, int rank, int round, Killed* killed, int sig 
 
 // Waits at most `bound` for the launcher (the job's one process) to exit, which it
 // must with status 0; `*log`: the job's log then.
+// Starts a newcomer worker (log "w<id><tag>.log") that asks to join `j` (3 workers, at
+// least 2) with `more` in its environment.
+pid_t SpawnJoiner(const Job& j, int rounds, int epoch, const char* tag,
+                  const std::map<std::string, std::string>& more = {}) {
+  auto env = Env(j.port, "worker", 3, 2);
+  for (const auto& [k, v] : more) env[k] = v;
+  return Spawn(
+      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", tag},
+      env, j.log);
+}
+
 void ExpectLauncherSucceeds(const Job& j, std::chrono::milliseconds bound, std::string* log) {
   auto st = WaitExit(j.procs[0], bound);
   ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
@@ -533,9 +544,7 @@ TEST(ElasticWorkers, ReplacementJoins) {
   ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
   ASSERT_TRUE(WaitExit(k.pid, 5s).has_value());
   const int64_t started_at = NowMs();
-  j.procs.push_back(Spawn(
-      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
-      Env(j.port, "worker", 3, 2), j.log));
+  j.procs.push_back(SpawnJoiner(j, rounds, epoch, "j"));
   ExpectFinished(j, {k.pid}, 30s);
   CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
   Cleanup(j);
@@ -556,11 +565,7 @@ TEST(ElasticWorkers, ReplacementJoinsWithResend) {
   ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
   ASSERT_TRUE(WaitExit(k.pid, 5s).has_value());
   const int64_t started_at = NowMs();
-  auto env = Env(j.port, "worker", 3, 2);
-  env.insert(kResend.begin(), kResend.end());
-  j.procs.push_back(Spawn(
-      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
-      env, j.log));
+  j.procs.push_back(SpawnJoiner(j, rounds, epoch, "j", kResend));
   ExpectFinished(j, {k.pid}, 30s);
   CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
   Cleanup(j);
@@ -581,11 +586,7 @@ TEST(ElasticWorkers, ResumedWorkerAfterItsReplacementWithResend) {
   // The newcomer asks to join at once: it is seated at the first epoch barrier after
   // the scheduler dropped the frozen one (heartbeat timeout, 3 s).
   const int64_t started_at = NowMs();
-  auto env = Env(j.port, "worker", 3, 2);
-  env.insert(kResend.begin(), kResend.end());
-  j.procs.push_back(Spawn(
-      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
-      env, j.log));
+  j.procs.push_back(SpawnJoiner(j, rounds, epoch, "j", kResend));
   // The newcomer pushed two rounds: resume the old process.
   bool pushed = false;
   for (int i = 0; i < 600 && !pushed; ++i) {
@@ -737,20 +738,15 @@ TEST(ElasticWorkers, JoinNeedsTheJobSecret) {
                 {{"PSKV_JOB_SECRET", "the-job-secret-0123456789abcdef"}});
   Killed k;
   ASSERT_NO_FATAL_FAILURE(KillWorkerAfter(j, 1, 6, &k));
-  auto env = Env(j.port, "worker", 3, 2);
-  env["PSKV_JOB_SECRET"] = "another-secret-0123456789abcdef";
-  const pid_t impostor = Spawn(
-      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "x"},
-      env, j.log);
+  const pid_t impostor =
+      SpawnJoiner(j, rounds, epoch, "x", {{"PSKV_JOB_SECRET", "another-secret-0123456789abcdef"}});
   auto st = WaitExit(impostor, 20s);
   ASSERT_TRUE(st.has_value()) << ReadFile(j.log);
   EXPECT_NE(*st, 0);
   EXPECT_FALSE(std::filesystem::exists(j.dir + "/w1x.log"));
   const int64_t started_at = NowMs();
-  env["PSKV_JOB_SECRET"] = "the-job-secret-0123456789abcdef";
-  j.procs.push_back(Spawn(
-      {ELASTIC_WORKER, std::to_string(rounds), j.dir, std::to_string(epoch), "30", "-1", "-1", "j"},
-      env, j.log));
+  j.procs.push_back(
+      SpawnJoiner(j, rounds, epoch, "j", {{"PSKV_JOB_SECRET", "the-job-secret-0123456789abcdef"}}));
   ExpectFinished(j, {k.pid}, 30s);
   CheckJoined(j, "w1j", rounds, epoch, k.at, started_at);
   Cleanup(j);
