@@ -7,10 +7,13 @@
 // connections finish last. So the nodes share their estimates through the heartbeats
 // they already send: a node's heartbeat carries its estimate (kB/s in the header's
 // head), the scheduler keeps each node's latest and answers every heartbeat with the
-// upper quartile of those heard within `expiry` (one node's outlier, or a hostile
-// value, does not move it beyond the others'), and every node paces at that. A node
-// starting (its own estimate still growing) reports nothing and paces at its own, as
-// does a node before the scheduler's first answer.
+// job's rate, the upper quartile of those heard within `expiry` (one node's outlier,
+// or a hostile value, does not move it beyond the others'), and every node paces at
+// that. A new job's rate is sent to every learning node at once, and a node whose
+// estimate moved sends it before its next heartbeat is due (Urgent), so that the
+// nodes change rate together, within a window of a change. A node starting (its own
+// estimate still growing) reports nothing and paces at its own, as does a node before
+// the scheduler's first answer.
 #pragma once
 
 #include <algorithm>
@@ -33,10 +36,22 @@ class LinkRateShare {
   // --- a node (any thread)
   /// This node's own estimate (bytes/s; 0: none yet), sent with its next heartbeat.
   void Report(uint64_t bytes_per_s) { mine_.store(ToHead(bytes_per_s)); }
-  /// The head of this node's next heartbeat.
-  int32_t Outgoing() const { return mine_.load(); }
-  /// The head of the scheduler's answer to a heartbeat (below kLeast: none; a head of
-  /// 1 from the scheduler means something else to a node not yet admitted).
+  /// The head of this node's next heartbeat (the timer thread, which sends it).
+  int32_t Outgoing() {
+    sent_.store(mine_.load());
+    return sent_.load();
+  }
+  /// Whether the estimate moved so far since the last heartbeat that the scheduler
+  /// should hear it before the next one is due (the start-up ended, or it moved by
+  /// more than kUrgent): the job's rate follows within a window, not an interval.
+  bool Urgent() const {
+    const int64_t m = mine_.load(), s = sent_.load();
+    return m >= kLeast &&
+           (s < kLeast || m * kUrgent > s * (kUrgent + 1) || m * (kUrgent + 1) < s * kUrgent);
+  }
+  /// The head of the scheduler's answer to a heartbeat, or of its announcement of a
+  /// new rate (below kLeast: none; a head of 1 from the scheduler means something else
+  /// to a node not yet admitted).
   void Heard(int32_t head) {
     if (head >= kLeast) job_.store(head);
   }
@@ -44,9 +59,19 @@ class LinkRateShare {
   uint64_t Job() const { return static_cast<uint64_t>(job_.load()) * kUnit; }
 
   // --- the scheduler (under its node's lock)
-  /// Node `id`'s heartbeat carried `head` at `now`: returns the head of the answer,
-  /// the upper quartile of the estimates heard within `expiry` (0: none).
-  int32_t Record(int id, int32_t head, Clock::time_point now, Clock::duration expiry) {
+  struct Answer {
+    int32_t head = 0;     // the job's rate (kB/s); 0: no node's heard within the expiry
+    bool to_all = false;  // a new rate: tell every learner (Learners()), not only the sender
+  };
+  /// The least time between two new rates: a burst of reports (the nodes' start-ups
+  /// ending together) makes one change, not one per report.
+  static constexpr Clock::duration kSettle = std::chrono::milliseconds(200);
+  /// Node `id`'s heartbeat carried `head` at `now`. The job's rate is the upper
+  /// quartile of the estimates heard within `expiry`; it changes (to_all) where that
+  /// moved by more than 1 % and kSettle passed since the last change, so that every
+  /// node paces at the same rate from the same moment on (nodes pacing at rates they
+  /// heard at different times offer a link flows out of proportion, as their own do).
+  Answer Record(int id, int32_t head, Clock::time_point now, Clock::duration expiry) {
     if (head >= kLeast) heard_[id] = {head, now};
     std::vector<int32_t> live;
     for (auto it = heard_.begin(); it != heard_.end();) {
@@ -57,15 +82,29 @@ class LinkRateShare {
         ++it;
       }
     }
-    if (live.empty()) return 0;
+    if (live.empty()) return {};
     // The upper quartile: each node's estimate is a max filter of samples that are
     // mostly below the link's rate (windows partly idle, flows held by other hosts).
     const auto mid = live.begin() + static_cast<std::ptrdiff_t>(live.size() * 3 / 4);
     std::nth_element(live.begin(), mid, live.end());
-    return *mid;
+    const int64_t q = *mid, j = job_head_;
+    if (j == 0 || ((q * 100 > j * 101 || q * 101 < j * 100) && now - changed_at_ >= kSettle)) {
+      job_head_ = *mid;
+      changed_at_ = now;
+      return {job_head_, true};
+    }
+    return {job_head_, false};
+  }
+  /// The nodes whose estimates count (those a new rate is sent to).
+  std::vector<int> Learners() const {
+    std::vector<int> ids;
+    for (const auto& [id, e] : heard_) ids.push_back(id);
+    return ids;
   }
 
  private:
+  /// kUrgent: a change of more than 1/kUrgent of the estimate is sent at once.
+  static constexpr int64_t kUrgent = 33;
   static int32_t ToHead(uint64_t bytes_per_s) {
     return static_cast<int32_t>(std::min<uint64_t>(bytes_per_s / kUnit, INT32_MAX));
   }
@@ -73,8 +112,10 @@ class LinkRateShare {
     int32_t head;
     Clock::time_point at;
   };
-  std::atomic<int32_t> mine_{0}, job_{0};
+  std::atomic<int32_t> mine_{0}, sent_{0}, job_{0};
   std::map<int, Entry> heard_;
+  int32_t job_head_ = 0;  // the scheduler's: the rate it last told
+  Clock::time_point changed_at_{};
 };
 
 }  // namespace pskv

@@ -28,6 +28,8 @@ using node_internal::SecsStr;
 constexpr auto kRegisterRetry = 500ms;
 // A timer sleep overrun beyond this means the process was not scheduled (Liveness).
 constexpr auto kStarvedAfter = 200ms;
+// The least time between two heartbeats sent early with a moved link rate estimate.
+constexpr auto kUrgentHeartbeat = 200ms;
 }  // namespace
 
 namespace {
@@ -225,6 +227,7 @@ void Node::FailNode(int dead_id, const std::string& reason) {
 void Node::TimerLoop() {
   LogScope named([this] { return Tag(); });  // lines of this thread carry the node's name
   auto next_hb = Clock::now();
+  auto last_hb = Clock::time_point{};
   auto next_reg = Clock::now();
   auto nap = std::min<std::chrono::milliseconds>(50ms, options_.resend_timeout);
   while (!stop_) {
@@ -258,10 +261,12 @@ void Node::TimerLoop() {
           next_reg = now + kRegisterRetry;
         }
         if (!IsScheduler() && ready_ && !finished_ && options_.heartbeat_interval.count() > 0 &&
-            now >= next_hb) {
-          // Its head: the link rate this node learned (0: none; ps/link_rate_share.h).
+            (now >= next_hb || (link_rates_.Urgent() && now >= last_hb + kUrgentHeartbeat))) {
+          // Its head: the link rate this node learned (0: none; ps/link_rate_share.h),
+          // sent early where it moved (the job's rate follows it).
           SendControl(kSchedulerId, Control::kHeartbeat, link_rates_.Outgoing());
           next_hb = now + options_.heartbeat_interval;
+          last_hb = now;
         }
       } catch (const std::exception& e) {
         PSKV_LOG_LIMITED(limiter_, "timer", "WARN", Tag() << ": " << e.what());

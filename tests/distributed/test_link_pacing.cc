@@ -127,7 +127,7 @@ int64_t FinishStartUp(LinkRateEstimator& e, double rate) {
   Conns k(1);
   e.Add(0, k.c);
   int64_t s = 1;
-  for (; s < 20 && e.Gain(s) == Cfg().startup_gain; ++s) {
+  for (; s < 20 && e.Gain() == Cfg().startup_gain; ++s) {
     k.Add(0, rate * kW);
     e.Add(s, k.c);
   }
@@ -139,24 +139,34 @@ int64_t FinishStartUp(LinkRateEstimator& e, double rate) {
 TEST(LinkRateEstimator, StartUpPacesLooselyUntilTheLinkHoldsTheCaps) {
   const auto c = Cfg();
   LinkRateEstimator e(c, {1.0});
-  EXPECT_EQ(e.Gain(0), c.startup_gain);
+  EXPECT_EQ(e.Gain(), c.startup_gain);
   const int64_t s = FinishStartUp(e, 12 * kMB);
   // The first sample, then full_windows that did not grow it: cruising.
   EXPECT_LE(s, 2 + c.full_windows + 1);
-  EXPECT_NE(e.Gain(s), c.startup_gain);
+  EXPECT_NE(e.Gain(), c.startup_gain);
   EXPECT_NEAR(static_cast<double>(e.estimate()), 12 * kMB, 0.01 * kMB);
 }
 
-TEST(LinkRateEstimator, TheGainCyclesProbeDrainCruise) {
-  LinkRateEstimator e(Cfg(), {1.0});
+TEST(LinkRateEstimator, PastTheStartUpTheCapsAreALittleAboveTheEstimate) {
   const auto c = Cfg();
-  FinishStartUp(e, 12 * kMB);
-  EXPECT_EQ(e.Gain(0), c.probe_gain);
-  EXPECT_EQ(e.Gain(1), c.drain_gain);
-  for (int s = 2; s < c.cycle; ++s) EXPECT_EQ(e.Gain(s), c.cruise_gain) << s;
-  EXPECT_EQ(e.Gain(c.cycle), c.probe_gain);
-  EXPECT_EQ(e.Gain(-c.cycle), c.probe_gain);
-  EXPECT_EQ(e.Gain(-c.cycle + 1), c.drain_gain);
+  LinkRateEstimator e(c, {1.0});
+  EXPECT_GT(c.gain, 1.0);
+  // So the link, not the caps, holds the connections: every backlogged window (past
+  // the first, which may carry a saved-up burst) is a sample of the link.
+  Conns k(1);
+  e.Add(0, k.c);
+  for (int64_t s = 1; s <= 3 * c.horizon; ++s) {
+    k.Add(0, 12 * kMB * kW);
+    e.Add(s, k.c);
+    if (s > 1) {
+      ASSERT_NEAR(static_cast<double>(e.last_sample()), 12 * kMB, 0.01 * kMB) << s;
+    }
+    // No window below the estimate (a drain, a cruise under it slows a sync step).
+    ASSERT_GT(e.Gain(), 1.0) << s;
+  }
+  EXPECT_FALSE(e.starting());
+  EXPECT_EQ(e.Gain(), c.gain);
+  EXPECT_NEAR(static_cast<double>(e.estimate()), 12 * kMB, 0.01 * kMB);
 }
 
 namespace {
@@ -176,7 +186,7 @@ std::vector<uint64_t> Loop(LinkRateEstimator& e, const std::vector<double>& part
     std::vector<double> offered(parts.size());
     const double est = static_cast<double>(e.estimate());
     for (size_t i = 0; i < parts.size(); ++i)
-      offered[i] = est > 0 ? est * e.Gain(s) * parts[i] * kW : link / parts.size();
+      offered[i] = est > 0 ? est * e.Gain() * parts[i] * kW : link / parts.size();
     const double sum = std::accumulate(offered.begin(), offered.end(), 0.0);
     for (size_t i = 0; i < parts.size(); ++i) k.Add(i, offered[i] * std::min(1.0, link / sum));
     out.push_back(e.Add(s, k.c));
@@ -216,18 +226,18 @@ TEST(LinkRateEstimator, ClosedLoopFollowsALoweredLimitWithinTheHorizon) {
   EXPECT_LE(Settle(est, 20, 6.1 * kMB, 0.03), c.horizon + 8);
 }
 
-TEST(LinkRateEstimator, ClosedLoopFindsARaisedLimitByProbing) {
+TEST(LinkRateEstimator, ClosedLoopFindsARaisedLimitFromTheCappedWindows) {
   const std::vector<double> parts = {0.5, 0.5};
   const auto c = Cfg();
   LinkRateEstimator e(c, parts);
   const auto est = Loop(e, parts, 80, [](int64_t s) { return s <= 20 ? 6.1 * kMB : 12.2 * kMB; });
   ASSERT_NEAR(static_cast<double>(est[19]), 6.1 * kMB, 0.03 * 6.1 * kMB);
-  // Paced at the old rate, the connections deliver only that until a probe (one
-  // window in `cycle`) shows more than full_growth of room: start-up again, doubling
-  // the caps, within about one cycle (before: 1.25x per cycle, 4 cycles).
+  // Paced at the old rate times the gain, the connections deliver their caps: each
+  // such window raises the estimate by the gain, `regrow` of them start up again,
+  // doubling the caps.
   const int settle = Settle(est, 20, 12.2 * kMB, 0.05);
-  EXPECT_LE(settle, c.cycle + c.full_windows + 3);
-  EXPECT_GT(settle, 0);  // it did have to probe (no sample shows more than the cap)
+  EXPECT_LE(settle, c.regrow + c.full_windows + 3);
+  EXPECT_GT(settle, 0);  // no window shows more than its caps
 }
 
 TEST(LinkRateEstimator, AFirstSampleFarBelowTheLinkIsOutgrownInAFewWindows) {
@@ -256,34 +266,24 @@ TEST(LinkRateEstimator, ALateWakeUpReadsTheLongerWindow) {
   EXPECT_NEAR(static_cast<double>(e.estimate()), 12 * kMB, 0.01 * kMB);
 }
 
-TEST(LinkRateEstimator, WhereTheCoresHoldTheConnectionsNothingIsPaced) {
-  // A backlogged window with the host's cores busy is no sample of the link (the
-  // cores may have held it); when such windows outnumber the samples of the horizon,
-  // cores_limit() says pace nothing (measured: paced at 1 Gbit/s with 2 cores, 7 %
-  // slower than unpaced).
+TEST(LinkRateEstimator, WhereTheCoresHoldTheConnectionsTheCapsStayAboveWhatTheyDeliver) {
+  // 1 Gbit/s links on 2 cores: the cores, not the link, hold the connections, and what
+  // they deliver varies from window to window (60-100 MB/s). The caps follow just
+  // above the most they delivered lately, so they seldom hold the connections below
+  // what the cores manage (measured: such jobs 1.30 x t_opt, unpaced 1.53; nothing
+  // paced where the cores were busy, as before, 1.69: the wire cut for paced links).
+  const std::vector<double> parts = {0.5, 0.5};
   const auto c = Cfg();
-  LinkRateEstimator e(c, {1.0});
-  Conns k(1);
-  e.Add(0, k.c, 0, 0, 0.1);
-  for (int s = 1; s <= 4; ++s) {
-    k.Add(0, 12 * kMB * kW);
-    e.Add(s, k.c, 0, 0, 0.1);
+  LinkRateEstimator e(c, parts);
+  const auto cores = [](int64_t s) { return (60 + 40 * ((s * 7919) % 13) / 12.0) * kMB; };
+  const auto est = Loop(e, parts, 200, cores);
+  double could = 0, did = 0;
+  for (int64_t s = 31; s <= 200; ++s) {
+    could += cores(s);
+    did += std::min(cores(s), static_cast<double>(est[static_cast<size_t>(s - 2)]) * c.gain);
   }
-  ASSERT_GT(e.estimate(), 0u);
-  EXPECT_FALSE(e.cores_limit());
-  for (int s = 5; s <= 5 + c.horizon; ++s) {
-    k.Add(0, 30 * kMB * kW);
-    e.Add(s, k.c, 0, 0, 0.9);
-    EXPECT_EQ(e.last_sample(), 0u) << s;
-  }
-  EXPECT_TRUE(e.cores_limit());
-  EXPECT_NEAR(static_cast<double>(e.estimate()), 12 * kMB, 0.01 * kMB);  // kept, not raised
-  // The cores calm down: the link's samples count again.
-  for (int s = 6 + c.horizon; s <= 6 + 2 * c.horizon; ++s) {
-    k.Add(0, 12 * kMB * kW);
-    e.Add(s, k.c, 0, 0, 0.2);
-  }
-  EXPECT_FALSE(e.cores_limit());
+  EXPECT_GT(did / could, 0.97);
+  EXPECT_LT(static_cast<double>(est.back()), 101 * kMB);  // not beyond what they delivered
 }
 
 TEST(LinkRateEstimator, AHostHeldElsewhereFallsSlowlyAndNotBelowAQuarterOfItsPeak) {
@@ -363,7 +363,7 @@ TEST(LinkRateEstimator, TwoProcessesOfAHostAgreeAndHoldTheRate) {
     const auto offer = [&](const LinkRateEstimator& e, bool busy) {
       if (!busy) return 0.0;
       const double est = static_cast<double>(e.estimate());
-      return est > 0 ? est * e.Gain(s) * 0.5 / 0.956 * kW : 1e12;  // wire bytes
+      return est > 0 ? est * e.Gain() * 0.5 / 0.956 * kW : 1e12;  // wire bytes
     };
     double ow = offer(w, wb), os = offer(sv, sb);
     const double cap = link * kW, sum = ow + os;
@@ -418,7 +418,7 @@ TEST(LinkRateEstimator, ACappedWindowWhereTheHostsLinkCarriedLessShowsNothing) {
     if (s % 4 == 0)  // the link held the flows: 12 MB/s
       window(s, 12 * kMB / 6 * kW * 0.9, 12 * kMB);
     else  // capped, the server quiet: the link carried 11.5 MB/s
-      window(s, est * e.Gain(s) / 6 * kW, 11.5 * kMB);
+      window(s, est * e.Gain() / 6 * kW, 11.5 * kMB);
   }
   EXPECT_NEAR(static_cast<double>(e.estimate()), 12 * kMB, 0.3 * kMB);
 }
@@ -433,25 +433,27 @@ constexpr auto kExpiry = std::chrono::seconds(3);
 
 TEST(LinkRateShare, TheJobsRateIsTheUpperQuartileOfTheNodesLatest) {
   LinkRateShare s;
-  const auto t = Clock::now();
+  auto t = Clock::now();
   int32_t answer = 0;
-  for (int id = 1; id <= 8; ++id) answer = s.Record(id, 1000 * id, t, kExpiry);
+  for (int id = 1; id <= 8; ++id, t += LinkRateShare::kSettle)
+    answer = s.Record(id, 1000 * id, t, kExpiry).head;
   EXPECT_EQ(answer, 7000);  // of 1000..8000
   // A node's newer estimate replaces its older one.
-  EXPECT_EQ(s.Record(8, 500, t, kExpiry), 6000);  // of 500, 1000..7000
+  EXPECT_EQ(s.Record(8, 500, t, kExpiry).head, 6000);  // of 500, 1000..7000
   // A heartbeat without an estimate (head 0: the node is starting) is answered too.
-  EXPECT_EQ(s.Record(9, 0, t, kExpiry), 6000);
+  EXPECT_EQ(s.Record(9, 0, t, kExpiry).head, 6000);
 }
 
 TEST(LinkRateShare, OneNodesOutlierOrHostileValueDoesNotMoveIt) {
   LinkRateShare s;
   const auto t = Clock::now();
   for (int id = 1; id <= 7; ++id) s.Record(id, 12000, t, kExpiry);
-  EXPECT_EQ(s.Record(8, INT32_MAX, t, kExpiry), 12000);
-  EXPECT_EQ(s.Record(8, LinkRateShare::kLeast, t, kExpiry), 12000);
+  EXPECT_EQ(s.Record(8, INT32_MAX, t, kExpiry).head, 12000);
+  EXPECT_EQ(s.Record(8, LinkRateShare::kLeast, t, kExpiry).head, 12000);
   // Heads below the least rate (or negative) are no estimate.
-  EXPECT_EQ(s.Record(10, -5, t, kExpiry), 12000);
-  EXPECT_EQ(s.Record(11, 1, t, kExpiry), 12000);
+  EXPECT_EQ(s.Record(10, -5, t, kExpiry).head, 12000);
+  EXPECT_EQ(s.Record(11, 1, t, kExpiry).head, 12000);
+  EXPECT_EQ(s.Learners(), (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
 TEST(LinkRateShare, ASilentNodesEstimateExpires) {
@@ -459,10 +461,55 @@ TEST(LinkRateShare, ASilentNodesEstimateExpires) {
   const auto t = Clock::now();
   s.Record(1, 20000, t, kExpiry);
   s.Record(2, 10000, t + std::chrono::seconds(2), kExpiry);
-  EXPECT_EQ(s.Record(3, 0, t + std::chrono::seconds(2), kExpiry), 20000);
+  EXPECT_EQ(s.Record(3, 0, t + std::chrono::seconds(2), kExpiry).head, 20000);
   // Node 1 left (or stopped learning) 4 s ago: only node 2's counts.
-  EXPECT_EQ(s.Record(3, 0, t + std::chrono::seconds(4), kExpiry), 10000);
-  EXPECT_EQ(s.Record(3, 0, t + std::chrono::seconds(10), kExpiry), 0);
+  EXPECT_EQ(s.Record(3, 0, t + std::chrono::seconds(4), kExpiry).head, 10000);
+  EXPECT_EQ(s.Record(3, 0, t + std::chrono::seconds(10), kExpiry).head, 0);
+  EXPECT_TRUE(s.Learners().empty());
+}
+
+TEST(LinkRateShare, ANewRateIsToldToEveryNodeAtOnceAndSettlesFirst) {
+  LinkRateShare s;
+  const auto t = Clock::now();
+  const auto first = s.Record(1, 12000, t, kExpiry);
+  EXPECT_EQ(first.head, 12000);
+  EXPECT_TRUE(first.to_all);  // the job's first rate
+  // Within 1 %: no change (every report would otherwise reach every node).
+  auto a = s.Record(2, 12050, t + std::chrono::milliseconds(1), kExpiry);
+  EXPECT_EQ(a.head, 12000);
+  EXPECT_FALSE(a.to_all);
+  // More, but within kSettle of the last change: the nodes keep the rate they have ...
+  a = s.Record(3, 13000, t + std::chrono::milliseconds(2), kExpiry);
+  EXPECT_EQ(a.head, 12000);
+  EXPECT_FALSE(a.to_all);
+  // ... and change together after it.
+  a = s.Record(3, 13000, t + LinkRateShare::kSettle, kExpiry);
+  EXPECT_EQ(a.head, 13000);
+  EXPECT_TRUE(a.to_all);
+  EXPECT_EQ(s.Learners(), (std::vector<int>{1, 2, 3}));
+  // A starting node (head 0) is answered, not a learner.
+  a = s.Record(4, 0, t + LinkRateShare::kSettle, kExpiry);
+  EXPECT_EQ(a.head, 13000);
+  EXPECT_FALSE(a.to_all);
+  EXPECT_EQ(s.Learners().size(), 3u);
+}
+
+TEST(LinkRateShare, AMovedEstimateIsSentBeforeTheNextHeartbeat) {
+  LinkRateShare s;
+  EXPECT_FALSE(s.Urgent());  // nothing learned
+  s.Report(12'000'000);
+  EXPECT_TRUE(s.Urgent());  // the start-up ended
+  EXPECT_EQ(s.Outgoing(), 12000);
+  EXPECT_FALSE(s.Urgent());
+  s.Report(12'300'000);  // 2.5 %: with the next heartbeat
+  EXPECT_FALSE(s.Urgent());
+  s.Report(12'500'000);  // 4.2 %: now
+  EXPECT_TRUE(s.Urgent());
+  s.Outgoing();
+  s.Report(12'000'000);  // -4 %
+  EXPECT_TRUE(s.Urgent());
+  s.Report(0);  // starting again: nothing to send early
+  EXPECT_FALSE(s.Urgent());
 }
 
 TEST(LinkRateShare, ANodeSendsItsEstimateAndTakesTheJobs) {

@@ -48,24 +48,6 @@ std::string InterfaceOf(const std::string& addr) {
   return name;
 }
 
-// The host's cores' busy and total time (jiffies since boot; /proc/stat's first line:
-// user nice system idle iowait irq softirq steal ...). {0, 0}: unknown.
-struct CoreTimes {
-  uint64_t busy = 0, total = 0;
-};
-CoreTimes ReadCoreTimes() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  CoreTimes t;
-  if (!(f >> cpu) || cpu != "cpu") return t;
-  uint64_t v = 0;
-  for (int i = 0; i < 8 && f >> v; ++i) {
-    t.total += v;
-    if (i != 3 && i != 4) t.busy += v;  // idle and iowait are not busy
-  }
-  return t;
-}
-
 }  // namespace
 
 bool LinksPaced(const Node& node, const Options& o) {
@@ -83,14 +65,8 @@ bool LinksPaced(const Node& node, const Options& o) {
 LinkRateEstimator::LinkRateEstimator(Config c, std::vector<double> parts, double host_part)
     : c_(c), parts_(std::move(parts)), host_part_(host_part > 0 ? host_part : 1.0) {}
 
-double LinkRateEstimator::Gain(int64_t slot) const {
-  if (starting_) return c_.startup_gain;
-  const int64_t phase = ((slot % c_.cycle) + c_.cycle) % c_.cycle;
-  return phase == 0 ? c_.probe_gain : phase == 1 ? c_.drain_gain : c_.cruise_gain;
-}
-
 uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& now,
-                                uint64_t link_tx_bytes, uint64_t elapsed_us, double cores_busy) {
+                                uint64_t link_tx_bytes, uint64_t elapsed_us) {
   bool consecutive = now.size() == parts_.size() && prev_.size() == now.size() &&
                      slot == prev_slot_ + 1 && link_tx_bytes >= prev_tx_;
   for (size_t i = 0; consecutive && i < now.size(); ++i)
@@ -121,27 +97,21 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
                           : part > 0 ? acked * 1e6 / window / part
                                      : 0;
     // Where the backlogged connections delivered (nearly) their caps, their caps held
-    // them, not the link: outside a probe such a window does not lower the estimate
-    // (a host busier some windows than others, the cruise below the estimate). Only
-    // windows the link held, and probes, measure.
-    const double est = static_cast<double>(estimate_), gain = Gain(slot);
+    // them, not the link: the link carried at least the caps' rate (above the estimate:
+    // a sample that raises it).
+    const double est = static_cast<double>(estimate_), gain = Gain();
     const double base = paced_at_ > 0 ? static_cast<double>(paced_at_) : est;
     const bool capped = base > 0 && acked >= c_.capped * base * gain * part * window / 1e6;
     // Capped, but the host's link carried less than the caps' rate: another process of
     // the host left room; the window shows nothing of the link.
     const bool unshown = capped && sample < c_.capped_link * base * gain;
-    // (A drain window that delivered its caps shows only that the link took 0.75 of
-    // the estimate: no evidence for the rest of it.)
-    const double taken =
-        capped && gain <= 1.0 && gain >= c_.cruise_gain ? std::max(sample, est) : sample;
     // The window after an idle one may carry a burst the rate limiter saved up.
     if (unshown) {
       // no sample
-    } else if (backlogged && prev_backlogged_ && cores_busy >= c_.cores_busy) {
-      samples_.push_back({slot, 0});  // the cores may have held it: no sample
-    } else if (backlogged && prev_backlogged_ && taken > 0) {
-      last_sample_ = static_cast<uint64_t>(taken);
+    } else if (backlogged && prev_backlogged_ && sample > 0) {
+      last_sample_ = static_cast<uint64_t>(sample);
       samples_.push_back({slot, last_sample_});
+      capped_run_ = capped ? capped_run_ + 1 : 0;
     }
   }
   prev_backlogged_ = backlogged;
@@ -159,12 +129,8 @@ void LinkRateEstimator::Follow(int64_t slot) {
     samples_.erase(samples_.begin());
   // No sample within the horizon (an idle job): the estimate stays.
   uint64_t best = 0;
-  sampled_ = cores_held_ = 0;
-  for (const Sample& s : samples_) {
-    best = std::max(best, s.rate);
-    ++(s.rate > 0 ? sampled_ : cores_held_);
-  }
-  const uint64_t before = estimate_;
+  for (const Sample& s : samples_) best = std::max(best, s.rate);
+  const uint64_t before = estimate_, peak_before = peak_;  // before this sample
   if (best > 0) {
     // A host's samples are its own link's rate only where that link is the limit;
     // where another link holds its connections (a slower host they send to) they show
@@ -178,17 +144,21 @@ void LinkRateEstimator::Follow(int64_t slot) {
   }
   if (last_sample_ > 0) {
     // Starting: the caps are loose (startup_gain), so a sample shows what the link
-    // takes; once `full_windows` samples in a row grew the estimate by less than
-    // full_growth, the link (or the job) is the limit: cruise. A probe that found
-    // that much room starts again (a raised limit is found in a few windows).
-    const double grew =
-        before > 0 ? static_cast<double>(last_sample_) / static_cast<double>(before) : 1e9;
+    // takes; once `full_windows` samples in a row grew the highest estimate so far by
+    // less than full_growth, the link (or the job) is the limit. (Against the highest,
+    // not the current one: a node whose samples are sparse, a server's answers filling
+    // a part of each step, sees its estimate fall between them, and every sample looked
+    // like growth: measured, servers starting for a whole job, their caps loose.)
+    // Past it, `regrow` windows in a row that the caps held start it again.
     if (starting_) {
+      const uint64_t top = std::max(before, peak_before);
+      const double grew =
+          top > 0 ? static_cast<double>(last_sample_) / static_cast<double>(top) : 1e9;
       plateau_ = grew < 1 + c_.full_growth ? plateau_ + 1 : 0;
       if (plateau_ >= c_.full_windows) starting_ = false;
-    } else if (Gain(slot) > 1.0 && grew >= 1 + c_.full_growth) {
-      starting_ = true;
-      plateau_ = 0;
+    } else if (capped_run_ >= c_.regrow) {
+      starting_ = true;  // the caps, not the link, held the last windows: more room
+      plateau_ = capped_run_ = 0;
     }
   }
 }
@@ -300,16 +270,15 @@ void LinkPacer::Apply(double link_rate) {
                                                     static_cast<double>(kUnit))));
 }
 
-// The learning thread: at the end of every window (a slot of the wall clock, alike on
-// every host) it reads the measured connections' counters, feeds the estimator and
-// paces every connection for the next window at the estimate times its gain.
+// The learning thread: at the end of every window (a slot of the wall clock) it reads
+// the measured connections' counters, feeds the estimator and paces every connection
+// for the next window at the job's rate (or, starting, its own estimate) times the gain.
 void LinkPacer::Learn() {
   const int64_t window = cfg_.window.count();
   std::vector<ConnCounters> now;
   double applied = 0;
   uint64_t logged = 0;
   int64_t windows = 0, missing = 0, sampled = 0;
-  CoreTimes jiffies = ReadCoreTimes();
   auto last_read = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {
@@ -339,17 +308,10 @@ void LinkPacer::Learn() {
     const auto read_at = std::chrono::steady_clock::now();
     const auto elapsed = read_at - last_read;
     last_read = read_at;
-    const CoreTimes cores = ReadCoreTimes();
-    const double busy = cores.total > jiffies.total && cores.busy >= jiffies.busy
-                            ? static_cast<double>(cores.busy - jiffies.busy) /
-                                  static_cast<double>(cores.total - jiffies.total)
-                            : 0;
-    jiffies = cores;
     const uint64_t b =
         est_->Add(slot, now, tx,
                   static_cast<uint64_t>(
-                      std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()),
-                  busy);
+                      std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()));
     if (est_->last_sample() > 0) ++sampled;
     if (b == 0) continue;
     // Paced at the job's rate (every node at one: ps/link_rate_share.h) once the
@@ -359,9 +321,13 @@ void LinkPacer::Learn() {
     const uint64_t job = node_.link_rates().Job();
     const uint64_t base = job > 0 && !est_->starting() ? job : b;
     est_->PacedAt(base);
-    // Where the cores hold the job, no cap (0: unpaced).
-    const double target =
-        est_->cores_limit() ? 0 : static_cast<double>(base) * est_->Gain(slot + 1);
+    const double target = static_cast<double>(base) * est_->Gain();
+    if (o_.verbose >= 2)  // every window: what it saw and what it paces at (kB/s)
+      PSKV_INFO(node_.Tag() << ": link pacing window " << slot << ": sample "
+                            << est_->last_sample() / 1000 << ", estimate " << b / 1000
+                            << (est_->starting() ? " (starting)" : "") << ", the job's "
+                            << job / 1000 << ", caps for " << static_cast<uint64_t>(target) / 1000
+                            << " kB/s");
     if (target != applied) {
       Apply(target);
       applied = target;
