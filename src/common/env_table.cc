@@ -353,8 +353,8 @@ const EnvVar kVars[] = {
      "no faster than their connection's rate; 1 (the default): the same at a rate learned "
      "while the job runs, where its nodes are on more than one host: each node's from its "
      "connections' TCP_INFO and its host interface's byte counters (a start-up that doubles "
-     "the caps until the link holds them, then probing for more every 0.8 s; nothing paced "
-     "while the host's cores, not its link, hold the connections), one rate for the job "
+     "the caps until the link holds them, then caps 4 % above the estimate, so that every "
+     "busy window shows the link and windows the caps held raise it), one rate for the job "
      "shared through the heartbeats (the upper quartile of the nodes'); 0: off "
      "([performance](docs/"
      "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",

@@ -68,9 +68,10 @@ class LinkRateShare {
   static constexpr Clock::duration kSettle = std::chrono::milliseconds(200);
   /// Node `id`'s heartbeat carried `head` at `now`. The job's rate is the upper
   /// quartile of the estimates heard within `expiry`; it changes (to_all) where that
-  /// moved by more than 1 % and kSettle passed since the last change, so that every
-  /// node paces at the same rate from the same moment on (nodes pacing at rates they
-  /// heard at different times offer a link flows out of proportion, as their own do).
+  /// moved by more than 1 % and kSettle passed since the last change (else the change
+  /// waits: Pending), so that every node paces at the same rate from the same moment
+  /// on (nodes pacing at rates they heard at different times offer a link flows out of
+  /// proportion, as with rates of their own).
   Answer Record(int id, int32_t head, Clock::time_point now, Clock::duration expiry) {
     if (head >= kLeast) heard_[id] = {head, now};
     std::vector<int32_t> live;
@@ -82,18 +83,24 @@ class LinkRateShare {
         ++it;
       }
     }
+    pending_ = 0;
     if (live.empty()) return {};
     // The upper quartile: each node's estimate is a max filter of samples that are
     // mostly below the link's rate (windows partly idle, flows held by other hosts).
     const auto mid = live.begin() + static_cast<std::ptrdiff_t>(live.size() * 3 / 4);
     std::nth_element(live.begin(), mid, live.end());
     const int64_t q = *mid, j = job_head_;
-    if (j == 0 || ((q * 100 > j * 101 || q * 101 < j * 100) && now - changed_at_ >= kSettle)) {
-      job_head_ = *mid;
-      changed_at_ = now;
-      return {job_head_, true};
-    }
-    return {job_head_, false};
+    if (j == 0 || q * 100 > j * 101 || q * 101 < j * 100) pending_ = *mid;
+    return Pending(now);
+  }
+  /// A change of the job's rate that waited for kSettle, once it passed (the
+  /// scheduler's timer asks): to_all with the new rate; else the current one.
+  Answer Pending(Clock::time_point now) {
+    if (pending_ == 0 || (job_head_ != 0 && now - changed_at_ < kSettle)) return {job_head_, false};
+    job_head_ = pending_;
+    pending_ = 0;
+    changed_at_ = now;
+    return {job_head_, true};
   }
   /// The nodes whose estimates count (those a new rate is sent to).
   std::vector<int> Learners() const {
@@ -115,6 +122,7 @@ class LinkRateShare {
   std::atomic<int32_t> mine_{0}, sent_{0}, job_{0};
   std::map<int, Entry> heard_;
   int32_t job_head_ = 0;  // the scheduler's: the rate it last told
+  int32_t pending_ = 0;   // ... and the one it will tell once kSettle passed (0: none)
   Clock::time_point changed_at_{};
 };
 

@@ -271,7 +271,10 @@ void Node::TimerLoop() {
       } catch (const std::exception& e) {
         PSKV_LOG_LIMITED(limiter_, "timer", "WARN", Tag() << ": " << e.what());
       }
-      if (IsScheduler() && ready_ && !finished_) scheduler_->WarnStalledBarriers(now);
+      if (IsScheduler() && ready_ && !finished_) {
+        scheduler_->WarnStalledBarriers(now);
+        TellLinkRate(0, link_rates_.Pending(now));  // a change of the job's link rate that waited
+      }
     }
     CheckSuspects(now);
     takeover_.Tick(now);

@@ -301,6 +301,9 @@ class Node {
   void HandleWorkerLeft(int id, std::unique_lock<std::mutex>& lk);
   /// A kWorkerJoined from the scheduler: a worker joined the running job (elastic).
   void HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk);
+  /// mu_ held, the scheduler: sends the job's link rate `a` to `to` (0: nobody) and,
+  /// where it is new, to every node whose estimate counts (ps/link_rate_share.h).
+  void TellLinkRate(int to, const LinkRateShare::Answer& a);
   // Membership under mu_ held (also the Scheduler's).
   int GroupSize(int group) const { return members_.GroupSize(group); }
   std::vector<int> GroupMembers(int group) const { return members_.GroupMembers(group); }

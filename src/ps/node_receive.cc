@@ -262,21 +262,7 @@ void Node::Dispatch(Message&& m, int sender, std::unique_lock<std::mutex>& lk) {
         // for 3 intervals no longer counts (it left, or stopped learning).
         const auto expiry =
             std::max<Clock::duration>(3 * options_.heartbeat_interval, std::chrono::seconds(3));
-        const LinkRateShare::Answer a = link_rates_.Record(sender, m.h.head, Clock::now(), expiry);
-        std::vector<int> to = {sender};
-        if (a.to_all) {  // a new rate: every learning node changes to it now
-          for (int id : link_rates_.Learners())
-            if (id != sender) to.push_back(id);
-        }
-        for (int id : to) {
-          try {
-            SendControl(id, Control::kHeartbeat, a.head);
-          } catch (const std::exception& e) {  // a peer gone: its failure is handled elsewhere
-            PSKV_LOG_LIMITED(limiter_, "linkrate", "WARN",
-                             Tag() << ": the job's link rate not sent to " << NameLocked(id) << ": "
-                                   << e.what());
-          }
-        }
+        TellLinkRate(sender, link_rates_.Record(sender, m.h.head, Clock::now(), expiry));
       } else if (ready_ && sender == kSchedulerId) {
         link_rates_.Heard(m.h.head);
       } else if (!ready_ && sender == kSchedulerId && m.h.head == 1 && !join_pending_) {
@@ -440,6 +426,24 @@ void Node::HandleWorkerJoined(const Message& m, std::unique_lock<std::mutex>& lk
   if (!server) return;
   if (!lk.owns_lock()) lk.lock();
   SendControl(kSchedulerId, Control::kJoinReady, id);  // the scheduler releases the epoch
+}
+
+void Node::TellLinkRate(int to, const LinkRateShare::Answer& a) {
+  std::vector<int> ids;
+  if (to != 0) ids.push_back(to);
+  if (a.to_all) {  // a new rate: every learning node changes to it now
+    for (int id : link_rates_.Learners())
+      if (id != to) ids.push_back(id);
+  }
+  for (int id : ids) {
+    try {
+      SendControl(id, Control::kHeartbeat, a.head);
+    } catch (const std::exception& e) {  // a peer gone: its failure is handled elsewhere
+      PSKV_LOG_LIMITED(
+          limiter_, "linkrate", "WARN",
+          Tag() << ": the job's link rate not sent to " << NameLocked(id) << ": " << e.what());
+    }
+  }
 }
 
 }  // namespace pskv

@@ -482,10 +482,16 @@ TEST(LinkRateShare, ANewRateIsToldToEveryNodeAtOnceAndSettlesFirst) {
   a = s.Record(3, 13000, t + std::chrono::milliseconds(2), kExpiry);
   EXPECT_EQ(a.head, 12000);
   EXPECT_FALSE(a.to_all);
-  // ... and change together after it.
-  a = s.Record(3, 13000, t + LinkRateShare::kSettle, kExpiry);
+  EXPECT_FALSE(s.Pending(t + LinkRateShare::kSettle / 2).to_all);
+  // ... and change together after it, without waiting for another heartbeat (the
+  // scheduler's timer asks).
+  a = s.Pending(t + LinkRateShare::kSettle);
   EXPECT_EQ(a.head, 13000);
   EXPECT_TRUE(a.to_all);
+  EXPECT_FALSE(s.Pending(t + 2 * LinkRateShare::kSettle).to_all);  // told once
+  a = s.Record(3, 13000, t + LinkRateShare::kSettle, kExpiry);
+  EXPECT_EQ(a.head, 13000);
+  EXPECT_FALSE(a.to_all);
   EXPECT_EQ(s.Learners(), (std::vector<int>{1, 2, 3}));
   // A starting node (head 0) is answered, not a learner.
   a = s.Record(4, 0, t + LinkRateShare::kSettle, kExpiry);

@@ -671,6 +671,37 @@ TEST(Liveness, StalledBarrierNamesTheMissingNodes) {
   EXPECT_NE(err.find("worker[0]: waiting at a barrier for"), std::string::npos) << err;
 }
 
+TEST(Ps, AMovedLinkRateReachesEveryNodeWithinAWindowNotAHeartbeat) {
+  // Heartbeats every 5 s: the job's link rate (ps/link_rate_share.h) does not wait for
+  // them. A node whose estimate moved sends it at once, and the scheduler sends a new
+  // rate for the job to every node whose estimate counts, so that they change together.
+  const auto job_rate = [](Node& node, uint64_t want) {
+    const auto until = std::chrono::steady_clock::now() + 3s;
+    while (node.link_rates().Job() != want && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(10ms);
+    return node.link_rates().Job();
+  };
+  const auto r = RunJob(
+      1, 2,
+      [&](Node& node, KVWorker&) {
+        node.Barrier(kWorkerGroup, 30s);
+        if (node.rank() == 0) {
+          node.link_rates().Report(10'000'000);  // its start-up ended
+          EXPECT_EQ(job_rate(node, 10'000'000), 10'000'000u);
+        }
+        node.Barrier(kWorkerGroup, 30s);
+        if (node.rank() == 1) node.link_rates().Report(14'000'000);
+        // The upper quartile of 10 and 14 MB/s, on both, within 3 s of a 5 s interval.
+        EXPECT_EQ(job_rate(node, 14'000'000), 14'000'000u) << node.rank();
+        node.Barrier(kWorkerGroup, 30s);
+      },
+      [](Options& o) {
+        o.heartbeat_interval = 5s;
+        o.heartbeat_timeout = 60s;
+      });
+  ExpectNoErrors(r);
+}
+
 TEST(Ps, TimedOutRequestIsCancelledAndItsLateReplyDropped) {
   // The server answers a pull after 300 ms; the worker's wait gives up after 100 ms.
   // The request must be cancelled: its late reply is dropped instead of being copied
