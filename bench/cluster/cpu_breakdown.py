@@ -20,9 +20,15 @@ call chain from the leaf up):
   wakeups_sched     futex, epoll / poll, schedule and wake-ups, context switches
   syscall_other     other kernel work in a syscall (entry/exit, other calls)
   kernel_other      other kernel work
-  pskv_memcpy       libc memcpy / memmove called from pskv (libpskv / the bindings)
-  pskv_sums         pskv's own code (the server's sums, the frame parser, ...)
-  python_numpy      the interpreter, numpy, other user libraries (incl. memcpy not from pskv)
+  user_memcpy       libc memcpy / memmove in the job's processes (the workers' Python does
+                    no copy in the timed loop, so these are pskv's: pull answers into the
+                    output, shared-memory rings, the first push of a round, staging; libc has
+                    no frame pointers, `SCALING_PERF_CALLGRAPH=dwarf,16384` names the callers)
+  pskv_sums         pskv's element-wise sums (SumRange, AddTo)
+  pskv_other        the rest of pskv's own code (receive loop, parser, rounds, ...)
+  libc_other        libc and vDSO outside memcpy: syscall stubs (epoll_wait, sched_yield),
+                    clock_gettime, malloc / free
+  python_numpy      the interpreter, numpy, other user libraries
   other_processes   ssh / sshd / bash / perf / kernel threads other than ksoftirqd
 
     bench/cluster/cpu_breakdown.py FILE.perf.data [--top N]
@@ -57,7 +63,14 @@ OTHER_COMM = re.compile(r'^(ssh|sshd|bash|sh|perf|kworker|rcu_|migration|khugepa
                         r'systemd|sleep|ip|tc|pskv-launch)')
 CATEGORIES = ['kernel_copy_send', 'kernel_copy_recv', 'kernel_copy_other', 'checksums', 'page_faults',
               'softirq_net', 'qdisc_xmit', 'tcp_send', 'tcp_recv', 'pacing_timers', 'wakeups_sched',
-              'syscall_other', 'kernel_other', 'pskv_memcpy', 'pskv_sums', 'python_numpy', 'other_processes']
+              'syscall_other', 'kernel_other', 'user_memcpy', 'pskv_sums', 'pskv_other', 'libc_other',
+              'python_numpy', 'other_processes']
+# The categories' groups (the issue's terms).
+GROUPS = {'kernel_tcp_veth_qdisc': ['kernel_copy_send', 'kernel_copy_recv', 'kernel_copy_other', 'checksums',
+                                    'softirq_net', 'qdisc_xmit', 'tcp_send', 'tcp_recv', 'pacing_timers'],
+          'wakeups_syscalls': ['wakeups_sched', 'syscall_other', 'libc_other'],
+          'pskv_user': ['user_memcpy', 'pskv_sums', 'pskv_other'],
+          'other': ['page_faults', 'kernel_other', 'python_numpy', 'other_processes']}
 
 
 def samples(path):
@@ -88,7 +101,7 @@ def samples(path):
 
 
 def kernel(dso):
-    return 'kernel' in dso or dso.startswith('[')
+    return 'kernel' in dso or (dso.startswith('[') and dso != '[vdso]')
 
 
 def classify(comm, stack):
@@ -128,11 +141,12 @@ def classify(comm, stack):
         if any(SYSCALL.match(s) for s in syms):
             return 'syscall_other'
         return 'kernel_other'
-    from_pskv = any('pskv' in d for _, d in stack)
     if re.match(r'^(__)?(memcpy|memmove|__memmove|__memcpy)', leaf):
-        return 'pskv_memcpy' if from_pskv else 'python_numpy'
+        return 'user_memcpy'
     if 'pskv' in leaf_dso:
-        return 'pskv_sums'
+        return 'pskv_sums' if re.search(r'SumRange|AddTo|Reducer::Sum|Axpy', leaf) else 'pskv_other'
+    if 'libc.so' in leaf_dso or leaf_dso == '[vdso]' or 'libstdc++' in leaf_dso:
+        return 'libc_other'
     return 'python_numpy'
 
 
@@ -151,6 +165,7 @@ def breakdown(path, top=12):
     busy = sum(counts.values())
     return {'samples': total, 'busy_samples': busy,
             'fractions': {c: round(counts[c] / busy, 4) if busy else 0.0 for c in CATEGORIES},
+            'groups': {g: round(sum(counts[c] for c in cs) / busy, 4) if busy else 0.0 for g, cs in GROUPS.items()},
             'top_leaves': {c: [[s, round(n / busy, 4)] for s, n in leaves[c].most_common(top)]
                            for c in CATEGORIES if counts[c]}}
 

@@ -294,8 +294,20 @@ Reader::Result Reader::PumpAck(int fd, const JobKeys& keys, const char** why) {
 
 void Reader::SetLowWater(int fd) {
   const auto [dst, want] = parser_.Want();
-  const int mark = LowWaterFor(parser_.InBody(), want);
+  int mark = LowWaterFor(parser_.InBody(), want);
   if (mark == lowat_) return;
+  if (mark > 1) {
+    // Never above a quarter of the receive buffer: a mark the buffer cannot hold
+    // twice over makes the kernel grow the buffer and clamp the receive window to
+    // the mark (tcp_set_rcvlowat), which would cap the rate of a long link. The
+    // buffer grows by itself (autotuning) on a connection that moves much.
+    int buf = 0;
+    socklen_t len = sizeof buf;
+    if (::getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, &len) != 0) buf = 0;
+    mark = std::min(mark, buf / 4);
+    if (mark < static_cast<int>(kLowWaterMin)) mark = 1;
+    if (mark == lowat_) return;
+  }
   if (::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof mark) == 0)
     lowat_ = mark;
   else if (mark == 1)

@@ -166,8 +166,9 @@ class Reader {
   // Sets the socket's SO_RCVLOWAT to LowWaterFor(where the parser is) when it
   // changes (one setsockopt per change): a reader waiting for the rest of a big
   // body is woken once per kLowWaterMax, not per segment the kernel delivers.
-  // The kernel wakes it anyway on EOF, an error or memory pressure, and grows the
-  // receive buffer to hold the mark (tcp_set_rcvlowat).
+  // The kernel wakes it anyway on EOF, an error or memory pressure. At most a
+  // quarter of the socket's receive buffer (SO_RCVBUF), so that the kernel never
+  // grows the buffer for the mark and clamps the window to it.
   void SetLowWater(int fd);
   Result PumpFrames(int fd, uint64_t budget, const char** why);
   int lowat_ = 1;
