@@ -22,12 +22,29 @@ jobs (median and range of their median steps); each row also gives the machine's
 busy fraction during the steps (2 cores for all the hosts: near 1.0, the cores are
 the limit, not the links) and the bytes each host link carried per step.
 
+CPU per byte moved (issue 40 item 2; docs/performance.md, "CPU cost per byte at 1
+Gbit/s"), fields of every grid row: `cpu_s_per_step`, the whole machine's CPU-seconds
+per step (user + nice + system + irq + softirq jiffies of /proc/stat between worker 0's
+first and last timed step; idle, iowait and steal left out; one kernel runs every
+namespace, so both ends of every link, the bridge and the rate limiters are in it);
+`cpu_ns_per_byte`, that per byte moved, counted as 2 n M per step (every worker pushes
+M and pulls M: the job's work, the same for every layout); `cpu_ns_per_link_byte`, per
+byte the host links carried (the whole job's tx / (steps + 1)); `memcpy_ns_per_byte`,
+one thread's libc memcpy of 64 MiB measured in the same run (median, before and after
+the jobs); `cpu_per_byte_memcpys` and `cpu_per_link_byte_memcpys`, the ratios: a byte
+moved costs that many memcpys of it; `cpu_ns_per_byte_runs` per job; `cpu_split` (user,
+system, irq, softirq shares); `context_switches_per_mb` (/proc/stat ctxt per MB of
+2 n M). `--profile DIR` adds one job under `perf record -a -g` of the timed steps only
+(DIR/RATE-kK-SIZE.perf.data; SCALING_PERF_CALLGRAPH=dwarf,16384 for callers of libc)
+and `cpu_profile`: its split by bench/cluster/cpu_breakdown.py. bench/cluster/cpu_ab.py
+alternates before/after builds or variables in one cluster.
+
 --servers-series S1,S2,.. adds the seed's O(m/n) claim: n workers on their own hosts
 and S servers on S other hosts (bound max(1, n/S) M/B), step time against S.
 
     bench/cluster/scaling.py [--workers 4] [--servers 0,2,4] [--sizes 4MB,64MB]
         [--rates 100mbit,1gbit] [--steps 3] [--repeat 3] [--ddp [--ddp-at 0,4]]
-        [--even-repeat N] [--servers-series 1,2,4] [--json] [--out FILE]
+        [--even-repeat N] [--servers-series 1,2,4] [--profile DIR] [--json] [--out FILE]
 
 `make bench-cluster` runs the whole set into bench/results/cluster_scaling.json and
 plots it (bench/plot.py: docs/img/cluster_scaling.png, cluster_servers.png).
