@@ -22,12 +22,29 @@ jobs (median and range of their median steps); each row also gives the machine's
 busy fraction during the steps (2 cores for all the hosts: near 1.0, the cores are
 the limit, not the links) and the bytes each host link carried per step.
 
+CPU per byte moved (issue 40 item 2; docs/performance.md, "CPU cost per byte at 1
+Gbit/s"), fields of every grid row: `cpu_s_per_step`, the whole machine's CPU-seconds
+per step (user + nice + system + irq + softirq jiffies of /proc/stat between worker 0's
+first and last timed step; idle, iowait and steal left out; one kernel runs every
+namespace, so both ends of every link, the bridge and the rate limiters are in it);
+`cpu_ns_per_byte`, that per byte moved, counted as 2 n M per step (every worker pushes
+M and pulls M: the job's work, the same for every layout); `cpu_ns_per_link_byte`, per
+byte the host links carried (the whole job's tx / (steps + 1)); `memcpy_ns_per_byte`,
+one thread's libc memcpy of 64 MiB measured in the same run (median, before and after
+the jobs); `cpu_per_byte_memcpys` and `cpu_per_link_byte_memcpys`, the ratios: a byte
+moved costs that many memcpys of it; `cpu_ns_per_byte_runs` per job; `cpu_split` (user,
+system, irq, softirq shares); `context_switches_per_mb` (/proc/stat ctxt per MB of
+2 n M). `--profile DIR` adds one job under `perf record -a -g` of the timed steps only
+(DIR/RATE-kK-SIZE.perf.data; SCALING_PERF_CALLGRAPH=dwarf,16384 for callers of libc)
+and `cpu_profile`: its split by bench/cluster/cpu_breakdown.py. bench/cluster/cpu_ab.py
+alternates before/after builds or variables in one cluster.
+
 --servers-series S1,S2,.. adds the seed's O(m/n) claim: n workers on their own hosts
 and S servers on S other hosts (bound max(1, n/S) M/B), step time against S.
 
     bench/cluster/scaling.py [--workers 4] [--servers 0,2,4] [--sizes 4MB,64MB]
         [--rates 100mbit,1gbit] [--steps 3] [--repeat 3] [--ddp [--ddp-at 0,4]]
-        [--even-repeat N] [--servers-series 1,2,4] [--json] [--out FILE]
+        [--even-repeat N] [--servers-series 1,2,4] [--profile DIR] [--json] [--out FILE]
 
 `make bench-cluster` runs the whole set into bench/results/cluster_scaling.json and
 plots it (bench/plot.py: docs/img/cluster_scaling.png, cluster_servers.png).
@@ -113,9 +130,19 @@ def cpu():  # the machine's busy and total jiffies (one kernel for all the hosts
     return sum(f) - f[3] - f[4], sum(f)
 
 
+def jiffies():  # /proc/stat: the cpu line (user nice system idle iowait irq softirq steal ...), then ctxt
+    lines = open('/proc/stat').read().splitlines()
+    return [int(x) for x in lines[0].split()[1:]] + \
+        [int(x.split()[1]) for x in lines if x.startswith('ctxt ')]
+
+
 times = []
-marks = os.environ.get('SCALING_MARKS')  # rank 0 touches MARKS.<step> after each step
+marks = os.environ.get('SCALING_MARKS')  # rank 0 touches MARKS.start, then MARKS.<step> after each step
+j0 = jiffies()
 c0 = cpu()
+t0 = time.perf_counter()
+if marks and kv.rank == 0:
+    open('%s.start' % marks, 'w').close()
 for i in range(steps):
     kv.barrier()
     t = time.perf_counter()
@@ -124,11 +151,16 @@ for i in range(steps):
     if marks and kv.rank == 0:
         open('%s.%d' % (marks, i + 1), 'w').close()
 c1 = cpu()
+t1 = time.perf_counter()
+j1 = jiffies()
 assert float(w[0]) == kv.num_workers and float(w[-1]) == kv.num_workers, (w[0], w[-1])
 if kv.rank == 0:
     busy = (c1[0] - c0[0]) / max(1, c1[1] - c0[1])
     print('RESULT ' + json.dumps([sorted(times)[len(times) // 2], busy]), flush=True)
     print('STEPS ' + json.dumps(times), flush=True)
+    print('CPU ' + json.dumps({'jiffies': [b - a for a, b in zip(j0[:-1], j1[:-1])], 'ctxt': j1[-1] - j0[-1],
+                               'hz': os.sysconf('SC_CLK_TCK'),
+                               'wall_s': t1 - t0, 'cores': os.cpu_count()}), flush=True)
 kv.close()
 '''
 
@@ -167,12 +199,58 @@ def result(out):
     return json.loads([line for line in out.splitlines() if 'RESULT ' in line][-1].split('RESULT ', 1)[1])
 
 
-def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
+class Profiler:
+    """`perf record -a -g` of the whole machine (every namespace: one kernel) while a
+    job's timed steps run: started disabled, enabled when rank 0 marks the start of
+    its steps, disabled when it marks the last one (polled every 5 ms)."""
+
+    def __init__(self, out, marks, steps, freq=999):
+        self.marks, self.steps = marks, steps
+        ctl_r, self.ctl = os.pipe()
+        self.ack, ack_w = os.pipe()
+        graph = ['--call-graph', os.environ['SCALING_PERF_CALLGRAPH']] if os.environ.get('SCALING_PERF_CALLGRAPH') \
+            else ['-g']  # e.g. dwarf,16384: callers of functions without frame pointers (libc's memcpy)
+        self.p = subprocess.Popen(['perf', 'record', '-a'] + graph + ['-F', str(freq), '-D', '-1', '--control',
+                                   'fd:%d,%d' % (ctl_r, ack_w), '-o', out], pass_fds=(ctl_r, ack_w),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(ctl_r)
+        os.close(ack_w)
+        self.thread = None
+
+    def _command(self, cmd):
+        os.write(self.ctl, cmd + b'\n')
+        os.read(self.ack, 16)
+
+    def watch(self, job):
+        import threading
+
+        def run():
+            for mark, cmd in (('start', b'enable'), (str(self.steps), b'disable')):
+                while job.poll() is None and not os.path.exists('%s.%s' % (self.marks, mark)):
+                    time.sleep(0.005)
+                if job.poll() is not None:
+                    return
+                self._command(cmd)
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        if self.thread:
+            self.thread.join(60)
+        self.p.send_signal(2)  # before the control pipe closes (perf 6.1 then writes no data)
+        self.p.wait(120)
+        os.close(self.ctl)
+        os.close(self.ack)
+
+
+def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, cpu_out=None, profile=None, **env_kw):
     """One pskv job: `servers` servers and `workers` workers on `hosts` by the cycling
     rule (servers on the first hosts). Returns (median step s, machine CPU busy
     fraction during the steps, per host [rx, tx] bytes of the whole job); with
     `changes` ([(after step, action)]: `action()` once step `after` ended) the step
-    times instead of the median."""
+    times instead of the median. `cpu_out` (a list): rank 0's record of the timed
+    steps (/proc/stat jiffies, their rate, wall seconds) is appended to it. `profile`
+    (a file): `perf record -a -g` of the timed steps into it (Profiler)."""
     script = os.path.join(c.tmp, 'scaling_worker.py')
     with open(script, 'w') as f:
         f.write(WORKER)
@@ -180,7 +258,7 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
         c.launcher_ssh_args() + ['-n', str(workers), '-s', str(servers), '--', '/usr/bin/python3', script,
                                  str(elems), str(steps)]
     before = [h.counters() for h in c.hosts]
-    if changes:
+    if changes or profile:
         # Through the launcher's --env: it forwards only the variables of pskv's own
         # table to the nodes it starts over ssh.
         marks = tempfile.mkdtemp(prefix='marks', dir=c.tmp) + '/step'  # fresh: no earlier job's marks
@@ -189,6 +267,10 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
     with open(log, 'w') as f:
         p = subprocess.Popen(c.hosts[0].argv(argv), env=env(**env_kw), stdout=f,
                              stderr=subprocess.STDOUT, text=True, cwd=c.tmp)
+    prof = None
+    if profile:
+        prof = Profiler(profile, marks, steps)
+        prof.watch(p)
     if os.environ.get('SCALING_LOG'):  # every job's output as it comes, e.g. with PS_VERBOSE=1
         with open(os.environ['SCALING_LOG'], 'a') as f:
             f.write('==== %s %s\n' % (log, json.dumps(env_kw)))
@@ -199,6 +281,8 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
             raise SystemExit('the job ended before step %d was marked: the change was not made' % after_step)
         act()
     p.wait(timeout=1000)
+    if prof:
+        prof.close()
     out = open(log).read()
     if os.environ.get('SCALING_LOG'):
         with open(os.environ['SCALING_LOG'], 'a') as f:
@@ -207,6 +291,8 @@ def run_pskv(c, hosts, workers, servers, elems, steps, changes=None, **env_kw):
         raise SystemExit('pskv job failed:\n' + out[-3000:])
     after = [h.counters() for h in c.hosts]
     step, busy = result(out)
+    if cpu_out is not None:
+        cpu_out.append(json.loads('{' + [x for x in out.splitlines() if 'CPU {' in x][-1].split('CPU {', 1)[1]))
     if changes:
         return json.loads([x for x in out.splitlines() if 'STEPS ' in x][-1].split('STEPS ', 1)[1]), busy, out
     return step, busy, [[a[0] - b[0], a[1] - b[1]] for a, b in zip(after, before)]
@@ -231,6 +317,41 @@ def run_ddp(c, n, elems, steps):
     if any(p.returncode for p in procs):
         raise SystemExit('DDP job failed:\n' + '\n'.join(o[-1500:] for o in outs))
     return result(outs[0])
+
+
+def memcpy_ns_per_byte(nbytes=64 << 20, reps=9):
+    """One thread's libc memcpy of `nbytes` (DRAM-sized: far beyond the caches) between
+    two buffers already faulted in: nanoseconds per byte copied, the median of `reps`."""
+    import ctypes
+    src, dst = ctypes.create_string_buffer(nbytes), ctypes.create_string_buffer(nbytes)
+    ctypes.memmove(dst, src, nbytes)
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        ctypes.memmove(dst, src, nbytes)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e9 / nbytes
+
+
+# /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice.
+# The CPU a job costs: user + nice + system + irq + softirq (guest is inside user; idle,
+# iowait and steal are time the job did not run).
+CPU_FIELDS = {'user': (0, 1), 'system': (2,), 'irq': (5,), 'softirq': (6,)}
+
+
+def cpu_cost(rec, steps, n, m, link_bytes_per_step):
+    """From rank 0's record of the timed steps: the machine's CPU-seconds per step and
+    per byte moved (2 n M: every worker pushes M and pulls M; the count of the job's
+    work, the same for every layout), per byte the host links carried, and the split."""
+    j = rec['jiffies']
+    parts = {k: sum(j[i] for i in idx if i < len(j)) / rec['hz'] for k, idx in CPU_FIELDS.items()}
+    busy = sum(parts.values())
+    per_step = busy / steps
+    return {'cpu_s_per_step': per_step, 'cpu_ns_per_byte': per_step * 1e9 / (2 * n * m),
+            'cpu_ns_per_link_byte': per_step * 1e9 / link_bytes_per_step if link_bytes_per_step else None,
+            'cpu_split': {k: v / busy if busy else 0.0 for k, v in parts.items()},
+            'ctxt_per_mb': rec.get('ctxt', 0) / steps / (2 * n * m / 1e6),
+            'cores_busy': busy / (rec['wall_s'] * rec['cores'])}
 
 
 def t_opt(n, k, m, b):
@@ -277,12 +398,14 @@ def grid_config(c, args, n, k, rate, b, size):
            'extra_servers': k, 'rate': rate, 'pskv_pacing': 'default (PSKV_LINK_RATE unset: learned)',
            'link_bytes_per_s': round(b), 'model_bytes': m, 'steps': steps, 'repeats': args.repeat,
            't_opt_s': round(t_opt(n, k, m, b), 4), 't_even_split_s': round(t_even(n, k, m, b), 4)}
-    runs, busy, links = [], [], []
+    runs, busy, links, cpus = [], [], [], []
+    memcpy = memcpy_ns_per_byte()
     for _ in range(args.repeat):
-        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='balanced')
+        t, u, lk = run_pskv(c, c.hosts, n, n + k, elems, steps, cpu_out=cpus, PSKV_SERVER_WEIGHTS='balanced')
         runs.append(t)
         busy.append(u)
         links.append(lk)
+    memcpy = statistics.median([memcpy, memcpy_ns_per_byte()])  # before and after the jobs
     row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'] = spread(runs)
     row['pskv_runs_s'] = [round(x, 4) for x in runs]
     row['pskv_vs_t_opt'] = round(row['pskv_s'] / row['t_opt_s'], 3)
@@ -292,6 +415,24 @@ def grid_config(c, args, n, k, rate, b, size):
     mid = links[runs.index(sorted(runs)[len(runs) // 2])]
     row['link_tx_per_step_M'] = [round(tx / (m * (steps + 1)), 3) for _, tx in mid]
     row['link_rx_per_step_M'] = [round(rx / (m * (steps + 1)), 3) for rx, _ in mid]
+    # CPU per byte moved, against one thread's memcpy measured in this run.
+    costs = [cpu_cost(r, steps, n, m, sum(tx for _, tx in lk) / (steps + 1)) for r, lk in zip(cpus, links)]
+    row['memcpy_ns_per_byte'] = round(memcpy, 4)
+    for key in ('cpu_s_per_step', 'cpu_ns_per_byte', 'cpu_ns_per_link_byte'):
+        row[key] = round(statistics.median([x[key] for x in costs]), 4)
+    row['cpu_ns_per_byte_runs'] = [round(x['cpu_ns_per_byte'], 4) for x in costs]
+    row['cpu_per_byte_memcpys'] = round(row['cpu_ns_per_byte'] / memcpy, 2)
+    row['cpu_per_link_byte_memcpys'] = round(row['cpu_ns_per_link_byte'] / memcpy, 2)
+    row['context_switches_per_mb'] = round(statistics.median([x['ctxt_per_mb'] for x in costs]), 1)
+    row['cpu_split'] = {k: round(statistics.median([x['cpu_split'][k] for x in costs]), 3)
+                        for k in CPU_FIELDS}
+    if args.profile:
+        # One more job, under `perf record -a -g` (perturbed: not among the timed runs).
+        os.makedirs(args.profile, exist_ok=True)
+        data = os.path.join(args.profile, '%s-k%d-%s.perf.data' % (rate, k, size))
+        pt, _, _ = run_pskv(c, c.hosts, n, n + k, elems, steps, profile=data, PSKV_SERVER_WEIGHTS='balanced')
+        import cpu_breakdown
+        row['cpu_profile'] = dict(cpu_breakdown.breakdown(data), profiled_step_s=round(pt, 4), perf_data=data)
     if k > 0 and args.even_repeat:
         ev = [run_pskv(c, c.hosts, n, n + k, elems, steps, PSKV_SERVER_WEIGHTS='even')[0]
               for _ in range(args.even_repeat)]
@@ -328,9 +469,10 @@ def grid_config(c, args, n, k, rate, b, size):
         row['pskv_speedup_vs_ddp'] = round(row['ddp_gloo_s'] / row['pskv_s'], 3)
         if 'pskv_paced_s' in row:
             row['pskv_paced_speedup_vs_ddp'] = round(row['ddp_gloo_s'] / row['pskv_paced_s'], 3)
-    text = ('%-8s k=%d M=%-5s B=%.1f MB/s  t_opt %.3f s  pskv %.3f s [%.3f-%.3f] (%.2f x t_opt, cpu %.0f%%)%s%s'
+    text = ('%-8s k=%d M=%-5s B=%.1f MB/s  t_opt %.3f s  pskv %.3f s [%.3f-%.3f] (%.2f x t_opt, cpu %.0f%%, '
+            '%.2f ns/B = %.1f memcpys)%s%s'
             % (rate, k, size, b / 1e6, row['t_opt_s'], row['pskv_s'], row['pskv_min_s'], row['pskv_max_s'],
-               row['pskv_vs_t_opt'], 100 * row['cpu_busy'],
+               row['pskv_vs_t_opt'], 100 * row['cpu_busy'], row['cpu_ns_per_byte'], row['cpu_per_byte_memcpys'],
                ('  unpaced %.3f s (%.2f x t_opt)' % (row['pskv_unpaced_s'], row['pskv_unpaced_vs_t_opt'])
                 if 'pskv_unpaced_s' in row else '') +
                ('  even %.3f s' % row['pskv_even_s'] if 'pskv_even_s' in row else '') +
@@ -484,6 +626,10 @@ def main():
                     help='server counts S (e.g. 1,2,4) for the step time against servers: S hosts that only '
                          'serve, in the cluster of the largest k, at the first rate')
     ap.add_argument('--series-size', default='4MB')
+    ap.add_argument('--profile', default='',
+                    help='DIR: per grid row one more job under `perf record -a -g` of its timed steps '
+                         '(DIR/RATE-kK-SIZE.perf.data) and the row\'s cpu_profile: where the CPU went '
+                         '(bench/cluster/cpu_breakdown.py)')
     ap.add_argument('--json', action='store_true')
     ap.add_argument('--out', help='also append the JSON lines to this file (e.g. bench/results/cluster_scaling.json)')
     args = ap.parse_args()

@@ -149,6 +149,8 @@ class Parser {
   std::vector<Frame> Take() { return std::exchange(frames_, {}); }
   /// Between two messages (nothing of a message read yet).
   bool Idle() const { return st_ == kPrefix && have_ == 0; }
+  /// Inside a frame's body (Want() then says how much of it is still to come).
+  bool InBody() const { return st_ == kBody; }
   /// Bytes of the current message's frames stored so far (0 between messages).
   uint64_t MessageBytes() const { return msg_bytes_; }
 

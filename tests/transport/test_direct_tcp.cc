@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -552,4 +553,97 @@ TEST(DirectTcp, MaxPacingRateTakesCapsAboveThirtyTwoBits) {
   ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &len), 0);
   EXPECT_EQ(v, ~uint64_t{0});
   ::close(fd);
+}
+
+// The receive low-water mark (Reader::LowWaterFor): inside a big body the reader
+// is woken per kLowWaterMax, the last kLowWaterTail on its own; else at the first byte.
+TEST(DirectTcp, LowWaterMarkFollowsTheBody) {
+  using R = direct::Reader;
+  EXPECT_EQ(R::LowWaterFor(false, 1 << 20), 1) << "between frames: the first byte";
+  EXPECT_EQ(R::LowWaterFor(true, R::kLowWaterMin - 1), 1) << "a short rest";
+  EXPECT_EQ(R::LowWaterFor(true, 64 << 20), static_cast<int>(R::kLowWaterMax));
+  EXPECT_EQ(R::LowWaterFor(true, 256 << 10), static_cast<int>((256 << 10) - R::kLowWaterTail));
+  EXPECT_EQ(R::LowWaterFor(true, 100 << 10), static_cast<int>(100 << 10)) << "the tail";
+  for (uint64_t left = 1; left < (1 << 20); left += 4093)
+    EXPECT_LE(static_cast<uint64_t>(R::LowWaterFor(true, left)), left)
+        << "never more than the body still owes: the reader would sleep for good";
+}
+
+// On a real TCP connection: while the reader waits for the rest of a big body its
+// socket wakes it only for a part of it, and once the message is complete the mark
+// is back at one byte, so that a small message sent after it wakes the reader at
+// once. Without the reset the small message sits below the mark and poll() times out.
+TEST(DirectTcp, ASmallMessageAfterABigOneWakesTheReader) {
+  const JobKeys keys("s3cret", 99);
+  direct::Nonce nonce{};
+  nonce[0] = 7;
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 1), 0);
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int out = pskv::testing::DialLoopback(ntohs(a.sin_port));
+  ASSERT_GE(out, 0);
+  const int in = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  ASSERT_GE(in, 0);
+  auto word = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  const uint64_t one_frame = framing::kMsgMagic | (uint64_t{1} << 32);
+  auto put = [&](const std::string& s) {
+    ASSERT_EQ(::send(out, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+  };
+  direct::Reader r(64 << 20, nonce);
+  const char* why = nullptr;
+  // Pumps until a message is complete, sleeping in poll() as the Recv thread does.
+  auto receive = [&](std::vector<Frame>* frames, int* sleeps) {
+    for (;;) {
+      const auto res = r.Pump(in, keys, 1 << 30, &why);
+      if (res == direct::Reader::kMessage) {
+        *frames = r.Take();
+        return true;
+      }
+      if (res != direct::Reader::kAgain && res != direct::Reader::kNone) return false;
+      if (res == direct::Reader::kAgain) {
+        pollfd p{in, POLLIN, 0};
+        if (::poll(&p, 1, 3000) != 1) return false;  // not woken
+        ++*sleeps;
+      }
+    }
+  };
+  const std::string body = Pattern(1 << 20, 3);
+  put(direct::Proof(keys, false, nonce) + word(one_frame) + word(body.size()) +
+      body.substr(0, 1000));
+  int sleeps = 0;
+  EXPECT_EQ(r.Pump(in, keys, 1 << 30, &why), direct::Reader::kAgain);
+  int rcvbuf = 0;
+  socklen_t optlen = sizeof rcvbuf;
+  ASSERT_EQ(::getsockopt(in, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &optlen), 0);
+  const int mark = std::min(static_cast<int>(direct::Reader::kLowWaterMax), rcvbuf / 4);
+  ASSERT_GE(mark, static_cast<int>(direct::Reader::kLowWaterMin)) << "receive buffer " << rcvbuf;
+  EXPECT_EQ(r.low_water(), mark)
+      << "waiting for a big body: woken per kLowWaterMax, at most a quarter of the buffer";
+  std::thread writer([&] {
+    for (size_t at = 1000; at < body.size(); at += 4096) {  // in small pieces
+      put(body.substr(at, 4096));
+      if (at % (128 << 10) < 4096) std::this_thread::sleep_for(2ms);
+    }
+  });
+  std::vector<Frame> frames;
+  ASSERT_TRUE(receive(&frames, &sleeps)) << (why ? why : "not woken");
+  writer.join();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(Str(frames[0]), body);
+  EXPECT_LE(sleeps, (1 << 20) / mark + 4) << "about one wake-up per mark of the 1 MiB body";
+  EXPECT_EQ(r.low_water(), 1) << "the body ended: back to the first byte";
+  put(word(one_frame) + word(3) + "abc");
+  pollfd p{in, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 3000), 1) << "the small message did not wake the reader";
+  ASSERT_TRUE(receive(&frames, &sleeps)) << (why ? why : "");
+  EXPECT_EQ(Str(frames.at(0)), "abc");
+  ::close(in);
+  ::close(out);
+  ::close(lfd);
 }

@@ -292,11 +292,41 @@ Reader::Result Reader::PumpAck(int fd, const JobKeys& keys, const char** why) {
   return kNone;
 }
 
+void Reader::SetLowWater(int fd) {
+  const auto [dst, want] = parser_.Want();
+  int mark = LowWaterFor(parser_.InBody(), want);
+  if (mark == lowat_) return;
+  if (mark > 1) {
+    // Never above a quarter of the receive buffer: a mark the buffer cannot hold
+    // twice over makes the kernel grow the buffer and clamp the receive window to
+    // the mark (tcp_set_rcvlowat), which would cap the rate of a long link. The
+    // buffer grows by itself (autotuning) on a connection that moves much.
+    int buf = 0;
+    socklen_t len = sizeof buf;
+    if (::getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, &len) != 0) buf = 0;
+    mark = std::min(mark, buf / 4);
+    if (mark < static_cast<int>(kLowWaterMin)) mark = 1;
+    if (mark == lowat_) return;
+  }
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof mark) == 0)
+    lowat_ = mark;
+  else if (mark == 1)
+    lowat_ = 1;  // refused (not TCP): nothing was raised either
+}
+
 Reader::Result Reader::Pump(int fd, const JobKeys& keys, uint64_t budget, const char** why) {
   if (!acked()) {
     const Result r = PumpAck(fd, keys, why);
     if (r != kNone) return r;
   }
+  const Result r = PumpFrames(fd, budget, why);
+  // The caller may sleep on the socket after either: the mark follows the parser
+  // (back to 1 once the body ended; a syscall only where the mark changes).
+  if (r == kAgain || r == kMessage) SetLowWater(fd);
+  return r;
+}
+
+Reader::Result Reader::PumpFrames(int fd, uint64_t budget, const char** why) {
   uint64_t read = 0;
   for (;;) {
     auto [dst, want] = parser_.Want();

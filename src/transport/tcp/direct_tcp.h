@@ -144,8 +144,34 @@ class Reader {
   /// The last read found the socket empty (it returned less than asked for).
   bool drained() const { return drained_; }
   std::vector<Frame> Take() { return parser_.Take(); }
+  /// The socket's receive low-water mark as last set (SO_RCVLOWAT; 1 = any byte).
+  int low_water() const { return lowat_; }
+
+  /// Before the Recv thread sleeps on the socket: how many bytes must have arrived
+  /// before it wakes. Inside a frame's body with at least kLowWaterMin bytes to
+  /// come: kLowWaterMax at most, and all but the last kLowWaterTail where that is
+  /// less (the copy of what came overlaps the arrival of the tail, so the message
+  /// is complete no later than with a wake-up per segment); else the first byte.
+  static int LowWaterFor(bool in_body, uint64_t body_left) {
+    if (!in_body || body_left < kLowWaterMin) return 1;
+    if (body_left > kLowWaterMax + kLowWaterTail) return static_cast<int>(kLowWaterMax);
+    if (body_left >= 2 * kLowWaterTail) return static_cast<int>(body_left - kLowWaterTail);
+    return static_cast<int>(body_left);
+  }
+  static constexpr uint64_t kLowWaterMin = 32 << 10;
+  static constexpr uint64_t kLowWaterTail = 64 << 10;
+  static constexpr uint64_t kLowWaterMax = 256 << 10;
 
  private:
+  // Sets the socket's SO_RCVLOWAT to LowWaterFor(where the parser is) when it
+  // changes (one setsockopt per change): a reader waiting for the rest of a big
+  // body is woken once per kLowWaterMax, not per segment the kernel delivers.
+  // The kernel wakes it anyway on EOF, an error or memory pressure. At most a
+  // quarter of the socket's receive buffer (SO_RCVBUF), so that the kernel never
+  // grows the buffer for the mark and clamps the window to it.
+  void SetLowWater(int fd);
+  Result PumpFrames(int fd, uint64_t budget, const char** why);
+  int lowat_ = 1;
   framing::Parser parser_;
   Nonce nonce_;
   char ack_[kProofBytes];
