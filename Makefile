@@ -75,7 +75,7 @@ bench: build
 
 # Across hosts (root: a cluster of network namespaces, tests/cluster/netns_cluster.py;
 # about 25 minutes): push+pull against the parameter-server bound and DDP-gloo.
-# Every cluster figure (about an hour): the scaling grid and the servers series, the
+# Every cluster figure (about 75 minutes): the scaling grid and the servers series, the
 # default (learned rate) against the stated rate, unpaced and DDP, and a link's rate
 # changed mid-job and a competing flow (docs/performance.md, "Across hosts").
 CLUSTER = PSKV_BUILD_DIR=$(BUILD) /usr/bin/python3 bench/cluster/scaling.py
@@ -83,7 +83,7 @@ bench-cluster: build
 	mkdir -p bench/results
 	rm -f bench/results/cluster_scaling.json bench/results/cluster_default.json bench/results/cluster_default_change.json
 	$(CLUSTER) --ddp --even-repeat 1 --servers-series 1,2,4 --out bench/results/cluster_scaling.json
-	$(CLUSTER) --bench cluster_default --servers 0,2,4 --sizes 4MB,23MB,64MB --rates 100mbit --steps 5 \
+	$(CLUSTER) --bench cluster_default --servers 0,2,4 --sizes 4MB,23MB,64MB --rates 100mbit,1gbit --steps 5 \
 	  --repeat 1 --unpaced-repeat 1 --paced-repeat 1 --ddp --ddp-at 0 --out bench/results/cluster_default.json
 	$(CLUSTER) --bench cluster_default_change --servers 0 --sizes 23MB --rates 100mbit --change 3:0:50mbit,8:0:100mbit --change-steps 12 \
 	  --unpaced-repeat 1 --out bench/results/cluster_default_change.json
