@@ -125,12 +125,7 @@ kv.init(0, w)
 kv.pushpull(0, g, out=w)  # warm-up: connections, buffers
 
 
-def cpu():  # the machine's busy and total jiffies (one kernel for all the hosts)
-    f = [int(x) for x in open('/proc/stat').readline().split()[1:]]
-    return sum(f) - f[3] - f[4], sum(f)
-
-
-def jiffies():  # /proc/stat: the cpu line (user nice system idle iowait irq softirq steal ...), then ctxt
+def jiffies():  # /proc/stat (one kernel for all the hosts): the cpu line (user nice system idle iowait irq softirq steal ...), then ctxt
     lines = open('/proc/stat').read().splitlines()
     return [int(x) for x in lines[0].split()[1:]] + \
         [int(x.split()[1]) for x in lines if x.startswith('ctxt ')]
@@ -139,7 +134,6 @@ def jiffies():  # /proc/stat: the cpu line (user nice system idle iowait irq sof
 times = []
 marks = os.environ.get('SCALING_MARKS')  # rank 0 touches MARKS.start, then MARKS.<step> after each step
 j0 = jiffies()
-c0 = cpu()
 t0 = time.perf_counter()
 if marks and kv.rank == 0:
     open('%s.start' % marks, 'w').close()
@@ -150,15 +144,15 @@ for i in range(steps):
     times.append(time.perf_counter() - t)
     if marks and kv.rank == 0:
         open('%s.%d' % (marks, i + 1), 'w').close()
-c1 = cpu()
 t1 = time.perf_counter()
 j1 = jiffies()
+d = [b - a for a, b in zip(j0[:-1], j1[:-1])]  # the cpu line's jiffies of the steps
 assert float(w[0]) == kv.num_workers and float(w[-1]) == kv.num_workers, (w[0], w[-1])
 if kv.rank == 0:
-    busy = (c1[0] - c0[0]) / max(1, c1[1] - c0[1])
+    busy = (sum(d) - d[3] - d[4]) / max(1, sum(d))  # idle and iowait are not busy
     print('RESULT ' + json.dumps([sorted(times)[len(times) // 2], busy]), flush=True)
     print('STEPS ' + json.dumps(times), flush=True)
-    print('CPU ' + json.dumps({'jiffies': [b - a for a, b in zip(j0[:-1], j1[:-1])], 'ctxt': j1[-1] - j0[-1],
+    print('CPU ' + json.dumps({'jiffies': d, 'ctxt': j1[-1] - j0[-1],
                                'hz': os.sysconf('SC_CLK_TCK'),
                                'wall_s': t1 - t0, 'cores': os.cpu_count()}), flush=True)
 kv.close()
