@@ -106,6 +106,10 @@ class Completion {
 class KVWorker {
  public:
   using Callback = std::function<void(std::exception_ptr)>;
+  /// With `message_bytes` given, no message of a request carries more than this part
+  /// of its bytes for the server (a key bigger than that aside): where links are the
+  /// limit, a step then takes at most 1 + 1/8 of their bound (docs/performance.md).
+  static constexpr uint64_t kMessagesPerPart = 8;
   explicit KVWorker(Node* node);
 
   /// Pushes vals (sum(lens) bytes) for keys; `cmd` is passed to the servers.
@@ -113,7 +117,10 @@ class KVWorker {
   /// messages (ps/push_pacer.h: at most `ahead` bytes per server unanswered), which
   /// is deadlock-free only for the pieces of one key. A server's keys travel in
   /// messages of up to `message_bytes` (cut at key boundaries; 0: the wire chunk
-  /// size, PSKV_WIRE_CHUNK_BYTES; 1: one key per message).
+  /// size, PSKV_WIRE_CHUNK_BYTES; 1: one key per message), and where it is given (> 0)
+  /// of at most a kMessagesPerPart-th of the server's part, where its keys allow: a
+  /// sync server answers a message once all of it arrived, so that the answers lag the
+  /// pushes by a message.
   uint64_t Push(const std::vector<uint64_t>& keys, Frame vals, const std::vector<uint64_t>& lens,
                 int cmd, Callback cb, int priority = 0, uint64_t ahead = 0,
                 uint64_t message_bytes = 0);

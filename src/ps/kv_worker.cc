@@ -89,7 +89,7 @@ void KVWorker::Split(const std::vector<uint64_t>& keys, const Frame& vals,
   for (size_t i = 0; i < keys.size(); ++i) offsets[i + 1] = offsets[i] + lens[i];
   // One message per server's keys; with wire chunks, a server's keys are cut into
   // messages of about `chunk` bytes (sent or answered) at key boundaries.
-  const uint64_t chunk =
+  const uint64_t most =
       message_bytes > 0 ? message_bytes : static_cast<uint64_t>(node_->options().wire_chunk_bytes);
   auto key_bytes = [&](size_t k) {
     return std::max(lens[k], out_lens.empty() ? uint64_t{0} : out_lens[k]);
@@ -98,7 +98,11 @@ void KVWorker::Split(const std::vector<uint64_t>& keys, const Frame& vals,
   for (int r = 0; r < S && i < keys.size(); ++r) {
     auto [begin, end] = ServerRange(r, S);
     size_t j = i;
-    while (j < keys.size() && keys[j] >= begin && (keys[j] < end || r + 1 == S)) ++j;
+    uint64_t part = 0;
+    while (j < keys.size() && keys[j] >= begin && (keys[j] < end || r + 1 == S))
+      part += key_bytes(j++);
+    const uint64_t chunk =
+        message_bytes > 0 ? std::max<uint64_t>(1, std::min(most, part / kMessagesPerPart)) : most;
     for (size_t a = i; a < j;) {
       size_t b = a + 1;
       uint64_t bytes = key_bytes(a);

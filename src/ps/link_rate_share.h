@@ -57,6 +57,12 @@ class LinkRateShare {
   }
   /// The job's rate (bytes/s) the scheduler last answered; 0 before its first answer.
   uint64_t Job() const { return static_cast<uint64_t>(job_.load()) * kUnit; }
+  /// The link rate this node's connections are paced for now (bytes/s: the job's, or
+  /// its own estimate while starting or before the scheduler's first answer; 0: not
+  /// paced yet), as its pacer (kvstore/distributed/link_pacing.h) sets it every window;
+  /// a worker sizes its messages by it (worker/wire_shape.h).
+  void PacedFor(uint64_t bytes_per_s) { paced_for_.store(bytes_per_s); }
+  uint64_t PacedFor() const { return paced_for_.load(); }
 
   // --- the scheduler (under its node's lock)
   struct Answer {
@@ -120,6 +126,7 @@ class LinkRateShare {
     Clock::time_point at;
   };
   std::atomic<int32_t> mine_{0}, sent_{0}, job_{0};
+  std::atomic<uint64_t> paced_for_{0};
   std::map<int, Entry> heard_;
   int32_t job_head_ = 0;  // the scheduler's: the rate it last told
   int32_t pending_ = 0;   // ... and the one it will tell once kSettle passed (0: none)

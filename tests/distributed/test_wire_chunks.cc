@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "kvstore/dist_protocol.h"
+#include "kvstore/distributed/worker/wire_shape.h"
+#include "ps/kv_app.h"
 
 namespace pskv {
 namespace {
@@ -115,6 +117,41 @@ TEST(DistProtocol, FineChunksCutBigSlicesIntoAFixedNumberOfChunks) {
     covered[static_cast<size_t>(c.server)] += c.len;
   }
   for (int r = 0; r < 4; ++r) EXPECT_EQ(covered[static_cast<size_t>(r)], slices[r].len);
+}
+
+// Paced links (WireShape::MessageBytes): a push's messages carry kPacedMessageUs of
+// the link's rate, at most the wire chunk size; at 100 Mbit/s less than a fine chunk
+// (each chunk its own message, as before); unpaced, and while no rate is learned (the
+// connections are not paced: the cores may hold them), up to the chunk size as unpaced.
+TEST(DistProtocol, PacedMessagesCarryAMillisecondOfTheLinksRate) {
+  Options o;
+  o.wire_chunk_bytes = 256 << 10;
+  o.wire_ahead_bytes = 512 << 10;
+  EXPECT_EQ(dist::WireShape::Of(o, false, nullptr).MessageBytes(), 0u);
+  EXPECT_EQ(dist::WireShape::Of(o, false, nullptr).push_ahead, 512u << 10);
+  o.link_rate = 12'500'000;  // 100 Mbit/s: 12.5 kB, below the least fine chunk
+  const auto slow = dist::WireShape::Of(o, true, nullptr);
+  EXPECT_EQ(slow.MessageBytes(), 12'500u);
+  EXPECT_LT(slow.MessageBytes(), static_cast<uint64_t>(dist::kMinFineChunkBytes));
+  EXPECT_EQ(slow.push_ahead, 0u);
+  EXPECT_EQ(slow.chunks_per_slice, dist::kFineChunksPerSlice);
+  o.link_rate = 125'000'000;  // 1 Gbit/s
+  EXPECT_EQ(dist::WireShape::Of(o, true, nullptr).MessageBytes(), 125'000u);
+  o.link_rate = 1'250'000'000;  // 10 Gbit/s: held to the wire chunk size
+  EXPECT_EQ(dist::WireShape::Of(o, true, nullptr).MessageBytes(), 256u << 10);
+  // Learned (PSKV_LINK_RATE=1): the rate the node's pacer paces for now.
+  o.link_rate = 1;
+  LinkRateShare rates;
+  const auto learned = dist::WireShape::Of(o, true, &rates);
+  EXPECT_EQ(learned.MessageBytes(), 0u);  // nothing learned yet: not paced
+  rates.PacedFor(162'000'000);
+  EXPECT_EQ(learned.MessageBytes(), 162'000u);
+  rates.PacedFor(12'000'000);
+  EXPECT_EQ(learned.MessageBytes(), 12'000u);
+  rates.PacedFor(0);
+  EXPECT_EQ(learned.MessageBytes(), 0u);
+  // The worker keeps each within an 8th of a server's part (ps/kv_app.h).
+  EXPECT_EQ(KVWorker::kMessagesPerPart, 8u);
 }
 
 }  // namespace

@@ -210,11 +210,20 @@ TEST(PushPacer, KVWorkerSendsAPacedRequestsMessagesAsAnswersArrive) {
 
 // Message size of a request (KVWorker::Push's `message_bytes`): by default a
 // server's consecutive keys share messages of up to the wire chunk size; with 1,
-// each key is a message of its own (the dense store's finer chunks, each a round).
-TEST(PushPacer, KVWorkerSendsOneKeyPerMessageWhenAsked) {
+// each key is a message of its own; with more, messages of up to that many bytes but
+// of at most an 8th of the server's part (kMessagesPerPart: the answers of a sync
+// round lag its pushes by a message), each at least one key.
+TEST(PushPacer, KVWorkerCutsAServersKeysIntoMessagesAsAsked) {
   constexpr uint64_t kKey = 4 << 10;
-  constexpr int kKeys = 8;
-  for (uint64_t message_bytes : {uint64_t{0}, uint64_t{1}}) {
+  constexpr int kKeys = 32;  // a part of 128 KiB: an 8th is 16 KiB, 4 keys
+  static_assert(kKeys * kKey / KVWorker::kMessagesPerPart == 4 * kKey);
+  const std::vector<std::pair<uint64_t, std::vector<uint32_t>>> cases = {
+      {0, {16, 16}},                         // the wire chunk size, 64 KiB
+      {1, std::vector<uint32_t>(kKeys, 1)},  // a key each
+      {3 * kKey, {3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2}},
+      {16 * kKey, std::vector<uint32_t>(8, 4)},  // held to an 8th of the part
+  };
+  for (const auto& [message_bytes, expected] : cases) {
     std::mutex mu;
     std::vector<uint32_t> keys_per_message;
     RunOneServerJob(
@@ -236,10 +245,8 @@ TEST(PushPacer, KVWorkerSendsOneKeyPerMessageWhenAsked) {
                            Completion::Callback(done), 0, 0, message_bytes);
           w.Await(ts, done, 60s, 0ms, "push");
         });
-    if (message_bytes == 0)
-      EXPECT_EQ(keys_per_message, (std::vector<uint32_t>{kKeys}));
-    else
-      EXPECT_EQ(keys_per_message, std::vector<uint32_t>(kKeys, 1u));
+    std::sort(keys_per_message.begin(), keys_per_message.end(), std::greater<>());
+    EXPECT_EQ(keys_per_message, expected) << "message_bytes " << message_bytes;
   }
 }
 

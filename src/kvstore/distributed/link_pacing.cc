@@ -321,6 +321,7 @@ void LinkPacer::Learn() {
     const uint64_t job = node_.link_rates().Job();
     const uint64_t base = job > 0 && !est_->starting() ? job : b;
     est_->PacedAt(base);
+    node_.link_rates().PacedFor(base);
     const double target = static_cast<double>(base) * est_->Gain();
     if (o_.verbose >= 2)  // every window: what it saw and what it paces at (kB/s)
       PSKV_INFO(node_.Tag() << ": link pacing window " << slot << ": sample "

@@ -136,10 +136,10 @@ void DeviceExchange::PushPull(KeyMeta& m, const std::vector<NDArray>& vals,
           if (recv)
             link_.worker()->PushPull({k.ps_keys[i]}, f, {k.lens[i]}, recv, {k.lens[i]}, cmd,
                                      std::move(cb), priority, wire_.push_ahead,
-                                     wire_.message_bytes);
+                                     wire_.MessageBytes());
           else
             link_.worker()->Push({k.ps_keys[i]}, f, {k.lens[i]}, cmd, std::move(cb), priority,
-                                 wire_.push_ahead, wire_.message_bytes);
+                                 wire_.push_ahead, wire_.MessageBytes());
         } catch (...) {
           pieces->Answer(std::current_exception());
         }
@@ -172,7 +172,7 @@ void DeviceExchange::PushPullPrepared(KeyMeta& m,
   char* recv = static_cast<char*>(Pinned(st->recv, m).raw());
   link_.worker()->PushPull(m.ps_keys, frame, lens, recv, m.lens, cmd,
                            ToOutputs(st, reduce_on_device_, std::move(done)), priority,
-                           wire_.push_ahead, wire_.message_bytes);
+                           wire_.push_ahead, wire_.MessageBytes());
 }
 
 }  // namespace pskv::dist

@@ -76,7 +76,7 @@ DistWorkerStore::DistWorkerStore(std::string type, Options options,
   lease_ = SharedNode::Join(options_, async_, type_);
   store_id_ = lease_.store_id;
   node_ = lease_.node->node();
-  wire_ = WireShape::Of(options_, LinksPaced(*node_, options_));
+  wire_ = WireShape::Of(options_, LinksPaced(*node_, options_), &node_->link_rates());
   link_ = std::make_unique<ServerLink>(node_, lease_.node->worker(), options_, store_id_);
   sparse_ = std::make_unique<SparseWorker>(*link_, engine_, mu_, keys_,
                                            [this](int k) { return KeyName(k); });
@@ -281,7 +281,7 @@ void DistWorkerStore::PushImpl(const std::vector<int>& keys, const std::vector<N
           done = obs::Track("push", std::to_string(k), frame.size, obs_t,
                             std::move(done));  // [observe]
           link_->worker()->Push(m->ps_keys, frame, lens, cmd, done, priority, wire_.push_ahead,
-                                wire_.message_bytes);
+                                wire_.MessageBytes());
         },
         StartsHere(*m, vals));
   }
@@ -398,7 +398,7 @@ void DistWorkerStore::PushPullImpl(const std::vector<int>& keys, const std::vect
           NDArray first = dst[0];
           link_->worker()->PushPull(m->ps_keys, frame, lens, static_cast<char*>(first.raw()),
                                     m->lens, cmd, CopyToAll(dst, std::move(done)), priority,
-                                    wire_.push_ahead, wire_.message_bytes);
+                                    wire_.push_ahead, wire_.MessageBytes());
         },
         StartsHere(*m, vals));
   }

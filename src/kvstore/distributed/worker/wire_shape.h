@@ -3,12 +3,22 @@
 // read once by the store and its parts, so that they agree.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kvstore/dist_protocol.h"
+#include "ps/link_rate_share.h"
 #include "pskv/options.h"
 
 namespace pskv::dist {
+
+/// Where the kernel paces the connections, a push's messages carry at least this much
+/// of the link's rate (a server's consecutive chunks together): each message costs
+/// the sender, the server and the answer's receiver about 25 µs of a core (measured at
+/// 1 Gbit/s, 4 MiB: 192 messages per push and worker took 1.66 x the bound on 2
+/// cores, whole 128 KiB messages 1.23 x, unpaced 1.32 x; docs/performance.md). Below
+/// about 160 Mbit/s a message is one chunk (kMinFineChunkBytes).
+constexpr uint64_t kPacedMessageUs = 1000;
 
 struct WireShape {
   /// PushPacer's `ahead` for a key's pushes: PSKV_WIRE_AHEAD_BYTES, or 0 (none) where
@@ -19,16 +29,41 @@ struct WireShape {
   uint64_t push_ahead = 0;
   /// Chunks per big slice (PlaceDense): finer where the kernel paces the connections
   /// (PSKV_LINK_RATE: links are the limit, and a step's answers lag its pushes by
-  /// the biggest message; dist_protocol.h, kFineChunksPerSlice), each chunk then its
-  /// own message (message_bytes 1); else the chunk size alone, and a server's
-  /// consecutive chunks go in messages of up to the chunk size (message_bytes 0).
+  /// the biggest message; dist_protocol.h, kFineChunksPerSlice), and a server's
+  /// consecutive chunks then go in messages of kPacedMessageUs of the link's rate
+  /// (MessageBytes); else the chunk size alone, and a server's consecutive chunks go
+  /// in messages of up to the chunk size.
   int64_t chunks_per_slice = 1;
-  uint64_t message_bytes = 0;
+  bool paced = false;
+  uint64_t stated_rate = 0;                // PSKV_LINK_RATE > 1 (bytes/s); 0: learned
+  uint64_t most_bytes = 0;                 // PSKV_WIRE_CHUNK_BYTES: a more urgent key can overtake
+  const LinkRateShare* learned = nullptr;  // the node's learned rate (outlives the store)
+
+  /// KVWorker::Push's `message_bytes` for a push now: 0 (up to the chunk size) unpaced
+  /// and while no rate is learned yet (the connections are not paced: where the
+  /// cores, not the link, hold them, at 1 Gbit/s on 2 cores, none is ever learned);
+  /// paced, kPacedMessageUs of the link's rate (stated, or the one the node's pacer
+  /// paces for now: LinkRateShare::PacedFor), at most the chunk size and at least one
+  /// chunk. Split keeps each within an 8th of the server's part (kMessagesPerPart).
+  uint64_t MessageBytes() const {
+    if (!paced) return 0;
+    const uint64_t rate = stated_rate > 0 ? stated_rate : learned ? learned->PacedFor() : 0;
+    if (rate == 0) return 0;  // not paced (yet): as unpaced
+    const uint64_t bytes = rate / (1'000'000 / kPacedMessageUs);
+    return std::max<uint64_t>(1, most_bytes > 0 ? std::min(bytes, most_bytes) : bytes);
+  }
 
   /// `paced`: distributed/link_pacing.h, LinksPaced (a stated or a learned rate).
-  static WireShape Of(const Options& o, bool paced) {
-    return {paced ? 0 : static_cast<uint64_t>(o.wire_ahead_bytes), paced ? kFineChunksPerSlice : 1,
-            paced ? uint64_t{1} : 0};
+  /// `learned`: the node's LinkRateShare.
+  static WireShape Of(const Options& o, bool paced, const LinkRateShare* learned) {
+    WireShape w;
+    w.push_ahead = paced ? 0 : static_cast<uint64_t>(o.wire_ahead_bytes);
+    w.chunks_per_slice = paced ? kFineChunksPerSlice : 1;
+    w.paced = paced;
+    w.stated_rate = o.link_rate > 1 ? static_cast<uint64_t>(o.link_rate) : 0;
+    w.most_bytes = static_cast<uint64_t>(std::max<int64_t>(0, o.wire_chunk_bytes));
+    w.learned = learned;
+    return w;
   }
 };
 
