@@ -7,8 +7,8 @@
 // connections finish last. So the nodes share their estimates through the heartbeats
 // they already send: a node's heartbeat carries its estimate (kB/s in the header's
 // head), the scheduler keeps each node's latest and answers every heartbeat with the
-// job's rate, the upper quartile of those heard within `expiry` (one node's outlier,
-// or a hostile value, does not move it beyond the others'), and every node paces at
+// job's rate, the median of those heard within `expiry` (one node's outlier, or a
+// hostile value, does not move it beyond the others'), and every node paces at
 // that. A new job's rate is sent to every learning node at once, and a node whose
 // estimate moved sends it before its next heartbeat is due (Urgent), so that the
 // nodes change rate together, within a window of a change. A node starting (its own
@@ -72,8 +72,8 @@ class LinkRateShare {
   /// The least time between two new rates: a burst of reports (the nodes' start-ups
   /// ending together) makes one change, not one per report.
   static constexpr Clock::duration kSettle = std::chrono::milliseconds(200);
-  /// Node `id`'s heartbeat carried `head` at `now`. The job's rate is the upper
-  /// quartile of the estimates heard within `expiry`; it changes (to_all) where that
+  /// Node `id`'s heartbeat carried `head` at `now`. The job's rate is the median of
+  /// the estimates heard within `expiry`; it changes (to_all) where that
   /// moved by more than 1 % and kSettle passed since the last change (else the change
   /// waits: Pending), so that every node paces at the same rate from the same moment
   /// on (nodes pacing at rates they heard at different times offer a link flows out of
@@ -91,9 +91,12 @@ class LinkRateShare {
     }
     pending_ = 0;
     if (live.empty()) return {};
-    // The upper quartile: each node's estimate is a max filter of samples that are
-    // mostly below the link's rate (windows partly idle, flows held by other hosts).
-    const auto mid = live.begin() + static_cast<std::ptrdiff_t>(live.size() * 3 / 4);
+    // The median: each node's estimate is a max filter of its samples, and a window
+    // after a step's idle gap may carry a burst the rate limiter saved, so the
+    // estimates sit above the link (measured at 100 Mbit/s: samples 11.4-11.6 MB/s,
+    // estimates 11.6-12.2, their upper quartile 12.07 with caps 9 % above what the
+    // link delivered, k=2 23 MiB 1.11 x the bound; the median 1.08-1.09, stated 1.05).
+    const auto mid = live.begin() + static_cast<std::ptrdiff_t>(live.size() / 2);
     std::nth_element(live.begin(), mid, live.end());
     const int64_t q = *mid, j = job_head_;
     if (j == 0 || q * 100 > j * 101 || q * 101 < j * 100) pending_ = *mid;

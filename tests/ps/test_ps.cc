@@ -691,7 +691,8 @@ TEST(Ps, AMovedLinkRateReachesEveryNodeWithinAWindowNotAHeartbeat) {
         }
         node.Barrier(kWorkerGroup, 30s);
         if (node.rank() == 1) node.link_rates().Report(14'000'000);
-        // The upper quartile of 10 and 14 MB/s, on both, within 3 s of a 5 s interval.
+        // The median of 10 and 14 MB/s (the upper of two), on both, within 3 s of a 5 s
+        // interval.
         EXPECT_EQ(job_rate(node, 14'000'000), 14'000'000u) << node.rank();
         node.Barrier(kWorkerGroup, 30s);
       },

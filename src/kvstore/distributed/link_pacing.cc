@@ -111,7 +111,11 @@ uint64_t LinkRateEstimator::Add(int64_t slot, const std::vector<ConnCounters>& n
     } else if (backlogged && prev_backlogged_ && sample > 0) {
       last_sample_ = static_cast<uint64_t>(sample);
       samples_.push_back({slot, last_sample_});
-      capped_run_ = capped ? capped_run_ + 1 : 0;
+      // A start-up again only where the host's link, too, carried the caps' rate: a
+      // process's connections alone at their caps took room the host's other process
+      // left (measured: restarts every few seconds at 100 Mbit/s, each a window of
+      // caps at twice the link, its queue delaying the step's answers).
+      capped_run_ = capped && sample >= c_.capped * base * gain ? capped_run_ + 1 : 0;
     }
   }
   prev_backlogged_ = backlogged;
