@@ -348,14 +348,15 @@ const EnvVar kVars[] = {
      "fills (`PSKV_WIRE_AHEAD_BYTES` is then not applied; with `PSKV_REPLICAS` the load counts "
      "the copies of the rounds to the replicas), and a big "
      "key's slices bigger than "
-     "`PSKV_WIRE_CHUNK_BYTES` travel in finer chunks (a 32nd of the slice, at least 16 KiB, "
-     "each its own message) so that a server's answers keep up with the pushes; small keys go "
+     "`PSKV_WIRE_CHUNK_BYTES` travel in finer chunks (a 32nd of the slice, at least 16 KiB; "
+     "a server's consecutive chunks in messages of 1 ms of the link's rate, at most an 8th of "
+     "its part) so that a server's answers keep up with the pushes; small keys go "
      "no faster than their connection's rate; 1 (the default): the same at a rate learned "
      "while the job runs, where its nodes are on more than one host: each node's from its "
      "connections' TCP_INFO and its host interface's byte counters (a start-up that doubles "
      "the caps until the link holds them, then caps 4 % above the estimate, so that every "
      "busy window shows the link and windows the caps held raise it), one rate for the job "
-     "shared through the heartbeats (the upper quartile of the nodes'); 0: off "
+     "shared through the heartbeats (the median of the nodes'); 0: off "
      "([performance](docs/"
      "performance.md#across-hosts-dense-pushpull-against-the-parameter-server-bound))",
      ApplyLinkRate},

@@ -91,11 +91,10 @@ class LinkRateShare {
     }
     pending_ = 0;
     if (live.empty()) return {};
-    // The median: each node's estimate is a max filter of its samples, and a window
-    // after a step's idle gap may carry a burst the rate limiter saved, so the
+    // The median: each node's estimate is a max filter of its samples, so the
     // estimates sit above the link (measured at 100 Mbit/s: samples 11.4-11.6 MB/s,
-    // estimates 11.6-12.2, their upper quartile 12.07 with caps 9 % above what the
-    // link delivered, k=2 23 MiB 1.11 x the bound; the median 1.08-1.09, stated 1.05).
+    // estimates 11.6-12.2, their upper quartile 12.07: caps 9 % above what the link
+    // delivered; k=2 23 MiB 1.11 x the bound, with the median 1.09-1.10, stated 1.05).
     const auto mid = live.begin() + static_cast<std::ptrdiff_t>(live.size() / 2);
     std::nth_element(live.begin(), mid, live.end());
     const int64_t q = *mid, j = job_head_;

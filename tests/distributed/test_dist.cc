@@ -252,8 +252,9 @@ TEST(DistKVStoreWire, ChunkedValuesAreBitIdenticalServerThreads) {
 TEST(DistKVStoreWire, StatesSavedWithOtherChunksLoad) {
   EXPECT_EQ(Launch(2, 2, "states_other_chunks", "--env PSKV_WIRE_CHUNK_BYTES=4096"), 0);
 }
-// With PSKV_LINK_RATE a slice bigger than the chunk size travels in finer chunks,
-// each its own message (dist_protocol.h, ChunkElems; on one host no connection is
+// With PSKV_LINK_RATE a slice bigger than the chunk size travels in finer chunks, a
+// server's consecutive ones sharing messages (dist_protocol.h, ChunkElems;
+// worker/wire_shape.h, MessageBytes; on one host no connection is
 // paced): values stay bit-identical, states saved without chunks load, and many keys
 // with a chunked one sum in rank order over TCP.
 const char* kFineChunks = "--env PSKV_WIRE_CHUNK_BYTES=32768 --env PSKV_LINK_RATE=1000000000";

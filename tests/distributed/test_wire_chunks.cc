@@ -10,7 +10,6 @@
 
 #include "kvstore/dist_protocol.h"
 #include "kvstore/distributed/worker/wire_shape.h"
-#include "ps/kv_app.h"
 
 namespace pskv {
 namespace {
@@ -139,19 +138,25 @@ TEST(DistProtocol, PacedMessagesCarryAMillisecondOfTheLinksRate) {
   EXPECT_EQ(dist::WireShape::Of(o, true, nullptr).MessageBytes(), 125'000u);
   o.link_rate = 1'250'000'000;  // 10 Gbit/s: held to the wire chunk size
   EXPECT_EQ(dist::WireShape::Of(o, true, nullptr).MessageBytes(), 256u << 10);
-  // Learned (PSKV_LINK_RATE=1): the rate the node's pacer paces for now.
-  o.link_rate = 1;
+  // Learned (PSKV_LINK_RATE=1, the default: Options::link_rate -1): the rate the
+  // node's pacer paces for now; an unpaced shape ignores it.
+  o.link_rate = -1;
   LinkRateShare rates;
   const auto learned = dist::WireShape::Of(o, true, &rates);
+  const auto unpaced = dist::WireShape::Of(o, false, &rates);
   EXPECT_EQ(learned.MessageBytes(), 0u);  // nothing learned yet: not paced
   rates.PacedFor(162'000'000);
   EXPECT_EQ(learned.MessageBytes(), 162'000u);
+  EXPECT_EQ(unpaced.MessageBytes(), 0u);
+  // With replicas, a chunk each (a push-pull of one key is answered by the copy on
+  // the worker's host).
+  o.replicas = 1;
+  EXPECT_EQ(dist::WireShape::Of(o, true, &rates).MessageBytes(), 1u);
+  o.replicas = 0;
   rates.PacedFor(12'000'000);
   EXPECT_EQ(learned.MessageBytes(), 12'000u);
   rates.PacedFor(0);
   EXPECT_EQ(learned.MessageBytes(), 0u);
-  // The worker keeps each within an 8th of a server's part (ps/kv_app.h).
-  EXPECT_EQ(KVWorker::kMessagesPerPart, 8u);
 }
 
 }  // namespace

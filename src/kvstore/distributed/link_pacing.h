@@ -30,12 +30,13 @@
 // pipe); then every window is paced a little above the estimate (gain), so that the
 // link, not the caps, holds the connections and every backlogged window is a sample
 // of it; windows the caps held (a link that became faster) raise the estimate, and
-// `regrow` of them in a row start up again. Where the host's cores, not its link, hold
+// `regrow` of them in a row where the host's link carried the caps' rate too start up
+// again. Where the host's cores, not its link, hold
 // the connections (1 Gbit/s links on 2 cores), the samples show what the cores
 // deliver and the caps stay just above it: the flows keep their planned proportions,
 // which made such jobs faster than unpaced (measured: 1.30 x t_opt against 1.53).
 // Until the first sample nothing is paced. Once started, every node paces at one rate
-// for the job, the upper quartile of the nodes' estimates, shared through the
+// for the job, the median of the nodes' estimates, shared through the
 // heartbeats (ps/link_rate_share.h; the parts are planned for one rate on every link:
 // nodes pacing at rates of their own, 11.3-13.1 MB/s on links of 12.25, offer a link
 // flows out of proportion). A job whose nodes are all on one host learns nothing and
@@ -90,8 +91,9 @@ class LinkRateEstimator {
     /// below it, as BBR's, with a cruise below it, cost a sync job 3-8 % a step, measured
     /// at 4 MiB: a drain window slows a step's last flows, a cruise below the link all.)
     double gain = 1.04;
-    /// `regrow` windows in a row that the caps held start up again: a raised limit (a
-    /// competing flow gone) is found in a few windows.
+    /// `regrow` windows in a row that the caps held, the host's link carrying their
+    /// rate too (`capped` of it), start up again: a raised limit (a competing flow gone)
+    /// is found in a few windows.
     int regrow = 3;
     /// Starting (and after `regrow` capped windows), every window is paced at the
     /// estimate times startup_gain, so that the caps do not hide the link, until
