@@ -49,7 +49,7 @@ struct WireShape {
 
   /// KVWorker::Push's `message_bytes` for a push now: 0 (up to the chunk size) unpaced
   /// and while no rate is learned yet (the connections are not paced: where the
-  /// cores, not the link, hold them, at 1 Gbit/s on 2 cores, none is ever learned);
+  /// cores, not the link, hold them, none may be: 1 Gbit/s, 4 MiB on 2 cores);
   /// paced, kPacedMessageUs of the link's rate (stated, or the one the node's pacer
   /// paces for now: LinkRateShare::PacedFor), at most the chunk size and at least one
   /// chunk. Split keeps each within an 8th of the server's part (kMessagesPerPart).
