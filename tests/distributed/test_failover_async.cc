@@ -16,6 +16,9 @@ using namespace pskv::test;
 namespace {
 
 constexpr int kPushes = 24;
+// A reply delay (ms) that keeps a job running well past the marker a kill waits for
+// (WaitFile looks every 20 ms).
+constexpr int kMarkerLag = 20;
 
 ReplicaJobSpec Spec(const std::string& name, int reply_delay_ms, int replicas = 1,
                     int pushes = kPushes) {
@@ -109,8 +112,12 @@ TEST(FailoverAsync, ASpareJoinsAndASecondLossLosesNoPush) {
 // push of its own; then server 2 is killed too and server 0 leads every range: every
 // push applied exactly once. Without the copies sent again, server 0 refuses server
 // 2's next copy of that key ("push s + 1 before push s") and the job fails.
+// (20 ms per request in the servers, here and below: server 2 is killed once worker 0
+// wrote its 16th push's marker, which the test sees within 20 ms; undelayed, the 8
+// pushes left, the barrier and the pulls could end the job first, and no range table
+// after server 2's death was logged.)
 TEST(FailoverAsync, APromotedReplicaAheadOfTheOtherSendsItsLastPushesAgain) {
-  auto s = Spec("async_r2_ahead", 0, 2);
+  auto s = Spec("async_r2_ahead", kMarkerLag, 2);
   s.servers = 3;
   s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = "12";
   auto r = RunReplicaJob(s, {{1, "w0.p10", {}}, {2, "w0.p16", {}}});
@@ -130,7 +137,7 @@ TEST(FailoverAsync, APromotedReplicaAheadOfTheOtherSendsItsLastPushesAgain) {
 // exactly once.
 TEST(FailoverAsync, ACopyAheadOfThePromotedReplicaAppliesEveryPushOnce) {
   for (int run = 0; run < 3; ++run) {
-    auto s = Spec("async_r2_behind" + std::to_string(run), 0, 2);
+    auto s = Spec("async_r2_behind" + std::to_string(run), kMarkerLag, 2);
     s.servers = 3;
     s.server_env[1]["PSKV_TEST_EXIT_AMID_REPLICATION"] = std::to_string(-(12 + 2 * run));
     auto r = RunReplicaJob(s, {{1, "w0.p10", {}}, {2, "w0.p16", {}}});
